@@ -1,0 +1,96 @@
+"""Located, user-facing errors.
+
+Every stage (load, validate, plan, build) reports problems as `Problem`s: a field path into the
+schedule file plus a message. `SpecErrors` carries all of them at once; the CLI formats each as
+`FILE:LINE:COL: field.path: message` using the position map the loader recorded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+Path = tuple  # tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Pos:
+    """1-based line and column of a value in its source file."""
+    line: int
+    col: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path
+    message: str
+    # Offset inside a string value (expression errors): lines and columns to add to its position.
+    inner_line: int = 0
+    inner_col: int = 0
+    # Where the loader could not even build a path (syntax errors): an explicit position.
+    pos: Pos | None = None
+
+
+def format_path(path: Sequence) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<file>"
+
+
+@dataclass
+class SourceMap:
+    """Positions of the values of one loaded file, keyed by field path."""
+    file: str
+    positions: Mapping[Path, Pos] = field(default_factory=dict)
+    # For string scalars: how the text inside maps to the file (block scalar or quoted/plain).
+    string_starts: Mapping[Path, tuple[Pos, bool]] = field(default_factory=dict)
+
+    def locate(self, problem: Problem) -> Pos:
+        if problem.pos is not None:
+            return problem.pos
+        path = tuple(problem.path)
+        while path and path not in self.positions:
+            path = path[:-1]
+        pos = self.positions.get(path, Pos(1, 1))
+        start = self.string_starts.get(tuple(problem.path))
+        if start is not None and (problem.inner_line or problem.inner_col):
+            base, block = start
+            if block:  # text begins on the line after the '|' indicator, at base.col
+                return Pos(base.line + 1 + problem.inner_line, base.col + problem.inner_col)
+            if problem.inner_line == 0:
+                return Pos(base.line, base.col + problem.inner_col)
+            return Pos(base.line + problem.inner_line, 1 + problem.inner_col)
+        return pos
+
+    def format(self, problem: Problem) -> str:
+        pos = self.locate(problem)
+        return f"{self.file}:{pos.line}:{pos.col}: {format_path(problem.path)}: {problem.message}"
+
+
+class SpecErrors(Exception):
+    """All problems found in one schedule file, ready to print."""
+
+    def __init__(self, problems: Iterable[Problem], source: SourceMap):
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(self.render())
+
+    def lines(self) -> list[str]:
+        located = [(self.source.locate(p), self.source.format(p)) for p in self.problems]
+        located.sort(key=lambda item: (item[0].line, item[0].col))
+        seen, out = set(), []
+        for _, text in located:
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+        return out
+
+    def render(self) -> str:
+        return "\n".join(self.lines())
+
+
+class ToolchainError(RuntimeError):
+    """The compiler or driver failed on a spec that passed every check (a bug in the plan stage)."""

@@ -1,0 +1,138 @@
+"""The schedule-file model: what the kernel computes (`op`) and how (`schedule`), plus `tune`.
+
+Strict pydantic v2 models: unknown keys are rejected, nothing is coerced (a string is not a number),
+models are frozen. Field names follow the Pallas Mosaic GPU API (`block_shape`, `index_map`,
+`transforms`, `delay_release`, `collective_axes`, `max_concurrent_steps`, ...), so users recognise
+them. Cross-field rules that need the whole file (names used by expressions, shapes against blocks,
+hardware limits) live in the plan stage, which reports them with the same locations.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from .expr import check_identifier
+
+DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
+ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
+
+
+def _ident(value: str) -> str:
+    why = check_identifier(value)
+    if why:
+        raise ValueError(why)
+    return value
+
+
+Ident = Annotated[str, AfterValidator(_ident)]
+Dim = Union[Annotated[int, Field(ge=1, le=1 << 31)], Ident]  # a literal extent or a size name
+IntExpr = Union[Annotated[int, Field(ge=1)], Annotated[str, Field(min_length=1, max_length=200)]]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --------------------------------------------------------------------------- op: what
+
+
+class Operand(Model):
+    """An array argument: its shape over size names or literals, and its element type."""
+    shape: list[Dim] = Field(min_length=1, max_length=5)
+    dtype: DType
+
+
+class MapOp(Model):
+    """N-ary elementwise kernel: `body` assigns every output from the inputs (numpy broadcasting)."""
+    kind: Literal["map"]
+    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    constants: dict[Ident, float] = Field(default_factory=dict)
+    inputs: dict[Ident, Operand] = Field(min_length=1, max_length=16)
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=8)
+    body: str = Field(min_length=1, max_length=4000)
+
+
+Op = MapOp  # the families: map (this issue); matmul and attention join as a discriminated union on `kind`
+
+
+# --------------------------------------------------------------------------- schedule: how
+
+
+class Transforms(Model):
+    """SMEM layout of a block: TilingTransform, SwizzleTransform, TransposeTransform."""
+    tiling: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1, max_length=5)
+    swizzle: Literal["auto", 0, 32, 64, 128] = "auto"
+    transpose: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=2, max_length=5)
+
+
+class BlockSpec(Model):
+    """Which block of a GMEM array one pipeline step sees, and how it is laid out in SMEM."""
+    block_shape: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=5)
+    index_map: str | None = Field(default=None, max_length=400)
+    memory_space: Literal["smem", "gmem", "regs"] = "smem"
+    transforms: Transforms = Transforms()
+    delay_release: Annotated[int, Field(ge=0, le=8)] = 0
+    collective_axes: list[Ident] = Field(default_factory=list, max_length=2)
+    out_of_bounds: Literal["reject", "zero", "nan"] = "reject"
+
+
+class Barrier(Model):
+    """An array of mbarriers. The planner names its own (e.g. `full`, `empty`); an entry here overrides them."""
+    num_arrivals: Annotated[int, Field(ge=1, le=1024)] = 1
+    num_barriers: Annotated[int, Field(ge=1, le=32)] = 1
+
+
+class Pipeline(Model):
+    """How GMEM blocks stream through SMEM: emit_pipeline (all warps) or warp-specialized producer/consumers."""
+    kind: Literal["none", "emit_pipeline", "warp_specialized"] = "emit_pipeline"
+    max_concurrent_steps: Annotated[int, Field(ge=1, le=16)] = 2
+    memory_registers: Annotated[int, Field(ge=24, le=256)] | None = None
+    compute_registers: Annotated[int, Field(ge=24, le=256)] | None = None
+    num_compute_wgs: Annotated[int, Field(ge=1, le=3)] = 1
+    wg_axis: Ident | None = None
+
+
+class Persistent(Model):
+    """The loop over output tiles: one block per tile, or a persistent grid (nd_loop) in a tile order."""
+    loop: Literal["none", "nd_loop", "dynamic"] = "nd_loop"
+    num_blocks: Union[Literal["auto"], Annotated[int, Field(ge=1, le=1 << 20)]] = "auto"
+    tile_order: Literal["row_major", "planar_snake"] = "row_major"
+    minor_dim: Annotated[int, Field(ge=0, le=1)] = 0
+    tile_width: Annotated[int, Field(ge=1, le=64)] = 1
+
+
+class CompilerParams(Model):
+    approx_math: bool = False
+    lowering_semantics: Literal["lane", "warpgroup"] = "lane"
+    unsafe_no_auto_barriers: bool = False
+    profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = 0
+
+
+class Schedule(Model):
+    grid: list[IntExpr] | None = Field(default=None, min_length=1, max_length=5)
+    grid_names: list[Ident] | None = Field(default=None, min_length=1, max_length=5)
+    cluster: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [1], min_length=1, max_length=3)
+    num_warpgroups: Annotated[int, Field(ge=1, le=4)] = 1
+    in_specs: dict[Ident, BlockSpec] = Field(default_factory=dict)
+    out_specs: dict[Ident, BlockSpec] = Field(default_factory=dict)
+    barriers: dict[Ident, Barrier] = Field(default_factory=dict)
+    pipeline: Pipeline = Pipeline()
+    persistent: Persistent = Persistent()
+    compiler_params: CompilerParams = CompilerParams()
+    backends: list[Literal["cuda", "pallas"]] = Field(default_factory=lambda: ["cuda", "pallas"], min_length=1)
+
+
+class Tune(Model):
+    """Values to sweep: dotted field paths into the file -> candidate values; constraints over them."""
+    params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$")],
+                 list[Union[int, float, str, bool]]] = Field(default_factory=dict)
+    constraints: list[Annotated[str, Field(max_length=400)]] = Field(default_factory=list)
+
+
+class SpecFile(Model):
+    name: Ident
+    description: str = Field(default="", max_length=2000)
+    op: Op
+    schedule: Schedule = Schedule()
+    tune: Tune | None = None

@@ -1,0 +1,178 @@
+"""Plain data -> `SpecFile`, with every pydantic error turned into a located, readable `Problem`.
+
+Also applies command-line overrides (`-D M=8192` for a size, `-D schedule.pipeline.max_concurrent_steps=4`
+for any field) to the data before validation, so overridden values are checked like written ones.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import typing
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import Pos, Problem, SourceMap, SpecErrors
+from .load import load_file
+from .model import SpecFile
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`NAME=VALUE` strings from the command line; values are read as YAML scalars (8192, true, bf16)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"-D {item}: expected NAME=VALUE, e.g. -D M=8192")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)) and not isinstance(value, list):
+            raise ValueError(f"-D {item}: the value must be a scalar or a [list]")
+        out[key] = value
+    return out
+
+
+def apply_overrides(data: dict, overrides: Mapping[str, Any], src: SourceMap) -> tuple[dict, list[Problem]]:
+    data = copy.deepcopy(data)
+    problems: list[Problem] = []
+    where = Pos(1, 1)
+    for key, value in overrides.items():
+        if "." not in key:
+            sizes = data.get("op", {}).get("sizes") if isinstance(data.get("op"), dict) else None
+            if not isinstance(sizes, dict) or key not in sizes:
+                known = ", ".join(sizes) if isinstance(sizes, dict) and sizes else "none"
+                problems.append(Problem(("op", "sizes"), f"-D {key}: no size named '{key}'; sizes are: {known}"))
+                continue
+            sizes[key] = value
+            continue
+        parts: list[Any] = [int(p) if p.isdigit() else p for p in key.split(".")]
+        node: Any = data
+        for part in parts[:-1]:
+            if isinstance(node, dict):
+                node = node.setdefault(part, {})
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
+                break
+        else:
+            if isinstance(node, dict) or (isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node)):
+                node[parts[-1]] = value
+            else:
+                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
+    return data, problems
+
+
+def _unwrap(tp: Any) -> list[Any]:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        out = []
+        for arg in typing.get_args(tp):
+            out.extend(_unwrap(arg))
+        return out
+    return [tp]
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class whose field set governs `loc` (a path of field names, dict keys, list indices)."""
+    candidates: list[Any] = [SpecFile]
+    for part in loc:
+        nxt: list[Any] = []
+        for tp in candidates:
+            for t in _unwrap(tp):
+                origin = typing.get_origin(t)
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    field = t.model_fields.get(str(part))
+                    if field is not None:
+                        nxt.append(field.annotation)
+                elif origin is dict:
+                    nxt.append(typing.get_args(t)[1])
+                elif origin is list and isinstance(part, int):
+                    nxt.append(typing.get_args(t)[0])
+        candidates = nxt
+    for tp in candidates:
+        for t in _unwrap(tp):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                return t
+    return None
+
+
+def _message(err: Mapping[str, Any], loc: tuple) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        allowed = list(model.model_fields) if model else []
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        msg = f"unknown key '{loc[-1]}'"
+        if hint:
+            msg += f" (did you mean '{hint[0]}'?)"
+        return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+    if kind == "missing":
+        return "required key is missing"
+    msg = err["msg"]
+    if kind.startswith("value_error"):
+        msg = msg.removeprefix("Value error, ")
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    if not isinstance(value, (dict, list)):
+        msg += f" (got {shown})"
+    return msg
+
+
+def _collapse_union_errors(errors: list[dict]) -> list[dict]:
+    """Pydantic reports one error per union member; keep the most specific one per location."""
+    by_loc: dict[tuple, list[dict]] = {}
+    for err in errors:
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith(("int", "str", "literal[", "function-after[", "constrained-")) or p in ("str", "int", "float", "bool"))))
+        by_loc.setdefault(loc, []).append(dict(err, loc=loc))
+    out = []
+    for loc, errs in by_loc.items():
+        if len(errs) == 1:
+            out.append(errs[0])
+            continue
+        # Prefer a constraint/value error over "should be a valid string/integer" from the other member.
+        specific = [e for e in errs if e["type"] not in ("int_type", "string_type", "literal_error", "float_type", "bool_type")]
+        if specific:
+            out.append(specific[0])
+        else:
+            types = sorted({e["type"].replace("_type", "").replace("literal_error", "literal") for e in errs})
+            merged = dict(errs[0])
+            merged["msg"] = " or ".join(e["msg"].removeprefix("Input should be ") for e in errs)
+            merged["msg"] = "Input should be " + merged["msg"]
+            merged["type"] = "union:" + ",".join(types)
+            out.append(merged)
+    return out
+
+
+def validate_data(data: Any, src: SourceMap) -> SpecFile:
+    try:
+        return SpecFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in _collapse_union_errors(exc.errors(include_url=False)):
+            loc = tuple(err["loc"])
+            problems.append(Problem(loc, _message(err, loc)))
+        raise SpecErrors(problems, src) from None
+
+
+def load_spec(path: str, overrides: Mapping[str, Any] | None = None) -> tuple[SpecFile, SourceMap]:
+    """Read, override and validate one schedule file. Raises SpecErrors with every problem found."""
+    data, src = load_file(path)
+    problems: list[Problem] = []
+    if overrides:
+        data, problems = apply_overrides(data, overrides, src)
+    try:
+        spec = validate_data(data, src)
+    except SpecErrors as exc:
+        raise SpecErrors(problems + exc.problems, src) from None
+    if problems:
+        raise SpecErrors(problems, src)
+    return spec, src
