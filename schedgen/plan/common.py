@@ -1,0 +1,156 @@
+"""Pieces every family's planner shares: problem collection, shapes, TMA boxes, swizzles, SMEM maps."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..errors import Problem
+from ..spec.model import ITEMSIZE
+from .hardware import Hardware
+
+# Storage type of each dtype in the header-free CUDA source, and its TMA element type.
+CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8_t", "f8e5m2": "uint8_t"}
+
+
+class Problems(list):
+    """Problems found while planning; the planner keeps going to report them all at once."""
+
+    def add(self, path: Sequence, message: str, inner: tuple[int, int] = (0, 0)) -> None:
+        self.append(Problem(tuple(path), message, inner_line=inner[0], inner_col=inner[1]))
+
+
+def resolve_shape(dims: Sequence, sizes: Mapping[str, int], path: Sequence, problems: Problems) -> tuple[int, ...]:
+    out = []
+    for i, dim in enumerate(dims):
+        if isinstance(dim, int):
+            out.append(dim)
+        elif dim in sizes:
+            out.append(sizes[dim])
+        else:
+            known = ", ".join(sizes) or "none"
+            problems.add((*path, i), f"unknown size '{dim}'; declare it under op.sizes (sizes: {known})")
+            out.append(1)
+    return tuple(out)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """How one block is moved by TMA: `n_boxes` boxes side by side along the minor dimension."""
+    box: tuple[int, ...]
+    n_boxes: int
+    box_bytes: int
+    swizzle: int
+
+
+def tma_box(block: Sequence[int], dtype: str, swizzle: int, path: Sequence, problems: Problems, hw: Hardware,
+            dims: Sequence[int] | None = None) -> TmaBox:
+    """Split a block into TMA boxes and check the hardware rules for tiled tensor maps.
+
+    `dims` gives, for each entry of `block`, its index in the spec's block_shape (for error paths)."""
+    isz = ITEMSIZE[dtype]
+    dims = list(dims) if dims is not None else list(range(len(block)))
+    minor_bytes = block[-1] * isz
+    if len(block) > hw.tma_max_rank:
+        problems.add((*path, "block_shape"), f"TMA supports at most {hw.tma_max_rank} dimensions, got {len(block)}")
+    if minor_bytes % 16:
+        problems.add((*path, "block_shape", dims[-1]),
+                     f"the minor block dimension is {block[-1]} x {isz} B = {minor_bytes} B; TMA needs a multiple of 16 B "
+                     f"(use a multiple of {16 // math.gcd(16, isz)} elements)")
+    n_boxes, inner = 1, block[-1]
+    if swizzle:
+        if minor_bytes % swizzle:
+            problems.add((*path, "transforms", "swizzle"),
+                         f"swizzle {swizzle} needs the minor block dimension's bytes ({minor_bytes} B) to be a multiple of "
+                         f"{swizzle}; legal here: {legal_swizzles(minor_bytes, hw) or 'none (use 0)'}")
+        else:
+            inner = swizzle // isz
+            n_boxes = block[-1] // inner
+            rows = math.prod(block[:-1])
+            if n_boxes > 1 and rows % 8:
+                problems.add((*path, "block_shape"),
+                             f"with swizzle {swizzle} the block is split into {n_boxes} TMA boxes; each must hold a multiple "
+                             f"of 8 rows to keep the swizzle pattern aligned, got {rows}")
+    box = tuple(block[:-1]) + (inner,)
+    for d, extent in enumerate(box):
+        if extent > hw.tma_max_box:
+            problems.add((*path, "block_shape", dims[d]),
+                         f"TMA boxes are at most {hw.tma_max_box} elements per dimension, got {extent}")
+    return TmaBox(box, n_boxes, math.prod(box) * isz, swizzle)
+
+
+def legal_swizzles(minor_bytes: int, hw: Hardware) -> str:
+    return ", ".join(str(s) for s in hw.swizzles if minor_bytes % s == 0)
+
+
+def default_swizzle(minor_bytes: int, hw: Hardware) -> int:
+    """The widest swizzle the minor dimension's bytes allow (what an MMA operand wants)."""
+    for s in sorted(hw.swizzles, reverse=True):
+        if minor_bytes % s == 0:
+            return s
+    return 0
+
+
+@dataclass(frozen=True)
+class SmemBuffer:
+    name: str
+    offset: int
+    bytes: int
+    count: int = 1      # slots (pipeline stages, double buffers)
+    note: str = ""
+
+
+@dataclass
+class SmemMap:
+    """A bump allocator over dynamic SMEM; every buffer aligned for TMA and the swizzle atom (1 KiB)."""
+    buffers: list[SmemBuffer] = field(default_factory=list)
+    top: int = 0
+
+    def alloc(self, name: str, nbytes: int, count: int = 1, align: int = 1024, note: str = "") -> SmemBuffer:
+        self.top = cdiv(self.top, align) * align
+        buf = SmemBuffer(name, self.top, nbytes, count, note)
+        self.top += nbytes * count
+        self.buffers.append(buf)
+        return buf
+
+
+def occupancy(smem: int, threads: int, hw: Hardware) -> int:
+    by_smem = hw.smem_per_sm // (smem + hw.smem_reserved_per_block) if smem else hw.max_blocks_per_sm
+    return max(1, min(by_smem, hw.max_threads_per_sm // threads, hw.max_blocks_per_sm))
+
+
+def planar_snake(lin: int, shape: tuple[int, int], minor_dim: int, tile_width: int) -> tuple[int, int]:
+    """Linear tile index -> 2-D grid index in planar-snake order (the reference for the templates)."""
+    major = shape[1 - minor_dim]
+    minor = shape[minor_dim]
+    tile_size = tile_width * major
+    full_tiles = minor // tile_width
+    tile = lin // tile_size
+    pos = lin % tile_size
+    width = tile_width
+    if tile >= full_tiles:
+        width = minor - full_tiles * tile_width
+        pos = lin - full_tiles * tile_size
+        tile = full_tiles
+    minor_idx = tile * tile_width + pos % width
+    major_idx = pos // width
+    if tile % 2:
+        major_idx = major - 1 - major_idx
+    out = [0, 0]
+    out[minor_dim] = minor_idx
+    out[1 - minor_dim] = major_idx
+    return out[0], out[1]
+
+
+def tile_index(lin: int, grid: Sequence[int], order: str, minor_dim: int, tile_width: int) -> tuple[int, ...]:
+    if order == "planar_snake":
+        return planar_snake(lin, (grid[0], grid[1]), minor_dim, tile_width)
+    out = []
+    for g in reversed(grid):
+        out.append(lin % g)
+        lin //= g
+    return tuple(reversed(out))
