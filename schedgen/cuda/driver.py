@@ -1,0 +1,477 @@
+"""Thin, typed runtime layer over `cuda.bindings.driver`: context, modules, TMA descriptors, launches, buffers.
+
+Everything that can be checked without a GPU (tensor-map arguments, kernel-argument packing, launch geometry)
+is validated by pure functions before the driver is touched, so those paths are testable on CPU-only machines.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from cuda.bindings import driver as cu
+
+__all__ = [
+    "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
+    "validate_tiled", "encode_tiled", "Arg", "validate_launch", "launch", "Buffer", "synchronize", "time_ms",
+    "copy_d2d",
+]
+
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+class CudaError(RuntimeError):
+    """A driver call returned something other than CUDA_SUCCESS."""
+
+    def __init__(self, call: str, result: Any, detail: str = ""):
+        self.call = call
+        self.result = result
+        if result is None:  # the driver library itself could not be used
+            super().__init__(f"{call} failed: {detail or 'CUDA driver unavailable'}")
+            return
+        name = getattr(result, "name", None) or f"CUresult({int(result)})"
+        text = ""
+        try:
+            err, s = cu.cuGetErrorString(result)
+            if err == cu.CUresult.CUDA_SUCCESS and s:
+                text = s.decode() if isinstance(s, bytes) else str(s)
+        except Exception:  # no driver library: keep the name only
+            pass
+        super().__init__(f"{call} failed: {name}" + (f" ({text})" if text else ""))
+
+
+def _check(call: str, ret: Any) -> Any:
+    """Unpack a cuda.bindings `(CUresult, *values)` return; raise CudaError on failure."""
+    if not isinstance(ret, tuple):
+        ret = (ret,)
+    err, vals = ret[0], ret[1:]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise CudaError(call, err)
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else vals
+
+
+def _call(name: str, *args: Any) -> Any:
+    return _check(name, getattr(cu, name)(*args))
+
+
+# ---------------------------------------------------------------------------------------------- device / context
+
+_available: tuple[bool, str] | None = None
+_contexts: dict[int, Any] = {}
+
+
+def available() -> tuple[bool, str]:
+    """(True, "NVIDIA H200, sm_90") when a usable GPU is present, else (False, reason). Never raises; cached."""
+    global _available
+    if _available is None:
+        try:
+            _call("cuInit", 0)
+            if _call("cuDeviceGetCount") < 1:
+                raise RuntimeError("no CUDA device found")
+            dev = _call("cuDeviceGet", 0)
+            name = _device_name(dev)
+            major, minor = _cc(dev)
+            _available = (True, f"{name}, sm_{major}{minor}")
+        except Exception as e:  # missing libcuda, no device, driver too old, ...
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            _available = (False, f"CUDA unavailable: {msg}")
+    return _available
+
+
+def _device_name(dev: Any) -> str:
+    raw = _call("cuDeviceGetName", 256, dev)
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _attr(dev: Any, attr: str) -> int:
+    return int(_call("cuDeviceGetAttribute", getattr(cu.CUdevice_attribute, attr), dev))
+
+
+def _cc(dev: Any) -> tuple[int, int]:
+    return (_attr(dev, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"),
+            _attr(dev, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"))
+
+
+def ensure_context(device: int = 0) -> None:
+    """Make the device's primary context current (the one torch/cupy/jax use). Idempotent and cheap."""
+    ctx = _contexts.get(device)
+    if ctx is None:
+        try:
+            _call("cuInit", 0)
+        except CudaError:
+            raise
+        except Exception as e:  # libcuda missing: cuda.pathfinder raises its own error type
+            raise CudaError("cuInit", None, str(e)) from e
+        dev = _call("cuDeviceGet", device)
+        ctx = _call("cuDevicePrimaryCtxRetain", dev)  # retained for the process lifetime
+        _contexts[device] = ctx
+    cur = _call("cuCtxGetCurrent")
+    if cur is None or int(cur) != int(ctx):
+        _call("cuCtxSetCurrent", ctx)
+
+
+def _current_device() -> Any:
+    """The current context's device, making device 0's primary context current if none is."""
+    if int(_call("cuCtxGetCurrent") or 0) == 0:
+        ensure_context()
+    return _call("cuCtxGetDevice")
+
+
+def device_info() -> dict:
+    """Properties of the current device (device 0 when no context is current). Needs a GPU."""
+    dev = _current_device()
+    ver = int(_call("cuDriverGetVersion"))
+    return {
+        "name": _device_name(dev),
+        "cc": _cc(dev),
+        "sm_count": _attr(dev, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+        "max_smem_optin": _attr(dev, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        "l2_bytes": _attr(dev, "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+        "driver_version": (ver // 1000, (ver % 1000) // 10),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- modules
+
+class Module:
+    """A cubin, loaded lazily into the current context on first use; functions are cached per name."""
+
+    def __init__(self, cubin: bytes):
+        self.cubin = bytes(cubin)
+        self._mods: dict[int, Any] = {}                       # context handle -> CUmodule
+        self._funcs: dict[tuple[int, str], tuple[Any, int]] = {}  # (ctx, name) -> (CUfunction, smem set)
+
+    def _module(self) -> tuple[int, Any]:
+        _current_device()
+        ctx = int(_call("cuCtxGetCurrent"))
+        mod = self._mods.get(ctx)
+        if mod is None:
+            mod = _call("cuModuleLoadData", self.cubin)
+            self._mods[ctx] = mod
+        return ctx, mod
+
+    def function(self, name: str, *, dynamic_smem: int = 0) -> Any:
+        """cuModuleGetFunction; opts in to `dynamic_smem` bytes when above 48 KiB (checked against the device)."""
+        if dynamic_smem < 0:
+            raise ValueError(f"kernel {name}: dynamic_smem must be >= 0, got {dynamic_smem}")
+        ctx, mod = self._module()
+        func, smem_set = self._funcs.get((ctx, name), (None, 0))
+        if func is None:
+            func = _call("cuModuleGetFunction", mod, name.encode())
+        if dynamic_smem > max(smem_set, STATIC_SMEM_LIMIT):
+            dev = _call("cuCtxGetDevice")
+            limit = _attr(dev, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            static = int(_call("cuFuncGetAttribute",
+                               cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func))
+            if dynamic_smem + static > limit:
+                raise ValueError(
+                    f"kernel {name}: needs {dynamic_smem} B dynamic + {static} B static shared memory, "
+                    f"but {_device_name(dev)} allows at most {limit} B per block")
+            _call("cuFuncSetAttribute", func,
+                  cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem)
+            smem_set = dynamic_smem
+        self._funcs[(ctx, name)] = (func, smem_set)
+        return func
+
+
+# ---------------------------------------------------------------------------------------------- TMA descriptors
+
+_DT = cu.CUtensorMapDataType
+TMA_DTYPES: dict[str, Any] = {
+    "bf16": _DT.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    "f16": _DT.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    "f32": _DT.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    "f8e4m3": _DT.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    "f8e5m2": _DT.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+}
+TMA_ITEMSIZE: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
+_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+_L2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
+
+
+@dataclass(frozen=True)
+class TiledLayout:
+    """Validated tensor-map arguments in the driver's innermost-first order."""
+    dims: tuple[int, ...]      # rank entries
+    strides: tuple[int, ...]   # rank - 1 entries (bytes), innermost stride omitted
+    box: tuple[int, ...]       # rank entries
+
+
+def validate_tiled(ptr: int, dtype: str, shape: Sequence[int], strides: Sequence[int], box: Sequence[int], *,
+                   swizzle: int = 0, l2_promotion: int = 256) -> TiledLayout:
+    """Check cuTensorMapEncodeTiled's rules (numpy order in) and convert to driver order. Pure; ValueError."""
+    if dtype not in TMA_DTYPES:
+        raise ValueError(f"tensor map: unknown dtype {dtype!r}; expected one of {sorted(TMA_DTYPES)}")
+    item = TMA_ITEMSIZE[dtype]
+    rank = len(shape)
+    if not 1 <= rank <= 5:
+        raise ValueError(f"tensor map: rank must be 1..5, got {rank} (shape {tuple(shape)})")
+    if len(strides) != rank or len(box) != rank:
+        raise ValueError(f"tensor map: shape, strides and box must have the same rank, got "
+                         f"{len(shape)}, {len(strides)}, {len(box)}")
+    if ptr % 16:
+        raise ValueError(f"tensor map: global address {ptr:#x} is not 16-byte aligned")
+    for i, d in enumerate(shape):
+        if not 1 <= d <= 2**32:
+            raise ValueError(f"tensor map: shape[{i}] = {d} must be in 1..2**32")
+    if strides[-1] != item:
+        raise ValueError(f"tensor map: innermost stride must equal the {dtype} itemsize ({item} B), "
+                         f"got {strides[-1]} B (the innermost dimension must be contiguous)")
+    for i, s in enumerate(strides[:-1]):
+        if s <= 0 or s % 16:
+            raise ValueError(f"tensor map: strides[{i}] = {s} B must be a positive multiple of 16 bytes")
+        if s >= 2**40:
+            raise ValueError(f"tensor map: strides[{i}] = {s} B must be < 2**40")
+    for i, b in enumerate(box):
+        if not 1 <= b <= 256:
+            raise ValueError(f"tensor map: box[{i}] = {b} must be in 1..256")
+    inner = box[-1] * item
+    if inner % 16:
+        raise ValueError(f"tensor map: box innermost extent {box[-1]} x {item} B = {inner} B "
+                         f"must be a multiple of 16 bytes")
+    if swizzle not in _SWIZZLE:
+        raise ValueError(f"tensor map: swizzle must be one of 0, 32, 64, 128 (bytes), got {swizzle}")
+    if swizzle and inner > swizzle:
+        raise ValueError(f"tensor map: box innermost extent {inner} B exceeds the {swizzle}B swizzle span; "
+                         f"use box[-1] <= {swizzle // item}")
+    if l2_promotion not in _L2:
+        raise ValueError(f"tensor map: l2_promotion must be one of 0, 64, 128, 256 (bytes), got {l2_promotion}")
+    return TiledLayout(tuple(int(d) for d in reversed(shape)),
+                       tuple(int(s) for s in reversed(strides[:-1])),
+                       tuple(int(b) for b in reversed(box)))
+
+
+def encode_tiled(ptr: int, dtype: str, shape: Sequence[int], strides: Sequence[int], box: Sequence[int], *,
+                 swizzle: int = 0, oob_nan: bool = False, l2_promotion: int = 256) -> bytes:
+    """cuTensorMapEncodeTiled for a numpy-order (outermost first) view; returns the 128 opaque bytes."""
+    lay = validate_tiled(ptr, dtype, shape, strides, box, swizzle=swizzle, l2_promotion=l2_promotion)
+    fill = cu.CUtensorMapFloatOOBfill
+    tmap = _call(
+        "cuTensorMapEncodeTiled",
+        TMA_DTYPES[dtype], len(lay.dims), ptr,
+        [cu.cuuint64_t(d) for d in lay.dims],
+        [cu.cuuint64_t(s) for s in lay.strides],
+        [cu.cuuint32_t(b) for b in lay.box],
+        [cu.cuuint32_t(1)] * len(lay.dims),
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLE[swizzle]}"),
+        getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{_L2[l2_promotion]}"),
+        fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA if oob_nan else fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    return ctypes.string_at(tmap.getPtr(), 128)
+
+
+# ---------------------------------------------------------------------------------------------- launches
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument laid out as raw little-endian bytes plus the alignment of its storage."""
+    data: bytes
+    align: int
+
+    @staticmethod
+    def ptr(p: int) -> "Arg":
+        if not 0 <= int(p) < 2**64:
+            raise ValueError(f"pointer argument out of range: {p}")
+        return Arg(struct.pack("<Q", int(p)), 8)
+
+    @staticmethod
+    def i32(v: int) -> "Arg":
+        if not -2**31 <= int(v) < 2**31:
+            raise ValueError(f"i32 argument out of range: {v}")
+        return Arg(struct.pack("<i", int(v)), 4)
+
+    @staticmethod
+    def u32(v: int) -> "Arg":
+        if not 0 <= int(v) < 2**32:
+            raise ValueError(f"u32 argument out of range: {v}")
+        return Arg(struct.pack("<I", int(v)), 4)
+
+    @staticmethod
+    def f32(v: float) -> "Arg":
+        return Arg(struct.pack("<f", float(v)), 4)
+
+    @staticmethod
+    def tensor_map(b: bytes) -> "Arg":
+        if len(b) != 128:
+            raise ValueError(f"tensor map argument must be exactly 128 bytes, got {len(b)}")
+        return Arg(bytes(b), 64)
+
+
+Dim3 = tuple[int, int, int]
+
+
+def validate_launch(grid: Sequence[int], block: Sequence[int], smem: int,
+                    cluster: Sequence[int] | None = None) -> tuple[Dim3, Dim3, Dim3 | None]:
+    """Check launch geometry (pure). Returns (grid, block, cluster or None when trivial); ValueError otherwise."""
+    def dim3(v: Sequence[int], what: str) -> Dim3:
+        t = tuple(v)
+        if len(t) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in t):
+            raise ValueError(f"{what} must be three positive ints, got {v!r}")
+        return int(t[0]), int(t[1]), int(t[2])
+
+    g, b = dim3(grid, "grid"), dim3(block, "block")
+    if g[0] >= 2**31 or g[1] > 65535 or g[2] > 65535:
+        raise ValueError(f"grid {g} exceeds the limits (2**31-1, 65535, 65535)")
+    if b[0] > 1024 or b[1] > 1024 or b[2] > 64:
+        raise ValueError(f"block {b} exceeds the per-dimension limits (1024, 1024, 64)")
+    if b[0] * b[1] * b[2] > 1024:
+        raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; at most 1024 per block")
+    if smem < 0:
+        raise ValueError(f"smem must be >= 0, got {smem}")
+    if cluster is None:
+        return g, b, None
+    c = dim3(cluster, "cluster")
+    if c == (1, 1, 1):
+        return g, b, None
+    if any(gi % ci for gi, ci in zip(g, c)):
+        raise ValueError(f"grid {g} is not divisible by cluster {c}")
+    if c[0] * c[1] * c[2] > 16:
+        raise ValueError(f"cluster {c} has {c[0] * c[1] * c[2]} blocks; Hopper allows at most 16 (8 portable)")
+    return g, b, c
+
+
+def _pack_args(args: Sequence[Arg]) -> tuple[Any, list[Any]]:
+    """ctypes `void*[n]` of addresses of aligned copies of each argument; the list keeps the storage alive."""
+    keep: list[Any] = []
+    addrs: list[int] = []
+    for a in args:
+        if not isinstance(a, Arg):
+            raise TypeError(f"kernel arguments must be Arg instances, got {type(a).__name__}")
+        buf = ctypes.create_string_buffer(len(a.data) + a.align)
+        base = ctypes.addressof(buf)
+        addr = (base + a.align - 1) // a.align * a.align
+        ctypes.memmove(addr, a.data, len(a.data))
+        keep.append(buf)
+        addrs.append(addr)
+    params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
+    keep.append(params)
+    return params, keep
+
+
+def launch(func: Any, *, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int, args: Sequence[Arg],
+           stream: int = 0, cluster: tuple[int, int, int] | None = None) -> None:
+    """cuLaunchKernelEx, with a cluster-dimension attribute when `cluster` is non-trivial."""
+    g, b, c = validate_launch(grid, block, smem, cluster)
+    params, keep = _pack_args(args)
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
+    cfg.sharedMemBytes = int(smem)
+    cfg.hStream = cu.CUstream(int(stream))
+    if c is not None:
+        if c[0] * c[1] * c[2] > 8:
+            _call("cuFuncSetAttribute", func,
+                  cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+    else:
+        cfg.numAttrs = 0
+    _call("cuLaunchKernelEx", cfg, func, ctypes.addressof(params) if args else 0, 0)
+    del keep  # storage must outlive the call only; the driver copies parameters at launch
+
+
+# ---------------------------------------------------------------------------------------------- memory / timing
+
+class Buffer:
+    """An owned device allocation in the current (primary) context."""
+
+    # Bound at class creation so __del__ still works while module globals are torn down at exit.
+    _finalizing = staticmethod(sys.is_finalizing)
+    _mem_free = staticmethod(cu.cuMemFree)
+
+    def __init__(self, nbytes: int):
+        if nbytes < 0:
+            raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
+        self.ptr = 0
+        self.nbytes = int(nbytes)
+        ensure_context()
+        self.ptr = int(_call("cuMemAlloc", max(self.nbytes, 1)))
+
+    def _host(self, host: np.ndarray, what: str) -> int:
+        if not isinstance(host, np.ndarray) or not host.flags.c_contiguous:
+            raise ValueError(f"{what}: host array must be a C-contiguous numpy array")
+        if host.nbytes > self.nbytes:
+            raise ValueError(f"{what}: host array has {host.nbytes} B, buffer only {self.nbytes} B")
+        return host.ctypes.data
+
+    def upload(self, host: np.ndarray) -> None:
+        """Copy a C-contiguous host array to the start of the buffer (synchronous)."""
+        src = self._host(host, "upload")
+        if host.nbytes:
+            _call("cuMemcpyHtoD", self.ptr, src, host.nbytes)
+
+    def download(self, host: np.ndarray) -> None:
+        """Copy the start of the buffer into a writable C-contiguous host array (synchronous)."""
+        if isinstance(host, np.ndarray) and not host.flags.writeable:
+            raise ValueError("download: host array is read-only")
+        dst = self._host(host, "download")
+        if host.nbytes:
+            _call("cuMemcpyDtoH", dst, self.ptr, host.nbytes)
+
+    def fill_bytes(self, byte: int) -> None:
+        """cuMemsetD8 over the whole buffer (0xFF poisons floats with NaN)."""
+        if not 0 <= byte <= 255:
+            raise ValueError(f"fill byte must be 0..255, got {byte}")
+        _call("cuMemsetD8", self.ptr, byte, self.nbytes)
+
+    def free(self) -> None:
+        """Release the allocation now (also done by __del__)."""
+        ptr, self.ptr = self.ptr, 0
+        try:
+            if ptr and not self._finalizing():
+                self._mem_free(ptr)
+        except Exception:  # never raise from cleanup
+            pass
+
+    def __del__(self) -> None:
+        if getattr(self, "ptr", 0):
+            self.free()
+
+    def __repr__(self) -> str:
+        return f"Buffer(ptr={self.ptr:#x}, nbytes={self.nbytes})"
+
+
+def synchronize(stream: int = 0) -> None:
+    """Wait for `stream`; stream 0 synchronizes the whole context."""
+    if stream:
+        _call("cuStreamSynchronize", cu.CUstream(int(stream)))
+    else:
+        _call("cuCtxSynchronize")
+
+
+def time_ms(fn: Callable[[], None], *, warmup: int, iters: int, stream: int = 0) -> list[float]:
+    """Run fn `warmup` times, then time `iters` calls with CUDA events on `stream`; per-call milliseconds."""
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"time_ms: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    for _ in range(warmup):
+        fn()
+    synchronize(stream)
+    events = [(_call("cuEventCreate", 0), _call("cuEventCreate", 0)) for _ in range(iters)]
+    try:
+        s = cu.CUstream(int(stream))
+        for start, end in events:
+            _call("cuEventRecord", start, s)
+            fn()
+            _call("cuEventRecord", end, s)
+        _call("cuEventSynchronize", events[-1][1])
+        return [float(_call("cuEventElapsedTime", a, b)) for a, b in events]
+    finally:
+        for pair in events:
+            for e in pair:
+                cu.cuEventDestroy(e)
+
+
+def copy_d2d(dst: int, src: int, nbytes: int, stream: int = 0) -> None:
+    """cuMemcpyDtoDAsync on `stream`."""
+    if nbytes:
+        _call("cuMemcpyDtoDAsync", dst, src, nbytes, cu.CUstream(int(stream)))
