@@ -1,0 +1,104 @@
+"""spec -> plan -> render -> compile -> package, through the content-addressed cache."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import plan as planner
+from .cache import Cache, digest, key_of
+from .cuda.compile import ARCH, compile_cuda, nvrtc_version, resource_usage
+from .errors import SourceMap
+from .render import render, template_dir, templates_hash
+from .spec.model import SpecFile
+from .spec.validate import load_spec
+
+PACKAGE_TEMPLATE = "package/module.py.j2"
+CUDA_FILES = ("kernel.cu", "kernel.ptx", "kernel.cubin")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def toolchain() -> dict[str, Any]:
+    return {
+        "schedgen": _version("schedgen") or "source",
+        "nvrtc": nvrtc_version(),
+        "cuda_bindings": _version("cuda-bindings"),
+        "jax": _version("jax"),
+        "arch": ARCH,
+    }
+
+
+@dataclass(frozen=True)
+class Built:
+    spec: SpecFile
+    source: SourceMap
+    plan: Any
+    files: dict[str, bytes]     # kernel.cu, kernel.ptx, kernel.cubin, pallas_kernel.py, plan.json, manifest.json
+    cache_hit: bool
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+
+def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cache: Cache | None = None) -> Built:
+    """Validate, plan, render and compile one schedule file (raises SpecErrors / ToolchainError)."""
+    spec, src = load_spec(str(path), overrides)
+    plan = planner.plan(spec, src)
+    plan_json = planner.to_json(plan)
+    tools = toolchain()
+    key = key_of({"plan": plan_json, "templates": templates_hash(), **{k: str(v) for k, v in tools.items()}})
+    spec_hash = digest(Path(path).read_bytes())
+
+    def make() -> dict[str, bytes]:
+        files: dict[str, bytes] = {"plan.json": plan_json.encode()}
+        usage = {}
+        if "cuda" in plan.backends:
+            cu = render(plan, "cuda")
+            compiled = compile_cuda(cu, f"{plan.name}.cu")
+            usage = resource_usage(compiled.cubin).get(plan.kernel_name, {})
+            files.update({"kernel.cu": cu.encode(), "kernel.ptx": compiled.ptx.encode(), "kernel.cubin": compiled.cubin})
+        if "pallas" in plan.backends:
+            files["pallas_kernel.py"] = render(plan, "pallas").encode()
+        manifest = {
+            "name": plan.name, "family": plan.family, "kernel": plan.kernel_name, "cache_key": key,
+            "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.backends),
+            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": plan.num_blocks,
+                          "blocks_per_sm": plan.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
+        }
+        files["manifest.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        return files
+
+    files, hit = (cache or Cache()).get_or_build(key, make)
+    manifest = json.loads(files["manifest.json"])
+    manifest["spec_sha256"] = spec_hash
+    manifest["spec_file"] = str(path)
+    files = dict(files, **{"manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode()})
+    return Built(spec, src, plan, files, hit)
+
+
+def package(built: Built, out_dir: str | Path) -> Path:
+    """Write `out_dir/<name>/` importable as a Python package exposing the kernel function."""
+    from .render import environment
+    dest = Path(out_dir) / built.name
+    tmp = dest.with_name(f".{built.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for name, data in built.files.items():
+        (tmp / name).write_bytes(data)
+    module = environment().get_template(PACKAGE_TEMPLATE).render(p=built.plan)
+    (tmp / "__init__.py").write_text(module)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return dest
