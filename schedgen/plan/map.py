@@ -347,6 +347,8 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
     swz = bs.transforms.swizzle
     swizzle = 0 if swz == "auto" else swz  # elementwise access is row-contiguous: no bank conflicts to avoid
     tiling = tuple(bs.transforms.tiling) if bs.transforms.tiling else None
+    if tiling is None and swizzle:
+        tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
     if tiling is not None:
         want = swizzle // isz if swizzle else None
         if len(tiling) > rank or (want and tiling[-1] != want) or any(block[rank - len(tiling) + i] % t for i, t in enumerate(tiling)):

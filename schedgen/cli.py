@@ -1,0 +1,195 @@
+"""Command line: argument parsing and printing only. Every stage lives in its own module."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import SpecErrors, ToolchainError
+
+EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN = 0, 1, 2, 3
+
+
+def _overrides(args) -> dict:
+    from .spec.validate import parse_overrides
+    try:
+        return parse_overrides(args.define or [])
+    except ValueError as exc:
+        raise SystemExit(f"schedgen: {exc}") from None
+
+
+def _add_define(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-D", dest="define", action="append", metavar="NAME=VALUE",
+                   help="override a size (-D M=8192) or any field (-D schedule.pipeline.max_concurrent_steps=3)")
+
+
+def cmd_validate(args) -> int:
+    from .plan import plan
+    from .spec.validate import load_spec
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            spec, src = load_spec(path, _overrides(args))
+            plan(spec, src)
+            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
+        except SpecErrors as exc:
+            print(exc.render(), file=sys.stderr)
+            status = EXIT_SPEC
+    return status
+
+
+def cmd_schema(args) -> int:
+    from .spec.schema import schema_json
+    text = schema_json()
+    if args.check:
+        current = Path(args.output).read_text() if Path(args.output).exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date; run: schedgen schema", file=sys.stderr)
+            return EXIT_FAIL
+        print(f"{args.output}: up to date")
+        return EXIT_OK
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(text)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def cmd_build(args) -> int:
+    from .build import build_spec, package
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            built = build_spec(path, _overrides(args))
+        except SpecErrors as exc:
+            print(exc.render(), file=sys.stderr)
+            status = EXIT_SPEC
+            continue
+        dest = package(built, args.output)
+        print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}")
+    return status
+
+
+def cmd_explain(args) -> int:
+    from .explain import explain
+    from .plan import plan, to_json
+    from .spec.validate import load_spec
+    spec, src = load_spec(args.file, _overrides(args))
+    p = plan(spec, src)
+    print(to_json(p) if args.json else explain(p))
+    return EXIT_OK
+
+
+def _backends(arg: str) -> list[str]:
+    return ["cuda", "pallas"] if arg == "all" else [arg]
+
+
+def cmd_verify(args) -> int:
+    from .verify import verify_file
+    backends = _backends(args.backend)
+    if args.interpret and "cuda" in backends:
+        if args.backend == "all":
+            backends = ["pallas"]
+        else:
+            raise SystemExit("schedgen: --interpret runs the Pallas backend on the CPU; use --backend pallas")
+    status, rows = EXIT_OK, []
+    for path in args.files:
+        try:
+            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=args.small,
+                                 seed=args.seed)
+        except SpecErrors as exc:
+            print(exc.render(), file=sys.stderr)
+            status = EXIT_SPEC
+            continue
+        for c in checks:
+            rows.append(c)
+            if not c.ok and status == EXIT_OK:
+                status = EXIT_FAIL
+    print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
+    for c in rows:
+        shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
+        print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
+              f"{'ok' if c.ok else 'FAIL'}{'  ' + c.note if c.note else ''}")
+    return status
+
+
+def cmd_bench(args) -> int:
+    from .bench import bench_built, environment, markdown, merge_rows
+    from .build import build_spec
+    env = environment()
+    rows = []
+    for path in args.files:
+        try:
+            built = build_spec(path, _overrides(args))
+        except SpecErrors as exc:
+            print(exc.render(), file=sys.stderr)
+            return EXIT_SPEC
+        rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        merged = merge_rows(out, rows)
+        out.write_text(json.dumps(merged, indent=1) + "\n")
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(merged))
+    print(markdown(rows), end="")
+    return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="schedgen", description="Schedule files -> Hopper GPU kernels (Pallas and CUDA).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="check schedule files (schema and hardware legality)")
+    p.add_argument("files", nargs="+")
+    _add_define(p)
+    p.set_defaults(fn=cmd_validate)
+    p = sub.add_parser("schema", help="write the JSON Schema of schedule files")
+    p.add_argument("-o", "--output", default="schemas/schedgen.schema.json")
+    p.add_argument("--check", action="store_true", help="fail if the file differs from the models")
+    p.set_defaults(fn=cmd_schema)
+    p = sub.add_parser("build", help="render, compile and package kernels")
+    p.add_argument("files", nargs="+")
+    p.add_argument("-o", "--output", default="build")
+    _add_define(p)
+    p.set_defaults(fn=cmd_build)
+    p = sub.add_parser("explain", help="print the plan of a schedule file")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    _add_define(p)
+    p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser("verify", help="run kernels against the numpy reference")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
+    p.add_argument("--interpret", action="store_true", help="run the Pallas kernel in Mosaic GPU interpret mode (CPU)")
+    p.add_argument("--small", action="store_true", help="shrink sizes to a few tiles per dimension")
+    p.add_argument("--seed", type=int, default=None)
+    _add_define(p)
+    p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("bench", help="time kernels against their peers (GPU)")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
+    p.add_argument("--json", help="merge the rows into this benchmark record")
+    p.add_argument("--markdown", help="write the whole record as a Markdown table here")
+    p.add_argument("--iters", type=int, default=50)
+    _add_define(p)
+    p.set_defaults(fn=cmd_bench)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except SpecErrors as exc:
+        print(exc.render(), file=sys.stderr)
+        return EXIT_SPEC
+    except ToolchainError as exc:
+        print(f"schedgen: toolchain error (please report: a validated spec should compile): {exc}", file=sys.stderr)
+        return EXIT_TOOLCHAIN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Run built kernels on fresh random inputs, outputs poisoned first, against the float64 numpy reference."""
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .build import Built, build_spec, package
+from .cuda.arrays import DTYPES
+from .reference import random_inputs, reference, rel_error, tolerance
+from .runtime import Kernel, load_package
+
+POISON_BYTE = 0xFF  # all-ones is NaN in every float format we emit
+
+
+@dataclass(frozen=True)
+class Check:
+    spec: str
+    backend: str
+    output: str
+    shape: dict
+    dtype: str
+    rel_error: float
+    tolerance: float
+    ok: bool
+    note: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
+    """Sizes giving a few tiles per grid dimension (for interpret mode): size = block x tiles."""
+    plan = built.plan
+    out = {}
+    out_operand = built.spec.op.outputs[plan.outputs[0].name]
+    for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
+        if isinstance(dim, str) and dim not in out:
+            out[dim] = block * min(tiles_per_dim, grid)
+    return out
+
+
+def poisoned_outputs(plan) -> list[np.ndarray]:
+    outs = []
+    for o in plan.outputs:
+        raw = np.full(math.prod(o.shape) * o.itemsize, POISON_BYTE, np.uint8)
+        outs.append(raw.view(DTYPES[o.dtype]).reshape(o.shape))
+    return outs
+
+
+def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Upload, poison the device outputs, launch, download."""
+    from .cuda import driver
+    driver.ensure_context()
+    bufs_in = []
+    for o in plan.inputs:
+        buf = driver.Buffer(inputs[o.name].nbytes)
+        buf.upload(np.ascontiguousarray(inputs[o.name]))
+        bufs_in.append(buf)
+    bufs_out = []
+    for o in plan.outputs:
+        buf = driver.Buffer(math.prod(o.shape) * o.itemsize)
+        buf.fill_bytes(POISON_BYTE)
+        bufs_out.append(buf)
+    kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0)()
+    driver.synchronize()
+    outs = []
+    for o, buf in zip(plan.outputs, bufs_out):
+        host = np.empty(o.shape, DTYPES[o.dtype])
+        buf.download(host)
+        outs.append(host)
+    return outs
+
+
+def interpret_params():
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return plgpu.InterpretGPUParams(detect_races=True)
+
+
+def races_found() -> bool | None:
+    """Whether the last interpreted kernel raced (jax's interpreter only prints it; read its flag)."""
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+        return bool(gpu_callbacks._races.races_found)
+    except Exception:
+        return None
+
+
+def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret: bool) -> tuple[list[np.ndarray], str]:
+    import jax.numpy as jnp
+    mod = kernel.pallas_module()
+    ins = [jnp.asarray(inputs[o.name]) for o in plan.inputs]
+    outs = [jnp.asarray(o) for o in poisoned_outputs(plan)]
+    res = mod.run_into(ins, outs, interpret=interpret_params() if interpret else None)
+    note = ""
+    if interpret:
+        raced = races_found()
+        note = {True: "RACE detected by the interpreter", False: "interpreted, no races", None: "interpreted"}[raced]
+    return [np.asarray(r) for r in res], note
+
+
+def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
+                 kernel: Kernel | None = None) -> list[Check]:
+    plan = built.plan
+    if kernel is None:
+        folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
+        kernel = load_package(package(built, folder))
+    inputs = random_inputs(built.spec, plan.sizes, seed)
+    refs = reference(built.spec, plan.sizes, inputs)
+    checks = []
+    for backend in backends:
+        if backend not in plan.backends:
+            continue
+        note = ""
+        try:
+            if backend == "cuda":
+                outs = run_cuda(kernel, plan, inputs)
+            else:
+                outs, note = run_pallas(kernel, plan, inputs, interpret)
+        except Exception as exc:  # reported as a failed check, never a traceback
+            for o in plan.outputs:
+                checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, math.inf,
+                                    tolerance(o.dtype, plan.approx_math), False, f"{type(exc).__name__}: {exc}"))
+            continue
+        for o, out in zip(plan.outputs, outs):
+            err = rel_error(out, refs[o.name])
+            tol = tolerance(o.dtype, plan.approx_math)
+            ok = err <= tol and "RACE" not in note
+            checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, note))
+    return checks
+
+
+def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
+                interpret: bool = False, small: bool = False, seed: int | None = None) -> list[Check]:
+    built = build_spec(path, overrides)
+    if small:
+        built = build_spec(path, {**small_overrides(built), **(overrides or {})})
+    return verify_built(built, backends, interpret=interpret, seed=seed)
