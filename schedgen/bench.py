@@ -34,9 +34,12 @@ def environment() -> dict[str, Any]:
         name, driver, sm, sm_max, mem = [x.strip() for x in q.stdout.strip().split(",")]
         env.update(gpu=name, driver=driver, clocks={"sm": sm, "sm_max": sm_max, "mem": mem})
     except Exception:
-        from .cuda import driver as drv
-        info = drv.device_info()
-        env.update(gpu=info.get("name"), driver=str(info.get("driver")))
+        try:
+            from .cuda import driver as drv
+            info = drv.device_info()
+            env.update(gpu=info.get("name"), driver=str(info.get("driver")))
+        except Exception as exc:  # no GPU: the record says so
+            env.update(gpu=None, driver=None, note=f"no GPU: {type(exc).__name__}")
     env["jax"] = env["toolchain"].get("jax")
     return env
 

@@ -29,8 +29,11 @@ def random_inputs(spec: SpecFile, sizes: Mapping[str, int], seed: int | None = N
     out = {}
     for name, operand in spec.op.inputs.items():
         shape = shape_of(operand, sizes)
-        data = rng.uniform(0.5, 2.0, shape) if positive else rng.standard_normal(shape)
-        out[name] = data.astype(np.float32).astype(DTYPES[operand.dtype])
+        if positive:
+            data = rng.uniform(0.5, 2.0, shape).astype(np.float32)
+        else:
+            data = rng.standard_normal(shape, dtype=np.float32)
+        out[name] = data.astype(DTYPES[operand.dtype])
     return out
 
 

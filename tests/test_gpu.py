@@ -1,0 +1,111 @@
+"""GPU tests: every bundled spec on the H200 against numpy, and the runtime's array kinds.
+
+Marked `gpu`; skipped where no NVIDIA GPU is available (conftest.py). bench/run_gpu.sh runs them.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedgen.build import build_spec, package
+from schedgen.cache import Cache
+from schedgen.reference import random_inputs, reference, rel_error, tolerance
+from schedgen.verify import verify_built
+
+pytestmark = pytest.mark.gpu
+SPECS = sorted(str(p) for p in Path(__file__).resolve().parents[1].glob("specs/*") if p.suffix in (".yaml", ".toml"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return Cache(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: Path(s).stem)
+@pytest.mark.parametrize("backend", ["cuda", "pallas"])
+def test_spec_verifies_on_gpu(spec, backend, cache):
+    built = build_spec(spec, cache=cache)
+    checks = verify_built(built, [backend])
+    assert checks, f"{backend} not built for {spec}"
+    for c in checks:
+        assert c.ok, c
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: Path(s).stem)
+def test_spec_verifies_twice_with_new_inputs(spec, cache):
+    """A moving error between runs is a race: two fresh random draws must both pass."""
+    built = build_spec(spec, cache=cache)
+    errs = [verify_built(built, ["cuda"])[0].rel_error for _ in range(2)]
+    assert all(e <= tolerance(built.plan.outputs[0].dtype, built.plan.approx_math) for e in errs), errs
+
+
+@pytest.fixture(scope="module")
+def add_module(tmp_path_factory, cache):
+    out = tmp_path_factory.mktemp("pkgs")
+    built = build_spec(str(Path(__file__).resolve().parents[1] / "specs/add_bf16.yaml"), {"M": 256, "N": 1024},
+                       cache=cache)
+    package(built, out)
+    sys.path.insert(0, str(out))
+    try:
+        yield importlib.import_module("add_bf16"), built
+    finally:
+        sys.path.remove(str(out))
+
+
+def _expected(built, x, y):
+    return reference(built.spec, built.plan.sizes, {"x": x, "y": y})["o"]
+
+
+def test_numpy_in_numpy_out(add_module):
+    mod, built = add_module
+    inputs = random_inputs(built.spec, built.plan.sizes)
+    out = mod.add_bf16(inputs["x"], inputs["y"])
+    assert isinstance(out, np.ndarray) and out.dtype == inputs["x"].dtype
+    assert rel_error(out, _expected(built, inputs["x"], inputs["y"])) < 1e-2
+
+
+def test_torch_in_torch_out(add_module):
+    torch = pytest.importorskip("torch")
+    mod, built = add_module
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    out = mod.add_bf16(x, y)
+    assert isinstance(out, torch.Tensor) and out.device.type == "cuda"
+    torch.cuda.synchronize()
+    assert torch.allclose(out.float(), (x.float() + y.float()).bfloat16().float(), atol=1e-2)
+    with pytest.raises(TypeError, match="x: expected bf16"):
+        mod.add_bf16(x.float(), y)
+
+
+def test_cupy_in_cupy_out(add_module):
+    cupy = pytest.importorskip("cupy")
+    mod, built = add_module
+    import ml_dtypes
+    inputs = random_inputs(built.spec, built.plan.sizes)
+    # cupy has no bfloat16: hand over raw 16-bit buffers through an explicit out= of the right dtype via torch instead
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(inputs["x"].view(np.int16)).cuda().view(torch.bfloat16)
+    y = torch.from_numpy(inputs["y"].view(np.int16)).cuda().view(torch.bfloat16)
+    out = torch.empty_like(x)
+    res = mod.add_bf16(x, y, out=out)
+    assert res is out
+    torch.cuda.synchronize()
+    got = out.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    assert rel_error(got, _expected(built, inputs["x"], inputs["y"])) < 1e-2
+    del cupy
+
+
+def test_jax_in_jax_out(add_module):
+    jax = pytest.importorskip("jax")
+    mod, built = add_module
+    inputs = random_inputs(built.spec, built.plan.sizes)
+    x, y = jax.device_put(inputs["x"]), jax.device_put(inputs["y"])
+    out = mod.add_bf16(x, y)
+    assert isinstance(out, jax.Array)
+    assert rel_error(np.asarray(out), _expected(built, inputs["x"], inputs["y"])) < 1e-2
+    out_p = mod.add_bf16(x, y, backend="pallas")
+    assert rel_error(np.asarray(out_p), _expected(built, inputs["x"], inputs["y"])) < 1e-2
