@@ -24,7 +24,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--budget", type=float, default=540.0, help="stop starting new runs after this many seconds")
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--only", nargs="*", default=None, help="run only suite entries with these labels")
+    ap.add_argument("--main", action="store_true", help="run only the suite entries without a label")
     ap.add_argument("--iters", type=int, default=50)
     args = ap.parse_args()
     out = Path(args.out)
@@ -58,7 +59,7 @@ def main() -> int:
     rows = []
     for run in suite:
         label = run.get("label", "")
-        if args.only is not None and label not in args.only:
+        if (args.only is not None and label not in args.only) or (args.main and label):
             continue
         if time.time() - t0 > args.budget:
             print(f"budget spent: skipping {run['spec']} {label}", flush=True)

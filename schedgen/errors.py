@@ -47,6 +47,8 @@ class SourceMap:
     positions: Mapping[Path, Pos] = field(default_factory=dict)
     # For string scalars: how the text inside maps to the file (block scalar or quoted/plain).
     string_starts: Mapping[Path, tuple[Pos, bool]] = field(default_factory=dict)
+    # Where each mapping key itself stands (an unknown key is reported there, not at its value).
+    key_positions: Mapping[Path, Pos] = field(default_factory=dict)
 
     def locate(self, problem: Problem) -> Pos:
         if problem.pos is not None:

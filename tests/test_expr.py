@@ -213,9 +213,9 @@ def test_reserved_contents() -> None:
     ("i, j", ["g_i", "g_j"], ["g_i", "g_j"], {"i": 1, "j": 2}, (1, 2)),
     ("(j,)", ["g_j"], ["g_j"], {"j": 7}, (7,)),
     ("j", ["g_j"], ["g_j"], {"j": 7}, (7,)),
-    ("(i // 2, 0)", ["(g_i / 2)", "0"], ["(g_i // 2)", "0"], {"i": 7}, (3, 0)),
-    ("(-i // 2, -i % 3)", ["((-g_i) / 2)", "((-g_i) % 3)"], ["((-g_i) // 2)", "((-g_i) % 3)"], {"i": 7}, (-4, 2)),
-    ("(M - 1 - i * 2 % N, (j + 1) * k)", ["((g_M - 1) - ((g_i * 2) % g_N))", "((g_j + 1) * g_k)"],
+    ("(i // 2, 0)", ["sg_floordiv(g_i, 2)", "0"], ["(g_i // 2)", "0"], {"i": 7}, (3, 0)),
+    ("(-i // 2, -i % 3)", ["sg_floordiv((-g_i), 2)", "sg_floormod((-g_i), 3)"], ["((-g_i) // 2)", "((-g_i) % 3)"], {"i": 7}, (-4, 2)),
+    ("(M - 1 - i * 2 % N, (j + 1) * k)", ["((g_M - 1) - sg_floormod((g_i * 2), g_N))", "((g_j + 1) * g_k)"],
      ["((g_M - 1) - ((g_i * 2) % g_N))", "((g_j + 1) * g_k)"], {"M": 10, "N": 4, "i": 3, "j": 1, "k": 2}, (7, 4)),
 ])
 def test_index_map(text: str, cxx: list[str], py: list[str], env: dict[str, int], value: tuple[int, ...]) -> None:
@@ -254,7 +254,7 @@ def test_rejected_index_map(text: str, fragment: str, col: int) -> None:
 def test_int_expr() -> None:
     expr = parse_int_expr("(M + 127) // 128 * 2 - M % 3", names={"M"})
     assert expr.names == {"M"}
-    assert render_cxx_int(expr, {"M": "M"}) == "((((M + 127) / 128) * 2) - (M % 3))"
+    assert render_cxx_int(expr, {"M": "M"}) == "((sg_floordiv((M + 127), 128) * 2) - sg_floormod(M, 3))"
     assert [eval_int(expr, {"M": m}) for m in (1, 128, 129, 1000)] == [1, 0, 4, 15]
     with pytest.raises(ExprError, match="unknown name 'K'; known names are: M, N"):
         parse_int_expr("K", names=["N", "M"])

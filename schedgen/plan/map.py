@@ -7,6 +7,7 @@ with 16-byte vector accesses, staged in a double-buffered SMEM output and stored
 """
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 from dataclasses import dataclass
@@ -112,10 +113,33 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     except ex.ExprError as err:
         problems.add(("op", "body"), err.message, (err.line, err.col))
 
-    # --- shapes
+    # --- schedule checks that do not depend on shapes or blocks
+    out_names = list(op.outputs)
+    for n in sch.in_specs:
+        if n not in op.inputs:
+            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are: {', '.join(op.inputs)}")
+    for n in sch.out_specs:
+        if n not in op.outputs:
+            problems.add(("schedule", "out_specs", n), f"no output named '{n}'; outputs are: {', '.join(op.outputs)}")
+    if out_names[0] not in sch.out_specs:
+        problems.add(("schedule", "out_specs"), f"give a BlockSpec for output '{out_names[0]}' (its block_shape is the tile "
+                                                f"every other operand follows), e.g. out_specs: {{{out_names[0]}: {{block_shape: [...]}}}}")
+    if any(c != 1 for c in sch.cluster):
+        problems.add(("schedule", "cluster"), "the map family shares no operand between blocks, so there is nothing to "
+                                              "multicast; use cluster: [1]")
+    if sch.pipeline.kind == "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), "the map family has no MMA for a producer warpgroup to overlap with; "
+                                                      "use emit_pipeline (or none)")
+    if sch.persistent.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling needs cluster launch control, which is "
+                                                        "Blackwell-only (sm_100a); on the H200 use nd_loop or none")
+
+    # --- shapes (an unknown size leaves nothing below to check meaningfully)
+    before = len(problems)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
-    out_names = list(op.outputs)
+    if len(problems) != before or out_names[0] not in sch.out_specs:
+        return None, problems
     iter_shape = shapes[out_names[0]]
     for n in out_names[1:]:
         if shapes[n] != iter_shape:
@@ -129,26 +153,6 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     if rank > 3:
         problems.add(("op", "outputs", out_names[0], "shape"), f"the map family handles 1-D to 3-D arrays, got rank {rank}")
 
-    # --- schedule checks that do not depend on blocks
-    for n in sch.in_specs:
-        if n not in op.inputs:
-            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are: {', '.join(op.inputs)}")
-    for n in sch.out_specs:
-        if n not in op.outputs:
-            problems.add(("schedule", "out_specs", n), f"no output named '{n}'; outputs are: {', '.join(op.outputs)}")
-    if out_names[0] not in sch.out_specs:
-        problems.add(("schedule", "out_specs"), f"give a BlockSpec for output '{out_names[0]}' (its block_shape is the tile "
-                                                f"every other operand follows), e.g. out_specs: {{{out_names[0]}: {{block_shape: [...]}}}}")
-        return None, problems
-    if any(c != 1 for c in sch.cluster):
-        problems.add(("schedule", "cluster"), "the map family shares no operand between blocks, so there is nothing to "
-                                              "multicast; use cluster: [1]")
-    if sch.pipeline.kind == "warp_specialized":
-        problems.add(("schedule", "pipeline", "kind"), "the map family has no MMA for a producer warpgroup to overlap with; "
-                                                      "use emit_pipeline (or none)")
-    if sch.persistent.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling needs cluster launch control, which is "
-                                                        "Blackwell-only (sm_100a); on the H200 use nd_loop or none")
     stages = 1 if sch.pipeline.kind == "none" else sch.pipeline.max_concurrent_steps
 
     # --- the iteration block and grid
@@ -214,6 +218,8 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
                      f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
                      f"use fewer stages or smaller blocks")
 
+    if "pallas" in sch.backends and body is not None:
+        _pallas_limits(op, sch, body, operands, iblock, problems)
     if problems or body is None or len(operands) != len(specs):
         return None, problems
 
@@ -258,6 +264,25 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
     )
     return plan, problems
+
+
+def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
+    """What jax 0.11.2's Mosaic GPU lowering cannot do with these kernels, reported before rendering."""
+    hint = "or set schedule.backends: [cuda]"
+    used = {n.func.id for _, e in body.statements for n in ast.walk(e.tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    if "gelu_erf" in used:
+        problems.add(("op", "body"), f"gelu_erf needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
+                                     f"tanh form) {hint}")
+    for o in operands.values():
+        path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)
+        if o.minor_bcast:
+            problems.add((*path, "block_shape"), f"'{o.name}' broadcasts along the minor dimension (a column); the "
+                                                 f"Pallas backend cannot load such blocks by TMA {hint}")
+        broadcast = len(o.block) < len(iblock) or any(s == 0 for s in o.row_strides[len(iblock) - 1 - len(o.block) + 1:])
+        if broadcast and sch.compiler_params.lowering_semantics == "lane":
+            problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                         f"'{o.name}' is broadcast, which Mosaic GPU's lane semantics cannot lay out; use warpgroup {hint}")
 
 
 def _cxx_float(value: float) -> str:
@@ -347,8 +372,6 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
     swz = bs.transforms.swizzle
     swizzle = 0 if swz == "auto" else swz  # elementwise access is row-contiguous: no bank conflicts to avoid
     tiling = tuple(bs.transforms.tiling) if bs.transforms.tiling else None
-    if tiling is None and swizzle:
-        tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
     if tiling is not None:
         want = swizzle // isz if swizzle else None
         if len(tiling) > rank or (want and tiling[-1] != want) or any(block[rank - len(tiling) + i] % t for i, t in enumerate(tiling)):
@@ -360,6 +383,12 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
     box = tma_box(tuple(block[d] for d in kept), dtype, swizzle, path, problems, hw, dims=kept)
     tma_shape = tuple(shape[d] for d in kept)
     tma_strides = tuple(math.prod(shape[d + 1:]) * isz for d in kept)
+    if len(kept) == 1:
+        # The driver rejects rank-1 tiled tensor maps (empty stride list): describe a vector as one row of a
+        # 2-D tensor. The leading dimension has extent 1 and coordinate 0 (tma_dims entry -1).
+        lead_stride = cdiv(tma_shape[0] * isz, 16) * 16
+        tma_shape, tma_strides, kept = (1,) + tma_shape, (lead_stride,) + tma_strides, (-1,) + kept
+        box = TmaBox((1,) + box.box, box.n_boxes, box.box_bytes, box.swizzle)
     for d, stride in zip(kept[:-1], tma_strides[:-1]):
         if stride % 16:
             problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"),
@@ -367,6 +396,8 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
                          f"(pad the minor dimension to a multiple of {16 // math.gcd(16, isz)} elements)")
     if len(problems) != before:
         return None
+    if tiling is None and swizzle:
+        tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
     block_bytes = math.prod(block) * isz
     count = stages if role == "in" else 2
     align = 1024 if swizzle else 128  # TMA destinations: 128 B, and the swizzle atom repeats every 1 KiB

@@ -385,8 +385,11 @@ _JNP_CALL: dict[str, str] = {
 }
 _CXX_CALL = {fn: f"sg_{fn}({', '.join(f'{{{i}}}' for i in range(n))})" for fn, n in FUNCTIONS.items()}
 _FLOAT_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
-_CXX_INT_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
-_PY_INT_SYMBOLS = _CXX_INT_SYMBOLS | {ast.FloorDiv: "//"}
+# C++ '/' and '%' truncate toward zero; Python's '//' and '%' floor. The CUDA templates define
+# sg_floordiv / sg_floormod with Python's semantics so index maps mean the same in both languages.
+_CXX_INT_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "sg_floordiv({0}, {1})",
+                    ast.Mod: "sg_floormod({0}, {1})"}
+_PY_INT_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 
 
 def _render(node: ast.expr, names: Mapping[str, str], symbols: Mapping[type, str],
@@ -404,7 +407,10 @@ def _render(node: ast.expr, names: Mapping[str, str], symbols: Mapping[type, str
                 and (exponent := _pow_exponent(n)) is not None:
             return "(" + " * ".join([r(n.left)] * exponent) + ")"
         if isinstance(n, ast.BinOp) and type(n.op) in symbols:
-            return f"({r(n.left)} {symbols[type(n.op)]} {r(n.right)})"
+            sym = symbols[type(n.op)]
+            if "{" in sym:
+                return sym.format(r(n.left), r(n.right))
+            return f"({r(n.left)} {sym} {r(n.right)})"
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in calls \
                 and not n.keywords and len(n.args) == FUNCTIONS[n.func.id]:
             return calls[n.func.id].format(*(r(a) for a in n.args))

@@ -76,13 +76,17 @@ class _Walker:
                 if key in out:
                     self.problems.append(Problem(path + (key,), f"duplicate key '{key}'", pos=self.pos(key_node)))
                     continue
+                self.src.key_positions[path + (key,)] = self.pos(key_node)
                 out[key] = self.walk(value_node, path + (key,))
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.walk(item, path + (i,)) for i, item in enumerate(node.value)]
         value = self.scalar(node, path)
-        if isinstance(value, str):
-            block = node.style in ("|", ">")
+        one_line = node.start_mark.line == node.end_mark.line
+        if isinstance(value, str) and (node.style == "|" or (node.style != ">" and one_line)):
+            # Offsets inside the text map back to the file only for literal blocks and one-line scalars;
+            # folded ('>') and multi-line plain or quoted scalars are reported at the value's start.
+            block = node.style == "|"
             start = self.pos(node)
             if node.style in ("'", '"'):
                 start = Pos(start.line, start.col + 1)
@@ -208,7 +212,9 @@ def _locate_toml(text: str, data: dict, src: SourceMap) -> None:
                 value = _get(data, path)
                 if isinstance(value, str):
                     triple = line[value_col:value_col + 3] in ('"""', "'''")
-                    if triple:
+                    if triple and line[value_col + 3:].strip():
+                        src.string_starts[path] = (Pos(i + 1, value_col + 4), False)  # text starts after the quotes
+                    elif triple:
                         src.string_starts[path] = (Pos(i + 1, 1), True)
                     else:
                         src.string_starts[path] = (Pos(i + 1, value_col + 2), False)

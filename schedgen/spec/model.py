@@ -104,7 +104,7 @@ class Persistent(Model):
 
 class CompilerParams(Model):
     approx_math: bool = False
-    lowering_semantics: Literal["lane", "warpgroup"] = "lane"
+    lowering_semantics: Literal["lane", "warpgroup"] = "warpgroup"
     unsafe_no_auto_barriers: bool = False
     profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = 0
 

@@ -159,7 +159,8 @@ def validate_data(data: Any, src: SourceMap) -> SpecFile:
         problems = []
         for err in _collapse_union_errors(exc.errors(include_url=False)):
             loc = tuple(err["loc"])
-            problems.append(Problem(loc, _message(err, loc)))
+            pos = src.key_positions.get(loc) if err["type"] == "extra_forbidden" else None
+            problems.append(Problem(loc, _message(err, loc), pos=pos))
         raise SpecErrors(problems, src) from None
 
 

@@ -1,0 +1,38 @@
+"""Shared pytest setup: the --update-golden option, GPU auto-skip, and small helpers for the CPU suite."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS_DIR = ROOT / "specs"
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+
+
+def spec_files() -> list[Path]:
+    """Every bundled schedule file (the suite's parametrisation source)."""
+    return sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current templates instead of comparing")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    from schedgen.cuda.driver import available
+    ok, why = available()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"needs an NVIDIA Hopper GPU: {why}")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -1,0 +1,367 @@
+"""Accept/reject tables for schedule files: every problem is one located line `FILE:LINE:COL: path: message`.
+
+The files are text edits of specs/add_bf16.yaml and specs/scale_f32.toml written into tmp_path; each rejected
+case asserts the exact lines (position, field path and message), so a drifting column or a reworded hint fails.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SPECS_DIR
+from schedgen.errors import SpecErrors
+from schedgen.plan import plan
+from schedgen.spec.validate import load_spec, parse_overrides
+
+YAML = (SPECS_DIR / "add_bf16.yaml").read_text()
+TOML = (SPECS_DIR / "scale_f32.toml").read_text()
+
+# Frequently edited lines of add_bf16.yaml (line numbers below refer to that file).
+X_SPEC = 'x: {block_shape: [32, 256], index_map: "(i, j)"}'            # line 16
+PIPE = "max_concurrent_steps: 4"                                         # line 21
+BODY = "  body: o = x + y"                                               # line 12
+OOB = ('index_map: "(i, j)"}', 'index_map: "(i, j)", out_of_bounds: zero}')
+
+
+def edit(text: str, *pairs: tuple[str, str], every: bool = False) -> str:
+    """Apply literal replacements; each `old` must occur (exactly once unless every=True)."""
+    for old, new in pairs:
+        n = text.count(old)
+        assert n >= 1 and (every or n == 1), f"{old!r} occurs {n} times in the base file"
+        text = text.replace(old, new)
+    return text
+
+
+def problems(tmp_path, text: str, suffix: str = ".yaml", overrides=None) -> list[str]:
+    """Load, validate and plan one file; the located lines with the file name replaced by F ([] if accepted)."""
+    path = tmp_path / f"spec{suffix}"
+    path.write_text(text, encoding="utf-8")
+    try:
+        spec, src = load_spec(str(path), overrides)
+        plan(spec, src)
+    except SpecErrors as exc:
+        lines = exc.lines()
+        assert all(line.startswith(f"{path}:") for line in lines), lines
+        return ["F" + line[len(str(path)):] for line in lines]
+    return []
+
+
+# --------------------------------------------------------------------------------------------- accepted files
+
+ACCEPT = [
+    ("yaml-as-committed", YAML, ".yaml"),
+    ("toml-as-committed", TOML, ".toml"),
+    ("swizzle-128-on-512B-rows", edit(YAML, (X_SPEC, X_SPEC[:-1] + ", transforms: {swizzle: 128}}")), ".yaml"),
+    ("non-divisible-with-oob-zero", edit(YAML, ("M: 4096,", "M: 4100,"), OOB, every=True), ".yaml"),
+    ("no-pipeline", edit(YAML, ("kind: emit_pipeline, max_concurrent_steps: 4", "kind: none")), ".yaml"),
+    ("block-body", edit(YAML, (BODY, "  body: |\n    h = x * y\n    o = h + x")), ".yaml"),
+    ("toml-multiline-body", edit(TOML, ('body = "o = x * scale"', 'body = """\nh = x * scale\no = h + x"""')), ".toml"),
+]
+
+
+@pytest.mark.parametrize("text,suffix", [a[1:] for a in ACCEPT], ids=[a[0] for a in ACCEPT])
+def test_accepted(tmp_path, text, suffix):
+    assert problems(tmp_path, text, suffix) == []
+
+
+# --------------------------------------------------------------------------------------------- rejected files
+
+SMEM_16 = ("F:21:57: schedule.pipeline.max_concurrent_steps: SMEM needed is 558208 B (in_x 262144 B, in_y 262144 B, "
+           "out_o 32768 B, full 128 B), over the NVIDIA H200's 232448 B per block; use fewer stages or smaller blocks")
+NOT_DIV = ("F:{line}:23: schedule.{where}.block_shape[0]: dimension 0 of '{n}' (4100) is not a multiple of the block "
+           "(32); use a divisor of 4100, or set out_of_bounds: zero to let TMA pad the last block")
+BOX = "F:{line}:23: schedule.{where}.block_shape[0]: TMA boxes are at most 256 elements per dimension, got 512"
+MINOR16 = ("F:{line}:27: schedule.{where}.block_shape[1]: the minor block dimension is 4 x 2 B = 8 B; TMA needs a "
+           "multiple of 16 B (use a multiple of 8 elements)")
+OPERANDS = [(16, "in_specs.x", "x"), (17, "in_specs.y", "y"), (19, "out_specs.o", "o")]
+IDENT_RULE = "names are 1-63 ASCII letters, digits or '_', starting with a letter"
+PIPE_KEYS = "kind, max_concurrent_steps, memory_registers, compute_registers, num_compute_wgs, wg_axis"
+
+REJECT = [
+    # ---- syntax
+    ("yaml-syntax", ".yaml", edit(YAML, (BODY, "  body: [o = x + y")),
+     ["F:13:9: <file>: YAML syntax error: expected ',' or ']', but got ':'"]),
+    ("yaml-unclosed-flow-map", ".yaml", edit(YAML, ("x: {shape: [M, N], dtype: bf16}", "x: {shape: [M, N], dtype: bf16")),
+     ["F:9:6: <file>: YAML syntax error: expected ',' or '}', but got ':'"]),
+    ("yaml-tab-indent", ".yaml", edit(YAML, (BODY, "\tbody: o = x + y")),
+     ["F:12:1: <file>: YAML syntax error: found character '\\t' that cannot start any token"]),
+    ("yaml-empty", ".yaml", "# nothing\n", ["F:1:1: <file>: file is empty"]),
+    ("yaml-top-level-list", ".yaml", "- 1\n- 2\n",
+     ["F:1:1: <file>: the top level must be a mapping with keys name, op, schedule"]),
+    ("yaml-python-tag", ".yaml", edit(YAML, ("name: add_bf16", "name: !!python/name:os.system add_bf16")),
+     ["F:2:7: name: YAML tag 'tag:yaml.org,2002:python/name:os.system' is not allowed; use plain values"]),
+    ("toml-syntax", ".toml", edit(TOML, ('kind = "map"', 'kind = "map')),
+     ["F:6:12: <file>: TOML syntax error: Illegal character '\\n'"]),
+    ("toml-duplicate-key", ".toml", edit(TOML, ('kind = "map"', 'kind = "map"\nkind = "map"')),
+     ["F:7:13: <file>: TOML syntax error: Cannot overwrite a value"]),
+    # ---- keys and types
+    ("yaml-duplicate-key", ".yaml", edit(YAML, (BODY, BODY + "\n  body: o = x")),
+     ["F:13:3: op.body: duplicate key 'body'"]),
+    ("toml-unknown-key", ".toml", edit(TOML, (PIPE.replace(":", " ="), "max_concurrent_step = 4")),
+     ["F:29:1: schedule.pipeline.max_concurrent_step: unknown key 'max_concurrent_step' (did you mean "
+      f"'max_concurrent_steps'?); allowed keys: {PIPE_KEYS}"]),
+    ("dtype-bf32", ".yaml", edit(YAML, ("y: {shape: [M, N], dtype: bf16}", "y: {shape: [M, N], dtype: bf32}")),
+     ["F:9:31: op.inputs.y.dtype: Input should be 'bf16', 'f16', 'f32', 'f8e4m3' or 'f8e5m2' (got 'bf32')"]),
+    ("toml-dtype", ".toml", edit(TOML, ('dtype = "f32" }\n\n[op.outputs]', 'dtype = "f33" }\n\n[op.outputs]')),
+     ["F:12:32: op.inputs.x.dtype: Input should be 'bf16', 'f16', 'f32', 'f8e4m3' or 'f8e5m2' (got 'f33')"]),
+    ("string-for-int", ".yaml", edit(YAML, (PIPE, "max_concurrent_steps: '4'")),
+     ["F:21:57: schedule.pipeline.max_concurrent_steps: Input should be a valid integer (got '4')"]),
+    ("float-for-int", ".yaml", edit(YAML, (PIPE, "max_concurrent_steps: 4.0")),
+     ["F:21:57: schedule.pipeline.max_concurrent_steps: Input should be a valid integer (got 4.0)"]),
+    ("bool-for-int", ".yaml", edit(YAML, (PIPE, "max_concurrent_steps: true")),
+     ["F:21:57: schedule.pipeline.max_concurrent_steps: Input should be a valid integer (got True)"]),
+    ("string-size", ".yaml", edit(YAML, ("sizes: {M: 4096,", "sizes: {M: '4096',")),
+     ["F:6:14: op.sizes.M: Input should be a valid integer (got '4096')"]),
+    ("zero-size", ".yaml", edit(YAML, ("sizes: {M: 4096,", "sizes: {M: 0,")),
+     ["F:6:14: op.sizes.M: Input should be greater than or equal to 1 (got 0)"]),
+    ("missing-body", ".yaml", edit(YAML, (BODY + "\n", "")),
+     ["F:5:3: op.body: required key is missing"]),
+    ("swizzle-48", ".yaml", edit(YAML, (X_SPEC, X_SPEC[:-1] + ", transforms: {swizzle: 48}}")),
+     ["F:16:76: schedule.in_specs.x.transforms.swizzle: Input should be 'auto', 0, 32, 64 or 128 (got 48)"]),
+    # ---- names
+    ("name-digit-first", ".yaml", edit(YAML, ("name: add_bf16", "name: 1abc")),
+     [f"F:2:7: name: '1abc' is not a legal name; {IDENT_RULE} (got '1abc')"]),
+    ("name-cyrillic-a", ".yaml", edit(YAML, ("name: add_bf16", "name: \u0430dd_bf16")),
+     ["F:2:7: name: '\u0430dd_bf16' contains the non-ASCII character '\u0430' (U+0430); "
+      f"{IDENT_RULE} (got '\u0430dd_bf16')"]),
+    # ---- body expressions: the column is the offending token's, inside the string
+    ("body-unknown-name", ".yaml", edit(YAML, (BODY, "  body: o = x + zz")),
+     ["F:12:17: op.body: unknown name 'zz'; inputs are: x, y; constants are: (none); assigned so far: (none)"]),
+    ("body-syntax", ".yaml", edit(YAML, (BODY, "  body: o = x +* y")),
+     ["F:12:16: op.body: syntax error: invalid syntax"]),
+    ("body-quoted", ".yaml", edit(YAML, (BODY, '  body: "o = x + zz"')),
+     ["F:12:18: op.body: unknown name 'zz'; inputs are: x, y; constants are: (none); assigned so far: (none)"]),
+    ("body-single-quoted", ".yaml", edit(YAML, (BODY, "  body: 'o = x + zz'")),
+     ["F:12:18: op.body: unknown name 'zz'; inputs are: x, y; constants are: (none); assigned so far: (none)"]),
+    ("body-block", ".yaml", edit(YAML, (BODY, "  body: |\n    h = x * y\n    o = h + qq")),
+     ["F:14:13: op.body: unknown name 'qq'; inputs are: x, y; constants are: (none); assigned so far: h"]),
+    ("body-block-strip", ".yaml", edit(YAML, (BODY, "  body: |-\n    h = x * y\n    o = h + qq")),
+     ["F:14:13: op.body: unknown name 'qq'; inputs are: x, y; constants are: (none); assigned so far: h"]),
+    ("body-block-blank-line", ".yaml", edit(YAML, (BODY, "  body: |\n    h = x * y\n\n    o = h +* y")),
+     ["F:15:12: op.body: syntax error: invalid syntax"]),
+    ("body-block-crlf", ".yaml", edit(YAML, (BODY, "  body: |\n    h = x * y\n    o = h + qq")).replace("\n", "\r\n"),
+     ["F:14:13: op.body: unknown name 'qq'; inputs are: x, y; constants are: (none); assigned so far: h"]),
+    ("body-output-unassigned", ".yaml", edit(YAML, (BODY, "  body: p = x + y")),
+     ["F:12:9: op.body: output(s) never assigned: o"]),
+    ("toml-body", ".toml", edit(TOML, ('body = "o = x * scale"', 'body = "o = x * scal"')),
+     ["F:9:17: op.body: unknown name 'scal'; inputs are: x; constants are: scale; assigned so far: (none)"]),
+    ("toml-body-literal", ".toml", edit(TOML, ('body = "o = x * scale"', "body = 'o = x * zz'")),
+     ["F:9:17: op.body: unknown name 'zz'; inputs are: x; constants are: scale; assigned so far: (none)"]),
+    ("toml-body-multiline", ".toml", edit(TOML, ('body = "o = x * scale"', 'body = """\nh = x * scale\no = h + zz"""')),
+     ["F:11:9: op.body: unknown name 'zz'; inputs are: x; constants are: scale; assigned so far: h"]),
+    # ---- index maps, grids, shapes
+    ("index-map-unknown-name", ".yaml", edit(YAML, (X_SPEC, X_SPEC.replace("(i, j)", "(i, k)"))),
+     ["F:16:49: schedule.in_specs.x.index_map: unknown name 'k' in index map; grid names are: i, j; sizes are: M, N"]),
+    ("index-map-transposed", ".yaml", edit(YAML, (X_SPEC, X_SPEC.replace("(i, j)", "(j, i)"))),
+     ["F:16:44: schedule.in_specs.x.index_map: index_map (j, i) sends grid point (0, 1) to block (1, 0) of 'x', but "
+      "the elementwise body reads block (0, 1) there (numpy broadcasting of the output block)"]),
+    ("toml-index-map", ".toml", edit(TOML, ('index_map = "(b, i, j)" }\n\n[schedule.out',
+                                            'index_map = "(b, i, q)" }\n\n[schedule.out')),
+     ["F:22:55: schedule.in_specs.x.index_map: unknown name 'q' in index map; grid names are: b, i, j; sizes are: B, M, N"]),
+    ("grid-true-division", ".yaml", edit(YAML, ("  grid_names: [i, j]", "  grid_names: [i, j]\n  grid: [M // 32, N / 256]")),
+     ["F:15:19: schedule.grid[1]: operator '/' is not allowed; use '//' for integer division; allowed: integers, "
+      "names, + - * // %, unary -, parentheses"]),
+    ("grid-mismatch", ".yaml", edit(YAML, ("  grid_names: [i, j]", "  grid_names: [i, j]\n  grid: [M // 32, N // 128]")),
+     ["F:15:19: schedule.grid[1]: grid size 32 does not match the 16 output blocks along dimension 1"]),
+    # ---- plan stage: hardware rules
+    ("smem-over-227KiB", ".yaml", edit(YAML, (PIPE, "max_concurrent_steps: 16")), [SMEM_16]),
+    ("swizzle-vs-minor-bytes", ".yaml", edit(YAML, ("[32, 256]", "[32, 32]"), every=True).replace(
+        'x: {block_shape: [32, 32], index_map: "(i, j)"}',
+        'x: {block_shape: [32, 32], index_map: "(i, j)", transforms: {tiling: [8, 64], swizzle: 128}}'),
+     ["F:16:74: schedule.in_specs.x.transforms.tiling: tiling [8, 64] does not fit block [32, 32] with swizzle 128; "
+      "use (8, 64)",
+      "F:16:92: schedule.in_specs.x.transforms.swizzle: swizzle 128 needs the minor block dimension's bytes (64 B) "
+      "to be a multiple of 128; legal here: 32, 64"]),
+    ("tma-box-over-256", ".yaml", edit(YAML, ("[32, 256]", "[512, 256]"), every=True),
+     [BOX.format(line=l, where=w) for l, w, _ in OPERANDS]),
+    ("minor-not-16B", ".yaml", edit(YAML, ("[32, 256]", "[32, 4]"), every=True),
+     [MINOR16.format(line=l, where=w) for l, w, _ in OPERANDS]
+     + ["F:19:27: schedule.out_specs.o.block_shape[1]: each thread moves 8 elements (16 B of the narrowest dtype); "
+        "the minor block dimension 4 must be a multiple of 8"]),
+    ("not-divisible-reject", ".yaml", edit(YAML, ("M: 4096,", "M: 4100,")),
+     [NOT_DIV.format(line=l, where=w, n=n) for l, w, n in OPERANDS]),
+    ("not-divisible-one-operand-zero", ".yaml", edit(YAML, ("M: 4096,", "M: 4100,"), (X_SPEC, X_SPEC[:-1] + ", out_of_bounds: zero}")),
+     [NOT_DIV.format(line=l, where=w, n=n) for l, w, n in OPERANDS[1:]]),
+    ("delay-release-ge-stages", ".yaml", edit(YAML, (X_SPEC, X_SPEC[:-1] + ", delay_release: 4}")),
+     ["F:16:69: schedule.in_specs.x.delay_release: delay_release 4 must be less than the pipeline's "
+      "max_concurrent_steps (4)"]),
+    ("warp-specialized-map", ".yaml", edit(YAML, ("kind: emit_pipeline", "kind: warp_specialized")),
+     ["F:21:20: schedule.pipeline.kind: the map family has no MMA for a producer warpgroup to overlap with; use "
+      "emit_pipeline (or none)"]),
+    ("dynamic-loop", ".yaml", edit(YAML, ("loop: nd_loop", "loop: dynamic")),
+     ["F:22:22: schedule.persistent.loop: dynamic scheduling needs cluster launch control, which is Blackwell-only "
+      "(sm_100a); on the H200 use nd_loop or none"]),
+    ("cluster-2", ".yaml", edit(YAML, ("  num_warpgroups: 2", "  num_warpgroups: 2\n  cluster: [2]")),
+     ["F:21:12: schedule.cluster: the map family shares no operand between blocks, so there is nothing to multicast; "
+      "use cluster: [1]"]),
+    # ---- several problems in one file: all reported, in file order
+    ("many-validation-errors", ".yaml",
+     edit(YAML, ("name: add_bf16", "name: 1abc"), ("y: {shape: [M, N], dtype: bf16}", "y: {shape: [M, N], dtype: bf32}"),
+          (PIPE, "max_concurrent_steps: '4'"), ("tile_order: row_major", "tile_order: zigzag")),
+     [f"F:2:7: name: '1abc' is not a legal name; {IDENT_RULE} (got '1abc')",
+      "F:9:31: op.inputs.y.dtype: Input should be 'bf16', 'f16', 'f32', 'f8e4m3' or 'f8e5m2' (got 'bf32')",
+      "F:21:57: schedule.pipeline.max_concurrent_steps: Input should be a valid integer (got '4')",
+      "F:22:61: schedule.persistent.tile_order: Input should be 'row_major' or 'planar_snake' (got 'zigzag')"]),
+    ("many-plan-errors", ".yaml",
+     edit(YAML, ("loop: nd_loop", "loop: dynamic"), ("kind: emit_pipeline", "kind: warp_specialized"),
+          ("  num_warpgroups: 2", "  num_warpgroups: 2\n  cluster: [2]"), (BODY, "  body: o = x + zz")),
+     ["F:12:17: op.body: unknown name 'zz'; inputs are: x, y; constants are: (none); assigned so far: (none)",
+      "F:21:12: schedule.cluster: the map family shares no operand between blocks, so there is nothing to multicast; "
+      "use cluster: [1]",
+      "F:22:20: schedule.pipeline.kind: the map family has no MMA for a producer warpgroup to overlap with; use "
+      "emit_pipeline (or none)",
+      "F:23:22: schedule.persistent.loop: dynamic scheduling needs cluster launch control, which is Blackwell-only "
+      "(sm_100a); on the H200 use nd_loop or none"]),
+]
+
+
+@pytest.mark.parametrize("suffix,text,expected", [r[1:] for r in REJECT], ids=[r[0] for r in REJECT])
+def test_rejected(tmp_path, suffix, text, expected):
+    assert problems(tmp_path, text, suffix) == expected
+
+
+def test_unknown_key_message_has_hint_and_allowed_keys(tmp_path):
+    lines = problems(tmp_path, edit(YAML, (PIPE, "max_concurent_steps: 4")))
+    assert len(lines) == 1
+    assert lines[0].startswith("F:21:")
+    assert lines[0].endswith("schedule.pipeline.max_concurent_steps: unknown key 'max_concurent_steps' (did you mean "
+                             f"'max_concurrent_steps'?); allowed keys: {PIPE_KEYS}")
+
+
+def test_unknown_key_without_close_match_lists_allowed_keys(tmp_path):
+    lines = problems(tmp_path, edit(YAML, (BODY, BODY + "\n  flavour: 3")))
+    assert lines == ["F:13:3: op.flavour: unknown key 'flavour'; allowed keys: kind, sizes, constants, inputs, "
+                     "outputs, body"]
+
+
+# --------------------------------------------------------------------------------------------- known bugs
+
+def test_unknown_yaml_key_located_at_the_key(tmp_path):
+    # line 21: '  pipeline: {kind: emit_pipeline, max_concurent_steps: 4}' -- the key starts at column 35
+    lines = problems(tmp_path, edit(YAML, (PIPE, "max_concurent_steps: 4")))
+    assert [line.split(": ")[0] for line in lines] == ["F:21:35"]
+
+
+def test_unknown_size_in_shape_is_one_error(tmp_path):
+    lines = problems(tmp_path, edit(YAML, ("x: {shape: [M, N], dtype: bf16}", "x: {shape: [M, K], dtype: bf16}")))
+    assert lines == ["F:8:20: op.inputs.x.shape[1]: unknown size 'K'; declare it under op.sizes (sizes: M, N)"]
+
+
+def test_unknown_size_in_shape_is_located(tmp_path):
+    lines = problems(tmp_path, edit(YAML, ("x: {shape: [M, N], dtype: bf16}", "x: {shape: [M, K], dtype: bf16}")))
+    assert lines[0] == "F:8:20: op.inputs.x.shape[1]: unknown size 'K'; declare it under op.sizes (sizes: M, N)"
+
+
+def test_swizzle_too_wide_for_minor_dim_is_one_error(tmp_path):
+    text = edit(YAML, ("[32, 256]", "[32, 8]"), every=True).replace(
+        'x: {block_shape: [32, 8], index_map: "(i, j)"}',
+        'x: {block_shape: [32, 8], index_map: "(i, j)", transforms: {swizzle: 32}}')
+    assert problems(tmp_path, text) == [
+        "F:16:74: schedule.in_specs.x.transforms.swizzle: swizzle 32 needs the minor block dimension's bytes (16 B) "
+        "to be a multiple of 32; legal here: none (use 0)"]
+
+
+@pytest.mark.parametrize("body", ["  body: >\n    o = x +\n    zz", "  body: o = x\n    + zz"], ids=["folded", "plain"])
+def test_body_error_in_folded_scalar_is_located_at_the_value(tmp_path, body):
+    """Folded and multi-line plain scalars are re-flowed by YAML, so offsets inside them cannot be mapped back to
+    the file: the error points at the start of the value (still the right field and line of the file)."""
+    lines = problems(tmp_path, edit(YAML, (BODY, body)))
+    assert [line.split(": ")[0] for line in lines] == ["F:12:9"]
+
+
+def test_toml_triple_quoted_same_line_points_at_token(tmp_path):
+    lines = problems(tmp_path, edit(TOML, ('body = "o = x * scale"', 'body = """o = x * zz"""')), ".toml")
+    assert [line.split(": ")[0] for line in lines] == ["F:9:19"]
+
+
+# --------------------------------------------------------------------------------------------- -D overrides
+
+def test_parse_overrides_reads_yaml_scalars():
+    got = parse_overrides(["M=64", "schedule.pipeline.max_concurrent_steps=3", "dt=bf16", "flag=true", "r=[1, 2]",
+                           "empty="])
+    assert got == {"M": 64, "schedule.pipeline.max_concurrent_steps": 3, "dt": "bf16", "flag": True, "r": [1, 2],
+                   "empty": ""}
+
+
+def test_parse_overrides_needs_name_value():
+    with pytest.raises(ValueError, match=r"^-D M: expected NAME=VALUE, e.g. -D M=8192$"):
+        parse_overrides(["M"])
+
+
+def test_override_unknown_size_is_located(tmp_path):
+    assert problems(tmp_path, YAML, overrides={"K": 64}) == [
+        "F:6:10: op.sizes: -D K: no size named 'K'; sizes are: M, N"]
+
+
+def test_override_changes_plan_sizes(tmp_path):
+    path = tmp_path / "add.yaml"
+    path.write_text(YAML)
+    spec, src = load_spec(str(path), parse_overrides(["M=64", "schedule.pipeline.max_concurrent_steps=3"]))
+    p = plan(spec, src)
+    assert p.sizes == {"M": 64, "N": 4096}
+    assert p.grid == (2, 16) and p.num_tiles == 32 and p.stages == 3
+    assert p.inputs[0].shape == (64, 4096)
+    assert p.kernel_name == "map_add_bf16_32x256_s3_wg2"
+    # the file itself is untouched
+    spec2, src2 = load_spec(str(path))
+    assert plan(spec2, src2).sizes == {"M": 4096, "N": 4096}
+
+
+def test_overridden_values_are_validated_like_written_ones(tmp_path):
+    assert problems(tmp_path, YAML, overrides=parse_overrides(["schedule.pipeline.max_concurrent_steps=17"])) == [
+        "F:21:57: schedule.pipeline.max_concurrent_steps: Input should be less than or equal to 16 (got 17)"]
+    assert problems(tmp_path, YAML, overrides=parse_overrides(["M=4100"])) == [
+        NOT_DIV.format(line=l, where=w, n=n) for l, w, n in OPERANDS]
+
+
+def test_override_errors_and_file_errors_reported_together(tmp_path):
+    text = edit(YAML, ("name: add_bf16", "name: 1abc"))
+    assert problems(tmp_path, text, overrides={"K": 1}) == [
+        f"F:2:7: name: '1abc' is not a legal name; {IDENT_RULE} (got '1abc')",
+        "F:6:10: op.sizes: -D K: no size named 'K'; sizes are: M, N"]
+
+
+# --------------------------------------------------------------------------------------------- the CLI
+
+def _cli(*args, cwd=ROOT):
+    env_path = str(ROOT)
+    import os
+    env = dict(os.environ, PYTHONPATH=env_path + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "schedgen", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=120)
+
+
+def test_cli_validate_bad_file_exits_2_with_located_lines(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(edit(YAML, ("name: add_bf16", "name: 1abc"), ("loop: nd_loop", "loop: dynamic")))
+    good = SPECS_DIR / "add_bf16.yaml"
+    res = _cli("validate", str(good), str(bad))
+    assert res.returncode == 2
+    assert res.stdout == f"{good}: ok (map 'add_bf16')\n"
+    assert res.stderr.splitlines() == [f"{bad}:2:7: name: '1abc' is not a legal name; {IDENT_RULE} (got '1abc')"]
+    assert "Traceback" not in res.stderr + res.stdout
+
+
+def test_cli_validate_plan_error_and_define(tmp_path):
+    res = _cli("validate", str(SPECS_DIR / "add_bf16.yaml"), "-D", "K=3")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.splitlines() == [f"{SPECS_DIR / 'add_bf16.yaml'}:6:10: op.sizes: -D K: no size named 'K'; "
+                                       "sizes are: M, N"]
+    res = _cli("validate", str(SPECS_DIR / "add_bf16.yaml"), "-D", "M=4100")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.splitlines()) == 3 and "(4100) is not a multiple of the block (32)" in res.stderr
+
+
+def test_cli_validate_missing_file(tmp_path):
+    res = _cli("validate", str(tmp_path / "nope.yaml"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"{tmp_path / 'nope.yaml'}:1:1: <file>: cannot read file: ")
+
+
+def test_cli_all_specs_valid():
+    files = [str(p) for p in sorted(SPECS_DIR.iterdir())]
+    res = _cli("validate", *files)
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.splitlines()) == len(files)
