@@ -146,8 +146,8 @@ def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| spec | backend | shape | dtype | time (ms) | GB/s or TFLOP/s | peer | peer (ms) | ratio | verified | rel. error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| spec | variant | backend | shape | dtype | time (ms) | GB/s or TFLOP/s | peer | peer (ms) | ratio | verified | "
+             "rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
         rate = f"{r['gbps']:.0f} GB/s" if r.get("gbps") else (f"{r['tflops']:.0f} TFLOP/s" if r.get("tflops") else "-")
@@ -155,6 +155,6 @@ def markdown(rows: list[dict]) -> str:
         pt = f"{r['peer_time_ms']:.4f}" if r.get("peer_time_ms") else "-"
         ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "-"
         err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
-        lines.append(f"| {r['spec']} | {r['backend']} | {shape} | {r['dtype']} | {t} | {rate} | {r.get('peer', '-')} | "
+        lines.append(f"| {r['spec']} | {r.get('variant', 'default')} | {r['backend']} | {shape} | {r['dtype']} | {t} | {rate} | {r.get('peer', '-')} | "
                      f"{pt} | {ratio} | {'yes' if r['verified'] else 'NO'} | {err} |")
     return "\n".join(lines) + "\n"

@@ -31,7 +31,6 @@ __device__ __forceinline__ uint8_t sg_f32_to_f8e5m2(float f) {
   uint16_t r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f)); return (uint8_t)(r & 0xffu);
 }
 __device__ __forceinline__ float sg_f32_to_f32(float f) { return f; }
-__device__ __forceinline__ float sg_f32_to_f32_load(float v) { return v; }
 
 // ---- the math the body may use (IEEE-accurate variants)
 __device__ __forceinline__ float sg_exp2(float x) { return exp2f(x); }
