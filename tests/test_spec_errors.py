@@ -1,6 +1,6 @@
 """Accept/reject tables for schedule files: every problem is one located line `FILE:LINE:COL: path: message`.
 
-The files are text edits of specs/add_bf16.yaml and specs/scale_f32.toml written into tmp_path; each rejected
+The files are text edits of tests/data/add_bf16.yaml and tests/data/scale_f32.toml (copies of bundled specs) written into tmp_path; each rejected
 case asserts the exact lines (position, field path and message), so a drifting column or a reworded hint fails.
 """
 from __future__ import annotations
@@ -15,8 +15,10 @@ from schedgen.errors import SpecErrors
 from schedgen.plan import plan
 from schedgen.spec.validate import load_spec, parse_overrides
 
-YAML = (SPECS_DIR / "add_bf16.yaml").read_text()
-TOML = (SPECS_DIR / "scale_f32.toml").read_text()
+# Frozen copies of two bundled specs, so that editing specs/ never moves the lines these tests expect.
+DATA_DIR = ROOT / "tests" / "data"
+YAML = (DATA_DIR / "add_bf16.yaml").read_text()
+TOML = (DATA_DIR / "scale_f32.toml").read_text()
 
 # Frequently edited lines of add_bf16.yaml (line numbers below refer to that file).
 X_SPEC = 'x: {block_shape: [32, 256], index_map: "(i, j)"}'            # line 16
@@ -336,7 +338,7 @@ def _cli(*args, cwd=ROOT):
 def test_cli_validate_bad_file_exits_2_with_located_lines(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(edit(YAML, ("name: add_bf16", "name: 1abc"), ("loop: nd_loop", "loop: dynamic")))
-    good = SPECS_DIR / "add_bf16.yaml"
+    good = DATA_DIR / "add_bf16.yaml"
     res = _cli("validate", str(good), str(bad))
     assert res.returncode == 2
     assert res.stdout == f"{good}: ok (map 'add_bf16')\n"
@@ -345,11 +347,11 @@ def test_cli_validate_bad_file_exits_2_with_located_lines(tmp_path):
 
 
 def test_cli_validate_plan_error_and_define(tmp_path):
-    res = _cli("validate", str(SPECS_DIR / "add_bf16.yaml"), "-D", "K=3")
+    res = _cli("validate", str(DATA_DIR / "add_bf16.yaml"), "-D", "K=3")
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.splitlines() == [f"{SPECS_DIR / 'add_bf16.yaml'}:6:10: op.sizes: -D K: no size named 'K'; "
+    assert res.stderr.splitlines() == [f"{DATA_DIR / 'add_bf16.yaml'}:6:10: op.sizes: -D K: no size named 'K'; "
                                        "sizes are: M, N"]
-    res = _cli("validate", str(SPECS_DIR / "add_bf16.yaml"), "-D", "M=4100")
+    res = _cli("validate", str(DATA_DIR / "add_bf16.yaml"), "-D", "M=4100")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.splitlines()) == 3 and "(4100) is not a multiple of the block (32)" in res.stderr
 
