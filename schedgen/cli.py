@@ -96,7 +96,8 @@ def cmd_verify(args) -> int:
     status, rows = EXIT_OK, []
     for path in args.files:
         try:
-            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=args.small,
+            small = args.small or (args.interpret and not args.full_size)
+            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small,
                                  seed=args.seed)
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
@@ -162,7 +163,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--interpret", action="store_true", help="run the Pallas kernel in Mosaic GPU interpret mode (CPU)")
-    p.add_argument("--small", action="store_true", help="shrink sizes to a few tiles per dimension")
+    p.add_argument("--small", action="store_true", help="shrink sizes to a few tiles per dimension "
+                                                       "(the default with --interpret)")
+    p.add_argument("--full-size", action="store_true", help="with --interpret: keep the spec's sizes (slow)")
     p.add_argument("--seed", type=int, default=None)
     _add_define(p)
     p.set_defaults(fn=cmd_verify)
