@@ -100,8 +100,14 @@ class Kernel:
         ok, why = driver.available()
         if not ok:
             raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
-        driver.ensure_context()
         kinds = [arrays.classify(a, o["name"]) for a, o in zip(args, self.inputs)]
+        views = {o["name"]: arrays.device_view(a, o["name"]) for a, k, o in zip(args, kinds, self.inputs)
+                 if k != "numpy"}
+        for a, o in zip(outs or (), self.outputs):
+            if arrays.classify(a) != "numpy":
+                views[f"out[{o['name']}]"] = arrays.device_view(a, o["name"])
+        device = arrays.same_device(views)   # every device array on one GPU, or a clear error
+        driver.ensure_context(max(device, 0))
         like = next((a for a, k in zip(args, kinds) if k != "numpy"), None)
         like_kind = arrays.classify(like) if like is not None else "numpy"
         keep: list[Any] = []
@@ -113,7 +119,7 @@ class Kernel:
                 keep.append(buf)
                 in_ptrs.append(buf.ptr)
             else:
-                in_ptrs.append(arrays.device_view(a, o["name"]).ptr)
+                in_ptrs.append(views[o["name"]].ptr)
         if outs is None:
             outs_obj, out_ptrs, host_outs = [], [], []
             for o in self.outputs:
