@@ -18,7 +18,7 @@ def explain_map(p) -> str:
     ]
     for o in p.operands:
         lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {str(list(o.shape)):18} block {list(o.block)} "
-                     f"index_map ({', '.join(o.index_map_py)})  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
+                     f"index_map {o.index_map}  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
                      f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
     for b in p.smem_buffers:

@@ -122,7 +122,7 @@ def test_swizzled_plan_details():
 def test_broadcast_operand_plan():
     p = _plan_file(SPECS_DIR / "gelu_bias_bf16.yaml")
     b = {o.name: o for o in p.inputs}["b"]
-    assert b.block == (256,) and b.tma_dims == (-1, 0) and b.index_map_py == ("j",)
+    assert b.block == (256,) and b.tma_dims == (-1, 0) and b.index_map_py == ("g_j",)
     assert b.tma_shape == (1, 4096) and b.tma.box == (1, 256)   # a vector is one row of a 2-D tensor map
     assert b.row_strides == (0,)          # every row of the tile reads the same bias row
     assert b.minor_bcast is False and p.temporaries == ("t_h",)
@@ -181,8 +181,8 @@ def test_index_map_arithmetic_that_agrees_is_accepted(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(text)
     p = _plan_file(path)
-    assert p.inputs[0].index_map_py == ("(i + 0)", "((j * 2) // 2)")
-    assert p.inputs[0].index_map_cxx == ("(i + 0)", "sg_floordiv((j * 2), 2)")
+    assert p.inputs[0].index_map_py == ("(g_i + 0)", "((g_j * 2) // 2)")
+    assert p.inputs[0].index_map_cxx == ("(g_i + 0)", "sg_floordiv((g_j * 2), 2)")
 
 
 def _eval_c_int(text: str, env: dict) -> int:
@@ -227,8 +227,8 @@ def _cxx_map_agrees(p, operand) -> bool:
     env_sizes = {f"S_{k}": v for k, v in p.sizes.items()}
     import itertools
     for point in itertools.product(*(range(g) for g in p.grid)):
-        env = dict(zip(p.grid_names, point)) | env_sizes
-        py = tuple(eval(e, {}, dict(zip(p.grid_names, point)) | p.sizes) for e in operand.index_map_py)
+        env = dict(zip(p.grid_vars, point)) | env_sizes
+        py = tuple(eval(e, {}, dict(zip(p.grid_vars, point)) | p.sizes) for e in operand.index_map_py)
         cxx = tuple(_eval_c_int(e, env) for e in operand.index_map_cxx)
         if py != cxx:
             return False

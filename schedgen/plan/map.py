@@ -12,13 +12,20 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, BlockSpec, SpecFile
 from .common import CTYPE, Problems, SmemBuffer, SmemMap, TmaBox, cdiv, occupancy, resolve_shape, tma_box
 from .hardware import Hardware
 
-DEFAULT_GRID_NAMES = ("i", "j", "k", "l", "m")
+# Default grid names: the first of these the spec does not use for something else.
+DEFAULT_GRID_NAMES = ("i", "j", "k", "l", "m", "n", "p", "q")
 MAX_CHECKED_POINTS = 1 << 16
+# The Pallas module's public functions, next to `def <spec name>(<input names>, interpret=None)`. Every other
+# name a template writes carries a prefix (g_, v_, t_, r_, c_, S_, in_, out_ ...) or a leading underscore, which
+# user names (a letter first, no sg_/__) can never collide with.
+MODULE_NAMES = frozenset({"make", "run_into"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,7 @@ class MapOperand:
     tma_strides: tuple[int, ...]   # bytes, numpy order
     block_bytes: int
     smem: SmemBuffer
+    index_map: str                 # as written (or defaulted); for people, never pasted into code
     index_map_cxx: tuple[str, ...]
     index_map_py: tuple[str, ...]
     row_strides: tuple[int, ...]   # per iteration dim except the minor: element-row stride in this block (0 = broadcast)
@@ -57,6 +65,7 @@ class MapPlan:
     backends: tuple[str, ...]
     grid: tuple[int, ...]
     grid_names: tuple[str, ...]
+    grid_vars: tuple[str, ...]                 # the identifiers generated code uses for them (g_<name>)
     num_tiles: int
     block: tuple[int, ...]
     tile_order: str
@@ -163,13 +172,17 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
                      f"block_shape has {len(iblock)} dimensions but the output has {rank}")
         return None, problems
     grid = tuple(cdiv(s, b) for s, b in zip(iter_shape, iblock))
-    grid_names = tuple(sch.grid_names) if sch.grid_names else DEFAULT_GRID_NAMES[:rank]
+    free = [g for g in DEFAULT_GRID_NAMES if g not in seen]
+    grid_names = tuple(sch.grid_names) if sch.grid_names else tuple(free[:rank])
     if len(grid_names) != rank:
         problems.add(("schedule", "grid_names"), f"give {rank} grid names (one per output dimension), got {len(grid_names)}")
-        grid_names = DEFAULT_GRID_NAMES[:rank]
-    for g in grid_names:
+        grid_names = tuple(free[:rank])
+    for d, g in enumerate(grid_names):
         if g in seen:
             problems.add(("schedule", "grid_names"), f"grid name '{g}' is already used in op.{seen[g][1]}")
+        elif g in grid_names[:d]:
+            problems.add(("schedule", "grid_names", d), f"grid name '{g}' is given twice; each dimension needs its own")
+    _check_module_names(spec, problems)
     if sch.grid is not None:
         _check_grid(sch.grid, grid, sizes, problems)
     if sch.persistent.tile_order == "planar_snake" and rank != 2:
@@ -218,6 +231,14 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
                      f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
                      f"use fewer stages or smaller blocks")
 
+    for n, v in sizes.items():
+        if v > ex.MAX_INT:
+            problems.add(("op", "sizes", n), f"size {v} does not fit the kernel's 32-bit int index math "
+                                             f"(at most {ex.MAX_INT})")
+    if math.prod(grid) > ex.MAX_INT:
+        problems.add(("schedule", "out_specs", out_names[0], "block_shape"),
+                     f"the output is cut into {math.prod(grid)} tiles; the kernel counts tiles in a 32-bit int "
+                     f"(at most {ex.MAX_INT}); use larger blocks")
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
     if problems or body is None or len(operands) != len(specs):
@@ -235,7 +256,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     names_cxx = {n: f"v_{n}" for n in ins}
     names_cxx.update({n: f"c_{n}" for n in op.constants})
     names_jnp = {n: f"v_{n}" for n in ins}
-    names_jnp.update({n: f"c_{n}" for n in op.constants})
+    names_jnp.update({n: f"_c_{n}" for n in op.constants})
     body_cxx, body_jnp, temps = [], [], []
     for target, value in body.statements:
         tname = f"r_{target}" if target in op.outputs else f"t_{target}"
@@ -253,7 +274,8 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     kname = "map_{}_{}_s{}_wg{}".format(spec.name, "x".join(map(str, iblock)), stages, sch.num_warpgroups)
     plan = MapPlan(
         family="map", name=spec.name, kernel_name=kname, sizes=sizes, constants=dict(op.constants),
-        backends=tuple(sch.backends), grid=grid, grid_names=grid_names, num_tiles=num_tiles, block=iblock,
+        backends=tuple(sch.backends), grid=grid, grid_names=grid_names, grid_vars=_grid_vars(grid_names),
+        num_tiles=num_tiles, block=iblock,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim, tile_width=sch.persistent.tile_width,
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes,
@@ -285,10 +307,27 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
                          f"'{o.name}' is broadcast, which Mosaic GPU's lane semantics cannot lay out; use warpgroup {hint}")
 
 
+def _grid_vars(grid_names) -> tuple[str, ...]:
+    return tuple(f"g_{g}" for g in grid_names)
+
+
+def _check_module_names(spec: SpecFile, problems: Problems) -> None:
+    """The spec name and input names are written as-is into the Pallas module's entry point."""
+    if spec.name in MODULE_NAMES:
+        problems.add(("name",), f"'{spec.name}' is the name of one of the Pallas module's own functions; avoid "
+                                f"{', '.join(sorted(MODULE_NAMES))}")
+    for n in spec.op.inputs:
+        if n in ("interpret", "make"):
+            problems.add(("op", "inputs", n), f"input name '{n}' clashes with the Pallas entry point "
+                                              f"(def {spec.name}(..., interpret=None) calls make()); choose another name")
+
+
 def _cxx_float(value: float) -> str:
+    """The exact C++ literal of ``value`` rounded to float32 (the model checked it is finite and in range)."""
+    value = float(np.float32(value))
     if not math.isfinite(value):
-        raise ValueError("constants must be finite")
-    return float(value).hex() + "f" if value != 0 else "0.0f"
+        raise ValueError("constants must be finite float32 values")
+    return value.hex() + "f" if value != 0 else "0.0f"
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -414,8 +453,11 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
         name=name, cname=cname(role, name), role=role, dtype=dtype, ctype=CTYPE[dtype], itemsize=isz, shape=shape,
         block=block, tma=box, tma_dims=kept, tma_shape=tma_shape, tma_strides=tma_strides,
         block_bytes=block_bytes, smem=buf,
-        index_map_cxx=tuple(ex.render_cxx_int(e, {g: g for g in grid_names} | {s: f"S_{s}" for s in sizes}) for e in imap),
-        index_map_py=tuple(ex.render_py_int(e, {g: g for g in grid_names} | {s: str(sizes[s]) for s in sizes}) for e in imap),
+        index_map=text,
+        index_map_cxx=tuple(ex.render_cxx_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
+                                              {s: f"S_{s}" for s in sizes}) for e in imap),
+        index_map_py=tuple(ex.render_py_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
+                                            {s: str(sizes[s]) for s in sizes}) for e in imap),
         row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
         oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", tiling=tiling,
         transpose=None,
@@ -429,10 +471,14 @@ def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, s
     if total <= MAX_CHECKED_POINTS:
         points = itertools.product(*(range(g) for g in grid))
     else:
-        points = itertools.product(*({0, 1, g // 2, g - 1} for g in grid))
+        points = itertools.product(*(sorted({p for p in (0, 1, g // 2, g - 1) if p < g}) for g in grid))
     for point in points:
         env = dict(zip(grid_names, point)) | dict(sizes)
-        got = tuple(ex.eval_int(e, env) for e in imap)
+        try:
+            got = tuple(ex.eval_int(e, env) for e in imap)
+        except ex.ExprError as err:
+            problems.add((*path, "index_map"), f"{err.message} at grid point {point}")
+            return
         want = tuple(point[off + d] * iblock[off + d] // block[d] if not (block[d] == 1 and shape[d] == 1) else 0
                      for d in range(rank))
         if got != want:

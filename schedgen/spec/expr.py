@@ -158,6 +158,11 @@ def _literal_problem(value: object, integer: bool) -> str | None:
     return None
 
 
+def check_float32(value: float) -> str | None:
+    """None when ``value`` is a finite float32-representable constant (not flushed to 0), else why not."""
+    return _literal_problem(float(value), False)
+
+
 def _pow_exponent(node: ast.BinOp) -> int | None:
     """The exponent of ``x ** n`` when n is an allowed integer literal, else None."""
     right = node.right

@@ -21,6 +21,8 @@ else:  # pragma: no cover
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
+MAX_DEPTH = 100  # nesting of mappings and lists; also stops recursive aliases (&a [*a])
+_TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a schedule file needs a handful"
 
 
 def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
@@ -63,6 +65,9 @@ class _Walker:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise SpecErrors([Problem(path, f"document has more than {MAX_NODES} values (alias bomb?)")], self.src)
+        if len(path) > MAX_DEPTH:
+            raise SpecErrors([Problem((), f"{_TOO_DEEP} (an alias that contains itself?)", pos=self.pos(node))],
+                             self.src)
         self.src.positions[path] = self.pos(node)
         if isinstance(node, yaml.MappingNode):
             out: dict = {}
@@ -99,9 +104,15 @@ class _Walker:
 
     def scalar(self, node, path: tuple) -> Any:
         tag = node.tag
-        if tag.startswith("tag:yaml.org,2002:") and tag.rsplit(":", 1)[1] in (
-                "str", "int", "float", "bool", "null"):
-            return self.constructor.construct_object(node, deep=True)
+        kind = tag.rsplit(":", 1)[-1]
+        if tag.startswith("tag:yaml.org,2002:") and kind in ("str", "int", "float", "bool", "null"):
+            try:
+                return self.constructor.construct_object(node, deep=True)
+            except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError):
+                # an explicit tag on text it cannot read: `!!int abc`, `!!bool maybe`, `!!float ''`
+                self.problems.append(Problem(path, f"{node.value!r} is not a valid !!{kind} value; write a plain "
+                                                   f"{kind} (or drop the tag)", pos=self.pos(node)))
+                return None
         self.problems.append(Problem(path, f"YAML tag '{tag}' is not allowed; use plain values", pos=self.pos(node)))
         return None
 
@@ -134,6 +145,8 @@ def load_yaml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
         raise SpecErrors([Problem((), f"YAML syntax error: {msg}", pos=pos)], src)
     except yaml.YAMLError as exc:
         raise SpecErrors([Problem((), f"YAML error: {exc}", pos=Pos(1, 1))], src)
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise SpecErrors([Problem((), _TOO_DEEP, pos=Pos(1, 1))], src) from None
     if node is None:
         raise SpecErrors([Problem((), "file is empty", pos=Pos(1, 1))], src)
     walker = _Walker(src, name)
@@ -175,6 +188,8 @@ def load_toml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
         pos = Pos(int(m.group(1)), int(m.group(2))) if m else Pos(1, 1)
         msg = _TOML_ERR.sub("", str(exc)).strip()
         raise SpecErrors([Problem((), f"TOML syntax error: {msg}", pos=pos)], src)
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise SpecErrors([Problem((), _TOO_DEEP, pos=Pos(1, 1))], src) from None
     _locate_toml(text, data, src)
     return data, src
 

@@ -8,11 +8,12 @@ hardware limits) live in the plan stage, which reports them with the same locati
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from .expr import check_identifier
+from .expr import check_float32, check_identifier
 
 DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
@@ -25,7 +26,25 @@ def _ident(value: str) -> str:
     return value
 
 
+def _f32(value: float) -> float:
+    why = check_float32(value)
+    if why:
+        raise ValueError(why)
+    return value
+
+
+def _tune_key(value: str) -> str:
+    """A dotted field path: each part a legal name, optionally indexed (schedule.in_specs.x.block_shape[0])."""
+    for part in value.split("."):
+        why = check_identifier(part.split("[", 1)[0])
+        if why or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*(\[[0-9]+\])*", part):
+            raise ValueError(f"{value!r} is not a field path: write dotted names with optional [index], e.g. "
+                             f"schedule.pipeline.max_concurrent_steps" + (f" ({why})" if why else ""))
+    return value
+
+
 Ident = Annotated[str, AfterValidator(_ident)]
+Float32 = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_f32)]
 Dim = Union[Annotated[int, Field(ge=1, le=1 << 31)], Ident]  # a literal extent or a size name
 IntExpr = Union[Annotated[int, Field(ge=1)], Annotated[str, Field(min_length=1, max_length=200)]]
 
@@ -47,7 +66,7 @@ class MapOp(Model):
     """N-ary elementwise kernel: `body` assigns every output from the inputs (numpy broadcasting)."""
     kind: Literal["map"]
     sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
-    constants: dict[Ident, float] = Field(default_factory=dict)
+    constants: dict[Ident, Float32] = Field(default_factory=dict)
     inputs: dict[Ident, Operand] = Field(min_length=1, max_length=16)
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=8)
     body: str = Field(min_length=1, max_length=4000)
@@ -125,7 +144,7 @@ class Schedule(Model):
 
 class Tune(Model):
     """Values to sweep: dotted field paths into the file -> candidate values; constraints over them."""
-    params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$")],
+    params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$"), AfterValidator(_tune_key)],
                  list[Union[int, float, str, bool]]] = Field(default_factory=dict)
     constraints: list[Annotated[str, Field(max_length=400)]] = Field(default_factory=list)
 

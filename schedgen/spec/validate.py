@@ -106,7 +106,7 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
 def _message(err: Mapping[str, Any], loc: tuple) -> str:
     kind = err["type"]
     value = err.get("input")
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc:
         model = _model_at(loc[:-1])
         allowed = list(model.model_fields) if model else []
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
@@ -127,11 +127,30 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     return msg
 
 
-def _collapse_union_errors(errors: list[dict]) -> list[dict]:
+def _data_loc(loc: tuple, data: Any) -> tuple:
+    """`loc` without pydantic's union-member tags ('int', "literal['auto']", ...): the parts that index the data.
+
+    Walking the data tells a tag from a user's key of the same name (a mapping key may well be 'int')."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and part == "[key]":
+            pass  # the error is about the key itself (its value stays the current node's entry)
+        elif isinstance(part, str) and (part.startswith(("int", "str", "literal[", "function-after[", "constrained-"))
+                                        or part in ("float", "bool")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
     """Pydantic reports one error per union member; keep the most specific one per location."""
     by_loc: dict[tuple, list[dict]] = {}
     for err in errors:
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith(("int", "str", "literal[", "function-after[", "constrained-")) or p in ("str", "int", "float", "bool"))))
+        loc = _data_loc(tuple(err["loc"]), data)
         by_loc.setdefault(loc, []).append(dict(err, loc=loc))
     out = []
     for loc, errs in by_loc.items():
@@ -157,7 +176,7 @@ def validate_data(data: Any, src: SourceMap) -> SpecFile:
         return SpecFile.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for err in _collapse_union_errors(exc.errors(include_url=False)):
+        for err in _collapse_union_errors(exc.errors(include_url=False), data):
             loc = tuple(err["loc"])
             pos = src.key_positions.get(loc) if err["type"] == "extra_forbidden" else None
             problems.append(Problem(loc, _message(err, loc), pos=pos))

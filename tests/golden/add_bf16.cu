@@ -102,9 +102,9 @@ constexpr uint32_t kFullBarrier = 163840;
 [[maybe_unused]] constexpr int S_N = 4096;
 
 // Linear tile index -> grid index (row_major order).
-__device__ __forceinline__ void tile_coords(int t, int& i, int& j) {
-  j = t % 16; t /= 16;
-  i = t % 128;
+__device__ __forceinline__ void tile_coords(int t, int& g_i, int& g_j) {
+  g_j = t % 16; t /= 16;
+  g_i = t % 128;
 }
 
 // ---- input 'x': bf16 (4096, 4096), block (32, 256), TMA box (32, 256) x 1, swizzle 0
@@ -167,18 +167,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) map_add_bf16_32x256_s4_wg2(
 
   // Issue the TMA loads of this block's k-th tile into stage s (one thread).
   auto issue_loads = [&](int k, int s) {
-    int i, j;
-    tile_coords((int)blockIdx.x + k * num_blocks, i, j);
+    int g_i, g_j;
+    tile_coords((int)blockIdx.x + k * num_blocks, g_i, g_j);
     const uint32_t bar = smem_base + kFullBarrier + 8u * s;
     sg_mbar_expect_tx(bar, kTxBytes);
     {
-      const int b0 = i;
-      const int b1 = j;
+      const int b0 = g_i;
+      const int b1 = g_j;
       sg_tma_load_2d(smem_base + 0u + (uint32_t)s * 16384u + 0u, &tm_in_x, bar, b1 * 256, b0 * 32);
     }
     {
-      const int b0 = i;
-      const int b1 = j;
+      const int b0 = g_i;
+      const int b1 = g_j;
       sg_tma_load_2d(smem_base + 65536u + (uint32_t)s * 16384u + 0u, &tm_in_y, bar, b1 * 256, b0 * 32);
     }
   };
@@ -229,11 +229,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) map_add_bf16_32x256_s4_wg2(
     if (tid == 0) sg_bulk_wait_read0();
     __syncthreads();
     if (tid == 0) {
-      int i, j;
-      tile_coords((int)blockIdx.x + k * num_blocks, i, j);
+      int g_i, g_j;
+      tile_coords((int)blockIdx.x + k * num_blocks, g_i, g_j);
       {
-        const int b0 = i;
-        const int b1 = j;
+        const int b0 = g_i;
+        const int b1 = g_j;
         sg_tma_store_2d(&tm_out_o, smem_base + 131072u + (uint32_t)ob * 16384u + 0u, b1 * 256, b0 * 32);
       }
       sg_bulk_commit();

@@ -39,12 +39,12 @@ def _body(in_x_gmem, in_y_gmem, out_o_gmem, out_o_smem):
     my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
 
     def _map_in_x(k):
-        i, j = _tile(cta, k)
-        return (i, j)
+        g_i, g_j = _tile(cta, k)
+        return (g_i, g_j)
 
     def _map_in_y(k):
-        i, j = _tile(cta, k)
-        return (i, j)
+        g_i, g_j = _tile(cta, k)
+        return (g_i, g_j)
 
     def step(indices, in_x_s, in_y_s):
         (k,) = indices
@@ -55,8 +55,8 @@ def _body(in_x_gmem, in_y_gmem, out_o_gmem, out_o_smem):
         plgpu.wait_smem_to_gmem(1, wait_read_only=True)
         out_o_smem[slot] = jnp.broadcast_to(r_o, [32, 256]).astype(_DTYPES["bf16"])
         plgpu.commit_smem()
-        i, j = _tile(cta, k)
-        (b0, b1, ) = (i, j,)
+        g_i, g_j = _tile(cta, k)
+        (b0, b1, ) = (g_i, g_j,)
         plgpu.copy_smem_to_gmem(
             out_o_smem.at[slot],
             out_o_gmem.at[pl.ds(b0 * 32, 32), pl.ds(b1 * 256, 256)])

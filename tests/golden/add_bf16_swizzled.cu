@@ -102,7 +102,7 @@ constexpr uint32_t kFullBarrier = 163840;
 [[maybe_unused]] constexpr int S_N = 4096;
 
 // Linear tile index -> grid index (planar_snake order).
-__device__ __forceinline__ void tile_coords(int t, int& i, int& j) {
+__device__ __forceinline__ void tile_coords(int t, int& g_i, int& g_j) {
   const int major = 64, minor = 32, width = 4;
   const int tile_size = width * major, full_tiles = minor / width;
   int tile = t / tile_size, pos = t % tile_size, w = width;
@@ -110,8 +110,8 @@ __device__ __forceinline__ void tile_coords(int t, int& i, int& j) {
   const int minor_idx = tile * width + pos % w;
   int major_idx = pos / w;
   if (tile & 1) major_idx = major - 1 - major_idx;
-  j = minor_idx;
-  i = major_idx;
+  g_j = minor_idx;
+  g_i = major_idx;
 }
 
 // ---- input 'x': bf16 (4096, 4096), block (64, 128), TMA box (64, 64) x 2, swizzle 128
@@ -177,19 +177,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) map_add_bf16_swizzled_64x12
 
   // Issue the TMA loads of this block's k-th tile into stage s (one thread).
   auto issue_loads = [&](int k, int s) {
-    int i, j;
-    tile_coords((int)blockIdx.x + k * num_blocks, i, j);
+    int g_i, g_j;
+    tile_coords((int)blockIdx.x + k * num_blocks, g_i, g_j);
     const uint32_t bar = smem_base + kFullBarrier + 8u * s;
     sg_mbar_expect_tx(bar, kTxBytes);
     {
-      const int b0 = i;
-      const int b1 = j;
+      const int b0 = g_i;
+      const int b1 = g_j;
       sg_tma_load_2d(smem_base + 0u + (uint32_t)s * 16384u + 0u, &tm_in_x, bar, b1 * 128, b0 * 64);
       sg_tma_load_2d(smem_base + 0u + (uint32_t)s * 16384u + 8192u, &tm_in_x, bar, b1 * 128 + 64, b0 * 64);
     }
     {
-      const int b0 = i;
-      const int b1 = j;
+      const int b0 = g_i;
+      const int b1 = g_j;
       sg_tma_load_2d(smem_base + 65536u + (uint32_t)s * 16384u + 0u, &tm_in_y, bar, b1 * 128, b0 * 64);
       sg_tma_load_2d(smem_base + 65536u + (uint32_t)s * 16384u + 8192u, &tm_in_y, bar, b1 * 128 + 64, b0 * 64);
     }
@@ -241,11 +241,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) map_add_bf16_swizzled_64x12
     if (tid == 0) sg_bulk_wait_read0();
     __syncthreads();
     if (tid == 0) {
-      int i, j;
-      tile_coords((int)blockIdx.x + k * num_blocks, i, j);
+      int g_i, g_j;
+      tile_coords((int)blockIdx.x + k * num_blocks, g_i, g_j);
       {
-        const int b0 = i;
-        const int b1 = j;
+        const int b0 = g_i;
+        const int b1 = g_j;
         sg_tma_store_2d(&tm_out_o, smem_base + 131072u + (uint32_t)ob * 16384u + 0u, b1 * 128, b0 * 64);
         sg_tma_store_2d(&tm_out_o, smem_base + 131072u + (uint32_t)ob * 16384u + 8192u, b1 * 128 + 64, b0 * 64);
       }

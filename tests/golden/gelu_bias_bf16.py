@@ -39,16 +39,16 @@ def _body(in_x_gmem, in_w_gmem, in_b_gmem, out_y_gmem, out_y_smem):
     my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
 
     def _map_in_x(k):
-        i, j = _tile(cta, k)
-        return (i, j)
+        g_i, g_j = _tile(cta, k)
+        return (g_i, g_j)
 
     def _map_in_w(k):
-        i, j = _tile(cta, k)
-        return (i, j)
+        g_i, g_j = _tile(cta, k)
+        return (g_i, g_j)
 
     def _map_in_b(k):
-        i, j = _tile(cta, k)
-        return (j,)
+        g_i, g_j = _tile(cta, k)
+        return (g_j,)
 
     def step(indices, in_x_s, in_w_s, in_b_s):
         (k,) = indices
@@ -61,8 +61,8 @@ def _body(in_x_gmem, in_w_gmem, in_b_gmem, out_y_gmem, out_y_smem):
         plgpu.wait_smem_to_gmem(1, wait_read_only=True)
         out_y_smem[slot] = jnp.broadcast_to(r_y, [32, 256]).astype(_DTYPES["bf16"])
         plgpu.commit_smem()
-        i, j = _tile(cta, k)
-        (b0, b1, ) = (i, j,)
+        g_i, g_j = _tile(cta, k)
+        (b0, b1, ) = (g_i, g_j,)
         plgpu.copy_smem_to_gmem(
             out_y_smem.at[slot],
             out_y_gmem.at[pl.ds(b0 * 32, 32), pl.ds(b1 * 256, 256)])

@@ -104,10 +104,10 @@ constexpr uint32_t kFullBarrier = 98304;
 [[maybe_unused]] constexpr float c_scale = 0x1.4000000000000p+1f;
 
 // Linear tile index -> grid index (row_major order).
-__device__ __forceinline__ void tile_coords(int t, int& b, int& i, int& j) {
-  j = t % 32; t /= 32;
-  i = t % 128; t /= 128;
-  b = t % 8;
+__device__ __forceinline__ void tile_coords(int t, int& g_b, int& g_i, int& g_j) {
+  g_j = t % 32; t /= 32;
+  g_i = t % 128; t /= 128;
+  g_b = t % 8;
 }
 
 // ---- input 'x': f32 (8, 4096, 4096), block (1, 32, 128), TMA box (1, 32, 128) x 1, swizzle 0
@@ -155,14 +155,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) map_scale_f32_1x32x128_s4_w
 
   // Issue the TMA loads of this block's k-th tile into stage s (one thread).
   auto issue_loads = [&](int k, int s) {
-    int b, i, j;
-    tile_coords((int)blockIdx.x + k * num_blocks, b, i, j);
+    int g_b, g_i, g_j;
+    tile_coords((int)blockIdx.x + k * num_blocks, g_b, g_i, g_j);
     const uint32_t bar = smem_base + kFullBarrier + 8u * s;
     sg_mbar_expect_tx(bar, kTxBytes);
     {
-      const int b0 = b;
-      const int b1 = i;
-      const int b2 = j;
+      const int b0 = g_b;
+      const int b1 = g_i;
+      const int b2 = g_j;
       sg_tma_load_3d(smem_base + 0u + (uint32_t)s * 16384u + 0u, &tm_in_x, bar, b2 * 128, b1 * 32, b0 * 1);
     }
   };
@@ -209,12 +209,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) map_scale_f32_1x32x128_s4_w
     if (tid == 0) sg_bulk_wait_read0();
     __syncthreads();
     if (tid == 0) {
-      int b, i, j;
-      tile_coords((int)blockIdx.x + k * num_blocks, b, i, j);
+      int g_b, g_i, g_j;
+      tile_coords((int)blockIdx.x + k * num_blocks, g_b, g_i, g_j);
       {
-        const int b0 = b;
-        const int b1 = i;
-        const int b2 = j;
+        const int b0 = g_b;
+        const int b1 = g_i;
+        const int b2 = g_j;
         sg_tma_store_3d(&tm_out_o, smem_base + 65536u + (uint32_t)ob * 16384u + 0u, b2 * 128, b1 * 32, b0 * 1);
       }
       sg_bulk_commit();

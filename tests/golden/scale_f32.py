@@ -12,7 +12,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 NUM_BLOCKS = 264
 NUM_TILES = 32768
 GRID = [8, 128, 32]
-c_scale = 2.5
+_c_scale = 2.5
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
 
 
@@ -40,19 +40,19 @@ def _body(in_x_gmem, out_o_gmem, out_o_smem):
     my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
 
     def _map_in_x(k):
-        b, i, j = _tile(cta, k)
-        return (b, i, j)
+        g_b, g_i, g_j = _tile(cta, k)
+        return (g_b, g_i, g_j)
 
     def step(indices, in_x_s):
         (k,) = indices
         slot = lax.rem(k, 2)
         v_x = in_x_s[...].astype(jnp.float32)
-        r_o = (v_x * c_scale)
+        r_o = (v_x * _c_scale)
         plgpu.wait_smem_to_gmem(1, wait_read_only=True)
         out_o_smem[slot] = jnp.broadcast_to(r_o, [1, 32, 128]).astype(_DTYPES["f32"])
         plgpu.commit_smem()
-        b, i, j = _tile(cta, k)
-        (b0, b1, b2, ) = (b, i, j,)
+        g_b, g_i, g_j = _tile(cta, k)
+        (b0, b1, b2, ) = (g_b, g_i, g_j,)
         plgpu.copy_smem_to_gmem(
             out_o_smem.at[slot],
             out_o_gmem.at[pl.ds(b0 * 1, 1), pl.ds(b1 * 32, 32), pl.ds(b2 * 128, 128)])
