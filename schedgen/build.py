@@ -89,7 +89,14 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
 def package(built: Built, out_dir: str | Path) -> Path:
     """Write `out_dir/<name>/` importable as a Python package exposing the kernel function."""
     from .render import environment
-    dest = Path(out_dir) / built.name
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    init = out_dir / "__init__.py"
+    if not init.exists():
+        # A regular package, so `import build.<name>` finds this folder before an installed package of the same
+        # name (a folder without __init__.py is only a namespace portion, which any regular package shadows).
+        init.write_text('"""Kernels built by schedgen."""\n')
+    dest = out_dir / built.name
     tmp = dest.with_name(f".{built.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)

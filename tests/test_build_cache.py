@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SPECS_DIR
+from conftest import ROOT, SPECS_DIR, spec_files
 from schedgen.build import build_spec, package
 from schedgen.cache import INDEX, Cache, default_root
 
@@ -157,3 +157,20 @@ def test_package_pallas_backend_in_interpret_mode(pkg):
     assert isinstance(out, np.ndarray) and out.dtype == x.dtype and out.shape == (64, 512)
     want = (x.astype(np.float32) + y.astype(np.float32)).astype(x.dtype)
     np.testing.assert_array_equal(out, want)
+
+
+def test_output_folder_wins_over_an_installed_package_of_the_same_name(tmp_path):
+    """`schedgen build -o build` then `import build.add_bf16`: pypa's `build` package must not shadow it."""
+    import subprocess
+    import sys as _sys
+    decoy = tmp_path / "site" / "build"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("DECOY = True\n")
+    work = tmp_path / "work"
+    built = build_spec(str(spec_files()[0]), cache=Cache(tmp_path / "cache"))
+    package(built, work / "build")
+    code = f"import build.{built.name} as k; print(k.{built.name}.__name__)"
+    env = {"PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    res = subprocess.run([_sys.executable, "-c", code], cwd=work, capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-1500:]
+    assert res.stdout.strip() == built.name
