@@ -51,6 +51,7 @@ class MapOperand:
     minor_bcast: bool              # the minor dim is broadcast: one value per row, splatted
     rows: int                      # rows of the SMEM block (product of the non-minor block dims)
     oob_fill: str                  # "zero" | "nan": what TMA loads beyond the array's end
+    delay_release: int             # pipeline steps a stage stays alive after its step
     tiling: tuple[int, ...] | None
     transpose: tuple[int, ...] | None
 
@@ -83,6 +84,7 @@ class MapPlan:
     smem_bytes: int
     full_barrier: SmemBuffer
     full_arrivals: int
+    delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
     tx_bytes: int
     body_cxx: tuple[tuple[str, str], ...]      # (target, C++ float expression); targets are out_<name> or t_<name>
     body_jnp: tuple[tuple[str, str], ...]
@@ -90,6 +92,8 @@ class MapPlan:
     constants_cxx: tuple[tuple[str, str], ...]  # (identifier, exact float literal)
     approx_math: bool
     lowering_semantics: str
+    unsafe_no_auto_barriers: bool
+    profile_space: int
     persistent: bool
     bytes_moved: int                            # the minimum GMEM traffic: each input read once, each output written once
 
@@ -241,6 +245,9 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
                      f"(at most {ex.MAX_INT}); use larger blocks")
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
+    if "cuda" in sch.backends and sch.compiler_params.profile_space:
+        problems.add(("schedule", "compiler_params", "profile_space"),
+                     "in-kernel profiling is a Pallas (Mosaic GPU) feature; set schedule.backends: [pallas] to use it")
     if problems or body is None or len(operands) != len(specs):
         return None, problems
 
@@ -279,10 +286,12 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim, tile_width=sch.persistent.tile_width,
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes,
-        full_barrier=full, full_arrivals=full_arrivals, tx_bytes=tx, body_cxx=tuple(body_cxx), body_jnp=tuple(body_jnp),
+        full_barrier=full, full_arrivals=full_arrivals, delay_release=max(o.delay_release for o in inputs), tx_bytes=tx, body_cxx=tuple(body_cxx), body_jnp=tuple(body_jnp),
         temporaries=tuple(temps),
         constants_cxx=tuple((f"c_{n}", _cxx_float(v)) for n, v in op.constants.items()),
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
+        unsafe_no_auto_barriers=sch.compiler_params.unsafe_no_auto_barriers,
+        profile_space=sch.compiler_params.profile_space,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
     )
     return plan, problems
@@ -370,7 +379,10 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
             legal = f"{want}" + (" (or 1 to broadcast, if the array's dimension is 1)" if shape[d] == 1 else "")
             problems.add((*path, "block_shape", d),
                          f"block dimension {d} of '{name}' is {block[d]}; elementwise blocks follow the output block: {legal}")
-    if bs.memory_space != "smem":
+    if bs.memory_space == "tmem":
+        problems.add((*path, "memory_space"), "tensor memory (TMEM) exists on Blackwell (sm_100a) only; the H200 "
+                                              "has none (use smem)")
+    elif bs.memory_space != "smem":
         problems.add((*path, "memory_space"), f"the map family streams every operand through SMEM with TMA; "
                                               f"memory_space '{bs.memory_space}' is not supported here (use smem)")
     if bs.collective_axes:
@@ -459,7 +471,7 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
         index_map_py=tuple(ex.render_py_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
                                             {s: str(sizes[s]) for s in sizes}) for e in imap),
         row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
-        oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", tiling=tiling,
+        oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tiling,
         transpose=None,
     )
 

@@ -89,7 +89,7 @@ class BlockSpec(Model):
     """Which block of a GMEM array one pipeline step sees, and how it is laid out in SMEM."""
     block_shape: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=5)
     index_map: str | None = Field(default=None, max_length=400)
-    memory_space: Literal["smem", "gmem", "regs"] = "smem"
+    memory_space: Literal["smem", "gmem", "regs", "tmem"] = "smem"
     transforms: Transforms = Transforms()
     delay_release: Annotated[int, Field(ge=0, le=8)] = 0
     collective_axes: list[Ident] = Field(default_factory=list, max_length=2)

@@ -61,8 +61,8 @@ def _body(in_x_gmem, in_y_gmem, out_o_gmem, out_o_smem):
         step,
         grid=(my_tiles,),
         in_specs=[
-            plgpu.BlockSpec([64, 128], _map_in_x, transforms=_transforms((8, 64,), 128)),
-            plgpu.BlockSpec([64, 128], _map_in_y, transforms=_transforms((8, 64,), 128)),
+            plgpu.BlockSpec([64, 128], _map_in_x, delay_release=0, transforms=_transforms((8, 64,), 128)),
+            plgpu.BlockSpec([64, 128], _map_in_y, delay_release=0, transforms=_transforms((8, 64,), 128)),
         ],
         max_concurrent_steps=4,
     )(in_x_gmem, in_y_gmem)
@@ -82,6 +82,8 @@ def make(interpret=None, outputs_as_refs=False):
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=False,
+            unsafe_no_auto_barriers=False,
+            profile_space=0,
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,
         ),
         interpret=interpret,

@@ -71,9 +71,9 @@ def _body(in_x_gmem, in_w_gmem, in_b_gmem, out_y_gmem, out_y_smem):
         step,
         grid=(my_tiles,),
         in_specs=[
-            plgpu.BlockSpec([32, 256], _map_in_x, transforms=_transforms(None, 0)),
-            plgpu.BlockSpec([32, 256], _map_in_w, transforms=_transforms(None, 0)),
-            plgpu.BlockSpec([256], _map_in_b, transforms=_transforms(None, 0)),
+            plgpu.BlockSpec([32, 256], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
+            plgpu.BlockSpec([32, 256], _map_in_w, delay_release=0, transforms=_transforms(None, 0)),
+            plgpu.BlockSpec([256], _map_in_b, delay_release=0, transforms=_transforms(None, 0)),
         ],
         max_concurrent_steps=3,
     )(in_x_gmem, in_w_gmem, in_b_gmem)
@@ -93,6 +93,8 @@ def make(interpret=None, outputs_as_refs=False):
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=True,
+            unsafe_no_auto_barriers=False,
+            profile_space=0,
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,
         ),
         interpret=interpret,

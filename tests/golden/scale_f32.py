@@ -61,7 +61,7 @@ def _body(in_x_gmem, out_o_gmem, out_o_smem):
         step,
         grid=(my_tiles,),
         in_specs=[
-            plgpu.BlockSpec([1, 32, 128], _map_in_x, transforms=_transforms(None, 0)),
+            plgpu.BlockSpec([1, 32, 128], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
         ],
         max_concurrent_steps=4,
     )(in_x_gmem)
@@ -81,6 +81,8 @@ def make(interpret=None, outputs_as_refs=False):
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=False,
+            unsafe_no_auto_barriers=False,
+            profile_space=0,
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,
         ),
         interpret=interpret,
