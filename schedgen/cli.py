@@ -86,7 +86,11 @@ def _backends(arg: str) -> list[str]:
 
 
 def cmd_verify(args) -> int:
-    from .verify import verify_file
+    import math
+
+    from .build import build_spec
+    from .verify import Check, verify_file
+    from .watchdog import call_with_timeout
     backends = _backends(args.backend)
     if args.interpret and "cuda" in backends:
         if args.backend == "all":
@@ -95,14 +99,20 @@ def cmd_verify(args) -> int:
             raise SystemExit("schedgen: --interpret runs the Pallas backend on the CPU; use --backend pallas")
     status, rows = EXIT_OK, []
     for path in args.files:
+        small = args.small or (args.interpret and not args.full_size)
         try:
-            small = args.small or (args.interpret and not args.full_size)
-            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small,
-                                 seed=args.seed)
+            name = build_spec(path, _overrides(args)).name  # spec errors are reported here, in this process
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
+        if args.timeout <= 0:
+            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed)
+        else:
+            run = call_with_timeout(verify_file, path, backends, _overrides(args), timeout=args.timeout,
+                                    interpret=args.interpret, small=small, seed=args.seed)
+            checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
+                                                     0.0, False, f"{run.status}: {run.detail}")]
         for c in checks:
             rows.append(c)
             if not c.ok and status == EXIT_OK:
@@ -167,6 +177,8 @@ def parser() -> argparse.ArgumentParser:
                                                        "(the default with --interpret)")
     p.add_argument("--full-size", action="store_true", help="with --interpret: keep the spec's sizes (slow)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per spec before its run is stopped as hung (0: run in this process, no watchdog)")
     _add_define(p)
     p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("bench", help="time kernels against their peers (GPU)")

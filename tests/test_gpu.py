@@ -133,3 +133,17 @@ def test_jax_in_jax_out(add_module):
     assert rel_error(np.asarray(out), _expected(built, inputs["x"], inputs["y"])) < 1e-2
     out_p = mod.add_bf16(x, y, backend="pallas")
     assert rel_error(np.asarray(out_p), _expected(built, inputs["x"], inputs["y"])) < 1e-2
+
+
+def test_deadlocked_kernel_is_stopped_by_the_watchdog():
+    """A barrier that expects 2 arrivals but gets 1 never completes: verify must stop it and say so."""
+    import os
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-m", "schedgen", "verify", "--backend", "cuda", "--timeout", "30",
+                          str(root / "tests/data/deadlock_bf16.yaml")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    (row,) = [line for line in res.stdout.splitlines() if line.startswith("deadlock_bf16")]
+    assert "timeout: did not finish within 30 s" in row
