@@ -4,7 +4,7 @@ Run on the device machine: python3 bench/probe.py CUBIN
 Checks that a cubin built here by pip's newest NVRTC loads under the machine's driver,
 and reads the copy bandwidth ceiling.
 """
-import json, sys, time, subprocess
+import json, sys, subprocess
 
 out = {}
 from cuda.bindings import driver as cu
@@ -42,11 +42,10 @@ for _ in range(20):
     s.record(); y.copy_(x); e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
 ts.sort(); t = ts[len(ts)//2]
 out["copy_gbps"] = 2 * x.numel() * 2 / (t * 1e-3) / 1e9
-import jax, jaxlib
+import jax
 out["jax"] = jax.__version__; out["devices"] = str(jax.devices())
 import pydantic; out["pydantic"] = pydantic.VERSION
 try:
-    import jax.numpy as jnp
     from jax.experimental.pallas import mosaic_gpu as plgpu
     out["plgpu_names"] = sorted(n for n in dir(plgpu) if not n.startswith("_"))
 except Exception as ex:

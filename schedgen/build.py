@@ -12,7 +12,7 @@ from . import plan as planner
 from .cache import Cache, digest, key_of
 from .cuda.compile import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import SourceMap
-from .render import render, template_dir, templates_hash
+from .render import render, templates_hash
 from .spec.model import SpecFile
 from .spec.validate import load_spec
 

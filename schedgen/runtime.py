@@ -69,7 +69,6 @@ class Kernel:
 
     def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: int = 0) -> Callable[[], None]:
         """A zero-argument launcher over fixed device arrays (tensor maps encoded once): for benchmarks."""
-        from .cuda import driver
         ins_v = [arrays.device_view(a, o["name"]) for a, o in zip(args, self.inputs)]
         outs_v = [arrays.device_view(a, o["name"]) for a, o in zip(outs, self.outputs)]
         return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream)

@@ -12,7 +12,6 @@ import ast
 import copy
 import math
 import os
-import re
 
 import pytest
 from hypothesis import HealthCheck, assume, event, example, given, note, settings

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import spec_files
 from schedgen.build import build_spec, package
-from schedgen.cache import Cache
 from schedgen.runtime import load_package
 from schedgen.verify import small_overrides, verify_file
 

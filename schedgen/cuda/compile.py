@@ -33,7 +33,6 @@ def _check(result, what: str, log: str = "") -> None:
 
 
 def _get(prog, size_fn, get_fn) -> bytes:
-    from cuda.bindings import nvrtc
     res = size_fn(prog)
     _check(res, size_fn.__name__)
     buf = b" " * res[1]

@@ -4,7 +4,6 @@
 # results go out through a double-buffered SMEM tile and TMA stores.
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
