@@ -26,7 +26,6 @@ class Kernel:
         self.manifest: dict = json.loads((self.root / "manifest.json").read_text())
         self.name: str = self.plan["name"]
         self._module = None
-        self._function = None
         self._pallas = None
 
     # ------------------------------------------------------------------ introspection
@@ -73,19 +72,19 @@ class Kernel:
         outs_v = [arrays.device_view(a, o["name"]) for a, o in zip(outs, self.outputs)]
         return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream)
 
-    def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: int) -> Callable[[], None]:
+    def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: int,
+                  device: int = 0) -> Callable[[], None]:
         from .cuda import driver
         p = self.plan
-        driver.ensure_context()
-        if self._function is None:
+        driver.ensure_context(device)
+        if self._module is None:
             self._module = driver.Module((self.root / "kernel.cubin").read_bytes())
-            self._function = self._module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])
+        func = self._module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])  # cached per context
         tmaps = []
         for ptr, o in zip(list(in_ptrs) + list(out_ptrs), p["inputs"] + p["outputs"]):
             tmaps.append(driver.Arg.tensor_map(driver.encode_tiled(
                 ptr, o["dtype"], o["tma_shape"], o["tma_strides"], o["tma"]["box"], swizzle=o["tma"]["swizzle"],
                 oob_nan=o["oob_fill"] == "nan")))
-        func = self._function
         grid, block, smem = (p["num_blocks"], 1, 1), (p["threads"], 1, 1), p["smem_bytes"]
 
         def go() -> None:
@@ -145,7 +144,7 @@ class Kernel:
                     out_ptrs.append(arrays.device_view(a, o["name"]).ptr)
         if stream is None:
             stream = _framework_stream(like, like_kind)
-        self._launcher(in_ptrs, out_ptrs, stream)()
+        self._launcher(in_ptrs, out_ptrs, stream, max(device, 0))()
         if host_outs or like_kind == "jax":
             driver.synchronize(stream)
         for host, buf in host_outs:
