@@ -12,12 +12,18 @@ from .errors import SpecErrors, ToolchainError
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN = 0, 1, 2, 3
 
 
+def _usage(message: str) -> SystemExit:
+    """A usage error: printed, exit status 2 (like argparse's own)."""
+    print(f"schedgen: {message}", file=sys.stderr)
+    return SystemExit(EXIT_SPEC)
+
+
 def _overrides(args) -> dict:
     from .spec.validate import parse_overrides
     try:
         return parse_overrides(args.define or [])
     except ValueError as exc:
-        raise SystemExit(f"schedgen: {exc}") from None
+        raise _usage(str(exc)) from None
 
 
 def _add_define(p: argparse.ArgumentParser) -> None:
@@ -92,11 +98,13 @@ def cmd_verify(args) -> int:
     from .verify import Check, verify_file
     from .watchdog import call_with_timeout
     backends = _backends(args.backend)
+    if args.sanitize:
+        return _cmd_sanitize(args, ["cuda"] if args.backend == "all" else backends)
     if args.interpret and "cuda" in backends:
         if args.backend == "all":
             backends = ["pallas"]
         else:
-            raise SystemExit("schedgen: --interpret runs the Pallas backend on the CPU; use --backend pallas")
+            raise _usage("--interpret runs the Pallas backend on the CPU; use --backend pallas")
     status, rows = EXIT_OK, []
     for path in args.files:
         small = args.small or (args.interpret and not args.full_size)
@@ -122,6 +130,36 @@ def cmd_verify(args) -> int:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
               f"{'ok' if c.ok else 'FAIL'}{'  ' + c.note if c.note else ''}")
+    return status
+
+
+def _cmd_sanitize(args, backends: list[str]) -> int:
+    from .build import build_spec
+    from .sanitize import TOOLS, sanitize
+    tools = [t.strip() for t in args.sanitize.split(",") if t.strip()]
+    bad = [t for t in tools if t not in TOOLS]
+    if bad:
+        raise _usage(f"--sanitize: unknown tool '{bad[0]}'; tools: {', '.join(TOOLS)}")
+    status, runs = EXIT_OK, []
+    for path in args.files:
+        try:
+            name = build_spec(path, _overrides(args)).name
+        except SpecErrors as exc:
+            print(exc.render(), file=sys.stderr)
+            status = EXIT_SPEC
+            continue
+        for backend in backends:
+            try:
+                runs += sanitize(path, name, tools, backend, args.define or [], small=not args.full_size)
+            except FileNotFoundError as exc:
+                raise _usage(str(exc)) from None
+    print(f"{'spec':24} {'backend':7} {'tool':10} {'errors':>6}  result")
+    for r in runs:
+        errors = "-" if r.errors is None else str(r.errors)
+        print(f"{r.spec:24} {r.backend:7} {r.tool:10} {errors:>6}  {'ok' if r.ok else 'FAIL'}"
+              f"{'  ' + r.detail if r.detail else ''}")
+        if not r.ok and status == EXIT_OK:
+            status = EXIT_FAIL
     return status
 
 
@@ -175,7 +213,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interpret", action="store_true", help="run the Pallas kernel in Mosaic GPU interpret mode (CPU)")
     p.add_argument("--small", action="store_true", help="shrink sizes to a few tiles per dimension "
                                                        "(the default with --interpret)")
-    p.add_argument("--full-size", action="store_true", help="with --interpret: keep the spec's sizes (slow)")
+    p.add_argument("--full-size", action="store_true", help="with --interpret or --sanitize: keep the spec's sizes "
+                                                           "(slow)")
+    p.add_argument("--sanitize", metavar="TOOLS", default="",
+                   help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
+                        "--full-size; the CUDA backend unless --backend pallas)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds per spec before its run is stopped as hung (0: run in this process, no watchdog)")

@@ -147,3 +147,13 @@ def test_deadlocked_kernel_is_stopped_by_the_watchdog():
     assert res.returncode == 1, res.stdout + res.stderr
     (row,) = [line for line in res.stdout.splitlines() if line.startswith("deadlock_bf16")]
     assert "timeout: did not finish within 30 s" in row
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: Path(s).stem)
+def test_bundled_spec_is_sanitizer_clean(spec):
+    """memcheck, racecheck and synccheck report nothing on the CUDA kernels (small sizes)."""
+    from schedgen.sanitize import find_sanitizer, sanitize
+    if find_sanitizer() is None:
+        pytest.skip("compute-sanitizer is not installed")
+    for run in sanitize(spec, Path(spec).stem, ["memcheck", "racecheck", "synccheck"]):
+        assert run.ok and run.errors == 0, run

@@ -1,0 +1,82 @@
+"""Run `schedgen verify` of one spec under NVIDIA compute-sanitizer (memcheck, racecheck, synccheck, initcheck).
+
+Each tool runs the verification in its own process (`compute-sanitizer --tool T python -m schedgen verify ...`),
+at small sizes by default (racecheck is slow), and its ERROR SUMMARY is read back.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazard")
+
+
+@dataclass(frozen=True)
+class SanitizerRun:
+    spec: str
+    tool: str
+    backend: str
+    errors: int | None     # None: no summary was printed (the run failed before the sanitizer could report)
+    ok: bool
+    detail: str = ""
+
+
+def find_sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        cand = Path(root) / "bin" / "compute-sanitizer"
+        if root and cand.exists():
+            return str(cand)
+    return None
+
+
+def parse_errors(output: str) -> int | None:
+    """The number of errors (racecheck: hazards) a compute-sanitizer run reported, or None if it printed none."""
+    counts = [int(m.group(1)) for m in _SUMMARY.finditer(output)]
+    counts += [int(m.group(1)) for m in _RACE_SUMMARY.finditer(output)]
+    return max(counts) if counts else None
+
+
+def command(sanitizer: str, tool: str, spec: str, backend: str, defines: Sequence[str], small: bool) -> list[str]:
+    cmd = [sanitizer, "--tool", tool, "--print-limit", "20"]
+    if tool == "racecheck":
+        cmd += ["--racecheck-report", "all"]
+    cmd += [sys.executable, "-m", "schedgen", "verify", "--backend", backend, "--timeout", "0"]
+    if small:
+        cmd.append("--small")
+    for d in defines:
+        cmd += ["-D", d]
+    return cmd + [spec]
+
+
+def sanitize(spec: str, name: str, tools: Sequence[str], backend: str = "cuda", defines: Sequence[str] = (),
+             small: bool = True, timeout: float = 1800) -> list[SanitizerRun]:
+    sanitizer = find_sanitizer()
+    if sanitizer is None:
+        raise FileNotFoundError("compute-sanitizer not found (it ships with the CUDA toolkit; on the GPU machine it is "
+                                "/usr/local/cuda/bin/compute-sanitizer)")
+    runs = []
+    for tool in tools:
+        try:
+            res = subprocess.run(command(sanitizer, tool, spec, backend, defines, small), capture_output=True,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            runs.append(SanitizerRun(name, tool, backend, None, False, f"stopped after {timeout:g} s"))
+            continue
+        out = res.stdout + res.stderr
+        errors = parse_errors(out)
+        verified = res.returncode == 0
+        detail = "" if verified else f"verify exited {res.returncode}: " + out.strip().splitlines()[-1][:200] \
+            if out.strip() else f"verify exited {res.returncode}"
+        runs.append(SanitizerRun(name, tool, backend, errors, verified and errors == 0, detail))
+    return runs
