@@ -174,3 +174,26 @@ def test_output_folder_wins_over_an_installed_package_of_the_same_name(tmp_path)
     res = subprocess.run([_sys.executable, "-c", code], cwd=work, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-1500:]
     assert res.stdout.strip() == built.name
+
+
+def _build_into(spec: str, cache_root: str, barrier) -> str:
+    """Worker: wait for the others, then build; returns the cubin's hash."""
+    barrier.wait()
+    built = build_spec(spec, cache=Cache(cache_root))
+    return hashlib.sha256(built.files["kernel.cubin"]).hexdigest()
+
+
+def test_concurrent_builds_of_one_spec_do_not_corrupt_the_cache(tmp_path):
+    """Four processes build the same spec into one empty cache at the same moment: all succeed with the same
+    artifacts, and the entry left behind is whole (its hashes check) with no temporary folders."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    spec = str(spec_files()[0])
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            hashes = pool.starmap(_build_into, [(spec, str(tmp_path), barrier)] * 4)
+    assert len(set(hashes)) == 1
+    entries = [p for p in tmp_path.glob("*/*") if p.is_dir()]
+    assert len(entries) == 1 and not entries[0].name.startswith(".")
+    assert Cache(tmp_path).get(entries[0].name) is not None
