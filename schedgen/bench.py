@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 from .build import Built, package, toolchain
 from .reference import random_inputs
 from .runtime import Kernel, load_package
-from .verify import verify_built
+from .verify import device_buffers, verify_built
 
 L2_BYTES = 60 << 20
 
@@ -62,12 +61,7 @@ def bench_cuda(kernel: Kernel, built: Built, iters: int, warmup: int) -> tuple[f
     sets, keep = [], []
     host = random_inputs(built.spec, plan.sizes)
     for _ in range(_sets_for(in_bytes)):
-        bins = []
-        for o in plan.inputs:
-            b = driver.Buffer(host[o.name].nbytes)
-            b.upload(np.ascontiguousarray(host[o.name]))
-            bins.append(b)
-        bouts = [driver.Buffer(math.prod(o.shape) * o.itemsize) for o in plan.outputs]
+        bins, bouts = device_buffers(plan, host)
         keep += bins + bouts
         sets.append(kernel._launcher([b.ptr for b in bins], [b.ptr for b in bouts], 0))
     state = {"i": 0}

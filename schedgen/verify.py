@@ -52,8 +52,8 @@ def poisoned_outputs(plan) -> list[np.ndarray]:
     return outs
 
 
-def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Upload, poison the device outputs, launch, download."""
+def device_buffers(plan, inputs: Mapping[str, np.ndarray]) -> tuple[list, list]:
+    """Device copies of the inputs and NaN-poisoned device outputs, in the plan's argument order."""
     from .cuda import driver
     driver.ensure_context()
     bufs_in = []
@@ -66,6 +66,13 @@ def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.
         buf = driver.Buffer(math.prod(o.shape) * o.itemsize)
         buf.fill_bytes(POISON_BYTE)
         bufs_out.append(buf)
+    return bufs_in, bufs_out
+
+
+def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Upload, poison the device outputs, launch, download."""
+    from .cuda import driver
+    bufs_in, bufs_out = device_buffers(plan, inputs)
     kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0)()
     driver.synchronize()
     outs = []
