@@ -45,7 +45,7 @@ def render(plan, backend: str) -> str:
     family = plan.family
     env = environment()
     ctx = {"p": plan, "approx_math": getattr(plan, "approx_math", False),
-           "tma_ranks": sorted({len(o.tma_dims) for o in plan.operands})}
+           "tma_ranks": plan.tma_ranks}
     return env.get_template(TEMPLATE_FILES[backend].format(family=family)).render(**ctx)
 
 

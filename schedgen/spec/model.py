@@ -72,7 +72,27 @@ class MapOp(Model):
     body: str = Field(min_length=1, max_length=4000)
 
 
-Op = MapOp  # the families: map (this issue); matmul and attention join as a discriminated union on `kind`
+class MatmulOp(Model):
+    """`out = epilogue(lhs @ rhs)`: a (batched) matrix product with f32 accumulation and an elementwise epilogue.
+
+    `lhs` and `rhs` name the two matrix inputs; every other input is an epilogue operand (a bias row `[N]`,
+    a column `[M, 1]`, or a full `[M, N]` / `[B, M, N]` matrix such as C). The epilogue body reads the
+    accumulator as `acc` and assigns the single output, e.g. `out = gelu(acc + bias)` or
+    `out = alpha * acc + beta * c`. `transpose_lhs` stores lhs as [K, M]; `transpose_rhs` stores rhs as [N, K].
+    """
+    kind: Literal["matmul"]
+    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    constants: dict[Ident, Float32] = Field(default_factory=dict)
+    inputs: dict[Ident, Operand] = Field(min_length=2, max_length=8)
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1)
+    lhs: Ident = "a"
+    rhs: Ident = "b"
+    transpose_lhs: bool = False
+    transpose_rhs: bool = False
+    epilogue: str | None = Field(default=None, min_length=1, max_length=4000)
+
+
+Op = Annotated[Union[MapOp, MatmulOp], Field(discriminator="kind")]  # attention joins here
 
 
 # --------------------------------------------------------------------------- schedule: how
@@ -121,6 +141,13 @@ class Persistent(Model):
     tile_width: Annotated[int, Field(ge=1, le=64)] = 1
 
 
+class Epilogue(Model):
+    """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
+    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed."""
+    tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2)
+    buffers: Annotated[int, Field(ge=1, le=4)] = 2
+
+
 class CompilerParams(Model):
     approx_math: bool = False
     lowering_semantics: Literal["lane", "warpgroup"] = "warpgroup"
@@ -138,6 +165,7 @@ class Schedule(Model):
     barriers: dict[Ident, Barrier] = Field(default_factory=dict)
     pipeline: Pipeline = Pipeline()
     persistent: Persistent = Persistent()
+    epilogue: Epilogue = Epilogue()
     compiler_params: CompilerParams = CompilerParams()
     backends: list[Literal["cuda", "pallas"]] = Field(default_factory=lambda: ["cuda", "pallas"], min_length=1)
 

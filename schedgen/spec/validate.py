@@ -79,10 +79,21 @@ def _unwrap(tp: Any) -> list[Any]:
     return [tp]
 
 
+def _kind_tag(t: Any) -> str | None:
+    if isinstance(t, type) and issubclass(t, BaseModel) and "kind" in t.model_fields:
+        args = typing.get_args(t.model_fields["kind"].annotation)
+        return args[0] if len(args) == 1 else None
+    return None
+
+
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The model class whose field set governs `loc` (a path of field names, dict keys, list indices)."""
     candidates: list[Any] = [SpecFile]
     for part in loc:
+        tagged = [t for tp in candidates for t in _unwrap(tp) if _kind_tag(t) == part]
+        if tagged:  # pydantic's discriminated-union tag (op.<kind>): that member alone
+            candidates = tagged
+            continue
         nxt: list[Any] = []
         for tp in candidates:
             for t in _unwrap(tp):
@@ -107,7 +118,8 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden" and loc:
-        model = _model_at(loc[:-1])
+        raw = tuple(err.get("raw_loc", loc))
+        model = _model_at(raw[:-1])
         allowed = list(model.model_fields) if model else []
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         msg = f"unknown key '{loc[-1]}'"
@@ -116,6 +128,11 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
     if kind == "missing":
         return "required key is missing"
+    if kind == "union_tag_invalid":
+        ctx = err.get("ctx") or {}
+        return f"unknown kind {ctx.get('tag')!r}; legal kinds: {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return "required key 'kind' is missing; legal kinds: map, matmul"
     msg = err["msg"]
     if kind.startswith("value_error"):
         msg = msg.removeprefix("Value error, ")
@@ -137,6 +154,8 @@ def _data_loc(loc: tuple, data: Any) -> tuple:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
+        elif isinstance(node, dict) and part == node.get("kind"):
+            continue  # a discriminated union's tag (op.matmul.inputs -> op.inputs)
         elif isinstance(node, dict) and part == "[key]":
             pass  # the error is about the key itself (its value stays the current node's entry)
         elif isinstance(part, str) and (part.startswith(("int", "str", "literal[", "function-after[", "constrained-"))
@@ -151,7 +170,7 @@ def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
     by_loc: dict[tuple, list[dict]] = {}
     for err in errors:
         loc = _data_loc(tuple(err["loc"]), data)
-        by_loc.setdefault(loc, []).append(dict(err, loc=loc))
+        by_loc.setdefault(loc, []).append(dict(err, loc=loc, raw_loc=tuple(err["loc"])))
     out = []
     for loc, errs in by_loc.items():
         if len(errs) == 1:
@@ -178,6 +197,8 @@ def validate_data(data: Any, src: SourceMap) -> SpecFile:
         problems = []
         for err in _collapse_union_errors(exc.errors(include_url=False), data):
             loc = tuple(err["loc"])
+            if err["type"] == "union_tag_invalid":
+                loc += ("kind",)
             pos = src.key_positions.get(loc) if err["type"] == "extra_forbidden" else None
             problems.append(Problem(loc, _message(err, loc), pos=pos))
         raise SpecErrors(problems, src) from None
