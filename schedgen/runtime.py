@@ -27,6 +27,7 @@ class Kernel:
         self.name: str = self.plan["name"]
         self._module = None
         self._pallas = None
+        self._cache: dict = {}
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -80,15 +81,33 @@ class Kernel:
         if self._module is None:
             self._module = driver.Module((self.root / "kernel.cubin").read_bytes())
         func = self._module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])  # cached per context
-        tmaps = []
-        for ptr, o in zip(list(in_ptrs) + list(out_ptrs), p["inputs"] + p["outputs"]):
-            tmaps.append(driver.Arg.tensor_map(driver.encode_tiled(
-                ptr, o["dtype"], o["tma_shape"], o["tma_strides"], o["tma"]["box"], swizzle=o["tma"]["swizzle"],
-                oob_nan=o["oob_fill"] == "nan")))
-        grid, block, smem = (p["num_blocks"], 1, 1), (p["threads"], 1, 1), p["smem_bytes"]
+        ptrs = list(in_ptrs) + list(out_ptrs)
+        args = []
+        for a in _kernel_args(p):
+            if a["kind"] == "ptr":
+                args.append(driver.Arg.ptr(ptrs[a["operand"]]))
+            else:
+                args.append(driver.Arg.tensor_map(driver.encode_tiled(
+                    ptrs[a["operand"]], a["dtype"], a["shape"], a["strides"], a["box"], swizzle=a["swizzle"],
+                    oob_nan=a["oob_nan"])))
+        cluster = tuple(p.get("cluster_dims", (1, 1, 1)))
+        blocks = p["num_blocks"]
+        if p.get("auto_blocks"):
+            key = ("blocks", device)
+            if key not in self._cache:
+                fit = blocks // cluster[0]
+                if cluster[0] > 1:
+                    fit = driver.max_active_clusters(func, block=(p["threads"], 1, 1), smem=p["smem_bytes"],
+                                                     cluster=cluster)
+                else:
+                    fit = driver.device_info().get("sm_count", fit) * p.get("blocks_per_sm", 1)
+                self._cache[key] = max(1, min(blocks // cluster[0], fit)) * cluster[0]
+            blocks = self._cache[key]
+        grid, block, smem = (blocks, 1, 1), (p["threads"], 1, 1), p["smem_bytes"]
+        launch_cluster = cluster if cluster[0] > 1 else None
 
         def go() -> None:
-            driver.launch(func, grid=grid, block=block, smem=smem, args=tmaps, stream=stream)
+            driver.launch(func, grid=grid, block=block, smem=smem, args=args, stream=stream, cluster=launch_cluster)
         return go
 
     def _call_cuda(self, args: Sequence[Any], out: Any, stream: int | None) -> Any:
@@ -178,6 +197,15 @@ class Kernel:
         if all(k == "numpy" for k in kinds):
             res = tuple(np.asarray(r) for r in res)
         return res[0] if len(res) == 1 else tuple(res)
+
+
+def _kernel_args(p: dict) -> list[dict]:
+    """The CUDA kernel's parameters in order: the plan lists them (matmul), or one tensor map per operand (map)."""
+    if "kernel_args" in p:
+        return p["kernel_args"]
+    return [{"kind": "tmap", "operand": i, "dtype": o["dtype"], "shape": o["tma_shape"], "strides": o["tma_strides"],
+             "box": o["tma"]["box"], "swizzle": o["tma"]["swizzle"], "oob_nan": o["oob_fill"] == "nan"}
+            for i, o in enumerate(p["inputs"] + p["outputs"])]
 
 
 def _as_tuple(out: Any) -> tuple | None:

@@ -380,6 +380,22 @@ def launch(func: Any, *, grid: tuple[int, int, int], block: tuple[int, int, int]
     del keep  # storage must outlive the call only; the driver copies parameters at launch
 
 
+def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cluster: tuple[int, int, int]) -> int:
+    """How many clusters of this shape the current GPU holds at once (cuOccupancyMaxActiveClusters).
+
+    A persistent grid larger than this runs its last clusters in a second wave, so the runtime sizes it here."""
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(cluster[0]) * 1024, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = int(smem)
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return int(_call("cuOccupancyMaxActiveClusters", func, cfg))
+
+
 # ---------------------------------------------------------------------------------------------- memory / timing
 
 class Buffer:

@@ -105,10 +105,6 @@ class MapPlan:
     def tma_ranks(self) -> list[int]:
         return sorted({len(o.tma_dims) for o in self.operands})
 
-    @property
-    def cluster(self) -> tuple[int, int, int]:
-        return (1, 1, 1)
-
 
 def cname(role: str, name: str) -> str:
     return f"{role}_{name}"

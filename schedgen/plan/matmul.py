@@ -105,6 +105,7 @@ class MatmulPlan:
     cluster_m: int
     cluster_n: int
     cluster_size: int
+    cluster_dims: tuple[int, int, int]   # the launch's cluster shape: CTAs of a cluster are consecutive in x
     multicast: str             # "" | "lhs" | "rhs": the operand shared by the cluster, split and multicast
     # epilogue
     epi_rows: int
@@ -149,10 +150,6 @@ class MatmulPlan:
     @property
     def operands(self) -> tuple[MatOperand, ...]:
         return self.inputs + self.outputs
-
-    @property
-    def cluster(self) -> tuple[int, int, int]:
-        return (self.cluster_size, 1, 1)
 
     @property
     def tma_ranks(self) -> list[int]:
@@ -564,7 +561,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         swizzle_a=swz_a, swizzle_b=swz_b, atom_a=atom_a, atom_b=atom_b, k_major_a=k_major_a, k_major_b=k_major_b,
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, a_sub_bytes=a_sub, b_sub_bytes=b_sub,
         a_lbo=1 if k_major_a else a_sub, a_sbo=8 * swz_a, b_lbo=1 if k_major_b else b_sub, b_sbo=8 * swz_b,
-        cluster_m=cm, cluster_n=cn, cluster_size=csize, multicast=multicast,
+        cluster_m=cm, cluster_n=cn, cluster_size=csize, cluster_dims=(csize, 1, 1), multicast=multicast,
         epi_rows=er, epi_cols=ec, epi_buffers=epi.buffers, epi_swizzle=epi_swz, epi_bytes=epi_bytes,
         epilogue_cxx=tuple(epi_cxx), epilogue_jnp=tuple(epi_jnp), temporaries=tuple(temps),
         constants_cxx=tuple((f"c_{c}", _cxx_float(v)) for c, v in op.constants.items()),
@@ -581,9 +578,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     return plan, problems
 
 
-def _names(expr) -> set[str]:
-    import ast
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+def _names(expr) -> frozenset[str]:
+    return expr.names
 
 
 def _cxx_float(v: float) -> str:
