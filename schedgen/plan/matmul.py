@@ -650,7 +650,25 @@ def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems
         problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
     if batch > 1:
         problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
-    if op.transpose_lhs:
-        problems.add(("op", "transpose_lhs"), "the Pallas matmul takes lhs as [M, K]" + hint)
-    if any(e.bcast == "col" for e in extras):
-        problems.add(("op", "inputs"), "the Pallas matmul epilogue reads row [N] or full [M, N] operands, not columns" + hint)
+    # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
+    # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
+    pipe = sch.pipeline
+    nc = min(pipe.num_compute_wgs, 2)
+    preg = pipe.memory_registers or (40 if nc == 2 else 56)
+    pallas_creg = int(min(256, (512 - preg) // nc) // 8 * 8)
+    if pipe.compute_registers is not None and pipe.compute_registers != pallas_creg:
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"Pallas's emit_pipeline_warp_specialized derives the consumers' budget from memory_registers: "
+                     f"min(256, (512 - {preg}) / {nc}) rounded down to 8 = {pallas_creg}; set compute_registers: "
+                     f"{pallas_creg} or omit it" + hint)
+    # its full / empty barriers are its own: one arrival per input TMA, one per consumer warpgroup (per CTA)
+    for bname, bar in sch.barriers.items():
+        default = 1 if bname == "full" else nc * math.prod(sch.cluster)
+        if bname in ("full", "empty") and bar.num_arrivals != default:
+            problems.add(("schedule", "barriers", bname, "num_arrivals"),
+                         f"Pallas's emit_pipeline_warp_specialized allocates and counts its own '{bname}' barriers; "
+                         f"leave num_arrivals at {default}" + hint)
+    if sch.compiler_params.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas matmul's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
+                     "register reads of SMEM and the TMA that overwrites it; remove unsafe_no_auto_barriers" + hint)
