@@ -62,6 +62,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "probe-out"))
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--spec", default=BASE)
+    ap.add_argument("--exp", help="JSON list of [label, overrides, perf] to run instead of the built-in lists")
     args = ap.parse_args()
     import numpy as np
     import torch
@@ -144,6 +145,15 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
+    if args.exp:
+        for label, ov, perf in json.loads(Path(args.exp).read_text()):
+            try:
+                run(label, ov, perf=perf)
+            except Exception as exc:
+                rows.append({"label": label, "error": repr(exc)[:300]})
+                print(label, "ERROR", repr(exc)[:300], flush=True)
+        CHECKS.clear()
+        PERF.clear()
     for label, ov in CHECKS:
         if args.only and label not in args.only:
             continue

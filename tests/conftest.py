@@ -10,9 +10,13 @@ SPECS_DIR = ROOT / "specs"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 
 
-def spec_files() -> list[Path]:
-    """Every bundled schedule file (the suite's parametrisation source)."""
-    return sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
+def spec_files(family: str | None = None) -> list[Path]:
+    """Every bundled schedule file (the suite's parametrisation source), or those of one op family."""
+    files = sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
+    if family is None:
+        return files
+    from schedgen.spec.validate import load_spec
+    return [p for p in files if load_spec(str(p))[0].op.kind == family]
 
 
 def pytest_addoption(parser):

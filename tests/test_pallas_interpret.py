@@ -21,7 +21,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path_factory.getbasetemp() / "schedgen-cache"))
 
 
-@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
 def test_pallas_interpret_matches_reference_without_races(path):
     checks = verify_file(str(path), ["pallas"], interpret=True, small=True, seed=0)
     assert checks, "no pallas check ran"
@@ -61,7 +61,7 @@ def test_interpreter_catches_a_wrong_result(tmp_path):
 
 # ------------------------------------------------------------------------------------ lowering for CUDA on CPU
 
-@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
 def test_pallas_make_lowers_for_cuda(path, tmp_path):
     b = build_spec(str(path))
     mod = load_package(package(b, tmp_path)).pallas_module()

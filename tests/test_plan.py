@@ -69,7 +69,7 @@ def test_tile_index_row_major_and_snake_dispatch():
 
 # ------------------------------------------------------------------------------------------------- SMEM map
 
-@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
 def test_smem_map_aligned_and_disjoint(path):
     p = _plan_file(path)
     spans = []
@@ -98,7 +98,7 @@ def test_smem_map_allocator_alignment():
     assert (a.offset, b.offset, c.offset) == (0, 1024, 5120) and m.top == 5144
 
 
-@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
 def test_tx_bytes_is_sum_of_input_boxes(path):
     p = _plan_file(path)
     assert p.tx_bytes == sum(o.tma.box_bytes * o.tma.n_boxes for o in p.inputs)
@@ -235,7 +235,7 @@ def _cxx_map_agrees(p, operand) -> bool:
     return True
 
 
-@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
 def test_cxx_index_maps_agree_with_python(path):
     p = _plan_file(path, {k: v for k, v in {"M": 256, "N": 1024, "B": 2}.items()
                           if k in load_spec(str(path))[0].op.sizes})

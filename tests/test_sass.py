@@ -1,4 +1,4 @@
-"""Every bundled spec compiles (NVRTC, no GPU) to an sm_90a cubin whose SASS is what the design promises:
+"""Every bundled map spec compiles (NVRTC, no GPU) to an sm_90a cubin whose SASS is what the design promises:
 TMA loads/stores, mbarrier waits, 16-byte SMEM accesses, no local-memory spills, no generic or per-thread
 global accesses, and an empty stack frame."""
 from __future__ import annotations
@@ -34,13 +34,13 @@ def built(tmp_path_factory):
     cache = Cache(tmp_path_factory.mktemp("cache"))
     tmp = tmp_path_factory.mktemp("variants")
     out = {}
-    for path in spec_files() + [_variant(tmp, "f16"), _variant(tmp, "f8e4m3")]:
+    for path in spec_files("map") + [_variant(tmp, "f16"), _variant(tmp, "f8e4m3")]:
         b = build_spec(path, cache=cache)
         out[path.stem] = (b, sass(b.files["kernel.cubin"]))
     return out
 
 
-NAMES = [p.stem for p in spec_files()] + ["add_f16", "add_f8e4m3"]
+NAMES = [p.stem for p in spec_files("map")] + ["add_f16", "add_f8e4m3"]
 
 
 def test_opcode_parser_sees_instructions(built):

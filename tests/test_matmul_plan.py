@@ -1,0 +1,135 @@
+"""The matmul planner: the numbers the templates use, and every illegal schedule rejected before compiling
+with a located message that says what would be legal."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.errors import SpecErrors
+from schedgen.plan import plan
+from schedgen.spec.validate import load_spec
+
+BASE = SPECS_DIR / "matmul_bf16_4096.yaml"
+CUDA = {"schedule.backends": ["cuda"]}
+
+
+def _plan(overrides=None, path=BASE):
+    spec, src = load_spec(str(path), {**CUDA, **(overrides or {})})
+    return plan(spec, src)
+
+
+def _errors(overrides, path=BASE) -> list[str]:
+    with pytest.raises(SpecErrors) as info:
+        _plan(overrides, path)
+    return info.value.lines()
+
+
+def test_base_plan_numbers():
+    p = _plan()
+    assert (p.m, p.n, p.k) == (4096, 4096, 4096)
+    assert (p.tile_m, p.tile_n, p.tile_k, p.stages) == (128, 256, 64, 4)
+    assert (p.num_consumers, p.wg_axis, p.wg_tile_m, p.wg_tile_n, p.acc_regs) == (2, "m", 64, 256, 128)
+    assert p.k_major_a and not p.k_major_b                 # [M, K] lhs, [K, N] rhs: wgmma transposes B
+    assert (p.swizzle_a, p.swizzle_b, p.atom_a, p.atom_b) == (128, 128, 64, 64)
+    assert p.b_lbo == 64 * 128 and p.b_sbo == 1024         # N-major: next 64-column slab / next 8 K rows
+    assert p.a_sbo == 1024
+    assert p.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2
+    assert (p.cluster_m, p.cluster_n, p.multicast, p.empty_arrivals) == (2, 1, "rhs", 4)
+    assert p.num_tiles == (4096 // 256) * (4096 // 256)    # in cluster units
+    assert p.num_blocks == 132 and p.auto_blocks
+    assert p.threads == 384 and 128 * (p.producer_regs + 2 * p.consumer_regs) <= 65536
+    assert p.smem_bytes <= 232448
+    # the rhs box is half the tile's columns per CTA slab: 64 K rows x 64 columns; the output box is the epilogue chunk
+    assert [a.box for a in p.kernel_args] == [(128, 64), (64, 64), (64, 64)]
+    assert p.flops == 2 * 4096 ** 3
+
+
+def test_smem_buffers_disjoint_and_1k_aligned():
+    p = _plan()
+    spans = sorted((b.offset, b.offset + b.bytes * b.count, b.name) for b in p.smem_buffers)
+    for (s0, e0, n0), (s1, _, n1) in zip(spans, spans[1:]):
+        assert e0 <= s1, (n0, n1)
+    for b in p.smem_buffers:
+        if b.name in ("a", "b", "epi"):
+            assert b.offset % 1024 == 0 and b.bytes % 1024 == 0
+
+
+def test_transposed_operands_and_batch():
+    p = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]})
+    assert p.k_major_b and p.b_lbo == 1 and p.kernel_args[1].box == (128, 64)   # half of 256 rows per CTA
+    p = _plan({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]})
+    assert not p.k_major_a and p.kernel_args[0].box == (64, 64)
+    p = _plan({"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 3}, "op.inputs.a.shape": ["B", "M", "K"],
+               "op.inputs.b.shape": ["B", "K", "N"], "op.outputs.out.shape": ["B", "M", "N"]})
+    assert p.batch == 3 and p.lhs_batched and p.rhs_batched
+    assert p.num_tiles == 3 * 2 * 2 and [len(a.shape) for a in p.kernel_args] == [3, 3, 3]
+
+
+def test_epilogue_operands_and_code():
+    p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"},
+               "op.constants": {"beta": 0.5}, "op.epilogue": "t = acc + bias\nout = gelu(t) + beta * c"})
+    assert [(e.name, e.bcast) for e in p.extras] == [("bias", "row"), ("c", "full")]
+    assert p.epilogue_cxx == (("t_t", "(v_acc + v_bias)"), ("r_out", "(sg_gelu(t_t) + (c_beta * v_c))"))
+    assert [a.kind for a in p.kernel_args] == ["tmap", "tmap", "tmap", "ptr", "ptr"]
+    assert not p.identity_epilogue and _plan().identity_epilogue
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"schedule.in_specs.b.block_shape": [64, 512], "schedule.out_specs.out.block_shape": [128, 512]},
+     "schedule.in_specs.b.block_shape: each consumer's wgmma N is 512; it must be a multiple of 8 between 8 and 256"),
+    ({"schedule.in_specs.a.block_shape": [96, 64], "schedule.out_specs.out.block_shape": [96, 256]},
+     "wgmma needs a multiple of 64"),
+    ({"schedule.pipeline.max_concurrent_steps": 6},
+     "schedule.pipeline.max_concurrent_steps: SMEM needed is"),
+    ({"schedule.pipeline.compute_registers": 256},
+     "schedule.pipeline.compute_registers: register budgets 40 + 2 x 256 per thread need"),
+    ({"schedule.pipeline.compute_registers": 132, "schedule.pipeline.memory_registers": 24},
+     "each consumer thread holds 128 f32 accumulators"),
+    ({"schedule.cluster": [2, 2]}, "schedule.cluster: clusters of 1x1, 2x1 or 1x2 CTAs are supported"),
+    ({"op.inputs.b.shape": ["N", "K"], "M": 4096, "N": 2048}, "contraction sizes differ"),
+    ({"op.inputs.a.dtype": "f32"}, "op.inputs.a.dtype: lhs dtype f32 is not supported by this family yet"),
+    ({"M": 4000}, "set out_of_bounds: zero on the lhs/rhs BlockSpecs"),
+    ({"schedule.in_specs.a.transforms.swizzle": 32}, None),  # legal: 32 B slabs of K
+    ({"schedule.in_specs.b.transforms.swizzle": 0}, "use a swizzled layout"),
+    ({"schedule.pipeline.kind": "emit_pipeline"}, "set pipeline.kind: warp_specialized"),
+    ({"schedule.epilogue.tile": [32, 64]}, "schedule.epilogue.tile[0]: epilogue chunks are one wgmma M block tall"),
+    ({"schedule.epilogue.tile": [64, 128]}, "at most 64 columns"),
+    ({"op.lhs": "x"}, "op.lhs: op.lhs names input 'x', which is not among the inputs (a, b)"),
+    ({"schedule.in_specs.a.delay_release": 2}, "delay_release 0 or 1"),
+    ({"schedule.in_specs.a.memory_space": "tmem"}, "tmem is Blackwell-only"),
+])
+def test_illegal_schedules_are_located(overrides, needle):
+    if needle is None:
+        _plan(overrides)
+        return
+    lines = _errors(overrides)
+    assert any(needle in line for line in lines), lines
+    for line in lines:
+        path, row, col = line.split(":")[:3]
+        assert path.endswith("matmul_bf16_4096.yaml") and int(row) >= 1 and int(col) >= 1, line
+
+
+def test_all_problems_reported_at_once():
+    lines = _errors({"schedule.pipeline.max_concurrent_steps": 6, "schedule.cluster": [2, 2],
+                     "schedule.epilogue.tile": [32, 64]})
+    assert len(lines) >= 3
+
+
+def test_tag_error_names_the_kind_line(tmp_path):
+    text = BASE.read_text().replace("kind: matmul", "kind: matmull")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecErrors) as info:
+        load_spec(str(path))
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "kind: matmull" in l)
+    assert info.value.lines() == [f"{path}:{line}:9: op.kind: unknown kind 'matmull'; legal kinds: 'map', 'matmul'"]
+
+
+def test_unknown_matmul_key_lists_matmul_fields(tmp_path):
+    text = BASE.read_text().replace("  epilogue: out = acc", "  epilog: out = acc")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecErrors) as info:
+        load_spec(str(path))
+    (msg,) = info.value.lines()
+    assert "op.epilog: unknown key 'epilog' (did you mean 'epilogue'?)" in msg and "transpose_rhs" in msg
