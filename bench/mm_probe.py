@@ -123,22 +123,26 @@ def main() -> int:
             bt = [s[1].t() if p.transpose_rhs else s[1] for s in sets]
             at = [s[0].t() if p.transpose_lhs else s[0] for s in sets]
 
-            def timeit(fn, n=30):
-                for i in range(5):
-                    fn(i)
+            def timed_pair(fns, outer=12, inner=8):
+                """Median per-launch time of each function: blocks of `inner` back-to-back launches between
+                two events, the functions interleaved block by block so clock drift hits them alike."""
+                for f in fns:
+                    for i in range(3):
+                        f(i)
                 torch.cuda.synchronize()
-                ts = []
-                for i in range(n):
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    fn(i)
-                    e1.record()
-                    e1.synchronize()
-                    ts.append(e0.elapsed_time(e1))
-                return float(np.median(ts))
-            ours = timeit(lambda i: launchers[i % reps]())
-            cub = timeit(lambda i: torch.matmul(at[i % reps], bt[i % reps]))
-            ours2 = timeit(lambda i: launchers[i % reps]())
+                times = [[] for _ in fns]
+                for _ in range(outer):
+                    for fi, f in enumerate(fns):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        for i in range(inner):
+                            f(i)
+                        e1.record()
+                        e1.synchronize()
+                        times[fi].append(e0.elapsed_time(e1) / inner)
+                return [float(np.median(t)) for t in times]
+            ours, cub = timed_pair([lambda i: launchers[i % reps](), lambda i: torch.matmul(at[i % reps], bt[i % reps])])
+            ours2 = ours
             tf = p.flops / 1e9
             row.update(ms=ours, ms2=ours2, tflops=tf / ours, cublas_ms=cub, cublas_tflops=tf / cub, ratio=cub / ours)
         row["secs"] = round(time.time() - t0, 1)

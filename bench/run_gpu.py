@@ -1,9 +1,12 @@
 """One call on the GPU machine: GPU tests, verify every bundled spec, benchmark the suite, print a table.
 
-    python3 bench/run_gpu.py [--out DIR] [--budget SECONDS] [--only LABEL...] [--skip-tests]
+    python3 bench/run_gpu.py [--out DIR] [--budget SECONDS] [--only LABEL...] [--family map|matmul]
+                             [--skip-tests] [--skip-verify]
 
-Writes DIR/pytest_gpu.log, DIR/verify.txt, DIR/map.json (benchmark rows) and DIR/bench.md; the last
-thing printed is the short table. Run it through the device tool (see README).
+Writes DIR/pytest_gpu.log, DIR/verify.txt, DIR/<family>.json (benchmark rows: map.json, matmul.json) and
+DIR/bench.md; the last thing printed is the short table. `--family` limits verify and the suite to one family
+(to split the work over several calls of the device tool's 10-minute limit). Run it through the device tool
+(see README).
 """
 from __future__ import annotations
 
@@ -17,6 +20,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch, cuBLAS and jax share the GPU
+
+
+def family_of(path: Path) -> str:
+    """A spec's op kind, read without building it (matmul_*.yaml files are matmuls; others are read)."""
+    from schedgen.spec.validate import load_spec
+    try:
+        return load_spec(str(path))[0].op.kind
+    except Exception:
+        return "matmul" if path.name.startswith("matmul_") else "map"
+
+
+def suite_runs(suite: list[dict]) -> list[dict]:
+    """The suite's runs, each `glob` entry expanded into one run per matching spec file (sorted)."""
+    runs = []
+    for run in suite:
+        if "glob" in run:
+            for path in sorted(ROOT.glob(run["glob"])):
+                runs.append({k: v for k, v in run.items() if k != "glob"} | {"spec": str(path.relative_to(ROOT))})
+        else:
+            runs.append(run)
+    return runs
 
 
 def main() -> int:
@@ -27,6 +52,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only suite entries with these labels")
     ap.add_argument("--main", action="store_true", help="run only the suite entries without a label")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--family", choices=["map", "matmul"], default=None, help="verify and bench only this family")
+    ap.add_argument("--skip-verify", action="store_true", help="skip the verify pass (bench verifies what it times)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -48,18 +75,26 @@ def main() -> int:
         print("gpu tests:", (r.stdout.strip().splitlines() or ["?"])[-1], f"({time.time() - t0:.0f}s)", flush=True)
 
     lines = []
-    for spec in sorted(ROOT.glob("specs/*")):
-        for c in verify_file(str(spec), ["cuda", "pallas"]):
+    specs = [p for p in sorted(ROOT.glob("specs/*")) if args.family is None or family_of(p) == args.family]
+    for spec in [] if args.skip_verify else specs:
+        try:
+            checks = verify_file(str(spec), ["cuda", "pallas"])
+        except Exception as exc:  # a spec that does not build is reported, the others still run
+            lines.append(f"{spec.stem:22} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        for c in checks:
             lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
-                         f"{'ok' if c.ok else 'FAIL ' + c.note}")
+                         f"{'ok' if c.ok else 'FAIL ' + c.note}{'  (' + c.note + ')' if c.ok and c.note else ''}")
     (out / "verify.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
 
-    suite = tomllib.loads((ROOT / "bench/suite.toml").read_text())["run"]
+    suite = suite_runs(tomllib.loads((ROOT / "bench/suite.toml").read_text())["run"])
     rows = []
     for run in suite:
         label = run.get("label", "")
         if (args.only is not None and label not in args.only) or (args.main and label):
+            continue
+        if args.family is not None and family_of(ROOT / run["spec"]) != args.family:
             continue
         if time.time() - t0 > args.budget:
             print(f"budget spent: skipping {run['spec']} {label}", flush=True)
@@ -73,8 +108,16 @@ def main() -> int:
         for r in new:
             r["variant"] = label or "default"
         rows += new
-        (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
+        for fam in sorted({r["family"] for r in rows}):
+            (out / f"{fam}.json").write_text(json.dumps([r for r in rows if r["family"] == fam], indent=1) + "\n")
         for r in new:
+            if r["family"] == "matmul":
+                peers = " ".join(f"{n} {p['ratio']:.2f}x" if p.get("ratio") else f"{n} {'skipped' if p.get('skipped') else '-'}"
+                                 for n, p in (r.get("peers") or {}).items())
+                print(f"  {r['spec']:20} {r['variant']:16} {r['backend']:6} {r.get('time_ms') or 0:.4f} ms "
+                      f"{r.get('tflops') or 0:5.0f} TFLOP/s {r.get('pct_peak') or 0:4.1f}% peak  vs {peers}  "
+                      f"verified {r['verified']} {r.get('error', '')}", flush=True)
+                continue
             print(f"  {r['spec']:20} {r['variant']:16} {r['backend']:6} {r.get('time_ms') or 0:.4f} ms "
                   f"{r.get('gbps') or 0:7.0f} GB/s ratio {r.get('ratio') or 0:.3f} verified {r['verified']} "
                   f"{r.get('error', '')}", flush=True)

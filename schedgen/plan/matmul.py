@@ -113,6 +113,7 @@ class MatmulPlan:
     epi_buffers: int
     epi_swizzle: int
     epi_bytes: int
+    epi_store: str             # "tma" | "direct"
     epilogue_cxx: tuple[tuple[str, str], ...]   # (target, C++ expression) over v_acc, v_<extra>, c_<const>
     epilogue_jnp: tuple[tuple[str, str], ...]
     temporaries: tuple[str, ...]
@@ -398,16 +399,21 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         er, ec = epi.tile
     else:
         er, ec = WGMMA_M, min(wtn, 128 // osz)
-    if er != WGMMA_M:
-        problems.add(("schedule", "epilogue", "tile", 0), f"epilogue chunks are one wgmma M block tall: {WGMMA_M} rows, got {er}")
-    if ec % 16 or wtn % ec:
-        problems.add(("schedule", "epilogue", "tile", 1),
-                     f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wtn} columns")
-    epi_swz = ec * osz if ec * osz in hw.swizzles else 0
-    if ec * osz > 128:
-        problems.add(("schedule", "epilogue", "tile", 1), f"epilogue chunk rows are {ec * osz} B; at most 128 B (the "
-                                                          f"widest swizzle): use at most {128 // osz} columns")
+    direct = epi.store == "direct"
+    epi_swz = 0
+    if not direct:
+        if er != WGMMA_M:
+            problems.add(("schedule", "epilogue", "tile", 0), f"epilogue chunks are one wgmma M block tall: {WGMMA_M} rows, got {er}")
+        if ec % 16 or wtn % ec:
+            problems.add(("schedule", "epilogue", "tile", 1),
+                         f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wtn} columns")
+        epi_swz = ec * osz if ec * osz in hw.swizzles else 0
+        if ec * osz > 128:
+            problems.add(("schedule", "epilogue", "tile", 1), f"epilogue chunk rows are {ec * osz} B; at most 128 B (the "
+                                                              f"widest swizzle): use at most {128 // osz} columns")
     epi_bytes = er * ec * osz
+    if direct and n % 2:
+        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {n} is odd: use store: tma")
 
     # --- registers
     threads = 128 * (1 + nc)
@@ -449,7 +455,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     smem = SmemMap()
     smem.alloc("a", a_stage, stages, note="lhs stage ring")
     smem.alloc("b", b_stage, stages, note="rhs stage ring")
-    smem.alloc("epi", epi_bytes, epi.buffers * nc, note="output staging per consumer")
+    if not direct:
+        smem.alloc("epi", epi_bytes, epi.buffers * nc, note="output staging per consumer")
     full_arr, empty_arr = 1, nc * csize
     for bname, bar in sch.barriers.items():
         if bname not in ("full", "empty"):
@@ -467,7 +474,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     smem_bytes = smem.top + 1024
     if smem_bytes > hw.smem_per_block:
         detail = ", ".join(f"{b.name} {b.bytes * b.count} B" for b in smem.buffers)
-        fit = (hw.smem_per_block - 1024 - epi_bytes * epi.buffers * nc - 16 * stages) // (a_stage + b_stage)
+        fit = (hw.smem_per_block - 1024 - (0 if direct else epi_bytes * epi.buffers * nc) - 16 * stages) // (a_stage + b_stage)
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
                      f"at most {fit} stages fit this tile")
@@ -536,7 +543,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     b_rows = (tn // (2 if multicast == "rhs" else 1)) if k_major_b else tk
     args = [tmap(op.lhs, a_shape, in_dtype, a_rows, a_cols, swz_a),
             tmap(op.rhs, b_shape, in_dtype, b_rows, atom_b, swz_b),
-            tmap(out_name, o_shape, out_dtype, er, ec, epi_swz)]
+            KernelArg("ptr", idx[out_name]) if direct else tmap(out_name, o_shape, out_dtype, er, ec, epi_swz)]
     for e in extra_ops:
         args.append(KernelArg("ptr", idx[e.name]))
     for d, (rows, cols) in ((op.lhs, (a_rows, a_cols)), (op.rhs, (b_rows, atom_b))):
@@ -562,7 +569,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, a_sub_bytes=a_sub, b_sub_bytes=b_sub,
         a_lbo=1 if k_major_a else a_sub, a_sbo=8 * swz_a, b_lbo=1 if k_major_b else b_sub, b_sbo=8 * swz_b,
         cluster_m=cm, cluster_n=cn, cluster_size=csize, cluster_dims=(csize, 1, 1), multicast=multicast,
-        epi_rows=er, epi_cols=ec, epi_buffers=epi.buffers, epi_swizzle=epi_swz, epi_bytes=epi_bytes,
+        epi_rows=er, epi_cols=ec, epi_buffers=epi.buffers, epi_swizzle=epi_swz, epi_bytes=epi_bytes, epi_store=epi.store,
         epilogue_cxx=tuple(epi_cxx), epilogue_jnp=tuple(epi_jnp), temporaries=tuple(temps),
         constants_cxx=tuple((f"c_{c}", _cxx_float(v)) for c, v in op.constants.items()),
         identity_epilogue=identity, ragged=ragged,

@@ -143,9 +143,11 @@ class Persistent(Model):
 
 class Epilogue(Model):
     """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
-    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed."""
+    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
+    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain."""
     tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2)
     buffers: Annotated[int, Field(ge=1, le=4)] = 2
+    store: Literal["tma", "direct"] = "tma"   # direct: each thread stores its accumulator fragment (no SMEM, no barriers)
 
 
 class CompilerParams(Model):
