@@ -11,7 +11,7 @@ import numpy as np
 
 from .build import Built, build_spec, package
 from .cuda.arrays import DTYPES
-from .reference import random_inputs, reference, rel_error, tolerance
+from .reference import Sampled, random_inputs, reference, rel_error, tolerance
 from .runtime import Kernel, load_package
 
 POISON_BYTE = 0xFF  # all-ones is NaN in every float format we emit
@@ -34,13 +34,50 @@ class Check:
 
 
 def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
-    """Sizes giving a few tiles per grid dimension (for interpret mode): size = block x tiles."""
+    """Sizes giving a few tiles per grid dimension (for interpret mode): size = block x tiles.
+
+    Map plans: each named output dimension becomes block x min(tiles, grid). Matmul plans: see `_small_matmul`.
+    `built` needs only `.spec` and `.plan` (a Built, or anything holding a spec and its plan)."""
     plan = built.plan
+    if plan.family == "matmul":
+        return _small_matmul(built.spec, plan, tiles_per_dim)
     out = {}
     out_operand = built.spec.op.outputs[plan.outputs[0].name]
     for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
         if isinstance(dim, str) and dim not in out:
             out[dim] = block * min(tiles_per_dim, grid)
+    return out
+
+
+def _shrink(size: int, unit: int, tiles: int) -> int:
+    """`tiles` units (a ragged size keeps its remainder: tiles - 1 whole units plus the remainder), never more
+    than `size`."""
+    if size <= unit * tiles:
+        return size
+    rem = size % unit
+    return unit * tiles if rem == 0 else unit * (tiles - 1) + rem
+
+
+def _small_matmul(spec, plan, tiles_per_dim: int) -> dict[str, int]:
+    """Matmul sizes of a few tiles: M = tile_m x cluster_m x tiles, N = tile_n x cluster_n x tiles,
+    K = tile_k x tiles, a batch of at most `tiles`. Sizes not a multiple of their unit keep their remainder, so a
+    ragged spec stays ragged (and a cluster still divides the tile grid). A size name used for several roles
+    (a square [N, N] operand) gets a multiple of every role's unit."""
+    op = spec.op
+    a = list(op.inputs[op.lhs].shape)
+    b = list(op.inputs[op.rhs].shape)
+    o = list(next(iter(op.outputs.values())).shape)
+    m_dim, ka_dim = (a[-1], a[-2]) if plan.transpose_lhs else (a[-2], a[-1])
+    kb_dim, n_dim = (b[-1], b[-2]) if plan.transpose_rhs else (b[-2], b[-1])
+    units: dict[str, int] = {}
+    for dim, unit in ((m_dim, plan.tile_m * plan.cluster_m), (o[-2], plan.tile_m * plan.cluster_m),
+                      (n_dim, plan.tile_n * plan.cluster_n), (o[-1], plan.tile_n * plan.cluster_n),
+                      (ka_dim, plan.tile_k), (kb_dim, plan.tile_k)):
+        if isinstance(dim, str):
+            units[dim] = math.lcm(units.get(dim, 1), unit)
+    out = {dim: _shrink(plan.sizes[dim], unit, tiles_per_dim) for dim, unit in units.items()}
+    if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
+        out[o[0]] = min(plan.sizes[o[0]], tiles_per_dim)
     return out
 
 
@@ -117,7 +154,8 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
     inputs = random_inputs(built.spec, plan.sizes, seed)
-    refs = reference(built.spec, plan.sizes, inputs)
+    refs = reference(built.spec, plan.sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
+    k = plan.k if plan.family == "matmul" else 0                  # f32 accumulation depth (tolerance)
     checks = []
     for backend in backends:
         if backend not in plan.backends:
@@ -131,13 +169,15 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
         except Exception as exc:  # reported as a failed check, never a traceback
             for o in plan.outputs:
                 checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, math.inf,
-                                    tolerance(o.dtype, plan.approx_math), False, f"{type(exc).__name__}: {exc}"))
+                                    tolerance(o.dtype, plan.approx_math, k), False, f"{type(exc).__name__}: {exc}"))
             continue
         for o, out in zip(plan.outputs, outs):
-            err = rel_error(out, refs[o.name])
-            tol = tolerance(o.dtype, plan.approx_math)
+            ref = refs[o.name]
+            err = rel_error(out, ref)
+            tol = tolerance(o.dtype, plan.approx_math, k)
             ok = err <= tol and "RACE" not in note
-            checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, note))
+            cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
+            checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, cnote))
     return checks
 
 
