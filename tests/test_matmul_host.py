@@ -22,8 +22,46 @@ from schedgen.plan import plan as make_plan
 from schedgen.spec.validate import load_spec
 from schedgen.verify import small_overrides, verify_built
 
-SPEC = ROOT / "specs" / "matmul_bf16_4096.yaml"
 BF16 = ml_dtypes.bfloat16
+
+# A frozen copy of the first bundled matmul spec (the bundled files get retuned): 4096^3, 128x256x64 tiles, two
+# consumers along M, 4 stages, 2-CTA clusters along M multicasting b, planar-snake order, 64x64 epilogue chunks.
+SPEC_TEXT = """\
+name: matmul_bf16_4096
+op:
+  kind: matmul
+  sizes: {M: 4096, N: 4096, K: 4096}
+  inputs:
+    a: {shape: [M, K], dtype: bf16}
+    b: {shape: [K, N], dtype: bf16}
+  outputs:
+    out: {shape: [M, N], dtype: bf16}
+  epilogue: out = acc
+schedule:
+  cluster: [2, 1]
+  in_specs:
+    a: {block_shape: [128, 64], transforms: {swizzle: 128}, delay_release: 1}
+    b: {block_shape: [64, 256], transforms: {swizzle: 128}, collective_axes: [cluster], delay_release: 1}
+  out_specs:
+    out: {block_shape: [128, 256]}
+  pipeline:
+    kind: warp_specialized
+    max_concurrent_steps: 4
+    num_compute_wgs: 2
+    wg_axis: m
+    memory_registers: 40
+    compute_registers: 232
+  persistent: {loop: nd_loop, tile_order: planar_snake, minor_dim: 0, tile_width: 8}
+  epilogue: {tile: [64, 64], buffers: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def spec_path(tmp_path_factory) -> Path:
+    """SPEC_TEXT as a file."""
+    path = tmp_path_factory.mktemp("mm") / "matmul_bf16_4096.yaml"
+    path.write_text(SPEC_TEXT)
+    return path
 
 
 def spec_and_plan(path, overrides=None):
@@ -123,8 +161,8 @@ def test_reference_unbatched_full_c(tmp_path):
             assert got[i, j] == max(acc, 0.0) - 3.0 * f["c"][i][j]
 
 
-def test_reference_of_the_bundled_spec_is_the_product():
-    spec, p = spec_and_plan(SPEC, {"M": 256, "N": 256, "K": 64})
+def test_reference_of_the_bundled_spec_is_the_product(spec_path):
+    spec, p = spec_and_plan(spec_path, {"M": 256, "N": 256, "K": 64})
     x = R.random_inputs(spec, p.sizes, seed=0)
     assert set(x) == {"a", "b"} and x["a"].dtype == BF16 and x["a"].shape == (256, 64)
     assert np.all(x["a"].astype(np.float32) != 0) and np.all(x["b"].astype(np.float32) != 0)   # never zeros
@@ -163,8 +201,8 @@ def test_sampled_reference_matches_the_full_one_on_its_rows(tmp_path):
     np.testing.assert_allclose(t.values, full.reshape(-1, 48)[[3, 250, 599]], rtol=1e-12)
 
 
-def test_big_problems_are_sampled_automatically(monkeypatch):
-    spec, p = spec_and_plan(SPEC, {"M": 1024, "N": 256, "K": 64})
+def test_big_problems_are_sampled_automatically(monkeypatch, spec_path):
+    spec, p = spec_and_plan(spec_path, {"M": 1024, "N": 256, "K": 64})
     x = R.random_inputs(spec, p.sizes, seed=0)
     assert isinstance(R.reference(spec, p.sizes, x)["out"], np.ndarray)     # 2**24 multiply-adds: full
     monkeypatch.setattr(R, "SAMPLE_ABOVE", 1024 * 256 * 64 - 1)
@@ -174,8 +212,8 @@ def test_big_problems_are_sampled_automatically(monkeypatch):
     assert 4096 ** 3 > R.SAMPLE_ABOVE
 
 
-def test_rel_error_with_a_sampled_reference():
-    spec, p = spec_and_plan(SPEC, {"M": 512, "N": 256, "K": 64})
+def test_rel_error_with_a_sampled_reference(spec_path):
+    spec, p = spec_and_plan(spec_path, {"M": 512, "N": 256, "K": 64})
     x = R.random_inputs(spec, p.sizes, seed=0)
     full = R.reference(spec, p.sizes, x)["out"]
     s = R.reference(spec, p.sizes, x, sample=True, seed=1)["out"]
@@ -206,24 +244,24 @@ def test_tolerance_grows_with_the_accumulation_depth_for_f32_only():
 # ------------------------------------------------------------------------------------------------ verify
 
 
-def test_small_overrides_for_the_bundled_matmul_give_a_plan():
-    b = built_of(SPEC)
+def test_small_overrides_for_the_bundled_matmul_give_a_plan(spec_path):
+    b = built_of(spec_path)
     small = small_overrides(b)
     assert small == {"M": 128 * 2 * 2, "N": 256 * 2, "K": 64 * 2}
     assert small_overrides(b, tiles_per_dim=1) == {"M": 256, "N": 256, "K": 64}
-    _, p = spec_and_plan(SPEC, small)
+    _, p = spec_and_plan(spec_path, small)
     assert (p.m, p.n, p.k) == (512, 512, 128)
     assert (p.tiles_m, p.tiles_n, p.k_iters) == (4, 2, 2) and p.num_tiles == 4 and not p.ragged
     assert p.kernel_name == b.plan.kernel_name           # same schedule, smaller problem
 
 
-def test_small_overrides_keep_a_ragged_spec_ragged_and_cluster_divisible():
+def test_small_overrides_keep_a_ragged_spec_ragged_and_cluster_divisible(spec_path):
     ov = {"M": 4000, "K": 4100, "schedule.in_specs.a.out_of_bounds": "zero",
           "schedule.in_specs.b.out_of_bounds": "zero", "schedule.backends": ["cuda"]}
-    b = built_of(SPEC, ov)
+    b = built_of(spec_path, ov)
     small = small_overrides(b)
     assert small["M"] == 256 + 4000 % 256 and small["K"] == 64 + 4100 % 64 and small["N"] == 512
-    _, p = spec_and_plan(SPEC, {**ov, **small})
+    _, p = spec_and_plan(spec_path, {**ov, **small})
     assert p.ragged and p.tiles_m % p.cluster_m == 0
 
 
@@ -249,14 +287,14 @@ def test_small_overrides_follow_transposes_batch_and_shared_names(tmp_path):
 
 
 def test_map_small_overrides_unchanged():
-    b = built_of(ROOT / "specs" / "add_bf16.yaml")
+    b = built_of(ROOT / "tests" / "data" / "add_bf16.yaml")     # the frozen copy of the bundled spec
     assert small_overrides(b) == {"M": 64, "N": 512}
 
 
-def test_verify_compares_sampled_rows(monkeypatch):
+def test_verify_compares_sampled_rows(monkeypatch, spec_path):
     """verify_built with a stand-in Pallas run: a big shape is checked on sampled rows, and a wrong row fails."""
     from schedgen import verify as V
-    b = built_of(SPEC, {"M": 1024, "N": 256, "K": 64, "schedule.backends": ["pallas"]})
+    b = built_of(spec_path, {"M": 1024, "N": 256, "K": 64, "schedule.backends": ["pallas"]})
     monkeypatch.setattr(R, "SAMPLE_ABOVE", 1 << 20)
     state = {}
 
@@ -276,8 +314,8 @@ def test_verify_compares_sampled_rows(monkeypatch):
 # ------------------------------------------------------------------------------------------------ bench
 
 
-def test_jax_tuning_of_the_bundled_spec():
-    _, p = spec_and_plan(SPEC)
+def test_jax_tuning_of_the_bundled_spec(spec_path):
+    _, p = spec_and_plan(spec_path)
     cfg, notes = bench.jax_tuning(p)
     assert cfg == {"tile_m": 64, "tile_n": 256, "tile_k": 64, "max_concurrent_steps": 4, "epi_tile_n": 64,
                    "epi_tile_m": 64, "grid_minor_dim": "M", "grid_tile_width": 8, "wg_dimension": "M",
@@ -287,8 +325,8 @@ def test_jax_tuning_of_the_bundled_spec():
     assert any("delay_release 1" in n for n in notes)
 
 
-def test_jax_tuning_variants():
-    _, p = spec_and_plan(SPEC, {"schedule.pipeline.wg_axis": "n", "schedule.persistent.tile_order": "row_major",
+def test_jax_tuning_variants(spec_path):
+    _, p = spec_and_plan(spec_path, {"schedule.pipeline.wg_axis": "n", "schedule.persistent.tile_order": "row_major",
                                 "schedule.cluster": [1, 2], "schedule.in_specs.b.collective_axes": [],
                                 "schedule.pipeline.memory_registers": 56, "schedule.pipeline.compute_registers": 224})
     cfg, notes = bench.jax_tuning(p)
@@ -296,7 +334,7 @@ def test_jax_tuning_variants():
     assert cfg["cluster_dimension"] == "N"
     assert (cfg["grid_minor_dim"], cfg["grid_tile_width"]) == ("N", p.tiles_n // 2)   # row-major as a snake
     assert any("producer registers 40" in n for n in notes)
-    _, p1 = spec_and_plan(SPEC, {"schedule.cluster": [1], "schedule.in_specs.b.collective_axes": []})
+    _, p1 = spec_and_plan(spec_path, {"schedule.cluster": [1], "schedule.in_specs.b.collective_axes": []})
     assert bench.jax_tuning(p1)[0]["cluster_dimension"] is None
 
 
@@ -309,15 +347,15 @@ def test_jax_tuning_variants():
     ({"M": 4000, "schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero",
       "schedule.backends": ["cuda"]}, "not multiples of the cluster tile"),
 ])
-def test_jax_tuning_skips_what_it_cannot_express(overrides, why):
-    _, p = spec_and_plan(SPEC, overrides)
+def test_jax_tuning_skips_what_it_cannot_express(overrides, why, spec_path):
+    _, p = spec_and_plan(spec_path, overrides)
     cfg, notes = bench.jax_tuning(p)
     assert cfg is None and any(why in n for n in notes), notes
 
 
-def test_jax_tuning_config_is_jax_own_dataclass():
+def test_jax_tuning_config_is_jax_own_dataclass(spec_path):
     pytest.importorskip("jax")
-    _, p = spec_and_plan(SPEC)
+    _, p = spec_and_plan(spec_path)
     cfg, _ = bench.jax_tuning_config(p)
     hm = bench.import_hopper_matmul()
     assert isinstance(cfg, hm.TuningConfig)
@@ -326,8 +364,8 @@ def test_jax_tuning_config_is_jax_own_dataclass():
     assert "jax._src.test_util" not in sys.modules or hasattr(sys.modules["jax._src.test_util"], "__file__")
 
 
-def test_jax_fuses_only_acc_plus_c(tmp_path):
-    _, p = spec_and_plan(SPEC)
+def test_jax_fuses_only_acc_plus_c(tmp_path, spec_path):
+    _, p = spec_and_plan(spec_path)
     assert bench.jax_fuses_epilogue(p) == ""
     text = PLAIN_C.replace("relu(acc) - s * c", "acc + c").replace("{M: 3, N: 2, K: 4}", "{M: 256, N: 256, K: 64}")
     _, q = spec_and_plan(write(tmp_path, "mm_c", text))
@@ -385,8 +423,8 @@ def test_suite_globs_the_matmul_specs():
 # ------------------------------------------------------------------------------------------------ explain
 
 
-def test_explain_matmul_mentions_the_key_numbers():
-    _, p = spec_and_plan(SPEC)
+def test_explain_matmul_mentions_the_key_numbers(spec_path):
+    _, p = spec_and_plan(spec_path)
     text = explain(p)
     for needle in ("M=4096, N=4096, K=4096", "128 x 256 x 64", "m64n256k16", "4-stage", "49152 B per stage",
                    f"{p.smem_bytes} B", "2 x 1 CTAs", "multicast", "planar_snake", "40/thread", "232/thread",
@@ -402,8 +440,8 @@ def test_explain_matmul_epilogue_in_spec_names(tmp_path):
     assert "batch 2" in out and "a[B, K, M]^T" in out and "col bf16 [1024, 1]: col" in out
 
 
-def test_explain_cli_prints_the_matmul_plan():
-    res = subprocess.run([sys.executable, "-m", "schedgen", "explain", str(SPEC)], capture_output=True, text=True,
+def test_explain_cli_prints_the_matmul_plan(spec_path):
+    res = subprocess.run([sys.executable, "-m", "schedgen", "explain", str(spec_path)], capture_output=True, text=True,
                          cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert "family matmul" in res.stdout and "wgmma m64n256k16" in res.stdout
