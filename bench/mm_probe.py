@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BASE = str(ROOT / "specs/matmul_bf16_4096.yaml")
+BASE = str(ROOT / "tests/data/matmul_base.yaml")
 CUDA = {"schedule.backends": ["cuda"]}
 BIAS = {"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.epilogue": "out = gelu(acc + bias)"}
 CFULL = {"op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"}, "op.constants": {"alpha": 0.5, "beta": 2.0},

@@ -21,7 +21,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 import ml_dtypes  # noqa: E402
 
-SPEC = SPECS_DIR / "matmul_bf16_4096.yaml"
+SPEC = SPECS_DIR.parent / "tests" / "data" / "matmul_base.yaml"
 NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 TOL = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-5}
 

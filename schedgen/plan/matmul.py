@@ -404,7 +404,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if not direct:
         if er != WGMMA_M:
             problems.add(("schedule", "epilogue", "tile", 0), f"epilogue chunks are one wgmma M block tall: {WGMMA_M} rows, got {er}")
-        if ec % 16 or wtn % ec:
+        if ec <= 0 or ec % 16 or wtn <= 0 or wtn % ec:
             problems.add(("schedule", "epilogue", "tile", 1),
                          f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wtn} columns")
         epi_swz = ec * osz if ec * osz in hw.swizzles else 0
