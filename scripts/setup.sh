@@ -25,5 +25,5 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[pallas,test]"
+"$VENV/bin/python" -m pip install -q -e ".[pallas,test,report]"
 echo "installed: $("$VENV/bin/schedgen" --help >/dev/null && echo schedgen) into $VENV"
