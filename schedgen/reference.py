@@ -59,6 +59,8 @@ def _body_text(spec: SpecFile) -> str:
     """The elementwise code of a spec: a map's body, a matmul's epilogue."""
     if spec.op.kind == "matmul":
         return spec.op.epilogue or ""
+    if spec.op.kind == "attention":
+        return ""
     return spec.op.body
 
 
@@ -190,7 +192,75 @@ def _extra_rows(x: np.ndarray, bi: int, local: np.ndarray | None, m: int) -> np.
     return np.asarray(x, dtype=np.float64)
 
 
-REFERENCES = {"map": map_reference, "matmul": matmul_reference}
+def attention_reference(spec: SpecFile, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray], *,
+                        sample: bool | None = None, seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
+    """float64 softmax(scale q k^T [+ causal mask]) v, and the natural-log log-sum-exp of each score row.
+
+    Full arrays unless the problem has more than SAMPLE_ABOVE multiply-adds (or `sample=True`): then the
+    output is a `Sampled` reference of SAMPLE_ROWS (batch, query, head) rows — each row one query's D values,
+    the output viewed as [B*S*H, D] (bshd) or [B*H*S, D] (bhsd) — and the log-sum-exp of two whole
+    (batch, head) rows, computed in query chunks."""
+    op = spec.op
+    qn, kn, vn = list(op.inputs)
+    outs = list(op.outputs)
+
+    def bshd(a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float64)
+        return a if op.layout == "bshd" else a.transpose(0, 2, 1, 3)
+
+    q, k, v = bshd(inputs[qn]), bshd(inputs[kn]), bshd(inputs[vn])
+    b, sq, hq, d = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
+    offset = skv - sq
+
+    def rows_of(bi: int, hi: int, qi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(out [len(qi), D], lse [len(qi)]) for queries qi of batch bi, head hi."""
+        kk, vv = k[bi, :, hi // group], v[bi, :, hi // group]
+        s = (q[bi, qi, hi] @ kk.T) * scale
+        if op.causal:
+            s = np.where(np.arange(skv)[None, :] > (qi[:, None] + offset), -np.inf, s)
+        mx = s.max(axis=1, keepdims=True)
+        p = np.exp(s - mx)
+        den = p.sum(axis=1, keepdims=True)
+        return (p @ vv) / den, (mx + np.log(den))[:, 0]
+
+    work = b * hq * sq * skv * d
+    if not (sample or (sample is None and work > SAMPLE_ABOVE)):
+        o = np.empty((b, sq, hq, d))
+        lse = np.empty((b, hq, sq))
+        for bi in range(b):
+            for hi in range(hq):
+                o[bi, :, hi], lse[bi, hi] = rows_of(bi, hi, np.arange(sq))
+        res = {outs[0]: o if op.layout == "bshd" else o.transpose(0, 2, 1, 3)}
+        if len(outs) > 1:
+            res[outs[1]] = lse
+        return res
+    o_shape = shape_of(op.outputs[outs[0]], sizes)
+    rows = sample_rows(b * sq * hq, seed=seed)
+    vals = np.empty((len(rows), d))
+    for i, r in enumerate(rows):
+        if op.layout == "bshd":
+            bi, rest = divmod(int(r), sq * hq)
+            qi, hi = divmod(rest, hq)
+        else:
+            bi, rest = divmod(int(r), hq * sq)
+            hi, qi = divmod(rest, sq)
+        vals[i] = rows_of(bi, hi, np.array([qi]))[0][0]
+    res: dict[str, np.ndarray | Sampled] = {outs[0]: Sampled(rows, vals, tuple(o_shape))}
+    if len(outs) > 1:
+        lrows = sample_rows(b * hq, count=2, seed=seed)
+        lvals = np.empty((len(lrows), sq))
+        for i, r in enumerate(lrows):
+            bi, hi = divmod(int(r), hq)
+            for c in range(0, sq, 1024):
+                lvals[i, c:c + 1024] = rows_of(bi, hi, np.arange(c, min(sq, c + 1024)))[1]
+        res[outs[1]] = Sampled(lrows, lvals, (b, hq, sq))
+    return res
+
+
+REFERENCES = {"map": map_reference, "matmul": matmul_reference, "attention": attention_reference}
 
 
 def reference(spec: SpecFile, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],

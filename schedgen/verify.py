@@ -41,6 +41,8 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
     plan = built.plan
     if plan.family == "matmul":
         return _small_matmul(built.spec, plan, tiles_per_dim)
+    if plan.family == "attention":
+        return _small_attention(built.spec, plan, tiles_per_dim)
     out = {}
     out_operand = built.spec.op.outputs[plan.outputs[0].name]
     for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
@@ -56,6 +58,26 @@ def _shrink(size: int, unit: int, tiles: int) -> int:
         return size
     rem = size % unit
     return unit * tiles if rem == 0 else unit * (tiles - 1) + rem
+
+
+def _small_attention(spec, plan, tiles_per_dim: int) -> dict[str, int]:
+    """Attention sizes of a few blocks: Sq and Skv of `tiles` blocks (Skv - Sq kept for causal alignment), one
+    batch, two kv heads (q heads keep their group size)."""
+    op = spec.op
+    qn, kn, _ = list(op.inputs)
+    qs, ks = list(op.inputs[qn].shape), list(op.inputs[kn].shape)
+    if op.layout == "bhsd":
+        qs = [qs[0], qs[2], qs[1], qs[3]]
+        ks = [ks[0], ks[2], ks[1], ks[3]]
+    out: dict[str, int] = {}
+    unit = math.lcm(plan.block_q, plan.block_kv)
+    sq = min(plan.seq_q, unit * tiles_per_dim)
+    want = {qs[0]: 1, qs[1]: sq, ks[1]: min(plan.seq_kv, sq + (plan.seq_kv - plan.seq_q)),
+            qs[2]: min(plan.heads_q, 2 * (plan.heads_q // plan.heads_kv)), ks[2]: min(plan.heads_kv, 2)}
+    for dim, value in want.items():
+        if isinstance(dim, str) and dim not in out:
+            out[dim] = value
+    return out
 
 
 def _small_matmul(spec, plan, tiles_per_dim: int) -> dict[str, int]:

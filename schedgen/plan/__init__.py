@@ -13,9 +13,10 @@ from ..errors import SourceMap, SpecErrors
 from ..spec.model import SpecFile
 from .hardware import H200, Hardware
 from .map import MapPlan, plan_map
+from .attention import AttentionPlan, plan_attention
 from .matmul import MatmulPlan, plan_matmul
 
-PLANNERS = {"map": plan_map, "matmul": plan_matmul}
+PLANNERS = {"map": plan_map, "matmul": plan_matmul, "attention": plan_attention}
 
 
 def plan(spec: SpecFile, src: SourceMap, hw: Hardware = H200):
@@ -42,4 +43,4 @@ def to_json(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=1, sort_keys=True)
 
 
-__all__ = ["plan", "to_dict", "to_json", "MapPlan", "MatmulPlan", "H200", "Hardware"]
+__all__ = ["plan", "to_dict", "to_json", "MapPlan", "MatmulPlan", "AttentionPlan", "H200", "Hardware"]

@@ -1,0 +1,291 @@
+"""Planner of the `attention` family: flash-attention forward on Hopper tensor cores.
+
+One CTA computes `block_q` query rows of one (batch, head): a TMA producer warpgroup loads the Q tile once and
+streams K and V blocks (`block_kv` keys each) through `max_concurrent_steps` stages on separate full/empty
+mbarrier rings; each of the 1-2 consumer warpgroups owns 64 query rows, computes S = Q K^T with wgmma from
+SMEM, runs the online softmax in registers (exp2, row max/sum across the quad), and feeds P from registers as
+the A operand of O += P V. With `barriers.schedule` (2 arrivals) the two consumers take turns issuing their
+MMAs, so one's softmax overlaps the other's tensor-core work (ping-pong). Every rule is checked here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..spec.model import ITEMSIZE, SpecFile
+from .common import CTYPE, Problems, SmemBuffer, SmemMap, resolve_shape
+from .hardware import Hardware
+from .matmul import KernelArg
+
+WGMMA_M = 64
+DTYPES = ("bf16", "f16")
+HEAD_DIMS = (64, 128, 256)
+REG_OVERHEAD = 40
+MODULE_NAMES = frozenset({"make", "run_into"})
+
+
+@dataclass(frozen=True)
+class AttnOperand:
+    name: str
+    cname: str
+    role: str            # "q" | "k" | "v" | "o" | "lse"
+    dtype: str
+    ctype: str
+    itemsize: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    family: str
+    name: str
+    kernel_name: str
+    sizes: dict
+    constants: dict
+    backends: tuple[str, ...]
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    layout: str
+    causal: bool
+    scale: float
+    scale_log2: float          # scale * log2(e): the softmax runs in base 2
+    dtype: str
+    with_lse: bool
+    inputs: tuple[AttnOperand, ...]
+    outputs: tuple[AttnOperand, ...]
+    block_q: int               # query rows per CTA (64 per consumer warpgroup)
+    block_kv: int
+    stages: int
+    num_consumers: int
+    pingpong: bool
+    q_blocks: int
+    kv_blocks: int
+    num_tiles: int             # CTAs: q blocks x heads x batch
+    tile_order: str            # "heads_q_batch": consecutive CTAs share (batch, kv head) for K/V reuse in L2
+    slabs: int                 # head_dim / 64: TMA boxes (128 B swizzled) per row block
+    q_bytes: int
+    kv_stage_bytes: int
+    s_regs: int
+    o_regs: int
+    producer_regs: int
+    consumer_regs: int
+    threads: int
+    smem_buffers: tuple[SmemBuffer, ...]
+    smem_bytes: int
+    kernel_args: tuple[KernelArg, ...]
+    num_blocks: int
+    auto_blocks: bool
+    blocks_per_sm: int
+    cluster_dims: tuple[int, int, int]
+    approx_math: bool
+    flops: int
+    bytes_moved: int
+
+    @property
+    def operands(self) -> tuple[AttnOperand, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def tma_ranks(self) -> list[int]:
+        return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
+
+def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
+    op, sch = spec.op, spec.schedule
+    problems = Problems()
+    sizes = dict(op.sizes)
+    pipe = sch.pipeline
+
+    names = list(op.inputs)
+    outs = list(op.outputs)
+    seen: dict[str, str] = {}
+    for group, ns in (("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)):
+        for n in ns:
+            if n in seen:
+                problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n]}")
+            seen[n] = group
+            if n in MODULE_NAMES:
+                problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
+    q_name, k_name, v_name = names
+    o_name = outs[0]
+    lse_name = outs[1] if len(outs) > 1 else None
+
+    before = len(problems)
+    shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
+    shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
+    if len(problems) != before:
+        return None, problems
+    for n in names + [o_name]:
+        if len(shapes[n]) != 4:
+            problems.add(("op", "inputs" if n in op.inputs else "outputs", n, "shape"),
+                         f"attention operands are 4-D ({'[B, S, H, D]' if op.layout == 'bshd' else '[B, H, S, D]'}); "
+                         f"got {len(shapes[n])} dimensions")
+    if len(problems) != before:
+        return None, problems
+
+    def bshd(shape):
+        return shape if op.layout == "bshd" else (shape[0], shape[2], shape[1], shape[3])
+
+    b, sq, hq, d = bshd(shapes[q_name])
+    bk, skv, hkv, dk = bshd(shapes[k_name])
+    bv, sv, hv, dv = bshd(shapes[v_name])
+    lay = "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
+    if (bk, dk) != (b, d):
+        problems.add(("op", "inputs", k_name, "shape"), f"k {lay} must share B = {b} and D = {d} with q")
+    if (bv, sv, hv, dv) != (bk, skv, hkv, dk):
+        problems.add(("op", "inputs", v_name, "shape"), f"v must have k's shape {list(shapes[k_name])}, got {list(shapes[v_name])}")
+    if shapes[o_name] != shapes[q_name]:
+        problems.add(("op", "outputs", o_name, "shape"), f"the output has q's shape {list(shapes[q_name])}")
+    if hkv and hq % hkv:
+        problems.add(("op", "inputs", k_name, "shape"), f"q heads ({hq}) must be a multiple of kv heads ({hkv}) "
+                                                        f"(grouped-query attention)")
+    if d not in HEAD_DIMS:
+        problems.add(("op", "inputs", q_name, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
+    if op.causal and sq > skv:
+        problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
+                                       f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")
+    dtype = op.inputs[q_name].dtype
+    for n in names:
+        if op.inputs[n].dtype not in DTYPES:
+            problems.add(("op", "inputs", n, "dtype"), f"attention takes bf16 or f16, got {op.inputs[n].dtype}")
+        elif op.inputs[n].dtype != dtype:
+            problems.add(("op", "inputs", n, "dtype"), f"q, k and v share one dtype; q is {dtype}")
+    if op.outputs[o_name].dtype != dtype:
+        problems.add(("op", "outputs", o_name, "dtype"), f"the output has the inputs' dtype ({dtype})")
+    if lse_name is not None:
+        want = (b, hq, sq)
+        if shapes[lse_name] != want or op.outputs[lse_name].dtype != "f32":
+            problems.add(("op", "outputs", lse_name), f"the log-sum-exp output is f32 [B, Hq, Sq] = {list(want)}")
+    if len(problems) != before:
+        return None, problems
+
+    # --- blocks
+    nc = pipe.num_compute_wgs
+    if pipe.kind != "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), "attention is warp-specialized (a TMA producer and 1-2 "
+                                                       "consumer warpgroups): set pipeline.kind: warp_specialized")
+    if nc > 2:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 or 2 consumer warpgroups, got {nc}")
+        nc = 2
+    qs, ks, vs = (sch.in_specs.get(n) for n in names)
+    block_q = qs.block_shape[0] if qs is not None else WGMMA_M * nc
+    block_kv = ks.block_shape[0] if ks is not None else (128 if d <= 128 else 64)
+    for n, bs, want in ((q_name, qs, None), (k_name, ks, None), (v_name, vs, block_kv)):
+        if bs is None:
+            continue
+        path = ("schedule", "in_specs", n, "block_shape")
+        if len(bs.block_shape) != 2 or bs.block_shape[1] != d:
+            problems.add(path, f"a block is [rows, head_dim] = [..., {d}]")
+        if want is not None and bs.block_shape[0] != want:
+            problems.add((*path, 0), f"v's block has k's {want} rows")
+        if bs.index_map is not None:
+            problems.add(("schedule", "in_specs", n, "index_map"), "attention derives its index maps from the tile "
+                                                                   "order; remove index_map")
+    for n in sch.in_specs:
+        if n not in names:
+            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are {', '.join(names)}")
+    if block_q != WGMMA_M * nc:
+        problems.add(("schedule", "in_specs", q_name, "block_shape", 0),
+                     f"each consumer warpgroup owns {WGMMA_M} query rows (one wgmma M block): block_q is "
+                     f"{WGMMA_M * nc} with {nc} consumer(s), got {block_q}")
+    if block_kv % 16 or not 16 <= block_kv <= 256:
+        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+                     f"block_kv is the N of S = Q K^T's wgmma and the K of O += P V's: a multiple of 16 in [16, 256], "
+                     f"got {block_kv}")
+    if sq % block_q:
+        problems.add(("op", "inputs", q_name, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}; pad the "
+                                                        f"sequence (ragged query blocks are not masked yet)")
+    if skv % block_kv:
+        problems.add(("op", "inputs", k_name, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}; "
+                                                        f"pad the keys (ragged key blocks are not masked yet)")
+
+    # --- registers and SMEM
+    s_regs, o_regs = block_kv // 2, d // 2
+    preg = pipe.memory_registers or 24
+    creg = pipe.compute_registers or (240 if nc == 2 else 256)
+    if 128 * (preg + nc * creg) > hw.regs_per_sm:
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"register budgets {preg} + {nc} x {creg} need {128 * (preg + nc * creg)} registers; the SM has "
+                     f"{hw.regs_per_sm}")
+    need = s_regs + o_regs + block_kv // 4 + REG_OVERHEAD
+    if need > min(creg, 255):
+        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+                     f"a consumer thread holds S ({s_regs}), O ({o_regs}) and P ({block_kv // 4}) registers plus about "
+                     f"{REG_OVERHEAD}: {need}, over its budget of {min(creg, 255)}; use a smaller block_kv")
+    stages = pipe.max_concurrent_steps
+    if stages < 1:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"), "at least one K/V stage")
+    isz = ITEMSIZE[dtype]
+    slabs = d // 64
+    q_bytes = block_q * d * isz
+    kv_bytes = block_kv * d * isz
+    smem = SmemMap()
+    smem.alloc("q", q_bytes, note="Q tile (reused to stage O for the TMA store)")
+    smem.alloc("k", kv_bytes, stages, note="K stages")
+    smem.alloc("v", kv_bytes, stages, note="V stages")
+    for nm in ("q_full", "k_full", "k_empty", "v_full", "v_empty"):
+        smem.alloc(nm, 8, 1 if nm == "q_full" else stages, align=8, note="mbarrier")
+    smem_bytes = smem.top + 1024
+    if smem_bytes > hw.smem_per_block:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"SMEM needed is {smem_bytes} B (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V), over "
+                     f"{hw.smem_per_block} B; use fewer stages or a smaller block_kv")
+    pingpong = "schedule" in sch.barriers
+    for bname, bar in sch.barriers.items():
+        if bname != "schedule":
+            problems.add(("schedule", "barriers", bname), "attention names one barrier, 'schedule' (the consumers' "
+                                                          "ping-pong); the K/V rings are the planner's")
+        elif bar.num_arrivals != 2 or nc != 2:
+            problems.add(("schedule", "barriers", "schedule", "num_arrivals"),
+                         "the ping-pong schedule barrier alternates 2 consumer warpgroups: num_arrivals 2 with "
+                         "num_compute_wgs 2")
+    if any(c != 1 for c in sch.cluster):
+        problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
+    if sch.persistent.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none")
+    if problems:
+        return None, problems
+
+    # --- tensor maps: 2-D views [rows, cols] of the 4-D arrays
+    def view(shape, heads):
+        bb, s_or_h, h_or_s, dd = shape
+        return (bb * s_or_h * h_or_s, dd) if op.layout == "bhsd" else (bb * s_or_h, h_or_s * dd)
+
+    inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype], isz, shapes[n])
+                   for n, r in zip(names, ("q", "k", "v")))
+    outputs = [AttnOperand(o_name, f"out_{o_name}", "o", dtype, CTYPE[dtype], isz, shapes[o_name])]
+    if lse_name:
+        outputs.append(AttnOperand(lse_name, f"out_{lse_name}", "lse", "f32", "float", 4, shapes[lse_name]))
+    outputs = tuple(outputs)
+
+    def tmap(i: int, shape, heads: int, rows: int) -> KernelArg:
+        v2 = view(shape, heads)
+        return KernelArg("tmap", i, dtype, v2, (v2[1] * isz, isz), (rows, 64), 128)
+
+    args = [tmap(0, shapes[q_name], hq, WGMMA_M), tmap(1, shapes[k_name], hkv, block_kv),
+            tmap(2, shapes[v_name], hkv, block_kv), tmap(3, shapes[o_name], hq, WGMMA_M)]
+    if lse_name:
+        args.append(KernelArg("ptr", 4))
+    scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
+    q_blocks, kv_blocks = sq // block_q, skv // block_kv
+    flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
+    bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
+    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
+                                                       "_pp" if pingpong else "")
+    plan = AttentionPlan(
+        family="attention", name=spec.name, kernel_name=kname, sizes=sizes, constants={},
+        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+        layout=op.layout, causal=op.causal, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
+        with_lse=lse_name is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
+        stages=stages, num_consumers=nc, pingpong=pingpong, q_blocks=q_blocks, kv_blocks=kv_blocks,
+        num_tiles=q_blocks * hq * b, tile_order="heads_q_batch", slabs=slabs, q_bytes=q_bytes,
+        kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
+        threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
+        num_blocks=q_blocks * hq * b, auto_blocks=False, blocks_per_sm=1, cluster_dims=(1, 1, 1),
+        approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
+    )
+    return plan, problems
