@@ -145,6 +145,9 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                                                         f"(grouped-query attention)")
     if d not in HEAD_DIMS:
         problems.add(("op", "inputs", q_name, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
+    if op.scale is not None and op.scale <= 0:
+        problems.add(("op", "scale"), f"the softmax scale must be positive (the running max is taken on scaled "
+                                      f"scores), got {op.scale}")
     if op.causal and sq > skv:
         problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
                                        f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")

@@ -1,0 +1,98 @@
+"""The attention planner and its CUDA kernel on the CPU: plan numbers, located rejections, and the SASS of every
+variant (HGMMA for S = Q K^T and for O += P V with P from registers, TMA, setmaxnreg, exp2 on the MUFU, no
+spills). The GPU run of this family is still to come (bench/attn_probe.py)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.build import build_spec
+from schedgen.cache import Cache
+from schedgen.cuda.compile import resource_usage, sass
+from schedgen.errors import SpecErrors
+from schedgen.plan import plan
+from schedgen.spec.validate import load_spec
+
+BASE = SPECS_DIR / "attention_bf16_4096.yaml"
+CUDA = {"schedule.backends": ["cuda"]}
+D64 = {"D": 64, "schedule.in_specs.q.block_shape": [128, 64], "schedule.in_specs.k.block_shape": [128, 64],
+       "schedule.in_specs.v.block_shape": [128, 64]}
+D256 = {"D": 256, "schedule.in_specs.q.block_shape": [128, 256], "schedule.in_specs.k.block_shape": [64, 256],
+        "schedule.in_specs.v.block_shape": [64, 256]}
+GQA = {"op.sizes": {"B": 1, "S": 1024, "H": 8, "G": 2, "D": 128}, "op.inputs.k.shape": ["B", "S", "G", "D"],
+       "op.inputs.v.shape": ["B", "S", "G", "D"]}
+VARIANTS = {
+    "base": {}, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
+    "nopp": {"schedule.barriers": {}}, "d64": D64, "d256": D256, "gqa": GQA,
+    "one_consumer": {"schedule.barriers": {}, "schedule.pipeline.num_compute_wgs": 1,
+                     "schedule.in_specs.q.block_shape": [64, 128]},
+}
+
+
+def _plan(ov=None):
+    spec, src = load_spec(str(BASE), {**CUDA, **(ov or {})})
+    return plan(spec, src)
+
+
+def test_plan_numbers():
+    p = _plan()
+    assert (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim) == (1, 16, 16, 4096, 4096, 128)
+    assert (p.block_q, p.block_kv, p.stages, p.num_consumers, p.pingpong) == (128, 128, 2, 2, True)
+    assert p.num_tiles == 32 * 16 and p.num_blocks == p.num_tiles
+    assert p.flops == 4 * 16 * 4096 * 4096 * 128
+    assert abs(p.scale - 128 ** -0.5) < 1e-12 and abs(p.scale_log2 - p.scale * 1.4426950408889634) < 1e-12
+    assert p.q_bytes == 128 * 128 * 2 and p.kv_stage_bytes == 128 * 128 * 2
+    # [B, S, H, D] seen by TMA as [B*S, H*D]; boxes of 64 columns (128 B, swizzled)
+    assert p.kernel_args[0].shape == (4096, 16 * 128) and p.kernel_args[0].box == (64, 64)
+    assert p.kernel_args[1].box == (128, 64)
+    assert _plan({"op.causal": True}).flops == p.flops // 2
+    g = _plan(GQA)
+    assert (g.heads_q, g.heads_kv) == (8, 2) and g.kernel_args[1].shape == (1024, 2 * 128)
+
+
+@pytest.mark.parametrize("ov, needle", [
+    ({"D": 96, "schedule.in_specs.q.block_shape": [128, 96], "schedule.in_specs.k.block_shape": [128, 96],
+      "schedule.in_specs.v.block_shape": [128, 96]}, "head_dim 96 is not supported; legal: 64, 128, 256"),
+    ({"schedule.in_specs.q.block_shape": [64, 128]}, "block_q is 128 with 2 consumer(s), got 64"),
+    ({"S": 4000}, "Sq = 4000 is not a multiple of block_q = 128"),
+    ({"schedule.pipeline.max_concurrent_steps": 4}, "SMEM needed is"),
+    ({"op.inputs.k.dtype": "f16"}, "q, k and v share one dtype"),
+    ({"op.scale": -1.0}, "the softmax scale must be positive"),
+    ({"schedule.barriers": {"schedule": {"num_arrivals": 3}}}, "num_arrivals 2 with num_compute_wgs 2"),
+    ({"schedule.in_specs.k.block_shape": [256, 128], "schedule.in_specs.v.block_shape": [256, 128]},
+     "over its budget"),
+    ({"op.outputs.lse": {"shape": ["B", "S", "H"], "dtype": "f32"}}, "the log-sum-exp output is f32 [B, Hq, Sq]"),
+])
+def test_rejections_are_located(ov, needle):
+    with pytest.raises(SpecErrors) as info:
+        _plan(ov)
+    lines = info.value.lines()
+    assert any(needle in l for l in lines), lines
+    assert all(l.split(":")[0].endswith("attention_bf16_4096.yaml") for l in lines)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = Cache(tmp_path_factory.mktemp("cache"))
+    return {name: build_spec(BASE, {**CUDA, **ov}, cache=cache) for name, ov in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_sass(built, name):
+    b = built[name]
+    p = b.plan
+    text = sass(b.files["kernel.cubin"])
+    hgmma = [l for l in text.splitlines() if "HGMMA." in l]
+    shapes = set(re.findall(r"HGMMA\.(64x\d+x16)", "\n".join(hgmma)))
+    assert shapes == {f"64x{p.block_kv}x16", f"64x{p.head_dim}x16"}
+    # O += P V: A from registers (no gdesc for A) and V transposed (N-major)
+    pv = [l for l in hgmma if f"64x{p.head_dim}x16" in l and "tnspB" in l]
+    assert pv and all("gdesc" in l for l in pv)
+    ops = set(re.findall(r"\b(UTMALDG\.2D|UTMASTG\.2D|USETMAXREG\S*|MUFU\.EX2|LDL|STL|BAR\.ARV)\b", text))
+    assert {"UTMALDG.2D", "UTMASTG.2D", "MUFU.EX2"} <= ops and not ({"LDL", "STL"} & ops), ops
+    assert any(o.startswith("USETMAXREG") for o in ops)
+    assert ("BAR.ARV" in ops) == p.pingpong
+    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0
