@@ -1,9 +1,9 @@
 """One call on the GPU machine: GPU tests, verify every bundled spec, benchmark the suite, print a table.
 
-    python3 bench/run_gpu.py [--out DIR] [--budget SECONDS] [--only LABEL...] [--family map|matmul]
+    python3 bench/run_gpu.py [--out DIR] [--budget SECONDS] [--only LABEL...] [--family map|matmul|attention]
                              [--skip-tests] [--skip-verify]
 
-Writes DIR/pytest_gpu.log, DIR/verify.txt, DIR/<family>.json (benchmark rows: map.json, matmul.json) and
+Writes DIR/pytest_gpu.log, DIR/verify.txt, DIR/<family>.json (benchmark rows: map.json, matmul.json, attention.json) and
 DIR/bench.md; the last thing printed is the short table. `--family` limits verify and the suite to one family
 (to split the work over several calls of the device tool's 10-minute limit). Run it through the device tool
 (see README).
@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only suite entries with these labels")
     ap.add_argument("--main", action="store_true", help="run only the suite entries without a label")
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--family", choices=["map", "matmul"], default=None, help="verify and bench only this family")
+    ap.add_argument("--family", choices=["map", "matmul", "attention"], default=None, help="verify and bench only this family")
     ap.add_argument("--skip-verify", action="store_true", help="skip the verify pass (bench verifies what it times)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -111,7 +111,7 @@ def main() -> int:
         for fam in sorted({r["family"] for r in rows}):
             (out / f"{fam}.json").write_text(json.dumps([r for r in rows if r["family"] == fam], indent=1) + "\n")
         for r in new:
-            if r["family"] == "matmul":
+            if r["family"] in ("matmul", "attention"):
                 peers = " ".join(f"{n} {p['ratio']:.2f}x" if p.get("ratio") else f"{n} {'skipped' if p.get('skipped') else '-'}"
                                  for n, p in (r.get("peers") or {}).items())
                 print(f"  {r['spec']:20} {r['variant']:16} {r['backend']:6} {r.get('time_ms') or 0:.4f} ms "

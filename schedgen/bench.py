@@ -116,6 +116,8 @@ def bench_built(built: Built, backends: Sequence[str], *, iters: int = 50, warmu
     plan = built.plan
     if plan.family == "matmul":
         return bench_matmul(built, backends, iters=iters, warmup=warmup, env=env)
+    if plan.family == "attention":
+        return bench_attention(built, backends, iters=iters, warmup=warmup, env=env)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
     date = _dt.date.today().isoformat()
@@ -159,11 +161,34 @@ def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """The record as Markdown: the bandwidth table (map rows), then the matmul table (matmul rows) if any."""
+    at = [r for r in rows if r.get("family") == "attention"]
+    rows = [r for r in rows if r.get("family") != "attention"]
+    tail = ("\n" + attention_markdown(at)) if at else ""
     mm = [r for r in rows if r.get("family") == "matmul"]
     if not mm:
-        return _markdown_bandwidth(rows)
+        return (_markdown_bandwidth(rows) if rows else "") + tail
     other = [r for r in rows if r.get("family") != "matmul"]
-    return (_markdown_bandwidth(other) + "\n" if other else "") + matmul_markdown(mm)
+    return (_markdown_bandwidth(other) + "\n" if other else "") + matmul_markdown(mm) + tail
+
+
+def attention_markdown(rows: list[dict]) -> str:
+    """Attention rows: time, TFLOP/s (4 B H Sq Skv D, halved for causal) and the ratio to each peer."""
+    lines = ["| spec | backend | kernel | shape | causal | time (ms) | TFLOP/s | vs torch SDPA | vs JAX attention_mgpu | "
+             "verified | rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def peer(r: dict, name: str) -> str:
+        p = (r.get("peers") or {}).get(name) or {}
+        if p.get("ratio"):
+            return f"{p['ratio']:.2f}x ({p.get('tflops') or 0:.0f} TFLOP/s)"
+        return "skipped" if p.get("skipped") else "-"
+    for r in rows:
+        shape = " ".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
+        t = f"{r['time_ms']:.4f}" if r.get("time_ms") else r.get("error", "-")
+        tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
+        err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
+        lines.append(f"| {r['spec']} | {r['backend']} | `{r['kernel']}` | {shape} | {r.get('causal')} | {t} | {tf} | "
+                     f"{peer(r, 'sdpa')} | {peer(r, 'jax_pallas')} | {'yes' if r.get('verified') else 'NO'} | {err} |")
+    return "\n".join(lines) + "\n"
 
 
 def _markdown_bandwidth(rows: list[dict]) -> str:
@@ -739,3 +764,102 @@ def matmul_markdown(rows: list[dict]) -> str:
     if notes:
         out += "\n".join(f"- {k}: {v}" for k, v in notes.items()) + "\n"
     return out
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+def jax_attention_peer(plan):
+    """JAX's own Pallas flash attention (attention_mgpu) at the plan's tuning, as a jitted f(q, k, v) on bshd
+    arrays; (None, note) where the plan has no equivalent."""
+    if plan.layout != "bshd":
+        return None, "attention_mgpu takes [B, S, H, D] only"
+    if plan.with_lse:
+        return None, "timed without the log-sum-exp output"
+    name = "jax._src.test_util"
+    saved = sys.modules.get(name)
+    if saved is None:
+        sys.modules[name] = types.ModuleType(name)
+    try:
+        from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+    finally:
+        if saved is None:
+            sys.modules.pop(name, None)
+    cfg = am.TuningConfig(block_q=64, block_kv=plan.block_kv, max_concurrent_steps=max(2, plan.stages),
+                          use_schedule_barrier=plan.pingpong, causal=plan.causal)
+    return (lambda q, k, v: am.attention(q, k, v, cfg)), f"block_q 64 x 2 consumers, block_kv {plan.block_kv}, " \
+                                                       f"{max(2, plan.stages)} stages"
+
+
+def bench_attention(built: Built, backends: Sequence[str], *, iters: int = 50, warmup: int = 10,
+                    env: dict | None = None) -> list[dict]:
+    """Our attention backends against torch SDPA and JAX's attention_mgpu, verified first, inputs rotated.
+    FLOPs = 4 B H Sq Skv D (halved for causal)."""
+    plan = built.plan
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
+    env = env or environment()
+    date = _dt.date.today().isoformat()
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel)}
+    host = random_inputs(built.spec, plan.sizes, seed=1)
+    in_bytes = sum(math.prod(o.shape) * o.itemsize for o in plan.inputs)
+    sets = matmul_sets(in_bytes)
+    out_bytes = sum(math.prod(o.shape) * o.itemsize for o in plan.outputs)
+
+    def sdpa() -> dict:
+        import torch
+        import torch.nn.functional as F
+        dev = [[_to_torch(torch, host[o.name], o.dtype) for o in plan.inputs]]
+        dev += [[t.clone() for t in dev[0]] for _ in range(sets - 1)]
+        views = [[t.transpose(1, 2) if plan.layout == "bshd" else t for t in s] for s in dev]
+        gqa = plan.heads_q != plan.heads_kv
+
+        def fn(i: int) -> None:
+            q, k, v = views[i]
+            F.scaled_dot_product_attention(q, k, v, is_causal=plan.causal, scale=plan.scale, enable_gqa=gqa)
+        fn(0)
+        return {**time_stream_fn(fn, sets, warmup=warmup, iters=iters,
+                                 stream=int(torch.cuda.current_stream().cuda_stream)),
+                "note": f"torch {torch.__version__}"}
+
+    def jax_peer() -> dict:
+        import jax
+        fn, note = jax_attention_peer(plan)
+        if fn is None:
+            return {"skipped": note}
+        base = [jax.device_put(host[o.name]) for o in plan.inputs]
+        arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
+        return {**time_jax_fn(jax.jit(fn), arg_sets, warmup=warmup, iters=iters, out_bytes=out_bytes), "note": note}
+
+    peers = {"sdpa": _peer("torch", sdpa), "jax_pallas": _peer("jax", jax_peer)}
+    for info in peers.values():
+        if info.get("time_ms"):
+            info["tflops"] = _tflops(plan.flops, info["time_ms"])
+    rows = []
+    for backend in backends:
+        if backend not in plan.backends:
+            continue
+        check = checks.get(backend)
+        row: dict[str, Any] = {
+            "family": "attention", "spec": plan.name, "backend": backend, "kernel": plan.kernel_name,
+            "shape": dict(plan.sizes), "dtype": plan.dtype, "flops": plan.flops, "causal": plan.causal,
+            "sets": sets, "iters": iters, "verified": bool(check and check.ok),
+            "rel_error": check.rel_error if check else None, "date": date, "env": env,
+        }
+        try:
+            if backend == "cuda":
+                ours = _our_cuda(kernel, plan, host, sets, iters=iters, warmup=warmup)
+            else:
+                ours = _our_pallas(kernel, plan, host, sets, iters=iters, warmup=warmup)
+        except Exception as exc:
+            row.update(time_ms=None, error=_why(exc))
+            rows.append(row)
+            continue
+        row.update(ours)
+        row["tflops"] = _tflops(plan.flops, ours.get("time_ms"))
+        row["peers"] = {}
+        for name, info in peers.items():
+            entry = dict(info)
+            if info.get("time_ms"):
+                entry["ratio"], entry["ratio_basis"] = ratio_of(ours, info)
+            row["peers"][name] = entry
+        rows.append(row)
+    return rows
