@@ -96,3 +96,22 @@ def test_sass(built, name):
     assert ("BAR.ARV" in ops) == p.pingpong
     u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
+
+
+def test_explain_names_the_gemms_and_blocks():
+    from schedgen.explain import explain
+    text = explain(_plan({"op.causal": True}))
+    for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong", "halved for causal"):
+        assert needle in text, (needle, text)
+
+
+def test_jax_peer_and_markdown_rows():
+    from schedgen.bench import attention_markdown, jax_attention_peer
+    fn, note = jax_attention_peer(_plan())
+    assert fn is not None and "block_kv 128" in note
+    assert jax_attention_peer(_plan({"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}))[0] is None
+    row = {"family": "attention", "spec": "a", "backend": "cuda", "kernel": "k", "shape": {"S": 4096}, "causal": True,
+           "time_ms": 0.25, "tflops": 600.0, "verified": True, "rel_error": 3e-3,
+           "peers": {"sdpa": {"ratio": 1.1, "tflops": 545.0}, "jax_pallas": {"skipped": "no"}}}
+    text = attention_markdown([row])
+    assert "| a | cuda | `k` | S=4096 | True | 0.2500 | 600 | 1.10x (545 TFLOP/s) | skipped | yes | 3.00e-03 |" in text
