@@ -66,15 +66,39 @@ def cmd_build(args) -> int:
     from .build import build_spec, package
     status = EXIT_OK
     for path in args.files:
+        overrides, note = _overrides(args), ""
         try:
-            built = build_spec(path, _overrides(args))
+            if args.tuned:
+                overrides, note = _tuned(path, overrides, args)
+            built = build_spec(path, overrides)
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
         dest = package(built, args.output)
-        print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}")
+        print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
     return status
+
+
+def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
+    """build --tuned: the best verified schedule the tuning database knows for this spec at this shape."""
+    from .tune import NothingToTune, best_known, best_label, current_gpu
+    try:
+        row = best_known(path, overrides, db=args.db, backend="cuda", gpu=current_gpu())
+    except NothingToTune:
+        print(f"{path}: no tune section; building the file's own schedule", file=sys.stderr)
+        return overrides, ""
+    if row is None:
+        print(f"{path}: the tuning database has no verified result for this spec at "
+              f"{', '.join(f'{k}={v}' for k, v in _sizes(path, overrides).items())}; building the file's own "
+              f"schedule (run: schedgen tune {path})", file=sys.stderr)
+        return overrides, ""
+    return {**overrides, **row["overrides"]}, f"\n  tuned: {best_label(row)} on {row['gpu']}"
+
+
+def _sizes(path: str, overrides: dict) -> dict:
+    from .spec.validate import load_spec
+    return dict(load_spec(path, overrides)[0].op.sizes)
 
 
 def cmd_explain(args) -> int:
@@ -84,6 +108,12 @@ def cmd_explain(args) -> int:
     spec, src = load_spec(args.file, _overrides(args))
     p = plan(spec, src)
     print(to_json(p) if args.json else explain(p))
+    if args.draw:
+        from .draw import draw
+        try:
+            print(f"wrote {draw(p, args.draw)}", file=sys.stderr if args.json else sys.stdout)
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
     return EXIT_OK
 
 
@@ -175,6 +205,7 @@ def cmd_bench(args) -> int:
             print(exc.render(), file=sys.stderr)
             return EXIT_SPEC
         rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)
+    merged = rows
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +214,50 @@ def cmd_bench(args) -> int:
         if args.markdown:
             Path(args.markdown).write_text(markdown(merged))
     print(markdown(rows), end="")
+    if args.report:
+        from .report import write_report
+        for f in write_report(merged, args.report).values():
+            print(f"wrote {f}")
     return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+
+
+def cmd_tune(args) -> int:
+    from rich.console import Console
+
+    from .tune import RichProgress, WorkerRunner, best_known, best_label, export_schedule, summary, tune
+    overrides = _overrides(args)
+    if args.db_only and not args.export:
+        raise _usage("--db-only goes with --export (it measures nothing)")
+    if args.db_only:
+        row = best_known(args.file, overrides, db=args.db, backend=args.backend)
+        if row is None:
+            print(f"{args.file}: the tuning database has no verified result for this spec at this shape; run "
+                  f"schedgen tune {args.file} on the GPU first", file=sys.stderr)
+            return EXIT_FAIL
+        print(f"best known: {best_label(row)} on {row['gpu']}")
+    else:
+        runner = None if args.dry_run else WorkerRunner(timeout=args.timeout,
+                                                         options={"iters": args.iters, "warmup": args.warmup})
+        try:
+            result = tune(args.file, overrides, runner=runner, db=args.db, backend=args.backend,
+                          workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
+                          progress=RichProgress())
+        except (RuntimeError, ValueError) as exc:
+            print(f"schedgen: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        finally:
+            if runner is not None:
+                runner.close()
+        Console().print(summary(result, top=args.top))
+        if args.dry_run:
+            return EXIT_OK if result.compiled == len(result.pruning.kept) else EXIT_FAIL
+        row = result.best
+        if row is None:
+            return EXIT_FAIL
+    if args.export:
+        out = export_schedule(args.file, row, args.export)
+        print(f"wrote {out}")
+    return EXIT_OK
 
 
 def parser() -> argparse.ArgumentParser:
@@ -200,11 +274,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="render, compile and package kernels")
     p.add_argument("files", nargs="+")
     p.add_argument("-o", "--output", default="build")
+    p.add_argument("--tuned", action="store_true", help="build the best schedule the tuning database knows for "
+                                                        "each spec at its shape (see schedgen tune)")
+    p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     _add_define(p)
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("explain", help="print the plan of a schedule file")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("verify", help="run kernels against the numpy reference")
@@ -229,8 +307,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="merge the rows into this benchmark record")
     p.add_argument("--markdown", help="write the whole record as a Markdown table here")
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
+                                                   "shape against the peers, roofline) here")
     _add_define(p)
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("tune", help="search a spec's tune space: prune, compile, time on the GPU, keep the best")
+    p.add_argument("file")
+    _add_define(p)
+    p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
+    p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
+    p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds per candidate run before it is recorded as a hang and its worker replaced")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--top", type=int, default=10, help="rows of the final table")
+    p.add_argument("--retry-failed", action="store_true", help="measure again what hung, faulted or failed")
+    p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
+    p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain schedule file")
+    p.add_argument("--db-only", action="store_true", help="with --export: measure nothing, export the best the "
+                                                          "database knows")
+    p.set_defaults(fn=cmd_tune)
     return ap
 
 

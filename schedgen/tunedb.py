@@ -1,0 +1,220 @@
+"""The tuning database: one sqlite file of measured candidates, so a rerun measures only what is new.
+
+A measurement is keyed by what decides it: the candidate's resolved spec content (the schedule file with the
+knob values applied, its sizes included, its tune section and description left out), the backend, the GPU's
+name, the driver version and the toolchain (NVRTC, cuda-bindings, jax, schedgen and the templates' hash).
+Each result is committed as soon as it is measured, so an interrupted run loses at most the candidate it was
+on, and the next run resumes with the rest.
+
+The file lives in the build cache's folder (`$SCHEDGEN_CACHE`, else `~/.cache/schedgen`) as `tune.sqlite`;
+`$SCHEDGEN_TUNE_DB` or `schedgen tune --db PATH` put it elsewhere.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .cache import default_root
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "hang", "fault", "compile_error", "wrong")   # every status is final for its key
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (
+  key           TEXT PRIMARY KEY,  -- sha256(config_key, backend, gpu, driver, toolchain_key)
+  config_key    TEXT NOT NULL,     -- sha256 of the candidate's resolved spec (sizes in, tune and description out)
+  spec_key      TEXT NOT NULL,     -- sha256 of the spec without its tune section, sizes and knob fields
+  spec_name     TEXT NOT NULL,
+  spec_file     TEXT NOT NULL,
+  shape         TEXT NOT NULL,     -- JSON of op.sizes, e.g. {"K": 4096, "M": 4096, "N": 4096}
+  backend       TEXT NOT NULL,     -- cuda | pallas
+  gpu           TEXT NOT NULL,
+  driver        TEXT NOT NULL,
+  toolchain     TEXT NOT NULL,     -- JSON: nvrtc, cuda_bindings, jax, schedgen, arch, templates
+  toolchain_key TEXT NOT NULL,
+  knobs         TEXT NOT NULL,     -- JSON {knob name: value}
+  overrides     TEXT NOT NULL,     -- JSON {field path: value}: the spec file plus these builds the candidate
+  kernel        TEXT,
+  status        TEXT NOT NULL,     -- ok | hang | fault | compile_error | wrong
+  time_ms       REAL,
+  tflops        REAL,
+  gbps          REAL,
+  verified      INTEGER,           -- NULL: not checked; 1: matches numpy; 0: does not
+  rel_error     REAL,
+  detail        TEXT NOT NULL DEFAULT '',
+  created       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_by_config ON results (config_key, backend);
+CREATE INDEX IF NOT EXISTS results_by_shape ON results (spec_key, shape, backend, status, time_ms);
+CREATE TABLE IF NOT EXISTS runs (
+  id          INTEGER PRIMARY KEY,
+  spec_file   TEXT NOT NULL,
+  spec_name   TEXT NOT NULL,
+  spec_key    TEXT NOT NULL,
+  shape       TEXT NOT NULL,
+  backend     TEXT NOT NULL,
+  gpu         TEXT,
+  started     TEXT NOT NULL,
+  finished    TEXT,
+  status      TEXT NOT NULL,     -- running | done | interrupted | failed
+  candidates  INTEGER,           -- the expanded space
+  pruned      INTEGER,           -- by constraints, the plan stage, or as duplicates
+  measured    INTEGER,           -- run on the GPU in this run
+  reused      INTEGER,           -- found in the database
+  failed      INTEGER,           -- hangs, faults, compile errors, wrong results
+  wall_s      REAL,
+  best_key    TEXT
+);
+"""
+
+RESULT_COLUMNS = ("key", "config_key", "spec_key", "spec_name", "spec_file", "shape", "backend", "gpu", "driver",
+                  "toolchain", "toolchain_key", "knobs", "overrides", "kernel", "status", "time_ms", "tflops", "gbps",
+                  "verified", "rel_error", "detail", "created")
+JSON_COLUMNS = ("shape", "toolchain", "knobs", "overrides")
+
+
+def default_path() -> Path:
+    env = os.environ.get("SCHEDGEN_TUNE_DB")
+    if env:
+        return Path(env)
+    return default_root() / "tune.sqlite"
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class TuneDB:
+    """A thin layer over the sqlite file. Rows come back as plain dicts with the JSON columns decoded."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(self.path), timeout=60.0)
+        self.conn.row_factory = sqlite3.Row
+        with self.conn:
+            self.conn.executescript(SCHEMA)
+            got = self.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if got is None:
+                self.conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(got[0]) != SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path}: tuning database schema {got[0]}, this schedgen reads "
+                                   f"{SCHEMA_VERSION}; move the file away or point --db elsewhere")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "TuneDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ results
+    @staticmethod
+    def _decode(row: sqlite3.Row) -> dict:
+        out = dict(row)
+        for col in JSON_COLUMNS:
+            if out.get(col) is not None:
+                out[col] = json.loads(out[col])
+        if out.get("verified") is not None:
+            out["verified"] = bool(out["verified"])
+        return out
+
+    def put(self, row: Mapping[str, Any]) -> None:
+        """Insert or replace one result (committed at once)."""
+        if row["status"] not in STATUSES:
+            raise ValueError(f"unknown status {row['status']!r}")
+        values = []
+        for col in RESULT_COLUMNS:
+            v = row.get(col)
+            if col in JSON_COLUMNS and v is not None and not isinstance(v, str):
+                v = canonical(v)
+            if col == "verified" and v is not None:
+                v = int(bool(v))
+            if col == "created" and not v:
+                v = now()
+            if col == "detail" and v is None:
+                v = ""
+            values.append(v)
+        with self.conn:
+            self.conn.execute(f"INSERT OR REPLACE INTO results ({', '.join(RESULT_COLUMNS)}) VALUES "
+                              f"({', '.join('?' for _ in RESULT_COLUMNS)})", values)
+
+    def get(self, key: str) -> dict | None:
+        row = self.conn.execute("SELECT * FROM results WHERE key = ?", (key,)).fetchone()
+        return self._decode(row) if row else None
+
+    def lookup(self, keys: Iterable[str]) -> dict[str, dict]:
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, dict] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            for row in self.conn.execute(f"SELECT * FROM results WHERE key IN ({', '.join('?' for _ in chunk)})",
+                                         chunk):
+                out[row["key"]] = self._decode(row)
+        return out
+
+    def set_verified(self, key: str, ok: bool, rel_error: float | None, detail: str = "") -> None:
+        with self.conn:
+            if ok:
+                self.conn.execute("UPDATE results SET verified = 1, rel_error = ? WHERE key = ?", (rel_error, key))
+            else:
+                self.conn.execute("UPDATE results SET verified = 0, rel_error = ?, status = 'wrong', "
+                                  "detail = ? WHERE key = ?", (rel_error, detail, key))
+
+    def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[dict]:
+        sql = "SELECT * FROM results" + (f" WHERE {where}" if where else "") + " ORDER BY created, key"
+        return [self._decode(r) for r in self.conn.execute(sql, tuple(params))]
+
+    def best(self, config_keys: Iterable[str], backend: str, *, gpu: str | None = None,
+             toolchain_key: str | None = None, verified_only: bool = True) -> dict | None:
+        """The fastest ok (and, by default, verified) result among these candidates. Rows measured on `gpu` and
+        with `toolchain_key` are preferred when there are any; otherwise any GPU's and toolchain's rows count."""
+        keys = list(dict.fromkeys(config_keys))
+        rows: list[dict] = []
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            rows += [self._decode(r) for r in self.conn.execute(
+                f"SELECT * FROM results WHERE backend = ? AND status = 'ok' AND time_ms IS NOT NULL AND config_key IN "
+                f"({', '.join('?' for _ in chunk)})", [backend, *chunk])]
+        if verified_only:
+            rows = [r for r in rows if r["verified"]]
+        for field, want in (("gpu", gpu), ("toolchain_key", toolchain_key)):
+            if want is not None and any(r[field] == want for r in rows):
+                rows = [r for r in rows if r[field] == want]
+        return min(rows, key=lambda r: (r["time_ms"], r["key"])) if rows else None
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, **fields: Any) -> int:
+        fields = {"started": now(), "status": "running", **fields}
+        if isinstance(fields.get("shape"), dict):
+            fields["shape"] = canonical(fields["shape"])
+        cols = list(fields)
+        with self.conn:
+            cur = self.conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                                    [fields[c] for c in cols])
+        return int(cur.lastrowid)
+
+    def finish_run(self, run_id: int, **fields: Any) -> None:
+        fields = {"finished": now(), **fields}
+        with self.conn:
+            self.conn.execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in fields)} WHERE id = ?",
+                              [*fields.values(), run_id])
+
+    def runs(self) -> list[dict]:
+        out = []
+        for r in self.conn.execute("SELECT * FROM runs ORDER BY id"):
+            d = dict(r)
+            d["shape"] = json.loads(d["shape"])
+            out.append(d)
+        return out
