@@ -250,6 +250,9 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
     if sch.persistent.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none")
+    if "pallas" in sch.backends:
+        _pallas_limits(sch, names, block_kv, preg, creg, stages, nc, q_bytes, kv_bytes, smem_bytes,
+                       lse_name is not None, hw, problems)
     if problems:
         return None, problems
 
@@ -292,3 +295,48 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
     )
     return plan, problems
+
+
+def _pallas_limits(sch, names, block_kv: int, preg: int, creg: int, stages: int, nc: int, q_bytes: int,
+                   kv_bytes: int, smem_bytes: int, with_lse: bool, hw: Hardware, problems: Problems) -> None:
+    """What the Pallas (Mosaic GPU) rendering of this family (templates/pallas/attention.py.j2) cannot express;
+    each message names the way out."""
+    hint = "; or set schedule.backends: [cuda]"
+    k_name = names[1]
+    # jax.experimental.mosaic.gpu.wgmma issues K in groups of one swizzle width: with the 128-byte swizzle of the
+    # K / V tiles that is 64 elements, and block_kv is the K of O += P V (the planner reports other illegal values)
+    if block_kv % 64 and block_kv % 16 == 0 and 16 <= block_kv <= 256:
+        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+                     f"the Pallas attention needs block_kv a multiple of 64 (64, 128, 192 or 256): Mosaic GPU's wgmma "
+                     f"takes the K of O += P V (= block_kv) in 64-element groups of the 128-byte swizzle; got "
+                     f"{block_kv}" + hint)
+    # plgpu.set_max_registers (setmaxnreg) takes multiples of 8
+    for field, regs in (("memory_registers", preg), ("compute_registers", creg)):
+        if regs % 8:
+            problems.add(("schedule", "pipeline", field),
+                         f"plgpu.set_max_registers takes a multiple of 8 registers, got {regs}; use "
+                         f"{regs // 8 * 8} or {regs // 8 * 8 + 8}" + hint)
+    # Pallas SMEM: Q/O tile, K and V rings, the log-sum-exp rows, the barriers (q, 4 rings, schedule), 1 KiB slack
+    # (only what the planner's own SMEM check, smem_bytes, did not already report)
+    smem = q_bytes + 2 * stages * kv_bytes + (nc * 64 * 4 if with_lse else 0) + 8 * (nc + 4 * stages + 1) + 1024
+    if smem_bytes <= hw.smem_per_block < smem:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"the Pallas kernel needs {smem} B of SMEM (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V"
+                     f"{' + the log-sum-exp rows' if with_lse else ''}), over {hw.smem_per_block} B; use fewer stages "
+                     f"or a smaller block_kv" + hint)
+    cp = sch.compiler_params
+    if "lowering_semantics" in cp.model_fields_set and cp.lowering_semantics != "lane":
+        problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                     "the Pallas attention is written for Lane semantics (explicit WGMMA register layouts, as jax's "
+                     "attention_mgpu); remove lowering_semantics or set it to lane" + hint)
+    if cp.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas attention stages O through the Q tile that its wgmmas read and relies on Mosaic GPU's "
+                     "automatic barriers there; remove unsafe_no_auto_barriers" + hint)
+    if cp.profile_space:
+        problems.add(("schedule", "compiler_params", "profile_space"),
+                     "the Pallas attention takes no profiler buffer; remove profile_space" + hint)
+    for n in names:
+        if n == "interpret":
+            problems.add(("op", "inputs", n), "'interpret' is the generated Pallas function's own keyword argument; "
+                                              "choose another name" + hint)

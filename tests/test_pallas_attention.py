@@ -1,0 +1,283 @@
+"""The Pallas (Mosaic GPU) backend of the attention family, on the CPU: the rendered module lowers for CUDA (bundled
+spec at full size and variants), runs in the Mosaic GPU interpreter (race detection on) at tiny sizes against the
+float64 reference, and the planner rejects what the Pallas rendering cannot express.
+
+In interpret mode the kernel feeds P to the P V wgmma through SMEM (jax's interpreter models wgmma operands as SMEM
+only); compiled, P comes from registers. Everything else (TMA rings, barriers, ping-pong, masking, LSE) is the same
+code."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.build import build_spec
+from schedgen.errors import SpecErrors
+from schedgen.reference import attention_reference, reference, rel_error, tolerance
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+
+SPEC = SPECS_DIR / "attention_bf16_4096.yaml"
+BOTH = {"schedule.backends": ["cuda", "pallas"]}
+NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
+
+BSHD = ["B", "S", "H", "D"]
+LSE = {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}
+BHSD = {"op.layout": "bhsd", **{f"op.{g}.{n}.shape": ["B", "H", "S", "D"]
+                                for g, n in (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}}
+NO_PINGPONG = {"schedule.barriers": {}}
+ONE_CONSUMER = {"schedule.barriers": {}, "schedule.pipeline.num_compute_wgs": 1, "schedule.pipeline.compute_registers": 256}
+
+
+def _blocks(d, block_q=128, block_kv=64):
+    return {"D": d, "schedule.in_specs.q.block_shape": [block_q, d], "schedule.in_specs.k.block_shape": [block_kv, d],
+            "schedule.in_specs.v.block_shape": [block_kv, d]}
+
+
+def _gqa(sizes):
+    """k and v over G kv heads (H / G q heads share one)."""
+    return {"op.sizes": sizes, "op.inputs.k.shape": ["B", "S", "G", "D"], "op.inputs.v.shape": ["B", "S", "G", "D"]}
+
+
+def _sq_skv(sizes):
+    """Sq queries against Skv keys (causal alignment: query i sees keys j <= i + Skv - Sq)."""
+    return {"op.sizes": sizes, "op.inputs.q.shape": ["B", "SQ", "H", "D"], "op.outputs.o.shape": ["B", "SQ", "H", "D"],
+            "op.inputs.k.shape": ["B", "SKV", "H", "D"], "op.inputs.v.shape": ["B", "SKV", "H", "D"]}
+
+
+# Tiny problems for the interpreter: S = 256 with 64-key blocks is 4 K/V steps through 2 stages (the rings wrap),
+# 2 query blocks of 128 rows; causal, the two consumers of a block see different numbers of K/V blocks.
+SMALL = {"S": 256, "H": 2, **_blocks(64)}
+INTERPRET_CASES = {
+    "plain": SMALL,
+    "causal": {**SMALL, "op.causal": True},
+    "causal_no_pingpong": {**SMALL, **NO_PINGPONG, "op.causal": True},
+    "causal_one_consumer": {**SMALL, **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 64], "op.causal": True},
+    "causal_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 128, "SKV": 320, "H": 2, "D": 64}),
+                             "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": True},
+    "gqa": {**_blocks(64), **_gqa({"B": 2, "S": 128, "H": 4, "G": 2, "D": 64})},
+    "bhsd": {**SMALL, **BHSD},
+    "f16_exact_scale_stages3": {**SMALL, **{f"op.{g}.{n}.dtype": "f16" for g, n in
+                                            (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))},
+                                "schedule.compiler_params.approx_math": False, "op.scale": 0.5,
+                                "schedule.pipeline.max_concurrent_steps": 3},
+    "d128_kv128_stages1": {"S": 256, "H": 2, "schedule.pipeline.max_concurrent_steps": 1},
+    "d256": {"S": 128, "H": 1, **_blocks(256)},
+}
+LOWER_CASES = {
+    "bundled": {},
+    "causal": {"op.causal": True},
+    "lse": LSE,
+    "causal_lse_no_pingpong": {"op.causal": True, **LSE, **NO_PINGPONG},
+    "gqa": _gqa({"B": 2, "S": 2048, "H": 16, "G": 4, "D": 128}),
+    "bhsd": BHSD,
+    "one_consumer": {**ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 128]},
+    "d64_kv128": _blocks(64, block_kv=128),
+    "d64_kv192": {"S": 3072, **_blocks(64, block_kv=192)},
+    "d256": _blocks(256),
+    "f16": {f"op.{g}.{n}.dtype": "f16" for g, n in (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))},
+    "causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1024, "SKV": 4096, "H": 16, "D": 128}), "op.causal": True},
+    "stages3_exact": {"schedule.pipeline.max_concurrent_steps": 3, "schedule.compiler_params.approx_math": False},
+}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path_factory.getbasetemp() / "schedgen-cache"))
+
+
+def _build(overrides):
+    """The bundled spec with overrides, Pallas only (the CUDA side is tests/test_attention_plan.py's)."""
+    return build_spec(str(SPEC), {"schedule.backends": ["pallas"], **overrides})
+
+
+def _module(built, folder: Path):
+    """Import the rendered Pallas module (pallas_kernel.py) on its own."""
+    path = folder / "pallas_kernel.py"
+    path.write_bytes(built.files["pallas_kernel.py"])
+    name = f"_test_pallas_attention_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _inputs(plan, seed=0):
+    rng = np.random.default_rng(seed)
+    return {o.name: rng.standard_normal(o.shape, dtype=np.float32).astype(NP_DTYPES[o.dtype]) for o in plan.inputs}
+
+
+def _poisoned(plan):
+    return [np.full(o.shape, np.nan, NP_DTYPES[o.dtype]) for o in plan.outputs]
+
+
+_RUNS: dict[str, tuple] = {}   # interpreted runs by case (the wrong-mask test reuses "plain")
+
+
+def _interpret(case, tmp_path):
+    """(built, inputs, outputs, races found) of INTERPRET_CASES[case] run in the interpreter, outputs poisoned."""
+    from schedgen.verify import interpret_params, races_found
+    if case not in _RUNS:
+        built = _build(INTERPRET_CASES[case])
+        plan = built.plan
+        mod = _module(built, tmp_path)
+        inputs = _inputs(plan)
+        outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                            [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+        _RUNS[case] = (built, inputs, [np.asarray(x) for x in outs], races_found())
+    return _RUNS[case]
+
+
+# ------------------------------------------------------------------------------------ lowering for CUDA on CPU
+
+@pytest.mark.parametrize("case", list(LOWER_CASES), ids=list(LOWER_CASES))
+def test_pallas_attention_lowers_for_cuda(case, tmp_path):
+    built = _build(LOWER_CASES[case])
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in plan.inputs]
+    text = jax.jit(mod.make()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
+    assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
+    assert len(calls[0][1].split(",")) == len(plan.inputs)
+    assert plan.kernel_name in text
+    for o in plan.outputs:
+        assert re.search(r"tensor<{}x{}>".format("x".join(map(str, o.shape)), o.dtype), text), o.name
+
+
+def test_bundled_spec_plans_for_both_backends():
+    """The Pallas limits accept the bundled spec (and the CUDA side is unchanged by them)."""
+    from schedgen import plan as planner
+    from schedgen.spec.validate import load_spec
+    spec, src = load_spec(str(SPEC), BOTH)
+    both = planner.plan(spec, src)
+    spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"]})
+    assert both.backends == ("cuda", "pallas") and planner.to_dict(both) | {"backends": None} == \
+        planner.to_dict(planner.plan(spec, src)) | {"backends": None}
+
+
+def test_rendered_module_reflects_the_plan():
+    """The knobs reach the Pallas source: blocks, ring depth, register budgets, ping-pong, masking, LSE, layout."""
+    built = _build({})
+    p, src = built.plan, built.files["pallas_kernel.py"].decode()
+    compile(src, "pallas_kernel.py", "exec")
+    assert f"BLOCK_Q = {p.block_q}" in src and f"BLOCK_KV = {p.block_kv}" in src and f"STAGES = {p.stages}" in src
+    assert f"PRODUCER_REGS, CONSUMER_REGS = {p.producer_regs}, {p.consumer_regs}" in src
+    assert 'set_max_registers(CONSUMER_REGS, action="increase")' in src
+    assert 'set_max_registers(PRODUCER_REGS, action="decrease")' in src
+    assert f"SCALE_LOG2 = {p.scale_log2!r}" in src and "jnp.exp2(" in src
+    assert "num_threads=NUM_CONSUMERS + 1" in src and f"NUM_CONSUMERS = {p.num_consumers}" in src
+    assert '"schedule": plgpu.Barrier(num_arrivals=2)' in src and "take_turn()" in src
+    assert "plgpu.wgmma(o_ref, p16, v_smem.at[slot])" in src          # P from registers when compiled
+    assert "approx_math=True" in src and "LoweringSemantics.Lane" in src
+    assert "ref.at[b, pl.ds(start, size), h]" in src                    # bshd, read in place
+    assert "broadcasted_iota" not in src and "lse_gmem" not in src and "_drain" not in src
+    causal = _build({"op.causal": True, **LSE, **BHSD}).files["pallas_kernel.py"].decode()
+    assert "broadcasted_iota" in causal and "_drain" in causal and "CAUSAL_OFFSET = 0" in causal
+    assert "lse_gmem.at[b, h, pl.ds(q_base, ROWS)]" in causal and "jnp.log(l_i)" in causal
+    assert "ref.at[b, h, pl.ds(start, size)]" in causal
+    one = _build({**ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 128],
+                  "schedule.compiler_params.approx_math": False}).files["pallas_kernel.py"].decode()
+    assert '"schedule"' not in one and "take_turn" not in one and "NUM_CONSUMERS = 1" in one
+    assert "approx_math=False" in one
+
+
+# ------------------------------------------------------------------------------------ the interpreter
+
+@pytest.mark.parametrize("case", list(INTERPRET_CASES), ids=list(INTERPRET_CASES))
+def test_pallas_attention_interpret_matches_reference(case, tmp_path):
+    built, inputs, outs, raced = _interpret(case, tmp_path)
+    plan = built.plan
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    for o, out in zip(plan.outputs, outs):
+        assert out.dtype == NP_DTYPES[o.dtype] and out.shape == o.shape
+        err = rel_error(out, ref[o.name])
+        assert err <= tolerance(o.dtype, plan.approx_math), (case, o.name, err)
+    assert raced is False
+
+
+def test_pallas_attention_public_function(tmp_path):
+    """`<name>(q, k, v, interpret=...)` returns (o, lse) with the log-sum-exp output (natural log, [B, Hq, Sq])."""
+    from schedgen.verify import interpret_params, races_found
+    built = _build({**SMALL, **LSE})
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    inputs = _inputs(plan, seed=1)
+    o, lse = getattr(mod, plan.name)(*(jnp.asarray(inputs[x.name]) for x in plan.inputs), interpret=interpret_params())
+    assert races_found() is False
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    assert o.shape == plan.outputs[0].shape and lse.shape == (1, 2, 256) and lse.dtype == jnp.float32
+    assert rel_error(np.asarray(o), ref["o"]) <= 1e-2 and rel_error(np.asarray(lse), ref["lse"]) <= 1e-5
+
+
+def test_interpreter_catches_a_wrong_mask(tmp_path):
+    """Not vacuous: the non-causal kernel's output fails against the causal reference."""
+    causal = _build(INTERPRET_CASES["causal"])
+    _, inputs, (out,), _ = _interpret("plain", tmp_path)
+    ref = attention_reference(causal.spec, causal.plan.sizes, inputs, sample=False)
+    assert rel_error(out, ref["o"]) > 1e-1
+
+
+# ------------------------------------------------------------------------------------ what Pallas cannot express
+
+@pytest.mark.parametrize("overrides, path, words", [
+    ({"schedule.in_specs.k.block_shape": [32, 128], "schedule.in_specs.v.block_shape": [32, 128]},
+     "schedule.in_specs.k.block_shape[0]", "a multiple of 64"),
+    ({"schedule.pipeline.compute_registers": 236}, "schedule.pipeline.compute_registers", "use 232 or 240"),
+    ({"schedule.pipeline.memory_registers": 28}, "schedule.pipeline.memory_registers", "multiple of 8"),
+    ({"schedule.compiler_params.lowering_semantics": "warpgroup"}, "schedule.compiler_params.lowering_semantics",
+     "Lane semantics"),
+    ({"schedule.compiler_params.unsafe_no_auto_barriers": True}, "schedule.compiler_params.unsafe_no_auto_barriers",
+     "automatic barriers"),
+    ({"schedule.compiler_params.profile_space": 64}, "schedule.compiler_params.profile_space", "profiler"),
+    ({"op.inputs": {"interpret": {"shape": BSHD, "dtype": "bf16"}, "k": {"shape": BSHD, "dtype": "bf16"},
+                    "v": {"shape": BSHD, "dtype": "bf16"}}, "schedule.in_specs": {}},
+     "op.inputs.interpret", "keyword argument"),
+], ids=["block_kv", "compute_registers", "memory_registers", "warpgroup_semantics", "no_auto_barriers",
+        "profile_space", "input_named_interpret"])
+def test_pallas_limits_are_located_errors(overrides, path, words):
+    with pytest.raises(SpecErrors) as info:
+        build_spec(str(SPEC), {**BOTH, **overrides})
+    text = str(info.value)
+    assert path in text and words in text and "schedule.backends: [cuda]" in text, text
+    assert all(line.split(":")[0].endswith("attention_bf16_4096.yaml") for line in info.value.lines())
+
+
+def test_pallas_limits_do_not_apply_to_cuda_only_specs():
+    from schedgen import plan as planner
+    from schedgen.spec.validate import load_spec
+    spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"], "schedule.in_specs.k.block_shape": [32, 128],
+                                      "schedule.in_specs.v.block_shape": [32, 128],
+                                      "schedule.compiler_params.lowering_semantics": "warpgroup"})
+    assert planner.plan(spec, src).block_kv == 32
+
+
+def test_lane_semantics_may_be_named():
+    assert _build({"schedule.compiler_params.lowering_semantics": "lane"}).plan.block_kv == 128
+
+
+# ------------------------------------------------------------------------------------ on the GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["bundled", "causal", "lse", "causal_lse_no_pingpong", "gqa", "bhsd", "one_consumer",
+                                  "d64_kv128", "d256", "f16", "causal_sq_lt_skv"])
+def test_pallas_attention_on_gpu(case, tmp_path):
+    """Compiled by Mosaic GPU and run on the H200 at full size, outputs poisoned, against the (sampled) float64
+    reference."""
+    built = _build(LOWER_CASES[case])
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    inputs = _inputs(plan)
+    outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs], [jnp.asarray(x) for x in _poisoned(plan)])
+    refs = reference(built.spec, plan.sizes, inputs, seed=0)
+    for o, out in zip(plan.outputs, outs):
+        err = rel_error(np.asarray(out), refs[o.name])
+        assert err <= tolerance(o.dtype, plan.approx_math), (case, o.name, err)
