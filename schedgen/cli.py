@@ -248,7 +248,10 @@ def cmd_tune(args) -> int:
         finally:
             if runner is not None:
                 runner.close()
-        Console().print(summary(result, top=args.top))
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)         # a file or pipe: wide enough for the table's knob columns
+        console.print(summary(result, top=args.top, show_pruning=False))   # the progress showed the pruning
         if args.dry_run:
             return EXIT_OK if result.compiled == len(result.pruning.kept) else EXIT_FAIL
         row = result.best
@@ -316,7 +319,7 @@ def parser() -> argparse.ArgumentParser:
     _add_define(p)
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
-    p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1)")
+    p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1; every CPU with --dry-run)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds per candidate run before it is recorded as a hang and its worker replaced")
     p.add_argument("--iters", type=int, default=30)

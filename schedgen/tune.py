@@ -554,12 +554,13 @@ def compile_candidate(spec_path: str, overrides: Mapping[str, Any], cache_root: 
     return built, os.getpid(), time.monotonic() - t0
 
 
-def default_workers() -> int:
-    return max(1, (os.cpu_count() or 2) - 1)
+def default_workers(measuring: bool = True) -> int:
+    """Every CPU for a dry run; one left for the GPU worker's launches and timing otherwise."""
+    return max(1, (os.cpu_count() or 2) - (1 if measuring else 0))
 
 
-def compile_pool(workers: int | None = None) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers or default_workers(),
+def compile_pool(workers: int | None = None, measuring: bool = True) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers or default_workers(measuring),
                                mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker)
 
 
@@ -807,6 +808,7 @@ class Progress:
     def compiled(self, cand: Candidate, ok: bool) -> None: ...
     def measured(self, cand: Candidate, row: dict, best: dict | None) -> None: ...
     def verifying(self, row: dict) -> None: ...
+    def finished(self, best: dict | None) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -840,7 +842,8 @@ class RichProgress(Progress):
                                f"(not measured again)")
         self.bar.start()
         self.t_compile = self.bar.add_task("compile", total=to_compile, best="")
-        self.t_measure = self.bar.add_task("measure", total=to_measure, best=best_label(best))
+        self.t_measure = self.bar.add_task("measure", total=to_measure, best=best_label(best),
+                                           visible=to_measure > 0 or best is not None)
 
     def compiled(self, cand: Candidate, ok: bool) -> None:
         if self.bar is not None:
@@ -855,6 +858,10 @@ class RichProgress(Progress):
     def verifying(self, row: dict) -> None:
         if self.bar is not None:
             self.bar.update(self.t_measure, best="verifying " + best_label(row))
+
+    def finished(self, best: dict | None) -> None:
+        if self.bar is not None:
+            self.bar.update(self.t_measure, best=best_label(best) + (" (verified)" if best else ""))
 
     def stop(self) -> None:
         if self.bar is not None:
@@ -1022,6 +1029,7 @@ def _tune(space: Space, pruning: Pruning, runner: Runner, dbh: TuneDB, *, backen
         if rows:
             best = _verify_winner(space.path, pruning.kept, rows, dbh, runner, backend, cache_root, verify,
                                   verify_top, progress)
+        progress.finished(best)
         status = "done"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -1085,24 +1093,24 @@ def _dry_run(space: Space, pruning: Pruning, workers, cache_root, progress: Prog
     try:
         if pruning.kept:
             t_c = time.monotonic()
-            with _lent(pool) if pool is not None else compile_pool(workers) as ex_:
+            with _lent(pool) if pool is not None else compile_pool(workers, measuring=False) as ex_:
                 futs = {ex_.submit(compile_candidate, space.path, c.overrides, cache_root): c for c in pruning.kept}
                 for f in as_completed(futs):
                     c = futs[f]
-                    row = {"key": c.config_key, "config_key": c.config_key, "knobs": c.values,
+                    row = {"key": c.config_key, "config_key": c.config_key, "index": c.index, "knobs": c.values,
                            "overrides": c.overrides, "kernel": c.plan.kernel_name, "time_ms": None, "detail": ""}
                     try:
                         built, pid, secs = f.result()
-                        row.update(status="compiled", pid=pid, compile_s=secs, cache_hit=built.cache_hit)
+                        row.update(status="built", pid=pid, compile_s=secs, cache_hit=built.cache_hit)
                     except (SpecErrors, ToolchainError) as exc:
                         row.update(status="compile_error", detail=_why(exc)[:2000])
                     rows.append(row)
-                    progress.compiled(c, row["status"] == "compiled")
+                    progress.compiled(c, row["status"] == "built")
             compile_s = time.monotonic() - t_c
     finally:
         progress.stop()
-    rows.sort(key=lambda r: r["key"])
-    return TuneResult(space, pruning, rows, 0, 0, sum(r["status"] == "compiled" for r in rows), None,
+    rows.sort(key=lambda r: r["index"])
+    return TuneResult(space, pruning, rows, 0, 0, sum(r["status"] == "built" for r in rows), None,
                       time.monotonic() - t0, compile_s, dry_run=True)
 
 
@@ -1191,20 +1199,26 @@ def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str
 # ============================================================================================== the final table
 
 
-def summary(result: TuneResult, top: int = 10):
-    """A rich renderable: the best candidates, the failures, the pruning, the totals."""
+def summary(result: TuneResult, top: int = 10, show_pruning: bool = True):
+    """A rich renderable: the best candidates, the failures, the pruning (unless the progress already showed it),
+    the totals."""
+    from rich import box
     from rich.console import Group
-    from rich.table import Table
+    from rich.table import Table as _Table
     from rich.text import Text
+
+    def Table(**kw):
+        return _Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), **kw)
     knob_names = [k.name for k in result.space.knobs]
     parts: list[Any] = []
     if result.dry_run:
         t = Table(title=f"{result.space.spec.name}: {result.compiled} of {len(result.pruning.kept)} candidates "
                         f"compiled (dry run: nothing measured)", title_justify="left")
-        for h in ("#", "kernel", *knob_names, "status"):
-            t.add_column(h)
+        for h in ("#", *knob_names, "status", "compile s"):
+            t.add_column(h, justify="right" if h in ("#", "compile s") else "left", no_wrap=True)
         for r in result.rows[:top]:
-            t.add_row("", r["kernel"], *[_fmt_value(r["knobs"].get(k, "")) for k in knob_names], r["status"])
+            secs = ("cached" if r.get("cache_hit") else f"{r['compile_s']:.1f}") if "compile_s" in r else "-"
+            t.add_row(str(r["index"]), *[_fmt_value(r["knobs"].get(k, "")) for k in knob_names], r["status"], secs)
         parts.append(t)
     else:
         rate_col = "TFLOP/s" if getattr(result.space.spec.op, "kind", "") == "matmul" else "GB/s"
@@ -1231,7 +1245,7 @@ def summary(result: TuneResult, top: int = 10):
                 tb.add_row(r["status"], *[_fmt_value(r["knobs"].get(k, "")) for k in knob_names],
                            (r.get("detail") or "")[:200])
             parts.append(tb)
-    if result.pruning.groups:
+    if result.pruning.groups and show_pruning:
         parts.append(Text(f"pruned {result.pruning.pruned} of {result.pruning.total}:\n" +
                           "\n".join(f"  {g.line()}" for g in result.pruning.groups)))
     lines = [f"{result.pruning.total} candidates, {result.pruning.pruned} pruned, {result.compiled} compiled "
