@@ -934,10 +934,10 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
     if backend not in space.spec.schedule.backends:
         raise ValueError(f"{spec_path}: backend '{backend}' is not among the spec's backends "
                          f"({', '.join(space.spec.schedule.backends)})")
-    pruning = prune(space)
-    progress.space(space, pruning)
     cache_root = str(cache.root if isinstance(cache, Cache) else cache) if cache is not None else None
     if dry_run:
+        pruning = prune(space)
+        progress.space(space, pruning)
         return _dry_run(space, pruning, workers, cache_root, progress, t0, pool)
     own_runner = runner is None
     runner = runner or WorkerRunner()
@@ -945,6 +945,8 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
         if not runner.env.get("gpu"):
             raise RuntimeError("no GPU found to measure on (" + str(runner.env.get("note", "nvidia-smi found none"))
                                + "); `schedgen tune --dry-run` expands, prunes and compiles on the CPU")
+        pruning = prune(space)
+        progress.space(space, pruning)
         dbh = db if isinstance(db, TuneDB) else TuneDB(db)
         try:
             return _tune(space, pruning, runner, dbh, backend=backend, workers=workers, cache_root=cache_root,
