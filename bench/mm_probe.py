@@ -103,7 +103,6 @@ def main() -> int:
         acc = a @ b
         env = {"acc": acc, **{o.name: named[o.name].double() for o in p.extras}}
         ref = acc
-        text = dict(p.epilogue_jnp)
         if not p.identity_epilogue:
             import torch.nn.functional as F
             if "bias" in env:

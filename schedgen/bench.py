@@ -31,7 +31,7 @@ import numpy as np
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from .build import Built, package, toolchain  # noqa: E402
-from .reference import Sampled, random_inputs, reference, rel_error, tolerance  # noqa: E402
+from .reference import random_inputs, reference, rel_error, tolerance  # noqa: E402
 from .runtime import Kernel, load_package  # noqa: E402
 from .verify import device_buffers, verify_built  # noqa: E402
 
