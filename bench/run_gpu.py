@@ -49,6 +49,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--budget", type=float, default=540.0, help="stop starting new runs after this many seconds")
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--quick-tests", action="store_true", help="run only tests/test_gpu.py of the GPU tests")
     ap.add_argument("--only", nargs="*", default=None, help="run only suite entries with these labels")
     ap.add_argument("--main", action="store_true", help="run only the suite entries without a label")
     ap.add_argument("--iters", type=int, default=50)
@@ -69,7 +70,10 @@ def main() -> int:
     print("env:", json.dumps(env), flush=True)
     if not args.skip_tests:
         log = out / "pytest_gpu.log"
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-x", "-p",
+        # every test marked gpu (map and matmul runtime, Pallas matmul/attention at full size, the tuner's runner
+        # and its 3-minute figure), or only tests/test_gpu.py with --quick-tests
+        target = ["tests/test_gpu.py"] if args.quick_tests else ["tests"]
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-m", "gpu", *target, "-p",
                             "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
         log.write_text(r.stdout + r.stderr)
         print("gpu tests:", (r.stdout.strip().splitlines() or ["?"])[-1], f"({time.time() - t0:.0f}s)", flush=True)
