@@ -393,6 +393,8 @@ INJECTIONS = [
 ]
 ADD = SPECS["add_bf16.yaml"]
 SCALE = SPECS["scale_f32.toml"]
+MATMUL = SPECS["matmul_bias_gelu_bf16.yaml"]
+ATTN = SPECS["attention_bf16_4096.yaml"]
 
 
 def _rename_key(mapping: dict, old: str, new: str) -> None:
@@ -422,6 +424,13 @@ def _field_cases():
         data["schedule"]["grid_names"] = ["i", payload]
         return data, src, ("schedule", "grid_names", 1)
 
+    def new_key(spec, *where):
+        def build(payload):
+            data, src = copy.deepcopy(spec[0]), spec[1]
+            _get(data, where[:-1]).setdefault(where[-1], {})[payload] = 1.0
+            return data, src, (*where, payload, "[key]")
+        return build
+
     def tune_key(payload):
         data, src = copy.deepcopy(ADD[0]), ADD[1]
         data["tune"] = {"params": {payload: [1, 2]}}
@@ -440,6 +449,13 @@ def _field_cases():
         "body-temporary": value(ADD, ("op", "body"), "h{} = x\no = h + y", ("op", "body")),
         "index_map": value(ADD, ("schedule", "in_specs", "x", "index_map"), "(i, j + {})"),
         "tune-key": tune_key,
+        "matmul-input-name": ident_key(MATMUL, "op", "inputs", "bias"),
+        "matmul-output-name": ident_key(MATMUL, "op", "outputs", "y"),
+        "matmul-lhs": value(MATMUL, ("op", "lhs")),
+        "matmul-epilogue": value(MATMUL, ("op", "epilogue"), "y = gelu(acc + bias) + {}"),
+        "matmul-constant-name": new_key(MATMUL, "op", "constants"),
+        "attention-input-name": ident_key(ATTN, "op", "inputs", "q"),
+        "attention-output-name": ident_key(ATTN, "op", "outputs", "o"),
     }
 
 
@@ -450,7 +466,8 @@ FIELD_CASES = _field_cases()
 HARMLESS_IN_EXPRESSIONS = {"x\r", "x;", ""}
 INJECTION_CASES = [pytest.param(field, payload, id=f"{field}-{ascii(payload)}")
                    for field in sorted(FIELD_CASES) for payload in INJECTIONS
-                   if not (field in ("body", "body-temporary", "index_map") and payload in HARMLESS_IN_EXPRESSIONS)]
+                   if not (field in ("body", "body-temporary", "index_map", "matmul-epilogue")
+                           and payload in HARMLESS_IN_EXPRESSIONS)]
 
 
 @pytest.mark.parametrize("field,payload", INJECTION_CASES)
