@@ -87,17 +87,22 @@ __device__ __forceinline__ void sg_tma_store_2d(const SgTensorMap* m, uint32_t s
                :: "l"((uint64_t)m), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
+// ---- warpgroup MMA, named barriers, register budgets
 __device__ __forceinline__ void sg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void sg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void sg_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void sg_named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void sg_named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
-__device__ __forceinline__ void sg_mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory"); }
+__device__ __forceinline__ void sg_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
 __device__ __forceinline__ void sg_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 24;"); }
 __device__ __forceinline__ void sg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 240;"); }
-__device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  // 128-byte swizzle (mode 1); start address, leading and stride byte offsets in 16-byte units
-  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+
+// SMEM matrix descriptor: start address, leading / stride byte offsets (16-byte units), swizzle mode
+// (1: 128 B, 2: 64 B, 3: 32 B).
+__device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)mode << 62);
 }
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
   uint32_t r;
@@ -244,8 +249,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint32_t off = (uint32_t)((kk * 16) % 64) * 2u;
-        const uint64_t da = sg_desc(sq + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u);
-        const uint64_t db = sg_desc(sk + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u);
+        const uint64_t da = sg_desc(sq + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
+        const uint64_t db = sg_desc(sk + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
         sg_wgmma_qk(sc, da, db, kk > 0);
       }
       sg_wgmma_commit();
@@ -294,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
         const uint32_t a1 = sg_pack2(sc[8 * t16 + 2], sc[8 * t16 + 3]);
         const uint32_t a2 = sg_pack2(sc[8 * t16 + 4], sc[8 * t16 + 5]);
         const uint32_t a3 = sg_pack2(sc[8 * t16 + 6], sc[8 * t16 + 7]);
-        sg_wgmma_pv(o, a0, a1, a2, a3, sg_desc(sv + (uint32_t)t16 * 2048u, 16384u, 1024u));
+        sg_wgmma_pv(o, a0, a1, a2, a3, sg_desc(sv + (uint32_t)t16 * 2048u, 16384u, 1024u, 1u));
       }
       sg_wgmma_commit();
       sg_wgmma_wait<0>();

@@ -88,20 +88,31 @@ __device__ __forceinline__ void sg_tma_store_2d(const SgTensorMap* m, uint32_t s
 }
 
 
-// ---- warpgroup MMA, cluster and named-barrier PTX
+// ---- warpgroup MMA, named barriers, register budgets
 __device__ __forceinline__ void sg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void sg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void sg_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void sg_named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void sg_named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void sg_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void sg_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
+__device__ __forceinline__ void sg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); }
+
+// SMEM matrix descriptor: start address, leading / stride byte offsets (16-byte units), swizzle mode
+// (1: 128 B, 2: 64 B, 3: 32 B).
+__device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)mode << 62);
+}
+
+// ---- clusters
 __device__ __forceinline__ uint32_t sg_cluster_rank() { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void sg_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 __device__ __forceinline__ uint32_t sg_map_rank(uint32_t addr, uint32_t rank) {
   uint32_t r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank)); return r;
-}
-__device__ __forceinline__ void sg_mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
 }
 // Arrive on a barrier of any CTA in the cluster. Default (CTA-scope) release: the stage was read by wgmma, whose
 // reads are complete at wgmma.wait_group, so no generic writes need publishing; a cluster-scope release would
@@ -112,13 +123,6 @@ __device__ __forceinline__ void sg_mbar_arrive_cluster(uint32_t cluster_bar) {
 __device__ __forceinline__ void sg_tma_load_mc_2d(uint32_t dst, const SgTensorMap* m, uint32_t bar, uint16_t mask, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
                :: "r"(dst), "l"((uint64_t)m), "r"(bar), "h"(mask), "r"(c0), "r"(c1) : "memory");
-}
-__device__ __forceinline__ void sg_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
-__device__ __forceinline__ void sg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); }
-
-// SMEM matrix descriptor: start address, leading / stride byte offsets (16-byte units), swizzle mode.
-__device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
-  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)mode << 62);
 }
 
 // D[64 x 256] += A(desc) * B(desc); A K-major, B N-major.
