@@ -83,16 +83,16 @@ class Kernel:
         func = self._module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])  # cached per context
         ptrs = list(in_ptrs) + list(out_ptrs)
         args = []
-        for a in _kernel_args(p):
+        for a in p["kernel_args"]:
             if a["kind"] == "ptr":
                 args.append(driver.Arg.ptr(ptrs[a["operand"]]))
             else:
                 args.append(driver.Arg.tensor_map(driver.encode_tiled(
                     ptrs[a["operand"]], a["dtype"], a["shape"], a["strides"], a["box"], swizzle=a["swizzle"],
                     oob_nan=a["oob_nan"])))
-        cluster = tuple(p.get("cluster_dims", (1, 1, 1)))
+        cluster = tuple(p["cluster_dims"])
         blocks = p["num_blocks"]
-        if p.get("auto_blocks"):
+        if p["auto_blocks"]:
             key = ("blocks", device)
             if key not in self._cache:
                 fit = blocks // cluster[0]
@@ -197,15 +197,6 @@ class Kernel:
         if all(k == "numpy" for k in kinds):
             res = tuple(np.asarray(r) for r in res)
         return res[0] if len(res) == 1 else tuple(res)
-
-
-def _kernel_args(p: dict) -> list[dict]:
-    """The CUDA kernel's parameters in order: the plan lists them (matmul), or one tensor map per operand (map)."""
-    if "kernel_args" in p:
-        return p["kernel_args"]
-    return [{"kind": "tmap", "operand": i, "dtype": o["dtype"], "shape": o["tma_shape"], "strides": o["tma_strides"],
-             "box": o["tma"]["box"], "swizzle": o["tma"]["swizzle"], "oob_nan": o["oob_fill"] == "nan"}
-            for i, o in enumerate(p["inputs"] + p["outputs"])]
 
 
 def _as_tuple(out: Any) -> tuple | None:

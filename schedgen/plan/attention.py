@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 
 from ..spec.model import ITEMSIZE, SpecFile
-from .common import CTYPE, Problems, SmemBuffer, SmemMap, resolve_shape
+from .common import CTYPE, KernelArg, Problems, SmemBuffer, SmemMap, resolve_shape
 from .hardware import Hardware
-from .matmul import KernelArg
 
 WGMMA_M = 64
 DTYPES = ("bf16", "f16")

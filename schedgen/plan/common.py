@@ -5,12 +5,35 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from ..errors import Problem
 from ..spec.model import ITEMSIZE
 from .hardware import Hardware
 
 # Storage type of each dtype in the header-free CUDA source, and its TMA element type.
 CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8_t", "f8e5m2": "uint8_t"}
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One CUDA kernel parameter, in order: a TMA descriptor over an operand, or its raw device pointer."""
+    kind: str                 # "tmap" | "ptr"
+    operand: int              # index into inputs + outputs
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()   # bytes, numpy order
+    box: tuple[int, ...] = ()
+    swizzle: int = 0
+    oob_nan: bool = False
+
+
+def cxx_float(value: float) -> str:
+    """The exact C++ literal of ``value`` rounded to float32 (the model checked it is finite and in range)."""
+    value = float(np.float32(value))
+    if not math.isfinite(value):
+        raise ValueError("constants must be finite float32 values")
+    return value.hex() + "f" if value != 0 else "0.0f"
 
 
 class Problems(list):

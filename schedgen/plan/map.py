@@ -12,11 +12,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, BlockSpec, SpecFile
-from .common import CTYPE, Problems, SmemBuffer, SmemMap, TmaBox, cdiv, occupancy, resolve_shape, tma_box
+from .common import (CTYPE, KernelArg, Problems, SmemBuffer, SmemMap, TmaBox, cdiv, cxx_float, occupancy, resolve_shape,
+                     tma_box)
 from .hardware import Hardware
 
 # Default grid names: the first of these the spec does not use for something else.
@@ -95,7 +94,10 @@ class MapPlan:
     unsafe_no_auto_barriers: bool
     profile_space: int
     persistent: bool
-    bytes_moved: int                            # the minimum GMEM traffic: each input read once, each output written once
+    bytes_moved: int
+    kernel_args: tuple[KernelArg, ...]          # one tensor map per operand, inputs then outputs
+    cluster_dims: tuple[int, int, int] = (1, 1, 1)
+    auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
 
     @property
     def operands(self) -> tuple[MapOperand, ...]:
@@ -292,11 +294,13 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes,
         full_barrier=full, full_arrivals=full_arrivals, delay_release=max(o.delay_release for o in inputs), tx_bytes=tx, body_cxx=tuple(body_cxx), body_jnp=tuple(body_jnp),
         temporaries=tuple(temps),
-        constants_cxx=tuple((f"c_{n}", _cxx_float(v)) for n, v in op.constants.items()),
+        constants_cxx=tuple((f"c_{n}", cxx_float(v)) for n, v in op.constants.items()),
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         unsafe_no_auto_barriers=sch.compiler_params.unsafe_no_auto_barriers,
         profile_space=sch.compiler_params.profile_space,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
+        kernel_args=tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
+                                    o.oob_fill == "nan") for i, o in enumerate(inputs + outputs)),
     )
     return plan, problems
 
@@ -335,12 +339,6 @@ def _check_module_names(spec: SpecFile, problems: Problems) -> None:
                                               f"(def {spec.name}(..., interpret=None) calls make()); choose another name")
 
 
-def _cxx_float(value: float) -> str:
-    """The exact C++ literal of ``value`` rounded to float32 (the model checked it is finite and in range)."""
-    value = float(np.float32(value))
-    if not math.isfinite(value):
-        raise ValueError("constants must be finite float32 values")
-    return value.hex() + "f" if value != 0 else "0.0f"
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:

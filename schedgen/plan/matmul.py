@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, SpecFile
-from .common import CTYPE, Problems, SmemBuffer, SmemMap, cdiv, resolve_shape
+from .common import CTYPE, KernelArg, Problems, SmemBuffer, SmemMap, cdiv, cxx_float, resolve_shape
 from .hardware import Hardware
 
 WGMMA_M = 64
@@ -26,19 +26,6 @@ OUT_DTYPES = ("bf16", "f16", "f32")
 REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
 DEFAULT_TILE = (128, 256, 64)
 MODULE_NAMES = frozenset({"make", "run_into"})
-
-
-@dataclass(frozen=True)
-class KernelArg:
-    """One CUDA kernel parameter: a TMA descriptor over an operand, or its raw device pointer."""
-    kind: str                 # "tmap" | "ptr"
-    operand: int              # index into inputs + outputs
-    dtype: str = ""
-    shape: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()   # bytes, numpy order
-    box: tuple[int, ...] = ()
-    swizzle: int = 0
-    oob_nan: bool = False
 
 
 @dataclass(frozen=True)
@@ -571,7 +558,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         cluster_m=cm, cluster_n=cn, cluster_size=csize, cluster_dims=(csize, 1, 1), multicast=multicast,
         epi_rows=er, epi_cols=ec, epi_buffers=epi.buffers, epi_swizzle=epi_swz, epi_bytes=epi_bytes, epi_store=epi.store,
         epilogue_cxx=tuple(epi_cxx), epilogue_jnp=tuple(epi_jnp), temporaries=tuple(temps),
-        constants_cxx=tuple((f"c_{c}", _cxx_float(v)) for c, v in op.constants.items()),
+        constants_cxx=tuple((f"c_{c}", cxx_float(v)) for c, v in op.constants.items()),
         identity_epilogue=identity, ragged=ragged,
         tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=num_tiles, k_iters=k_iters,
         tile_order=pers.tile_order, minor_dim=pers.minor_dim, tile_width=pers.tile_width,
@@ -587,11 +574,6 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
 
 def _names(expr) -> frozenset[str]:
     return expr.names
-
-
-def _cxx_float(v: float) -> str:
-    from .map import _cxx_float as f
-    return f(v)
 
 
 def _tile(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:
