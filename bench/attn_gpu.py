@@ -1,0 +1,361 @@
+"""One call on the GPU machine for the attention family: the issue's benchmark shapes, each built for both
+backends, verified against a float64 reference on sampled rows (outputs poisoned first), then timed side by
+side with torch SDPA and JAX's attention_mgpu (a small tuning sweep of it, best kept), all by CUPTI kernel time
+in interleaved rounds. Small correctness variants (GQA, bhsd, LSE, 1 warpgroup, d64/d256, ragged) run first.
+
+    python3 bench/attn_gpu.py [--out DIR] [--only LABEL...] [--skip-checks] [--no-sweep] [--budget S]
+
+A kernel that hangs or faults must not lose the run: every step is recorded in DIR/attn_progress.json before it
+starts, a watchdog ends the process after --step-timeout seconds, and the wrapper loop below (`--resume`)
+skips what is done and marks the step that was in flight. Run it as
+
+    for i in 1 2 3 4; do python3 bench/attn_gpu.py --resume && break; done
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+BASE = str(ROOT / "specs/attention_bf16_4096.yaml")
+
+
+def blocks(d: int, bq: int = 128, bkv: int = 128) -> dict:
+    return {"D": d, "schedule.in_specs.q.block_shape": [bq, d], "schedule.in_specs.k.block_shape": [bkv, d],
+            "schedule.in_specs.v.block_shape": [bkv, d]}
+
+
+D64, D256 = blocks(64), blocks(256, 128, 64)
+LSE = {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}
+NOPP = {"schedule.barriers": {}}
+BHSD = {"op.layout": "bhsd", "op.inputs.q.shape": ["B", "H", "S", "D"], "op.inputs.k.shape": ["B", "H", "S", "D"],
+        "op.inputs.v.shape": ["B", "H", "S", "D"], "op.outputs.o.shape": ["B", "H", "S", "D"]}
+
+
+def gqa(hq: int, hkv: int, b: int = 1, s: int = 1024, d: int = 128) -> dict:
+    return {"op.sizes": {"B": b, "S": s, "H": hq, "G": hkv, "D": d}, "op.inputs.k.shape": ["B", "S", "G", "D"],
+            "op.inputs.v.shape": ["B", "S", "G", "D"]}
+
+
+SMALL = {"S": 1024, "H": 4, "B": 2}
+# q and kv lengths that differ (causal aligns the last query with the last key)
+CROSS = {"op.sizes": {"B": 2, "S": 512, "T": 1536, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
+         "op.inputs.v.shape": ["B", "T", "H", "D"]}
+CAUSAL = {"op.causal": True}
+# (label, overrides): correctness at small sizes, both backends
+CHECKS = [
+    ("c-base", SMALL), ("c-causal", {**SMALL, **CAUSAL}), ("c-nopp", {**SMALL, **NOPP}),
+    ("c-lse", {**SMALL, **LSE}), ("c-causal-lse", {**SMALL, **LSE, **CAUSAL}),
+    ("c-d64", {**SMALL, **D64}), ("c-d256", {**SMALL, **D256}), ("c-d64-causal", {**SMALL, **D64, **CAUSAL}),
+    ("c-gqa", gqa(8, 2, b=2)), ("c-gqa-causal", {**gqa(8, 2, b=2), **CAUSAL}),
+    ("c-bhsd", {**SMALL, **BHSD}),
+    ("c-1wg", {**SMALL, **NOPP, "schedule.pipeline.num_compute_wgs": 1, "schedule.in_specs.q.block_shape": [64, 128]}),
+    ("c-s3", {**SMALL, "schedule.pipeline.max_concurrent_steps": 3}),
+    ("c-kv64", {**SMALL, **blocks(128, 128, 64)}),
+    ("c-cross", CROSS), ("c-cross-causal", {**CROSS, **CAUSAL}),
+]
+# the issue's shapes (batch, heads, seq, head_dim), each causal and not, plus GQA 32 q / 8 kv heads
+PERF = []
+for _b, _h, _s, _d in [(1, 16, 4096, 128), (1, 16, 16384, 128), (2, 32, 8192, 128), (1, 16, 4096, 64),
+                       (1, 16, 4096, 256)]:
+    _ov = {"B": _b, "H": _h, "S": _s, **({128: {}, 64: D64, 256: D256}[_d])}
+    PERF.append((f"p-{_b}x{_h}x{_s}x{_d}", _ov))
+    PERF.append((f"p-{_b}x{_h}x{_s}x{_d}-causal", {**_ov, **CAUSAL}))
+PERF.append(("p-gqa32x8-8192", gqa(32, 8, s=8192)))
+PERF.append(("p-gqa32x8-8192-causal", {**gqa(32, 8, s=8192), **CAUSAL}))
+
+
+# ---------------------------------------------------------------------------------------------- reference
+
+def sampled_rows(plan, nrows: int, gen):
+    import torch
+    if plan.seq_q <= nrows:
+        return torch.arange(plan.seq_q, device="cuda")
+    return torch.randperm(plan.seq_q, device="cuda", generator=gen)[:nrows].sort().values
+
+
+def reference_rows(plan, q, k, v, rows):
+    """float64 softmax(scale q k^T + mask) v and its log-sum-exp on query rows `rows`, as [B, H, rows, D]."""
+    import torch
+    bhsd = (lambda t: t.transpose(1, 2)) if plan.layout == "bshd" else (lambda t: t)
+    qd, kd, vd = (bhsd(t).double() for t in (q, k, v))
+    g = plan.heads_q // plan.heads_kv
+    kd, vd = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
+    qs = qd[:, :, rows]
+    s = (qs @ kd.transpose(-1, -2)) * plan.scale
+    if plan.causal:
+        cols = torch.arange(plan.seq_kv, device="cuda")
+        mask = cols[None, :] > (rows[:, None] + plan.seq_kv - plan.seq_q)
+        s = s.masked_fill(mask, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.softmax(s, -1) @ vd, lse
+
+
+def rel_err(got, ref) -> float:
+    import torch
+    got = got.double()
+    if not bool(torch.isfinite(got).all()):
+        return math.inf
+    return float((got - ref).norm() / ref.norm())
+
+
+# ---------------------------------------------------------------------------------------------- timing
+
+def cupti_rounds(fns: dict, calls: int, rounds: int, sync) -> dict:
+    """Median CUPTI kernel time per call of each contender, rounds interleaved; falls back to events."""
+    from schedgen.bench import cupti_ms
+    import torch
+    times = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, f in fns.items():
+            ms = cupti_ms(f, calls, sync)
+            if ms is None:       # no CUPTI: events around back-to-back calls (torch stream)
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for i in range(calls):
+                    f(i)
+                e1.record()
+                sync()
+                ms = e0.elapsed_time(e1) / calls
+            times[n].append(ms)
+    return {n: {"ms": statistics.median(ts), "spread": (max(ts) - min(ts)) / statistics.median(ts)}
+            for n, ts in times.items()}
+
+
+# ---------------------------------------------------------------------------------------------- one case
+
+def jax_peer_configs(plan, sweep: bool):
+    """attention_mgpu configs: the plan's own tuning first, then (sweep) the others that can fit."""
+    same = (64, plan.block_kv, max(2, plan.stages))
+    cands = [same]
+    if sweep:
+        for bkv in (64, 128):
+            for st in (2, 3, 4):
+                smem = 2 * 64 * plan.head_dim * 2 + 2 * st * bkv * plan.head_dim * 2
+                if smem <= 220 * 1024 and (64, bkv, st) not in cands:
+                    cands.append((64, bkv, st))
+    return cands
+
+
+def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
+    import torch
+    from schedgen.build import build_spec, package
+    from schedgen.runtime import load_package
+    t0 = time.time()
+    built = build_spec(BASE, ov)
+    p = built.plan
+    kern = load_package(package(built, tmp / label))
+    row = {"label": label, "kernel": p.kernel_name, "B": p.batch, "Hq": p.heads_q, "Hkv": p.heads_kv, "Sq": p.seq_q,
+           "Skv": p.seq_kv, "D": p.head_dim, "causal": p.causal, "layout": p.layout, "lse": p.with_lse,
+           "block_q": p.block_q, "block_kv": p.block_kv, "stages": p.stages, "pingpong": p.pingpong,
+           "flops": p.flops, "build_s": round(time.time() - t0, 1)}
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(hash(label) % (1 << 31))
+    in_bytes = sum(math.prod(o.shape) * o.itemsize for o in p.inputs)
+    sets = max(1, min(4, math.ceil(400e6 / in_bytes))) if perf else 1
+    ins = [[torch.randn(tuple(o.shape), device="cuda", dtype=torch.bfloat16, generator=gen) for o in p.inputs]
+           for _ in range(sets)]
+    outs = [[torch.full(tuple(o.shape), float("nan"), device="cuda",
+                        dtype=torch.bfloat16 if o.role == "o" else torch.float32) for o in p.outputs]
+            for _ in range(sets)]
+    stream = torch.cuda.current_stream().cuda_stream
+    launch = [kern.prepare(ins[i], outs[i], stream=stream) for i in range(sets)]
+    launch[0]()
+    torch.cuda.synchronize()
+    rows = sampled_rows(p, 256, gen)
+    ref, lse_ref = reference_rows(p, *ins[0], rows)
+    bhsd = (lambda t: t.transpose(1, 2)) if p.layout == "bshd" else (lambda t: t)
+    row["cuda_err"] = rel_err(bhsd(outs[0][0])[:, :, rows], ref)
+    if p.with_lse:
+        row["cuda_lse_err"] = rel_err(outs[0][1][:, :, rows], lse_ref)
+    # every element written (poisoned with NaN before the launch)
+    row["cuda_all_written"] = bool(torch.isfinite(outs[0][0]).all())
+
+    # our Pallas kernel (jax)
+    jfn = None
+    if "pallas" in p.backends and not args.no_pallas:
+        try:
+            import jax
+            import jax.dlpack
+            mod = kern.pallas_module()
+            jfn = jax.jit(getattr(mod, p.name))
+            jins = [[jax.dlpack.from_dlpack(t) for t in s] for s in ins]
+            res = jfn(*jins[0])
+            res = res if isinstance(res, tuple) else (res,)
+            jax.block_until_ready(res)
+            got = torch.from_dlpack(res[0])
+            row["pallas_err"] = rel_err(bhsd(got)[:, :, rows], ref)
+            if p.with_lse:
+                row["pallas_lse_err"] = rel_err(torch.from_dlpack(res[1])[:, :, rows], lse_ref)
+        except Exception as exc:
+            row["pallas_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            jfn = None
+    if not perf:
+        row["total_s"] = round(time.time() - t0, 1)
+        return row
+
+    import torch.nn.functional as F
+    views = [[bhsd(t) for t in s] for s in ins]
+    enable_gqa = p.heads_q != p.heads_kv
+
+    def sdpa(i):
+        q, k, v = views[i % sets]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=p.scale, enable_gqa=enable_gqa)
+    s_out = sdpa(0)
+    row["sdpa_err"] = rel_err(s_out[:, :, rows], ref)
+    del s_out
+    fns = {"cuda": lambda i: launch[i % sets](), "sdpa": sdpa}
+    holder = {}
+    if jfn is not None:
+        fns["pallas"] = lambda i: holder.__setitem__("p", jfn(*jins[i % sets]))
+    # JAX's attention_mgpu, a small sweep (each config checked, best one timed against us)
+    if p.layout == "bshd" and not p.with_lse and not args.no_jax:
+        try:
+            import jax
+            import jax.dlpack
+            from schedgen.bench import jax_attention_peer  # noqa: F401  (import shim for attention_mgpu)
+            import types
+            sys.modules.setdefault("jax._src.test_util", types.ModuleType("jax._src.test_util"))
+            from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+            jins = [[jax.dlpack.from_dlpack(t) for t in s] for s in ins]
+            best = None
+            sweep = []
+            for bq, bkv, st in jax_peer_configs(p, not args.no_sweep):
+                cfg = am.TuningConfig(block_q=bq, block_kv=bkv, max_concurrent_steps=st, use_schedule_barrier=True,
+                                      causal=p.causal)
+                try:
+                    f = jax.jit(lambda q, k, v, cfg=cfg: am.attention(q, k, v, cfg))
+                    r = f(*jins[0])
+                    jax.block_until_ready(r)
+                    err = rel_err(bhsd(torch.from_dlpack(r))[:, :, rows], ref)
+                    ms = cupti_rounds({"x": lambda i, f=f: holder.__setitem__("j", f(*jins[i % sets]))}, 10, 1,
+                                      lambda: (jax.block_until_ready(holder["j"]), torch.cuda.synchronize()))["x"]["ms"]
+                    sweep.append({"cfg": [bq, bkv, st], "ms": ms, "err": err})
+                    if err < 2e-2 and (best is None or ms < best[0]):
+                        best = (ms, f, [bq, bkv, st], err)
+                except Exception as exc:
+                    sweep.append({"cfg": [bq, bkv, st], "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            row["jax_sweep"] = sweep
+            if best is not None:
+                row["jax_cfg"], row["jax_err"] = best[2], best[3]
+                fj = best[1]
+                fns["jax"] = lambda i: holder.__setitem__("j", fj(*jins[i % sets]))
+        except Exception as exc:
+            row["jax_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    def sync():
+        for v in holder.values():
+            import jax
+            jax.block_until_ready(v)
+        torch.cuda.synchronize()
+    for f in fns.values():      # warm-up
+        for i in range(3):
+            f(i)
+    sync()
+    calls = max(5, min(50, int(2e12 / max(p.flops, 1))))
+    res = cupti_rounds(fns, calls, 5, sync)
+    for n, r in res.items():
+        row[f"{n}_ms"] = r["ms"]
+        row[f"{n}_spread"] = round(r["spread"], 3)
+        row[f"{n}_tflops"] = p.flops / (r["ms"] * 1e-3) / 1e12
+    row["total_s"] = round(time.time() - t0, 1)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+def table(rows: list[dict]) -> str:
+    head = f"{'label':28} {'err cuda':>9} {'err pal':>9} {'cuda TF':>8} {'pal TF':>7} {'sdpa TF':>8} {'jax TF':>7} " \
+           f"{'c/sdpa':>6} {'c/jax':>6} {'p/jax':>6}"
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['label']:28} {r['error'][:110]}")
+            continue
+        c, s, j, pa = (r.get(f"{n}_tflops") for n in ("cuda", "sdpa", "jax", "pallas"))
+        ratio = lambda a, b: f"{a / b:6.3f}" if a and b else f"{'-':>6}"
+        lines.append(f"{r['label']:28} {r.get('cuda_err', math.nan):9.2e} {r.get('pallas_err', math.nan):9.2e} "
+                     f"{c or 0:8.1f} {pa or 0:7.1f} {s or 0:8.1f} {j or 0:7.1f} {ratio(c, s)} {ratio(c, j)} {ratio(pa, j)}")
+    perf = [r for r in rows if r.get("cuda_tflops")]
+    for name, key in (("cuda/sdpa", "sdpa"), ("cuda/jax", "jax")):
+        rs = [r["cuda_tflops"] / r[f"{key}_tflops"] for r in perf if r.get(f"{key}_tflops")]
+        if rs:
+            lines.append(f"geomean {name}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f} over {len(rs)}")
+    rs = [r["pallas_tflops"] / r["jax_tflops"] for r in perf if r.get("pallas_tflops") and r.get("jax_tflops")]
+    if rs:
+        lines.append(f"geomean pallas/jax: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f} over {len(rs)}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "attn-out"))
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--skip-perf", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-pallas", action="store_true")
+    ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--budget", type=float, default=float(os.environ.get("ATTN_BUDGET", 500)))
+    ap.add_argument("--step-timeout", type=float, default=150.0)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prog_path = out / "attn_progress.json"
+    prog = json.loads(prog_path.read_text()) if (args.resume and prog_path.exists()) else {"rows": [], "t0": time.time()}
+    done = {r["label"] for r in prog["rows"]}
+    if prog.get("inflight") and prog["inflight"] not in done:
+        prog["rows"].append({"label": prog["inflight"], "error": "hung or crashed the process (watchdog / fault)"})
+        done.add(prog["inflight"])
+    prog["inflight"] = None
+    cases = ([] if args.skip_checks else [(l, o, False) for l, o in CHECKS]) + \
+            ([] if args.skip_perf else [(l, o, True) for l, o in PERF])
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
+    tmp = Path(tempfile.mkdtemp())
+    import torch
+    torch.cuda.init()
+    for label, ov, perf in cases:
+        if label in done:
+            continue
+        if time.time() - prog["t0"] > args.budget:
+            prog["rows"].append({"label": label, "error": "skipped: budget spent"})
+            continue
+        prog["inflight"] = label
+        prog_path.write_text(json.dumps(prog, indent=1))
+        faulthandler.dump_traceback_later(args.step_timeout * (3 if perf else 1), exit=True)
+        try:
+            row = run_case(label, ov, perf, args, tmp)
+        except Exception as exc:
+            row = {"label": label, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+            if "CUDA" in str(exc) or "illegal" in str(exc).lower():
+                prog["rows"].append(row)
+                prog["inflight"] = None
+                prog_path.write_text(json.dumps(prog, indent=1))
+                print(json.dumps(row), flush=True)
+                return 3          # the context is gone: the wrapper restarts us
+        faulthandler.cancel_dump_traceback_later()
+        prog["rows"].append(row)
+        prog["inflight"] = None
+        prog_path.write_text(json.dumps(prog, indent=1))
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    (out / "attn_gpu.json").write_text(json.dumps(prog["rows"], indent=1))
+    print()
+    print(table(prog["rows"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
