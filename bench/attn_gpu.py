@@ -48,6 +48,7 @@ def gqa(hq: int, hkv: int, b: int = 1, s: int = 1024, d: int = 128) -> dict:
 
 
 SMALL = {"S": 1024, "H": 4, "B": 2}
+CUDA_ONLY = {"schedule.backends": ["cuda"]}
 # q and kv lengths that differ (causal aligns the last query with the last key)
 CROSS = {"op.sizes": {"B": 2, "S": 512, "T": 1536, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
          "op.inputs.v.shape": ["B", "T", "H", "D"]}
@@ -63,6 +64,10 @@ CHECKS = [
     ("c-s3", {**SMALL, "schedule.pipeline.max_concurrent_steps": 3}),
     ("c-kv64", {**SMALL, **blocks(128, 128, 64)}),
     ("c-cross", CROSS), ("c-cross-causal", {**CROSS, **CAUSAL}),
+    # a ragged last key block (CUDA masks it): Skv = 1000 with 128-key blocks, and 1536 keys in 176-key blocks
+    ("c-ragged-kv", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "T": 1000}, **CUDA_ONLY}),
+    ("c-ragged-kv-causal", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "T": 1000}, **CAUSAL, **CUDA_ONLY}),
+    ("c-kv176", {**SMALL, **blocks(128, 128, 176), **CUDA_ONLY}),
 ]
 # the issue's shapes (batch, heads, seq, head_dim), each causal and not, plus GQA 32 q / 8 kv heads
 PERF = []
@@ -73,6 +78,21 @@ for _b, _h, _s, _d in [(1, 16, 4096, 128), (1, 16, 16384, 128), (2, 32, 8192, 12
     PERF.append((f"p-{_b}x{_h}x{_s}x{_d}-causal", {**_ov, **CAUSAL}))
 PERF.append(("p-gqa32x8-8192", gqa(32, 8, s=8192)))
 PERF.append(("p-gqa32x8-8192-causal", {**gqa(32, 8, s=8192), **CAUSAL}))
+# schedule variants of our CUDA kernel (timed against SDPA only): block_kv and stages
+CUDA_ONLY = {"schedule.backends": ["cuda"]}
+TUNE = []
+for _s in (4096, 16384):
+    for _bkv, _st in ((176, 2), (192, 2), (160, 2), (128, 3), (96, 4)):
+        TUNE.append((f"t-{_s}x128-kv{_bkv}-s{_st}", {"S": _s, **blocks(128, 128, _bkv), **CUDA_ONLY,
+                                                      "schedule.pipeline.max_concurrent_steps": _st}))
+    TUNE.append((f"t-{_s}x128-causal-kv176", {"S": _s, **blocks(128, 128, 176), **CAUSAL, **CUDA_ONLY}))
+    TUNE.append((f"t-{_s}x128-causal-kv128-s3", {"S": _s, **CAUSAL, **CUDA_ONLY,
+                                                   "schedule.pipeline.max_concurrent_steps": 3}))
+for _bkv, _st in ((192, 2), (176, 2), (64, 4), (128, 3)):
+    TUNE.append((f"t-4096x64-kv{_bkv}-s{_st}", {**blocks(64, 128, _bkv), **CUDA_ONLY,
+                                                "schedule.pipeline.max_concurrent_steps": _st}))
+TUNE.append(("t-4096x256-kv80-s2", {**blocks(256, 128, 80), **CUDA_ONLY}))
+TUNE.append(("t-4096x256-kv32-s4", {**blocks(256, 128, 32), **CUDA_ONLY, "schedule.pipeline.max_concurrent_steps": 4}))
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -140,7 +160,7 @@ def jax_peer_configs(plan, sweep: bool):
     cands = [same]
     if sweep:
         for bkv in (64, 128):
-            for st in (2, 3, 4):
+            for st in (2, 3):
                 smem = 2 * 64 * plan.head_dim * 2 + 2 * st * bkv * plan.head_dim * 2
                 if smem <= 220 * 1024 and (64, bkv, st) not in cands:
                     cands.append((64, bkv, st))
@@ -183,7 +203,7 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
 
     # our Pallas kernel (jax)
     jfn = None
-    if "pallas" in p.backends and not args.no_pallas:
+    if "pallas" in p.backends and not args.no_pallas and perf != "tune":
         try:
             import jax
             import jax.dlpack
@@ -219,7 +239,7 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
     if jfn is not None:
         fns["pallas"] = lambda i: holder.__setitem__("p", jfn(*jins[i % sets]))
     # JAX's attention_mgpu, a small sweep (each config checked, best one timed against us)
-    if p.layout == "bshd" and not p.with_lse and not args.no_jax:
+    if p.layout == "bshd" and not p.with_lse and not args.no_jax and perf != "tune":
         try:
             import jax
             import jax.dlpack
@@ -227,7 +247,10 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
             import types
             sys.modules.setdefault("jax._src.test_util", types.ModuleType("jax._src.test_util"))
             from jax.experimental.pallas.ops.gpu import attention_mgpu as am
-            jins = [[jax.dlpack.from_dlpack(t) for t in s] for s in ins]
+            # jax 0.11.2's attention_mgpu stages Q, K and V in float16 SMEM whatever the input dtype, so it runs on
+            # f16 copies of the same values (exact: bf16 normals in f16 range); the tensor-core rate is the same
+            j16 = [[t.half() for t in s] for s in ins]
+            jins16 = [[jax.dlpack.from_dlpack(t) for t in s] for s in j16]
             best = None
             sweep = []
             for bq, bkv, st in jax_peer_configs(p, not args.no_sweep):
@@ -235,10 +258,10 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
                                       causal=p.causal)
                 try:
                     f = jax.jit(lambda q, k, v, cfg=cfg: am.attention(q, k, v, cfg))
-                    r = f(*jins[0])
+                    r = f(*jins16[0])
                     jax.block_until_ready(r)
                     err = rel_err(bhsd(torch.from_dlpack(r))[:, :, rows], ref)
-                    ms = cupti_rounds({"x": lambda i, f=f: holder.__setitem__("j", f(*jins[i % sets]))}, 10, 1,
+                    ms = cupti_rounds({"x": lambda i, f=f: holder.__setitem__("j", f(*jins16[i % sets]))}, 10, 1,
                                       lambda: (jax.block_until_ready(holder["j"]), torch.cuda.synchronize()))["x"]["ms"]
                     sweep.append({"cfg": [bq, bkv, st], "ms": ms, "err": err})
                     if err < 2e-2 and (best is None or ms < best[0]):
@@ -249,7 +272,7 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
             if best is not None:
                 row["jax_cfg"], row["jax_err"] = best[2], best[3]
                 fj = best[1]
-                fns["jax"] = lambda i: holder.__setitem__("j", fj(*jins[i % sets]))
+                fns["jax"] = lambda i: holder.__setitem__("j", fj(*jins16[i % sets]))
         except Exception as exc:
             row["jax_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
@@ -303,6 +326,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-perf", action="store_true")
+    ap.add_argument("--tune", action="store_true", help="also time the TUNE schedule variants (CUDA vs SDPA)")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-pallas", action="store_true")
     ap.add_argument("--no-jax", action="store_true")
@@ -320,7 +344,8 @@ def main() -> int:
         done.add(prog["inflight"])
     prog["inflight"] = None
     cases = ([] if args.skip_checks else [(l, o, False) for l, o in CHECKS]) + \
-            ([] if args.skip_perf else [(l, o, True) for l, o in PERF])
+            ([] if args.skip_perf else [(l, o, True) for l, o in PERF]) + \
+            ([(l, o, "tune") for l, o in TUNE] if args.tune else [])
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     tmp = Path(tempfile.mkdtemp())
