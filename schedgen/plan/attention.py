@@ -2,7 +2,7 @@
 
 One CTA computes `block_q` query rows of one (batch, head): a TMA producer warpgroup loads the Q tile once and
 streams K and V blocks (`block_kv` keys each) through `max_concurrent_steps` stages on separate full/empty
-mbarrier rings; each of the 1-2 consumer warpgroups owns 64 query rows, computes S = Q K^T with wgmma from
+mbarrier rings; each of the 1-3 consumer warpgroups owns 64 query rows, computes S = Q K^T with wgmma from
 SMEM, runs the online softmax in registers (exp2, row max/sum across the quad), and feeds P from registers as
 the A operand of O += P V. With `barriers.schedule` (2 arrivals) the two consumers take turns issuing their
 MMAs, so one's softmax overlaps the other's tensor-core work (ping-pong). Every rule is checked here.
@@ -171,11 +171,11 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     # --- blocks
     nc = pipe.num_compute_wgs
     if pipe.kind != "warp_specialized":
-        problems.add(("schedule", "pipeline", "kind"), "attention is warp-specialized (a TMA producer and 1-2 "
+        problems.add(("schedule", "pipeline", "kind"), "attention is warp-specialized (a TMA producer and 1-3 "
                                                        "consumer warpgroups): set pipeline.kind: warp_specialized")
-    if nc > 2:
-        problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 or 2 consumer warpgroups, got {nc}")
-        nc = 2
+    if nc > 3:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 to 3 consumer warpgroups, got {nc}")
+        nc = 3
     qs, ks, vs = (sch.in_specs.get(n) for n in names)
     block_q = qs.block_shape[0] if qs is not None else WGMMA_M * nc
     block_kv = ks.block_shape[0] if ks is not None else (128 if d <= 128 else 64)
@@ -201,9 +201,11 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
                      f"block_kv is the N of S = Q K^T's wgmma and the K of O += P V's: a multiple of 16 in [16, 256], "
                      f"got {block_kv}")
-    if sq % block_q:
-        problems.add(("op", "inputs", q_name, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}; pad the "
-                                                        f"sequence (ragged query blocks are not masked yet)")
+    if sq % block_q and "pallas" in sch.backends:
+        problems.add(("op", "inputs", q_name, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}: the "
+                                                        f"CUDA kernel clips a ragged last query block, the Pallas one "
+                                                        f"does not yet; pad the sequence, pick a block_q that divides "
+                                                        f"{sq}, or set schedule.backends: [cuda]")
     if skv % block_kv and "pallas" in sch.backends:
         problems.add(("op", "inputs", k_name, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}: the "
                                                         f"CUDA kernel masks a ragged last key block, the Pallas one "
@@ -213,7 +215,7 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     # --- registers and SMEM
     s_regs, o_regs = block_kv // 2, d // 2
     preg = pipe.memory_registers or 24
-    creg = pipe.compute_registers or (240 if nc == 2 else 256)
+    creg = pipe.compute_registers or {1: 256, 2: 240, 3: 160}[nc]
     if 128 * (preg + nc * creg) > hw.regs_per_sm:
         problems.add(("schedule", "pipeline", "compute_registers"),
                      f"register budgets {preg} + {nc} x {creg} need {128 * (preg + nc * creg)} registers; the SM has "
@@ -246,10 +248,11 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         if bname != "schedule":
             problems.add(("schedule", "barriers", bname), "attention names one barrier, 'schedule' (the consumers' "
                                                           "ping-pong); the K/V rings are the planner's")
-        elif bar.num_arrivals != 2 or nc != 2:
+        elif nc < 2 or bar.num_arrivals != nc:
             problems.add(("schedule", "barriers", "schedule", "num_arrivals"),
-                         "the ping-pong schedule barrier alternates 2 consumer warpgroups: num_arrivals 2 with "
-                         "num_compute_wgs 2")
+                         f"the ping-pong schedule barrier hands the tensor cores round robin among the consumer "
+                         f"warpgroups: num_arrivals = num_compute_wgs (2 or 3), got num_arrivals "
+                         f"{bar.num_arrivals} with {nc} consumer warpgroup(s)")
     if any(c != 1 for c in sch.cluster):
         problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
     if sch.persistent.loop == "dynamic":
@@ -260,10 +263,11 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     if problems:
         return None, problems
 
-    # --- tensor maps: 2-D views [rows, cols] of the 4-D arrays
+    # --- tensor maps: 3-D views [batch, sequence, columns] of the 4-D arrays, so that TMA zero-fills a ragged last
+    # block on load and clips it on store at each sequence's end (bshd: [B, S, H*D]; bhsd: [B*H, S, D])
     def view(shape, heads):
         bb, s_or_h, h_or_s, dd = shape
-        return (bb * s_or_h * h_or_s, dd) if op.layout == "bhsd" else (bb * s_or_h, h_or_s * dd)
+        return (bb * s_or_h, h_or_s, dd) if op.layout == "bhsd" else (bb, s_or_h, h_or_s * dd)
 
     inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype], isz, shapes[n])
                    for n, r in zip(names, ("q", "k", "v")))
@@ -273,15 +277,15 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     outputs = tuple(outputs)
 
     def tmap(i: int, shape, heads: int, rows: int) -> KernelArg:
-        v2 = view(shape, heads)
-        return KernelArg("tmap", i, dtype, v2, (v2[1] * isz, isz), (rows, 64), 128)
+        v3 = view(shape, heads)
+        return KernelArg("tmap", i, dtype, v3, (v3[1] * v3[2] * isz, v3[2] * isz, isz), (1, rows, 64), 128)
 
     args = [tmap(0, shapes[q_name], hq, WGMMA_M), tmap(1, shapes[k_name], hkv, block_kv),
             tmap(2, shapes[v_name], hkv, block_kv), tmap(3, shapes[o_name], hq, WGMMA_M)]
     if lse_name:
         args.append(KernelArg("ptr", 4))
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
-    q_blocks, kv_blocks = sq // block_q, -(-skv // block_kv)   # a ragged last key block is masked
+    q_blocks, kv_blocks = -(-sq // block_q), -(-skv // block_kv)   # ragged last blocks: clipped / masked
     flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
     bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
     kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
@@ -307,6 +311,10 @@ def _pallas_limits(sch, names, block_kv: int, preg: int, creg: int, stages: int,
     each message names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     k_name = names[1]
+    if nc > 2:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"),
+                     f"the Pallas attention has 1 or 2 consumer warpgroups (its schedule barrier alternates two), got "
+                     f"{nc}" + hint)
     # jax.experimental.mosaic.gpu.wgmma issues K in groups of one swizzle width: with the 128-byte swizzle of the
     # K / V tiles that is 64 elements, and block_kv is the K of O += P V (the planner reports other illegal values)
     if block_kv % 64 and block_kv % 16 == 0 and 16 <= block_kv <= 256:
