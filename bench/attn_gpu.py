@@ -58,6 +58,7 @@ def gqa(hq: int, hkv: int, b: int = 1, s: int = 1024, d: int = 128) -> dict:
 
 SMALL = {"S": 1024, "H": 4, "B": 2}
 CUDA_ONLY = {"schedule.backends": ["cuda"]}
+PERSIST = {"schedule.persistent.loop": "nd_loop", **CUDA_ONLY}
 # q and kv lengths that differ (causal aligns the last query with the last key)
 CROSS = {"op.sizes": {"B": 2, "S": 512, "T": 1536, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
          "op.inputs.v.shape": ["B", "T", "H", "D"]}
@@ -83,6 +84,13 @@ CHECKS = [
                                  **NC3_D64, **CAUSAL, **CUDA_ONLY, **LSE}),
     ("c-nc3-d128-kv64", {**SMALL, **nc3(128, 64), **CUDA_ONLY}),
     ("c-ragged-q-lse", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "S": 700, "T": 900}, **CUDA_ONLY, **LSE}),
+    # persistent grids (one CTA an SM walking the tiles; small problems so that every CTA takes several tiles)
+    ("c-persist", {**SMALL, "H": 40, **PERSIST}), ("c-persist-causal-lse", {**SMALL, "H": 40, **PERSIST, **CAUSAL, **LSE}),
+    ("c-persist-bhsd", {**SMALL, "H": 40, **BHSD, **PERSIST}),
+    ("c-persist-ragged", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "S": 700, "T": 900, "H": 40}, **PERSIST, **LSE}),
+    ("c-persist-nc3", {**SMALL, "H": 40, **NC3_D64, **PERSIST}),
+    ("c-persist-d256-kv80", {**SMALL, "H": 40, **blocks(256, 128, 80), **PERSIST}),
+    ("c-persist-gqa-causal", {**gqa(16, 4, b=2), **PERSIST, **CAUSAL}),
 ]
 # the shapes (batch, heads, seq, head_dim), each causal and not, plus GQA 32 q / 8 kv heads
 PERF = []
@@ -114,6 +122,11 @@ for _s in (4096, 16384):
     TUNE.append((f"t-{_s}x64-nc3-causal", {"S": _s, **nc3(64, 128, 2), **CAUSAL, **CUDA_ONLY}))
     TUNE.append((f"t-{_s}x128-nc3-kv64-s3", {"S": _s, **nc3(128, 64, 3), **CUDA_ONLY}))
     TUNE.append((f"t-{_s}x128-nc3-causal-kv64-s3", {"S": _s, **nc3(128, 64, 3), **CAUSAL, **CUDA_ONLY}))
+for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384}), ("2x32x8192x128", {"B": 2, "H": 32, "S": 8192}),
+                  ("gqa32x8-8192", gqa(32, 8, s=8192)), ("4096x64-nc3", NC3_D64), ("4096x256-kv80", blocks(256, 128, 80))):
+    TUNE.append((f"t-{_lab}-persist", {**_ov, **PERSIST}))
+for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384})):
+    TUNE.append((f"t-{_lab}-causal-persist", {**_ov, **PERSIST, **CAUSAL}))
 TUNE.append(("t-4096x256-kv80-s2", {**blocks(256, 128, 80), **CUDA_ONLY}))
 TUNE.append(("t-4096x256-causal-kv80-s2", {**blocks(256, 128, 80), **CAUSAL, **CUDA_ONLY}))
 

@@ -66,7 +66,9 @@ class AttentionPlan:
     pingpong: bool
     q_blocks: int
     kv_blocks: int
-    num_tiles: int             # CTAs: q blocks x heads x batch
+    num_tiles: int             # q blocks x heads x batch
+    persistent: bool           # a grid of one CTA per SM walking the tiles (else one CTA a tile)
+    o_staging: bool            # O staged in its own SMEM buffer (persistent, where it fits), else in the Q tile
     tile_order: str            # "heads_q_batch": consecutive CTAs share (batch, kv head) for K/V reuse in L2
     slabs: int                 # head_dim / 64: TMA boxes (128 B swizzled) per row block
     q_bytes: int
@@ -232,12 +234,21 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     slabs = d // 64
     q_bytes = block_q * d * isz
     kv_bytes = block_kv * d * isz
-    smem = SmemMap()
-    smem.alloc("q", q_bytes, note="Q tile (reused to stage O for the TMA store)")
-    smem.alloc("k", kv_bytes, stages, note="K stages")
-    smem.alloc("v", kv_bytes, stages, note="V stages")
-    for nm in ("q_full", "k_full", "k_empty", "v_full", "v_empty"):
-        smem.alloc(nm, 8, 1 if nm == "q_full" else stages, align=8, note="mbarrier")
+    persistent = sch.persistent.loop == "nd_loop" and "loop" in sch.persistent.model_fields_set
+
+    def smem_map(o_staging: bool) -> SmemMap:
+        m = SmemMap()
+        m.alloc("q", q_bytes, note="Q tile" + ("" if o_staging else " (reused to stage O for the TMA store)"))
+        m.alloc("k", kv_bytes, stages, note="K stages")
+        m.alloc("v", kv_bytes, stages, note="V stages")
+        if o_staging:
+            m.alloc("o", q_bytes, note="O staging for the TMA store (Q is refilled under the epilogue)")
+        for nm in ("q_full", "q_empty", "k_full", "k_empty", "v_full", "v_empty"):
+            m.alloc(nm, 8, 1 if nm.startswith("q_") else stages, align=8, note="mbarrier")
+        return m
+    # a persistent CTA stages O in its own buffer where SMEM allows, so the next tile's Q loads under the epilogue
+    o_staging = persistent and smem_map(True).top + 1024 <= hw.smem_per_block
+    smem = smem_map(o_staging)
     smem_bytes = smem.top + 1024
     if smem_bytes > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
@@ -256,7 +267,12 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     if any(c != 1 for c in sch.cluster):
         problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
     if sch.persistent.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none")
+        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none (a CTA a "
+                                                         "tile) or nd_loop (a persistent grid, CUDA)")
+    if persistent and "pallas" in sch.backends:
+        problems.add(("schedule", "persistent", "loop"), "the Pallas attention launches a block a tile; the "
+                                                         "persistent grid (nd_loop) is the CUDA kernel's: remove "
+                                                         "persistent.loop or set schedule.backends: [cuda]")
     if "pallas" in sch.backends:
         _pallas_limits(sch, names, block_kv, preg, creg, stages, nc, q_bytes, kv_bytes, smem_bytes,
                        lse_name is not None, hw, problems)
@@ -288,8 +304,8 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     q_blocks, kv_blocks = -(-sq // block_q), -(-skv // block_kv)   # ragged last blocks: clipped / masked
     flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
     bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
-    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
-                                                       "_pp" if pingpong else "")
+    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
+                                                         "_pp" if pingpong else "", "_persist" if persistent else "")
     plan = AttentionPlan(
         family="attention", name=spec.name, kernel_name=kname, sizes=sizes, constants={},
         backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
@@ -299,7 +315,7 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         num_tiles=q_blocks * hq * b, tile_order="heads_q_batch", slabs=slabs, q_bytes=q_bytes,
         kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
         threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
-        num_blocks=q_blocks * hq * b, auto_blocks=False, blocks_per_sm=1, cluster_dims=(1, 1, 1),
+        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, o_staging=o_staging, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
     )
     return plan, problems
