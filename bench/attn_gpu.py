@@ -128,6 +128,14 @@ for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384}), ("2x32x8192x128
 for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384})):
     TUNE.append((f"t-{_lab}-causal-persist", {**_ov, **PERSIST, **CAUSAL}))
 TUNE.append(("t-4096x256-kv80-s2", {**blocks(256, 128, 80), **CUDA_ONLY}))
+# A/B of the softmax's code shape: row max / sum chains (1 or 4) x skipping the O rescale (from D 64 or never)
+AB = []
+for _lab, _ov in (("4096x128", {}), ("4096x128-causal", CAUSAL), ("4096x64-nc3", NC3_D64), ("4096x256-kv64", D256),
+                  ("4096x256-kv80", blocks(256, 128, 80)), ("16384x128-persist", {"S": 16384, **PERSIST})):
+    for _ch in (1, 4):
+        for _skip in (64, 1024):
+            AB.append((f"ab-{_lab}-ch{_ch}-{'skip' if _skip == 64 else 'noskip'}",
+                       {**_ov, **CUDA_ONLY, "__planner": {"ROW_CHAINS": _ch, "SKIP_RESCALE_MIN_D": _skip}}))
 TUNE.append(("t-4096x256-causal-kv80-s2", {**blocks(256, 128, 80), **CAUSAL, **CUDA_ONLY}))
 
 
@@ -205,9 +213,25 @@ def jax_peer_configs(plan, sweep: bool):
 
 def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
     import torch
+    import schedgen.plan.attention as planner
     from schedgen.build import build_spec, package
     from schedgen.runtime import load_package
     t0 = time.time()
+    consts = ov.get("__planner", {})      # A/B runs: planner constants (ROW_CHAINS, SKIP_RESCALE_MIN_D) for this case
+    saved = {k: getattr(planner, k) for k in consts}
+    for k, v in consts.items():
+        setattr(planner, k, v)
+    try:
+        return _run_case(label, {k: v for k, v in ov.items() if k != "__planner"}, perf, args, tmp, t0)
+    finally:
+        for k, v in saved.items():
+            setattr(planner, k, v)
+
+
+def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> dict:
+    import torch
+    from schedgen.build import build_spec, package
+    from schedgen.runtime import load_package
     built = build_spec(BASE, ov)
     p = built.plan
     kern = load_package(package(built, tmp / label))
@@ -379,6 +403,7 @@ def main() -> int:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-perf", action="store_true")
     ap.add_argument("--tune", action="store_true", help="also time the TUNE schedule variants (CUDA vs SDPA)")
+    ap.add_argument("--ab", action="store_true", help="also time the AB code-shape variants (CUDA vs SDPA)")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-pallas", action="store_true")
     ap.add_argument("--no-jax", action="store_true")
@@ -397,7 +422,8 @@ def main() -> int:
     prog["inflight"] = None
     cases = ([] if args.skip_checks else [(l, o, False) for l, o in CHECKS]) + \
             ([] if args.skip_perf else [(l, o, True) for l, o in PERF]) + \
-            ([(l, o, "tune") for l, o in TUNE] if args.tune else [])
+            ([(l, o, "tune") for l, o in TUNE] if args.tune else []) + \
+            ([(l, o, "tune") for l, o in AB] if args.ab else [])
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     tmp = Path(tempfile.mkdtemp())

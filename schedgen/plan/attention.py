@@ -23,6 +23,11 @@ HEAD_DIMS = (64, 128, 256)
 # block_kv 192 at head_dim 128 (96 + 64 + 48 + 24 = 232 of 240) without spills, and serializes wgmma at block_kv 256
 # with head_dim 64 (128 + 32 + 64 + 24 = 248)
 REG_OVERHEAD = 24
+# softmax code-shape choices, from A/B runs on the H200 (bench/attn_gpu.py --ab): independent chains for the row
+# max / sum, and the head_dims from which warps whose rows kept their max skip the O rescale (a vote and a branch
+# against D/2 multiplies a thread)
+ROW_CHAINS = 4
+SKIP_RESCALE_MIN_D = 256
 MODULE_NAMES = frozenset({"make", "run_into"})
 
 
@@ -68,6 +73,8 @@ class AttentionPlan:
     kv_blocks: int
     num_tiles: int             # q blocks x heads x batch
     persistent: bool           # a grid of one CTA per SM walking the tiles (else one CTA a tile)
+    row_chains: int            # independent accumulator chains of the softmax's row max and row sum
+    skip_rescale: bool         # warps whose rows kept their running max skip the O rescale
     o_staging: bool            # O staged in its own SMEM buffer (persistent, where it fits), else in the Q tile
     tile_order: str            # "heads_q_batch": consecutive CTAs share (batch, kv head) for K/V reuse in L2
     slabs: int                 # head_dim / 64: TMA boxes (128 B swizzled) per row block
@@ -315,7 +322,8 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         num_tiles=q_blocks * hq * b, tile_order="heads_q_batch", slabs=slabs, q_bytes=q_bytes,
         kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
         threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
-        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, o_staging=o_staging, blocks_per_sm=1, cluster_dims=(1, 1, 1),
+        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, o_staging=o_staging,
+        row_chains=max(1, min(ROW_CHAINS, block_kv // 8)), skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
     )
     return plan, problems
