@@ -180,7 +180,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
             continue
         for backend in backends:
             try:
-                runs += sanitize(path, name, tools, backend, args.define or [], small=not args.full_size)
+                runs += sanitize(path, name, tools, backend, args.define or [], small=not args.full_size,
+                                 log_dir=args.sanitize_logs or None)
             except FileNotFoundError as exc:
                 raise _usage(str(exc)) from None
     print(f"{'spec':24} {'backend':7} {'tool':10} {'errors':>6}  result")
@@ -296,6 +297,8 @@ def parser() -> argparse.ArgumentParser:
                                                        "(the default with --interpret)")
     p.add_argument("--full-size", action="store_true", help="with --interpret or --sanitize: keep the spec's sizes "
                                                            "(slow)")
+    p.add_argument("--sanitize-logs", metavar="DIR", default="",
+                   help="with --sanitize: write each tool's whole output to DIR/<spec>.<backend>.<tool>.log")
     p.add_argument("--sanitize", metavar="TOOLS", default="",
                    help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
                         "--full-size; the CUDA backend unless --backend pallas)")

@@ -164,7 +164,9 @@ def explain_attention(p) -> str:
         + (f"; GQA groups of {p.heads_q // p.heads_kv}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
         f"  FLOPs      {p.flops / 1e9:.1f} G (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
-        f"  grid       {p.num_blocks} CTAs = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
+        (f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
+         f"  grid       {p.num_blocks} CTAs") +
+        f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
         f"(query blocks fastest{'; longest causal rows first' if p.causal else ''}), {p.threads} threads each",
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
         f"{p.kv_blocks} key blocks of {p.block_kv}",

@@ -17,6 +17,8 @@ from typing import Sequence
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazard")
+# a failing CUDA API call (compute-sanitizer counts these in its ERROR SUMMARY too): the host side, not a kernel
+_API_ERROR = re.compile(r"^=+ Program hit (\S+).*? on CUDA API call to (\S+?)\.?$", re.M)
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,11 @@ class SanitizerRun:
     spec: str
     tool: str
     backend: str
-    errors: int | None     # None: no summary was printed (the run failed before the sanitizer could report)
+    errors: int | None     # kernel errors; None: no summary was printed (the run failed before the sanitizer could report)
     ok: bool
     detail: str = ""
+    api_errors: int = 0    # failing CUDA API calls the tool also reported (listed in detail): not kernel errors
+    log: str = ""          # where the tool's whole output was written, if anywhere
 
 
 def find_sanitizer() -> str | None:
@@ -47,6 +51,26 @@ def parse_errors(output: str) -> int | None:
     return max(counts) if counts else None
 
 
+def api_errors(output: str) -> dict[str, int]:
+    """Failing CUDA API calls in a compute-sanitizer log: 'CUDA_ERROR_X from cuFunc' -> count. The ERROR SUMMARY
+    counts them with the kernels' own errors; a library probing an optional feature (a call that is allowed to
+    fail) shows up here, so they are reported apart."""
+    found: dict[str, int] = {}
+    for m in _API_ERROR.finditer(output):
+        key = f"{m.group(1)} from {m.group(2)}"
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+def kernel_errors(output: str) -> tuple[int | None, dict[str, int]]:
+    """(errors in kernels, failing API calls) of one log: the summary's count less the API calls it includes."""
+    total = parse_errors(output)
+    api = api_errors(output)
+    if total is None:
+        return None, api
+    return max(0, total - sum(api.values())), api
+
+
 def command(sanitizer: str, tool: str, spec: str, backend: str, defines: Sequence[str], small: bool) -> list[str]:
     cmd = [sanitizer, "--tool", tool, "--print-limit", "20"]
     if tool == "racecheck":
@@ -60,7 +84,7 @@ def command(sanitizer: str, tool: str, spec: str, backend: str, defines: Sequenc
 
 
 def sanitize(spec: str, name: str, tools: Sequence[str], backend: str = "cuda", defines: Sequence[str] = (),
-             small: bool = True, timeout: float = 1800) -> list[SanitizerRun]:
+             small: bool = True, timeout: float = 1800, log_dir: str | None = None) -> list[SanitizerRun]:
     sanitizer = find_sanitizer()
     if sanitizer is None:
         raise FileNotFoundError("compute-sanitizer not found (it ships with the CUDA toolkit; on the GPU machine it is "
@@ -74,9 +98,18 @@ def sanitize(spec: str, name: str, tools: Sequence[str], backend: str = "cuda", 
             runs.append(SanitizerRun(name, tool, backend, None, False, f"stopped after {timeout:g} s"))
             continue
         out = res.stdout + res.stderr
-        errors = parse_errors(out)
+        log = ""
+        if log_dir:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            log = str(Path(log_dir) / f"{name}.{backend}.{tool}.log")
+            Path(log).write_text(out)
+        errors, api = kernel_errors(out)
         verified = res.returncode == 0
         detail = "" if verified else f"verify exited {res.returncode}: " + out.strip().splitlines()[-1][:200] \
             if out.strip() else f"verify exited {res.returncode}"
-        runs.append(SanitizerRun(name, tool, backend, errors, verified and errors == 0, detail))
+        if api:
+            detail = (detail + "; " if detail else "") + "CUDA API calls that failed (not kernel errors): " + \
+                ", ".join(f"{k} x{v}" for k, v in sorted(api.items()))
+        runs.append(SanitizerRun(name, tool, backend, errors, verified and errors == 0, detail,
+                                 api_errors=sum(api.values()), log=log))
     return runs

@@ -20,6 +20,22 @@ def test_parse_errors(text, errors):
     assert parse_errors(text) == errors
 
 
+def test_api_errors_are_counted_apart_from_kernel_errors():
+    from schedgen.sanitize import kernel_errors
+    log = ("========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to \"invalid argument\" on CUDA API call to "
+           "cuPointerGetAttribute.\n=========     Saved host backtrace up to driver entry point at error\n"
+           "========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to \"invalid argument\" on CUDA API call to "
+           "cuPointerGetAttribute.\n"
+           "========= Program hit CUDA_ERROR_NOT_FOUND (error 500) due to \"named symbol not found\" on CUDA API call "
+           "to cuGetProcAddress.\n========= ERROR SUMMARY: 3 errors\n")
+    assert kernel_errors(log) == (0, {"CUDA_ERROR_INVALID_VALUE from cuPointerGetAttribute": 2,
+                                      "CUDA_ERROR_NOT_FOUND from cuGetProcAddress": 1})
+    # a kernel's own error still counts
+    bad = log.replace("ERROR SUMMARY: 3", "========= Invalid __global__ write of size 4 bytes\n========= ERROR SUMMARY: 4")
+    assert kernel_errors(bad)[0] == 1
+    assert kernel_errors("no summary")[0] is None
+
+
 def test_command_runs_verify_in_the_sanitized_process():
     cmd = command("/cs", "racecheck", "specs/add_bf16.yaml", "cuda", ["M=256"], small=True)
     assert cmd[:5] == ["/cs", "--tool", "racecheck", "--print-limit", "20"]

@@ -23,10 +23,11 @@ HEAD_DIMS = (64, 128, 256)
 # block_kv 192 at head_dim 128 (96 + 64 + 48 + 24 = 232 of 240) without spills, and serializes wgmma at block_kv 256
 # with head_dim 64 (128 + 32 + 64 + 24 = 248)
 REG_OVERHEAD = 24
-# softmax code-shape choices, from A/B runs on the H200 (bench/attn_gpu.py --ab): independent chains for the row
-# max / sum, and the head_dims from which warps whose rows kept their max skip the O rescale (a vote and a branch
-# against D/2 multiplies a thread)
-ROW_CHAINS = 4
+# softmax code-shape choices, from A/B runs on the H200 (bench/attn_gpu.py --ab, 2026-12-02): the row max / sum in
+# one accumulator chain each (4 chains measured 0-2% slower at every head_dim), and warps whose rows kept their
+# running max skip the O rescale from head_dim 256 (a vote and a branch against D/2 multiplies a thread: +3% at
+# D = 256 with 64-key blocks, -1 to -3% at D = 64 and 128)
+ROW_CHAINS = 1
 SKIP_RESCALE_MIN_D = 256
 MODULE_NAMES = frozenset({"make", "run_into"})
 
