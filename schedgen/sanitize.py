@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+PRINT_LIMIT = 100000
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazard")
 # a failing CUDA API call (compute-sanitizer counts these in its ERROR SUMMARY too): the host side, not a kernel
@@ -72,7 +73,8 @@ def kernel_errors(output: str) -> tuple[int | None, dict[str, int]]:
 
 
 def command(sanitizer: str, tool: str, spec: str, backend: str, defines: Sequence[str], small: bool) -> list[str]:
-    cmd = [sanitizer, "--tool", tool, "--print-limit", "20"]
+    # every report printed (a capped print leaves API-call errors and kernel errors impossible to tell apart)
+    cmd = [sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT)]
     if tool == "racecheck":
         cmd += ["--racecheck-report", "all"]
     cmd += [sys.executable, "-m", "schedgen", "verify", "--backend", backend, "--timeout", "0"]
