@@ -78,13 +78,13 @@ __device__ __forceinline__ void sg_prefetch_tmap(const SgTensorMap* m) {
 __device__ __forceinline__ void sg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void sg_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void sg_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void sg_tma_load_2d(uint32_t dst, const SgTensorMap* m, uint32_t bar, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-               :: "r"(dst), "l"((uint64_t)m), "r"(bar), "r"(c0), "r"(c1) : "memory");
+__device__ __forceinline__ void sg_tma_load_3d(uint32_t dst, const SgTensorMap* m, uint32_t bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+               :: "r"(dst), "l"((uint64_t)m), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
-__device__ __forceinline__ void sg_tma_store_2d(const SgTensorMap* m, uint32_t src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
-               :: "l"((uint64_t)m), "r"(src), "r"(c0), "r"(c1) : "memory");
+__device__ __forceinline__ void sg_tma_store_3d(const SgTensorMap* m, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"((uint64_t)m), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
 // ---- warpgroup MMA, named barriers, register budgets
@@ -104,6 +104,11 @@ __device__ __forceinline__ void sg_setmaxnreg_inc() { asm volatile("setmaxnreg.i
 __device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)mode << 62);
 }
+// named barriers: 0 is __syncthreads; the ping-pong ring takes 1..2 (consumer w waits on 1 + w, then hands the
+// tensor cores to the next consumer, round robin); consumer w's epilogue takes 3 + w
+#define PP_BAR 1
+#define PP_THREADS 256
+#define EPI_BAR 3
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -158,6 +163,26 @@ __device__ __forceinline__ void sg_wgmma_pv(float (&d)[64], uint32_t a0, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
 
+// the tile of index t: q blocks fastest, then heads, then batch (consecutive tiles share K/V in L2)
+struct SgTile {
+  int h, b, q0, kv_end;
+  int q_row, q_col, q_bat, kv_row, kv_col, kv_bat;
+};
+__device__ __forceinline__ SgTile sg_tile(int t) {
+  SgTile T;
+  int qb = t % 32;
+  t /= 32;
+  T.h = t % 16;
+  T.b = t / 16;
+  const int hk = T.h / 1;
+  T.q0 = qb * 128;
+  T.kv_end = 32;
+  // 3-D tensor maps (columns, sequence, batch): TMA zero-fills and clips at each sequence's end
+  T.q_row = T.q0; T.q_col = T.h * 128; T.q_bat = T.b;
+  T.kv_row = 0; T.kv_col = hk * 128; T.kv_bat = T.b;
+  return T;
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf16_d128_q128_kv128_s2_wg2_pp(
     const __grid_constant__ SgTensorMap tm_q, const __grid_constant__ SgTensorMap tm_k,
     const __grid_constant__ SgTensorMap tm_v, const __grid_constant__ SgTensorMap tm_o) {
@@ -167,24 +192,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
   const uint32_t S_k = smem_base + 32768u;  // K stages: 2 x 32768 B
   const uint32_t S_v = smem_base + 98304u;  // V stages: 2 x 32768 B
   const uint32_t S_q_full = smem_base + 163840u;  // mbarrier: 1 x 8 B
-  const uint32_t S_k_full = smem_base + 163848u;  // mbarrier: 2 x 8 B
-  const uint32_t S_k_empty = smem_base + 163864u;  // mbarrier: 2 x 8 B
-  const uint32_t S_v_full = smem_base + 163880u;  // mbarrier: 2 x 8 B
-  const uint32_t S_v_empty = smem_base + 163896u;  // mbarrier: 2 x 8 B
+  const uint32_t S_q_empty = smem_base + 163848u;  // mbarrier: 1 x 8 B
+  const uint32_t S_k_full = smem_base + 163856u;  // mbarrier: 2 x 8 B
+  const uint32_t S_k_empty = smem_base + 163872u;  // mbarrier: 2 x 8 B
+  const uint32_t S_v_full = smem_base + 163888u;  // mbarrier: 2 x 8 B
+  const uint32_t S_v_empty = smem_base + 163904u;  // mbarrier: 2 x 8 B
   const int warpgroup = threadIdx.x / 128;
   const int wg_thread = threadIdx.x % 128;
-
-  // this CTA's tile: q blocks fastest, then heads, then batch (CTAs that share K/V run together)
-  int t = blockIdx.x;
-  int qb = t % 32;
-  t /= 32;
-  const int h = t % 16;
-  const int b = t / 16;
-  const int hk = h / 1;
-  const int q0 = qb * 128;
-  const int kv_end = 32;
-  const int q_row = b * 4096 + q0, q_col = h * 128;
-  const int kv_row = b * 4096, kv_col = hk * 128;
 
   if (threadIdx.x == 0) {
     sg_prefetch_tmap(&tm_q);
@@ -192,6 +206,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
     sg_prefetch_tmap(&tm_v);
     sg_prefetch_tmap(&tm_o);
     sg_mbar_init(S_q_full, 1);
+    sg_mbar_init(S_q_empty, 2);
     for (int s = 0; s < 2; ++s) {
       sg_mbar_init(S_k_full + 8 * s, 1);
       sg_mbar_init(S_v_full + 8 * s, 1);
@@ -202,117 +217,209 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
   }
   __syncthreads();
 
+  // One CTA a tile (the loop below runs once). The K/V rings run on across tiles
+  // (ring index g counts every key block this CTA loads), and so does the Q barrier pair (phase = tile count & 1).
   if (warpgroup == 0) {
-    // ================= producer: Q once, then K and V blocks through the stage rings
+    // ================= producer: per tile, Q once, then K and V blocks through the stage rings
     sg_setmaxnreg_dec();
     if (wg_thread == 0) {
-      sg_mbar_expect_tx(S_q_full, 32768u);
-      sg_tma_load_2d(S_q + 0u, &tm_q, S_q_full, q_col + 0, q_row + 0);
-      sg_tma_load_2d(S_q + 16384u, &tm_q, S_q_full, q_col + 64, q_row + 0);
-      sg_tma_load_2d(S_q + 8192u, &tm_q, S_q_full, q_col + 0, q_row + 64);
-      sg_tma_load_2d(S_q + 24576u, &tm_q, S_q_full, q_col + 64, q_row + 64);
-      for (int j = 0; j < kv_end; ++j) {
-        const int s = j % 2;
-        const uint32_t ph = (j / 2) & 1;
-        sg_mbar_wait(S_k_empty + 8 * s, ph ^ 1);
-        sg_mbar_expect_tx(S_k_full + 8 * s, 32768u);
-        sg_tma_load_2d(S_k + (uint32_t)s * 32768u + 0u, &tm_k, S_k_full + 8 * s, kv_col + 0, kv_row + j * 128);
-        sg_tma_load_2d(S_k + (uint32_t)s * 32768u + 16384u, &tm_k, S_k_full + 8 * s, kv_col + 64, kv_row + j * 128);
-        sg_mbar_wait(S_v_empty + 8 * s, ph ^ 1);
-        sg_mbar_expect_tx(S_v_full + 8 * s, 32768u);
-        sg_tma_load_2d(S_v + (uint32_t)s * 32768u + 0u, &tm_v, S_v_full + 8 * s, kv_col + 0, kv_row + j * 128);
-        sg_tma_load_2d(S_v + (uint32_t)s * 32768u + 16384u, &tm_v, S_v_full + 8 * s, kv_col + 64, kv_row + j * 128);
+      int g = 0, it = 0;
+      for (int t = blockIdx.x; t < 512; t += gridDim.x, ++it) {
+        const SgTile T = sg_tile(t);
+        sg_mbar_wait(S_q_empty, (uint32_t)(it & 1) ^ 1u);   // every consumer is done with the last Q
+        sg_mbar_expect_tx(S_q_full, 32768u);
+        sg_tma_load_3d(S_q + 0u, &tm_q, S_q_full, T.q_col + 0, T.q_row + 0, T.q_bat);
+        sg_tma_load_3d(S_q + 16384u, &tm_q, S_q_full, T.q_col + 64, T.q_row + 0, T.q_bat);
+        sg_tma_load_3d(S_q + 8192u, &tm_q, S_q_full, T.q_col + 0, T.q_row + 64, T.q_bat);
+        sg_tma_load_3d(S_q + 24576u, &tm_q, S_q_full, T.q_col + 64, T.q_row + 64, T.q_bat);
+        for (int j = 0; j < T.kv_end; ++j, ++g) {
+          const int s = g % 2;
+          const uint32_t ph = (uint32_t)(g / 2) & 1u;
+          sg_mbar_wait(S_k_empty + 8 * s, ph ^ 1u);
+          sg_mbar_expect_tx(S_k_full + 8 * s, 32768u);
+          sg_tma_load_3d(S_k + (uint32_t)s * 32768u + 0u, &tm_k, S_k_full + 8 * s, T.kv_col + 0, T.kv_row + j * 128, T.kv_bat);
+          sg_tma_load_3d(S_k + (uint32_t)s * 32768u + 16384u, &tm_k, S_k_full + 8 * s, T.kv_col + 64, T.kv_row + j * 128, T.kv_bat);
+          sg_mbar_wait(S_v_empty + 8 * s, ph ^ 1u);
+          sg_mbar_expect_tx(S_v_full + 8 * s, 32768u);
+          sg_tma_load_3d(S_v + (uint32_t)s * 32768u + 0u, &tm_v, S_v_full + 8 * s, T.kv_col + 0, T.kv_row + j * 128, T.kv_bat);
+          sg_tma_load_3d(S_v + (uint32_t)s * 32768u + 16384u, &tm_v, S_v_full + 8 * s, T.kv_col + 64, T.kv_row + j * 128, T.kv_bat);
+        }
       }
     }
   } else {
     // ================= consumers: 64 query rows each
     sg_setmaxnreg_inc();
     const int w = warpgroup - 1;
+    const int pp_next = (w + 1) % 2;
     const int warp = wg_thread / 32, lane = wg_thread % 32;
     const int r0 = warp * 16 + lane / 4;              // this thread's rows r0 and r0 + 8 of the 64
     const uint32_t sq = S_q + (uint32_t)w * 8192u;
+    const uint32_t so = S_q + (uint32_t)w * 8192u;   // O staging: the Q rows, free once the last S is computed
     float o[64];
+    float sc[64];                                 // S of the block in flight, then its exponentials
+    uint32_t pa[32];                         // P of the previous block (packed pairs): A of P V
+    int g = 0, it = 0;
+    for (int t = blockIdx.x; t < 512; t += gridDim.x, ++it) {
+    const SgTile T = sg_tile(t);
+    const int kv_end = T.kv_end;
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.0f;
     float m0 = -1e30f, m1 = -1e30f, l0 = 0.0f, l1 = 0.0f;   // running max (base-2 scaled) and partial sums
-    float sc[64];
-    sg_mbar_wait(S_q_full, 0);
-    if (w == 1) sg_named_arrive(4, 256);              // consumer 0 issues first
-    for (int j = 0; j < kv_end; ++j) {
-      const int s = j % 2;
-      const uint32_t ph = (j / 2) & 1;
-      const uint32_t sk = S_k + (uint32_t)s * 32768u;
-      const uint32_t sv = S_v + (uint32_t)s * 32768u;
-      sg_mbar_wait(S_k_full + 8 * s, ph);
-      sg_named_sync(4 + w, 256);
+    float c0, c1;                                      // the rescale O takes once the previous P V has landed
+    sg_mbar_wait(S_q_full, (uint32_t)it & 1u);
+    if (w == 1) sg_named_arrive(PP_BAR, PP_THREADS);   // consumer 0 issues first
+    // Software pipeline (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then runs
+    // the softmax of S_j while the tensor cores work on P_{j-1} V_{j-1}. The ping-pong barrier hands the tensor
+    // cores to the next consumer after each issue, so its softmax overlaps ours too.
+    // -- block 0: S_0 alone
+    sg_mbar_wait(S_k_full + 8 * ((g) % 2), (uint32_t)(((g) / 2) & 1));
+    sg_named_sync(PP_BAR + w, PP_THREADS);
+    sg_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const uint32_t off = (uint32_t)((kk * 16) % 64) * 2u;
+        const uint64_t da = sg_desc(sq + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
+        const uint64_t db = sg_desc(S_k + (uint32_t)((g) % 2) * 32768u + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
+        sg_wgmma_qk(sc, da, db, kk > 0);
+      }
+      sg_wgmma_commit();
+    sg_named_arrive(PP_BAR + pp_next, PP_THREADS);
+    sg_wgmma_wait<0>();
+    if (wg_thread == 0) sg_mbar_arrive(S_k_empty + 8 * ((g) % 2));
+      {
+        // row max and row sum over 16 groups in 1 independent chains each (few warps an SMSP: latency shows)
+        float mx0[1], mx1[1], s0[1], s1[1];
+#pragma unroll
+        for (int r = 0; r < 1; ++r) { mx0[r] = -sg_inf(); mx1[r] = -sg_inf(); s0[r] = 0.0f; s1[r] = 0.0f; }
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          mx0[n8 % 1] = fmaxf(mx0[n8 % 1], fmaxf(sc[4 * n8 + 0], sc[4 * n8 + 1]));
+          mx1[n8 % 1] = fmaxf(mx1[n8 % 1], fmaxf(sc[4 * n8 + 2], sc[4 * n8 + 3]));
+        }
+#pragma unroll
+        for (int r = 1; r < 1; ++r) { mx0[0] = fmaxf(mx0[0], mx0[r]); mx1[0] = fmaxf(mx1[0], mx1[r]); }
+        const float mn0 = fmaxf(m0, sg_quad_max(mx0[0]) * 0.12751743082459868f);
+        const float mn1 = fmaxf(m1, sg_quad_max(mx1[0]) * 0.12751743082459868f);
+        c0 = sg_ex2(m0 - mn0);
+        c1 = sg_ex2(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          sc[4 * n8 + 0] = sg_ex2(fmaf(sc[4 * n8 + 0], 0.12751743082459868f, -mn0));
+          sc[4 * n8 + 1] = sg_ex2(fmaf(sc[4 * n8 + 1], 0.12751743082459868f, -mn0));
+          sc[4 * n8 + 2] = sg_ex2(fmaf(sc[4 * n8 + 2], 0.12751743082459868f, -mn1));
+          sc[4 * n8 + 3] = sg_ex2(fmaf(sc[4 * n8 + 3], 0.12751743082459868f, -mn1));
+          s0[n8 % 1] += sc[4 * n8 + 0] + sc[4 * n8 + 1];
+          s1[n8 % 1] += sc[4 * n8 + 2] + sc[4 * n8 + 3];
+        }
+#pragma unroll
+        for (int r = 1; r < 1; ++r) { s0[0] += s0[r]; s1[0] += s1[r]; }
+        l0 = l0 * c0 + s0[0];
+        l1 = l1 * c1 + s1[0];
+      }
+      {
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          o[4 * n8 + 0] *= c0;
+          o[4 * n8 + 1] *= c0;
+          o[4 * n8 + 2] *= c1;
+          o[4 * n8 + 3] *= c1;
+        }
+      }
+      // P: the S fragment is the A fragment of P V, 16 keys per k-step
+#pragma unroll
+      for (int i = 0; i < 32; ++i) pa[i] = sg_pack2(sc[2 * i], sc[2 * i + 1]);
+    // -- steady state
+    for (int j = 1; j < kv_end; ++j) {
+      sg_mbar_wait(S_k_full + 8 * ((g + j) % 2), (uint32_t)(((g + j) / 2) & 1));
+      sg_mbar_wait(S_v_full + 8 * ((g + j - 1) % 2), (uint32_t)(((g + j - 1) / 2) & 1));
+      sg_named_sync(PP_BAR + w, PP_THREADS);
       sg_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint32_t off = (uint32_t)((kk * 16) % 64) * 2u;
         const uint64_t da = sg_desc(sq + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
-        const uint64_t db = sg_desc(sk + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
+        const uint64_t db = sg_desc(S_k + (uint32_t)((g + j) % 2) * 32768u + (uint32_t)((kk * 16) / 64) * 16384u + off, 16u, 1024u, 1u);
         sg_wgmma_qk(sc, da, db, kk > 0);
       }
       sg_wgmma_commit();
-      if (!(w == 1 && j == kv_end - 1)) sg_named_arrive(4 + (1 - w), 256);
-      sg_wgmma_wait<0>();
-      if (wg_thread == 0) sg_mbar_arrive(S_k_empty + 8 * s);
-
-      // ---- online softmax in base 2
-      float mx0 = -sg_inf(), mx1 = -sg_inf();
 #pragma unroll
-      for (int n8 = 0; n8 < 16; ++n8) {
-        mx0 = fmaxf(mx0, fmaxf(sc[4 * n8 + 0], sc[4 * n8 + 1]));
-        mx1 = fmaxf(mx1, fmaxf(sc[4 * n8 + 2], sc[4 * n8 + 3]));
-      }
-      const float mn0 = fmaxf(m0, sg_quad_max(mx0) * 0.12751743082459868f);
-      const float mn1 = fmaxf(m1, sg_quad_max(mx1) * 0.12751743082459868f);
-      const float c0 = sg_ex2(m0 - mn0), c1 = sg_ex2(m1 - mn1);
-      m0 = mn0;
-      m1 = mn1;
-      float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-      for (int n8 = 0; n8 < 16; ++n8) {
-        sc[4 * n8 + 0] = sg_ex2(fmaf(sc[4 * n8 + 0], 0.12751743082459868f, -mn0));
-        sc[4 * n8 + 1] = sg_ex2(fmaf(sc[4 * n8 + 1], 0.12751743082459868f, -mn0));
-        sc[4 * n8 + 2] = sg_ex2(fmaf(sc[4 * n8 + 2], 0.12751743082459868f, -mn1));
-        sc[4 * n8 + 3] = sg_ex2(fmaf(sc[4 * n8 + 3], 0.12751743082459868f, -mn1));
-        s0 += sc[4 * n8 + 0] + sc[4 * n8 + 1];
-        s1 += sc[4 * n8 + 2] + sc[4 * n8 + 3];
-      }
-      l0 = l0 * c0 + s0;
-      l1 = l1 * c1 + s1;
-#pragma unroll
-      for (int n8 = 0; n8 < 16; ++n8) {
-        o[4 * n8 + 0] *= c0;
-        o[4 * n8 + 1] *= c0;
-        o[4 * n8 + 2] *= c1;
-        o[4 * n8 + 3] *= c1;
-      }
-
-      // ---- O += P V, P from registers (the S fragment is the A fragment, 16 keys per k-step)
-      sg_mbar_wait(S_v_full + 8 * s, ph);
-      sg_wgmma_fence();
-#pragma unroll
-      for (int t16 = 0; t16 < 8; ++t16) {
-        const uint32_t a0 = sg_pack2(sc[8 * t16 + 0], sc[8 * t16 + 1]);
-        const uint32_t a1 = sg_pack2(sc[8 * t16 + 2], sc[8 * t16 + 3]);
-        const uint32_t a2 = sg_pack2(sc[8 * t16 + 4], sc[8 * t16 + 5]);
-        const uint32_t a3 = sg_pack2(sc[8 * t16 + 6], sc[8 * t16 + 7]);
-        sg_wgmma_pv(o, a0, a1, a2, a3, sg_desc(sv + (uint32_t)t16 * 2048u, 16384u, 1024u, 1u));
-      }
+      for (int t16 = 0; t16 < 8; ++t16)
+        sg_wgmma_pv(o, pa[4 * t16 + 0], pa[4 * t16 + 1], pa[4 * t16 + 2], pa[4 * t16 + 3],
+                    sg_desc(S_v + (uint32_t)((g + j - 1) % 2) * 32768u + (uint32_t)t16 * 2048u, 16384u, 1024u, 1u));
       sg_wgmma_commit();
-      sg_wgmma_wait<0>();
-      if (wg_thread == 0) sg_mbar_arrive(S_v_empty + 8 * s);
+      sg_named_arrive(PP_BAR + pp_next, PP_THREADS);
+      sg_wgmma_wait<1>();                              // S_j has landed; P_{j-1} V_{j-1} may still run
+      if (wg_thread == 0) sg_mbar_arrive(S_k_empty + 8 * ((g + j) % 2));
+      {
+        // row max and row sum over 16 groups in 1 independent chains each (few warps an SMSP: latency shows)
+        float mx0[1], mx1[1], s0[1], s1[1];
+#pragma unroll
+        for (int r = 0; r < 1; ++r) { mx0[r] = -sg_inf(); mx1[r] = -sg_inf(); s0[r] = 0.0f; s1[r] = 0.0f; }
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          mx0[n8 % 1] = fmaxf(mx0[n8 % 1], fmaxf(sc[4 * n8 + 0], sc[4 * n8 + 1]));
+          mx1[n8 % 1] = fmaxf(mx1[n8 % 1], fmaxf(sc[4 * n8 + 2], sc[4 * n8 + 3]));
+        }
+#pragma unroll
+        for (int r = 1; r < 1; ++r) { mx0[0] = fmaxf(mx0[0], mx0[r]); mx1[0] = fmaxf(mx1[0], mx1[r]); }
+        const float mn0 = fmaxf(m0, sg_quad_max(mx0[0]) * 0.12751743082459868f);
+        const float mn1 = fmaxf(m1, sg_quad_max(mx1[0]) * 0.12751743082459868f);
+        c0 = sg_ex2(m0 - mn0);
+        c1 = sg_ex2(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          sc[4 * n8 + 0] = sg_ex2(fmaf(sc[4 * n8 + 0], 0.12751743082459868f, -mn0));
+          sc[4 * n8 + 1] = sg_ex2(fmaf(sc[4 * n8 + 1], 0.12751743082459868f, -mn0));
+          sc[4 * n8 + 2] = sg_ex2(fmaf(sc[4 * n8 + 2], 0.12751743082459868f, -mn1));
+          sc[4 * n8 + 3] = sg_ex2(fmaf(sc[4 * n8 + 3], 0.12751743082459868f, -mn1));
+          s0[n8 % 1] += sc[4 * n8 + 0] + sc[4 * n8 + 1];
+          s1[n8 % 1] += sc[4 * n8 + 2] + sc[4 * n8 + 3];
+        }
+#pragma unroll
+        for (int r = 1; r < 1; ++r) { s0[0] += s0[r]; s1[0] += s1[r]; }
+        l0 = l0 * c0 + s0[0];
+        l1 = l1 * c1 + s1[0];
+      }
+      sg_wgmma_wait<0>();                              // P_{j-1} V_{j-1} has landed: free V, rescale O
+      if (wg_thread == 0) sg_mbar_arrive(S_v_empty + 8 * ((g + j - 1) % 2));
+      {
+#pragma unroll
+        for (int n8 = 0; n8 < 16; ++n8) {
+          o[4 * n8 + 0] *= c0;
+          o[4 * n8 + 1] *= c0;
+          o[4 * n8 + 2] *= c1;
+          o[4 * n8 + 3] *= c1;
+        }
+      }
+      // P: the S fragment is the A fragment of P V, 16 keys per k-step
+#pragma unroll
+      for (int i = 0; i < 32; ++i) pa[i] = sg_pack2(sc[2 * i], sc[2 * i + 1]);
     }
+    // -- the last P V
+    sg_mbar_wait(S_v_full + 8 * ((g + kv_end - 1) % 2), (uint32_t)(((g + kv_end - 1) / 2) & 1));
+    sg_named_sync(PP_BAR + w, PP_THREADS);
+    sg_wgmma_fence();
+#pragma unroll
+      for (int t16 = 0; t16 < 8; ++t16)
+        sg_wgmma_pv(o, pa[4 * t16 + 0], pa[4 * t16 + 1], pa[4 * t16 + 2], pa[4 * t16 + 3],
+                    sg_desc(S_v + (uint32_t)((g + kv_end - 1) % 2) * 32768u + (uint32_t)t16 * 2048u, 16384u, 1024u, 1u));
+      sg_wgmma_commit();
+    if (w != 1) sg_named_arrive(PP_BAR + pp_next, PP_THREADS);
+    sg_wgmma_wait<0>();
+    if (wg_thread == 0) sg_mbar_arrive(S_v_empty + 8 * ((g + kv_end - 1) % 2));
+    g += kv_end;
 
-    // ---- normalise, stage O in this consumer's (now free) Q rows, TMA store
+    // ---- normalise, stage O in SMEM, TMA store
     const float lt0 = sg_quad_sum(l0), lt1 = sg_quad_sum(l1);
     const float inv0 = 1.0f / lt0, inv1 = 1.0f / lt1;
 #pragma unroll
     for (int n8 = 0; n8 < 16; ++n8) {
       const int col = n8 * 8 + 2 * (lane % 4);
-      const uint32_t slab = sq + (uint32_t)(col / 64) * 16384u;
+      const uint32_t slab = so + (uint32_t)(col / 64) * 16384u;
       const uint32_t cb = (uint32_t)(col % 64) * 2u;
       const uint32_t a0 = slab + (uint32_t)r0 * 128u + ((((cb >> 4) ^ (uint32_t)(r0 & 7)) << 4) | (cb & 15u));
       const uint32_t a1 = slab + (uint32_t)(r0 + 8) * 128u + ((((cb >> 4) ^ (uint32_t)((r0 + 8) & 7)) << 4) | (cb & 15u));
@@ -320,12 +427,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_4096_bf
       asm volatile("st.shared.b32 [%0], %1;" :: "r"(a1), "r"(sg_pack2(o[4 * n8 + 2] * inv1, o[4 * n8 + 3] * inv1)) : "memory");
     }
     sg_fence_proxy_async();
-    sg_named_sync(2 + w, 128);
+    sg_named_sync(EPI_BAR + w, 128);
     if (wg_thread == 0) {
-      sg_tma_store_2d(&tm_o, sq + 0u, q_col + 0, q_row + w * 64);
-      sg_tma_store_2d(&tm_o, sq + 16384u, q_col + 64, q_row + w * 64);
+      sg_tma_store_3d(&tm_o, so + 0u, T.q_col + 0, T.q_row + w * 64, T.q_bat);
+      sg_tma_store_3d(&tm_o, so + 16384u, T.q_col + 64, T.q_row + w * 64, T.q_bat);
       sg_bulk_commit();
-      sg_bulk_wait0();
+      sg_bulk_wait_read0();                            // the store has read the Q rows: Q is free
+      sg_mbar_arrive(S_q_empty);
     }
+    }
+    if (wg_thread == 0) sg_bulk_wait0();
   }
 }
