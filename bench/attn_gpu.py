@@ -220,10 +220,7 @@ def jax_peer_configs(plan, sweep: bool):
 
 
 def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
-    import torch
     import schedgen.plan.attention as planner
-    from schedgen.build import build_spec, package
-    from schedgen.runtime import load_package
     t0 = time.time()
     consts = ov.get("__planner", {})      # A/B runs: planner constants (ROW_CHAINS, SKIP_RESCALE_MIN_D) for this case
     saved = {k: getattr(planner, k) for k in consts}

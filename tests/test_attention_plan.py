@@ -28,8 +28,10 @@ NC3 = {"D": 64, "schedule.in_specs.q.block_shape": [192, 64], "schedule.in_specs
        "schedule.pipeline.compute_registers": 160, "schedule.barriers.schedule.num_arrivals": 3}
 RAGGED = {"op.sizes": {"B": 2, "S": 1000, "T": 1000, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
           "op.inputs.v.shape": ["B", "T", "H", "D"], "op.causal": True}
+PERSIST = {"schedule.persistent.loop": "nd_loop"}
 VARIANTS = {
-    "base": {}, "three_consumers": NC3, "ragged_causal": RAGGED, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
+    "base": {}, "three_consumers": NC3, "ragged_causal": RAGGED, "persistent": PERSIST,
+    "persistent_d256": {**PERSIST, **D256}, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
     "nopp": {"schedule.barriers": {}}, "d64": D64, "d256": D256, "gqa": GQA,
     "one_consumer": {"schedule.barriers": {}, "schedule.pipeline.num_compute_wgs": 1,
                      "schedule.in_specs.q.block_shape": [64, 128]},
@@ -109,11 +111,52 @@ def test_sass(built, name):
     assert u["STACK"] == 0 and u["LOCAL"] == 0
 
 
+def test_persistent_plan_stages_o_where_smem_allows():
+    p = _plan(PERSIST)
+    assert p.persistent and p.auto_blocks and p.o_staging and p.kernel_name.endswith("_persist")
+    names = [b.name for b in p.smem_buffers]
+    assert "o" in names and "q_empty" in names
+    # D = 256: Q 64 KiB + 4 x 32 KiB of K/V leave no room for a 64 KiB O buffer: O goes through the Q tile
+    big = _plan({**PERSIST, **D256})
+    assert big.persistent and not big.o_staging and "o" not in [b.name for b in big.smem_buffers]
+    assert big.smem_bytes <= 232448
+    # one CTA a tile unless the spec asks for the persistent loop (the model's nd_loop default is not a request)
+    assert not _plan().persistent and not _plan().auto_blocks
+
+
+def test_persistent_and_three_consumers_are_cuda_only():
+    for ov, needle in ((PERSIST, "the persistent grid (nd_loop) is the CUDA kernel's"),
+                       (NC3, "the Pallas attention has 1 or 2 consumer warpgroups")):
+        spec, src = load_spec(str(BASE), {**ov, "schedule.backends": ["cuda", "pallas"]})
+        with pytest.raises(SpecErrors) as info:
+            plan(spec, src)
+        assert needle in info.value.render()
+
+
+def test_softmax_code_shape_follows_head_dim():
+    assert (_plan().row_chains, _plan().skip_rescale) == (1, False)
+    assert _plan(D256).skip_rescale
+    text = build_spec(BASE, {**CUDA, **D256}).files["kernel.cu"].decode()
+    assert "__any_sync" in text
+
+
 def test_explain_names_the_gemms_and_blocks():
     from schedgen.explain import explain
     text = explain(_plan({"op.causal": True}))
     for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong", "halved for causal"):
         assert needle in text, (needle, text)
+
+
+def test_jax_peer_inputs_are_f16_with_q_prescaled():
+    import numpy as np
+    from schedgen.bench import jax_attention_inputs
+    p = _plan(GQA)
+    rng = np.random.default_rng(0)
+    host = {o.name: rng.standard_normal(o.shape).astype(np.float32) for o in p.inputs}
+    q, k, v = jax_attention_inputs(p, host)
+    assert q.dtype == k.dtype == v.dtype == np.float16 and q.shape == tuple(p.inputs[0].shape)
+    np.testing.assert_allclose(q.astype(np.float32), host["q"] * p.scale, rtol=1e-3, atol=1e-4)
+    np.testing.assert_array_equal(k, host["k"].astype(np.float16))
 
 
 def test_jax_peer_and_markdown_rows():

@@ -106,9 +106,7 @@ __device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_
 }
 // named barriers: 0 is __syncthreads; the ping-pong ring takes 1..2 (consumer w waits on 1 + w, then hands the
 // tensor cores to the next consumer, round robin); consumer w's epilogue takes 3 + w
-#define PP_BAR 1
-#define PP_THREADS 256
-#define EPI_BAR 3
+constexpr int PP_BAR = 1, PP_THREADS = 256, EPI_BAR = 3;
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
