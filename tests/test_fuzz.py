@@ -304,6 +304,70 @@ def test_planned_specs_compile(case):
         pytest.fail(f"NVRTC rejected a planned spec:\n{exc}\n{data!r}")
 
 
+# ---------------------------------------------------------------------------- attention schedules
+
+ATTN_EXAMPLES = 600 if LONG else 12           # each planned one is an NVRTC compile (~1 s)
+
+
+@st.composite
+def attention_schedules(draw):
+    """An attention spec over the family's whole schedule space: head_dim, block sizes (ragged or not), stages,
+    1-3 consumers with or without the ping-pong barrier, register budgets, persistent grid, causal, GQA,
+    Sq != Skv, layout, LSE; both backends or CUDA alone."""
+    data, src = SPECS["attention_bf16_4096.yaml"]
+    data = copy.deepcopy(data)
+    op, sch = data["op"], data["schedule"]
+    d = draw(st.sampled_from([64, 128, 256]), label="D")
+    g = draw(st.sampled_from([1, 2, 4]), label="q heads per kv head")
+    sq = draw(st.integers(1, 24), label="q blocks of 64") * 64 - draw(st.sampled_from([0, 0, 1, 37]), label="ragged q")
+    skv = draw(st.sampled_from([sq, sq * 2, sq + 100]), label="Skv")
+    op["sizes"] = {"B": draw(st.integers(1, 2)), "S": sq, "T": skv, "H": 2 * g, "G": 2, "D": d}
+    lay = draw(st.sampled_from(["bshd", "bhsd"]), label="layout")
+    op["layout"] = lay
+    q_shape = ["B", "S", "H", "D"] if lay == "bshd" else ["B", "H", "S", "D"]
+    kv_shape = ["B", "T", "G", "D"] if lay == "bshd" else ["B", "G", "T", "D"]
+    op["inputs"] = {"q": {"shape": q_shape, "dtype": "bf16"}, "k": {"shape": kv_shape, "dtype": "bf16"},
+                    "v": {"shape": kv_shape, "dtype": "bf16"}}
+    op["outputs"] = {"o": {"shape": q_shape, "dtype": "bf16"}}
+    if draw(st.booleans(), label="lse"):
+        op["outputs"]["lse"] = {"shape": ["B", "H", "S"], "dtype": "f32"}
+    op["causal"] = draw(st.booleans(), label="causal")
+    nc = draw(st.integers(1, 3), label="consumers")
+    bkv = draw(st.sampled_from([16, 32, 48, 64, 80, 96, 128, 160, 176, 192, 256]), label="block_kv")
+    sch["in_specs"] = {"q": {"block_shape": [64 * nc, d]}, "k": {"block_shape": [bkv, d]},
+                       "v": {"block_shape": [bkv, d]}}
+    pipe = sch["pipeline"]
+    pipe["num_compute_wgs"] = nc
+    pipe["max_concurrent_steps"] = draw(st.integers(1, 4), label="stages")
+    pipe["compute_registers"] = draw(st.sampled_from([160, 200, 232, 240]), label="consumer registers")
+    sch["barriers"] = {"schedule": {"num_arrivals": nc}} if nc > 1 and draw(st.booleans(), label="pingpong") else {}
+    if draw(st.booleans(), label="persistent"):
+        sch["persistent"] = {"loop": "nd_loop"}
+    sch["backends"] = draw(st.sampled_from([["cuda"], ["cuda", "pallas"]]), label="backends")
+    return data, src
+
+
+@settings(max_examples=ATTN_EXAMPLES)
+@given(case=attention_schedules())
+def test_attention_schedules_plan_or_compile_clean(case):
+    """Every attention schedule is rejected at its field, or compiles to SASS without spills, stack or wgmma
+    serialization (ptxas C7510-C7515 warnings): a planned spec that costs that is a hole in the planner's checks."""
+    from schedgen.cuda.compile import compile_cuda, resource_usage
+    data, src = case
+    note(repr(data))
+    p = _plan_or_problems(data, src)
+    event("planned" if p is not None else "rejected")
+    assume(p is not None)
+    cu, _ = _check_rendered(data, p)
+    try:
+        c = compile_cuda(cu, f"{p.kernel_name}.cu")
+    except ToolchainError as exc:
+        pytest.fail(f"NVRTC rejected a planned spec:\n{exc}\n{data!r}")
+    assert "C751" not in c.log, c.log
+    u = resource_usage(c.cubin)[p.kernel_name]
+    assert u["LOCAL"] == 0 and u["STACK"] == 0, u
+
+
 # ---------------------------------------------------------------------------- regressions found by fuzzing
 
 def _scale(**edits):

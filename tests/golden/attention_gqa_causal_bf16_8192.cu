@@ -106,7 +106,8 @@ __device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_
 }
 // named barriers: 0 is __syncthreads; the ping-pong ring takes 1..2 (consumer w waits on 1 + w, then hands the
 // tensor cores to the next consumer, round robin); consumer w's epilogue takes 3 + w
-constexpr int PP_BAR = 1, PP_THREADS = 256, EPI_BAR = 3;
+constexpr int PP_BAR = 1, PP_THREADS = 256;
+constexpr int EPI_BAR = 3;
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -346,6 +347,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_gqa_causal_b
 #pragma unroll
       for (int i = 0; i < 32; ++i) pa[i] = sg_pack2(sc[2 * i], sc[2 * i + 1]);
     // -- steady state
+#pragma unroll 1
     for (int j = 1; j < kv_end; ++j) {
       sg_mbar_wait(S_k_full + 8 * ((g + j) % 2), (uint32_t)(((g + j) / 2) & 1));
       sg_mbar_wait(S_v_full + 8 * ((g + j - 1) % 2), (uint32_t)(((g + j - 1) / 2) & 1));
