@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from importlib import metadata
@@ -11,7 +12,7 @@ from typing import Any, Mapping
 from . import plan as planner
 from .cache import Cache, digest, key_of
 from .cuda.compile import ARCH, compile_cuda, nvrtc_version, resource_usage
-from .errors import SourceMap
+from .errors import Problem, SourceMap
 from .render import render, templates_hash
 from .spec.model import SpecFile
 from .spec.validate import load_spec
@@ -37,6 +38,24 @@ def toolchain() -> dict[str, Any]:
     }
 
 
+# ptxas' own verdicts that cost speed, not correctness: wgmma serialized (C7510-C7515) and the like
+_PTXAS_PERF = re.compile(r"\((C75\d\d)\)\s*(.*?)(?: in the function '[^']*'.*| for the function '[^']*'.*)?$", re.M)
+
+
+def compiler_verdicts(log: str, usage: Mapping[str, int]) -> list[str]:
+    """What the CUDA compiler said costs this kernel speed: spilled registers / a stack frame, and ptxas'
+    performance warnings (e.g. C7512: wgmma serialized for lack of registers), one line each."""
+    out = []
+    if usage.get("LOCAL", 0) or usage.get("STACK", 0):
+        out.append(f"the kernel spills: {usage.get('STACK', 0)} B of stack frame, {usage.get('LOCAL', 0)} B of local "
+                   f"memory a thread")
+    for m in _PTXAS_PERF.finditer(log):
+        text = f"ptxas {m.group(1)}: {m.group(2).strip().rstrip('.')}"
+        if text not in out:
+            out.append(text)
+    return out
+
+
 @dataclass(frozen=True)
 class Built:
     spec: SpecFile
@@ -48,6 +67,15 @@ class Built:
     @property
     def name(self) -> str:
         return self.plan.name
+
+    @property
+    def warnings(self) -> list[str]:
+        """The compiler's verdicts that cost speed, located at the field that buys registers back:
+        'file:line:col: schedule.pipeline.compute_registers: warning: ...'."""
+        verdicts = json.loads(self.files["manifest.json"]).get("compiler_verdicts", [])
+        field = ("schedule", "pipeline", "compute_registers")
+        advice = "; raise compute_registers (the budget setmaxnreg gives each consumer) or use smaller blocks"
+        return [self.source.format(Problem(field, f"warning: {v}{advice}")) for v in verdicts]
 
 
 def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cache: Cache | None = None) -> Built:
@@ -61,11 +89,12 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
 
     def make() -> dict[str, bytes]:
         files: dict[str, bytes] = {"plan.json": plan_json.encode()}
-        usage = {}
+        usage, verdicts = {}, []
         if "cuda" in plan.backends:
             cu = render(plan, "cuda")
             compiled = compile_cuda(cu, f"{plan.name}.cu")
             usage = resource_usage(compiled.cubin).get(plan.kernel_name, {})
+            verdicts = compiler_verdicts(compiled.log, usage)
             files.update({"kernel.cu": cu.encode(), "kernel.ptx": compiled.ptx.encode(), "kernel.cubin": compiled.cubin})
         if "pallas" in plan.backends:
             files["pallas_kernel.py"] = render(plan, "pallas").encode()
@@ -74,6 +103,7 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
             "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.backends),
             "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": plan.num_blocks,
                           "blocks_per_sm": plan.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
+            "compiler_verdicts": verdicts,
         }
         files["manifest.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
         return files

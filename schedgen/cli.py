@@ -77,6 +77,8 @@ def cmd_build(args) -> int:
             continue
         dest = package(built, args.output)
         print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
+        for w in built.warnings:
+            print(w, file=sys.stderr)
     return status
 
 

@@ -20,9 +20,11 @@ WGMMA_M = 64
 DTYPES = ("bf16", "f16")
 HEAD_DIMS = (64, 128, 256)
 # registers a consumer thread needs beside S, O and P (addresses, row max / sum, loop state): ptxas fits
-# block_kv 192 at head_dim 128 (96 + 64 + 48 + 24 = 232 of 240) without spills, and serializes wgmma at block_kv 256
-# with head_dim 64 (128 + 32 + 64 + 24 = 248)
-REG_OVERHEAD = 24
+# block_kv 192 at head_dim 128 (96 + 64 + 48 + 32 = 240 of 240) and 3 consumers at head_dim 64 (64 + 32 + 32 + 32
+# = 160 of 160) without spills; it serializes wgmma at block_kv 256 with head_dim 64 (128 + 32 + 64 = 224 of 240)
+# and at block_kv 96, head_dim 128 on 160 registers (48 + 64 + 24 = 136). Low budgets can still spill: the build
+# reports ptxas' verdict (build.compiler_verdicts)
+REG_OVERHEAD = 32
 # softmax code-shape choices, from A/B runs on the H200 (bench/attn_gpu.py --ab, 2026-12-02): the row max / sum in
 # one accumulator chain each (4 chains measured 0-2% slower at every head_dim), and warps whose rows kept their
 # running max skip the O rescale from head_dim 256 (a vote and a branch against D/2 multiplies a thread: +3% at
