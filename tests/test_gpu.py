@@ -123,6 +123,34 @@ def test_cupy_in_cupy_out(cache, tmp_path):
     assert mod.scale_f32(x, out=given) is given and not bool(cupy.isnan(given).any())
 
 
+@pytest.mark.slow
+def test_largest_map_shape_verifies(cache, tmp_path):
+    """A problem past 32-bit element counts: 4 x 32768 x 65536 f32 (8.6 G elements, 2 x 34 GiB on the card), input
+    drawn on the device, output poisoned with NaN, every element checked finite and 4096 sampled rows exact."""
+    cupy = pytest.importorskip("cupy")
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    B, M, N = 4, 32768, 65536
+    if free < 2 * B * M * N * 4 + (4 << 30):
+        pytest.skip(f"needs {2 * B * M * N * 4 / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
+    built = build_spec(str(Path(__file__).resolve().parents[1] / "specs/scale_f32.toml"), {"B": B, "M": M, "N": N},
+                       cache=cache)
+    package(built, tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mod = importlib.import_module("scale_f32")
+    finally:
+        sys.path.remove(str(tmp_path))
+    x = cupy.random.standard_normal((B, M, N), dtype=cupy.float32)
+    out = cupy.full_like(x, cupy.nan)
+    assert mod.scale_f32(x, out=out) is out
+    assert bool(cupy.isfinite(out).all())
+    rows = np.random.default_rng().choice(B * M, size=4096, replace=False)
+    xs, os_ = x.reshape(B * M, N)[rows].get(), out.reshape(B * M, N)[rows].get()
+    np.testing.assert_array_equal(os_, xs * np.float32(2.5))    # one f32 multiply: exact
+    # the last row of the last matrix too (the far end of the 64-bit offsets)
+    np.testing.assert_array_equal(out[-1, -1].get(), x[-1, -1].get() * np.float32(2.5))
+
+
 def test_jax_in_jax_out(add_module):
     jax = pytest.importorskip("jax")
     mod, built = add_module
