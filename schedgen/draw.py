@@ -78,6 +78,23 @@ def map_tiles(p) -> tuple[list[Tile], int, int]:
     return tiles, rows, cols
 
 
+def attention_tiles(p) -> tuple[list[Tile], int, int]:
+    """Tiles of an attention plan (templates/cuda/attention.cu.j2 sg_tile): rows are (batch, head) pairs, columns
+    query blocks; tile t has q block t % q_blocks (reversed when causal: the longest rows first), then the head,
+    then the batch. A persistent grid gives tile t to CTA t % grid; otherwise each tile is its own CTA, started in
+    index order by the hardware."""
+    grid = min(p.num_tiles, SM_COUNT) if p.persistent else p.num_tiles
+    tiles = []
+    for t in range(p.num_tiles):
+        qb = t % p.q_blocks
+        if p.causal:
+            qb = p.q_blocks - 1 - qb
+        row = t // p.q_blocks                      # b * heads_q + h
+        blk = t % grid
+        tiles.append(Tile(row, qb, t, blk, blk, t // (grid if p.persistent else SM_COUNT)))
+    return tiles, p.batch * p.heads_q, p.q_blocks
+
+
 def _cell_points(ax, rows: int, cols: int, aspect: float) -> tuple[float, float]:
     """The size in points of one tile cell once the axes keep the data aspect."""
     fig = ax.figure
@@ -94,8 +111,10 @@ def draw_traversal(ax, p) -> None:
     from matplotlib.colors import Normalize
     from matplotlib.patches import Rectangle
     matmul = p.family == "matmul"
-    tiles, rows, cols = matmul_tiles(p) if matmul else map_tiles(p)
-    blocks = max(1, p.num_blocks)
+    attention = p.family == "attention"
+    tiles, rows, cols = matmul_tiles(p) if matmul else attention_tiles(p) if attention else map_tiles(p)
+    blocks = max(1, min(p.num_tiles, SM_COUNT) if attention and p.persistent else SM_COUNT if attention
+                 else p.num_blocks)
     cmap, norm = matplotlib.colormaps["turbo"], Normalize(0, blocks - 1)
     # one pixel per tile (fast for any grid): the block's colour, paler in odd waves
     img = np.ones((rows, cols, 4))
@@ -112,8 +131,11 @@ def draw_traversal(ax, p) -> None:
     path = [(sum(t.col for t in ts) / len(ts) + 0.5, sum(t.row for t in ts) / len(ts) + 0.5)
             for _, ts in sorted(by_order.items())]
     clusters = max(1, blocks // (p.cluster_size if matmul else 1))
-    cell_w = p.tile_n if matmul else p.block[-1]
-    cell_h = p.tile_m if matmul else (p.block[-2] if len(p.block) > 1 else 1)
+    if attention:          # a (batch, head) row against query blocks: drawn as cells of one aspect
+        cell_w, cell_h = p.block_q, p.block_q
+    else:
+        cell_w = p.tile_n if matmul else p.block[-1]
+        cell_h = p.tile_m if matmul else (p.block[-2] if len(p.block) > 1 else 1)
     aspect = cell_h / cell_w if cell_w and cell_h else 1.0
     shape = rows * aspect / max(1, cols)          # height / width of the output, drawn to scale where it reads
     stretched = not (MIN_SHAPE <= shape <= MAX_SHAPE)
@@ -156,12 +178,14 @@ def draw_traversal(ax, p) -> None:
         ax.text(x, y, str(order), ha="center", va="center", fontsize=size, color="white" if dark else "black")
     sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
     bar = ax.figure.colorbar(sm, ax=ax, fraction=0.035, pad=0.02)
-    bar.set_label(f"persistent block (CTA) computing the tile, 0..{blocks - 1}", fontsize=7.5)
+    bar.set_label(f"persistent block (CTA) computing the tile, 0..{blocks - 1}" if not attention or p.persistent
+                  else f"SM slot of the tile's CTA in launch order (index mod {SM_COUNT})", fontsize=7.5)
     bar.ax.tick_params(labelsize=7)
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_aspect(aspect)
-    names = ("N", "M") if matmul else ("last grid dim", "leading grid dims")
+    names = ("N", "M") if matmul else ("query blocks", "batch x q heads") if attention else \
+        ("last grid dim", "leading grid dims")
     if stretched:
         names = (names[0] + ", stretched", names[1] + ", stretched")
     ax.set_xlabel(f"output tile column ({names[0]}; {cols} tiles of {cell_w})", fontsize=8)
@@ -170,8 +194,12 @@ def draw_traversal(ax, p) -> None:
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    order = p.tile_order + (f", minor dim {'M' if p.minor_dim == 0 else 'N'} (dim {p.minor_dim}), bands of "
-                            f"{p.tile_width}" if p.tile_order == "planar_snake" else "")
+    if attention:
+        order = ("query blocks fastest, longest causal rows first" if p.causal else "query blocks fastest") + \
+            (", persistent" if p.persistent else ", a CTA a tile")
+    else:
+        order = p.tile_order + (f", minor dim {'M' if p.minor_dim == 0 else 'N'} (dim {p.minor_dim}), bands of "
+                                f"{p.tile_width}" if p.tile_order == "planar_snake" else "")
     waves = len(by_order) / clusters
     numbered = ("all numbered" if limit == len(by_order) else f"first {limit} numbered" if limit
                 else "too many to number")
@@ -216,12 +244,13 @@ def draw_smem(ax, p) -> None:
         ax.text(p.smem_bytes + free / 2, 0.5, f"free\n{_kib(free)}", ha="center", va="center", fontsize=7,
                 color="#555555", bbox=dict(facecolor="white", edgecolor="none", pad=1))
     # barriers and other small buffers: called out below the bar
-    for j, b in enumerate(small):
+    for j, b in enumerate(small):   # spread along the bar, in two rows, so that many barrier sets stay inside
         x = b.offset + b.bytes * b.count / 2
+        xt = limit * (0.1 + 0.8 * j / max(1, len(small) - 1)) if len(small) > 1 else x - limit * 0.06
         ax.annotate(f"{b.name}: {b.count} x {b.bytes} B barriers @ {b.offset}" if b.bytes == 8 else
-                    f"{b.name}: {b.count} x {b.bytes} B @ {b.offset}", xy=(x, 0), xytext=(x - limit * (0.06 + 0.2 * j),
-                                                                                         -0.55),
-                    fontsize=7, ha="right", va="center", arrowprops=dict(arrowstyle="-", lw=0.6, color="#444444"))
+                    f"{b.name}: {b.count} x {b.bytes} B @ {b.offset}", xy=(x, 0),
+                    xytext=(xt, -0.4 if j % 2 == 0 else -0.75), fontsize=7, ha="center", va="center",
+                    arrowprops=dict(arrowstyle="-", lw=0.6, color="#444444"))
     ax.set_xlim(0, limit * 1.005)
     ax.set_ylim(-0.9, 1.35)
     ax.set_yticks([])
@@ -335,9 +364,89 @@ def simulate_map(p, steps: int = 10) -> list[Span]:
     return spans
 
 
+EXP_RATE = 3.9e12 / SM_COUNT           # exp2 a second on an SM's special-function units
+SOFTMAX_OPS = 1.6                      # the softmax's other work (max, scale, sum, rescale, pack) per exp, in exps
+ATTN_TMA_LATENCY = 0.5e-6              # K / V blocks are mostly L2 hits (the CTAs of a head read the same keys)
+
+
+def simulate_attention(p, blocks: int | None = None) -> list[Span]:
+    """One tile over `blocks` key blocks: the producer's K and V loads through the stage slots, and each consumer's
+    phases. Phase j issues S_j = Q K_j^T and P_{j-1} V_{j-1} on the tensor cores (shared: with the ping-pong barrier
+    the consumers take turns, round robin), then runs the softmax of S_j on its own units while its P V runs. A
+    slot is refilled once every consumer has released it (K after its S, V after its P V)."""
+    n = blocks or min(p.kv_blocks, p.stages + 3)
+    S, nc = p.stages, p.num_consumers
+    gemm = 2.0 * 64 * p.block_kv * p.head_dim / TENSOR_RATE          # one GEMM of one consumer
+    soft = 64 * p.block_kv * SOFTMAX_OPS / EXP_RATE
+    load = p.kv_stage_bytes / L2_RATE
+    spans: list[Span] = []
+    k_land, v_land = [0.0] * n, [0.0] * n
+    k_free, v_free = [0.0] * n, [0.0] * n                             # when every consumer released block j
+    k_rel = [[0.0] * nc for _ in range(n)]
+    v_rel = [[0.0] * nc for _ in range(n)]
+    issue_t, land_t = 0.0, 0.0
+
+    def issue_loads(j: int) -> None:
+        nonlocal issue_t, land_t
+        s = j % S
+        for kind, land, free in (("K", k_land, k_free), ("V", v_land, v_free)):
+            ready = free[j - S] if j >= S else 0.0
+            t = max(issue_t + 0.02e-6, ready)
+            if t > issue_t + 0.03e-6 and j >= S:
+                spans.append(Span("producer", issue_t + 0.02e-6, t, f"wait {kind.lower()}_empty[{s}]", "wait", s))
+            issue_t = t
+            spans.append(Span("producer", t, t + 0.08e-6, f"{kind}{j}", "issue", s))
+            land_t = max(t + ATTN_TMA_LATENCY + load * 0.3, land_t + load)
+            land[j] = land_t
+            spans.append(Span(f"{kind} stage {s}", t, land_t, f"{kind}{j}", "load", s))
+    # the producer runs ahead as far as the slots allow; the consumers' releases are known phase by phase
+    tc_free, ready = 0.0, [0.0] * nc
+    issued = 0
+    for j in range(n + 1):
+        while issued < n and (issued < S or (k_free[issued - S] and v_free[issued - S])):
+            issue_loads(issued)
+            issued += 1
+        for w in range(nc):
+            need = max(k_land[j] if j < n else 0.0, v_land[j - 1] if j > 0 else 0.0)
+            start = max(tc_free if p.pingpong else 0.0, ready[w], need)
+            t = start
+            if j < n:
+                spans.append(Span(f"consumer {w}", t, t + gemm, f"S{j}", "mma", j % S))
+                t += gemm
+                k_rel[j][w] = t
+            if j > 0:
+                spans.append(Span(f"consumer {w}", t, t + gemm, f"PV{j - 1}", "mma", (j - 1) % S))
+                v_rel[j - 1][w] = t + gemm
+            tc_free = start + gemm * ((j < n) + (j > 0)) if p.pingpong else tc_free
+            end = t + (gemm if j > 0 else 0.0)
+            if j < n:
+                spans.append(Span(f"consumer {w}", start + gemm, start + gemm + soft, f"softmax {j}", "compute"))
+                end = max(end, start + gemm + soft)
+            ready[w] = end
+        if j < n:
+            k_free[j] = max(k_rel[j])
+        if j > 0:
+            v_free[j - 1] = max(v_rel[j - 1])
+    for j in range(n):
+        s = j % S
+        spans.append(Span(f"K stage {s}", k_land[j], k_free[j], f"K{j}", "hold", s))
+        spans.append(Span(f"V stage {s}", v_land[j], v_free[j], f"V{j}", "hold", s))
+    return spans
+
+
 def draw_pipeline(ax, p) -> None:
     from matplotlib.patches import Patch, Rectangle
-    if p.family == "matmul":
+    if p.family == "attention":
+        n = min(p.kv_blocks, p.stages + 3)
+        spans = simulate_attention(p, n)
+        rows = ["producer"] + [f"{k} stage {s}" for k in "KV" for s in range(p.stages)] + \
+            [f"consumer {c}" for c in range(p.num_consumers)]
+        names = {"producer": "producer WG\n(1 thread: TMA)",
+                 **{f"consumer {c}": f"consumer WG {c}\n(64 query rows)" for c in range(p.num_consumers)}}
+        title = (f"Pipeline of one tile over {n} key blocks (of {p.kv_blocks}): {p.stages}-stage K and V rings; each "
+                 f"consumer issues S_j = Q K_j^T with P_(j-1) V_(j-1), then the softmax of S_j runs under its P V"
+                 + ("; the ping-pong barrier hands the tensor cores round robin" if p.pingpong else ""))
+    elif p.family == "matmul":
         spans, k_shown = simulate_matmul(p)
         rows = ["producer"] + [f"stage {s}" for s in range(p.stages)] + [f"consumer {c}"
                                                                           for c in range(p.num_consumers)]
@@ -366,6 +475,11 @@ def draw_pipeline(ax, p) -> None:
         if sp.kind == "wait":
             ax.plot([x0, x0 + w], [yy + 0.5, yy + 0.5], color="#999999", lw=1, ls=":")
             continue
+        if sp.kind == "compute" and p.family == "attention":      # the softmax: a thinner bar under the MMAs
+            ax.add_patch(Rectangle((x0, yy + 0.62), w, 0.3, facecolor="#55a868", edgecolor="white", lw=0.5))
+            if w > t_end * scale * 0.03:
+                ax.text(x0 + w / 2, yy + 0.77, sp.label, ha="center", va="center", fontsize=6, color="white")
+            continue
         if sp.kind == "load":
             ax.add_patch(Rectangle((x0, yy + 0.15), w, 0.7, facecolor="white", edgecolor=colour, hatch="////",
                                    lw=0.8))
@@ -391,10 +505,14 @@ def draw_pipeline(ax, p) -> None:
     ax.grid(axis="x", alpha=0.25)
     ax.set_title(title, fontsize=8.5)
     handles = [Patch(facecolor="white", edgecolor="#4c72b0", hatch="////", label="TMA load in flight"),
-               Patch(facecolor="#4c72b0", alpha=0.55, label="stage landed, being read"),
-               Patch(facecolor="#4c72b0", label="wgmma k-step" if p.family == "matmul" else "compute"),
-               Patch(facecolor="#222222" if p.family == "matmul" else "#bbbbbb",
-                     label="epilogue (apply, stage, TMA store)" if p.family == "matmul" else "TMA store")]
+               Patch(facecolor="#4c72b0", alpha=0.55, label="stage landed, being read")]
+    if p.family == "attention":
+        handles += [Patch(facecolor="#4c72b0", label="wgmma: S = Q K^T, O += P V (colour: the stage read)"),
+                    Patch(facecolor="#55a868", label="online softmax (exp2, max, sum, rescale)")]
+    else:
+        handles += [Patch(facecolor="#4c72b0", label="wgmma k-step" if p.family == "matmul" else "compute"),
+                    Patch(facecolor="#222222" if p.family == "matmul" else "#bbbbbb",
+                          label="epilogue (apply, stage, TMA store)" if p.family == "matmul" else "TMA store")]
     ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=4, frameon=False)
 
 
@@ -402,6 +520,20 @@ def draw_pipeline(ax, p) -> None:
 
 
 def summary_lines(p) -> list[str]:
+    if p.family == "attention":
+        heads = f"{p.heads_q} q / {p.heads_kv} kv heads" if p.heads_q != p.heads_kv else f"{p.heads_q} heads"
+        return [
+            f"kernel {p.kernel_name}",
+            f"B {p.batch}, {heads}, Sq {p.seq_q}, Skv {p.seq_kv}, D {p.head_dim} ({p.layout}, {p.dtype})"
+            + (", causal" if p.causal else "") + (", with LSE" if p.with_lse else ""),
+            f"block_q {p.block_q} ({p.num_consumers} consumer WG x 64 rows), block_kv {p.block_kv}; "
+            f"{p.q_blocks} x {p.kv_blocks} blocks",
+            f"{p.num_tiles} tiles" + (" on a persistent grid of one CTA an SM" if p.persistent else ", a CTA each")
+            + f"; {p.threads} threads",
+            f"{p.stages} K/V stages x {_kib(p.kv_stage_bytes)} each; SMEM {p.smem_bytes} B",
+            f"registers: producer {p.producer_regs}, consumers {p.consumer_regs}"
+            + ("; ping-pong schedule barrier" if p.pingpong else ""),
+        ]
     if p.family == "matmul":
         clusters = max(1, p.num_blocks // p.cluster_size)
         return [
@@ -433,11 +565,13 @@ def draw(plan, out: str | Path, *, dpi: int = 120) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    if plan.family not in ("map", "matmul"):
-        raise ValueError(f"--draw knows the map and matmul families; this plan is {plan.family}")
+    if plan.family not in ("map", "matmul", "attention"):
+        raise ValueError(f"--draw knows the map, matmul and attention families; this plan is {plan.family}")
     out = Path(out)
     # the traversal is drawn to scale: give its row the height its shape wants (about 7.5 in of width)
-    if plan.family == "matmul":
+    if plan.family == "attention":
+        tall = plan.batch * plan.heads_q / max(1, plan.q_blocks)
+    elif plan.family == "matmul":
         tall = (plan.tiles_m * plan.tile_m) / max(1, plan.tiles_n * plan.tile_n)
     else:
         grid = list(plan.grid)
@@ -466,6 +600,18 @@ def draw(plan, out: str | Path, *, dpi: int = 120) -> Path:
 
 
 def _reading_guide(p) -> str:
+    if p.family == "attention":
+        lines = ["How to read it:",
+                 "- tiles: one row per (batch, q head), one column per",
+                 "  query block; the numbers give the launch order" + (" (a" if p.persistent else ""),
+                 ("  persistent CTA takes every " + str(min(p.num_tiles, SM_COUNT)) + "-th tile)") if p.persistent
+                 else "  (the hardware starts CTAs in index order)",
+                 "- SMEM: the Q tile, the K and V stage rings (and O's",
+                 "  staging buffer where it fits), then the mbarriers",
+                 "- pipeline: the producer refills a K / V slot once",
+                 "  every consumer has released it; a consumer's",
+                 "  softmax (green) runs under its own P V"]
+        return "\n".join(lines)
     per = max(1, p.num_blocks // (p.cluster_size if p.family == "matmul" else 1))
     lines = ["How to read it:",
              "- tiles: colour = the persistent block that computes",

@@ -128,6 +128,9 @@ def test_map_traversal():
     ("matmul_bf16_16384x8192x1024.yaml", {}),
     ("add_bf16.yaml", {}),
     ("scale_f32.toml", {}),
+    ("attention_bf16_d64_4096.yaml", {}),
+    ("attention_gqa_causal_bf16_8192.yaml", {}),
+    ("attention_bf16_16384_persistent.yaml", {}),
 ])
 def test_explain_draw_writes_a_png(spec, overrides, tmp_path, capsys):
     from schedgen import cli
@@ -150,3 +153,28 @@ def test_pipeline_model_respects_the_barriers():
         if i >= p.stages:
             assert ld.start >= holds[i - p.stages].end - 1e-15      # the producer waits for the empty barrier
     assert {s.row for s in spans} >= {"producer", "consumer 0", "consumer 1", f"stage {p.stages - 1}"}
+
+
+def test_attention_traversal_and_pipeline_model():
+    p = _plan(SPECS_DIR / "attention_gqa_causal_bf16_8192.yaml")        # causal: the longest rows first
+    tiles, rows, cols = draw.attention_tiles(p)
+    assert (rows, cols) == (32, 64) and len({(t.row, t.col) for t in tiles}) == 2048
+    assert [(t.row, t.col) for t in tiles[:2]] == [(0, 63), (0, 62)] and tiles[64].row == 1
+    pp = _plan(SPECS_DIR / "attention_bf16_16384_persistent.yaml")      # persistent: tile t on CTA t % 132
+    assert {t.block for t in draw.attention_tiles(pp)[0]} == set(range(132))
+    spans = draw.simulate_attention(p, 5)
+    mma = sorted((s for s in spans if s.kind == "mma"), key=lambda s: s.start)
+    # the ping-pong barrier: the consumers' wgmmas never overlap on the tensor cores
+    assert all(a.end <= b.start + 1e-15 for a, b in zip(mma, mma[1:]))
+    for w in range(p.num_consumers):
+        mine = [s for s in spans if s.row == f"consumer {w}"]
+        s_of = {s.label: s for s in mine if s.kind == "mma"}
+        for sm in (s for s in mine if s.kind == "compute"):
+            j = int(sm.label.split()[-1])
+            assert sm.start >= s_of[f"S{j}"].end - 1e-15                  # softmax j after S_j
+            if f"PV{j - 1}" in s_of:                                      # ... and under P_{j-1} V_{j-1}
+                assert sm.start < s_of[f"PV{j - 1}"].end
+    loads = {s.label: s for s in spans if s.kind == "load"}
+    for s in (s for s in spans if s.kind == "mma"):
+        operand = ("K" + s.label[1:]) if s.label.startswith("S") else ("V" + s.label[2:])
+        assert s.start >= loads[operand].end - 1e-15                      # every wgmma waits for its full barrier
