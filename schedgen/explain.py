@@ -169,7 +169,11 @@ def explain_attention(p) -> str:
         f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
         f"(query blocks fastest{'; longest causal rows first' if p.causal else ''}), {p.threads} threads each",
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
-        f"{p.kv_blocks} key blocks of {p.block_kv}",
+        f"{p.kv_blocks} key blocks of {p.block_kv}"
+        + (f"; ragged last query block ({p.seq_q % p.block_q} rows: TMA zero-fills its load, clips its store)"
+           if p.seq_q % p.block_q else "")
+        + (f"; ragged last key block ({p.seq_kv % p.block_kv} keys, the rest masked)"
+           if p.seq_kv % p.block_kv else ""),
         f"  per block  S = Q K^T: wgmma m64n{p.block_kv}k16 x {p.head_dim // 16} (SMEM x SMEM); online softmax "
         f"in base 2 ({'ex2.approx' if p.approx_math else 'exp2f'}); O += P V: wgmma m64n{p.head_dim}k16 x "
         f"{p.block_kv // 16} (P from registers, V N-major)",
