@@ -206,19 +206,6 @@ def cupti_rounds(fns: dict, calls: int, rounds: int, sync) -> dict:
 
 # ---------------------------------------------------------------------------------------------- one case
 
-def jax_peer_configs(plan, sweep: bool):
-    """attention_mgpu configs: the plan's own tuning first, then (sweep) the others that can fit."""
-    same = (64, plan.block_kv, max(2, plan.stages))
-    cands = [same]
-    if sweep:
-        for bkv in (64, 128):
-            for st in (2, 3):
-                smem = 2 * 64 * plan.head_dim * 2 + 2 * st * bkv * plan.head_dim * 2
-                if smem <= 220 * 1024 and (64, bkv, st) not in cands:
-                    cands.append((64, bkv, st))
-    return cands
-
-
 def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
     import schedgen.plan.attention as planner
     t0 = time.time()
@@ -321,10 +308,7 @@ def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> d
         try:
             import jax
             import jax.dlpack
-            from schedgen.bench import jax_attention_peer  # noqa: F401  (import shim for attention_mgpu)
-            import types
-            sys.modules.setdefault("jax._src.test_util", types.ModuleType("jax._src.test_util"))
-            from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+            from schedgen.bench import jax_attention_configs, jax_attention_peer
             # jax 0.11.2's attention_mgpu stages Q, K and V in float16 SMEM whatever the input dtype, so it runs on
             # f16 copies of the same values (exact: bf16 normals in f16 range); the tensor-core rate is the same
             # and it applies no softmax scale of its own: q goes in pre-scaled (one f16 rounding of q * scale)
@@ -332,11 +316,12 @@ def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> d
             jins16 = [[jax.dlpack.from_dlpack(t) for t in s] for s in j16]
             best = None
             sweep = []
-            for bq, bkv, st in jax_peer_configs(p, not args.no_sweep):
-                cfg = am.TuningConfig(block_q=bq, block_kv=bkv, max_concurrent_steps=st, use_schedule_barrier=True,
-                                      causal=p.causal)
+            for bq, bkv, st in jax_attention_configs(p, sweep=not args.no_sweep):
+                fn, _ = jax_attention_peer(p, (bq, bkv, st))
+                if fn is None:
+                    break
                 try:
-                    f = jax.jit(lambda q, k, v, cfg=cfg: am.attention(q, k, v, cfg))
+                    f = jax.jit(fn)
                     r = f(*jins16[0])
                     jax.block_until_ready(r)
                     err = rel_err(bhsd(torch.from_dlpack(r))[:, :, rows], ref)
