@@ -145,6 +145,14 @@ for _lab, _ov in (("4096x128", {}), ("4096x128-causal", CAUSAL), ("4096x64-nc3",
             AB.append((f"ab-{_lab}-ch{_ch}-{'skip' if _skip == 64 else 'noskip'}",
                        {**_ov, **CUDA_ONLY, "__planner": {"ROW_CHAINS": _ch, "SKIP_RESCALE_MIN_D": _skip}}))
 TUNE.append(("t-4096x256-causal-kv80-s2", {**blocks(256, 128, 80), **CAUSAL, **CUDA_ONLY}))
+# tile order A/B (--order): the causal shapes in the old order (q blocks fastest, the longest of each head first)
+# against the default lpt order (the longest tiles of all heads first, heads fastest in L2-sized sections)
+ORDER = []
+for _lab, _ov in PERF:
+    if _ov.get("op.causal"):
+        _base = {**_ov, **(cuda_tuned(_ov.get("D", 128), True) or CUDA_ONLY)}
+        ORDER.append((f"o-{_lab[2:]}-lpt", _base))
+        ORDER.append((f"o-{_lab[2:]}-rowmajor", {**_base, "schedule.persistent.tile_order": "row_major"}))
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -394,6 +402,7 @@ def main() -> int:
     ap.add_argument("--skip-perf", action="store_true")
     ap.add_argument("--tune", action="store_true", help="also time the TUNE schedule variants (CUDA vs SDPA)")
     ap.add_argument("--ab", action="store_true", help="also time the AB code-shape variants (CUDA vs SDPA)")
+    ap.add_argument("--order", action="store_true", help="also time the ORDER tile-order variants (CUDA vs SDPA)")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-pallas", action="store_true")
     ap.add_argument("--no-jax", action="store_true")
@@ -413,7 +422,8 @@ def main() -> int:
     cases = ([] if args.skip_checks else [(l, o, False) for l, o in CHECKS]) + \
             ([] if args.skip_perf else [(l, o, True) for l, o in PERF]) + \
             ([(l, o, "tune") for l, o in TUNE] if args.tune else []) + \
-            ([(l, o, "tune") for l, o in AB] if args.ab else [])
+            ([(l, o, "tune") for l, o in AB] if args.ab else []) + \
+            ([(l, o, "tune") for l, o in ORDER] if args.order else [])
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     tmp = Path(tempfile.mkdtemp())

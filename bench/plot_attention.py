@@ -28,7 +28,8 @@ def main() -> int:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [r for r in json.loads(Path(args.record).read_text())["rows"] if r.get("cuda_tflops")]
+    # the shapes (labels p-*), timed against every peer; schedule and tile-order variants (t-, o-, ab-) are not plotted
+    rows = [r for r in json.loads(Path(args.record).read_text())["rows"] if r["label"].startswith("p-") and r.get("cuda_tflops")]
     fig, ax = plt.subplots(figsize=(13, 5.2), dpi=110)
     width = 0.8 / len(SERIES)
     for i, (key, name) in enumerate(SERIES):

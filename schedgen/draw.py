@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .plan.attention import tile_of
 from .plan.common import planar_snake, tile_index
 
 SMEM_LIMIT = 232448
@@ -79,19 +80,15 @@ def map_tiles(p) -> tuple[list[Tile], int, int]:
 
 
 def attention_tiles(p) -> tuple[list[Tile], int, int]:
-    """Tiles of an attention plan (templates/cuda/attention.cu.j2 sg_tile): rows are (batch, head) pairs, columns
-    query blocks; tile t has q block t % q_blocks (reversed when causal: the longest rows first), then the head,
-    then the batch. A persistent grid gives tile t to CTA t % grid; otherwise each tile is its own CTA, started in
-    index order by the hardware."""
+    """Tiles of an attention plan in the kernel's order (plan.attention.tile_of): rows are (batch, head) pairs,
+    columns query blocks. A persistent grid gives tile t to CTA t % grid; otherwise each tile is its own CTA,
+    started in index order by the hardware."""
     grid = min(p.num_tiles, SM_COUNT) if p.persistent else p.num_tiles
     tiles = []
     for t in range(p.num_tiles):
-        qb = t % p.q_blocks
-        if p.causal:
-            qb = p.q_blocks - 1 - qb
-        row = t // p.q_blocks                      # b * heads_q + h
+        b, h, qb = tile_of(p, t)
         blk = t % grid
-        tiles.append(Tile(row, qb, t, blk, blk, t // (grid if p.persistent else SM_COUNT)))
+        tiles.append(Tile(b * p.heads_q + h, qb, t, blk, blk, t // (grid if p.persistent else SM_COUNT)))
     return tiles, p.batch * p.heads_q, p.q_blocks
 
 

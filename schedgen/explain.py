@@ -167,7 +167,9 @@ def explain_attention(p) -> str:
         (f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
          f"  grid       {p.num_blocks} CTAs") +
         f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
-        f"(query blocks fastest{'; longest causal rows first' if p.causal else ''}), {p.threads} threads each",
+        + (f"(lpt: longest first, (batch, head) fastest in {p.sections} section(s) of {p.section_heads} whose K/V share "
+           f"the L2)" if p.tile_order == "lpt" else
+           f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
         f"{p.kv_blocks} key blocks of {p.block_kv}"
         + (f"; ragged last query block ({p.seq_q % p.block_q} rows: TMA zero-fills its load, clips its store)"

@@ -13,6 +13,7 @@ from schedgen.cache import Cache
 from schedgen.cuda.compile import resource_usage, sass
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
+from schedgen.plan.attention import tile_of
 from schedgen.spec.validate import load_spec
 
 BASE = SPECS_DIR / "attention_bf16_4096.yaml"
@@ -77,6 +78,7 @@ def test_plan_numbers():
     ({"schedule.in_specs.k.block_shape": [256, 128], "schedule.in_specs.v.block_shape": [256, 128]},
      "over its budget"),
     ({"op.outputs.lse": {"shape": ["B", "S", "H"], "dtype": "f32"}}, "the log-sum-exp output is f32 [B, Hq, Sq]"),
+    ({"schedule.persistent.tile_order": "planar_snake"}, "attention tiles go row_major (query blocks fastest) or lpt"),
 ])
 def test_rejections_are_located(ov, needle):
     with pytest.raises(SpecErrors) as info:
@@ -84,6 +86,56 @@ def test_rejections_are_located(ov, needle):
     lines = info.value.lines()
     assert any(needle in l for l in lines), lines
     assert all(l.split(":")[0].endswith("attention_bf16_4096.yaml") for l in lines)
+
+
+def _order(p):
+    return [tile_of(p, t) for t in range(p.num_tiles)]
+
+
+@pytest.mark.parametrize("ov, sections, last", [
+    ({"op.causal": True}, 1, 16),                                  # 16 heads x 2 MiB of K/V: one section
+    ({"op.causal": True, "B": 2, "H": 32, "S": 8192}, 8, 8),       # 64 heads x 4 MiB: 8 sections of 8
+    ({"op.causal": True, "S": 16384}, 4, 4),
+    # 5 kv heads of 16 MiB, 2 to a section: 3 sections of 2, 2 and 1 groups of 4 q heads
+    ({**GQA, "op.causal": True, "op.sizes": {"B": 5, "S": 32768, "H": 4, "G": 1, "D": 128}}, 3, 4),
+])
+def test_lpt_order_is_a_permutation_longest_first_per_section(ov, sections, last):
+    p = _plan(ov)
+    assert p.tile_order == "lpt" and p.sections == sections and p.last_section_heads == last
+    order = _order(p)
+    assert sorted(order) == sorted((b, h, qb) for b in range(p.batch) for h in range(p.heads_q)
+                                   for qb in range(p.q_blocks))
+    per = p.section_heads * p.q_blocks
+    assert p.last_section_heads * p.q_blocks == p.num_tiles - (sections - 1) * per
+    for s in range(sections):
+        sec = order[s * per:(s + 1) * per]
+        ends = [p.kv_end(qb) for _, _, qb in sec]
+        assert ends == sorted(ends, reverse=True)              # the longest tiles of a section first
+        groups = {(b, h // (p.heads_q // p.heads_kv)) for b, h, _ in sec}
+        assert len(groups) * 2 * p.seq_kv * p.head_dim * 2 <= 0.625 * (60 << 20)   # its K/V share the L2
+        assert len(groups) * (p.heads_q // p.heads_kv) == len({(b, h) for b, h, _ in sec})  # whole kv-head groups
+
+
+def test_tile_order_defaults_and_choice():
+    """Causal defaults to lpt, non-causal to row_major (q blocks fastest: one head's K/V shared by consecutive CTAs);
+    either may be named."""
+    plain, causal = _plan(), _plan({"op.causal": True})
+    assert plain.tile_order == "row_major" and _order(plain)[:3] == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
+    assert causal.tile_order == "lpt" and _order(causal)[:3] == [(0, 0, 31), (0, 1, 31), (0, 2, 31)]
+    old = _plan({"op.causal": True, "schedule.persistent.tile_order": "row_major"})
+    assert old.tile_order == "row_major" and _order(old)[:3] == [(0, 0, 31), (0, 0, 30), (0, 0, 29)]
+    assert _plan({"schedule.persistent.tile_order": "lpt"}).tile_order == "lpt"
+    src = build_spec(BASE, {**CUDA, "op.causal": True}).files["kernel.cu"].decode()
+    assert "r / here" in src and "constexpr int here = 16;" in src
+
+
+def test_lpt_is_for_attention_only():
+    from conftest import SPECS_DIR as D
+    for spec in ("add_bf16.yaml", "matmul_bf16_4096.yaml"):
+        with pytest.raises(SpecErrors) as info:
+            plan(*load_spec(str(D / spec), {"schedule.persistent.tile_order": "lpt"}))
+        assert any("schedule.persistent.tile_order" in l and "lpt (longest tiles first) orders attention tiles" in l
+                   for l in info.value.lines())
 
 
 @pytest.fixture(scope="module")

@@ -204,6 +204,24 @@ def test_pallas_attention_interpret_matches_reference(case, tmp_path):
     assert raced is False
 
 
+def test_pallas_attention_lpt_sections_interpret(tmp_path, monkeypatch):
+    """Causal attention in the lpt tile order over sections of unequal size (the L2 share shrunk so that 2 of the 3
+    kv heads fill one): every block finds its (batch, head, q block), outputs poisoned first."""
+    import schedgen.plan.attention as planner
+    from schedgen.verify import interpret_params, races_found
+    monkeypatch.setattr(planner, "L2_SECTION", 2 * (2 * 256 * 64 * 2) / (60 << 20) * 1.01)
+    built = _build({**_blocks(64), **_gqa({"B": 3, "S": 256, "H": 2, "G": 1, "D": 64}), "op.causal": True})
+    plan = built.plan
+    assert (plan.tile_order, plan.sections, plan.section_heads, plan.last_section_heads) == ("lpt", 2, 4, 2)
+    mod = _module(built, tmp_path)
+    inputs = _inputs(plan, seed=3)
+    (out,) = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                          [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+    assert races_found() is False
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    assert rel_error(np.asarray(out), ref["o"]) <= tolerance("bf16", plan.approx_math)
+
+
 def test_pallas_attention_public_function(tmp_path):
     """`<name>(q, k, v, interpret=...)` returns (o, lse) with the log-sum-exp output (natural log, [B, Hq, Sq])."""
     from schedgen.verify import interpret_params, races_found

@@ -31,6 +31,9 @@ REG_OVERHEAD = 32
 # D = 256 with 64-key blocks, -1 to -3% at D = 64 and 128)
 ROW_CHAINS = 1
 SKIP_RESCALE_MIN_D = 256
+# lpt tile order: the share of the L2 that one section's K and V may fill (FlashAttention-3 takes 32 of the H100's
+# 50 MB); Q, O and the other sections' tails pass through the rest
+L2_SECTION = 0.625
 MODULE_NAMES = frozenset({"make", "run_into"})
 
 
@@ -79,7 +82,9 @@ class AttentionPlan:
     row_chains: int            # independent accumulator chains of the softmax's row max and row sum
     skip_rescale: bool         # warps whose rows kept their running max skip the O rescale
     o_staging: bool            # O staged in its own SMEM buffer (persistent, where it fits), else in the Q tile
-    tile_order: str            # "heads_q_batch": consecutive CTAs share (batch, kv head) for K/V reuse in L2
+    tile_order: str            # "row_major": q blocks fastest, then heads, then batch (causal: q blocks reversed);
+                               # "lpt": longest tiles first, (batch, head) fastest within sections (see tile_of)
+    section_heads: int         # lpt: (batch, q head) pairs per section, whose K/V fit in the L2 together
     slabs: int                 # head_dim / 64: TMA boxes (128 B swizzled) per row block
     q_bytes: int
     kv_stage_bytes: int
@@ -106,6 +111,44 @@ class AttentionPlan:
     @property
     def tma_ranks(self) -> list[int]:
         return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
+    @property
+    def sections(self) -> int:
+        """lpt: sections of (batch, q head) pairs; the last one may hold fewer (last_section_heads)."""
+        return -(-(self.batch * self.heads_q) // self.section_heads)
+
+    @property
+    def last_section_heads(self) -> int:
+        return self.batch * self.heads_q - (self.sections - 1) * self.section_heads
+
+    def kv_end(self, qb: int) -> int:
+        """Key blocks that query block qb reads (causal: up to the diagonal of its last row)."""
+        if not self.causal:
+            return self.kv_blocks
+        return min(self.kv_blocks, ((qb + 1) * self.block_q + self.seq_kv - self.seq_q + self.block_kv - 1)
+                   // self.block_kv)
+
+
+def tile_of(p: AttentionPlan, t: int) -> tuple[int, int, int]:
+    """(batch, q head, q block) of tile t: the reference for sg_tile / _tile in the templates.
+
+    row_major: q blocks fastest (reversed when causal: the longest rows of a head first), then heads, then batch,
+    so consecutive CTAs share one head's K/V in L2. lpt: the (batch, q head) pairs are cut into sections of
+    `section_heads` whose K/V fit in the L2 together; within a section tiles go q block slowest, from the last (the
+    most keys when causal) down, (batch, head) fastest, so every section starts its longest tiles first and the
+    hardware's in-order block dispatch packs the short ones into the tail (longest-processing-time-first)."""
+    qbs = p.q_blocks
+    if p.tile_order == "lpt":
+        sec, r = divmod(t, p.section_heads * qbs)
+        here = p.last_section_heads if sec == p.sections - 1 else p.section_heads
+        qb = qbs - 1 - r // here
+        u = sec * p.section_heads + r % here
+        return u // p.heads_q, u % p.heads_q, qb
+    qb = t % qbs
+    u = t // qbs
+    if p.causal:
+        qb = qbs - 1 - qb
+    return u // p.heads_q, u % p.heads_q, qb
 
 
 def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
@@ -276,6 +319,18 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                          f"{bar.num_arrivals} with {nc} consumer warpgroup(s)")
     if any(c != 1 for c in sch.cluster):
         problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
+    order = sch.persistent.tile_order if "tile_order" in sch.persistent.model_fields_set else \
+        ("lpt" if op.causal else "row_major")
+    if order == "planar_snake":
+        problems.add(("schedule", "persistent", "tile_order"), "attention tiles go row_major (query blocks fastest) or "
+                                                               "lpt (longest first, heads fastest in L2-sized sections); "
+                                                               "planar_snake orders a 2-D grid of like tiles")
+    # lpt sections: whole kv-head groups (the q heads that read one K/V) whose K and V fit in L2_SECTION of the L2,
+    # as few sections as that allows, of equal size (a short last section would start its long tiles late)
+    groups = b * hkv
+    fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * skv * d * ITEMSIZE[dtype]))
+    sections = -(-groups // fit)
+    section_heads = -(-groups // sections) * (hq // hkv)
     if sch.persistent.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none (a CTA a "
                                                          "tile) or nd_loop (a persistent grid, CUDA)")
@@ -322,7 +377,7 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         layout=op.layout, causal=op.causal, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
         with_lse=lse_name is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
         stages=stages, num_consumers=nc, pingpong=pingpong, q_blocks=q_blocks, kv_blocks=kv_blocks,
-        num_tiles=q_blocks * hq * b, tile_order="heads_q_batch", slabs=slabs, q_bytes=q_bytes,
+        num_tiles=q_blocks * hq * b, tile_order=order, section_heads=section_heads, slabs=slabs, q_bytes=q_bytes,
         kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
         threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
         num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, o_staging=o_staging,

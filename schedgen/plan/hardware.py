@@ -20,6 +20,7 @@ class Hardware:
     tma_max_box: int = 256            # elements per box dimension
     tma_max_rank: int = 5
     swizzles: tuple = (32, 64, 128)
+    l2_bytes: int = 60 << 20          # as torch reports it on the H200
 
 
 H200 = Hardware()

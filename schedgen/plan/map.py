@@ -195,6 +195,9 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     _check_module_names(spec, problems)
     if sch.grid is not None:
         _check_grid(sch.grid, grid, sizes, problems)
+    if sch.persistent.tile_order == "lpt":
+        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; map "
+                                                               "tiles are all alike: use row_major or planar_snake")
     if sch.persistent.tile_order == "planar_snake" and rank != 2:
         problems.add(("schedule", "persistent", "tile_order"), f"planar_snake orders a 2-D grid; this grid has {rank} dimensions")
 

@@ -480,8 +480,9 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         if pers.num_blocks % csize:
             problems.add(("schedule", "persistent", "num_blocks"), f"num_blocks must be a multiple of the cluster size {csize}")
         clusters = min(num_tiles, max(pers.num_blocks // csize, 1))
-    if pers.tile_order == "planar_snake" and pers.tile_width > (tiles_n // cn if pers.minor_dim == 1 else tiles_m // cm):
-        pass  # a band wider than the grid is one band: legal, just row-major
+    if pers.tile_order == "lpt":
+        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
+                                                               "matmul tiles are all alike: use row_major or planar_snake")
     for nm_, v in sizes.items():
         if v > ex.MAX_INT:
             problems.add(("op", "sizes", nm_), f"size {v} does not fit the kernel's 32-bit coordinates")

@@ -150,10 +150,13 @@ class Pipeline(Model):
 
 
 class Persistent(Model):
-    """The loop over output tiles: one block per tile, or a persistent grid (nd_loop) in a tile order."""
+    """The loop over output tiles: one block per tile, or a persistent grid (nd_loop) in a tile order.
+
+    `tile_order: lpt` (attention) starts the longest tiles first (causal: the query blocks with the most keys),
+    heads innermost within groups of heads whose K/V fit in the L2 together."""
     loop: Literal["none", "nd_loop", "dynamic"] = "nd_loop"
     num_blocks: Union[Literal["auto"], Annotated[int, Field(ge=1, le=1 << 20)]] = "auto"
-    tile_order: Literal["row_major", "planar_snake"] = "row_major"
+    tile_order: Literal["row_major", "planar_snake", "lpt"] = "row_major"
     minor_dim: Annotated[int, Field(ge=0, le=1)] = 0
     tile_width: Annotated[int, Field(ge=1, le=64)] = 1
 

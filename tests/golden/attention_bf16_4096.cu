@@ -163,7 +163,7 @@ __device__ __forceinline__ void sg_wgmma_pv(float (&d)[64], uint32_t a0, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
 
-// the tile of index t: q blocks fastest, then heads, then batch (consecutive tiles share K/V in L2)
+// the tile of index t: q blocks fastest, then heads, then batch (consecutive tiles share K/V in L2) (plan.attention.tile_of is the reference)
 struct SgTile {
   int h, b, q0, kv_end;
   int q_row, q_col, q_bat, kv_row, kv_col, kv_bat;
@@ -171,9 +171,9 @@ struct SgTile {
 __device__ __forceinline__ SgTile sg_tile(int t) {
   SgTile T;
   int qb = t % 32;
-  t /= 32;
-  T.h = t % 16;
-  T.b = t / 16;
+  const int u = t / 32;
+  T.h = u % 16;
+  T.b = u / 16;
   const int hk = T.h / 1;
   T.q0 = qb * 128;
   T.kv_end = 32;

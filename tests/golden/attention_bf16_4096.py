@@ -43,8 +43,8 @@ def _rows(ref, b, h, start, size):
 def _tile(t):
     """(batch, q head, q block) of block t: q blocks fastest, then heads, then batch (K/V reuse in L2)."""
     qb = lax.rem(t, Q_BLOCKS)
-    t = lax.div(t, Q_BLOCKS)
-    return lax.div(t, HEADS_Q), lax.rem(t, HEADS_Q), qb
+    u = lax.div(t, Q_BLOCKS)
+    return lax.div(u, HEADS_Q), lax.rem(u, HEADS_Q), qb
 
 
 def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):

@@ -163,19 +163,22 @@ __device__ __forceinline__ void sg_wgmma_pv(float (&d)[64], uint32_t a0, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
 
-// the tile of index t: q blocks fastest, then heads, then batch (consecutive tiles share K/V in L2); causal:
-// the longest rows first
+// the tile of index t, longest first: the (batch, head) pairs go in sections of 32 whose K/V fit in the
+// L2 together; within a section q blocks from the last (the most keys) down, (batch, head) fastest, so the
+// hardware's in-order dispatch packs the short tiles into the tail (plan.attention.tile_of is the reference)
 struct SgTile {
   int h, b, q0, kv_end;
   int q_row, q_col, q_bat, kv_row, kv_col, kv_bat;
 };
 __device__ __forceinline__ SgTile sg_tile(int t) {
   SgTile T;
-  int qb = t % 64;
-  t /= 64;
-  T.h = t % 32;
-  T.b = t / 32;
-  qb = 63 - qb;
+  const int sec = t / 2048;
+  const int r = t - sec * 2048;
+  constexpr int here = 32;
+  const int qb = 63 - r / here;
+  const int u = sec * 32 + r % here;
+  T.h = u % 32;
+  T.b = u / 32;
   const int hk = T.h / 4;
   T.q0 = qb * 128;
   // keys visible to the block's last row: kv <= q0 + block_q - 1 + (Skv - Sq)
