@@ -59,6 +59,9 @@ def gqa(hq: int, hkv: int, b: int = 1, s: int = 1024, d: int = 128) -> dict:
 SMALL = {"S": 1024, "H": 4, "B": 2}
 CUDA_ONLY = {"schedule.backends": ["cuda"]}
 PERSIST = {"schedule.persistent.loop": "nd_loop", **CUDA_ONLY}
+# a persistent grid claiming tiles from a counter: its producer needs 32 registers, 232 left to each of 2 consumers
+DYN = {"schedule.persistent.loop": "dynamic", **CUDA_ONLY, "schedule.pipeline.memory_registers": 32,
+       "schedule.pipeline.compute_registers": 232}
 # q and kv lengths that differ (causal aligns the last query with the last key)
 CROSS = {"op.sizes": {"B": 2, "S": 512, "T": 1536, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
          "op.inputs.v.shape": ["B", "T", "H", "D"]}
@@ -91,19 +94,28 @@ CHECKS = [
     ("c-persist-nc3", {**SMALL, "H": 40, **NC3_D64, **PERSIST}),
     ("c-persist-d256-kv80", {**SMALL, "H": 40, **blocks(256, 128, 80), **PERSIST}),
     ("c-persist-gqa-causal", {**gqa(16, 4, b=2), **PERSIST, **CAUSAL}),
+    # dynamic persistent grids (tiles claimed from a counter; each checked after a second launch)
+    ("c-dyn", {**SMALL, "H": 40, **DYN}), ("c-dyn-causal-lse", {**SMALL, "H": 40, **DYN, **CAUSAL, **LSE}),
+    ("c-dyn-ragged-bhsd", {**BHSD, "op.sizes": {**CROSS["op.sizes"], "S": 700, "T": 900, "H": 40},
+                           "op.inputs.k.shape": ["B", "H", "T", "D"], "op.inputs.v.shape": ["B", "H", "T", "D"], **DYN}),
+    ("c-dyn-nc3-causal", {**SMALL, "H": 40, **NC3_D64, **DYN, **CAUSAL, "schedule.pipeline.compute_registers": 160}),
+    ("c-dyn-gqa-causal", {**gqa(16, 4, b=2), **DYN, **CAUSAL}),
+    ("c-dyn-d256-causal", {**SMALL, "H": 40, **D256, **DYN, **CAUSAL}),
 ]
 # the issue's shapes (batch, heads, seq, head_dim), each causal and not, plus GQA 32 q / 8 kv heads
 PERF = []
 
 
 def cuda_tuned(d: int, causal: bool) -> dict | None:
-    """The CUDA kernel's own schedule where it measured faster than the Pallas one's (runs 3, 5 and 6 of
-    2026-12-02): 3 consumers at D = 64 (specs/attention_bf16_d64_4096.yaml), a persistent grid for non-causal
-    D = 128 (static striding unbalances causal tiles: 0.69-0.84x)."""
+    """The CUDA kernel's own schedule where it measured faster than the Pallas one's (runs 3, 5, 6 of 2026-12-02 and
+    9 of 2026-12-03): 3 consumers at D = 64 (specs/attention_bf16_d64_4096.yaml); a persistent grid for D = 128
+    (specs/attention_bf16_16384_persistent.yaml); causal tiles claimed from a counter (dynamic,
+    specs/attention_causal_bf16_4096_dynamic.yaml) at D = 64 and 128, +2-4% over one CTA a tile in lpt order;
+    at D = 256 that measured 2% slower (232 registers a consumer spill 8 bytes) and the Pallas schedule stays."""
     if d == 64:
-        return {**nc3(64, 128, 2), **CUDA_ONLY}
-    if d == 128 and not causal:
-        return {"schedule.persistent.loop": "nd_loop", **CUDA_ONLY}
+        return {**nc3(64, 128, 2), **CUDA_ONLY, **({**DYN, "schedule.pipeline.compute_registers": 160} if causal else {})}
+    if d == 128:
+        return DYN if causal else {"schedule.persistent.loop": "nd_loop", **CUDA_ONLY}
     return None
 for _b, _h, _s, _d in [(1, 16, 4096, 128), (1, 16, 16384, 128), (2, 32, 8192, 128), (1, 16, 4096, 64),
                        (1, 16, 4096, 256)]:
@@ -145,14 +157,22 @@ for _lab, _ov in (("4096x128", {}), ("4096x128-causal", CAUSAL), ("4096x64-nc3",
             AB.append((f"ab-{_lab}-ch{_ch}-{'skip' if _skip == 64 else 'noskip'}",
                        {**_ov, **CUDA_ONLY, "__planner": {"ROW_CHAINS": _ch, "SKIP_RESCALE_MIN_D": _skip}}))
 TUNE.append(("t-4096x256-causal-kv80-s2", {**blocks(256, 128, 80), **CAUSAL, **CUDA_ONLY}))
-# tile order A/B (--order): the causal shapes in the old order (q blocks fastest, the longest of each head first)
-# against the default lpt order (the longest tiles of all heads first, heads fastest in L2-sized sections)
+# tile order and grid A/B (--order), CUDA vs SDPA: the causal shapes one CTA a tile in the old order (q blocks fastest,
+# the longest of each head first) and in the default lpt order (the longest tiles of all heads first, heads fastest
+# in L2-sized sections), and on a dynamic persistent grid claiming lpt-ordered tiles; non-causal D = 128 on the
+# static and the dynamic persistent grid
 ORDER = []
 for _lab, _ov in PERF:
     if _ov.get("op.causal"):
-        _base = {**_ov, **(cuda_tuned(_ov.get("D", 128), True) or CUDA_ONLY)}
+        _base = {**_ov, **(nc3(64, 128, 2) if _ov.get("D") == 64 else {}), **CUDA_ONLY}   # one CTA a tile
         ORDER.append((f"o-{_lab[2:]}-lpt", _base))
         ORDER.append((f"o-{_lab[2:]}-rowmajor", {**_base, "schedule.persistent.tile_order": "row_major"}))
+        _dyn = {**_base, **DYN} if _ov.get("D") != 64 else {**_base, **DYN, "schedule.pipeline.compute_registers": 160}
+        ORDER.append((f"o-{_lab[2:]}-dyn", _dyn))
+for _lab, _ov in PERF:
+    if not _ov.get("op.causal") and _ov.get("D", 128) == 128:
+        ORDER.append((f"o-{_lab[2:]}-dyn", {**_ov, **DYN}))
+        ORDER.append((f"o-{_lab[2:]}-persist", {**_ov, **PERSIST}))
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -251,6 +271,11 @@ def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> d
     stream = torch.cuda.current_stream().cuda_stream
     launch = [kern.prepare(ins[i], outs[i], stream=stream) for i in range(sets)]
     launch[0]()
+    if p.dynamic:     # the tile counter must be back at zero for the next launch: launch again into poisoned outputs
+        torch.cuda.synchronize()
+        for t in outs[0]:
+            t.fill_(float("nan"))
+        launch[0]()
     torch.cuda.synchronize()
     rows = sampled_rows(p, 256, gen)
     ref, lse_ref = reference_rows(p, *ins[0], rows)
@@ -268,6 +293,11 @@ def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> d
         launch_same = launch
         launch = [kt.prepare(ins[i], outs_t[i], stream=stream) for i in range(sets)]
         launch[0]()
+        if bt.plan.dynamic:
+            torch.cuda.synchronize()
+            for t in outs_t[0]:
+                t.fill_(float("nan"))
+            launch[0]()
         torch.cuda.synchronize()
         row["cuda_same_err"], row["cuda_err"] = row["cuda_err"], rel_err(bhsd(outs_t[0][0])[:, :, rows], ref)
         row["cuda_kernel"] = bt.plan.kernel_name

@@ -12,6 +12,7 @@ Three views of one schedule, drawn from the plan's own fields (nothing is re-der
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +82,19 @@ def map_tiles(p) -> tuple[list[Tile], int, int]:
 
 def attention_tiles(p) -> tuple[list[Tile], int, int]:
     """Tiles of an attention plan in the kernel's order (plan.attention.tile_of): rows are (batch, head) pairs,
-    columns query blocks. A persistent grid gives tile t to CTA t % grid; otherwise each tile is its own CTA,
-    started in index order by the hardware."""
+    columns query blocks. A static persistent grid gives tile t to CTA t % grid; a dynamic one to the CTA that
+    frees up first (modelled: a tile costs its key blocks plus one); otherwise each tile is its own CTA, started in
+    index order by the hardware."""
     grid = min(p.num_tiles, SM_COUNT) if p.persistent else p.num_tiles
+    free = [(0, c) for c in range(grid)]
     tiles = []
     for t in range(p.num_tiles):
         b, h, qb = tile_of(p, t)
-        blk = t % grid
+        if p.persistent and p.dynamic:
+            at, blk = heapq.heappop(free)
+            heapq.heappush(free, (at + p.kv_end(qb) + 1, blk))
+        else:
+            blk = t % grid
         tiles.append(Tile(b * p.heads_q + h, qb, t, blk, blk, t // (grid if p.persistent else SM_COUNT)))
     return tiles, p.batch * p.heads_q, p.q_blocks
 

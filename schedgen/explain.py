@@ -164,7 +164,8 @@ def explain_attention(p) -> str:
         + (f"; GQA groups of {p.heads_q // p.heads_kv}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
         f"  FLOPs      {p.flops / 1e9:.1f} G (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
-        (f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
+        (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
+         if p.dynamic else f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
          f"  grid       {p.num_blocks} CTAs") +
         f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
         + (f"(lpt: longest first, (batch, head) fastest in {p.sections} section(s) of {p.section_heads} whose K/V share "

@@ -86,6 +86,8 @@ class Kernel:
         for a in p["kernel_args"]:
             if a["kind"] == "ptr":
                 args.append(driver.Arg.ptr(ptrs[a["operand"]]))
+            elif a["kind"] == "counter":
+                args.append(driver.Arg.ptr(self._counter(device, stream)))
             else:
                 args.append(driver.Arg.tensor_map(driver.encode_tiled(
                     ptrs[a["operand"]], a["dtype"], a["shape"], a["strides"], a["box"], swizzle=a["swizzle"],
@@ -109,6 +111,17 @@ class Kernel:
         def go() -> None:
             driver.launch(func, grid=grid, block=block, smem=smem, args=args, stream=stream, cluster=launch_cluster)
         return go
+
+    def _counter(self, device: int, stream: int) -> int:
+        """The tile counter of a dynamic persistent grid: zeroed once, zeroed again by each launch's last CTA, and
+        one per stream, since launches on one stream run in order and launches on two would share the claims."""
+        from .cuda import driver
+        key = ("counter", device, stream)
+        if key not in self._cache:
+            buf = driver.Buffer(8)
+            buf.upload(np.zeros(2, np.uint32))
+            self._cache[key] = buf
+        return self._cache[key].ptr
 
     def _call_cuda(self, args: Sequence[Any], out: Any, stream: int | None) -> Any:
         from .cuda import driver

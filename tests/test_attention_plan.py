@@ -13,6 +13,7 @@ from schedgen.cache import Cache
 from schedgen.cuda.compile import resource_usage, sass
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
+from schedgen.explain import explain
 from schedgen.plan.attention import tile_of
 from schedgen.spec.validate import load_spec
 
@@ -30,9 +31,12 @@ NC3 = {"D": 64, "schedule.in_specs.q.block_shape": [192, 64], "schedule.in_specs
 RAGGED = {"op.sizes": {"B": 2, "S": 1000, "T": 1000, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
           "op.inputs.v.shape": ["B", "T", "H", "D"], "op.causal": True}
 PERSIST = {"schedule.persistent.loop": "nd_loop"}
+DYN = {"schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
+       "schedule.pipeline.compute_registers": 232}
 VARIANTS = {
     "base": {}, "three_consumers": NC3, "ragged_causal": RAGGED, "persistent": PERSIST,
-    "persistent_d256": {**PERSIST, **D256}, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
+    "persistent_d256": {**PERSIST, **D256}, "dynamic_causal": {**DYN, "op.causal": True},
+    "dynamic_gqa_lse": {**DYN, **GQA, "op.causal": True, "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
     "nopp": {"schedule.barriers": {}}, "d64": D64, "d256": D256, "gqa": GQA,
     "one_consumer": {"schedule.barriers": {}, "schedule.pipeline.num_compute_wgs": 1,
                      "schedule.in_specs.q.block_shape": [64, 128]},
@@ -159,6 +163,8 @@ def test_sass(built, name):
     assert {"UTMALDG.3D", "UTMASTG.3D", "MUFU.EX2"} <= ops and not ({"LDL", "STL"} & ops), ops
     assert any(o.startswith("USETMAXREG") for o in ops)
     assert ("BAR.ARV" in ops) == p.pingpong
+    # a dynamic grid claims tiles with a GPU-scope atomic add on the counter (the claim and the done count)
+    assert len(re.findall(r"ATOMG\.E\.ADD\S*\.GPU", text)) == (2 if p.dynamic else 0)
     u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []          # ptxas neither spilled nor serialized the wgmmas
@@ -189,6 +195,39 @@ def test_persistent_plan_stages_o_where_smem_allows():
     assert big.smem_bytes <= 232448
     # one CTA a tile unless the spec asks for the persistent loop (the model's nd_loop default is not a request)
     assert not _plan().persistent and not _plan().auto_blocks
+
+
+def test_dynamic_plan_claims_tiles_from_a_counter():
+    p = _plan({**DYN, "op.causal": True})
+    assert p.persistent and p.dynamic and p.auto_blocks and p.kernel_name.endswith("_dyn")
+    assert [a.kind for a in p.kernel_args] == ["tmap"] * 4 + ["counter"]
+    assert "tile" in [b.name for b in p.smem_buffers] and "tile" not in [b.name for b in _plan(PERSIST).smem_buffers]
+    # unset budgets: 32 for the claiming producer, the rest of a 384-thread block's 64512 registers to the consumers
+    d = _plan({"schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": None,
+               "schedule.pipeline.compute_registers": None})
+    assert (d.producer_regs, d.consumer_regs) == (32, 232)
+    assert "claims each next of 512 tiles from a counter" in explain(p)
+    src = build_spec(BASE, {**CUDA, **DYN}).files["kernel.cu"].decode()
+    assert "atomicAdd(tile_counter, 1u)" in src and "tile_counter[0] = 0u;" in src
+
+
+@pytest.mark.parametrize("ov, needle", [
+    ({"schedule.persistent.loop": "dynamic"},      # the bundled spec's 24 producer registers
+     "schedule.pipeline.memory_registers: the producer of a dynamic persistent grid claims its tiles from a counter "
+     "and needs 32 registers (24 spill); give memory_registers: 32 and at most 232 compute_registers"),
+    ({"schedule.pipeline.memory_registers": 32},   # 32 + 2 x 240: over the 64512 a 384-thread block holds
+     "register budgets 32 + 2 x 240 need 65536 registers; a block of 384 threads holds 64512 (at most 232 per "
+     "consumer with 32 for the producer)"),
+    ({"schedule.pipeline.compute_registers": 236}, "setmaxnreg takes a multiple of 8 registers, got 236; use 232 or 240"),
+    ({**DYN, "schedule.backends": ["cuda", "pallas"]},
+     "the persistent grid (dynamic) is the CUDA kernel's (Mosaic GPU's dynamic_scheduling_loop needs Blackwell's "
+     "cluster launch control)"),
+])
+def test_register_budgets_and_dynamic_limits_are_located(ov, needle):
+    spec, src = load_spec(str(BASE), {**CUDA, **ov})
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    assert any(needle in l and l.startswith(str(BASE)) for l in info.value.lines()), info.value.lines()
 
 
 def test_persistent_and_three_consumers_are_cuda_only():

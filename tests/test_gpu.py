@@ -151,6 +151,34 @@ def test_largest_map_shape_verifies(cache, tmp_path):
     np.testing.assert_array_equal(out[-1, -1].get(), x[-1, -1].get() * np.float32(2.5))
 
 
+def test_dynamic_grid_counter_is_reset_for_every_launch(cache, tmp_path):
+    """A dynamic persistent grid claims tiles from a counter that the last CTA of each launch zeroes: five launches
+    of one module, on the default stream and a second one (each stream has its own counter), each into an output
+    poisoned with NaN, all right."""
+    torch = pytest.importorskip("torch")
+    from schedgen.reference import attention_reference
+    spec = Path(__file__).resolve().parents[1] / "specs/attention_causal_bf16_4096_dynamic.yaml"
+    built = build_spec(str(spec), {"S": 1024, "H": 40}, cache=cache)
+    assert built.plan.dynamic and built.plan.num_tiles == 8 * 40
+    package(built, tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mod = importlib.import_module(built.plan.name)
+    finally:
+        sys.path.remove(str(tmp_path))
+    fn = getattr(mod, built.plan.name)
+    q, k, v = (torch.randn(1, 1024, 40, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = attention_reference(built.spec, built.plan.sizes, {n: t.float().cpu().numpy() for n, t in zip("qkv", (q, k, v))},
+                              sample=False)["o"]
+    other = torch.cuda.Stream()
+    for stream in (None, None, other, None, other):
+        out = torch.full_like(q, float("nan"))
+        with torch.cuda.stream(stream or torch.cuda.default_stream()):
+            assert fn(q, k, v, out=out) is out
+        torch.cuda.synchronize()
+        assert rel_error(out.float().cpu().numpy(), ref) <= tolerance("bf16", True)
+
+
 def test_jax_in_jax_out(add_module):
     jax = pytest.importorskip("jax")
     mod, built = add_module

@@ -156,12 +156,21 @@ def test_pipeline_model_respects_the_barriers():
 
 
 def test_attention_traversal_and_pipeline_model():
-    p = _plan(SPECS_DIR / "attention_gqa_causal_bf16_8192.yaml")        # causal: the longest rows first
+    p = _plan(SPECS_DIR / "attention_gqa_causal_bf16_8192.yaml")        # causal, lpt: the longest rows of all heads first
     tiles, rows, cols = draw.attention_tiles(p)
     assert (rows, cols) == (32, 64) and len({(t.row, t.col) for t in tiles}) == 2048
-    assert [(t.row, t.col) for t in tiles[:2]] == [(0, 63), (0, 62)] and tiles[64].row == 1
+    assert [(t.row, t.col) for t in tiles[:2]] == [(0, 63), (1, 63)] and tiles[32].col == 62
     pp = _plan(SPECS_DIR / "attention_bf16_16384_persistent.yaml")      # persistent: tile t on CTA t % 132
     assert {t.block for t in draw.attention_tiles(pp)[0]} == set(range(132))
+    pd = _plan(SPECS_DIR / "attention_bf16_16384_persistent.yaml", {"op.causal": True, "S": 4096,
+                                                                     "schedule.persistent.loop": "dynamic",
+                                                                     "schedule.pipeline.memory_registers": 32,
+                                                                     "schedule.pipeline.compute_registers": 232})
+    dyn = draw.attention_tiles(pd)[0]           # dynamic: each next tile to the CTA that frees up first
+    load = {}
+    for t in dyn:
+        load[t.block] = load.get(t.block, 0) + pd.kv_end(t.col) + 1
+    assert len(load) == 132 and max(load.values()) - min(load.values()) <= pd.kv_blocks + 1
     spans = draw.simulate_attention(p, 5)
     mma = sorted((s for s in spans if s.kind == "mma"), key=lambda s: s.start)
     # the ping-pong barrier: the consumers' wgmmas never overlap on the tensor cores

@@ -193,8 +193,8 @@ REJECT = [
      ["F:21:20: schedule.pipeline.kind: the map family has no MMA for a producer warpgroup to overlap with; use "
       "emit_pipeline (or none)"]),
     ("dynamic-loop", ".yaml", edit(YAML, ("loop: nd_loop", "loop: dynamic")),
-     ["F:22:22: schedule.persistent.loop: dynamic scheduling needs cluster launch control, which is Blackwell-only "
-      "(sm_100a); on the H200 use nd_loop or none"]),
+     ["F:22:22: schedule.persistent.loop: dynamic work claiming pays where tiles differ in length (the attention "
+      "family's causal tiles); map tiles are all alike: use nd_loop or none"]),
     ("cluster-2", ".yaml", edit(YAML, ("  num_warpgroups: 2", "  num_warpgroups: 2\n  cluster: [2]")),
      ["F:21:12: schedule.cluster: the map family shares no operand between blocks, so there is nothing to multicast; "
       "use cluster: [1]"]),
@@ -205,7 +205,7 @@ REJECT = [
      [f"F:2:7: name: '1abc' is not a legal name; {IDENT_RULE} (got '1abc')",
       "F:9:31: op.inputs.y.dtype: Input should be 'bf16', 'f16', 'f32', 'f8e4m3' or 'f8e5m2' (got 'bf32')",
       "F:21:57: schedule.pipeline.max_concurrent_steps: Input should be a valid integer (got '4')",
-      "F:22:61: schedule.persistent.tile_order: Input should be 'row_major' or 'planar_snake' (got 'zigzag')"]),
+      "F:22:61: schedule.persistent.tile_order: Input should be 'row_major', 'planar_snake' or 'lpt' (got 'zigzag')"]),
     ("many-plan-errors", ".yaml",
      edit(YAML, ("loop: nd_loop", "loop: dynamic"), ("kind: emit_pipeline", "kind: warp_specialized"),
           ("  num_warpgroups: 2", "  num_warpgroups: 2\n  cluster: [2]"), (BODY, "  body: o = x + zz")),
@@ -214,8 +214,8 @@ REJECT = [
       "use cluster: [1]",
       "F:22:20: schedule.pipeline.kind: the map family has no MMA for a producer warpgroup to overlap with; use "
       "emit_pipeline (or none)",
-      "F:23:22: schedule.persistent.loop: dynamic scheduling needs cluster launch control, which is Blackwell-only "
-      "(sm_100a); on the H200 use nd_loop or none"]),
+      "F:23:22: schedule.persistent.loop: dynamic work claiming pays where tiles differ in length (the attention "
+      "family's causal tiles); map tiles are all alike: use nd_loop or none"]),
 ]
 
 

@@ -34,6 +34,8 @@ SKIP_RESCALE_MIN_D = 256
 # lpt tile order: the share of the L2 that one section's K and V may fill (FlashAttention-3 takes 32 of the H100's
 # 50 MB); Q, O and the other sections' tails pass through the rest
 L2_SECTION = 0.625
+# producer registers when it claims tiles dynamically: with 24 ptxas spills three values (H200 build, 2026-12-03)
+DYNAMIC_PRODUCER_REGS = 32
 MODULE_NAMES = frozenset({"make", "run_into"})
 
 
@@ -79,6 +81,7 @@ class AttentionPlan:
     kv_blocks: int
     num_tiles: int             # q blocks x heads x batch
     persistent: bool           # a grid of one CTA per SM walking the tiles (else one CTA a tile)
+    dynamic: bool              # persistent, each CTA claiming its next tile from a GMEM counter (else t += grid)
     row_chains: int            # independent accumulator chains of the softmax's row max and row sum
     skip_rescale: bool         # warps whose rows kept their running max skip the O rescale
     o_staging: bool            # O staged in its own SMEM buffer (persistent, where it fits), else in the Q tile
@@ -267,14 +270,33 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                                                         f"does not yet; pad the keys, pick a block_kv that divides "
                                                         f"{skv}, or set schedule.backends: [cuda]")
 
+    # a persistent grid: nd_loop strides over the tiles (CTA i takes i, i + grid, ...); dynamic claims each next tile
+    # from an atomic counter in GMEM (the CUDA kernel's rendering of dynamic_scheduling_loop on Hopper, which has
+    # no cluster launch control), so CTAs that drew short causal tiles take more of them
+    persistent = sch.persistent.loop in ("nd_loop", "dynamic") and "loop" in sch.persistent.model_fields_set
+    dynamic = persistent and sch.persistent.loop == "dynamic"
+
     # --- registers and SMEM
     s_regs, o_regs = block_kv // 2, d // 2
-    preg = pipe.memory_registers or 24
-    creg = pipe.compute_registers or {1: 256, 2: 240, 3: 160}[nc]
-    if 128 * (preg + nc * creg) > hw.regs_per_sm:
+    budget = hw.regs_per_block(128 * (1 + nc))
+    # the producer that claims tiles keeps the counter's address and the claimed index beside the loads' coordinates
+    min_preg = DYNAMIC_PRODUCER_REGS if dynamic else 24
+    preg = pipe.memory_registers or min_preg
+    creg = pipe.compute_registers or min(256, (budget // 128 - preg) // nc // 8 * 8)
+    for fld, v in (("memory_registers", preg), ("compute_registers", creg)):
+        if v % 8:
+            problems.add(("schedule", "pipeline", fld), f"setmaxnreg takes a multiple of 8 registers, got {v}; use "
+                                                        f"{v // 8 * 8} or {v // 8 * 8 + 8}")
+    if preg < min_preg:
+        problems.add(("schedule", "pipeline", "memory_registers"),
+                     f"the producer of a dynamic persistent grid claims its tiles from a counter and needs "
+                     f"{min_preg} registers (24 spill); give memory_registers: {min_preg} and at most "
+                     f"{(budget // 128 - min_preg) // nc // 8 * 8} compute_registers")
+    if 128 * (preg + nc * creg) > budget:
         problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"register budgets {preg} + {nc} x {creg} need {128 * (preg + nc * creg)} registers; the SM has "
-                     f"{hw.regs_per_sm}")
+                     f"register budgets {preg} + {nc} x {creg} need {128 * (preg + nc * creg)} registers; a block "
+                     f"of {128 * (1 + nc)} threads holds {budget} (at most {(budget // 128 - preg) // nc // 8 * 8} "
+                     f"per consumer with {preg} for the producer)")
     need = s_regs + o_regs + block_kv // 4 + REG_OVERHEAD
     if need > min(creg, 255):
         problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
@@ -287,7 +309,6 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     slabs = d // 64
     q_bytes = block_q * d * isz
     kv_bytes = block_kv * d * isz
-    persistent = sch.persistent.loop == "nd_loop" and "loop" in sch.persistent.model_fields_set
 
     def smem_map(o_staging: bool) -> SmemMap:
         m = SmemMap()
@@ -298,6 +319,8 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
             m.alloc("o", q_bytes, note="O staging for the TMA store (Q is refilled under the epilogue)")
         for nm in ("q_full", "q_empty", "k_full", "k_empty", "v_full", "v_empty"):
             m.alloc(nm, 8, 1 if nm.startswith("q_") else stages, align=8, note="mbarrier")
+        if dynamic:
+            m.alloc("tile", 8, align=8, note="the claimed tile index, published with q_full")
         return m
     # a persistent CTA stages O in its own buffer where SMEM allows, so the next tile's Q loads under the epilogue
     o_staging = persistent and smem_map(True).top + 1024 <= hw.smem_per_block
@@ -331,13 +354,12 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * skv * d * ITEMSIZE[dtype]))
     sections = -(-groups // fit)
     section_heads = -(-groups // sections) * (hq // hkv)
-    if sch.persistent.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling is Blackwell-only; use none (a CTA a "
-                                                         "tile) or nd_loop (a persistent grid, CUDA)")
     if persistent and "pallas" in sch.backends:
-        problems.add(("schedule", "persistent", "loop"), "the Pallas attention launches a block a tile; the "
-                                                         "persistent grid (nd_loop) is the CUDA kernel's: remove "
-                                                         "persistent.loop or set schedule.backends: [cuda]")
+        problems.add(("schedule", "persistent", "loop"), f"the Pallas attention launches a block a tile; the "
+                                                         f"persistent grid ({sch.persistent.loop}) is the CUDA "
+                                                         f"kernel's (Mosaic GPU's dynamic_scheduling_loop needs "
+                                                         f"Blackwell's cluster launch control): remove persistent.loop "
+                                                         f"or set schedule.backends: [cuda]")
     if "pallas" in sch.backends:
         _pallas_limits(sch, names, block_kv, preg, creg, stages, nc, q_bytes, kv_bytes, smem_bytes,
                        lse_name is not None, hw, problems)
@@ -365,12 +387,14 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
             tmap(2, shapes[v_name], hkv, block_kv), tmap(3, shapes[o_name], hq, WGMMA_M)]
     if lse_name:
         args.append(KernelArg("ptr", 4))
+    if dynamic:
+        args.append(KernelArg("counter", -1))   # 2 u32: the next tile to claim, CTAs done (zero between launches)
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
     q_blocks, kv_blocks = -(-sq // block_q), -(-skv // block_kv)   # ragged last blocks: clipped / masked
     flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
     bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
     kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
-                                                         "_pp" if pingpong else "", "_persist" if persistent else "")
+                                                         "_pp" if pingpong else "", ("_dyn" if dynamic else "_persist") if persistent else "")
     plan = AttentionPlan(
         family="attention", name=spec.name, kernel_name=kname, sizes=sizes, constants={},
         backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
@@ -380,7 +404,7 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
         num_tiles=q_blocks * hq * b, tile_order=order, section_heads=section_heads, slabs=slabs, q_bytes=q_bytes,
         kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
         threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
-        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, o_staging=o_staging,
+        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, dynamic=dynamic, o_staging=o_staging,
         row_chains=max(1, min(ROW_CHAINS, block_kv // 8)), skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
     )

@@ -17,9 +17,10 @@ CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8
 
 @dataclass(frozen=True)
 class KernelArg:
-    """One CUDA kernel parameter, in order: a TMA descriptor over an operand, or its raw device pointer."""
-    kind: str                 # "tmap" | "ptr"
-    operand: int              # index into inputs + outputs
+    """One CUDA kernel parameter, in order: a TMA descriptor over an operand, its raw device pointer, or a counter
+    the runtime owns (two u32, zero before each launch: a dynamic persistent grid's tile claims)."""
+    kind: str                 # "tmap" | "ptr" | "counter"
+    operand: int              # index into inputs + outputs (-1: a counter)
     dtype: str = ""
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()   # bytes, numpy order

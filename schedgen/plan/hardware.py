@@ -23,4 +23,11 @@ class Hardware:
     l2_bytes: int = 60 << 20          # as torch reports it on the H200
 
 
+    def regs_per_block(self, threads: int) -> int:
+        """Registers a block of `threads` holds when it runs alone on an SM (`__launch_bounds__(threads, 1)`): the
+        per-thread cap, a multiple of 8 up to 256, times the threads. setmaxnreg moves registers among the block's
+        warpgroups but never past this: 384 threads get 168 each, 64512 in all, not the SM's 65536."""
+        return threads * (min(256, self.regs_per_sm // threads) // 8 * 8)
+
+
 H200 = Hardware()

@@ -150,8 +150,9 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         problems.add(("schedule", "pipeline", "kind"), "the map family has no MMA for a producer warpgroup to overlap with; "
                                                       "use emit_pipeline (or none)")
     if sch.persistent.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling needs cluster launch control, which is "
-                                                        "Blackwell-only (sm_100a); on the H200 use nd_loop or none")
+        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in length "
+                                                        "(the attention family's causal tiles); map tiles are all "
+                                                        "alike: use nd_loop or none")
 
     # --- shapes (an unknown size leaves nothing below to check meaningfully)
     before = len(problems)

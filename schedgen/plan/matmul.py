@@ -468,8 +468,9 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
 
     # --- tile loop
     if pers.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic scheduling needs cluster launch control "
-                                                         "(Blackwell-only); use nd_loop")
+        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
+                                                         "length (the attention family's causal tiles); matmul tiles "
+                                                         "are all alike: use nd_loop")
     num_tiles = batch * (tiles_m // max(cm, 1)) * (tiles_n // max(cn, 1))
     auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"
     if pers.loop == "none":

@@ -218,8 +218,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_16384_p
   }
   __syncthreads();
 
-  // A persistent grid: each CTA walks tiles blockIdx.x, + gridDim.x, ... The K/V rings run on across tiles
-  // (ring index g counts every key block this CTA loads), and so does the Q barrier pair (phase = tile count & 1).
+  // A persistent grid: each CTA walks tiles blockIdx.x, + gridDim.x, ...
+  // The K/V rings run on across tiles (ring index g counts every key block this CTA loads), and so does the Q barrier
+  // pair (phase = tile count & 1).
   if (warpgroup == 0) {
     // ================= producer: per tile, Q once, then K and V blocks through the stage rings
     sg_setmaxnreg_dec();

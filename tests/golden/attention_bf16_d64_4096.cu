@@ -213,8 +213,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) attn_attention_bf16_d64_409
   }
   __syncthreads();
 
-  // One CTA a tile (the loop below runs once). The K/V rings run on across tiles
-  // (ring index g counts every key block this CTA loads), and so does the Q barrier pair (phase = tile count & 1).
+  // One CTA a tile (the loop below runs once).
+  // The K/V rings run on across tiles (ring index g counts every key block this CTA loads), and so does the Q barrier
+  // pair (phase = tile count & 1).
   if (warpgroup == 0) {
     // ================= producer: per tile, Q once, then K and V blocks through the stage rings
     sg_setmaxnreg_dec();
