@@ -288,6 +288,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_causal_bf16_
     sg_mbar_wait(S_q_full, (uint32_t)it & 1u);
     int t;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(t) : "r"(S_tile) : "memory");
+    // every thread of this warpgroup has read the index before its thread 0 can release Q (q_empty), after which
+    // the producer writes the next one
+    sg_named_sync(EPI_BAR + w, 128);
     if (t >= 512) break;
     const SgTile T = sg_tile(t);
     const int kv_end = T.kv_end;
