@@ -312,8 +312,8 @@ ATTN_EXAMPLES = 600 if LONG else 12           # each planned one is an NVRTC com
 @st.composite
 def attention_schedules(draw):
     """An attention spec over the family's whole schedule space: head_dim, block sizes (ragged or not), stages,
-    1-3 consumers with or without the ping-pong barrier, register budgets, persistent grid, causal, GQA,
-    Sq != Skv, layout, LSE; both backends or CUDA alone."""
+    1-3 consumers with or without the ping-pong barrier, register budgets, a CTA a tile or a static or dynamic
+    persistent grid, tile order, causal, GQA, Sq != Skv, layout, LSE; both backends or CUDA alone."""
     data, src = SPECS["attention_bf16_4096.yaml"]
     data = copy.deepcopy(data)
     op, sch = data["op"], data["schedule"]
@@ -339,10 +339,15 @@ def attention_schedules(draw):
     pipe = sch["pipeline"]
     pipe["num_compute_wgs"] = nc
     pipe["max_concurrent_steps"] = draw(st.integers(1, 4), label="stages")
+    pipe["memory_registers"] = draw(st.sampled_from([24, 32]), label="producer registers")
     pipe["compute_registers"] = draw(st.sampled_from([160, 200, 232, 240]), label="consumer registers")
     sch["barriers"] = {"schedule": {"num_arrivals": nc}} if nc > 1 and draw(st.booleans(), label="pingpong") else {}
-    if draw(st.booleans(), label="persistent"):
-        sch["persistent"] = {"loop": "nd_loop"}
+    loop = draw(st.sampled_from(["none", "nd_loop", "dynamic"]), label="tile loop")
+    if loop != "none":
+        sch["persistent"] = {"loop": loop}
+    order = draw(st.sampled_from([None, "row_major", "lpt", "planar_snake"]), label="tile order")
+    if order is not None:
+        sch.setdefault("persistent", {})["tile_order"] = order
     sch["backends"] = draw(st.sampled_from([["cuda"], ["cuda", "pallas"]]), label="backends")
     return data, src
 

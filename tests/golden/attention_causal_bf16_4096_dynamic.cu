@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_causal_bf16_
     sg_prefetch_tmap(&tm_v);
     sg_prefetch_tmap(&tm_o);
     sg_mbar_init(S_q_full, 1);
-    sg_mbar_init(S_q_empty, 2);
+    sg_mbar_init(S_q_empty, 256);
     for (int s = 0; s < 2; ++s) {
       sg_mbar_init(S_k_full + 8 * s, 1);
       sg_mbar_init(S_v_full + 8 * s, 1);
@@ -288,10 +288,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_causal_bf16_
     sg_mbar_wait(S_q_full, (uint32_t)it & 1u);
     int t;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(t) : "r"(S_tile) : "memory");
-    // every thread of this warpgroup has read the index before its thread 0 can release Q (q_empty), after which
-    // the producer writes the next one
-    sg_named_sync(EPI_BAR + w, 128);
     if (t >= 512) break;
+    // q_empty takes every consumer thread's arrival here: each has read the index before the producer may write the
+    // next one. Thread 0 arrives later, once Q itself is free (below), and completes the phase.
+    if (wg_thread != 0) sg_mbar_arrive(S_q_empty);
     const SgTile T = sg_tile(t);
     const int kv_end = T.kv_end;
 #pragma unroll
