@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 import math
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
@@ -33,6 +36,7 @@ LONG = os.environ.get("SCHEDGEN_FUZZ", "") == "long"
 settings.load_profile("long" if LONG else "ci")
 COMPILE_EXAMPLES = 2_000 if LONG else 25      # each one is an NVRTC compile (~0.1-0.3 s)
 TEXT_EXAMPLES = 100_000 if LONG else 1000     # loader-only examples are cheap
+SCHEMA_EXAMPLES = 20_000 if LONG else 300     # validate + plan, no compile
 
 SPECS = {p.name: load_file(p) for p in spec_files()}
 SPEC_NAMES = sorted(SPECS)
@@ -276,6 +280,89 @@ def _check_rendered(data, p) -> tuple[str, str]:
             if len(s) >= 4 and s in text and check_identifier(s) is not None:
                 assert _parses(s) and not any(m in s for m in MARKERS), f"user text {s!r} reached generated code"
     return cu, py
+
+
+# ---------------------------------------------------------------------------- documents valid by the JSON Schema
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "schedgen.schema.json").read_text())
+# names for dict keys, so that sizes, operands and block specs drawn apart sometimes refer to each other
+_KEYS = ["x", "y", "o", "a", "b", "c", "q", "k", "v", "lse", "M", "N", "K", "B", "S", "H", "D", "schedule", "i", "j"]
+_WORDS = st.sampled_from(_KEYS + ["(i, j)", "(j,)", "(i, 0)", "o = x + y", "o = gelu(x) * 2.0", "acc", "out = acc",
+                                  "schedule.pipeline.max_concurrent_steps", "tile_m * tile_n <= 32768"])
+
+
+def _schema_strategy(node: dict) -> st.SearchStrategy:
+    """A hypothesis strategy for the documents that `node` (a piece of our exported JSON Schema) accepts: the
+    keywords pydantic writes ($ref, anyOf/oneOf, enum/const, objects, arrays, bounded numbers and strings)."""
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return st.deferred(lambda: _schema_strategy(SCHEMA["$defs"][name]))
+    if "const" in node:
+        return st.just(node["const"])
+    if "enum" in node:
+        return st.sampled_from(node["enum"])
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            return st.one_of([_schema_strategy(n) for n in node[key]])
+    kind = node.get("type")
+    if kind == "object":
+        props, required = node.get("properties", {}), set(node.get("required", ()))
+        extra = node.get("additionalProperties")
+        pattern = node.get("patternProperties")
+        if props:
+            optional = [k for k in props if k not in required]
+
+            @st.composite
+            def obj(draw):
+                chosen = list(required) + draw(st.lists(st.sampled_from(optional), unique=True)) if optional else \
+                    list(required)
+                return {k: draw(_schema_strategy(props[k]), label=k) for k in chosen}
+            return obj()
+        values = extra if isinstance(extra, dict) else next(iter(pattern.values())) if pattern else {}
+        keys = st.sampled_from(_KEYS) if not pattern else st.sampled_from(
+            ["schedule.pipeline.max_concurrent_steps", "tile_n", "schedule.in_specs.x.block_shape[1]", "M"])
+        return st.dictionaries(keys, _schema_strategy(values), min_size=node.get("minProperties", 0),
+                               max_size=min(node.get("maxProperties", 4), 4))
+    if kind == "array":
+        return st.lists(_schema_strategy(node.get("items", {})), min_size=node.get("minItems", 0),
+                        max_size=min(node.get("maxItems", 5), 5))
+    if kind == "integer":
+        lo, hi = node.get("minimum", -(1 << 31)), node.get("maximum", 1 << 33)
+        return st.one_of(st.sampled_from(sorted({lo, hi, max(lo, min(hi, 1)), max(lo, min(hi, 128))})),
+                         st.integers(lo, hi))
+    if kind == "number":
+        return st.floats(node.get("minimum"), node.get("maximum"), allow_nan=False, allow_infinity=False)
+    if kind == "string":
+        lo, hi = node.get("minLength", 0), node.get("maxLength", 40)
+        return st.one_of(_WORDS, st.text(min_size=lo, max_size=min(hi, 40))).filter(lambda t: lo <= len(t) <= hi)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    return st.one_of(st.none(), st.booleans(), st.integers(-2, 300), _WORDS)
+
+
+@settings(max_examples=SCHEMA_EXAMPLES)
+@given(doc=_schema_strategy(SCHEMA))
+def test_schema_valid_documents_plan_or_fail_located(doc):
+    """Documents valid by the committed JSON Schema (what an editor with the schema accepts), as YAML text: each
+    either plans, renders and carries no user text into generated code, or fails with located problems only."""
+    text = yaml.safe_dump(doc, sort_keys=False)
+    note(text)
+    try:
+        data, src = load_yaml_text(text, "schema-fuzz.yaml")
+    except SpecErrors as exc:     # safe_dump of text the YAML 1.2 loader reads differently: located, fine
+        assert exc.lines()
+        return
+    try:
+        validate_data(data, src)
+        event("valid: reached the planner")
+    except SpecErrors:
+        event("rejected by validation")
+    p = _plan_or_problems(data, src)
+    event("planned" if p is not None else "rejected")
+    if p is not None:
+        _check_rendered(data, p)
 
 
 @given(case=mutated_specs())
