@@ -36,12 +36,14 @@ from .hardware import Hardware
 from .matmul import MatOperand, MatmulPlan, _tile, plan_matmul
 
 COPY_WARPS = 3                 # warps 1-3 of the CUDA producer warpgroup copy chunks to the peer
-COPY_UNROLL = 4                # 16-byte vectors each copy lane keeps in flight
+# 16-byte vectors each copy lane keeps in flight: 2 fit the producer warpgroup's registers after setmaxnreg.dec
+# (ptxas spills the copy loop with 4 at 40 registers, and for 4 devices also at 56)
+COPY_UNROLL = 2
 COPY_UNIT_MIN_BYTES = 4096     # a copy unit is the fewest whole rows of at least this many bytes
 SPIN_TIMEOUT_NS = 20_000_000_000   # a cross-device wait that spins this long traps (a hang becomes an error)
 # input names become parameters of the generated functions, beside these
-RESERVED = frozenset({"make", "run_into", "run_shards", "shard_mapped", "mesh", "interpret", "devices", "backend",
-                      "out", "stream"})
+RESERVED = frozenset({"make", "make_mesh", "run_shards", "shard_mapped", "mesh", "interpret", "devices", "backend",
+                      "poisoned", "out", "stream"})
 SEMAPHORES = {"received": ("chunk", "row_block"), "done": ("launch",)}
 DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
@@ -367,3 +369,31 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
                            f"({axis} - 1) % {d_count} or ({axis} + 1) % {d_count}; this one sends {shown}")
         return None, "", text
     return send_to, ex.render_py_int(expr, {axis: "dev"}), text
+
+
+# ------------------------------------------------------------------------------- the NVLink multicast entries
+
+MULTIMEM_PTX_TYPES = {"bf16": ("bf16x2", ".acc::f32"), "f16": ("f16x2", ".acc::f32"), "f32": ("f32", "")}
+
+
+@dataclass(frozen=True)
+class MultimemPlan:
+    """What templates/cuda/multimem.cu.j2 needs to spell multimem.st / multimem.ld_reduce / multimem.red for one
+    dtype. Rendered and assembled in CI only: NVLink multicast is switched off on the lent machines."""
+    dtype: str
+    ptx_type: str              # the packed element type of the PTX instructions
+    acc: str                   # ld_reduce's accumulation precision qualifier (16-bit types add in f32)
+    vec: int                   # 32-bit words per thread access (4: 16 bytes)
+    store_kernel: str
+    load_reduce_kernel: str
+    signal_kernel: str
+
+
+def plan_multimem(dtype: str, vec: int = 4) -> MultimemPlan:
+    if dtype not in MULTIMEM_PTX_TYPES:
+        raise ValueError(f"multimem entries are planned for {', '.join(MULTIMEM_PTX_TYPES)}, not {dtype}")
+    if vec not in (1, 4):
+        raise ValueError(f"multimem accesses are 1 or 4 32-bit words per thread here, not {vec}")
+    ptx, acc = MULTIMEM_PTX_TYPES[dtype]
+    return MultimemPlan(dtype, ptx, acc, vec, f"sg_multimem_store_{dtype}", f"sg_multimem_load_reduce_{dtype}",
+                        "sg_semaphore_signal_multicast")
