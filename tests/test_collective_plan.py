@@ -43,8 +43,7 @@ def test_plan_numbers_of_the_bundled_spec():
     assert (p.copy_rows, p.unit_bytes, p.units_per_step) == (1, 8192, 1024)
     assert (p.received_per, p.counters_per_step, p.units_per_counter) == ("row_block", 8, 128)
     assert (p.flag_words, p.done_index, p.flags_bytes) == (9, 8, 256)
-    assert (p.received_signal, p.done_signal, p.pallas_received_value) == ("semaphore_signal_parallel",
-                                                                            "semaphore_signal", 1)
+    assert (p.received_signal, p.done_signal, p.pallas_received_value) == ("semaphore_signal", "semaphore_signal", 1)
     # kernel parameters: tensor maps over lhs, the gather buffer, rhs and the gathered output
     tm = {a.what: a for a in p.kernel_args if a.kind == "tmap"}
     assert tm["lhs"].shape == (1024, 4096) and tm["gather"].shape == (1024, 4096)
@@ -86,8 +85,10 @@ def test_defaults_without_a_collective_section(tmp_path):
     path = tmp_path / "nocoll.yaml"
     path.write_text(text)
     p = _plan(path=path)
-    assert p.send_to == (1, 0) and p.received_per == "row_block" and p.received_signal == "semaphore_signal_parallel"
+    assert p.send_to == (1, 0) and p.received_per == "row_block" and p.received_signal == "semaphore_signal"
     assert p.done_signal == "semaphore_signal"
+    q = _plan({**CUDA, "schedule.collective.semaphores.received.signal": "semaphore_signal_parallel"})
+    assert q.received_signal == "semaphore_signal_parallel" and q.done_signal == "semaphore_signal"
 
 
 MULTICAST = "NVLink multicast is switched off on the lent machines"
@@ -121,6 +122,11 @@ REJECT = [
      "'received' counts per chunk or per row_block, got per: launch"),
     ({"schedule.collective.semaphores.done.per": "row_block"}, "schedule.collective.semaphores.done.per",
      "'done' counts per launch"),
+    ({"schedule.collective.semaphores.received.signal": "semaphore_signal_parallel"},
+     "schedule.collective.semaphores.received.signal",
+     "jax 0.11.2 lowers semaphore_signal_parallel as a relaxed add followed by fence.release.sys"),
+    ({"schedule.collective.semaphores.done.signal": "semaphore_signal_parallel"},
+     "schedule.collective.semaphores.done.signal", "or set schedule.backends: [cuda]"),
     ({"schedule.cluster": [2, 1]}, "schedule.cluster", "the collective matmul runs without clusters"),
     ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "every block must be resident at once"),
     ({"schedule.persistent.num_blocks": 200}, "schedule.persistent.num_blocks", "exceeds the 132 SMs"),

@@ -32,8 +32,8 @@ def _devices(d, sign="+"):
 
 VARIANTS = {
     "base": {},
-    # 4 devices: chunks are forwarded (gathered rows read back and sent on); one release per copied unit
-    "d4_release_row_block": {**_devices(4), "schedule.collective.semaphores.received.signal": "semaphore_signal"},
+    # 4 devices: chunks are forwarded (gathered rows read back and sent on); a step's signals behind one fence
+    "d4_parallel_row_block": {**_devices(4), "schedule.collective.semaphores.received.signal": "semaphore_signal_parallel"},
     # 3 devices, per-chunk counting, done signalled with a fence + relaxed add
     "d3_chunk_parallel_done": {**_devices(3, "-"), "schedule.collective.semaphores.received.per": "chunk",
                                "schedule.collective.semaphores.done.signal": "semaphore_signal_parallel"},
@@ -104,8 +104,8 @@ def test_signal_forms_in_ptx(built, name):
 def test_forwarding_only_with_more_than_two_devices(built):
     """With 2 devices nothing is forwarded (the copy reads only lhs); from 3 on, a copy warp waits for a gathered
     chunk (another acquire poll site) before it sends it on."""
-    polls = {n: opcodes(built[n][1]).count("LDG.E.STRONG.SYS") for n in ("base", "d4_release_row_block")}
-    assert polls["d4_release_row_block"] > polls["base"], polls
+    polls = {n: opcodes(built[n][1]).count("LDG.E.STRONG.SYS") for n in ("base", "d4_parallel_row_block")}
+    assert polls["d4_parallel_row_block"] > polls["base"], polls
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -49,7 +49,7 @@ DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
 MULTIMEM_WHY = ("NVLink multicast is switched off on the lent machines (NCCL_NVLS_ENABLE=0; no cuMulticastCreate), "
                 "so {what} cannot run here: the multimem entries are rendered and their PTX assembled to SASS in CI only "
-                "(templates/cuda/multimem.cu.j2, tests/test_collective_matmul.py){extra}; use transport: remote_ref "
+                "(templates/cuda/multimem.cu.j2, tests/test_collective_sass.py){extra}; use transport: remote_ref "
                 "(peer-to-peer remote refs and semaphores)")
 
 
@@ -257,7 +257,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
                                                   (*col_path, "remote_refs", "gather", "device_id"))
     sems = dict(col.semaphores) if col is not None else {}
     per: dict[str, str] = dict(DEFAULT_PER)
-    signal = {"received": "semaphore_signal_parallel", "done": "semaphore_signal"}
+    signal = {"received": "semaphore_signal", "done": "semaphore_signal"}
     for key, sem in sems.items():
         if key not in SEMAPHORES:
             problems.add((*col_path, "semaphores", key),
@@ -271,6 +271,14 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
                              f"'{key}' counts per {' or per '.join(SEMAPHORES[key])}, got per: {sem.per}")
             else:
                 per[key] = sem.per
+    if "pallas" in sch.backends:
+        for key, sem in sems.items():
+            if key in SEMAPHORES and sem.signal == "semaphore_signal_parallel":
+                problems.add((*col_path, "semaphores", key, "signal"),
+                             "jax 0.11.2 lowers semaphore_signal_parallel as a relaxed add followed by fence.release.sys, "
+                             f"which does not order what this block wrote (or read) before the '{key}' signal; the Pallas "
+                             "rendering signals with semaphore_signal (red.release.sys): use it, or set schedule.backends: "
+                             "[cuda] (the CUDA rendering fences first)")
     if "pallas" in sch.backends and mm is not None and mm.delay_release != 1:
         lhs_spec = sch.in_specs.get(op.lhs)
         problems.add(("schedule", "in_specs", op.lhs, "delay_release") if lhs_spec is not None else

@@ -207,8 +207,9 @@ class Semaphore(Model):
     (`pl.semaphore_wait(sem, value, decrement=False)`: counts only rise). `signal`: semaphore_signal (each signal a
     release of its own) or semaphore_signal_parallel (signals issued together behind one system-scope fence).
     `per`: what one semaphore of the array counts: `chunk` (one device's whole lhs), `row_block` (one tile row of
-    it: the receiver starts on the rows that landed), `launch` (one kernel launch, for `done`)."""
-    signal: Literal["semaphore_signal", "semaphore_signal_parallel"] = "semaphore_signal_parallel"
+    it: the receiver starts on the rows that landed), `launch` (one kernel launch, for `done`). The Pallas rendering
+    takes semaphore_signal only (jax 0.11.2 puts semaphore_signal_parallel's fence after its adds)."""
+    signal: Literal["semaphore_signal", "semaphore_signal_parallel"] = "semaphore_signal"
     per: Literal["chunk", "row_block", "launch"] | None = None
 
 
