@@ -207,3 +207,13 @@ def test_cli_validate_reports_and_exits_2(tmp_path, capsys):
     paths = [e.split(": ")[1] for e in err]
     assert paths == ["op.mesh.num_devices", "op.outputs.out.shape[0]", "schedule.collective.transport",
                      "schedule.collective.remote_refs.gather.device_id"], err
+
+
+def test_schema_says_multimem_cannot_run_here():
+    import json
+    from conftest import ROOT
+    s = json.loads((ROOT / "schemas" / "schedgen.schema.json").read_text())
+    transport = s["$defs"]["Collective"]["properties"]["transport"]
+    assert transport["enum"] == ["remote_ref", "multimem_store", "multimem_load_reduce"]
+    assert "switched off on the lent machines: they cannot run here" in transport["description"]
+    assert "CANNOT\nRUN on the lent machines" in s["$defs"]["Collective"]["description"]

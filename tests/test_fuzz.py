@@ -465,6 +465,7 @@ ADD = SPECS["add_bf16.yaml"]
 SCALE = SPECS["scale_f32.toml"]
 MATMUL = SPECS["matmul_bias_gelu_bf16.yaml"]
 ATTN = SPECS["attention_bf16_4096.yaml"]
+COLL = SPECS["collective_matmul_bf16_1024x4096.yaml"]
 
 
 def _rename_key(mapping: dict, old: str, new: str) -> None:
@@ -526,6 +527,15 @@ def _field_cases():
         "matmul-constant-name": new_key(MATMUL, "op", "constants"),
         "attention-input-name": ident_key(ATTN, "op", "inputs", "q"),
         "attention-output-name": ident_key(ATTN, "op", "outputs", "o"),
+        # the multi-device family: the mesh axis name (rendered into the Pallas module as a string), its device-id
+        # expression (rendered from its tree), operand names, and the names of its remote refs and semaphores
+        "collective-input-name": ident_key(COLL, "op", "inputs", "a"),
+        "collective-output-name": ident_key(COLL, "op", "outputs", "out"),
+        "collective-axis-name": value(COLL, ("op", "mesh", "axis_name")),
+        "collective-device-id": value(COLL, ("schedule", "collective", "remote_refs", "gather", "device_id"),
+                                      "(x - 1 + {}) % 2"),
+        "collective-remote-ref-name": ident_key(COLL, "schedule", "collective", "remote_refs", "gather"),
+        "collective-semaphore-name": ident_key(COLL, "schedule", "collective", "semaphores", "received"),
     }
 
 

@@ -93,7 +93,7 @@ class CollectiveMatmulPlan:
     send_offset: int           # send_to(d) = (d + send_offset) mod D
     chunk_step: int            # chunk(d, s) = (d + chunk_step x s) mod D (chunk_step = -send_offset)
     device_id_py: str          # the remote ref's device id as Python over `dev` (validated, rendered from its tree)
-    device_id_text: str        # ... as written (explain only; never rendered into code)
+    device_id_text: str        # ... over the axis name (explain), re-rendered from the tree like device_id_py
     slots: int                 # gather buffer slots: num_devices - 1
     tiles_per_step: int
     num_tiles: int
@@ -376,7 +376,7 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         problems.add(path, f"the all-gather is a ring: each device sends its chunks to a neighbour, device_id "
                            f"({axis} - 1) % {d_count} or ({axis} + 1) % {d_count}; this one sends {shown}")
         return None, "", text
-    return send_to, ex.render_py_int(expr, {axis: "dev"}), text
+    return send_to, ex.render_py_int(expr, {axis: "dev"}), ex.render_py_int(expr, {axis: axis})
 
 
 # ------------------------------------------------------------------------------- the NVLink multicast entries

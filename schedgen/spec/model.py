@@ -223,7 +223,11 @@ class Collective(Model):
     rendered and their PTX (multimem.st / multimem.ld_reduce / multimem.red) assembled to SASS in CI only.
     `remote_refs` and `semaphores` name the kernel's own (remote_refs: `gather`, where this device's chunks go;
     semaphores: `received`, `done`); an entry here sets their device id / signalling."""
-    transport: Literal["remote_ref", "multimem_store", "multimem_load_reduce"] = "remote_ref"
+    transport: Literal["remote_ref", "multimem_store", "multimem_load_reduce"] = Field(
+        default="remote_ref",
+        description="remote_ref: peer-to-peer remote refs and semaphores. multimem_store / multimem_load_reduce: "
+                    "NVLink multicast, which is switched off on the lent machines: they cannot run here (rendered "
+                    "and assembled in CI only)")
     remote_refs: dict[Ident, RemoteRef] = Field(default_factory=dict)
     semaphores: dict[Ident, Semaphore] = Field(default_factory=dict)
 
