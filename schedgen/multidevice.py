@@ -362,6 +362,34 @@ class RankSession:
         self.func = self.module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])
         self.blocks = grid_blocks(p, d.device_info()["sm_count"])
 
+    def upload(self, lhs: np.ndarray, rhs: np.ndarray, poison: bool = True) -> None:
+        """This rank's lhs [M, K] and rhs [K, N]; out poisoned with NaN (synchronous)."""
+        d = _driver()
+        d.ensure_context(self.device)
+        for name, arr in (("lhs", lhs), ("rhs", rhs)):
+            a = np.ascontiguousarray(arr)
+            if a.nbytes != self.sizes[name]:
+                raise ValueError(f"{name}: {a.nbytes} B, the kernel's buffer holds {self.sizes[name]} B")
+            d._call("cuMemcpyHtoD", self.own[name], a.ctypes.data, a.nbytes)
+        if poison:
+            self.poison()
+
+    def poison(self) -> None:
+        d = _driver()
+        d.ensure_context(self.device)
+        d._call("cuMemsetD8", self.own["out"], POISON_BYTE, self.sizes["out"])
+        d.synchronize()
+
+    def download(self) -> np.ndarray:
+        """This rank's out [M_total, N] (synchronizes the context first)."""
+        d = _driver()
+        d.ensure_context(self.device)
+        d.synchronize()
+        p = self.plan
+        out = np.empty((p["m_total"], p["n"]), DTYPES[p["out_dtype"]])
+        d._call("cuMemcpyDtoH", out.ctypes.data, self.own["out"], out.nbytes)
+        return out
+
     def launcher(self, stream: int = 0) -> Callable[[], None]:
         """A zero-argument launcher of the next epochs: each call launches epoch + 1 (every rank must call it the
         same number of times)."""
