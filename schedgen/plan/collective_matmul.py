@@ -33,7 +33,7 @@ from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, MatmulOp, Operand, SpecFile
 from .common import CTYPE, Problems
 from .hardware import Hardware
-from .matmul import MatOperand, MatmulPlan, _tile, plan_matmul
+from .matmul import MatOperand, MatmulPlan, plan_matmul, tile_from_block_specs
 
 COPY_WARPS = 3                 # warps 1-3 of the CUDA producer warpgroup copy chunks to the peer
 # 16-byte vectors each copy lane keeps in flight: 2 fit the producer warpgroup's registers after setmaxnreg.dec
@@ -231,7 +231,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
                      f"resident could wait for peers that wait for them; use at most {hw.sm_count} (or auto)")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
-    tile = _tile(step_op, sch, out_name, Problems())        # (its own disagreements are reported by plan_matmul)
+    tile = tile_from_block_specs(step_op, sch, out_name, Problems())        # (its own disagreements are reported by plan_matmul)
     for dim, size, t in zip(("M", "N", "K"), (m, n, size_of(lhs_op.shape[1])), tile):
         if size is not None and size % t:
             problems.add(("op", "sizes"), f"{dim} = {size} is not a multiple of tile_{dim.lower()} = {t}: the all-gather "
