@@ -131,6 +131,8 @@ REJECT = [
     ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "every block must be resident at once"),
     ({"schedule.persistent.num_blocks": 200}, "schedule.persistent.num_blocks", "exceeds the 132 SMs"),
     ({"schedule.epilogue.store": "direct"}, "schedule.epilogue.store", "stores its tiles by TMA"),
+    ({"schedule.pipeline.memory_registers": 24, "schedule.pipeline.compute_registers": 240, **CUDA},
+     "schedule.pipeline.memory_registers", "it needs at least 40 registers a thread after setmaxnreg, got 24"),
     ({"M": 1000, "M_total": 2000, **CUDA}, "op.sizes", "M = 1000 is not a multiple of tile_m = 128"),
     ({"schedule.in_specs.a.delay_release": 0, "schedule.in_specs.b.delay_release": 0},
      "schedule.in_specs.a.delay_release", "the Pallas collective matmul sends each lhs stage to the peer from SMEM"),
@@ -217,3 +219,18 @@ def test_schema_says_multimem_cannot_run_here():
     assert transport["enum"] == ["remote_ref", "multimem_store", "multimem_load_reduce"]
     assert "switched off on the lent machines: they cannot run here" in transport["description"]
     assert "CANNOT\nRUN on the lent machines" in s["$defs"]["Collective"]["description"]
+
+
+def test_explain_names_the_ring_semaphores_and_the_step_plan(capsys):
+    from schedgen.explain import explain
+    text = explain(_plan())
+    assert text.splitlines()[0].endswith("(family collective_matmul, backends: cuda, pallas)")
+    assert "ring       device x sends its chunks to ((x - 1) % 2) (remote_refs.gather): 0 -> 1, 1 -> 0" in text
+    assert "step s multiplies chunk (x + s) mod 2 into out rows chunk x 1024: device 0: 0, 1; device 1: 1, 0" in text
+    assert "received[1 slot x 8] per row_block, semaphore_signal; a step waits until its row block landed" in text
+    assert "TMA        out     box [64, 64] swizzle 128 over [2048, 4096]" in text
+    assert "wgmma m64n256k16" in text and "tile loop" not in text        # the step's plan, less its own grid
+    four = explain(_plan(_devices(4, "right")))
+    assert "0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0" in four and "device 0: 0, 3, 2, 1" in four
+    assert "gather buffer 24.0 MiB (3 slots)" in four
+    assert cli_main(["explain", str(SPEC)]) == 0 and "family collective_matmul" in capsys.readouterr().out

@@ -39,6 +39,7 @@ COPY_WARPS = 3                 # warps 1-3 of the CUDA producer warpgroup copy c
 # 16-byte vectors each copy lane keeps in flight: 2 fit the producer warpgroup's registers after setmaxnreg.dec
 # (ptxas spills the copy loop with 4 at 40 registers, and for 4 devices also at 56)
 COPY_UNROLL = 2
+COPY_MIN_REGS = 40             # below, ptxas spills the copy loop (24 spilled in every schedule the fuzzer tried)
 COPY_UNIT_MIN_BYTES = 4096     # a copy unit is the fewest whole rows of at least this many bytes
 SPIN_TIMEOUT_NS = 20_000_000_000   # a cross-device wait that spins this long traps (a hang becomes an error)
 # input names become parameters of the generated functions, beside these
@@ -229,6 +230,11 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
         problems.add(("schedule", "persistent", "num_blocks"),
                      f"num_blocks {sch.persistent.num_blocks} exceeds the {hw.sm_count} SMs: blocks that are not "
                      f"resident could wait for peers that wait for them; use at most {hw.sm_count} (or auto)")
+    if mm is not None and mm.producer_regs < COPY_MIN_REGS:
+        problems.add(("schedule", "pipeline", "memory_registers"),
+                     f"the collective kernel's producer warpgroup also copies the chunks to the peer (warps 1-3, 16-byte "
+                     f"vectors in flight): it needs at least {COPY_MIN_REGS} registers a thread after setmaxnreg, got "
+                     f"{mm.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
     tile = tile_from_block_specs(step_op, sch, out_name, Problems())        # (its own disagreements are reported by plan_matmul)
