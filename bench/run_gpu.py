@@ -88,7 +88,8 @@ def main() -> int:
             continue
         for c in checks:
             lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
-                         f"{'ok' if c.ok else 'FAIL ' + c.note}{'  (' + c.note + ')' if c.ok and c.note else ''}")
+                         f"{'ok' if c.ok else ('SKIP ' if c.skipped else 'FAIL ') + c.note}"
+                         f"{'  (' + c.note + ')' if c.ok and c.note else ''}")
     (out / "verify.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
 

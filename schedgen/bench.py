@@ -114,6 +114,8 @@ def bench_pallas(kernel: Kernel, built: Built, iters: int, warmup: int) -> float
 def bench_built(built: Built, backends: Sequence[str], *, iters: int = 50, warmup: int = 10,
                 env: dict | None = None) -> list[dict]:
     plan = built.plan
+    if plan.family == "collective_matmul":
+        raise ValueError(f"{plan.name}: a multi-device kernel ({plan.num_devices} GPUs); bench/multi_gpu.py times it")
     if plan.family == "matmul":
         return bench_matmul(built, backends, iters=iters, warmup=warmup, env=env)
     if plan.family == "attention":

@@ -13,7 +13,7 @@ from . import plan as planner
 from .cache import Cache, digest, key_of
 from .cuda.compile import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
-from .render import render, templates_hash
+from .render import render, template_dir, templates_hash
 from .spec.model import SpecFile
 from .spec.validate import load_spec
 
@@ -133,7 +133,9 @@ def package(built: Built, out_dir: str | Path) -> Path:
     tmp.mkdir(parents=True)
     for name, data in built.files.items():
         (tmp / name).write_bytes(data)
-    module = environment().get_template(PACKAGE_TEMPLATE).render(p=built.plan)
+    family_template = f"package/{built.plan.family}.py.j2"      # a family whose call differs (multi-device)
+    template = family_template if (template_dir() / family_template).exists() else PACKAGE_TEMPLATE
+    module = environment().get_template(template).render(p=built.plan)
     (tmp / "__init__.py").write_text(module)
     if dest.exists():
         shutil.rmtree(dest)

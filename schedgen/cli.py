@@ -155,13 +155,13 @@ def cmd_verify(args) -> int:
                                                      0.0, False, f"{run.status}: {run.detail}")]
         for c in checks:
             rows.append(c)
-            if not c.ok and status == EXIT_OK:
+            if not c.ok and not c.skipped and status == EXIT_OK:
                 status = EXIT_FAIL
     print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
-              f"{'ok' if c.ok else 'FAIL'}{'  ' + c.note if c.note else ''}")
+              f"{'ok' if c.ok else 'SKIP' if c.skipped else 'FAIL'}{'  ' + c.note if c.note else ''}")
     return status
 
 
@@ -199,6 +199,7 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 def cmd_bench(args) -> int:
     from .bench import bench_built, environment, markdown, merge_rows
     from .build import build_spec
+    from .plan import MULTI_DEVICE
     env = environment()
     rows = []
     for path in args.files:
@@ -207,6 +208,9 @@ def cmd_bench(args) -> int:
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             return EXIT_SPEC
+        if built.plan.family in MULTI_DEVICE:
+            raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.family} family runs on "
+                         f"{built.plan.num_devices} GPUs and is timed by bench/multi_gpu.py")
         rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)
     merged = rows
     if args.json:

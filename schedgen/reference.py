@@ -44,9 +44,11 @@ def random_inputs(spec: SpecFile, sizes: Mapping[str, int], seed: int | None = N
     """Fresh random inputs (normal, or uniform in [0.5, 2) when the body takes logs or roots), never zeros."""
     rng = np.random.default_rng(seed)
     positive = bool(POSITIVE_DOMAIN & set(_functions(_body_text(spec))))
+    # a multi-device op: every operand per device, stacked along a leading device axis
+    devices = (spec.op.mesh.num_devices,) if spec.op.kind == "collective_matmul" else ()
     out = {}
     for name, operand in spec.op.inputs.items():
-        shape = shape_of(operand, sizes)
+        shape = devices + shape_of(operand, sizes)
         if positive:
             data = rng.uniform(0.5, 2.0, shape).astype(np.float32)
         else:
@@ -59,7 +61,7 @@ def _body_text(spec: SpecFile) -> str:
     """The elementwise code of a spec: a map's body, a matmul's epilogue."""
     if spec.op.kind == "matmul":
         return spec.op.epilogue or ""
-    if spec.op.kind == "attention":
+    if spec.op.kind in ("attention", "collective_matmul"):
         return ""
     return spec.op.body
 
@@ -260,7 +262,42 @@ def attention_reference(spec: SpecFile, sizes: Mapping[str, int], inputs: Mappin
     return res
 
 
-REFERENCES = {"map": map_reference, "matmul": matmul_reference, "attention": attention_reference}
+def collective_matmul_reference(spec: SpecFile, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray], *,
+                                rows: np.ndarray | None = None, sample: bool | None = None,
+                                seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
+    """float64 `out_d = all_gather(lhs) @ rhs_d` on every device d of the mesh.
+
+    Inputs are stacked over devices (random_inputs does it): lhs [D, M, K] (device j's rows of the gathered matrix at
+    [j]), rhs [D, K, N]; the result is [D, M_total, N] with device d's out at [d], the gathered rows in device order
+    (device j's at j x M). Full unless the work (D x M_total x N x K multiply-adds) is above SAMPLE_ABOVE or
+    `sample=True` or `rows` is given: then a `Sampled` reference of rows of the result viewed as [D * M_total, N]
+    (flat row r: device r // M_total, gathered row r % M_total)."""
+    op = spec.op
+    d_count = op.mesh.num_devices
+    a = np.asarray(inputs[op.lhs])
+    b = np.asarray(inputs[op.rhs])
+    if a.ndim != 3 or a.shape[0] != d_count or b.ndim != 3 or b.shape[0] != d_count:
+        raise ValueError(f"collective inputs are stacked per device: lhs [{d_count}, M, K], rhs [{d_count}, K, N]; got "
+                         f"{list(a.shape)} and {list(b.shape)}")
+    gathered = a.reshape(-1, a.shape[-1])                    # [M_total, K]: device j's rows at j x M
+    m_total, n = gathered.shape[0], b.shape[-1]
+    out_name = next(iter(op.outputs))
+    if rows is None and (sample or (sample is None and d_count * m_total * n * a.shape[-1] > SAMPLE_ABOVE)):
+        rows = sample_rows(d_count * m_total, SAMPLE_ROWS, seed)
+    if rows is None:
+        full = np.stack([_product(gathered, b[d]) for d in range(d_count)])
+        return {out_name: full}
+    flat = np.unique(np.asarray(rows, dtype=np.int64))
+    parts = []
+    for d in range(d_count):
+        local = flat[(flat // m_total) == d] % m_total
+        if local.size:
+            parts.append(_product(gathered[local], b[d]))
+    return {out_name: Sampled(flat, np.concatenate(parts, axis=0), (d_count, m_total, n))}
+
+
+REFERENCES = {"map": map_reference, "matmul": matmul_reference, "attention": attention_reference,
+              "collective_matmul": collective_matmul_reference}
 
 
 def reference(spec: SpecFile, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],

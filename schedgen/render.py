@@ -57,3 +57,9 @@ def templates_hash() -> str:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def render_multimem(plan) -> str:
+    """The NVLink multicast entries (a MultimemPlan) as CUDA: for CI to assemble, never to run (multicast is off on
+    the lent machines)."""
+    return environment().get_template("cuda/multimem.cu.j2").render(p=plan)

@@ -28,6 +28,7 @@ class Check:
     tolerance: float
     ok: bool
     note: str = ""
+    skipped: bool = False     # not run here (e.g. a multi-device kernel on a machine without its GPUs); never ok
 
     def row(self) -> dict:
         return asdict(self)
@@ -43,6 +44,8 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
         return _small_matmul(built.spec, plan, tiles_per_dim)
     if plan.family == "attention":
         return _small_attention(built.spec, plan, tiles_per_dim)
+    if plan.family == "collective_matmul":
+        return _small_collective(built.spec, plan, tiles_per_dim)
     out = {}
     out_operand = built.spec.op.outputs[plan.outputs[0].name]
     for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
@@ -101,6 +104,18 @@ def _small_matmul(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
         out[o[0]] = min(plan.sizes[o[0]], tiles_per_dim)
     return out
+
+
+def _small_collective(spec, plan, tiles_per_dim: int) -> dict[str, int]:
+    """Per-device M, N, K of `tiles` tiles each (the step's matmul tiles), and the output's rows to match."""
+    op = spec.op
+    mm = plan.mm
+    lhs, rhs, out = op.inputs[op.lhs].shape, op.inputs[op.rhs].shape, next(iter(op.outputs.values())).shape
+    want = {lhs[0]: min(plan.m, mm.tile_m * tiles_per_dim), lhs[1]: min(plan.k, mm.tile_k * tiles_per_dim),
+            rhs[1]: min(plan.n, mm.tile_n * tiles_per_dim)}
+    if isinstance(lhs[0], str):
+        want[out[0]] = plan.num_devices * want[lhs[0]]
+    return {dim: v for dim, v in want.items() if isinstance(dim, str)}
 
 
 def poisoned_outputs(plan) -> list[np.ndarray]:
@@ -172,6 +187,8 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
                  kernel: Kernel | None = None) -> list[Check]:
     plan = built.plan
+    if plan.family == "collective_matmul":
+        return verify_collective(built, backends, interpret=interpret, seed=seed)
     if kernel is None:
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
@@ -209,3 +226,55 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
     if small:
         built = build_spec(path, {**small_overrides(built), **(overrides or {})})
     return verify_built(built, backends, interpret=interpret, seed=seed)
+
+
+INTERPRET_NO_COLLECTIVES = ("Mosaic GPU interpret mode (jax 0.11.2) has no semaphores or remote refs; verified on "
+                            "GPUs only (bench/multi_gpu.py)")
+
+
+def verify_collective(built: Built, backends: Sequence[str], *, interpret: bool = False,
+                      seed: int | None = None, devices: Sequence[int] | None = None) -> list[Check]:
+    """A multi-device kernel on the GPUs of this machine (one process drives them all), against float64 numpy on
+    sampled rows of every device's output; skipped (and said why) where the GPUs or the interpreter cannot run it."""
+    from . import multidevice
+    plan = built.plan
+    out = plan.outputs[0]
+    k = plan.k
+    tol = tolerance(out.dtype, plan.approx_math, k)
+    inputs = random_inputs(built.spec, plan.sizes, seed)
+    refs = reference(built.spec, plan.sizes, inputs, seed=seed)
+    ref = refs[out.name]
+    checks = []
+
+    def check(backend: str, run) -> Check:
+        try:
+            got = run()
+        except Exception as exc:  # reported as a failed check, never a traceback
+            return Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, math.inf, tol, False,
+                         f"{type(exc).__name__}: {exc}")
+        err = rel_error(got, ref)
+        note = f"{plan.num_devices} devices" + (f"; {len(ref.rows)} sampled rows" if isinstance(ref, Sampled) else "")
+        return Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, err, tol, err <= tol, note)
+
+    for backend in backends:
+        if backend not in plan.backends:
+            continue
+        if backend == "pallas" and interpret:
+            why = INTERPRET_NO_COLLECTIVES
+        else:
+            ok, why = multidevice.can_run(plan, devices)
+            why = "" if ok else why
+        if why:
+            checks.append(Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, math.nan, tol, False,
+                                f"not run: {why}", skipped=True))
+            continue
+        if backend == "cuda":
+            cubin = built.files["kernel.cubin"]
+            # two launches: the second reuses the gather buffers and semaphores (epoch 2) on fresh poisoned outputs
+            checks.append(check("cuda", lambda: multidevice.run_cuda(plan, cubin, inputs, devices, launches=2)))
+        else:
+            def pallas():
+                folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
+                return multidevice.run_pallas(load_package(package(built, folder)).pallas_module(), plan, inputs)
+            checks.append(check("pallas", pallas))
+    return checks

@@ -466,6 +466,87 @@ def test_attention_schedules_plan_or_compile(case):
     assert all(v.startswith(("ptxas C75", "the kernel spills")) for v in verdicts), verdicts
 
 
+# ---------------------------------------------------------------------------- collective matmul schedules
+
+COLL_EXAMPLES = 300 if LONG else 6            # each planned one is two NVRTC compiles (~0.7 s each)
+
+
+@st.composite
+def collective_schedules(draw):
+    """A collective_matmul spec over the family's schedule space: 2-8 devices either way round the ring, tiles,
+    stages, 1-2 consumers split along m or n, register budgets, epilogue buffers, tile order, bf16/f16 in, f32 out,
+    both semaphore forms and counts (CUDA: the Pallas rendering takes fewer of them)."""
+    data, src = SPECS["collective_matmul_bf16_1024x4096.yaml"]
+    data = copy.deepcopy(data)
+    op, sch = data["op"], data["schedule"]
+    d = draw(st.sampled_from([2, 3, 4, 8]), label="devices")
+    tm, tn, tk = (draw(st.sampled_from(v), label=n) for n, v in
+                  (("tile_m", [64, 128, 256]), ("tile_n", [64, 128, 256]), ("tile_k", [32, 64, 128])))
+    m = tm * draw(st.integers(1, 4), label="m tiles")
+    op["sizes"] = {"M": m, "M_total": d * m, "K": tk * draw(st.integers(1, 4), label="k tiles"),
+                   "N": tn * draw(st.integers(1, 4), label="n tiles")}
+    op["mesh"]["num_devices"] = d
+    dt = draw(st.sampled_from(["bf16", "f16"]), label="dtype")
+    op["inputs"]["a"]["dtype"] = op["inputs"]["b"]["dtype"] = dt
+    op["outputs"]["out"]["dtype"] = draw(st.sampled_from([dt, "f32"]), label="out dtype")
+    pipe = sch["pipeline"]
+    pipe["num_compute_wgs"] = draw(st.integers(1, 2), label="consumers")
+    pipe["wg_axis"] = draw(st.sampled_from(["m", "n"]), label="wg_axis")
+    pipe["max_concurrent_steps"] = draw(st.integers(2, 6), label="stages")
+    pipe["memory_registers"], pipe["compute_registers"] = draw(
+        st.sampled_from([(40, 232), (56, 224), (56, 256), (24, 240)]), label="registers")
+    sch["in_specs"] = {"a": {"block_shape": [tm, tk], "delay_release": 1}, "b": {"block_shape": [tk, tn], "delay_release": 1}}
+    sch["out_specs"] = {"out": {"block_shape": [tm, tn]}}
+    sch["epilogue"] = {"buffers": draw(st.integers(1, 3), label="epilogue buffers")}
+    sch["persistent"] = {"loop": "nd_loop", "tile_order": draw(st.sampled_from(["row_major", "planar_snake"]))}
+    sign = draw(st.sampled_from(["-", "+"]), label="ring direction")
+    sch["collective"]["remote_refs"]["gather"]["device_id"] = f"(x {sign} 1) % {d}"
+    forms = st.sampled_from(["semaphore_signal", "semaphore_signal_parallel"])
+    sch["collective"]["semaphores"] = {
+        "received": {"signal": draw(forms, label="received"), "per": draw(st.sampled_from(["chunk", "row_block"]))},
+        "done": {"signal": draw(forms, label="done")}}
+    sch["backends"] = ["cuda"]
+    return data, src
+
+
+def _step_matmul(data):
+    """The matmul family's spec of one ring step of a collective spec (what plan_matmul plans inside it)."""
+    data = copy.deepcopy(data)
+    op = data["op"]
+    op["kind"] = "matmul"
+    op.pop("mesh")
+    op["sizes"].pop("M_total")
+    op["outputs"]["out"]["shape"] = ["M", "N"]
+    data["schedule"].pop("collective")
+    return data
+
+
+@settings(max_examples=COLL_EXAMPLES)
+@given(case=collective_schedules())
+def test_collective_schedules_compile_like_their_step_matmul(case):
+    """Every collective schedule is rejected at its field, or compiles; and what ptxas says costs it speed (spills,
+    serialized wgmma) is exactly what it says of the matmul family's kernel for one step: the copy warps and the
+    cross-device waits add no register pressure of their own (below 40 producer registers they would: rejected)."""
+    from schedgen.build import compiler_verdicts
+    from schedgen.cuda.compile import compile_cuda, resource_usage
+    data, src = case
+    note(repr(data))
+    p = _plan_or_problems(data, src)
+    event("planned" if p is not None else "rejected")
+    assume(p is not None)
+    cu, _ = _check_rendered(data, p)
+    verdicts = []
+    for kernel_name, text in ((p.kernel_name, cu), (None, None)):
+        if text is None:
+            q = plan(validate_data(_step_matmul(data), src), src)
+            kernel_name, text = q.kernel_name, render(q, "cuda")
+        c = compile_cuda(text, f"{kernel_name}.cu")
+        verdicts.append(sorted(v.split(" in function")[0].split(" around line")[0]
+                               for v in compiler_verdicts(c.log, resource_usage(c.cubin)[kernel_name])))
+    event("clean" if not verdicts[0] else "compiler verdicts, as the matmul's")
+    assert verdicts[0] == verdicts[1], verdicts
+
+
 # ---------------------------------------------------------------------------- regressions found by fuzzing
 
 def _scale(**edits):
@@ -557,6 +638,7 @@ ADD = SPECS["add_bf16.yaml"]
 SCALE = SPECS["scale_f32.toml"]
 MATMUL = SPECS["matmul_bias_gelu_bf16.yaml"]
 ATTN = SPECS["attention_bf16_4096.yaml"]
+COLL = SPECS["collective_matmul_bf16_1024x4096.yaml"]
 
 
 def _rename_key(mapping: dict, old: str, new: str) -> None:
@@ -618,6 +700,15 @@ def _field_cases():
         "matmul-constant-name": new_key(MATMUL, "op", "constants"),
         "attention-input-name": ident_key(ATTN, "op", "inputs", "q"),
         "attention-output-name": ident_key(ATTN, "op", "outputs", "o"),
+        # the multi-device family: the mesh axis name (rendered into the Pallas module as a string), its device-id
+        # expression (rendered from its tree), operand names, and the names of its remote refs and semaphores
+        "collective-input-name": ident_key(COLL, "op", "inputs", "a"),
+        "collective-output-name": ident_key(COLL, "op", "outputs", "out"),
+        "collective-axis-name": value(COLL, ("op", "mesh", "axis_name")),
+        "collective-device-id": value(COLL, ("schedule", "collective", "remote_refs", "gather", "device_id"),
+                                      "(x - 1 + {}) % 2"),
+        "collective-remote-ref-name": ident_key(COLL, "schedule", "collective", "remote_refs", "gather"),
+        "collective-semaphore-name": ident_key(COLL, "schedule", "collective", "semaphores", "received"),
     }
 
 

@@ -34,6 +34,8 @@ def test_spec_verifies_on_gpu(spec, backend, cache):
         pytest.skip(f"{Path(spec).stem} is built for {', '.join(built.plan.backends)} only")
     checks = verify_built(built, [backend])
     assert checks, f"{backend} not built for {spec}"
+    if all(c.skipped for c in checks):              # a multi-device spec on a machine without its GPUs
+        pytest.skip(checks[0].note)
     for c in checks:
         assert c.ok, c
 
@@ -42,7 +44,10 @@ def test_spec_verifies_on_gpu(spec, backend, cache):
 def test_spec_verifies_twice_with_new_inputs(spec, cache):
     """A moving error between runs is a race: two fresh random draws must both pass."""
     built = build_spec(spec, cache=cache)
-    errs = [verify_built(built, ["cuda"])[0].rel_error for _ in range(2)]
+    first = verify_built(built, ["cuda"])[0]
+    if first.skipped:
+        pytest.skip(first.note)
+    errs = [first.rel_error, verify_built(built, ["cuda"])[0].rel_error]
     assert all(e <= tolerance(built.plan.outputs[0].dtype, built.plan.approx_math) for e in errs), errs
 
 

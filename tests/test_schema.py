@@ -128,7 +128,8 @@ def test_bundled_spec_conforms_to_schema(path):
     assert conform(data, s, s) == []
     # and the schema's required keys are really there
     assert set(s["required"]) <= set(data)
-    model = {"map": "MapOp", "matmul": "MatmulOp", "attention": "AttentionOp"}[data["op"]["kind"]]
+    model = {"map": "MapOp", "matmul": "MatmulOp", "attention": "AttentionOp",
+             "collective_matmul": "CollectiveMatmulOp"}[data["op"]["kind"]]
     assert set(s["$defs"][model]["required"]) <= set(data["op"])
 
 

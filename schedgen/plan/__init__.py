@@ -15,13 +15,23 @@ from .hardware import H200, Hardware
 from .map import MapPlan, plan_map
 from .attention import AttentionPlan, plan_attention
 from .matmul import MatmulPlan, plan_matmul
+from .collective_matmul import CollectiveMatmulPlan, plan_collective_matmul
+from .common import Problems
 
-PLANNERS = {"map": plan_map, "matmul": plan_matmul, "attention": plan_attention}
+PLANNERS = {"map": plan_map, "matmul": plan_matmul, "attention": plan_attention,
+            "collective_matmul": plan_collective_matmul}
+MULTI_DEVICE = frozenset({"collective_matmul"})
 
 
 def plan(spec: SpecFile, src: SourceMap, hw: Hardware = H200):
     """Plan one spec or raise SpecErrors listing every problem."""
     planner = PLANNERS[spec.op.kind]
+    if spec.op.kind not in MULTI_DEVICE and spec.schedule.collective is not None:
+        problems = Problems()
+        problems.add(("schedule", "collective"), f"schedule.collective describes a multi-device kernel; the "
+                                                 f"{spec.op.kind} family runs on one GPU (multi-device: "
+                                                 f"{', '.join(sorted(MULTI_DEVICE))}): remove it")
+        raise SpecErrors(problems, src)
     result, problems = planner(spec, hw)
     if problems or result is None:
         raise SpecErrors(problems, src)
@@ -43,4 +53,5 @@ def to_json(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=1, sort_keys=True)
 
 
-__all__ = ["plan", "to_dict", "to_json", "MapPlan", "MatmulPlan", "AttentionPlan", "H200", "Hardware"]
+__all__ = ["plan", "to_dict", "to_json", "MapPlan", "MatmulPlan", "AttentionPlan", "CollectiveMatmulPlan", "H200",
+           "Hardware"]

@@ -268,7 +268,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     osz = ITEMSIZE[out_dtype]
 
     # --- the block tile: from the BlockSpecs (each as stored), defaults where absent
-    tm, tn, tk = _tile(op, sch, out_name, problems)
+    tm, tn, tk = tile_from_block_specs(op, sch, out_name, problems)
     for nm in sch.in_specs:
         if nm not in (op.lhs, op.rhs):
             problems.add(("schedule", "in_specs", nm), f"only lhs '{op.lhs}' and rhs '{op.rhs}' are tiled by BlockSpecs; "
@@ -578,7 +578,7 @@ def _names(expr) -> frozenset[str]:
     return expr.names
 
 
-def _tile(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:
+def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:
     """tile_m, tile_n, tile_k from the lhs/rhs/out BlockSpecs (each written in its stored order); they must agree."""
     got: dict[str, list[tuple[int, tuple]]] = {"m": [], "n": [], "k": []}
     for nm, dims in ((op.lhs, ("k", "m") if op.transpose_lhs else ("m", "k")),

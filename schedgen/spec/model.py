@@ -109,7 +109,31 @@ class AttentionOp(Model):
     scale: Float32 | None = None
 
 
-Op = Annotated[Union[MapOp, MatmulOp, AttentionOp], Field(discriminator="kind")]
+class Mesh(Model):
+    """The devices a multi-GPU kernel runs on: a 1-D device mesh, as `jax.make_mesh((num_devices,), (axis_name,))`
+    makes it. The kernel runs once per device (under `jax.shard_map` for Pallas, one launch per GPU for CUDA); each
+    launch knows its index along the axis (`lax.axis_index(axis_name)`), and device ids in the schedule's
+    expressions are indices along this axis."""
+    axis_name: Ident
+    num_devices: Annotated[int, Field(ge=1, le=8)]
+
+
+class CollectiveMatmulOp(Model):
+    """`out = all_gather(lhs) @ rhs` on every device of a 1-D mesh: the all-gather of lhs over the mesh axis overlapped
+    with the matmul (the pattern of JAX's collective_matmul_mgpu). Shapes are per device, as each device's kernel sees
+    them: `lhs` [M, K] is this device's rows of the gathered matrix, `rhs` [K, N] this device's own right-hand side
+    (e.g. its column shard of a weight), `out` [M_total, N] with M_total = num_devices x M, device d's rows at
+    d x M. bf16/f16 in, f32 accumulation, bf16/f16/f32 out."""
+    kind: Literal["collective_matmul"]
+    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    inputs: dict[Ident, Operand] = Field(min_length=2, max_length=2)
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1)
+    lhs: Ident = "a"
+    rhs: Ident = "b"
+    mesh: Mesh
+
+
+Op = Annotated[Union[MapOp, MatmulOp, AttentionOp, CollectiveMatmulOp], Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- schedule: how
@@ -170,6 +194,44 @@ class Epilogue(Model):
     store: Literal["tma", "direct"] = "tma"   # direct: each thread stores its accumulator fragment (no SMEM, no barriers)
 
 
+class RemoteRef(Model):
+    """`plgpu.remote_ref(ref, device_id)`: a peer device's copy of one of the kernel's buffers. `device_id` is an
+    integer expression in the mesh axis name (this device's index along it) and integer literals, e.g.
+    "(x - 1) % 2"; it is evaluated for every device and must name a device of the mesh."""
+    device_id: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class Semaphore(Model):
+    """A cross-device semaphore (`plgpu.SemaphoreType.REGULAR`, in GMEM): signalled on a peer (`pl.semaphore_signal`
+    with `device_id`, or `plgpu.semaphore_signal_parallel` of `SemaphoreSignal`s) and waited on where it lives
+    (`pl.semaphore_wait(sem, value, decrement=False)`: counts only rise). `signal`: semaphore_signal (each signal a
+    release of its own) or semaphore_signal_parallel (signals issued together behind one system-scope fence).
+    `per`: what one semaphore of the array counts: `chunk` (one device's whole lhs), `row_block` (one tile row of
+    it: the receiver starts on the rows that landed), `launch` (one kernel launch, for `done`). The Pallas rendering
+    takes semaphore_signal only (jax 0.11.2 puts semaphore_signal_parallel's fence after its adds)."""
+    signal: Literal["semaphore_signal", "semaphore_signal_parallel"] = "semaphore_signal"
+    per: Literal["chunk", "row_block", "launch"] | None = None
+
+
+class Collective(Model):
+    """How a multi-device kernel moves data between the devices of `op.mesh`.
+
+    `transport: remote_ref` (the default) is peer-to-peer: each device forwards lhs chunks to its ring neighbour
+    through remote refs (Pallas: `plgpu.remote_ref`; CUDA: peer pointers) and semaphores. The NVLink multicast
+    entries (`multimem_store`, `multimem_load_reduce`, and `semaphore_signal_multicast` that rides on them) CANNOT
+    RUN on the lent machines, where NVLink multicast is switched off: asking for them is a located error; they are
+    rendered and their PTX (multimem.st / multimem.ld_reduce / multimem.red) assembled to SASS in CI only.
+    `remote_refs` and `semaphores` name the kernel's own (remote_refs: `gather`, where this device's chunks go;
+    semaphores: `received`, `done`); an entry here sets their device id / signalling."""
+    transport: Literal["remote_ref", "multimem_store", "multimem_load_reduce"] = Field(
+        default="remote_ref",
+        description="remote_ref: peer-to-peer remote refs and semaphores. multimem_store / multimem_load_reduce: "
+                    "NVLink multicast, which is switched off on the lent machines: they cannot run here (rendered "
+                    "and assembled in CI only)")
+    remote_refs: dict[Ident, RemoteRef] = Field(default_factory=dict)
+    semaphores: dict[Ident, Semaphore] = Field(default_factory=dict)
+
+
 class CompilerParams(Model):
     approx_math: bool = False
     lowering_semantics: Literal["lane", "warpgroup"] = "warpgroup"
@@ -189,6 +251,7 @@ class Schedule(Model):
     persistent: Persistent = Persistent()
     epilogue: Epilogue = Epilogue()
     compiler_params: CompilerParams = CompilerParams()
+    collective: Collective | None = None
     backends: list[Literal["cuda", "pallas"]] = Field(default_factory=lambda: ["cuda", "pallas"], min_length=1)
 
 

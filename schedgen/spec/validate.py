@@ -132,7 +132,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         ctx = err.get("ctx") or {}
         return f"unknown kind {ctx.get('tag')!r}; legal kinds: {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "required key 'kind' is missing; legal kinds: map, matmul, attention"
+        return "required key 'kind' is missing; legal kinds: map, matmul, attention, collective_matmul"
     msg = err["msg"]
     if kind.startswith("value_error"):
         msg = msg.removeprefix("Value error, ")
