@@ -33,7 +33,7 @@ from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, MatmulOp, Operand, SpecFile
 from .common import CTYPE, Problems
 from .hardware import Hardware
-from .matmul import MatOperand, MatmulPlan, plan_matmul, tile_from_block_specs
+from .matmul import MatOperand, MatmulPlan, check_operand_roles, plan_matmul, tile_from_block_specs
 
 COPY_WARPS = 3                 # warps 1-3 of the CUDA producer warpgroup copy chunks to the peer
 # 16-byte vectors each copy lane keeps in flight: 2 fit the producer warpgroup's registers after setmaxnreg.dec
@@ -164,13 +164,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
     # --- shapes: lhs [M, K], rhs [K, N] per device, out [M_total, N]
     out_name = next(iter(op.outputs))
     before = len(problems)
-    for role in ("lhs", "rhs"):
-        nm = getattr(op, role)
-        if nm not in op.inputs:
-            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
-                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
-    if op.lhs == op.rhs:
-        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; name two different inputs")
+    check_operand_roles(op, problems)
     if len(problems) != before:
         return None, problems
     lhs_op, rhs_op, out_op = op.inputs[op.lhs], op.inputs[op.rhs], op.outputs[out_name]

@@ -156,6 +156,17 @@ def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str |
     return None
 
 
+def check_operand_roles(op, problems: Problems) -> None:
+    """op.lhs and op.rhs name two different inputs (the matmul and collective_matmul families)."""
+    for role in ("lhs", "rhs"):
+        nm = getattr(op, role)
+        if nm not in op.inputs:
+            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
+                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
+    if op.lhs == op.rhs:
+        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; A @ A^T style products need two inputs here")
+
+
 def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Problems]:
     op, sch = spec.op, spec.schedule
     problems = Problems()
@@ -176,13 +187,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                          f"choose another name")
     if spec.name in MODULE_NAMES:
         problems.add(("name",), f"'{spec.name}' is reserved by the generated module; choose another kernel name")
-    for role in ("lhs", "rhs"):
-        nm = getattr(op, role)
-        if nm not in op.inputs:
-            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
-                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
-    if op.lhs == op.rhs:
-        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; A @ A^T style products need two inputs here")
+    check_operand_roles(op, problems)
     out_name = next(iter(op.outputs))
     extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
 
