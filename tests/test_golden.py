@@ -1,7 +1,8 @@
-"""Golden rendered sources: each bundled spec through both templates, compared byte for byte.
+"""Goldens of every intermediate product: each bundled spec's plan JSON, its `explain` text, and its rendered
+sources through both templates, compared byte for byte.
 
-Regenerate after an intended template change with `pytest tests/test_golden.py --update-golden`, then review
-the diff of tests/golden/.
+Regenerate after an intended change with `pytest tests/test_golden.py --update-golden`, then review the diff of
+tests/golden/ (a refactor must leave it empty, or explain every changed line in its commit).
 """
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import re
 import pytest
 
 from conftest import GOLDEN_DIR, spec_files
-from schedgen.plan import plan
+from schedgen.explain import explain
+from schedgen.plan import plan, to_json
 from schedgen.render import render
 from schedgen.spec.validate import load_spec
 
 SUFFIX = {"cuda": ".cu", "pallas": ".py"}
+PRODUCTS = {".plan.json": lambda p: to_json(p) + "\n", ".explain.txt": lambda p: explain(p) + "\n"}
 
 
 def _plan(path):
@@ -36,6 +39,18 @@ def test_rendered_source_matches_golden(path, backend, update_golden):
     assert text == golden.read_text(), f"{golden.name} differs from the rendered source (pytest --update-golden)"
 
 
+@pytest.mark.parametrize("product", sorted(PRODUCTS))
+@pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
+def test_plan_and_explain_match_golden(path, product, update_golden):
+    text = PRODUCTS[product](_plan(path))
+    golden = GOLDEN_DIR / f"{path.stem}{product}"
+    if update_golden:
+        golden.write_text(text)
+        return
+    assert golden.exists(), f"missing {golden}; run pytest --update-golden"
+    assert text == golden.read_text(), f"{golden.name} differs from the current plan (pytest --update-golden)"
+
+
 @pytest.mark.parametrize("path", spec_files(), ids=lambda p: p.stem)
 def test_rendering_is_deterministic_and_well_formed(path):
     p = _plan(path)
@@ -54,4 +69,5 @@ def test_rendering_is_deterministic_and_well_formed(path):
 def test_every_golden_file_belongs_to_a_spec():
     stems = {p.stem for p in spec_files()}
     for g in GOLDEN_DIR.iterdir():
-        assert g.stem in stems and g.suffix in SUFFIX.values(), f"stale golden file {g.name}"
+        stem, _, suffix = g.name.partition(".")
+        assert stem in stems and "." + suffix in (*SUFFIX.values(), *PRODUCTS), f"stale golden file {g.name}"
