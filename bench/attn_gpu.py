@@ -235,7 +235,7 @@ def cupti_rounds(fns: dict, calls: int, rounds: int, sync) -> dict:
 # ---------------------------------------------------------------------------------------------- one case
 
 def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
-    import schedgen.plan.attention as planner
+    import schedgen.families.attention.plan as planner
     t0 = time.time()
     consts = ov.get("__planner", {})      # A/B runs: planner constants (ROW_CHAINS, SKIP_RESCALE_MIN_D) for this case
     saved = {k: getattr(planner, k) for k in consts}
@@ -251,7 +251,7 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
 def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> dict:
     import torch
     from schedgen.build import build_spec, package
-    from schedgen.runtime import load_package
+    from schedgen.runtime.kernel import load_package
     built = build_spec(BASE, ov)
     p = built.plan
     kern = load_package(package(built, tmp / label))

@@ -36,7 +36,7 @@ def main() -> int:
     import torch
     from schedgen import bench as B
     from schedgen.build import build_spec, package
-    from schedgen.runtime import load_package
+    from schedgen.runtime.kernel import load_package
 
     specs = args.specs or sorted(str(p) for p in (ROOT / "specs").glob("matmul_*.yaml"))
     out_dir = Path(args.out)

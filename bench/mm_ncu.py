@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     import torch
     from schedgen.build import build_spec, package
-    from schedgen.runtime import load_package
+    from schedgen.runtime.kernel import load_package
     spec = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "specs/matmul_bf16_4096.yaml")
     built = build_spec(spec)
     k = load_package(package(built, Path(tempfile.mkdtemp())))

@@ -67,7 +67,7 @@ def main() -> int:
     import numpy as np
     import torch
     from schedgen.build import build_spec, package
-    from schedgen.runtime import load_package
+    from schedgen.runtime.kernel import load_package
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ and print a short table last.
   draws the same fresh random inputs (every device's lhs and its own rhs), poisons its output with NaN, and
   checks ||out - ref|| / ||ref|| against float64 on sampled rows (and that no NaN is left anywhere), for
     * torch.distributed all_gather_into_tensor (NCCL) + torch.matmul (cuBLAS): the baseline,
-    * schedgen's CUDA kernel (one launch per GPU, peer buffers shared as CUDA IPC handles, schedgen.multidevice),
+    * schedgen's CUDA kernel (one launch per GPU, peer buffers shared as CUDA IPC handles, schedgen.runtime.multidevice),
       verified on its first launch and again after the timed ones (the gather buffers and semaphores reused);
   then times them interleaved (rounds in rotating order, a barrier before each, CUDA events per iteration on the
   rank's stream; an iteration's time is the slowest rank's; medians), with the baseline's all-gather and matmul
@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from schedgen.multidevice import MULTI_GPU_ENV, apply_env  # noqa: E402
+from schedgen.runtime.multidevice import MULTI_GPU_ENV, apply_env  # noqa: E402
 
 apply_env()                                                   # before torch / jax / NCCL read the environment
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -185,7 +185,7 @@ def _rank(rank: int, world: int, port: int, cfg: dict) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
-    from schedgen import multidevice as md
+    from schedgen.runtime import multidevice as md
     out_file = Path(cfg["tmp"]) / f"rank{rank}.json"
     res: dict[str, Any] = {"rank": rank, "checks": {}, "times": {}, "errors": {}}
     try:
@@ -333,8 +333,8 @@ def pallas_worker(cfg: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
-    from schedgen import multidevice as md
-    from schedgen.runtime import load_package
+    from schedgen.runtime import multidevice as md
+    from schedgen.runtime.kernel import load_package
     plan = md.load_plan(cfg["package"])
     d = plan["num_devices"]
     mod = load_package(cfg["package"]).pallas_module()
@@ -418,9 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from schedgen.build import build_spec, package
     from schedgen.errors import SpecErrors
-    from schedgen.multidevice import gpu_count
+    from schedgen.runtime.multidevice import gpu_count
     from schedgen.reference import tolerance
-    from schedgen.spec.validate import parse_overrides
+    from schedgen.frontend.validate import parse_overrides
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

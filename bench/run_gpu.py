@@ -25,7 +25,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch, cuBLAS
 
 def family_of(path: Path) -> str:
     """A spec's op kind, read without building it (matmul_*.yaml files are matmuls; others are read)."""
-    from schedgen.spec.validate import load_spec
+    from schedgen.frontend.validate import load_spec
     try:
         return load_spec(str(path))[0].op.kind
     except Exception:
@@ -63,7 +63,7 @@ def main() -> int:
     import tomllib
     from schedgen.bench import bench_built, environment, markdown
     from schedgen.build import build_spec
-    from schedgen.spec.validate import parse_overrides
+    from schedgen.frontend.validate import parse_overrides
     from schedgen.verify import verify_file
 
     env = environment()

@@ -32,7 +32,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from .build import Built, package, toolchain  # noqa: E402
 from .reference import random_inputs, reference, rel_error, tolerance  # noqa: E402
-from .runtime import Kernel, load_package  # noqa: E402
+from .runtime.kernel import Kernel, load_package  # noqa: E402
 from .verify import device_buffers, verify_built  # noqa: E402
 
 L2_BYTES = 60 << 20
@@ -50,7 +50,7 @@ def environment() -> dict[str, Any]:
         env.update(gpu=name, driver=driver, clocks={"sm": sm, "sm_max": sm_max, "mem": mem})
     except Exception:
         try:
-            from .cuda import driver as drv
+            from .runtime import driver as drv
             info = drv.device_info()
             env.update(gpu=info.get("name"), driver=str(info.get("driver")))
         except Exception as exc:  # no GPU: the record says so
@@ -70,7 +70,7 @@ def _sets_for(nbytes: int) -> int:
 
 def bench_cuda(kernel: Kernel, built: Built, iters: int, warmup: int) -> tuple[float, float]:
     """(our median ms, copy-peer median ms)."""
-    from .cuda import driver
+    from .runtime import driver
     plan = built.plan
     driver.ensure_context()
     in_bytes = sum(math.prod(o.shape) * o.itemsize for o in plan.inputs)
@@ -411,7 +411,7 @@ def _timing(time_ms: float | None, method: str, **extra) -> dict:
 def time_stream_fn(fn: Callable[[int], None], sets: int, *, warmup: int, iters: int, stream: int = 0) -> dict:
     """A launch on a CUDA stream (our CUDA kernel, cuBLAS), input set i % sets on call i: CUDA events (median),
     plus CUPTI kernel time where available."""
-    from .cuda import driver
+    from .runtime import driver
     state = {"i": 0}
 
     def run() -> None:
@@ -485,7 +485,7 @@ def _to_torch(torch, x, dtype: str):
 
 
 def _from_torch(torch, t, dtype: str):
-    from .cuda.arrays import DTYPES
+    from .runtime.arrays import DTYPES
     t = t.detach().contiguous().cpu()
     if dtype == "bf16":
         return t.view(torch.int16).numpy().view(DTYPES["bf16"])
@@ -511,7 +511,7 @@ def bench_cublas(plan, host: dict, sets: int, *, iters: int, warmup: int, produc
     """torch.matmul (cuBLAS) on device copies of the same inputs, transposed views per the plan's flags. Times the
     product only (plus the cast to the output dtype where cuBLAS cannot write it)."""
     import torch
-    from .cuda import driver
+    from .runtime import driver
     lhs = next(o for o in plan.inputs if o.role == "lhs")
     rhs = next(o for o in plan.inputs if o.role == "rhs")
     tdt = {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
@@ -610,7 +610,7 @@ def bench_jax_pallas(plan, host: dict, sets: int, *, iters: int, warmup: int, fu
 def _our_cuda(kernel: Kernel, plan, host: dict, sets: int, *, iters: int, warmup: int) -> dict:
     """Our CUDA kernel over `sets` device copies of the inputs (torch tensors when torch is there: the same kind of
     memory cuBLAS reads; driver buffers otherwise)."""
-    from .cuda import driver
+    from .runtime import driver
     keep: list = []
     launchers = []
     try:

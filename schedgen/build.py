@@ -9,15 +9,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import families
 from . import plan as planner
 from .cache import Cache, digest, key_of
-from .cuda.compile import ARCH, compile_cuda, nvrtc_version, resource_usage
+from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
-from .render import render, template_dir, templates_hash
-from .spec.model import SpecFile
-from .spec.validate import load_spec
+from .render import render, templates_hash
+from .frontend.specfile import SpecFile
+from .frontend.validate import load_spec
 
-PACKAGE_TEMPLATE = "package/module.py.j2"
+PACKAGE_TEMPLATE = "shared/package.py.j2"
 CUDA_FILES = ("kernel.cu", "kernel.ptx", "kernel.cubin")
 
 
@@ -133,8 +134,8 @@ def package(built: Built, out_dir: str | Path) -> Path:
     tmp.mkdir(parents=True)
     for name, data in built.files.items():
         (tmp / name).write_bytes(data)
-    family_template = f"package/{built.plan.family}.py.j2"      # a family whose call differs (multi-device)
-    template = family_template if (template_dir() / family_template).exists() else PACKAGE_TEMPLATE
+    # a family whose call differs (multi-device) has a package template of its own
+    template = families.of(built.plan).template("package.py.j2") or PACKAGE_TEMPLATE
     module = environment().get_template(template).render(p=built.plan)
     (tmp / "__init__.py").write_text(module)
     if dest.exists():

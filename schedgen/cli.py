@@ -19,7 +19,7 @@ def _usage(message: str) -> SystemExit:
 
 
 def _overrides(args) -> dict:
-    from .spec.validate import parse_overrides
+    from .frontend.validate import parse_overrides
     try:
         return parse_overrides(args.define or [])
     except ValueError as exc:
@@ -33,7 +33,7 @@ def _add_define(p: argparse.ArgumentParser) -> None:
 
 def cmd_validate(args) -> int:
     from .plan import plan
-    from .spec.validate import load_spec
+    from .frontend.validate import load_spec
     status = EXIT_OK
     for path in args.files:
         try:
@@ -47,7 +47,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from .spec.schema import schema_json
+    from .frontend.schema import schema_json
     text = schema_json()
     if args.check:
         current = Path(args.output).read_text() if Path(args.output).exists() else ""
@@ -99,14 +99,14 @@ def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
 
 
 def _sizes(path: str, overrides: dict) -> dict:
-    from .spec.validate import load_spec
+    from .frontend.validate import load_spec
     return dict(load_spec(path, overrides)[0].op.sizes)
 
 
 def cmd_explain(args) -> int:
     from .explain import explain
     from .plan import plan, to_json
-    from .spec.validate import load_spec
+    from .frontend.validate import load_spec
     spec, src = load_spec(args.file, _overrides(args))
     p = plan(spec, src)
     print(to_json(p) if args.json else explain(p))
@@ -199,7 +199,7 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 def cmd_bench(args) -> int:
     from .bench import bench_built, environment, markdown, merge_rows
     from .build import build_spec
-    from .plan import MULTI_DEVICE
+    from . import families
     env = environment()
     rows = []
     for path in args.files:
@@ -208,7 +208,7 @@ def cmd_bench(args) -> int:
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             return EXIT_SPEC
-        if built.plan.family in MULTI_DEVICE:
+        if families.of(built.plan).multi_device:
             raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.family} family runs on "
                          f"{built.plan.num_devices} GPUs and is timed by bench/multi_gpu.py")
         rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .plan.attention import tile_of
+from .families.attention.plan import tile_of
 from .plan.common import planar_snake, tile_index
 
 SMEM_LIMIT = 232448
@@ -47,7 +47,7 @@ class Tile:
 
 
 def matmul_tiles(p) -> tuple[list[Tile], int, int]:
-    """Tiles of batch 0 in the kernel's order (templates/cuda/matmul.cu.j2 sg_tile_coords): cluster units in
+    """Tiles of batch 0 in the kernel's order (schedgen/families/matmul/templates/cuda.cu.j2 sg_tile_coords): cluster units in
     row-major or planar-snake order, unit t handled by cluster t % clusters, its CTAs side by side along M or N."""
     cm, cn = p.cluster_m, p.cluster_n
     tmc, tnc = p.tiles_m // cm, p.tiles_n // cn

@@ -36,10 +36,10 @@ import yaml
 
 from .cache import Cache, digest, key_of
 from .errors import Problem, SourceMap, SpecErrors, ToolchainError, format_path
-from .spec import expr as ex
-from .spec.load import load_file
-from .spec.model import SpecFile
-from .spec.validate import apply_overrides, validate_data
+from .frontend import expr as ex
+from .frontend.load import load_file
+from .frontend.specfile import SpecFile
+from .frontend.validate import apply_overrides, validate_data
 from .tunedb import TuneDB, canonical, now
 
 DEFAULT_TIMEOUT = 30.0          # seconds per candidate run (a healthy one takes well under a second)
@@ -740,7 +740,7 @@ def gpu_environment() -> dict:
 
 
 def gpu_setup(options: Mapping[str, Any]) -> None:
-    from .cuda import driver
+    from .runtime import driver
     driver.ensure_context()
     try:
         from .bench import _cupti_ext
@@ -754,7 +754,7 @@ def _gpu_kernel(built):
 
     from .build import package
     from .plan import to_json
-    from .runtime import load_package
+    from .runtime.kernel import load_package
     root = Path(_GPU.setdefault("dir", tempfile.mkdtemp(prefix="schedgen-tune-")))
     return load_package(package(built, root / digest(to_json(built.plan).encode())[:16]))
 
@@ -765,7 +765,7 @@ def gpu_measure(built, backend: str, options: Mapping[str, Any]) -> dict:
     import math as _m
 
     from . import bench
-    from .cuda import driver
+    from .runtime import driver
     from .reference import random_inputs
     from .verify import device_buffers
     plan = built.plan
@@ -1171,7 +1171,7 @@ def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str
     """Write a result back as a plain schedule file (YAML): the spec with the row's overrides applied and no tune
     section. The written file is loaded and planned again and must give the candidate's exact plan."""
     from . import plan as planner
-    from .spec.validate import load_spec
+    from .frontend.validate import load_spec
     out_path = Path(out_path)
     if out_path.suffix.lower() not in (".yaml", ".yml"):
         raise ValueError(f"{out_path}: the export is written as YAML; name it .yaml")

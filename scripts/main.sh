@@ -8,7 +8,7 @@ S=.venv/bin/schedgen
 SPECS=$(ls specs/*.yaml specs/*.toml)
 $S validate $SPECS
 $S build $SPECS -o build
-if .venv/bin/python -c 'from schedgen.cuda.driver import available; import sys; sys.exit(not available()[0])'; then
+if .venv/bin/python -c 'from schedgen.runtime.driver import available; import sys; sys.exit(not available()[0])'; then
   $S verify $SPECS
 else
   echo "no GPU here: verifying the Pallas kernels in interpret mode at small sizes"

@@ -15,7 +15,7 @@ def spec_files(family: str | None = None) -> list[Path]:
     files = sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
     if family is None:
         return files
-    from schedgen.spec.validate import load_spec
+    from schedgen.frontend.validate import load_spec
     return [p for p in files if load_spec(str(p))[0].op.kind == family]
 
 
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
-    from schedgen.cuda.driver import available
+    from schedgen.runtime.driver import available
     ok, why = available()
     if ok:
         return

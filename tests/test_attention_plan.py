@@ -10,12 +10,12 @@ import pytest
 from conftest import SPECS_DIR
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.cuda.compile import resource_usage, sass
+from schedgen.toolchain.nvrtc import resource_usage, sass
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
 from schedgen.explain import explain
-from schedgen.plan.attention import tile_of
-from schedgen.spec.validate import load_spec
+from schedgen.families.attention.plan import tile_of
+from schedgen.frontend.validate import load_spec
 
 BASE = SPECS_DIR / "attention_bf16_4096.yaml"
 CUDA = {"schedule.backends": ["cuda"]}

@@ -10,7 +10,7 @@ from conftest import SPECS_DIR
 from schedgen.cli import main as cli_main
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 
 SPEC = SPECS_DIR.parent / "tests" / "data" / "collective_matmul_base.yaml"   # a frozen copy of the bundled spec
 CUDA = {"schedule.backends": ["cuda"]}

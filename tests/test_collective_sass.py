@@ -16,8 +16,8 @@ import pytest
 from conftest import ROOT
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.cuda.compile import compile_cuda, resource_usage, sass
-from schedgen.plan.collective_matmul import plan_multimem
+from schedgen.toolchain.nvrtc import compile_cuda, resource_usage, sass
+from schedgen.families.collective_matmul.plan import plan_multimem
 from schedgen.render import render_multimem
 from test_sass import opcodes
 

@@ -1,4 +1,4 @@
-"""CPU-only tests for schedgen.cuda.driver / schedgen.cuda.arrays (no GPU, no libcuda needed)."""
+"""CPU-only tests for schedgen.runtime.driver / schedgen.runtime.arrays (no GPU, no libcuda needed)."""
 from __future__ import annotations
 
 import ctypes
@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from schedgen.cuda import arrays as A
-from schedgen.cuda import driver as D
+from schedgen.runtime import arrays as A
+from schedgen.runtime import driver as D
 
 # ---------------------------------------------------------------------------------------------- driver: no GPU
 
@@ -417,7 +417,7 @@ def test_same_device_and_empty_like_numpy():
 def test_no_framework_imported_at_module_import():
     import subprocess
     import sys
-    code = ("import sys, schedgen.cuda.arrays, schedgen.cuda.driver; "
+    code = ("import sys, schedgen.runtime.arrays, schedgen.runtime.driver; "
             "print(any(m in sys.modules for m in ('torch', 'cupy', 'jax')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

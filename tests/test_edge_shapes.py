@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.cuda.compile import sass
+from schedgen.toolchain.nvrtc import sass
 from schedgen.verify import verify_built
 
 EDGE = sorted((ROOT / "tests" / "data" / "edge").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""Tests of schedgen.spec.expr: parsing, whitelisting, rendering and reference evaluation."""
+"""Tests of schedgen.frontend.expr: parsing, whitelisting, rendering and reference evaluation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from schedgen.spec.expr import (
+from schedgen.frontend.expr import (
     FUNCTIONS, IDENT_RE, RESERVED, ExprError, check_identifier, eval_int, eval_numpy, parse_body,
     parse_index_map, parse_int_expr, render_cxx, render_cxx_int, render_jnp, render_py_int,
 )

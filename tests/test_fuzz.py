@@ -24,9 +24,9 @@ from conftest import spec_files
 from schedgen.errors import SpecErrors, ToolchainError, format_path
 from schedgen.plan import plan
 from schedgen.render import render
-from schedgen.spec.expr import check_identifier
-from schedgen.spec.load import load_file, load_toml_text, load_yaml_text
-from schedgen.spec.validate import validate_data
+from schedgen.frontend.expr import check_identifier
+from schedgen.frontend.load import load_file, load_toml_text, load_yaml_text
+from schedgen.frontend.validate import validate_data
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 settings.register_profile("ci", max_examples=400, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK,
@@ -378,7 +378,7 @@ def test_mutated_specs_plan_or_fail_cleanly(case):
 @settings(max_examples=COMPILE_EXAMPLES)
 @given(case=mutated_specs(resized=True))
 def test_planned_specs_compile(case):
-    from schedgen.cuda.compile import compile_cuda
+    from schedgen.toolchain.nvrtc import compile_cuda
 
     data, src = case
     note(repr(data))
@@ -447,7 +447,7 @@ def test_attention_schedules_plan_or_compile(case):
     register estimate keeps the bundled specs and the schedules with room to spare clean (tests/test_sass*.py);
     near a low compute_registers budget ptxas has the last word."""
     from schedgen.build import compiler_verdicts
-    from schedgen.cuda.compile import compile_cuda, resource_usage
+    from schedgen.toolchain.nvrtc import compile_cuda, resource_usage
     data, src = case
     note(repr(data))
     p = _plan_or_problems(data, src)
@@ -528,7 +528,7 @@ def test_collective_schedules_compile_like_their_step_matmul(case):
     serialized wgmma) is exactly what it says of the matmul family's kernel for one step: the copy warps and the
     cross-device waits add no register pressure of their own (below 40 producer registers they would: rejected)."""
     from schedgen.build import compiler_verdicts
-    from schedgen.cuda.compile import compile_cuda, resource_usage
+    from schedgen.toolchain.nvrtc import compile_cuda, resource_usage
     data, src = case
     note(repr(data))
     p = _plan_or_problems(data, src)
@@ -591,7 +591,7 @@ REGRESSIONS = {
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regressions_plan_render_compile(name):
-    from schedgen.cuda.compile import compile_cuda
+    from schedgen.toolchain.nvrtc import compile_cuda
 
     data, src = REGRESSIONS[name]()
     spec = validate_data(data, src)

@@ -15,7 +15,7 @@ from conftest import GOLDEN_DIR, spec_files
 from schedgen.explain import explain
 from schedgen.plan import plan, to_json
 from schedgen.render import render
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 
 SUFFIX = {"cuda": ".cu", "pallas": ".py"}
 PRODUCTS = {".plan.json": lambda p: to_json(p) + "\n", ".explain.txt": lambda p: explain(p) + "\n"}

@@ -163,7 +163,7 @@ def test_dynamic_grid_counter_is_reset_for_every_launch(cache, tmp_path):
     of one module (f16, cupy arrays), on the null stream and a second one (each stream has its own counter), each into
     an output poisoned with NaN, all right."""
     cupy = pytest.importorskip("cupy")
-    from schedgen.reference import attention_reference
+    from schedgen.families.attention.reference import attention_reference
     spec = Path(__file__).resolve().parents[1] / "specs/attention_causal_bf16_4096_dynamic.yaml"
     f16 = {f"op.{g}.{n}.dtype": "f16" for g, n in (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}
     built = build_spec(str(spec), {"S": 1024, "H": 40, **f16}, cache=cache)

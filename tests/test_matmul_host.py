@@ -19,7 +19,7 @@ from schedgen import reference as R
 from schedgen.build import Built
 from schedgen.explain import explain
 from schedgen.plan import plan as make_plan
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 from schedgen.verify import small_overrides, verify_built
 
 BF16 = ml_dtypes.bfloat16

@@ -7,7 +7,7 @@ import pytest
 from conftest import SPECS_DIR
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 
 BASE = SPECS_DIR.parent / "tests" / "data" / "matmul_base.yaml"
 CUDA = {"schedule.backends": ["cuda"]}

@@ -109,8 +109,8 @@ def test_table_reports_ratio_and_target(mg):
 
 
 def test_without_gpus_it_builds_and_says_blocked(mg, tmp_path, capsys, monkeypatch):
-    from schedgen.cuda.driver import available
-    from schedgen.multidevice import gpu_count
+    from schedgen.runtime.driver import available
+    from schedgen.runtime.multidevice import gpu_count
     if available()[0] and gpu_count() >= 2:
         pytest.skip("GPUs present")
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, SPECS_DIR
-from schedgen import multidevice as md
+from schedgen.runtime import multidevice as md
 from schedgen.build import build_spec, package
 from schedgen.cli import main as cli_main
 from schedgen.plan import plan, to_dict
 from schedgen.reference import Sampled, random_inputs, reference, rel_error
 from schedgen.render import render
-from schedgen.spec.validate import load_spec
-from schedgen.verify import INTERPRET_NO_COLLECTIVES, small_overrides, verify_built
+from schedgen.frontend.validate import load_spec
+from schedgen.families.collective_matmul.verify import INTERPRET_NO_COLLECTIVES
+from schedgen.verify import small_overrides, verify_built
 
 BASE = ROOT / "tests" / "data" / "collective_matmul_base.yaml"
 BUNDLED = SPECS_DIR / "collective_matmul_bf16_1024x4096.yaml"
@@ -189,7 +190,7 @@ def test_small_overrides_plan():
 
 
 def test_verify_without_gpus_says_not_run(tmp_path):
-    from schedgen.cuda.driver import available
+    from schedgen.runtime.driver import available
     if available()[0] and md.gpu_count() >= 2:
         pytest.skip("GPUs present: bench/multi_gpu.py and the gpu tests run it")
     built = build_spec(str(BASE), SMALL)
@@ -199,7 +200,7 @@ def test_verify_without_gpus_says_not_run(tmp_path):
 
 
 def test_cli_verify_prints_skip_and_exits_0(capsys):
-    from schedgen.cuda.driver import available
+    from schedgen.runtime.driver import available
     if available()[0] and md.gpu_count() >= 2:
         pytest.skip("GPUs present")
     assert cli_main(["verify", "--timeout", "0", "--interpret", str(BUNDLED)]) == 0
@@ -226,7 +227,7 @@ def test_generated_package_checks_its_arguments(tmp_path):
             fn(list(x["a"])[:1], list(x["b"]))
         with pytest.raises(ValueError, match="backend must be"):
             fn(list(x["a"]), list(x["b"]), backend="tpu")
-        from schedgen.cuda.driver import available
+        from schedgen.runtime.driver import available
         if not (available()[0] and md.gpu_count() >= 2):
             with pytest.raises(RuntimeError, match="needs 2 GPUs"):
                 fn(list(x["a"]), list(x["b"]))

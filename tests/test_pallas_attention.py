@@ -18,7 +18,8 @@ import pytest
 from conftest import SPECS_DIR
 from schedgen.build import build_spec
 from schedgen.errors import SpecErrors
-from schedgen.reference import attention_reference, reference, rel_error, tolerance
+from schedgen.families.attention.reference import attention_reference
+from schedgen.reference import reference, rel_error, tolerance
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -156,7 +157,7 @@ def test_pallas_attention_lowers_for_cuda(case, tmp_path):
 def test_bundled_spec_plans_for_both_backends():
     """The Pallas limits accept the bundled spec (and the CUDA side is unchanged by them)."""
     from schedgen import plan as planner
-    from schedgen.spec.validate import load_spec
+    from schedgen.frontend.validate import load_spec
     spec, src = load_spec(str(SPEC), BOTH)
     both = planner.plan(spec, src)
     spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"]})
@@ -207,7 +208,7 @@ def test_pallas_attention_interpret_matches_reference(case, tmp_path):
 def test_pallas_attention_lpt_sections_interpret(tmp_path, monkeypatch):
     """Causal attention in the lpt tile order over sections of unequal size (the L2 share shrunk so that 2 of the 3
     kv heads fill one): every block finds its (batch, head, q block), outputs poisoned first."""
-    import schedgen.plan.attention as planner
+    import schedgen.families.attention.plan as planner
     from schedgen.verify import interpret_params, races_found
     monkeypatch.setattr(planner, "L2_SECTION", 2 * (2 * 256 * 64 * 2) / (60 << 20) * 1.01)
     built = _build({**_blocks(64), **_gqa({"B": 3, "S": 256, "H": 2, "G": 1, "D": 64}), "op.causal": True})
@@ -271,7 +272,7 @@ def test_pallas_limits_are_located_errors(overrides, path, words):
 
 def test_pallas_limits_do_not_apply_to_cuda_only_specs():
     from schedgen import plan as planner
-    from schedgen.spec.validate import load_spec
+    from schedgen.frontend.validate import load_spec
     spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"], "schedule.in_specs.k.block_shape": [32, 128],
                                       "schedule.in_specs.v.block_shape": [32, 128],
                                       "schedule.compiler_params.lowering_semantics": "warpgroup"})

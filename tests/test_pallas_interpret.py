@@ -9,7 +9,7 @@ import pytest
 
 from conftest import spec_files
 from schedgen.build import build_spec, package
-from schedgen.runtime import load_package
+from schedgen.runtime.kernel import load_package
 from schedgen.verify import small_overrides, verify_file
 
 jax = pytest.importorskip("jax")

@@ -15,7 +15,7 @@ from conftest import SPECS_DIR
 from schedgen.build import build_spec
 from schedgen.errors import SpecErrors
 from schedgen.reference import rel_error
-from schedgen.spec import expr as ex
+from schedgen.frontend import expr as ex
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -232,7 +232,7 @@ def test_pallas_limits_are_located_errors(overrides, path, words):
 
 def test_pallas_limits_do_not_apply_to_cuda_only_specs():
     from schedgen import plan as planner
-    from schedgen.spec.validate import load_spec
+    from schedgen.frontend.validate import load_spec
     spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"], "schedule.pipeline.compute_registers": 224})
     assert planner.plan(spec, src).consumer_regs == 224
 

@@ -15,7 +15,7 @@ from schedgen.explain import explain
 from schedgen.plan import plan, to_dict
 from schedgen.plan.common import SmemMap, cdiv, planar_snake, tile_index
 from schedgen.plan.hardware import H200
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 
 # jax's docstring of plgpu.planar_snake: shape (8, 8), minor_dim=0, tile_width=2; entry [r][c] is the linear
 # index visiting grid point (r, c).
@@ -212,7 +212,7 @@ def _eval_c_int(text: str, env: dict) -> int:
             if isinstance(node.op, ast.Mod):
                 return a - q * b
         if isinstance(node, ast.Call) and node.func.id in ("sg_floordiv", "sg_floormod"):
-            # the helpers of templates/cuda/common.cuh.j2, written with C's truncating '/' and '%'
+            # the helpers of schedgen/render/templates/common.cuh.j2, written with C's truncating '/' and '%'
             a, b = (ev(x) for x in node.args)
             q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
             m = a - q * b

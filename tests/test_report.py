@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, SPECS_DIR
 from schedgen import draw, report
 from schedgen.plan import plan
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 
 RESULTS = ROOT / "bench" / "results"
 PNG = b"\x89PNG\r\n\x1a\n"

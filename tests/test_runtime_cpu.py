@@ -12,8 +12,8 @@ import pytest
 from conftest import SPECS_DIR
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
-from schedgen.cuda import driver
-from schedgen.cuda.arrays import ArgumentError
+from schedgen.runtime import driver
+from schedgen.runtime.arrays import ArgumentError
 
 BF16 = ml_dtypes.bfloat16
 

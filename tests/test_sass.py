@@ -12,7 +12,7 @@ import pytest
 from conftest import SPECS_DIR, spec_files
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.cuda.compile import resource_usage, sass
+from schedgen.toolchain.nvrtc import resource_usage, sass
 
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
 

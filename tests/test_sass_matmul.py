@@ -10,7 +10,7 @@ import pytest
 from conftest import SPECS_DIR, spec_files
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.cuda.compile import resource_usage, sass
+from schedgen.toolchain.nvrtc import resource_usage, sass
 from test_sass import opcodes
 
 CUDA = {"schedule.backends": ["cuda"]}

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, spec_files
-from schedgen.spec.model import SpecFile
-from schedgen.spec.schema import SCHEMA_ID, schema, schema_json
+from schedgen.frontend.specfile import SpecFile
+from schedgen.frontend.schema import SCHEMA_ID, schema, schema_json
 
 SCHEMA_FILE = ROOT / "schemas" / "schedgen.schema.json"
 

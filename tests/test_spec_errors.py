@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, SPECS_DIR
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
-from schedgen.spec.validate import load_spec, parse_overrides
+from schedgen.frontend.validate import load_spec, parse_overrides
 
 # Frozen copies of two bundled specs, so that editing specs/ never moves the lines these tests expect.
 DATA_DIR = ROOT / "tests" / "data"

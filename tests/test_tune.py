@@ -15,7 +15,7 @@ from conftest import SPECS_DIR
 from schedgen import tune as T
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan, to_json
-from schedgen.spec.validate import load_spec
+from schedgen.frontend.validate import load_spec
 from schedgen.tunedb import TuneDB
 
 MM_TUNE = SPECS_DIR / "matmul_bf16_4096_tune.yaml"

@@ -1,7 +1,7 @@
 """The plan stage: a validated spec -> a frozen plan holding every number the templates need.
 
-Each family has one planner; all legality checks run here, before anything is rendered or compiled,
-and every failure is a located `Problem`.
+Each family has one planner (its folder's plan.py, found through the registry); all legality checks run here,
+before anything is rendered or compiled, and every failure is a located `Problem`.
 """
 from __future__ import annotations
 
@@ -10,29 +10,22 @@ import json
 from typing import Any
 
 from ..errors import SourceMap, SpecErrors
-from ..spec.model import SpecFile
-from .hardware import H200, Hardware
-from .map import MapPlan, plan_map
-from .attention import AttentionPlan, plan_attention
-from .matmul import MatmulPlan, plan_matmul
-from .collective_matmul import CollectiveMatmulPlan, plan_collective_matmul
+from .. import families
 from .common import Problems
-
-PLANNERS = {"map": plan_map, "matmul": plan_matmul, "attention": plan_attention,
-            "collective_matmul": plan_collective_matmul}
-MULTI_DEVICE = frozenset({"collective_matmul"})
+from .hardware import H200, Hardware
 
 
-def plan(spec: SpecFile, src: SourceMap, hw: Hardware = H200):
+def plan(spec, src: SourceMap, hw: Hardware = H200):
     """Plan one spec or raise SpecErrors listing every problem."""
-    planner = PLANNERS[spec.op.kind]
-    if spec.op.kind not in MULTI_DEVICE and spec.schedule.collective is not None:
+    family = families.of(spec)
+    if not family.multi_device and spec.schedule.collective is not None:
+        multi = sorted(f.kind for f in families.all_families() if f.multi_device)
         problems = Problems()
         problems.add(("schedule", "collective"), f"schedule.collective describes a multi-device kernel; the "
                                                  f"{spec.op.kind} family runs on one GPU (multi-device: "
-                                                 f"{', '.join(sorted(MULTI_DEVICE))}): remove it")
+                                                 f"{', '.join(multi)}): remove it")
         raise SpecErrors(problems, src)
-    result, problems = planner(spec, hw)
+    result, problems = family.plan(spec, hw)
     if problems or result is None:
         raise SpecErrors(problems, src)
     return result
@@ -53,5 +46,4 @@ def to_json(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=1, sort_keys=True)
 
 
-__all__ = ["plan", "to_dict", "to_json", "MapPlan", "MatmulPlan", "AttentionPlan", "CollectiveMatmulPlan", "H200",
-           "Hardware"]
+__all__ = ["plan", "to_dict", "to_json", "H200", "Hardware"]

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import Problem
-from ..spec.model import ITEMSIZE
+from ..frontend.model import ITEMSIZE
 from .hardware import Hardware
 
 # Storage type of each dtype in the header-free CUDA source, and its TMA element type.

@@ -3,7 +3,7 @@
 // ring: device d sends its chunks to (d - 1) mod 2; at step s it multiplies chunk (d + s) mod 2
 // per step: tile 128x256x64, 4 stages, 2 consumer warpgroup(s) of 64x256; warps 1-3 of the producer warpgroup copy chunks to the peer
 // received: semaphore_signal per row_block; done: semaphore_signal per launch. Launched once per GPU, all
-// launches concurrently, with the same grid and epoch (schedgen/multidevice.py).
+// launches concurrently, with the same grid and epoch (schedgen/runtime/multidevice.py).
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;

@@ -1,0 +1,116 @@
+"""The kernel families: each one folder with a registered `Family` manifest.
+
+A family owns everything that differs between kinds of kernel: its op model (the `op:` section), its planner,
+its float64 reference, its explain text and drawing, its benchmark peers, its tune aliases and both backends'
+templates. The shared stages (frontend, plan framework, render, toolchain, runtime, verify, bench, tune, the CLI)
+look a family up here by `op.kind` and never name one.
+
+Adding a family: a folder `schedgen/families/<kind>/` whose `__init__.py` calls `register(Family(...))`, plus one
+line in `_FAMILIES` below. `docs/architecture.md` walks through it.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, get_args
+
+
+# The registered families, in the order the CLI and the docs list them (one line per family).
+_FAMILIES = ("map", "matmul", "attention", "collective_matmul")
+
+BACKEND_TEMPLATES = {"cuda": "cuda.cu.j2", "pallas": "pallas.py.j2"}
+
+
+@dataclass(frozen=True)
+class DrawHooks:
+    """What `explain --draw` needs of a family: its tiles in the kernel's order and a timeline of one block."""
+    tiles: Callable[[Any], tuple[list, int, int]]          # plan -> (tiles of batch 0, rows, cols)
+    simulate: Callable[[Any], list]                          # plan -> [Span] of the pipeline model
+    legend: Callable[[Any], list] | None = None              # plan -> extra legend handles
+    summary: Callable[[Any], list[str]] | None = None        # plan -> lines under the figure title
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel family's manifest: validated when registered (at import time)."""
+    kind: str                                                # op.kind
+    op_model: type                                           # pydantic model of op (kind: Literal[kind])
+    plan: Callable[[Any, Any], tuple[Any, Any]]              # (spec, hardware) -> (plan | None, Problems)
+    reference: Callable[..., Mapping[str, Any]]              # (spec, sizes, inputs, **options) -> float64 outputs
+    explain: Callable[[Any], str]                            # plan -> text
+    small_sizes: Callable[[Any, Any, int], dict[str, int]]   # (spec, plan, tiles per dim) -> sizes for --small
+    summary: str                                             # one line for `schedgen new`, docs and errors
+    templates: Path                                          # folder with cuda.cu.j2 / pallas.py.j2 [package.py.j2]
+    metric: Literal["tflops", "gbps"] = "gbps"               # what bench reports for it
+    elementwise: Callable[[Any], str] = lambda op: ""        # the op's elementwise code (the reference's domain)
+    devices: Callable[[Any], int] = lambda op: 1             # GPUs one launch spans (multi-device families: > 1)
+    accumulation: Callable[[Any], int] = lambda plan: 0      # f32 terms summed per output (verify's tolerance)
+    verify: Callable[..., list] | None = None                # a family's own verify (multi-device)
+    draw: DrawHooks | None = None
+    tune_aliases: Callable[[Any], dict] | None = None        # spec -> {alias: targets}
+    peers: Any = None                                        # the family's benchmark peers (schedgen.bench)
+
+    def __post_init__(self):
+        problems = []
+        if not self.kind.isidentifier() or self.kind != self.kind.lower():
+            problems.append(f"kind {self.kind!r} must be a lower-case identifier")
+        kind_field = getattr(self.op_model, "model_fields", {}).get("kind")
+        if kind_field is None or get_args(kind_field.annotation) != (self.kind,):
+            problems.append(f"op_model {getattr(self.op_model, '__name__', self.op_model)} must declare "
+                            f"kind: Literal[{self.kind!r}]")
+        for name in ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation"):
+            if not callable(getattr(self, name)):
+                problems.append(f"{name} must be callable")
+        if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):
+            problems.append(f"no backend template ({', '.join(BACKEND_TEMPLATES.values())}) in {self.templates}")
+        if problems:
+            raise TypeError(f"family {self.kind!r}: " + "; ".join(problems))
+
+    def template(self, name: str) -> str | None:
+        """The loader name of one of the family's templates ('<kind>/<file>'), or None when it has none."""
+        return f"{self.kind}/{name}" if (self.templates / name).is_file() else None
+
+    @property
+    def multi_device(self) -> bool:
+        return self.verify is not None
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family (called once, by its folder's __init__); a second family of one kind is an error."""
+    if family.kind in _REGISTRY:
+        raise ValueError(f"family {family.kind!r} is registered twice")
+    _REGISTRY[family.kind] = family
+    return family
+
+
+def _load() -> dict[str, Family]:
+    if len(_REGISTRY) < len(_FAMILIES):
+        for kind in _FAMILIES:
+            importlib.import_module(f"{__name__}.{kind}")
+        missing = [k for k in _FAMILIES if k not in _REGISTRY]
+        if missing:
+            raise ImportError(f"family folder(s) {', '.join(missing)} did not register a Family")
+    return _REGISTRY
+
+
+def get(kind: str) -> Family:
+    """The family of `op.kind` (KeyError for an unknown kind: validation rejects those first)."""
+    return _load()[kind]
+
+
+def all_families() -> list[Family]:
+    return list(_load().values())
+
+
+def kinds() -> list[str]:
+    return list(_load())
+
+
+def of(obj: Any) -> Family:
+    """The family of a plan (`.family`), a spec (`.op.kind`) or an op (`.kind`)."""
+    kind = getattr(obj, "family", None) or getattr(getattr(obj, "op", None), "kind", None) or obj.kind
+    return get(kind)

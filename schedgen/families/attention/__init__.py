@@ -1,0 +1,22 @@
+"""The attention family: flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import Family, register
+from .explain import explain_attention
+from .model import AttentionOp
+from .plan import plan_attention
+from .reference import attention_reference, small_sizes
+
+FAMILY = register(Family(
+    kind="attention",
+    op_model=AttentionOp,
+    plan=plan_attention,
+    reference=attention_reference,
+    explain=explain_attention,
+    small_sizes=small_sizes,
+    summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
+    templates=Path(__file__).resolve().parent / "templates",
+    metric="tflops",
+))

@@ -1,0 +1,38 @@
+"""The attention family's `schedgen explain` text."""
+from __future__ import annotations
+
+
+def explain_attention(p) -> str:
+    """Problem, blocks, the two GEMMs per key block, registers, SMEM map, barriers and the grid."""
+    lines = [
+        f"kernel {p.kernel_name}  (family attention, backends: {', '.join(p.backends)})",
+        f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v;  B={p.batch} "
+        f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
+        + (f"; GQA groups of {p.heads_q // p.heads_kv}" if p.heads_q != p.heads_kv else "")
+        + ("; returns the log-sum-exp" if p.with_lse else ""),
+        f"  FLOPs      {p.flops / 1e9:.1f} G (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
+        (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
+         if p.dynamic else f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
+         f"  grid       {p.num_blocks} CTAs") +
+        f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
+        + (f"(lpt: longest first, (batch, head) fastest in {p.sections} section(s) of {p.section_heads} whose K/V share "
+           f"the L2)" if p.tile_order == "lpt" else
+           f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
+        f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
+        f"{p.kv_blocks} key blocks of {p.block_kv}"
+        + (f"; ragged last query block ({p.seq_q % p.block_q} rows: TMA zero-fills its load, clips its store)"
+           if p.seq_q % p.block_q else "")
+        + (f"; ragged last key block ({p.seq_kv % p.block_kv} keys, the rest masked)"
+           if p.seq_kv % p.block_kv else ""),
+        f"  per block  S = Q K^T: wgmma m64n{p.block_kv}k16 x {p.head_dim // 16} (SMEM x SMEM); online softmax "
+        f"in base 2 ({'ex2.approx' if p.approx_math else 'exp2f'}); O += P V: wgmma m64n{p.head_dim}k16 x "
+        f"{p.block_kv // 16} (P from registers, V N-major)",
+        f"  registers  producer {p.producer_regs}, consumers {p.consumer_regs} (S {p.s_regs} + O {p.o_regs} + "
+        f"P {p.block_kv // 4} f32/b32 per thread)",
+        f"  pipeline   K and V through {p.stages} stages each, separate full/empty mbarrier rings"
+        + ("; ping-pong schedule barrier between the consumers" if p.pingpong else ""),
+        f"  SMEM       {p.smem_bytes} B",
+    ]
+    for b in p.smem_buffers:
+        lines.append(f"    {b.name:8} @{b.offset:7}  {b.count} x {b.bytes} B  {b.note}")
+    return "\n".join(lines)

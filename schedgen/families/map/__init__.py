@@ -1,0 +1,23 @@
+"""The map family: N-ary elementwise body with numpy broadcasting."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import Family, register
+from .explain import explain_map
+from .model import MapOp
+from .plan import plan_map
+from .reference import map_reference, small_sizes
+
+FAMILY = register(Family(
+    kind="map",
+    op_model=MapOp,
+    plan=plan_map,
+    reference=map_reference,
+    explain=explain_map,
+    small_sizes=small_sizes,
+    summary="N-ary elementwise body with numpy broadcasting",
+    templates=Path(__file__).resolve().parent / "templates",
+    metric="gbps",
+    elementwise=lambda op: op.body,
+))

@@ -1,0 +1,33 @@
+"""The map family's `schedgen explain` text."""
+from __future__ import annotations
+
+from ...explain import COPY_GBPS
+
+def explain_map(p) -> str:
+    lines = [
+        f"kernel {p.kernel_name}  (family map, backends: {', '.join(p.backends)})",
+        f"  sizes      {', '.join(f'{k}={v}' for k, v in p.sizes.items())}",
+        f"  grid       {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))} "
+        f"({p.num_tiles} tiles; grid names {', '.join(p.grid_names)}; order {p.tile_order}"
+        + (f", minor_dim {p.minor_dim}, tile_width {p.tile_width}" if p.tile_order == "planar_snake" else "") + ")",
+        f"  launch     {p.num_blocks} blocks x {p.threads} threads ({p.num_warpgroups} warpgroups), "
+        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'} "
+        f"(the Pallas kernel runs one warpgroup per block)",
+        f"  pipeline   {p.stages} stages, {p.vec} elements (16 B) per thread access",
+        "  operands",
+    ]
+    for o in p.operands:
+        lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {str(list(o.shape)):18} block {list(o.block)} "
+                     f"index_map {o.index_map}  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
+                     f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
+    lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
+    for b in p.smem_buffers:
+        lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")
+    lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
+                 f"transactions per stage)")
+    lines.append("  body")
+    for target, value in p.body_cxx:
+        lines.append(f"    {target} = {value}")
+    floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
+    lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
+    return "\n".join(lines)

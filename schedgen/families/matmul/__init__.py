@@ -1,0 +1,24 @@
+"""The matmul family: out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import Family, register
+from .explain import explain_matmul
+from .model import MatmulOp
+from .plan import plan_matmul
+from .reference import matmul_reference, small_sizes
+
+FAMILY = register(Family(
+    kind="matmul",
+    op_model=MatmulOp,
+    plan=plan_matmul,
+    reference=matmul_reference,
+    explain=explain_matmul,
+    small_sizes=small_sizes,
+    summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
+    templates=Path(__file__).resolve().parent / "templates",
+    metric="tflops",
+    elementwise=lambda op: op.epilogue or "",
+    accumulation=lambda plan: plan.k,
+))

@@ -1,0 +1,123 @@
+"""The matmul family's `schedgen explain` text."""
+from __future__ import annotations
+
+import re
+
+from ...explain import COPY_GBPS, PEAK_TFLOPS
+
+def _spec_name(name: str) -> str:
+    """A name of the plan's rendered epilogue back in the spec's terms (v_acc -> acc, v_bias -> bias, ...)."""
+    if name == "v_acc":
+        return "acc"
+    m = re.fullmatch(r"(?:v|_c|t)_([A-Za-z][A-Za-z0-9_]*)", name)
+    return m.group(1) if m else name
+
+
+def _epilogue_text(p) -> list[str]:
+    """The epilogue as statements over the spec's names, re-printed from the plan's (validated, rendered) form
+    with only the parentheses it needs."""
+    import ast
+    out = []
+    for target, value in p.epilogue_jnp:
+        try:
+            tree = ast.parse(value, mode="eval")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    node.id = _spec_name(node.id)
+            text = ast.unparse(tree).replace("jnp.", "")
+        except SyntaxError:
+            text = value
+        out.append(f"{p.outputs[0].name if target == 'r_out' else _spec_name(target)} = {text}")
+    return out
+
+
+def _sizes_differ(p) -> bool:
+    """Whether the spec's size names say something beyond M, N, K (and B)."""
+    dims = {"M": p.m, "N": p.n, "K": p.k, **({"B": p.batch} if p.batch > 1 else {})}
+    return dict(p.sizes) != dims
+
+
+def explain_matmul(p) -> str:
+    """Problem, tiles, wgmma shapes, stages and SMEM map, cluster/multicast, registers, tile order, epilogue."""
+    lhs = next(o for o in p.inputs if o.role == "lhs")
+    rhs = next(o for o in p.inputs if o.role == "rhs")
+    out = p.outputs[0]
+    bat = "[B, " if p.batch > 1 else "["
+    a_lay = f"{lhs.name}{'[B, ' if p.lhs_batched else '['}{'K, M' if p.transpose_lhs else 'M, K'}]"
+    b_lay = f"{rhs.name}{'[B, ' if p.rhs_batched else '['}{'N, K' if p.transpose_rhs else 'K, N'}]"
+    wg_k = 32 // lhs.itemsize
+    clusters = max(1, p.num_blocks // p.cluster_size)
+    waves = p.num_tiles / clusters
+    mma_ms = p.flops / (PEAK_TFLOPS * 1e12) * 1e3
+    floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
+    lines = [
+        f"kernel {p.kernel_name}  (family matmul, backends: {', '.join(p.backends)})",
+        f"  problem    {out.name}{bat}M, N] = epilogue(acc),  acc = {a_lay}{'^T' if p.transpose_lhs else ''} @ "
+        f"{b_lay}{'^T' if p.transpose_rhs else ''}",
+        f"             M={p.m}, N={p.n}, K={p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")
+        + (f"  (sizes {', '.join(f'{k}={v}' for k, v in p.sizes.items())})" if _sizes_differ(p) else "")
+        + f"; {p.in_dtype} in, {p.out_dtype} out, "
+          f"f32 accumulation" + ("; ragged edges (TMA zero-fills loads, clips stores)" if p.ragged else ""),
+        f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
+        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {PEAK_TFLOPS:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
+        f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
+        f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
+        f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
+        f"tiles" + (f" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
+        f"  consumers  {p.num_consumers} warpgroup{'s' if p.num_consumers > 1 else ''} split the tile along "
+        f"{p.wg_axis}: each owns {p.wg_tile_m} x {p.wg_tile_n}; wgmma m64n{p.wg_tile_n}k{wg_k} "
+        f"({p.in_dtype}, f32 acc) x {p.m_blocks} M-block{'s' if p.m_blocks > 1 else ''} x {p.tile_k // wg_k} "
+        f"per k-step = {p.m_blocks * (p.tile_k // wg_k)} wgmma per consumer per stage; "
+        f"{p.delay_release} wgmma group{'s' if p.delay_release != 1 else ''} kept in flight before a stage is released",
+        f"  registers  {p.threads} threads: producer warpgroup {p.producer_regs}/thread, consumers "
+        f"{p.consumer_regs}/thread (setmaxnreg); {p.acc_regs} f32 accumulators per consumer thread; "
+        f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of 65536 registers",
+        f"  operands   lhs {lhs.name} {'K' if p.k_major_a else 'M'}-major, swizzle {p.swizzle_a} B "
+        f"({p.atom_a}-element rows), {p.a_stage_bytes} B per stage, descriptor LBO {p.a_lbo} SBO {p.a_sbo}",
+        f"             rhs {rhs.name} {'K' if p.k_major_b else 'N'}-major, swizzle {p.swizzle_b} B "
+        f"({p.atom_b}-element rows), {p.b_stage_bytes} B per stage, descriptor LBO {p.b_lbo} SBO {p.b_sbo}",
+    ]
+    for a in p.kernel_args:
+        if a.kind == "tmap":
+            o = p.operands[a.operand]
+            lines.append(f"             TMA {o.role:5} {o.name:8} box {list(a.box)} swizzle {a.swizzle or 'none'} "
+                         f"over {list(a.shape)}")
+        else:
+            o = p.operands[a.operand]
+            what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"
+            lines.append(f"             ptr {o.role:5} {o.name:8} ({what})")
+    lines.append(f"  stages     {p.stages}-stage TMA ring: {p.a_stage_bytes} + {p.b_stage_bytes} = {p.stage_tx_bytes} B "
+                 f"per stage (the full barrier's expect_tx)")
+    lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack, of 232448)")
+    for b in p.smem_buffers:
+        lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")
+    lines.append(f"  barriers   full[{p.stages}] {p.full_arrivals} arrival + {p.stage_tx_bytes} B of TMA transactions; "
+                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs in the cluster)")
+    if p.cluster_size > 1:
+        shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
+            ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
+        lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs ({'along M' if p.cluster_m > 1 else 'along N'}): "
+                     f"they share the {shared} tile; each CTA loads half of it ({half}) and multicasts it to both, "
+                     f"so each stage's empty barrier waits for the consumers of both CTAs")
+    else:
+        lines.append("  cluster    none (1 CTA): no multicast")
+    cm_tiles, cn_tiles = p.tiles_m // p.cluster_m, p.tiles_n // p.cluster_n
+    order = p.tile_order
+    if order == "planar_snake":
+        order += f" (minor dim {p.minor_dim} = {'M' if p.minor_dim == 0 else 'N'}, bands {p.tile_width} wide)"
+    lines.append(f"  tile loop  {order} over {cm_tiles} x {cn_tiles} cluster tiles" + (f" x {p.batch} batches" if p.batch > 1 else "")
+                 + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
+                 + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
+                 + f", {waves:.2f} waves")
+    epi = _epilogue_text(p)
+    lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
+                 + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
+    for e in p.extras:
+        lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+    if getattr(p, "epi_store", "tma") == "direct":
+        lines.append("             stored directly: each thread writes its accumulator fragments from registers (no SMEM "
+                     "staging, no store barriers); the warpgroup moves on while the stores drain")
+    else:
+        lines.append(f"             {p.epi_rows} x {p.epi_cols} chunks ({p.epi_bytes} B, swizzle {p.epi_swizzle or 'none'}) "
+                     f"through {p.epi_buffers} SMEM buffer{'s' if p.epi_buffers > 1 else ''} per consumer, stored by TMA")
+    return "\n".join(lines)

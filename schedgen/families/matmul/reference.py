@@ -1,0 +1,109 @@
+"""The matmul family's float64 reference and its --small sizes."""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from ... import reference as shared
+from ...reference import Sampled, product_f64, sample_rows, shape_of
+from ...frontend import expr as ex
+
+
+def _dims(spec, sizes: Mapping[str, int]) -> dict[str, int]:
+    """batch, m, n, k of a matmul spec (from the stored shapes and the transpose flags)."""
+    op = spec.op
+    a = shape_of(op.inputs[op.lhs], sizes)
+    b = shape_of(op.inputs[op.rhs], sizes)
+    o = shape_of(next(iter(op.outputs.values())), sizes)
+    m, k = (a[-1], a[-2]) if op.transpose_lhs else (a[-2], a[-1])
+    n = b[-2] if op.transpose_rhs else b[-1]
+    return {"batch": o[0] if len(o) == 3 else 1, "m": m, "n": n, "k": k}
+
+
+def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray], *,
+                     rows: np.ndarray | None = None, sample: bool | None = None,
+                     seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
+    """float64 `epilogue(lhs @ rhs)` of a matmul spec.
+
+    Full (an ndarray of the output's shape) unless the problem has more than SAMPLE_ABOVE multiply-adds
+    (`sample=None`), `sample=True`, or `rows` is given: then a `Sampled` reference of SAMPLE_ROWS random output
+    rows (or of `rows`: flat indices into the output viewed as [B*M, N]), every column, the full K sum."""
+    op = spec.op
+    d = _dims(spec, sizes)
+    batch, m, n, k = d["batch"], d["m"], d["n"], d["k"]
+    out_name = next(iter(op.outputs))
+    out_shape = shape_of(op.outputs[out_name], sizes)
+    if rows is None and (sample or (sample is None and batch * m * n * k > shared.SAMPLE_ABOVE)):
+        rows = sample_rows(batch * m, shared.SAMPLE_ROWS, seed)
+    flat = None if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
+    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *extras], outputs=[out_name],
+                         constants=list(op.constants))
+    a, b = inputs[op.lhs], inputs[op.rhs]
+    parts = []
+    for bi in range(batch):
+        local = None if flat is None else flat[(flat // m) == bi] % m
+        if local is not None and local.size == 0:
+            continue
+        a_b = a[bi] if a.ndim == 3 else a
+        b_b = b[bi] if b.ndim == 3 else b
+        a_rows = a_b.T if op.transpose_lhs else a_b          # a view [M, K]
+        if local is not None:
+            a_rows = a_rows[local]
+        b_kn = b_b.T if op.transpose_rhs else b_b            # a view [K, N]
+        acc = product_f64(a_rows, b_kn)
+        env: dict = {"acc": acc}
+        for nm in extras:
+            env[nm] = _extra_rows(inputs[nm], bi, local, m)
+        env.update({c: float(v) for c, v in op.constants.items()})
+        val = ex.eval_numpy(body, env)[out_name]
+        parts.append(np.broadcast_to(val, acc.shape))
+    if flat is None:
+        full = np.stack(parts) if len(out_shape) == 3 else parts[0]
+        return {out_name: np.ascontiguousarray(full).reshape(out_shape)}
+    return {out_name: Sampled(flat, np.concatenate(parts, axis=0), tuple(out_shape))}
+
+
+def _extra_rows(x: np.ndarray, bi: int, local: np.ndarray | None, m: int) -> np.ndarray:
+    """An epilogue operand as float64 for batch `bi`, at rows `local` (all rows if None), broadcastable to
+    [rows, N]: a row [N] / [1, N] as is; a column [M, 1], a full [M, N] or a batched [B, M, N] at those rows."""
+    x = np.asarray(x)
+    if x.ndim == 3:                     # [B, M, N]
+        x = x[bi]
+    if x.ndim == 2 and x.shape[0] == m and local is not None:
+        x = x[local]
+    return np.asarray(x, dtype=np.float64)
+
+
+def _shrink(size: int, unit: int, tiles: int) -> int:
+    """`tiles` units (a ragged size keeps its remainder: tiles - 1 whole units plus the remainder), never more
+    than `size`."""
+    if size <= unit * tiles:
+        return size
+    rem = size % unit
+    return unit * tiles if rem == 0 else unit * (tiles - 1) + rem
+
+
+def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
+    """Matmul sizes of a few tiles: M = tile_m x cluster_m x tiles, N = tile_n x cluster_n x tiles,
+    K = tile_k x tiles, a batch of at most `tiles`. Sizes not a multiple of their unit keep their remainder, so a
+    ragged spec stays ragged (and a cluster still divides the tile grid). A size name used for several roles
+    (a square [N, N] operand) gets a multiple of every role's unit."""
+    op = spec.op
+    a = list(op.inputs[op.lhs].shape)
+    b = list(op.inputs[op.rhs].shape)
+    o = list(next(iter(op.outputs.values())).shape)
+    m_dim, ka_dim = (a[-1], a[-2]) if plan.transpose_lhs else (a[-2], a[-1])
+    kb_dim, n_dim = (b[-1], b[-2]) if plan.transpose_rhs else (b[-2], b[-1])
+    units: dict[str, int] = {}
+    for dim, unit in ((m_dim, plan.tile_m * plan.cluster_m), (o[-2], plan.tile_m * plan.cluster_m),
+                      (n_dim, plan.tile_n * plan.cluster_n), (o[-1], plan.tile_n * plan.cluster_n),
+                      (ka_dim, plan.tile_k), (kb_dim, plan.tile_k)):
+        if isinstance(dim, str):
+            units[dim] = math.lcm(units.get(dim, 1), unit)
+    out = {dim: _shrink(plan.sizes[dim], unit, tiles_per_dim) for dim, unit in units.items()}
+    if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
+        out[o[0]] = min(plan.sizes[o[0]], tiles_per_dim)
+    return out

@@ -1,0 +1,219 @@
+"""Plain data -> `SpecFile`, with every pydantic error turned into a located, readable `Problem`.
+
+Also applies command-line overrides (`-D M=8192` for a size, `-D schedule.pipeline.max_concurrent_steps=4`
+for any field) to the data before validation, so overridden values are checked like written ones.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import typing
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import Pos, Problem, SourceMap, SpecErrors
+from .load import load_file
+from .specfile import SpecFile
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`NAME=VALUE` strings from the command line; values are read as YAML scalars (8192, true, bf16)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"-D {item}: expected NAME=VALUE, e.g. -D M=8192")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)) and not isinstance(value, list):
+            raise ValueError(f"-D {item}: the value must be a scalar or a [list]")
+        out[key] = value
+    return out
+
+
+def apply_overrides(data: dict, overrides: Mapping[str, Any], src: SourceMap) -> tuple[dict, list[Problem]]:
+    data = copy.deepcopy(data)
+    problems: list[Problem] = []
+    where = Pos(1, 1)
+    for key, value in overrides.items():
+        if "." not in key:
+            sizes = data.get("op", {}).get("sizes") if isinstance(data.get("op"), dict) else None
+            if not isinstance(sizes, dict) or key not in sizes:
+                known = ", ".join(sizes) if isinstance(sizes, dict) and sizes else "none"
+                problems.append(Problem(("op", "sizes"), f"-D {key}: no size named '{key}'; sizes are: {known}"))
+                continue
+            sizes[key] = value
+            continue
+        parts: list[Any] = [int(p) if p.isdigit() else p for p in key.split(".")]
+        node: Any = data
+        for part in parts[:-1]:
+            if isinstance(node, dict):
+                node = node.setdefault(part, {})
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
+                break
+        else:
+            if isinstance(node, dict) or (isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node)):
+                node[parts[-1]] = value
+            else:
+                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
+    return data, problems
+
+
+def _unwrap(tp: Any) -> list[Any]:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        out = []
+        for arg in typing.get_args(tp):
+            out.extend(_unwrap(arg))
+        return out
+    return [tp]
+
+
+def _kind_tag(t: Any) -> str | None:
+    if isinstance(t, type) and issubclass(t, BaseModel) and "kind" in t.model_fields:
+        args = typing.get_args(t.model_fields["kind"].annotation)
+        return args[0] if len(args) == 1 else None
+    return None
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class whose field set governs `loc` (a path of field names, dict keys, list indices)."""
+    candidates: list[Any] = [SpecFile]
+    for part in loc:
+        tagged = [t for tp in candidates for t in _unwrap(tp) if _kind_tag(t) == part]
+        if tagged:  # pydantic's discriminated-union tag (op.<kind>): that member alone
+            candidates = tagged
+            continue
+        nxt: list[Any] = []
+        for tp in candidates:
+            for t in _unwrap(tp):
+                origin = typing.get_origin(t)
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    field = t.model_fields.get(str(part))
+                    if field is not None:
+                        nxt.append(field.annotation)
+                elif origin is dict:
+                    nxt.append(typing.get_args(t)[1])
+                elif origin is list and isinstance(part, int):
+                    nxt.append(typing.get_args(t)[0])
+        candidates = nxt
+    for tp in candidates:
+        for t in _unwrap(tp):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                return t
+    return None
+
+
+def _message(err: Mapping[str, Any], loc: tuple) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden" and loc:
+        raw = tuple(err.get("raw_loc", loc))
+        model = _model_at(raw[:-1])
+        allowed = list(model.model_fields) if model else []
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        msg = f"unknown key '{loc[-1]}'"
+        if hint:
+            msg += f" (did you mean '{hint[0]}'?)"
+        return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        ctx = err.get("ctx") or {}
+        return f"unknown kind {ctx.get('tag')!r}; legal kinds: {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return "required key 'kind' is missing; legal kinds: map, matmul, attention, collective_matmul"
+    msg = err["msg"]
+    if kind.startswith("value_error"):
+        msg = msg.removeprefix("Value error, ")
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    if not isinstance(value, (dict, list)):
+        msg += f" (got {shown})"
+    return msg
+
+
+def _data_loc(loc: tuple, data: Any) -> tuple:
+    """`loc` without pydantic's union-member tags ('int', "literal['auto']", ...): the parts that index the data.
+
+    Walking the data tells a tag from a user's key of the same name (a mapping key may well be 'int')."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and part == node.get("kind"):
+            continue  # a discriminated union's tag (op.matmul.inputs -> op.inputs)
+        elif isinstance(node, dict) and part == "[key]":
+            pass  # the error is about the key itself (its value stays the current node's entry)
+        elif isinstance(part, str) and (part.startswith(("int", "str", "literal[", "function-after[", "constrained-"))
+                                        or part in ("float", "bool")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
+    """Pydantic reports one error per union member; keep the most specific one per location."""
+    by_loc: dict[tuple, list[dict]] = {}
+    for err in errors:
+        loc = _data_loc(tuple(err["loc"]), data)
+        by_loc.setdefault(loc, []).append(dict(err, loc=loc, raw_loc=tuple(err["loc"])))
+    out = []
+    for loc, errs in by_loc.items():
+        if len(errs) == 1:
+            out.append(errs[0])
+            continue
+        # Prefer a constraint/value error over "should be a valid string/integer" from the other member.
+        specific = [e for e in errs if e["type"] not in ("int_type", "string_type", "literal_error", "float_type", "bool_type")]
+        if specific:
+            out.append(specific[0])
+        else:
+            types = sorted({e["type"].replace("_type", "").replace("literal_error", "literal") for e in errs})
+            merged = dict(errs[0])
+            merged["msg"] = " or ".join(e["msg"].removeprefix("Input should be ") for e in errs)
+            merged["msg"] = "Input should be " + merged["msg"]
+            merged["type"] = "union:" + ",".join(types)
+            out.append(merged)
+    return out
+
+
+def validate_data(data: Any, src: SourceMap) -> SpecFile:
+    try:
+        return SpecFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in _collapse_union_errors(exc.errors(include_url=False), data):
+            loc = tuple(err["loc"])
+            if err["type"] == "union_tag_invalid":
+                loc += ("kind",)
+            pos = src.key_positions.get(loc) if err["type"] == "extra_forbidden" else None
+            problems.append(Problem(loc, _message(err, loc), pos=pos))
+        raise SpecErrors(problems, src) from None
+
+
+def load_spec(path: str, overrides: Mapping[str, Any] | None = None) -> tuple[SpecFile, SourceMap]:
+    """Read, override and validate one schedule file. Raises SpecErrors with every problem found."""
+    data, src = load_file(path)
+    problems: list[Problem] = []
+    if overrides:
+        data, problems = apply_overrides(data, overrides, src)
+    try:
+        spec = validate_data(data, src)
+    except SpecErrors as exc:
+        raise SpecErrors(problems + exc.problems, src) from None
+    if problems:
+        raise SpecErrors(problems, src)
+    return spec, src

@@ -1,0 +1,68 @@
+"""Render a plan through the Jinja templates of each backend (StrictUndefined: a missing field is an error).
+
+Templates live beside the code they spell: a family's in `schedgen/families/<kind>/templates/` (loader names
+`<kind>/cuda.cu.j2`, `<kind>/pallas.py.j2`, ...), the shared partials in `schedgen/render/templates/` (`shared/...`).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from .. import families
+
+SHARED = Path(__file__).resolve().parent / "templates"
+
+
+def template_roots() -> dict[str, Path]:
+    """Loader prefix -> template folder: 'shared', then one per registered family."""
+    return {"shared": SHARED, **{f.kind: f.templates for f in families.all_families()}}
+
+
+def _pyfloat(value: float) -> str:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError("non-finite constant")
+    return repr(value)
+
+
+@lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PrefixLoader({k: jinja2.FileSystemLoader(str(v)) for k, v in template_roots().items()}),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["pyfloat"] = _pyfloat
+    return env
+
+
+def render(plan, backend: str) -> str:
+    family = families.of(plan)
+    name = family.template(families.BACKEND_TEMPLATES[backend])
+    if name is None:
+        raise ValueError(f"the {family.kind} family has no {backend} template")
+    ctx = {"p": plan, "approx_math": getattr(plan, "approx_math", False), "tma_ranks": plan.tma_ranks}
+    return environment().get_template(name).render(**ctx)
+
+
+def templates_hash() -> str:
+    """Hash of every template file (part of the build cache key)."""
+    h = hashlib.sha256()
+    for prefix, root in sorted(template_roots().items()):
+        for path in sorted(root.rglob("*.j2")):
+            h.update(f"{prefix}/{path.relative_to(root)}".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def render_multimem(plan) -> str:
+    """The NVLink multicast entries (a MultimemPlan) as CUDA: for CI to assemble, never to run (NVLink multicast is
+    not supported by this release)."""
+    return environment().get_template("collective_matmul/multimem.cu.j2").render(p=plan)
