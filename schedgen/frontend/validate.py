@@ -13,9 +13,13 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from .. import families
 from ..errors import Pos, Problem, SourceMap, SpecErrors
 from .load import load_file
 from .specfile import SpecFile
+
+
+FAMILY_HOWTO = "a folder schedgen/families/<kind>/ registering a Family manifest, see docs/architecture.md"
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
@@ -130,9 +134,10 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         return "required key is missing"
     if kind == "union_tag_invalid":
         ctx = err.get("ctx") or {}
-        return f"unknown kind {ctx.get('tag')!r}; legal kinds: {ctx.get('expected_tags')}"
+        return (f"unknown kind {ctx.get('tag')!r}; legal kinds: {', '.join(families.kinds())} "
+                f"(a new kind of kernel is a family: {FAMILY_HOWTO})")
     if kind == "union_tag_not_found":
-        return "required key 'kind' is missing; legal kinds: map, matmul, attention, collective_matmul"
+        return f"required key 'kind' is missing; legal kinds: {', '.join(families.kinds())}"
     msg = err["msg"]
     if kind.startswith("value_error"):
         msg = msg.removeprefix("Value error, ")

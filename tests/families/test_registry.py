@@ -1,0 +1,48 @@
+"""The family registry: every bundled spec's kind is a registered family, manifests are checked when registered,
+and the shared stages (the op union, validation messages, the CLI) read the registry."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import spec_files
+from schedgen import families
+from schedgen.frontend.specfile import SpecFile
+from schedgen.frontend.validate import load_spec
+
+
+def test_every_bundled_spec_kind_is_registered():
+    kinds = {load_spec(str(p))[0].op.kind for p in spec_files()}
+    assert kinds <= set(families.kinds())
+    assert families.kinds() == ["map", "matmul", "attention", "collective_matmul"]
+
+
+def test_the_op_union_is_the_registry():
+    op = SpecFile.model_fields["op"]
+    members = [m.model_fields["kind"].annotation.__args__[0] for m in op.annotation.__args__]
+    assert members == families.kinds() and op.discriminator == "kind"
+
+
+def test_a_family_registers_once():
+    with pytest.raises(ValueError, match="registered twice"):
+        families.register(families.get("map"))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kind": "Map"}, "lower-case identifier"),
+    ({"kind": "matmul"}, "must declare kind: Literal\\['matmul'\\]"),
+    ({"plan": None}, "plan must be callable"),
+    ({"templates": families.get("map").templates.parent}, "no backend template"),
+])
+def test_a_bad_manifest_is_refused_at_registration(change, message):
+    with pytest.raises(TypeError, match=message):
+        replace(families.get("map"), **change)
+
+
+def test_each_family_finds_its_templates():
+    for fam in families.all_families():
+        assert fam.template("cuda.cu.j2") == f"{fam.kind}/cuda.cu.j2"
+        assert fam.template("no-such.j2") is None
+    assert families.get("collective_matmul").template("package.py.j2") == "collective_matmul/package.py.j2"
+    assert families.get("matmul").template("package.py.j2") is None
