@@ -357,8 +357,11 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         text = f"({axis} - 1) % {d_count}"
     else:
         text = ref.device_id
+    ranges = {axis: (0, d_count - 1)}
     try:
         expr = ex.parse_int_expr(text, names=[axis])
+        if (err32 := ex.check_int32(expr, ranges, over=f"the mesh ({axis} in 0..{d_count - 1})")) is not None:
+            raise err32
         send_to = tuple(ex.eval_int(expr, {axis: d}) for d in range(d_count))
     except ex.ExprError as err:
         problems.add(path, err.message, (err.line, err.col))
@@ -376,7 +379,8 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         problems.add(path, f"the all-gather is a ring: each device sends its chunks to a neighbour, device_id "
                            f"({axis} - 1) % {d_count} or ({axis} + 1) % {d_count}; this one sends {shown}")
         return None, "", text
-    return send_to, ex.render_py_int(expr, {axis: "dev"}), ex.render_py_int(expr, {axis: axis})
+    return (send_to, ex.render_py_int(expr, {axis: "dev"}, ranges=ranges),
+            ex.render_py_int(expr, {axis: axis}, ranges=ranges))
 
 
 # ------------------------------------------------------------------------------- the NVLink multicast entries
