@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .. import reserved
 from ..spec.model import ITEMSIZE, SpecFile
 from .common import CTYPE, KernelArg, Problems, SmemBuffer, SmemMap, resolve_shape
 from .hardware import Hardware
@@ -168,8 +169,10 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
             if n in seen:
                 problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n]}")
             seen[n] = group
-            if n in MODULE_NAMES:
+            if n in MODULE_NAMES and group != "inputs":   # (input names: schedgen.reserved, below)
                 problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
+    for path, message in reserved.reserved_problems(spec):
+        problems.add(path, message)
     q_name, k_name, v_name = names
     o_name = outs[0]
     lse_name = outs[1] if len(outs) > 1 else None

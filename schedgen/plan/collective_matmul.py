@@ -42,9 +42,6 @@ COPY_UNROLL = 2
 COPY_MIN_REGS = 40             # below, ptxas spills the copy loop (24 spilled in every schedule the fuzzer tried)
 COPY_UNIT_MIN_BYTES = 4096     # a copy unit is the fewest whole rows of at least this many bytes
 SPIN_TIMEOUT_NS = 20_000_000_000   # a cross-device wait that spins this long traps (a hang becomes an error)
-# input names become parameters of the generated functions, beside these
-RESERVED = frozenset({"make", "make_mesh", "run_shards", "shard_mapped", "mesh", "interpret", "devices", "backend",
-                      "poisoned", "out", "stream"})
 SEMAPHORES = {"received": ("chunk", "row_block"), "done": ("launch",)}
 DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
@@ -153,10 +150,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
     if d_count < 2:
         problems.add(("op", "mesh", "num_devices"), f"a collective matmul runs on at least 2 devices, got {d_count}; "
                                                     f"for one device use kind: matmul")
-    for nm in op.inputs:
-        if nm in RESERVED:
-            problems.add(("op", "inputs", nm), f"'{nm}' is reserved (an argument or function of the generated module); "
-                                               f"choose another name")
+    # (the spec name and input names, schedgen.reserved: checked by the step's plan_matmul below)
     if mesh.axis_name in op.sizes or mesh.axis_name in op.inputs or mesh.axis_name in op.outputs:
         problems.add(("op", "mesh", "axis_name"), f"the mesh axis '{mesh.axis_name}' is also an operand or size name; "
                                                   f"choose another axis name")

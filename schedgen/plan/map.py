@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import reserved
 from ..spec import expr as ex
 from ..spec.model import ITEMSIZE, BlockSpec, SpecFile
 from .common import (CTYPE, KernelArg, Problems, SmemBuffer, SmemMap, TmaBox, cdiv, cxx_float, occupancy, resolve_shape,
@@ -24,10 +25,6 @@ DEFAULT_GRID_NAMES = ("i", "j", "k", "l", "m", "n", "p", "q")
 # Index maps that are not affine in the grid names are checked at every grid point, up to this many points.
 MAX_EXHAUSTIVE_POINTS = 1 << 26
 CHUNK_POINTS = 1 << 20
-# The Pallas module's public functions, next to `def <spec name>(<input names>, interpret=None)`. Every other
-# name a template writes carries a prefix (g_, v_, t_, r_, c_, S_, in_, out_ ...) or a leading underscore, which
-# user names (a letter first, no sg_/__) can never collide with.
-MODULE_NAMES = frozenset({"make", "run_into"})
 
 
 @dataclass(frozen=True)
@@ -336,16 +333,9 @@ def _grid_vars(grid_names) -> tuple[str, ...]:
 
 
 def _check_module_names(spec: SpecFile, problems: Problems) -> None:
-    """The spec name and input names are written as-is into the Pallas module's entry point."""
-    if spec.name in MODULE_NAMES:
-        problems.add(("name",), f"'{spec.name}' is the name of one of the Pallas module's own functions; avoid "
-                                f"{', '.join(sorted(MODULE_NAMES))}")
-    for n in spec.op.inputs:
-        if n in ("interpret", "make"):
-            problems.add(("op", "inputs", n), f"input name '{n}' clashes with the Pallas entry point "
-                                              f"(def {spec.name}(..., interpret=None) calls make()); choose another name")
-
-
+    """The spec name and input names are written as-is into the Pallas module and the package (schedgen.reserved)."""
+    for path, message in reserved.reserved_problems(spec):
+        problems.add(path, message)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
