@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ... import reserved
 from ...frontend.model import ITEMSIZE
 from ...plan.common import (
     CTYPE,
@@ -179,8 +180,10 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
             if n in seen:
                 problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n]}")
             seen[n] = group
-            if n in MODULE_NAMES:
+            if n in MODULE_NAMES and group != "inputs":   # (input names: schedgen.reserved, below)
                 problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
+    for path, message in reserved.reserved_problems(spec):
+        problems.add(path, message)
     q_name, k_name, v_name = names
     o_name = outs[0]
     lse_name = outs[1] if len(outs) > 1 else None

@@ -53,9 +53,6 @@ COPY_UNROLL = 2
 COPY_MIN_REGS = 40             # below, ptxas spills the copy loop (24 spilled in every schedule the fuzzer tried)
 COPY_UNIT_MIN_BYTES = 4096     # a copy unit is the fewest whole rows of at least this many bytes
 SPIN_TIMEOUT_NS = 20_000_000_000   # a cross-device wait that spins this long traps (a hang becomes an error)
-# input names become parameters of the generated functions, beside these
-RESERVED = frozenset({"make", "make_mesh", "run_shards", "shard_mapped", "mesh", "interpret", "devices", "backend",
-                      "poisoned", "out", "stream"})
 SEMAPHORES = {"received": ("chunk", "row_block"), "done": ("launch",)}
 DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
@@ -164,10 +161,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
     if d_count < 2:
         problems.add(("op", "mesh", "num_devices"), f"a collective matmul runs on at least 2 devices, got {d_count}; "
                                                     f"for one device use kind: matmul")
-    for nm in op.inputs:
-        if nm in RESERVED:
-            problems.add(("op", "inputs", nm), f"'{nm}' is reserved (an argument or function of the generated module); "
-                                               f"choose another name")
+    # (the spec name and input names, schedgen.reserved: checked by the step's plan_matmul below)
     if mesh.axis_name in op.sizes or mesh.axis_name in op.inputs or mesh.axis_name in op.outputs:
         problems.add(("op", "mesh", "axis_name"), f"the mesh axis '{mesh.axis_name}' is also an operand or size name; "
                                                   f"choose another axis name")
@@ -368,8 +362,11 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         text = f"({axis} - 1) % {d_count}"
     else:
         text = ref.device_id
+    ranges = {axis: (0, d_count - 1)}
     try:
         expr = ex.parse_int_expr(text, names=[axis])
+        if (err32 := ex.check_int32(expr, ranges, over=f"the mesh ({axis} in 0..{d_count - 1})")) is not None:
+            raise err32
         send_to = tuple(ex.eval_int(expr, {axis: d}) for d in range(d_count))
     except ex.ExprError as err:
         problems.add(path, err.message, (err.line, err.col))
@@ -387,7 +384,8 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         problems.add(path, f"the all-gather is a ring: each device sends its chunks to a neighbour, device_id "
                            f"({axis} - 1) % {d_count} or ({axis} + 1) % {d_count}; this one sends {shown}")
         return None, "", text
-    return send_to, ex.render_py_int(expr, {axis: "dev"}), ex.render_py_int(expr, {axis: axis})
+    return (send_to, ex.render_py_int(expr, {axis: "dev"}, ranges=ranges),
+            ex.render_py_int(expr, {axis: axis}, ranges=ranges))
 
 
 # ------------------------------------------------------------------------------- the NVLink multicast entries

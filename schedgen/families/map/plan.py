@@ -8,11 +8,13 @@ with 16-byte vector accesses, staged in a double-buffered SMEM output and stored
 from __future__ import annotations
 
 import ast
-import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ... import reserved
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, BlockSpec
 from ...plan.common import (
@@ -35,11 +37,9 @@ if TYPE_CHECKING:
 
 # Default grid names: the first of these the spec does not use for something else.
 DEFAULT_GRID_NAMES = ("i", "j", "k", "l", "m", "n", "p", "q")
-MAX_CHECKED_POINTS = 1 << 16
-# The Pallas module's public functions, next to `def <spec name>(<input names>, interpret=None)`. Every other
-# name a template writes carries a prefix (g_, v_, t_, r_, c_, S_, in_, out_ ...) or a leading underscore, which
-# user names (a letter first, no sg_/__) can never collide with.
-MODULE_NAMES = frozenset({"make", "run_into"})
+# Index maps that are not affine in the grid names are checked at every grid point, up to this many points.
+MAX_EXHAUSTIVE_POINTS = 1 << 26
+CHUNK_POINTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -348,16 +348,9 @@ def _grid_vars(grid_names) -> tuple[str, ...]:
 
 
 def _check_module_names(spec: SpecFile, problems: Problems) -> None:
-    """The spec name and input names are written as-is into the Pallas module's entry point."""
-    if spec.name in MODULE_NAMES:
-        problems.add(("name",), f"'{spec.name}' is the name of one of the Pallas module's own functions; avoid "
-                                f"{', '.join(sorted(MODULE_NAMES))}")
-    for n in spec.op.inputs:
-        if n in ("interpret", "make"):
-            problems.add(("op", "inputs", n), f"input name '{n}' clashes with the Pallas entry point "
-                                              f"(def {spec.name}(..., interpret=None) calls make()); choose another name")
-
-
+    """The spec name and input names are written as-is into the Pallas module and the package (schedgen.reserved)."""
+    for path, message in reserved.reserved_problems(spec):
+        problems.add(path, message)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -488,34 +481,96 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
         block_bytes=block_bytes, smem=buf,
         index_map=text,
         index_map_cxx=tuple(ex.render_cxx_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
-                                              {s: f"S_{s}" for s in sizes}) for e in imap),
+                                              {s: f"S_{s}" for s in sizes},
+                                              ranges=_index_ranges(grid, grid_names, sizes)) for e in imap),
         index_map_py=tuple(ex.render_py_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
-                                            {s: str(sizes[s]) for s in sizes}) for e in imap),
+                                            {s: str(sizes[s]) for s in sizes},
+                                            ranges=_index_ranges(grid, grid_names, sizes)) for e in imap),
         row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
         oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tiling,
         transpose=None,
     )
 
 
+def _index_ranges(grid, grid_names, sizes) -> dict[str, tuple[int, int]]:
+    """What each name of an index map ranges over: a grid name [0, g - 1], a size exactly its value."""
+    return {g: (0, n - 1) for g, n in zip(grid_names, grid)} | {s: (v, v) for s, v in sizes.items()}
+
+
 def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path, problems: Problems) -> None:
-    """The index map must pick, at every grid point, the block the body's broadcasting reads."""
+    """The index map must pick, at every grid point, the block the body's broadcasting reads.
+
+    Proved for every point, never sampled: first every intermediate is bounded to the kernels' 32-bit int math
+    (interval arithmetic over the whole grid); then a map whose components are affine in the grid names (+, -,
+    products with constants; // and % of constants only) is compared exactly as affine forms, any grid size;
+    anything else is evaluated exhaustively (numpy int64, in chunks) up to MAX_EXHAUSTIVE_POINTS grid points, and
+    rejected above that with a message saying what to write instead."""
     rank, off = len(shape), len(iblock) - len(shape)
+    ranges = _index_ranges(grid, grid_names, sizes)
+    for e in imap:
+        if (err := ex.check_int32(e, ranges)) is not None:
+            problems.add((*path, "index_map"), err.message, (err.line, err.col))
+            return
     total = math.prod(grid)
-    if total <= MAX_CHECKED_POINTS:
-        points = itertools.product(*(range(g) for g in grid))
-    else:
-        points = itertools.product(*(sorted({p for p in (0, 1, g // 2, g - 1) if p < g}) for g in grid))
-    for point in points:
-        env = dict(zip(grid_names, point)) | dict(sizes)
+
+    def want_at(point) -> tuple[int, ...]:
+        return tuple(point[off + d] * iblock[off + d] // block[d] if not (block[d] == 1 and shape[d] == 1) else 0
+                     for d in range(rank))
+
+    def mismatch(point, got) -> None:
+        problems.add((*path, "index_map"),
+                     f"index_map {text} sends grid point {point} to block {got} of '{name}', but the elementwise "
+                     f"body reads block {want_at(point)} there (numpy broadcasting of the output block)")
+
+    # The block the body reads, as an affine form: the grid name itself (block == iblock), or 0 (broadcast).
+    # Grid dimensions of extent 1 are the constant 0.
+    fixed = {g: 0 for g, n in zip(grid_names, grid) if n == 1} | dict(sizes)
+    want_forms = []
+    affine = all(block[d] == iblock[off + d] or (block[d] == 1 and shape[d] == 1) for d in range(rank))
+    for d in range(rank):
+        g = grid_names[off + d]
+        want_forms.append({"": 0} if (block[d] == 1 and shape[d] == 1) or g in fixed else {g: 1, "": 0})
+    forms = [ex.affine_form(e, fixed) for e in imap]
+    if affine and all(f is not None for f in forms):
+        if forms == want_forms:
+            return  # proved for every grid point
+        if total > MAX_EXHAUSTIVE_POINTS:
+            # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
+            for point in [tuple(0 for _ in grid)] + [tuple(int(k == d) for k in range(len(grid)))
+                                                       for d in range(len(grid)) if grid[d] > 1]:
+                got = tuple(ex.eval_int(e, dict(zip(grid_names, point)) | dict(sizes)) for e in imap)
+                if got != want_at(point):
+                    mismatch(point, got)
+                    return
+    if total > MAX_EXHAUSTIVE_POINTS:
+        problems.add((*path, "index_map"),
+                     f"index_map {text} is not affine in the grid names (it uses // or %, or multiplies grid names), "
+                     f"and the grid has {total} points, more than the {MAX_EXHAUSTIVE_POINTS} this check evaluates "
+                     f"one by one: it cannot be proved to pick the right block everywhere; write each block index as "
+                     f"the grid name itself (or 0 for a broadcast dimension), e.g. {_default_map_text(grid_names, off, rank)}")
+        return
+    # exhaustive, in chunks of grid points in row-major (itertools.product) order
+    env_sizes = dict(sizes)
+    for start in range(0, total, CHUNK_POINTS):
+        flat = np.arange(start, min(start + CHUNK_POINTS, total), dtype=np.int64)
+        coords = np.unravel_index(flat, grid)
+        env = dict(zip(grid_names, coords)) | env_sizes
         try:
-            got = tuple(ex.eval_int(e, env) for e in imap)
-        except ex.ExprError as err:
+            got = [ex.eval_int_array(e, env, flat.shape) for e in imap]
+        except ex.GridZeroDivision as err:
+            point = tuple(int(c[err.index]) for c in coords)
             problems.add((*path, "index_map"), f"{err.message} at grid point {point}")
             return
-        want = tuple(point[off + d] * iblock[off + d] // block[d] if not (block[d] == 1 and shape[d] == 1) else 0
-                     for d in range(rank))
-        if got != want:
-            problems.add((*path, "index_map"),
-                         f"index_map {text} sends grid point {point} to block {got} of '{name}', but the elementwise "
-                         f"body reads block {want} there (numpy broadcasting of the output block)")
+        bad = np.zeros(flat.shape, dtype=bool)
+        for d in range(rank):
+            want = (0 if block[d] == 1 and shape[d] == 1 else coords[off + d] * iblock[off + d] // block[d])
+            bad |= got[d] != want
+        if bad.any():
+            at = int(np.argmax(bad))
+            point = tuple(int(c[at]) for c in coords)
+            mismatch(point, tuple(int(g[at]) for g in got))
             return
+
+
+def _default_map_text(grid_names, off, rank) -> str:
+    return "(" + ", ".join(grid_names[off:off + rank]) + ("," if rank == 1 else "") + ")"

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ... import reserved
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE
 from ...plan.common import (
@@ -38,7 +39,6 @@ MMA_DTYPES = ("bf16", "f16")
 OUT_DTYPES = ("bf16", "f16", "f32")
 REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
 DEFAULT_TILE = (128, 256, 64)
-MODULE_NAMES = frozenset({"make", "run_into"})
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,12 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
             if nm in seen:
                 problems.add(("op", group, nm), f"name '{nm}' is already used in op.{seen[nm]}")
             seen[nm] = group
-    for nm in list(op.inputs) + list(op.outputs) + list(op.constants):
-        if nm in MODULE_NAMES or nm == "acc":
-            problems.add(("op", "inputs" if nm in op.inputs else "outputs" if nm in op.outputs else "constants", nm),
-                         f"'{nm}' is reserved ({'the accumulator' if nm == 'acc' else 'a function of the generated module'}); "
-                         f"choose another name")
-    if spec.name in MODULE_NAMES:
-        problems.add(("name",), f"'{spec.name}' is reserved by the generated module; choose another kernel name")
+    for nm in list(op.outputs) + list(op.constants):
+        if nm == "acc":   # the epilogue reads the accumulator as `acc`
+            problems.add(("op", "outputs" if nm in op.outputs else "constants", nm),
+                         f"'{nm}' is reserved (the accumulator); choose another name")
+    for path, message in reserved.reserved_problems(spec):
+        problems.add(path, message)
     check_operand_roles(op, problems)
     out_name = next(iter(op.outputs))
     extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]

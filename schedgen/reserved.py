@@ -1,0 +1,141 @@
+"""The one list of names that generated code defines, which user names spelled into it must avoid.
+
+Generated code spells most user names with a prefix (CUDA: ``v_x``, ``c_scale``, ``S_M``, ``g_i``, ``in_x_slot``;
+Pallas: ``v_x``, ``_c_scale``, ``r_o``, ``t_h``), which no template name carries. Two kinds of name go in as-is,
+into the Pallas module and the package ``__init__`` of every family:
+
+- the spec's ``name``: ``def <name>(...)`` at the top level of both modules, so it must not equal any of their
+  module-level names (``GRID``, ``NUM_BLOCKS``, ``make``, ``kernel``, ``plan``...) nor a builtin or global the
+  modules' functions read (``tuple``, ``zip``, ``ValueError``...);
+- input names: the parameters of that entry function, so they must not equal its other parameters (``out``,
+  ``stream``, ``backend``, ``interpret``, ``mesh``, ``devices``), its locals, nor a global it reads (``make``,
+  ``kernel``, ``plan``, ``pallas``...);
+
+and one prefixed spelling collides with a template name: the matmul epilogue's accumulator is ``v_acc``, so no
+input may be named ``acc``.
+
+The lists below are what ``tests/regressions/generated_names.py`` derives from the rendered code of every bundled
+spec through every template (symtable scopes of the Python, identifiers of the CUDA); its test fails when a
+template change defines a name that is missing here. Checked by every family's planner (``reserved_problems``).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import MappingProxyType
+
+_NAME = {  # the spec name must not be one of these
+    'AXIS': 'a module-level name of the generated module',
+    'A_TRANSFORMS': 'a module-level name of the generated module',
+    'BATCH': 'a module-level name of the generated module',
+    'BLOCK_KV': 'a module-level name of the generated module',
+    'BLOCK_Q': 'a module-level name of the generated module',
+    'B_TRANSFORMS': 'a module-level name of the generated module',
+    'CAUSAL_OFFSET': 'a module-level name of the generated module',
+    'CHUNK_STEP': 'a module-level name of the generated module',
+    'CLUSTER_M': 'a module-level name of the generated module',
+    'CLUSTER_N': 'a module-level name of the generated module',
+    'CLUSTER_SIZE': 'a module-level name of the generated module',
+    'CONSUMER_REGS': 'a module-level name of the generated module',
+    'COUNTERS': 'a module-level name of the generated module',
+    'DELAY_RELEASE': 'a module-level name of the generated module',
+    'DTYPE': 'a module-level name of the generated module',
+    'EPI_BUFFERS': 'a module-level name of the generated module',
+    'EPI_CHUNKS_M': 'a module-level name of the generated module',
+    'EPI_CHUNKS_N': 'a module-level name of the generated module',
+    'EPI_COLS': 'a module-level name of the generated module',
+    'EPI_ROWS': 'a module-level name of the generated module',
+    'GRID': 'a module-level name of the generated module',
+    'GRID_M': 'a module-level name of the generated module',
+    'GRID_N': 'a module-level name of the generated module',
+    'GROUP': 'a module-level name of the generated module',
+    'HEADS_KV': 'a module-level name of the generated module',
+    'HEADS_Q': 'a module-level name of the generated module',
+    'HEAD_DIM': 'a module-level name of the generated module',
+    'IN_DTYPE': 'a module-level name of the generated module',
+    'K': 'a module-level name of the generated module',
+    'KV_BLOCKS': 'a module-level name of the generated module',
+    'K_ITERS': 'a module-level name of the generated module',
+    'LN2': 'a module-level name of the generated module',
+    'M': 'a module-level name of the generated module',
+    'M_TOTAL': 'a module-level name of the generated module',
+    'N': 'a module-level name of the generated module',
+    'NUM_BLOCKS': 'a module-level name of the generated module',
+    'NUM_CONSUMERS': 'a module-level name of the generated module',
+    'NUM_DEVICES': 'a module-level name of the generated module',
+    'NUM_TILES': 'a module-level name of the generated module',
+    'OUT_DTYPE': 'a module-level name of the generated module',
+    'OUT_TRANSFORMS': 'a module-level name of the generated module',
+    'PRODUCER_REGS': 'a module-level name of the generated module',
+    'Q_BLOCKS': 'a module-level name of the generated module',
+    'RECEIVED': 'a module-level name of the generated module',
+    'RECV_OFFSET': 'a module-level name of the generated module',
+    'ROWS': 'a module-level name of the generated module',
+    'SCALE_LOG2': 'a module-level name of the generated module',
+    'SEQ_KV': 'a module-level name of the generated module',
+    'SEQ_Q': 'a module-level name of the generated module',
+    'SLOTS': 'a module-level name of the generated module',
+    'STAGES': 'a module-level name of the generated module',
+    'TILES_PER_STEP': 'a module-level name of the generated module',
+    'TILE_K': 'a module-level name of the generated module',
+    'TILE_M': 'a module-level name of the generated module',
+    'TILE_N': 'a module-level name of the generated module',
+    'TRANSFORMS': 'a module-level name of the generated module',
+    'ValueError': 'a global or builtin name the generated code reads',
+    'WG_TILE_M': 'a module-level name of the generated module',
+    'WG_TILE_N': 'a module-level name of the generated module',
+    'divmod': 'a global or builtin name the generated code reads',
+    'kernel': 'a module-level name of the generated module',
+    'list': 'a global or builtin name the generated code reads',
+    'make': 'a function the generated module defines',
+    'make_mesh': 'a function the generated module defines',
+    'pallas': 'a function the generated module defines',
+    'plan': 'a module-level name of the generated module',
+    'reversed': 'a global or builtin name the generated code reads',
+    'run_into': 'a function the generated module defines',
+    'run_shards': 'a function the generated module defines',
+    'shard_mapped': 'a function the generated module defines',
+    'tuple': 'a global or builtin name the generated code reads',
+    'zip': 'a global or builtin name the generated code reads',
+}
+_INPUTS = {  # no input may be named one of these
+    'ValueError': 'a global or builtin name the generated code reads',
+    'acc': "the matmul epilogue's accumulator (generated code spells inputs v_<name>, and the accumulator v_acc)",
+    'backend': 'a parameter of the generated function',
+    'devices': 'a parameter of the generated function',
+    'devs': 'a local variable of the generated function',
+    'i': 'a local variable of the generated function',
+    'interpret': 'a parameter of the generated function',
+    'kernel': 'a global or builtin name the generated code reads',
+    'key': 'a local variable of the generated function',
+    'lhs': 'a local variable of the generated function',
+    'list': 'a global or builtin name the generated code reads',
+    'make': 'a global or builtin name the generated code reads',
+    'make_mesh': 'a global or builtin name the generated code reads',
+    'mesh': 'a parameter of the generated function',
+    'o': 'a local variable of the generated function',
+    'out': 'a parameter of the generated function',
+    'outs': 'a local variable of the generated function',
+    'pallas': 'a global or builtin name the generated code reads',
+    'plan': 'a global or builtin name the generated code reads',
+    'rhs': 'a local variable of the generated function',
+    'runner': 'a local variable of the generated function',
+    'shard_mapped': 'a global or builtin name the generated code reads',
+    'stream': 'a parameter of the generated function',
+    'tuple': 'a global or builtin name the generated code reads',
+}
+
+SPEC_NAME = MappingProxyType(_NAME)
+INPUT_NAME = MappingProxyType(_INPUTS)
+
+
+def reserved_problems(spec) -> Iterator[tuple[tuple, str]]:
+    """(field path, message) for the spec name and every input name that generated code would break on."""
+    if spec.name in SPEC_NAME:
+        yield ("name",), (f"'{spec.name}' is reserved: it is {SPEC_NAME[spec.name]} (the spec name becomes "
+                          f"`def {spec.name}(...)` at the top level of the generated Pallas module and package); "
+                          f"choose another name")
+    for n in spec.op.inputs:
+        if n in INPUT_NAME:
+            yield ("op", "inputs", n), (f"'{n}' is reserved: it is {INPUT_NAME[n]} (input names become the "
+                                        f"parameters of `def {spec.name}(...)` in the generated Pallas module and "
+                                        f"package); choose another name")
