@@ -16,7 +16,7 @@ from schedgen import tune as T
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan, to_json
 from schedgen.spec.validate import load_spec
-from schedgen.tunedb import TuneDB
+from schedgen.tune.db import TuneDB
 
 MM_TUNE = SPECS_DIR / "matmul_bf16_4096_tune.yaml"
 ADD = SPECS_DIR / "add_bf16.yaml"
@@ -367,7 +367,7 @@ def test_cli_tune_dry_run(add_spec, cache, pool, monkeypatch, capsys):
 
 
 def test_tunedb_schema_and_default_path(tmp_path, monkeypatch):
-    from schedgen import tunedb
+    from schedgen.tune import db as tunedb
     monkeypatch.setenv("SCHEDGEN_TUNE_DB", str(tmp_path / "x" / "t.sqlite"))
     assert tunedb.default_path() == tmp_path / "x" / "t.sqlite"
     monkeypatch.delenv("SCHEDGEN_TUNE_DB")

@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .cache import default_root
+from ..cache import default_root
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "hang", "fault", "compile_error", "wrong")   # every status is final for its key
