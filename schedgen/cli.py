@@ -128,7 +128,7 @@ def cmd_verify(args) -> int:
 
     from .build import build_spec
     from .verify import Check, verify_file
-    from .watchdog import call_with_timeout
+    from .supervise import call_with_timeout
     backends = _backends(args.backend)
     if args.sanitize:
         return _cmd_sanitize(args, ["cuda"] if args.backend == "all" else backends)

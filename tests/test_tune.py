@@ -303,7 +303,7 @@ def test_hang_and_fault_are_recorded_and_skipped(add_spec, cache, pool, tmp_path
         runner.close()
     assert time.monotonic() - t0 < 45
     by = {(r["knobs"]["block_M"], r["knobs"]["stages"], r["knobs"]["num_blocks"]): r for r in result.rows}
-    assert by[(16, 3, "auto")]["status"] == "hang" and "no answer within 3 s" in by[(16, 3, "auto")]["detail"]
+    assert by[(16, 3, "auto")]["status"] == "hang" and "did not finish within 3 s" in by[(16, 3, "auto")]["detail"]
     assert by[(16, 4, "auto")]["status"] == "fault" and "exit code 3" in by[(16, 4, "auto")]["detail"]
     assert by[(64, 2, "auto")]["status"] == "fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in by[(64, 2, "auto")]["detail"]
     ok = [r for r in result.rows if r["status"] == "ok"]

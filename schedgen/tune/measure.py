@@ -2,14 +2,12 @@
 long-lived supervised worker process (schedgen/supervise.py) with a timeout per job."""
 from __future__ import annotations
 
-import multiprocessing
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from ..cache import digest
-from .compile import _quiet_worker, _why
+from ..supervise import CRASH, ERROR, TIMEOUT, Supervisor
 from .db import canonical
 
 DEFAULT_TIMEOUT = 30.0          # seconds per candidate run (a healthy one takes well under a second)
@@ -36,39 +34,12 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
-def _worker_main(conn, setup, measure, verify, options) -> None:
-    """The runner's worker: set up once, then run jobs until told to stop. After an exception it reports and exits
-    (a CUDA error can leave the context unusable); the parent starts a fresh worker for the next job."""
-    _quiet_worker()
-    try:
-        if setup is not None:
-            setup(options)
-    except BaseException as exc:
-        conn.send(("setup_error", _why(exc)))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        kind, built, backend = msg
-        fn = measure if kind == "measure" else verify
-        try:
-            value = fn(built, backend, options)
-        except BaseException as exc:
-            conn.send(("error", _why(exc)))
-            return
-        conn.send(("ok", value))
-
-
 class WorkerRunner:
     """Runs `measure(built, backend, options) -> {"time_ms": ..}` and `verify(...) -> {"ok": .., "rel_error": ..}`
-    in one long-lived spawned worker (a CUDA context does not survive fork), with a timeout per job. A job that
-    does not answer in time is recorded as a hang and its worker killed; one whose worker dies or raises is a
-    fault; either way the next job gets a fresh worker. The functions must be importable (module level)."""
+    in one long-lived spawned worker under the process supervisor (schedgen/supervise.py), with a timeout per job.
+    The supervisor's outcomes become the database's statuses: a timeout is a `hang` (its worker killed), a crash or
+    an exception a `fault`; either way the next job gets a fresh worker. The functions must be importable (module
+    level)."""
 
     def __init__(self, measure: Callable | None = None, verify: Callable | None = None, *,
                  setup: Callable | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -81,84 +52,38 @@ class WorkerRunner:
         self.timeout, self.verify_timeout, self.start_timeout = timeout, verify_timeout, start_timeout
         self.options = dict(options or {})
         self.env = dict(env) if env is not None else gpu_environment()
-        self.proc = None
-        self.conn = None
-        self.ready = False
-        self.starts = 0
+        self.worker = Supervisor(self.setup_fn, (self.options,), start_timeout=start_timeout)
+
+    @property
+    def starts(self) -> int:
+        """Workers started so far (a hang or fault replaces the worker)."""
+        return self.worker.starts
 
     def start(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            return
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.setup_fn, self.measure_fn, self.verify_fn,
-                                                             self.options), daemon=True)
-        self.proc.start()
-        child.close()
-        self.ready = False
-        self.starts += 1
+        self.worker.start()             # returns at once: the worker's start-up overlaps the first compiles
 
-    def _ensure(self) -> None:
-        self.start()
-        if self.ready:
-            return
-        if not self.conn.poll(self.start_timeout):
-            self._kill()
-            raise RuntimeError(f"the runner's worker did not start within {self.start_timeout:g} s")
-        try:
-            status, value = self.conn.recv()
-        except EOFError:
-            code = self.proc.exitcode if self.proc else None
-            self._kill()
-            raise RuntimeError(f"the runner's worker died while starting (exit code {code})") from None
-        if status != "ready":
-            self._kill()
-            raise RuntimeError(f"the runner's worker could not start: {value}")
-        self.ready = True
-
-    def _kill(self) -> None:
-        if self.proc is not None:
-            if self.proc.is_alive():
-                self.proc.kill()
-            self.proc.join(10)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc, self.conn, self.ready = None, None, False
-
-    def _call(self, kind: str, built, backend: str, timeout: float) -> Result:
-        self._ensure()
-        self.conn.send((kind, built, backend))
-        if not self.conn.poll(timeout):
-            self._kill()
-            return Result("hang", detail=f"no answer within {timeout:g} s; the worker was stopped (a kernel that "
-                                         f"never completes: check barrier arrival counts and pipeline depth)")
-        try:
-            status, value = self.conn.recv()
-        except (EOFError, OSError):
-            self.proc.join(10)
-            code = self.proc.exitcode
-            self._kill()
-            return Result("fault", detail=f"the worker process died (exit code {code})")
-        if status != "ok":
-            self._kill()
-            return Result("fault", detail=str(value))
-        value = dict(value or {})
+    def _call(self, fn: Callable, built, backend: str, timeout: float) -> Result:
+        ready = self.worker.started()
+        if not ready.ok:
+            why = {TIMEOUT: f"did not start within {self.start_timeout:g} s", CRASH: f"died while starting "
+                   f"({ready.detail})", ERROR: f"could not start: {ready.detail}"}[ready.status]
+            raise RuntimeError(f"the runner's worker {why}")
+        got = self.worker.call(fn, built, backend, self.options, timeout=timeout)
+        if got.status == TIMEOUT:
+            return Result("hang", detail=got.detail)
+        if not got.ok:
+            return Result("fault", detail=got.detail)
+        value = dict(got.value or {})
         return Result("ok", value.pop("time_ms", None), value.pop("detail", ""), value)
 
     def measure(self, built, backend: str) -> Result:
-        return self._call("measure", built, backend, self.timeout)
+        return self._call(self.measure_fn, built, backend, self.timeout)
 
     def verify(self, built, backend: str) -> Result:
-        return self._call("verify", built, backend, self.verify_timeout)
+        return self._call(self.verify_fn, built, backend, self.verify_timeout)
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.is_alive() and self.conn is not None:
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-            self.proc.join(5)
-        self._kill()
+        self.worker.close()
 
 
 # ---------------------------------------------------------------------------------------------- the GPU runner
