@@ -43,7 +43,8 @@ from .measure import (
 from .progress import Progress, RichProgress, best_label, space_text
 from .prune import PruneGroup, Pruning, prune, summarise
 from .results import best_known, current_gpu, export_schedule, summary
-from .space import Candidate, NothingToTune, Space, config_key, expand, field_overrides, load_space, resolve_knobs
+from .space import (MAX_SPACE, Candidate, NothingToTune, Space, config_key, expand, field_overrides, indices,
+                    load_space, point, resolve_knobs)
 
 __all__ = ["ALIASES", "aliases_for", "map_aliases", "matmul_aliases", "compile_candidate", "compile_pool",
            "default_workers", "result_key", "toolchain_info", "Constraint", "parse_constraint", "TuneDB",
@@ -51,4 +52,5 @@ __all__ = ["ALIASES", "aliases_for", "map_aliases", "matmul_aliases", "compile_c
            "VERIFY_TIMEOUT", "Result", "Runner", "WorkerRunner", "gpu_environment", "gpu_measure", "gpu_setup",
            "gpu_verify", "Progress", "RichProgress", "best_label", "space_text", "PruneGroup", "Pruning", "prune",
            "summarise", "best_known", "current_gpu", "export_schedule", "summary", "Candidate", "NothingToTune",
-           "Space", "config_key", "expand", "field_overrides", "load_space", "resolve_knobs"]
+           "Space", "config_key", "expand", "field_overrides", "load_space", "resolve_knobs", "MAX_SPACE", "indices",
+           "point"]

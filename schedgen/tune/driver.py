@@ -58,17 +58,18 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
          db: TuneDB | str | Path | None = None, backend: str = "cuda", workers: int | None = None,
          cache: Cache | str | Path | None = None, retry_failed: bool = False, dry_run: bool = False,
          verify: bool = True, verify_top: int = VERIFY_TOP, progress: Progress | None = None,
-         pool: Executor | None = None) -> TuneResult:
+         pool: Executor | None = None, budget: int | None = None, seed: int = 0) -> TuneResult:
     """Tune one spec at one shape: expand, prune, compile in a process pool while `runner` measures what is built,
     store each result at once, then check the fastest against numpy. A rerun measures only candidates the
     database lacks (with `retry_failed`, also those that hung, faulted or failed). Raises SpecErrors for a bad spec
     or tune section; KeyboardInterrupt passes through after what was measured is saved, so the next run resumes.
     `pool` lends an executor for the compiles (kept open; several tunings in one process then share its workers);
-    by default one is made for the run."""
+    by default one is made for the run. `budget` tunes a seeded random sample of that many points of a space larger
+    than it (load_space: a space over MAX_SPACE points needs one)."""
     t0 = time.monotonic()
     progress = progress or Progress()
     spec_path = str(spec_path)
-    space = load_space(spec_path, overrides)
+    space = load_space(spec_path, overrides, budget=budget, seed=seed)
     if backend not in space.spec.schedule.backends:
         raise ValueError(f"{spec_path}: backend '{backend}' is not among the spec's backends "
                          f"({', '.join(space.spec.schedule.backends)})")

@@ -77,7 +77,9 @@ class RichProgress(Progress):
 
 def space_text(space: Space, pruning: Pruning) -> str:
     knobs = ", ".join(f"{k.name} {list(k.values)}" for k in space.knobs)
-    lines = [f"{space.path}: {pruning.total} candidates ({knobs}) at "
+    count = (f"a random sample of {pruning.total} of {space.size} points (--budget {space.budget}, seed {space.seed})"
+             if space.sampled else f"{pruning.total} candidates")
+    lines = [f"{space.path}: {count} ({knobs}) at "
              f"{', '.join(f'{k}={v}' for k, v in space.sizes.items())}"]
     if pruning.groups:
         lines.append(f"pruned {pruning.pruned}:")

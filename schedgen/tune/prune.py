@@ -27,9 +27,10 @@ class PruneGroup:
 
 @dataclass
 class Pruning:
-    total: int
+    total: int                  # the points examined: the whole space, or the --budget sample
     kept: list[Candidate]
     groups: list[PruneGroup]
+    space_size: int = 0         # the whole space's points (more than `total` when sampled)
 
     @property
     def pruned(self) -> int:
@@ -61,10 +62,10 @@ def _spec_of(space: Space, cand: Candidate) -> SpecFile:
 
 
 def prune(space: Space, *, dedupe: bool = True) -> Pruning:
-    """Expand the space and keep what passes the constraints and the plan stage (planning is cheap: no compile).
-    Rejections are grouped by field and message (numbers normalised); identical plans are kept once."""
+    """Expand the space (lazily) and keep what passes the constraints and the plan stage (planning is cheap: no
+    compile). Rejections are grouped by field and message (numbers normalised); identical plans are kept once."""
     from .. import plan as planner
-    cands = expand(space)
+    total = 0
     groups: dict[tuple, PruneGroup] = {}
     messages: dict[tuple, list[str]] = {}
     kept: list[Candidate] = []
@@ -79,7 +80,8 @@ def prune(space: Space, *, dedupe: bool = True) -> Pruning:
             g.examples.append(cand.index)
         messages.setdefault(gk, []).append(message)
 
-    for cand in cands:
+    for cand in expand(space):
+        total += 1
         env = {**sizes, **cand.values}
         failed = None
         for i, con in enumerate(space.constraints):
@@ -114,4 +116,4 @@ def prune(space: Space, *, dedupe: bool = True) -> Pruning:
         g.message = summarise(messages[gk]) if g.stage == "plan" else g.message
         out.append(g)
     out.sort(key=lambda g: (("constraint", "plan", "duplicate").index(g.stage), -g.count))
-    return Pruning(len(cands), kept, out)
+    return Pruning(total, kept, out, space.size)

@@ -31,11 +31,12 @@ def current_gpu() -> str | None:
 
 
 def best_known(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
-               db: TuneDB | str | Path | None = None, backend: str = "cuda", gpu: str | None = None) -> dict | None:
+               db: TuneDB | str | Path | None = None, backend: str = "cuda", gpu: str | None = None,
+               budget: int | None = None, seed: int = 0) -> dict | None:
     """The fastest verified result in the database among this spec's candidates at this shape (its tune section
     expanded and constrained; the plan stage is not needed for the lookup). Rows measured on `gpu` and with the
-    current toolchain are preferred when there are any."""
-    space = load_space(spec_path, overrides)
+    current toolchain are preferred when there are any. `budget` and `seed` pick the same sample `tune` took."""
+    space = load_space(spec_path, overrides, budget=budget, seed=seed)
     keys = []
     for cand in expand(space):
         env = {**space.sizes, **cand.values}

@@ -2,12 +2,12 @@
 spec), counted without expanding, and enumerated lazily (every point, or a seeded random sample of them)."""
 from __future__ import annotations
 
-import itertools
 import math
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..cache import key_of
 from ..errors import Problem, SourceMap, SpecErrors, format_path
@@ -20,6 +20,9 @@ from .constraints import Constraint, parse_constraint
 from .db import canonical
 from .knobs import Knob, Target
 
+# The most points a run expands and plans (planning takes about 0.5 ms a point, so ~10 s); a larger space is
+# refused with a located error unless a random sample is asked for (`schedgen tune --budget N`, N <= this).
+MAX_SPACE = 20_000
 
 def _parse_key(key: str) -> tuple[tuple[str, ...], int | None] | None:
     """`a.b.c[1]` -> (('a', 'b', 'c'), 1); None when only the last part is not the one indexed."""
@@ -99,7 +102,12 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:
                     problems.append(Problem(where, f"{key}: {format_path(t.path)} is not a list"))
                     continue
                 idx = t.index if t.index >= 0 else len(value) + t.index
-                if idx < 0 or (idx >= len(value) and t.path[-1] != "cluster"):
+                limit = _max_length(spec, t.path)
+                if idx >= len(value) and t.path[-1] == "cluster" and limit is not None and idx >= limit:
+                    problems.append(Problem(where, f"{key}: {format_path(t.path)} has at most {limit} entries; no "
+                                                   f"entry [{t.index}]"))
+                    continue
+                if idx < 0 or (idx >= len(value) and (t.path[-1] != "cluster" or limit is None)):
                     problems.append(Problem(where, f"{key}: {format_path(t.path)} has {len(value)} entries; no "
                                                    f"entry [{t.index}]"))
                     continue
@@ -116,6 +124,20 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:
             continue
         knobs.append(Knob(key, name, values, tuple(targets), alias))
     return knobs
+
+
+def _max_length(spec: SpecFile, path: Sequence[str]) -> int | None:
+    """The list field's own length limit (its pydantic max_length), found by walking the validated spec."""
+    node: Any = spec
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+        if node is None:
+            return None
+    info = getattr(type(node), "model_fields", {}).get(path[-1])
+    for meta in getattr(info, "metadata", ()):
+        if getattr(meta, "max_length", None) is not None:
+            return int(meta.max_length)
+    return None
 
 
 def field_overrides(base: Mapping, knobs: Sequence[Knob], values: Sequence[Any]) -> dict[str, Any]:
@@ -148,10 +170,22 @@ class Space:
     knobs: list[Knob]
     constraints: list[Constraint]
     spec_key: str
+    budget: int | None = None   # with a space larger than this: a random sample of this many points
+    seed: int = 0               # the sample's seed
 
     @property
     def size(self) -> int:
+        """The number of points: the product of the knobs' value counts (nothing is expanded)."""
         return math.prod(len(k.values) for k in self.knobs)
+
+    @property
+    def sampled(self) -> bool:
+        return self.budget is not None and self.budget < self.size
+
+    @property
+    def points(self) -> int:
+        """How many points a run takes: every one, or the sample's."""
+        return min(self.size, self.budget) if self.budget is not None else self.size
 
     @property
     def sizes(self) -> dict:
@@ -180,8 +214,12 @@ def _spec_key(spec: SpecFile, knobs: Sequence[Knob]) -> str:
     return key_of({"spec": canonical(data)})
 
 
-def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Space:
-    """Read a spec, its tune section and the user's overrides; raises SpecErrors (located) for any problem."""
+def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, budget: int | None = None,
+               seed: int = 0) -> Space:
+    """Read a spec, its tune section and the user's overrides; raises SpecErrors (located) for any problem. A space
+    of more than MAX_SPACE points is refused unless `budget` (at most MAX_SPACE) asks for a seeded random sample."""
+    if budget is not None and not 1 <= budget <= MAX_SPACE:
+        raise ValueError(f"--budget: at most {MAX_SPACE} points (and at least 1), got {budget}")
     path = str(path)
     overrides = dict(overrides or {})
     data, src = load_file(path)
@@ -205,9 +243,17 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
             constraints.append(parse_constraint(text, int_names, str_names))
         except ex.ExprError as err:
             problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    size = math.prod(len(k.values) for k in knobs)
+    if budget is None and size > MAX_SPACE:
+        problems.append(Problem(("tune", "params"), pos=src.key_positions.get(("tune", "params")), message=(
+                                f"the space has {size} points ("
+                                f"{' x '.join(f'{k.name} {len(k.values)}' for k in knobs)}), over the {MAX_SPACE} a "
+                                f"run expands and plans; narrow it (fewer values per knob, or a family alias that "
+                                f"ties fields) or pass --budget N (N <= {MAX_SPACE}) to tune a random sample of N "
+                                f"points")))
     if problems:
         raise SpecErrors(problems, src)
-    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs))
+    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed)
 
 
 # ============================================================================================== candidates
@@ -232,10 +278,27 @@ def _fmt_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def expand(space: Space) -> list[Candidate]:
+def indices(space: Space) -> Iterable[int]:
+    """The points a run takes, in order: range(size), or a seeded uniform sample of `budget` of them without
+    replacement, drawn over the index space (random.sample of a range: the product is never built)."""
+    if not space.sampled:
+        return range(space.size)
+    return sorted(random.Random(space.seed).sample(range(space.size), space.budget))
+
+
+def point(space: Space, index: int) -> tuple:
+    """The knob values at `index`, read as a mixed-radix number (the last knob fastest: itertools.product order)."""
+    digits = []
+    for knob in reversed(space.knobs):
+        index, d = divmod(index, len(knob.values))
+        digits.append(knob.values[d])
+    return tuple(reversed(digits))
+
+
+def expand(space: Space) -> Iterator[Candidate]:
+    """The space's candidates, one at a time (lazily: a large space is never held in memory)."""
     base = space.spec.model_dump(mode="python")
-    out = []
-    for i, combo in enumerate(itertools.product(*(k.values for k in space.knobs))):
+    for i in indices(space):
+        combo = point(space, i)
         fields = field_overrides(base, space.knobs, combo)
-        out.append(Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)}, {**space.user_overrides, **fields}))
-    return out
+        yield Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)}, {**space.user_overrides, **fields})
