@@ -127,8 +127,8 @@ def cmd_verify(args) -> int:
     import math
 
     from .build import build_spec
-    from .verify import Check, verify_file
     from .supervise import call_with_timeout
+    from .verify import Check, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
         return _cmd_sanitize(args, ["cuda"] if args.backend == "all" else backends)

@@ -1,5 +1,11 @@
-"""What the tuner tells as it goes: the silent default and the rich progress display (stderr)."""
+"""What the tuner tells as it goes: the silent default and the rich progress display (stderr).
+
+Text from the spec (paths, knob values, constraints, failure details) never goes through rich markup: it is printed
+as Text objects or escaped, so `[/bold]` prints as itself and `[link=...]` makes no hyperlink.
+"""
 from __future__ import annotations
+
+from rich.markup import escape
 
 from .prune import Pruning
 from .space import Candidate, Space, _fmt_value
@@ -35,7 +41,8 @@ class RichProgress(Progress):
         self.bar = None
 
     def space(self, space: Space, pruning: Pruning) -> None:
-        self.console.print(space_text(space, pruning))
+        from rich.text import Text
+        self.console.print(Text(space_text(space, pruning)))
 
     def start(self, to_compile: int, to_measure: int, reused: int, best: dict | None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -45,10 +52,10 @@ class RichProgress(Progress):
                        transient=False)
         if reused:
             self.console.print(f"{reused} candidate{'s' if reused != 1 else ''} already in the tuning database "
-                               f"(not measured again)")
+                               f"(not measured again)", markup=False)
         self.bar.start()
         self.t_compile = self.bar.add_task("compile", total=to_compile, best="")
-        self.t_measure = self.bar.add_task("measure", total=to_measure, best=best_label(best),
+        self.t_measure = self.bar.add_task("measure", total=to_measure, best=escape(best_label(best)),
                                            visible=to_measure > 0 or best is not None)
 
     def compiled(self, cand: Candidate, ok: bool) -> None:
@@ -57,17 +64,18 @@ class RichProgress(Progress):
 
     def measured(self, cand: Candidate, row: dict, best: dict | None) -> None:
         if self.bar is not None:
-            self.bar.update(self.t_measure, advance=1, best=best_label(best))
+            self.bar.update(self.t_measure, advance=1, best=escape(best_label(best)))
             if row["status"] != "ok":
-                self.console.print(f"  #{cand.index} {cand.label}: [red]{row['status']}[/red] {row['detail'][:160]}")
+                self.console.print(f"  #{cand.index} {escape(cand.label)}: [red]{escape(row['status'])}[/red] "
+                                   f"{escape(row['detail'][:160])}")
 
     def verifying(self, row: dict) -> None:
         if self.bar is not None:
-            self.bar.update(self.t_measure, best="verifying " + best_label(row))
+            self.bar.update(self.t_measure, best="verifying " + escape(best_label(row)))
 
     def finished(self, best: dict | None) -> None:
         if self.bar is not None:
-            self.bar.update(self.t_measure, best=best_label(best) + (" (verified)" if best else ""))
+            self.bar.update(self.t_measure, best=escape(best_label(best)) + (" (verified)" if best else ""))
 
     def stop(self) -> None:
         if self.bar is not None:

@@ -103,14 +103,24 @@ def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str
 
 def summary(result: TuneResult, top: int = 10, show_pruning: bool = True):
     """A rich renderable: the best candidates, the failures, the pruning (unless the progress already showed it),
-    the totals."""
+    the totals. Text from the spec is never read as rich markup."""
     from rich import box
     from rich.console import Group
     from rich.table import Table as _Table
     from rich.text import Text
 
-    def Table(**kw):
-        return _Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), **kw)
+    class Table(_Table):
+        """Titles, headers and cells as Text: nothing from the spec (knob values, details) is read as markup."""
+
+        def __init__(self, title: str = "", **kw):
+            super().__init__(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                             title=Text(title), **kw)
+
+        def add_column(self, header: str = "", **kw) -> None:
+            super().add_column(Text(header), **kw)
+
+        def add_row(self, *cells: str, **kw) -> None:
+            super().add_row(*(Text(c) for c in cells), **kw)
     knob_names = [k.name for k in result.space.knobs]
     parts: list[Any] = []
     if result.dry_run:
