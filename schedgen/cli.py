@@ -84,9 +84,11 @@ def cmd_build(args) -> int:
 
 def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
     """build --tuned: the best verified schedule the tuning database knows for this spec at this shape."""
-    from .tune import NothingToTune, best_known, best_label, current_gpu
+    from .tune import NothingToTune, TuneDBError, best_known, best_label, current_gpu
     try:
         row = best_known(path, overrides, db=args.db, backend="cuda", gpu=current_gpu())
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
     except NothingToTune:
         print(f"{path}: no tune section; building the file's own schedule", file=sys.stderr)
         return overrides, ""
@@ -231,14 +233,19 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     from rich.console import Console
 
-    from .tune import MAX_SPACE, RichProgress, WorkerRunner, best_known, best_label, export_schedule, summary, tune
+    from .tune import (MAX_SPACE, RichProgress, TuneDBError, WorkerRunner, best_known, best_label, export_schedule,
+                       summary, tune)
     overrides = _overrides(args)
     if args.db_only and not args.export:
         raise _usage("--db-only goes with --export (it measures nothing)")
     if args.budget is not None and not 1 <= args.budget <= MAX_SPACE:
         raise _usage(f"--budget: at most {MAX_SPACE} points (and at least 1)")
     if args.db_only:
-        row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget, seed=args.seed)
+        try:
+            row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget,
+                             seed=args.seed)
+        except TuneDBError as exc:
+            raise _usage(str(exc)) from None
         if row is None:
             print(f"{args.file}: the tuning database has no verified result for this spec at this shape; run "
                   f"schedgen tune {args.file} on the GPU first", file=sys.stderr)
@@ -251,6 +258,8 @@ def cmd_tune(args) -> int:
             result = tune(args.file, overrides, runner=runner, db=args.db, backend=args.backend,
                           workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
                           progress=RichProgress(), budget=args.budget, seed=args.seed)
+        except TuneDBError as exc:              # an unusable --db: a usage error
+            raise _usage(str(exc)) from None
         except (RuntimeError, ValueError) as exc:
             print(f"schedgen: {exc}", file=sys.stderr)
             return EXIT_FAIL

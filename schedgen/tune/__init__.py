@@ -25,7 +25,7 @@ from __future__ import annotations
 from .aliases import ALIASES, aliases_for, map_aliases, matmul_aliases
 from .compile import compile_candidate, compile_pool, default_workers, result_key, toolchain_info
 from .constraints import Constraint, parse_constraint
-from .db import TuneDB, default_path
+from .db import TuneDB, TuneDBError, default_path
 from .driver import VERIFY_TOP, TuneResult, tune
 from .knobs import Knob, Target
 from .measure import (
@@ -47,7 +47,7 @@ from .space import (MAX_SPACE, Candidate, NothingToTune, Space, config_key, expa
                     load_space, point, resolve_knobs)
 
 __all__ = ["ALIASES", "aliases_for", "map_aliases", "matmul_aliases", "compile_candidate", "compile_pool",
-           "default_workers", "result_key", "toolchain_info", "Constraint", "parse_constraint", "TuneDB",
+           "default_workers", "result_key", "toolchain_info", "Constraint", "parse_constraint", "TuneDB", "TuneDBError",
            "default_path", "VERIFY_TOP", "TuneResult", "tune", "Knob", "Target", "DEFAULT_TIMEOUT", "START_TIMEOUT",
            "VERIFY_TIMEOUT", "Result", "Runner", "WorkerRunner", "gpu_environment", "gpu_measure", "gpu_setup",
            "gpu_verify", "Progress", "RichProgress", "best_label", "space_text", "PruneGroup", "Pruning", "prune",

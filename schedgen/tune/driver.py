@@ -84,10 +84,10 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
         if not runner.env.get("gpu"):
             raise RuntimeError("no GPU found to measure on (" + str(runner.env.get("note", "nvidia-smi found none"))
                                + "); `schedgen tune --dry-run` expands, prunes and compiles on the CPU")
-        pruning = prune(space)
-        progress.space(space, pruning)
-        dbh = db if isinstance(db, TuneDB) else TuneDB(db)
+        dbh = db if isinstance(db, TuneDB) else TuneDB(db)     # an unusable database stops the run before it starts
         try:
+            pruning = prune(space)
+            progress.space(space, pruning)
             return _tune(space, pruning, runner, dbh, backend=backend, workers=workers, cache_root=cache_root,
                          retry_failed=retry_failed, verify=verify, verify_top=verify_top, progress=progress, t0=t0,
                          pool=pool)
