@@ -84,9 +84,11 @@ def cmd_build(args) -> int:
 
 def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
     """build --tuned: the best verified schedule the tuning database knows for this spec at this shape."""
-    from .tune import NothingToTune, best_known, best_label, current_gpu
+    from .tune import NothingToTune, TuneDBError, best_known, best_label, current_gpu
     try:
         row = best_known(path, overrides, db=args.db, backend="cuda", gpu=current_gpu())
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
     except NothingToTune:
         print(f"{path}: no tune section; building the file's own schedule", file=sys.stderr)
         return overrides, ""
@@ -127,8 +129,8 @@ def cmd_verify(args) -> int:
     import math
 
     from .build import build_spec
+    from .supervise import call_with_timeout
     from .verify import Check, verify_file
-    from .watchdog import call_with_timeout
     backends = _backends(args.backend)
     if args.sanitize:
         return _cmd_sanitize(args, ["cuda"] if args.backend == "all" else backends)
@@ -231,12 +233,19 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     from rich.console import Console
 
-    from .tune import RichProgress, WorkerRunner, best_known, best_label, export_schedule, summary, tune
+    from .tune import (MAX_SPACE, RichProgress, TuneDBError, WorkerRunner, best_known, best_label, export_schedule,
+                       summary, tune)
     overrides = _overrides(args)
     if args.db_only and not args.export:
         raise _usage("--db-only goes with --export (it measures nothing)")
+    if args.budget is not None and not 1 <= args.budget <= MAX_SPACE:
+        raise _usage(f"--budget: at most {MAX_SPACE} points (and at least 1)")
     if args.db_only:
-        row = best_known(args.file, overrides, db=args.db, backend=args.backend)
+        try:
+            row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget,
+                             seed=args.seed)
+        except TuneDBError as exc:
+            raise _usage(str(exc)) from None
         if row is None:
             print(f"{args.file}: the tuning database has no verified result for this spec at this shape; run "
                   f"schedgen tune {args.file} on the GPU first", file=sys.stderr)
@@ -248,7 +257,9 @@ def cmd_tune(args) -> int:
         try:
             result = tune(args.file, overrides, runner=runner, db=args.db, backend=args.backend,
                           workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
-                          progress=RichProgress())
+                          progress=RichProgress(), budget=args.budget, seed=args.seed)
+        except TuneDBError as exc:              # an unusable --db: a usage error
+            raise _usage(str(exc)) from None
         except (RuntimeError, ValueError) as exc:
             print(f"schedgen: {exc}", file=sys.stderr)
             return EXIT_FAIL
@@ -336,6 +347,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="rows of the final table")
     p.add_argument("--retry-failed", action="store_true", help="measure again what hung, faulted or failed")
     p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
+    p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "
+                                                          "space (needed past 20000 points; N <= 20000)")
+    p.add_argument("--seed", type=int, default=0, help="the --budget sample's seed (default 0)")
     p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain schedule file")
     p.add_argument("--db-only", action="store_true", help="with --export: measure nothing, export the best the "
                                                           "database knows")

@@ -16,7 +16,7 @@ from schedgen import tune as T
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan, to_json
 from schedgen.frontend.validate import load_spec
-from schedgen.tunedb import TuneDB
+from schedgen.tune.db import TuneDB
 
 MM_TUNE = SPECS_DIR / "matmul_bf16_4096_tune.yaml"
 ADD = SPECS_DIR / "add_bf16.yaml"
@@ -303,7 +303,7 @@ def test_hang_and_fault_are_recorded_and_skipped(add_spec, cache, pool, tmp_path
         runner.close()
     assert time.monotonic() - t0 < 45
     by = {(r["knobs"]["block_M"], r["knobs"]["stages"], r["knobs"]["num_blocks"]): r for r in result.rows}
-    assert by[(16, 3, "auto")]["status"] == "hang" and "no answer within 3 s" in by[(16, 3, "auto")]["detail"]
+    assert by[(16, 3, "auto")]["status"] == "hang" and "did not finish within 3 s" in by[(16, 3, "auto")]["detail"]
     assert by[(16, 4, "auto")]["status"] == "fault" and "exit code 3" in by[(16, 4, "auto")]["detail"]
     assert by[(64, 2, "auto")]["status"] == "fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in by[(64, 2, "auto")]["detail"]
     ok = [r for r in result.rows if r["status"] == "ok"]
@@ -367,7 +367,7 @@ def test_cli_tune_dry_run(add_spec, cache, pool, monkeypatch, capsys):
 
 
 def test_tunedb_schema_and_default_path(tmp_path, monkeypatch):
-    from schedgen import tunedb
+    from schedgen.tune import db as tunedb
     monkeypatch.setenv("SCHEDGEN_TUNE_DB", str(tmp_path / "x" / "t.sqlite"))
     assert tunedb.default_path() == tmp_path / "x" / "t.sqlite"
     monkeypatch.delenv("SCHEDGEN_TUNE_DB")

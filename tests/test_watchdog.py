@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from schedgen.watchdog import call_with_timeout
+from schedgen.supervise import Supervisor, call_with_timeout
 
 
 def _add(a, b):
@@ -65,3 +65,18 @@ def test_cli_verify_reports_a_run_that_outlives_its_timeout():
     assert res.returncode == 1 and "Traceback" not in res.stderr
     (row,) = [line for line in res.stdout.splitlines() if line.startswith("add_bf16")]
     assert "FAIL  timeout: did not finish within 0.01 s" in row
+
+
+def _pid():
+    return os.getpid()
+
+
+def test_supervisor_runs_jobs_in_one_worker_and_replaces_it_after_a_failure():
+    with Supervisor(start_timeout=120) as sup:
+        first, second = sup.call(_pid, timeout=60), sup.call(_pid, timeout=60)
+        assert first.ok and second.ok and first.value == second.value != os.getpid() and sup.starts == 1
+        assert sup.call(_raise, timeout=60).status == "error"
+        assert sup.call(_hang, timeout=1).status == "timeout"
+        assert sup.call(_die, timeout=60).status == "crash"
+        after = sup.call(_pid, timeout=60)
+        assert after.ok and after.value != first.value and sup.starts == 4

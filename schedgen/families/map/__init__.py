@@ -7,6 +7,7 @@ from .. import Family, register
 from .explain import explain_map
 from .model import MapOp
 from .plan import plan_map
+from .tune import map_aliases
 from .reference import map_reference, small_sizes
 
 FAMILY = register(Family(
@@ -16,6 +17,7 @@ FAMILY = register(Family(
     reference=map_reference,
     explain=explain_map,
     small_sizes=small_sizes,
+    tune_aliases=map_aliases,
     summary="N-ary elementwise body with numpy broadcasting",
     templates=Path(__file__).resolve().parent / "templates",
     metric="gbps",

@@ -7,6 +7,7 @@ from .. import Family, register
 from .explain import explain_matmul
 from .model import MatmulOp
 from .plan import plan_matmul
+from .tune import matmul_aliases
 from .reference import matmul_reference, small_sizes
 
 FAMILY = register(Family(
@@ -16,6 +17,7 @@ FAMILY = register(Family(
     reference=matmul_reference,
     explain=explain_matmul,
     small_sizes=small_sizes,
+    tune_aliases=matmul_aliases,
     summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
     templates=Path(__file__).resolve().parent / "templates",
     metric="tflops",

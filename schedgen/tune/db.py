@@ -7,18 +7,21 @@ Each result is committed as soon as it is measured, so an interrupted run loses 
 on, and the next run resumes with the rest.
 
 The file lives in the build cache's folder (`$SCHEDGEN_CACHE`, else `~/.cache/schedgen`) as `tune.sqlite`;
-`$SCHEDGEN_TUNE_DB` or `schedgen tune --db PATH` put it elsewhere.
+`$SCHEDGEN_TUNE_DB` or `schedgen tune --db PATH` put it elsewhere. A database another process holds locked is
+waited for `$SCHEDGEN_TUNE_DB_TIMEOUT` seconds (default 60). A file that cannot be used (a directory, a folder that
+cannot be made, not sqlite, locked, read-only) raises TuneDBError: one line naming the file and what is wrong.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .cache import default_root
+from ..cache import default_root
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "hang", "fault", "compile_error", "wrong")   # every status is final for its key
@@ -78,6 +81,47 @@ RESULT_COLUMNS = ("key", "config_key", "spec_key", "spec_name", "spec_file", "sh
 JSON_COLUMNS = ("shape", "toolchain", "knobs", "overrides")
 
 
+class TuneDBError(Exception):
+    """The tuning database cannot be used; the message is one line, starting with the file's path."""
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for a database another process holds locked ($SCHEDGEN_TUNE_DB_TIMEOUT, default 60)."""
+    try:
+        value = float(os.environ.get("SCHEDGEN_TUNE_DB_TIMEOUT", "60"))
+    except ValueError:
+        return 60.0
+    return value if value >= 0 else 60.0
+
+
+def _explain(path: Path, exc: sqlite3.Error, waited: float) -> str:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return (f"{path}: the tuning database is locked by another process (waited {waited:g} s); let that run finish "
+                f"or point --db elsewhere")
+    if "readonly" in low or "read-only" in low:
+        return (f"{path}: the tuning database is read-only ({msg}); tuning writes to it: make it writable or point "
+                f"--db elsewhere")
+    if "not a database" in low or "malformed" in low or "encrypted" in low:
+        return f"{path}: not a sqlite database ({msg}); move it away or point --db elsewhere"
+    if "unable to open" in low or "disk i/o" in low:
+        return (f"{path}: cannot open the tuning database ({msg}); check that its folder exists and that the file can "
+                f"be written there")
+    return f"{path}: the tuning database failed ({msg})"
+
+
+def _guarded(method):
+    """sqlite errors out of a TuneDB method become TuneDBError (one line, naming the file)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise TuneDBError(_explain(self.path, exc, self.timeout)) from None
+    return wrapper
+
+
 def default_path() -> Path:
     env = os.environ.get("SCHEDGEN_TUNE_DB")
     if env:
@@ -98,17 +142,33 @@ class TuneDB:
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=60.0)
-        self.conn.row_factory = sqlite3.Row
-        with self.conn:
-            self.conn.executescript(SCHEMA)
-            got = self.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if got is None:
-                self.conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(got[0]) != SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path}: tuning database schema {got[0]}, this schedgen reads "
-                                   f"{SCHEMA_VERSION}; move the file away or point --db elsewhere")
+        self.timeout = lock_timeout()
+        if self.path.is_dir():
+            raise TuneDBError(f"{self.path}: is a directory; --db takes the database file's path (e.g. "
+                              f"{self.path / 'tune.sqlite'})")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TuneDBError(f"{self.path}: cannot create its folder {self.path.parent} "
+                              f"({exc.strerror or exc})") from None
+        self.conn = None
+        try:
+            self.conn = sqlite3.connect(str(self.path), timeout=self.timeout)
+            self.conn.row_factory = sqlite3.Row
+            with self.conn:
+                self.conn.executescript(SCHEMA)
+                got = self.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if got is None:
+                    self.conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                elif got[0] != str(SCHEMA_VERSION):
+                    raise TuneDBError(f"{self.path}: tuning database schema {got[0]}, this schedgen reads "
+                                      f"{SCHEMA_VERSION}; move the file away or point --db elsewhere")
+        except (sqlite3.Error, TuneDBError) as exc:
+            if self.conn is not None:
+                self.conn.close()
+            if isinstance(exc, TuneDBError):
+                raise
+            raise TuneDBError(_explain(self.path, exc, self.timeout)) from None
 
     def close(self) -> None:
         self.conn.close()
@@ -130,6 +190,7 @@ class TuneDB:
             out["verified"] = bool(out["verified"])
         return out
 
+    @_guarded
     def put(self, row: Mapping[str, Any]) -> None:
         """Insert or replace one result (committed at once)."""
         if row["status"] not in STATUSES:
@@ -150,10 +211,12 @@ class TuneDB:
             self.conn.execute(f"INSERT OR REPLACE INTO results ({', '.join(RESULT_COLUMNS)}) VALUES "
                               f"({', '.join('?' for _ in RESULT_COLUMNS)})", values)
 
+    @_guarded
     def get(self, key: str) -> dict | None:
         row = self.conn.execute("SELECT * FROM results WHERE key = ?", (key,)).fetchone()
         return self._decode(row) if row else None
 
+    @_guarded
     def lookup(self, keys: Iterable[str]) -> dict[str, dict]:
         keys = list(dict.fromkeys(keys))
         out: dict[str, dict] = {}
@@ -164,6 +227,7 @@ class TuneDB:
                 out[row["key"]] = self._decode(row)
         return out
 
+    @_guarded
     def set_verified(self, key: str, ok: bool, rel_error: float | None, detail: str = "") -> None:
         with self.conn:
             if ok:
@@ -172,10 +236,12 @@ class TuneDB:
                 self.conn.execute("UPDATE results SET verified = 0, rel_error = ?, status = 'wrong', "
                                   "detail = ? WHERE key = ?", (rel_error, detail, key))
 
+    @_guarded
     def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[dict]:
         sql = "SELECT * FROM results" + (f" WHERE {where}" if where else "") + " ORDER BY created, key"
         return [self._decode(r) for r in self.conn.execute(sql, tuple(params))]
 
+    @_guarded
     def best(self, config_keys: Iterable[str], backend: str, *, gpu: str | None = None,
              toolchain_key: str | None = None, verified_only: bool = True) -> dict | None:
         """The fastest ok (and, by default, verified) result among these candidates. Rows measured on `gpu` and
@@ -195,6 +261,7 @@ class TuneDB:
         return min(rows, key=lambda r: (r["time_ms"], r["key"])) if rows else None
 
     # ------------------------------------------------------------------ runs
+    @_guarded
     def start_run(self, **fields: Any) -> int:
         fields = {"started": now(), "status": "running", **fields}
         if isinstance(fields.get("shape"), dict):
@@ -205,12 +272,14 @@ class TuneDB:
                                     [fields[c] for c in cols])
         return int(cur.lastrowid)
 
+    @_guarded
     def finish_run(self, run_id: int, **fields: Any) -> None:
         fields = {"finished": now(), **fields}
         with self.conn:
             self.conn.execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in fields)} WHERE id = ?",
                               [*fields.values(), run_id])
 
+    @_guarded
     def runs(self) -> list[dict]:
         out = []
         for r in self.conn.execute("SELECT * FROM runs ORDER BY id"):

@@ -1,0 +1,180 @@
+"""One supervisor for worker processes: run functions in a spawned process with a time limit, so that a kernel that
+deadlocks (a barrier that never completes) or kills its process (an illegal instruction) ends as a clear outcome,
+not a frozen terminal. The worker is spawned, not forked: a CUDA context does not survive fork.
+
+Every call ends in one of four outcomes (the one vocabulary `verify` and `tune` share):
+
+    ok       the function returned; `value` is its result
+    timeout  no answer within the limit; the worker was killed
+    crash    the worker process died (its exit code in `detail`)
+    error    the function raised; `detail` is "ExceptionType: message"
+
+`Supervisor` keeps one long-lived worker (an optional `setup` runs once in it, say to make a CUDA context) and runs
+job after job there; after a timeout, a crash or an error the worker is gone (a CUDA error can leave its context
+unusable) and the next call starts a fresh one. `call_with_timeout` is one call in a fresh worker.
+Functions and their arguments must pickle (module-level functions). Workers ignore Ctrl-C: the parent stops them.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+OK, TIMEOUT, CRASH, ERROR = "ok", "timeout", "crash", "error"
+OUTCOMES = (OK, TIMEOUT, CRASH, ERROR)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str          # "ok" | "timeout" | "crash" | "error"
+    value: Any = None    # the function's result when ok
+    detail: str = ""     # what went wrong otherwise
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def timeout_detail(timeout: float) -> str:
+    return (f"did not finish within {timeout:g} s and was stopped (a kernel that never completes: check barrier "
+            f"arrival counts and pipeline depth)")
+
+
+def crash_detail(exitcode: int | None) -> str:
+    return f"the worker process died (exit code {exitcode})"
+
+
+def error_detail(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _worker(conn, setup, setup_args) -> None:
+    """Set up once, say "ready", then run jobs until told to stop (None or a closed pipe). After an exception it
+    reports it and exits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if setup is not None:
+            setup(*setup_args)
+    except BaseException as exc:  # reported to the parent, whatever it is
+        conn.send((ERROR, error_detail(exc)))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        try:
+            fn, args, kwargs = msg
+            value = fn(*args, **kwargs)
+        except BaseException as exc:
+            conn.send((ERROR, error_detail(exc)))
+            return
+        conn.send((OK, value))
+
+
+class Supervisor:
+    """One supervised worker process, started on demand and replaced after a timeout, crash or error."""
+
+    def __init__(self, setup: Callable | None = None, setup_args: tuple = (), *, start_timeout: float = 300.0):
+        self.setup, self.setup_args, self.start_timeout = setup, tuple(setup_args), start_timeout
+        self.proc = None
+        self.conn = None
+        self.ready = False
+        self.starts = 0          # workers started so far
+
+    def start(self) -> None:
+        """Spawn the worker if none is alive (returns at once; `call` waits for it to be ready)."""
+        if self.proc is not None and self.proc.is_alive():
+            return
+        self._kill()
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, self.setup, self.setup_args), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.starts += 1
+
+    def started(self, timeout: float | None = None) -> Outcome:
+        """Wait until the worker is ready (its setup done): ok, or why it is not (the worker is then gone)."""
+        self.start()
+        if self.ready:
+            return Outcome(OK)
+        limit = self.start_timeout if timeout is None else timeout
+        got = self._answer(limit)
+        if got.ok:
+            self.ready = True
+        return got
+
+    def call(self, fn: Callable, *args: Any, timeout: float, **kwargs: Any) -> Outcome:
+        """fn(*args, **kwargs) in the worker, answered within `timeout` seconds (the worker's start-up aside)."""
+        got = self.started()
+        if not got.ok:
+            return got
+        try:
+            self.conn.send((fn, args, kwargs))
+        except (OSError, EOFError):
+            return self._crashed()
+        return self._answer(timeout)
+
+    def _answer(self, timeout: float) -> Outcome:
+        try:
+            if not self.conn.poll(max(0.0, timeout)):
+                self._kill()
+                return Outcome(TIMEOUT, detail=timeout_detail(timeout))
+            status, value = self.conn.recv()
+        except (EOFError, OSError):
+            return self._crashed()
+        if status == ERROR:
+            self.proc.join(10)
+            self._kill()
+            return Outcome(ERROR, detail=value)
+        return Outcome(OK, value)
+
+    def _crashed(self) -> Outcome:
+        self.proc.join(10)
+        code = self.proc.exitcode
+        self._kill()
+        return Outcome(CRASH, detail=crash_detail(code))
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn, self.ready = None, None, False
+
+    def close(self) -> None:
+        """Ask the worker to stop (killed if it does not within 5 s)."""
+        if self.proc is not None and self.proc.is_alive() and self.conn is not None:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.proc.join(5)
+        self._kill()
+
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any) -> Outcome:
+    """fn(*args, **kwargs) in a fresh spawned process; its result must pickle. `timeout` bounds the whole call, the
+    worker's start included. Never raises for the callee's failures."""
+    t0 = time.monotonic()
+    with Supervisor(start_timeout=timeout) as sup:
+        got = sup.started()
+        if not got.ok:
+            return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))
+        got = sup.call(fn, *args, timeout=timeout - (time.monotonic() - t0), **kwargs)
+        return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))

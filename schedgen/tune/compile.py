@@ -1,0 +1,52 @@
+"""Parallel candidate builds: a pool of spawned processes running NVRTC, and the keys of the toolchain."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..cache import Cache, key_of
+
+
+def _quiet_worker() -> None:
+    """Pool and runner workers leave Ctrl-C to the parent, which stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def compile_candidate(spec_path: str, overrides: Mapping[str, Any], cache_root: str | None):
+    """Build one candidate (NVRTC; runs in a pool worker): (Built, worker pid, seconds)."""
+    from ..build import build_spec
+    t0 = time.monotonic()
+    built = build_spec(spec_path, overrides, cache=Cache(Path(cache_root)) if cache_root else None)
+    return built, os.getpid(), time.monotonic() - t0
+
+
+def default_workers(measuring: bool = True) -> int:
+    """Every CPU for a dry run; one left for the GPU worker's launches and timing otherwise."""
+    return max(1, (os.cpu_count() or 2) - (1 if measuring else 0))
+
+
+def compile_pool(workers: int | None = None, measuring: bool = True) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers or default_workers(measuring),
+                               mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker)
+
+
+def toolchain_info() -> tuple[dict, str]:
+    from ..build import toolchain
+    from ..render import templates_hash
+    tools = {k: str(v) for k, v in toolchain().items()}
+    tools["templates"] = templates_hash()[:16]
+    return tools, key_of(tools)
+
+
+def result_key(cfg_key: str, backend: str, gpu: str, driver: str, tool_key: str) -> str:
+    return key_of({"config": cfg_key, "backend": backend, "gpu": gpu, "driver": driver, "toolchain": tool_key})
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else repr(exc)
