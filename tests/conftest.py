@@ -1,6 +1,7 @@
 """Shared pytest setup: the --update-golden option, GPU auto-skip, and small helpers for the CPU suite."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ def spec_files(family: str | None = None) -> list[Path]:
         return files
     from schedgen.frontend.validate import load_spec
     return [p for p in files if load_spec(str(p))[0].op.kind == family]
+
+
+_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
+
+
+def opcodes(sass: str) -> list[str]:
+    """The opcodes (with modifiers) of nvdisasm output, in order (the SASS tests of every family)."""
+    return _OPCODE.findall(sass)
 
 
 def pytest_addoption(parser):

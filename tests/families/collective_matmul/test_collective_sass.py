@@ -19,7 +19,7 @@ from schedgen.cache import Cache
 from schedgen.toolchain.nvrtc import compile_cuda, resource_usage, sass
 from schedgen.families.collective_matmul.plan import plan_multimem
 from schedgen.render import render_multimem
-from test_sass import opcodes
+from conftest import opcodes
 
 BASE = ROOT / "tests" / "data" / "collective_matmul_base.yaml"
 CUDA = {"schedule.backends": ["cuda"]}

@@ -78,10 +78,14 @@ def _unescape(s: str) -> bytes:
 def mosaic_text(stablehlo: str) -> str:
     """The Mosaic GPU module of the (only) mosaic_gpu_v2 custom call, as MLIR text."""
     from jax._src.interpreters import mlir
+    from jax._src.lib import mosaic_gpu_dialect
     from jax._src.lib.mlir import ir
     (raw,) = re.findall(r'module = "((?:[^"\\]|\\.)*)"', stablehlo)
+    # make_ir_context() hands out a thread's context for up to 10 uses: whether Mosaic GPU's dialect is already
+    # loaded in it depends on what ran before, so load it here (its types are memref element types)
     ctx = mlir.make_ir_context()
     ctx.allow_unregistered_dialects = True
+    mosaic_gpu_dialect.register_dialect(ctx)
     with ctx:
         return str(ir.Module.parse(_unescape(raw)))
 

@@ -16,7 +16,7 @@ from conftest import ROOT, SPECS_DIR
 from schedgen.runtime import multidevice as md
 from schedgen.build import build_spec, package
 from schedgen.cli import main as cli_main
-from schedgen.plan import plan, to_dict
+from schedgen.plan import plan
 from schedgen.reference import Sampled, random_inputs, reference, rel_error
 from schedgen.render import render
 from schedgen.frontend.validate import load_spec

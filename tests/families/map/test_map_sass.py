@@ -9,17 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPECS_DIR, spec_files
+from conftest import SPECS_DIR, spec_files, opcodes
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.toolchain.nvrtc import resource_usage, sass
-
-_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
-
-
-def opcodes(text: str) -> list[str]:
-    return _OPCODE.findall(text)
-
 
 def _variant(tmp: Path, dtype: str) -> Path:
     """add_bf16 with another element type (f16, fp8): a different vector width and conversion path."""

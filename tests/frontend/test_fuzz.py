@@ -13,14 +13,13 @@ import copy
 import json
 import math
 import os
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import spec_files
+from conftest import ROOT, spec_files
 from schedgen.errors import SpecErrors, ToolchainError, format_path
 from schedgen.plan import plan
 from schedgen.render import render
@@ -284,7 +283,7 @@ def _check_rendered(data, p) -> tuple[str, str]:
 
 # ---------------------------------------------------------------------------- documents valid by the JSON Schema
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "schedgen.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "schemas" / "schedgen.schema.json").read_text())
 # names for dict keys, so that sizes, operands and block specs drawn apart sometimes refer to each other
 _KEYS = ["x", "y", "o", "a", "b", "c", "q", "k", "v", "lse", "M", "N", "K", "B", "S", "H", "D", "schedule", "i", "j"]
 _WORDS = st.sampled_from(_KEYS + ["(i, j)", "(j,)", "(i, 0)", "o = x + y", "o = gelu(x) * 2.0", "acc", "out = acc",

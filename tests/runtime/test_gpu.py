@@ -12,13 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ROOT
+
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 from schedgen.reference import random_inputs, reference, rel_error, tolerance
 from schedgen.verify import verify_built
 
 pytestmark = pytest.mark.gpu
-SPECS = sorted(str(p) for p in Path(__file__).resolve().parents[1].glob("specs/*") if p.suffix in (".yaml", ".toml"))
+SPECS = sorted(str(p) for p in ROOT.glob("specs/*") if p.suffix in (".yaml", ".toml"))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_spec_verifies_twice_with_new_inputs(spec, cache):
 @pytest.fixture(scope="module")
 def add_module(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("pkgs")
-    built = build_spec(str(Path(__file__).resolve().parents[1] / "specs/add_bf16.yaml"), {"M": 256, "N": 1024},
+    built = build_spec(str(ROOT / "specs/add_bf16.yaml"), {"M": 256, "N": 1024},
                        cache=cache)
     package(built, out)
     sys.path.insert(0, str(out))
@@ -106,7 +108,7 @@ def test_torch_in_torch_out(add_module):
         pytest.skip("torch is not installed")
     mod, built = add_module
     pkgs = str(Path(mod.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                        os.environ.get("PYTHONPATH", "")]))
     res = subprocess.run([sys.executable, "-c", TORCH_ROUND_TRIP, pkgs], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and "torch round trip ok" in res.stdout, res.stderr[-2000:]
@@ -114,7 +116,7 @@ def test_torch_in_torch_out(add_module):
 
 def test_cupy_in_cupy_out(cache, tmp_path):
     cupy = pytest.importorskip("cupy")
-    built = build_spec(str(Path(__file__).resolve().parents[1] / "specs/scale_f32.toml"), {"B": 2, "M": 64, "N": 256},
+    built = build_spec(str(ROOT / "specs/scale_f32.toml"), {"B": 2, "M": 64, "N": 256},
                        cache=cache)
     package(built, tmp_path)
     sys.path.insert(0, str(tmp_path))
@@ -139,7 +141,7 @@ def test_largest_map_shape_verifies(cache, tmp_path):
     B, M, N = 4, 32768, 65536
     if free < 2 * B * M * N * 4 + (4 << 30):
         pytest.skip(f"needs {2 * B * M * N * 4 / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
-    built = build_spec(str(Path(__file__).resolve().parents[1] / "specs/scale_f32.toml"), {"B": B, "M": M, "N": N},
+    built = build_spec(str(ROOT / "specs/scale_f32.toml"), {"B": B, "M": M, "N": N},
                        cache=cache)
     package(built, tmp_path)
     sys.path.insert(0, str(tmp_path))
@@ -164,7 +166,7 @@ def test_dynamic_grid_counter_is_reset_for_every_launch(cache, tmp_path):
     an output poisoned with NaN, all right."""
     cupy = pytest.importorskip("cupy")
     from schedgen.families.attention.reference import attention_reference
-    spec = Path(__file__).resolve().parents[1] / "specs/attention_causal_bf16_4096_dynamic.yaml"
+    spec = ROOT / "specs/attention_causal_bf16_4096_dynamic.yaml"
     f16 = {f"op.{g}.{n}.dtype": "f16" for g, n in (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}
     built = build_spec(str(spec), {"S": 1024, "H": 40, **f16}, cache=cache)
     assert built.plan.dynamic and built.plan.num_tiles == 8 * 40
@@ -204,7 +206,7 @@ def test_deadlocked_kernel_is_stopped_by_the_watchdog():
     """A barrier that expects 2 arrivals but gets 1 never completes: verify must stop it and say so."""
     import os
     import subprocess
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     res = subprocess.run([sys.executable, "-m", "schedgen", "verify", "--backend", "cuda", "--timeout", "30",
                           str(root / "tests/data/deadlock_bf16.yaml")], capture_output=True, text=True, env=env,

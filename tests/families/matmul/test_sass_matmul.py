@@ -11,7 +11,7 @@ from conftest import SPECS_DIR, spec_files
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.toolchain.nvrtc import resource_usage, sass
-from test_sass import opcodes
+from conftest import opcodes
 
 CUDA = {"schedule.backends": ["cuda"]}
 BASE = SPECS_DIR.parent / "tests" / "data" / "matmul_base.yaml"
