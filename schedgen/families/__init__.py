@@ -103,11 +103,15 @@ def get(kind: str) -> Family:
 
 
 def all_families() -> list[Family]:
-    return list(_load().values())
+    """Every family, in `_FAMILIES` order whatever order their folders were imported in
+    (the op union, the schema and every message list kinds in this order)."""
+    reg = _load()
+    order = [k for k in _FAMILIES if k in reg] + [k for k in reg if k not in _FAMILIES]
+    return [reg[k] for k in order]
 
 
 def kinds() -> list[str]:
-    return list(_load())
+    return [f.kind for f in all_families()]
 
 
 def of(obj: Any) -> Family:

@@ -46,3 +46,18 @@ def test_each_family_finds_its_templates():
         assert fam.template("no-such.j2") is None
     assert families.get("collective_matmul").template("package.py.j2") == "collective_matmul/package.py.j2"
     assert families.get("matmul").template("package.py.j2") is None
+
+
+def test_kind_order_does_not_depend_on_import_order():
+    """CI found it: a test importing an attention module first made the registry (and so the op union, the
+    schema and the unknown-kind message) list attention first."""
+    import subprocess
+    import sys
+    code = ("import schedgen.families.attention, schedgen.families.collective_matmul\n"
+            "from schedgen import families\n"
+            "from schedgen.frontend.specfile import SpecFile\n"
+            "op = SpecFile.model_fields['op']\n"
+            "print(families.kinds(), [m.__name__ for m in op.annotation.__args__])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul'] "
+                           "['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp']")
