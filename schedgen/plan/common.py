@@ -63,6 +63,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def row_major_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array, numpy order (what a tensor map's global strides come from)."""
+    return tuple(int(math.prod(shape[d + 1:]) * itemsize) for d in range(len(shape)))
+
+
 @dataclass(frozen=True)
 class TmaBox:
     """How one block is moved by TMA: `n_boxes` boxes side by side along the minor dimension."""
