@@ -37,7 +37,7 @@ from ...plan.legality import (
     check_tma_box_extent,
     check_unique_names,
     choose_swizzle,
-    max_consumer_regs,
+    register_budget_problem,
     stages_that_fit,
 )
 
@@ -685,18 +685,16 @@ def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueC
 
 
 def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registers:
-    """setmaxnreg budgets of the producer and the consumers; the accumulators fit a consumer thread's."""
+    """setmaxnreg budgets of the producer and the consumers, within the registers the block is launched with
+    (`__launch_bounds__(threads, 1)`); the accumulators fit a consumer thread's."""
     nc = wg.nc
     threads = 128 * (1 + nc)
     preg = pipe.memory_registers or (40 if nc == 2 else 56)
     creg = pipe.compute_registers or (232 if nc == 2 else 240)
     acc_regs = wg.wtm * wg.wtn // 128
     check_setmaxnreg({"memory_registers": preg, "compute_registers": creg}, problems)
-    if 128 * (preg + nc * creg) > hw.regs_per_sm:
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"register budgets {preg} + {nc} x {creg} per thread need {128 * (preg + nc * creg)} registers; "
-                     f"the SM has {hw.regs_per_sm} (at most {max_consumer_regs(hw.regs_per_sm, preg, nc)} per consumer "
-                     f"thread with {preg} for the producer)")
+    if (message := register_budget_problem(preg, nc, creg, hw)) is not None:
+        problems.add(("schedule", "pipeline", "compute_registers"), message)
     if acc_regs + REG_OVERHEAD > min(creg, 255):
         problems.add(("schedule", "pipeline", "compute_registers"),
                      f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
