@@ -42,6 +42,7 @@ from ...plan.legality import (
 )
 
 if TYPE_CHECKING:
+    from ...frontend.model import BlockSpec
     from ...frontend.specfile import SpecFile
 
 WGMMA_M = 64
@@ -232,8 +233,8 @@ class Tile:
     tm: int
     tn: int
     tk: int
-    a_spec: object
-    b_spec: object
+    a_spec: BlockSpec | None
+    b_spec: BlockSpec | None
     ragged: bool
 
 
@@ -320,11 +321,13 @@ class EpilogueCode:
 
 
 def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Problems]:
+    """The phases in order, each checking its own rules; every problem is collected, and a phase whose inputs are
+    broken stops the planner before it runs."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
-    if problems.__len__() and (op.lhs not in op.inputs or op.rhs not in op.inputs):
+    if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
         return None, problems
     dims = problem_dims(op, out_name, extras, problems)
     if dims is None:
