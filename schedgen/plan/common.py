@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import Problem
 from ..frontend.model import ITEMSIZE
 from .hardware import Hardware
+from .legality import swizzle_problem, tma_box_fits, tma_inner_bytes_problem
 
 # Storage type of each dtype in the header-free CUDA source, and its TMA element type.
 CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8_t", "f8e5m2": "uint8_t"}
@@ -62,6 +63,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def row_major_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array, numpy order (what a tensor map's global strides come from)."""
+    return tuple(int(math.prod(shape[d + 1:]) * itemsize) for d in range(len(shape)))
+
+
 @dataclass(frozen=True)
 class TmaBox:
     """How one block is moved by TMA: `n_boxes` boxes side by side along the minor dimension."""
@@ -81,16 +87,12 @@ def tma_box(block: Sequence[int], dtype: str, swizzle: int, path: Sequence, prob
     minor_bytes = block[-1] * isz
     if len(block) > hw.tma_max_rank:
         problems.add((*path, "block_shape"), f"TMA supports at most {hw.tma_max_rank} dimensions, got {len(block)}")
-    if minor_bytes % 16:
-        problems.add((*path, "block_shape", dims[-1]),
-                     f"the minor block dimension is {block[-1]} x {isz} B = {minor_bytes} B; TMA needs a multiple of 16 B "
-                     f"(use a multiple of {16 // math.gcd(16, isz)} elements)")
+    if (message := tma_inner_bytes_problem(block[-1], isz)) is not None:
+        problems.add((*path, "block_shape", dims[-1]), message)
     n_boxes, inner = 1, block[-1]
     if swizzle:
-        if minor_bytes % swizzle:
-            problems.add((*path, "transforms", "swizzle"),
-                         f"swizzle {swizzle} needs the minor block dimension's bytes ({minor_bytes} B) to be a multiple of "
-                         f"{swizzle}; legal here: {legal_swizzles(minor_bytes, hw) or 'none (use 0)'}")
+        if (message := swizzle_problem(swizzle, minor_bytes, hw)) is not None:
+            problems.add((*path, "transforms", "swizzle"), message)
         else:
             inner = swizzle // isz
             n_boxes = block[-1] // inner
@@ -101,22 +103,10 @@ def tma_box(block: Sequence[int], dtype: str, swizzle: int, path: Sequence, prob
                              f"of 8 rows to keep the swizzle pattern aligned, got {rows}")
     box = tuple(block[:-1]) + (inner,)
     for d, extent in enumerate(box):
-        if extent > hw.tma_max_box:
+        if not tma_box_fits(extent, hw):
             problems.add((*path, "block_shape", dims[d]),
                          f"TMA boxes are at most {hw.tma_max_box} elements per dimension, got {extent}")
     return TmaBox(box, n_boxes, math.prod(box) * isz, swizzle)
-
-
-def legal_swizzles(minor_bytes: int, hw: Hardware) -> str:
-    return ", ".join(str(s) for s in hw.swizzles if minor_bytes % s == 0)
-
-
-def default_swizzle(minor_bytes: int, hw: Hardware) -> int:
-    """The widest swizzle the minor dimension's bytes allow (what an MMA operand wants)."""
-    for s in sorted(hw.swizzles, reverse=True):
-        if minor_bytes % s == 0:
-            return s
-    return 0
 
 
 @dataclass(frozen=True)

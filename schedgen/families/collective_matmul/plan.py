@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING
 
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, Operand
-from ...plan.common import CTYPE, Problems
+from ...plan.common import Problems, row_major_strides
 from ...plan.hardware import Hardware
 from ..matmul.model import MatmulOp
 from ..matmul.plan import (
     MatmulPlan,
     MatOperand,
     check_operand_roles,
+    mat_operand,
     plan_matmul,
     tile_from_block_specs,
 )
@@ -149,57 +150,106 @@ class CollectiveMatmulPlan:
         return (device + self.chunk_step * step) % self.num_devices
 
 
+
+@dataclass(frozen=True)
+class Ring:
+    """The remote ref's device id evaluated on every device, and how each semaphore counts and signals."""
+    send_to: tuple[int, ...]
+    device_id_py: str
+    device_id_text: str
+    per: dict
+    signal: dict
+
+
+@dataclass(frozen=True)
+class CopyUnits:
+    """The CUDA kernel's copy of each chunk to the peer, and the received counters it signals."""
+    copy_rows: int
+    unit_bytes: int
+    units_per_step: int
+    counters_per_step: int
+    units_per_counter: int
+
+
 def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatmulPlan | None, Problems]:
     op, sch = spec.op, spec.schedule
     problems = Problems()
-    mesh = op.mesh
-    d_count = mesh.num_devices
-    col = sch.collective
-    col_path = ("schedule", "collective")
+    out_name = next(iter(op.outputs))
+    check_mesh(op, problems)
+    if not check_step_operands(op, out_name, problems):
+        return None, problems
+    step_op, mm = plan_step(spec, out_name, hw, problems)
+    m, n = gathered_rows(op, out_name, problems)
+    check_schedule_subset(sch, mm, hw, problems)
+    check_whole_tiles(op, sch, step_op, out_name, m, n, problems)
+    ring = collective_section(op, sch, problems)
+    pallas_limits(op, sch, mm, problems)
+    if problems or mm is None or m is None or n is None or ring is None:
+        return None, problems
+    return launch_record(spec, mm, m, n, ring, copy_units(mm, m, ring.per["received"]), hw), problems
 
-    # --- the mesh and the names the generated module uses
-    if d_count < 2:
-        problems.add(("op", "mesh", "num_devices"), f"a collective matmul runs on at least 2 devices, got {d_count}; "
-                                                    f"for one device use kind: matmul")
-    # (the spec name and input names, schedgen.reserved: checked by the step's plan_matmul below)
+
+# ----------------------------------------------------------------------------------- the mesh and one step
+
+
+def check_mesh(op, problems: Problems) -> None:
+    """At least 2 devices; the axis name is none of the op's names. (The spec name and input names,
+    schedgen.reserved: checked by the step's plan_matmul.)"""
+    mesh = op.mesh
+    if mesh.num_devices < 2:
+        problems.add(("op", "mesh", "num_devices"), f"a collective matmul runs on at least 2 devices, got "
+                                                    f"{mesh.num_devices}; for one device use kind: matmul")
     if mesh.axis_name in op.sizes or mesh.axis_name in op.inputs or mesh.axis_name in op.outputs:
         problems.add(("op", "mesh", "axis_name"), f"the mesh axis '{mesh.axis_name}' is also an operand or size name; "
                                                   f"choose another axis name")
 
-    # --- shapes: lhs [M, K], rhs [K, N] per device, out [M_total, N]
-    out_name = next(iter(op.outputs))
+
+def check_step_operands(op, out_name: str, problems: Problems) -> bool:
+    """lhs [M, K] and rhs [K, N] per device, out [M_total, N]: False (the problems say why) if not."""
     before = len(problems)
     check_operand_roles(op, problems)
     if len(problems) != before:
-        return None, problems
-    lhs_op, rhs_op, out_op = op.inputs[op.lhs], op.inputs[op.rhs], op.outputs[out_name]
-    for nm, o in ((op.lhs, lhs_op), (op.rhs, rhs_op)):
-        if len(o.shape) != 2:
+        return False
+    for nm in (op.lhs, op.rhs):
+        if len(op.inputs[nm].shape) != 2:
             problems.add(("op", "inputs", nm, "shape"), f"per-device operands are 2-D ([M, K] and [K, N]); got "
-                                                        f"{len(o.shape)} dimensions")
-    if len(out_op.shape) != 2:
+                                                        f"{len(op.inputs[nm].shape)} dimensions")
+    if len(op.outputs[out_name].shape) != 2:
         problems.add(("op", "outputs", out_name, "shape"), "the output is 2-D: [M_total, N] with M_total = "
                                                            "num_devices x M")
-    if len(problems) != before:
-        return None, problems
+    return len(problems) == before
 
-    # --- one step's matmul, planned by the matmul family (tiles, wgmma, swizzles, SMEM, registers, Pallas limits)
-    step_op = MatmulOp(kind="matmul", sizes=dict(op.sizes), inputs=dict(op.inputs),
-                       outputs={out_name: Operand(shape=[lhs_op.shape[0], rhs_op.shape[1]], dtype=out_op.dtype)},
-                       lhs=op.lhs, rhs=op.rhs)
-    step_spec = spec.model_copy(update={"op": step_op, "schedule": sch.model_copy(update={"collective": None})})
+
+def step_op_of(op, out_name: str) -> MatmulOp:
+    """One ring step's matmul: [M, K] @ [K, N] into an [M, N] output."""
+    lhs_op, rhs_op, out_op = op.inputs[op.lhs], op.inputs[op.rhs], op.outputs[out_name]
+    return MatmulOp(kind="matmul", sizes=dict(op.sizes), inputs=dict(op.inputs),
+                    outputs={out_name: Operand(shape=[lhs_op.shape[0], rhs_op.shape[1]], dtype=out_op.dtype)},
+                    lhs=op.lhs, rhs=op.rhs)
+
+
+def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -> tuple[MatmulOp, MatmulPlan | None]:
+    """One step's matmul planned by the matmul family (tiles, wgmma, swizzles, SMEM, registers, Pallas limits)."""
+    step_op = step_op_of(spec.op, out_name)
+    step_spec = spec.model_copy(update={"op": step_op, "schedule": spec.schedule.model_copy(update={"collective": None})})
     mm, mm_problems = plan_matmul(step_spec, hw)
     # the step's output shape is ours to derive (its problems are reported against the real output below), and the
     # matmul family's way out of ragged sizes (out_of_bounds: zero) is not one here (checked below)
     problems.extend(p for p in mm_problems if tuple(p.path[:3]) != ("op", "outputs", out_name)
                     and p.path[-1:] != ("out_of_bounds",))
-    sizes = dict(op.sizes)
+    return step_op, mm
 
-    def size_of(dim) -> int | None:
-        return dim if isinstance(dim, int) else sizes.get(dim)
 
-    m, n = size_of(lhs_op.shape[0]), size_of(rhs_op.shape[1])
-    mt, nt = size_of(out_op.shape[0]), size_of(out_op.shape[1])
+def _size_of(dim, sizes) -> int | None:
+    return dim if isinstance(dim, int) else sizes.get(dim)
+
+
+def gathered_rows(op, out_name: str, problems: Problems) -> tuple[int | None, int | None]:
+    """out is [num_devices x M, N]: M and N of one step (None where a size is unknown)."""
+    sizes, d_count = dict(op.sizes), op.mesh.num_devices
+    lhs_op, rhs_op, out_op = op.inputs[op.lhs], op.inputs[op.rhs], op.outputs[out_name]
+    m, n = _size_of(lhs_op.shape[0], sizes), _size_of(rhs_op.shape[1], sizes)
+    mt, nt = _size_of(out_op.shape[0], sizes), _size_of(out_op.shape[1], sizes)
     for i, (dim, val) in enumerate(zip(out_op.shape, (mt, nt))):
         if val is None:
             problems.add(("op", "outputs", out_name, "shape", i),
@@ -211,8 +261,14 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
                                                                if isinstance(out_op.shape[0], str) else ""))
     if n is not None and nt is not None and nt != n:
         problems.add(("op", "outputs", out_name, "shape", 1), f"out has {nt} columns; rhs has N = {n}")
+    return m, n
 
-    # --- what the collective kernels take of the matmul family's schedule space
+
+# ------------------------------------------------------------- what the collective takes of the matmul's schedule
+
+
+def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Problems) -> None:
+    """No clusters or multicast, a persistent grid of resident blocks, a producer that can also copy, TMA stores."""
     cl = list(sch.cluster)
     if math.prod(cl) != 1:
         problems.add(("schedule", "cluster"), f"the collective matmul runs without clusters (each CTA loads its own "
@@ -236,115 +292,158 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
                      f"{mm.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
-    tile = tile_from_block_specs(step_op, sch, out_name, Problems())        # (its own disagreements are reported by plan_matmul)
-    for dim, size, t in zip(("M", "N", "K"), (m, n, size_of(lhs_op.shape[1])), tile):
+
+
+def check_whole_tiles(op, sch, step_op: MatmulOp, out_name: str, m: int | None, n: int | None,
+                      problems: Problems) -> None:
+    """No ragged edges: M, N and K divide by the tile (the matmul family's tile of the step's BlockSpecs)."""
+    tile = tile_from_block_specs(step_op, sch, out_name, Problems())   # (its own disagreements: plan_matmul's)
+    for dim, size, t in zip(("M", "N", "K"), (m, n, _size_of(op.inputs[op.lhs].shape[1], op.sizes)), tile):
         if size is not None and size % t:
             problems.add(("op", "sizes"), f"{dim} = {size} is not a multiple of tile_{dim.lower()} = {t}: the all-gather "
                                           f"moves whole row blocks and the kernels have no ragged edges, so the sizes "
                                           f"must divide by the tile")
 
-    # --- the collective section: transport, remote refs, semaphores
-    transport = col.transport if col is not None else "remote_ref"
-    if transport == "multimem_store":
-        problems.add((*col_path, "transport"), MULTIMEM_WHY.format(
-            what="multimem_store (and semaphore_signal_multicast with it)", extra=""))
-    elif transport == "multimem_load_reduce":
-        problems.add((*col_path, "transport"), MULTIMEM_WHY.format(
-            what="multimem_load_reduce", extra="; it also reduces across devices (a reduce-scatter), where this family "
-                                               "gathers"))
+
+# ----------------------------------------------------------- the collective section: transport, refs, semaphores
+
+
+def collective_section(op, sch, problems: Problems) -> Ring | None:
+    """schedule.collective: the transport, the 'gather' remote ref (a ring neighbour), the semaphores."""
+    col = sch.collective
+    col_path = ("schedule", "collective")
+    check_transport(col.transport if col is not None else "remote_ref", problems)
     remote = dict(col.remote_refs) if col is not None else {}
     for key in remote:
         if key not in REMOTE_REFS:
             problems.add((*col_path, "remote_refs", key),
                          f"the collective matmul's remote ref is 'gather' (the peer's buffer this device's chunks go "
                          f"to); got '{key}'")
-    send_to, device_id_py, device_id_text = _ring(remote.get("gather"), mesh.axis_name, d_count, problems,
-                                                  (*col_path, "remote_refs", "gather", "device_id"))
-    sems = dict(col.semaphores) if col is not None else {}
+    send_to, device_id_py, device_id_text = _ring(remote.get("gather"), op.mesh.axis_name, op.mesh.num_devices,
+                                                  problems, (*col_path, "remote_refs", "gather", "device_id"))
+    per, signal = semaphores(dict(col.semaphores) if col is not None else {}, problems)
+    if send_to is None:
+        return None
+    return Ring(send_to, device_id_py, device_id_text, per, signal)
+
+
+def check_transport(transport: str, problems: Problems) -> None:
+    path = ("schedule", "collective", "transport")
+    if transport == "multimem_store":
+        problems.add(path, MULTIMEM_WHY.format(what="multimem_store (and semaphore_signal_multicast with it)", extra=""))
+    elif transport == "multimem_load_reduce":
+        problems.add(path, MULTIMEM_WHY.format(
+            what="multimem_load_reduce", extra="; it also reduces across devices (a reduce-scatter), where this family "
+                                               "gathers"))
+
+
+def semaphores(sems: dict, problems: Problems) -> tuple[dict, dict]:
+    """'received' and 'done': what each counts per and how it is signalled (defaults where not given)."""
     per: dict[str, str] = dict(DEFAULT_PER)
     signal = {"received": "semaphore_signal", "done": "semaphore_signal"}
+    path = ("schedule", "collective", "semaphores")
     for key, sem in sems.items():
         if key not in SEMAPHORES:
-            problems.add((*col_path, "semaphores", key),
+            problems.add((*path, key),
                          f"the collective matmul's semaphores are 'received' (chunk arrivals, on the receiver) and "
                          f"'done' (the receiver has read them, on the sender); got '{key}'")
             continue
         signal[key] = sem.signal
         if sem.per is not None:
             if sem.per not in SEMAPHORES[key]:
-                problems.add((*col_path, "semaphores", key, "per"),
+                problems.add((*path, key, "per"),
                              f"'{key}' counts per {' or per '.join(SEMAPHORES[key])}, got per: {sem.per}")
             else:
                 per[key] = sem.per
-    if "pallas" in sch.backends:
-        for key, sem in sems.items():
-            if key in SEMAPHORES and sem.signal == "semaphore_signal_parallel":
-                problems.add((*col_path, "semaphores", key, "signal"),
-                             "jax 0.11.2 lowers semaphore_signal_parallel as a relaxed add followed by fence.release.sys, "
-                             f"which does not order what this block wrote (or read) before the '{key}' signal; the Pallas "
-                             "rendering signals with semaphore_signal (red.release.sys): use it, or set schedule.backends: "
-                             "[cuda] (the CUDA rendering fences first)")
-    if "pallas" in sch.backends and mm is not None and mm.delay_release != 1:
+    return per, signal
+
+
+def pallas_limits(op, sch, mm: MatmulPlan | None, problems: Problems) -> None:
+    """What the Pallas rendering of the collective cannot take; each names the way out."""
+    if "pallas" not in sch.backends:
+        return
+    sems = dict(sch.collective.semaphores) if sch.collective is not None else {}
+    for key, sem in sems.items():
+        if key in SEMAPHORES and sem.signal == "semaphore_signal_parallel":
+            problems.add(("schedule", "collective", "semaphores", key, "signal"),
+                         "jax 0.11.2 lowers semaphore_signal_parallel as a relaxed add followed by fence.release.sys, "
+                         f"which does not order what this block wrote (or read) before the '{key}' signal; the Pallas "
+                         "rendering signals with semaphore_signal (red.release.sys): use it, or set schedule.backends: "
+                         "[cuda] (the CUDA rendering fences first)")
+    if mm is not None and mm.delay_release != 1:
         lhs_spec = sch.in_specs.get(op.lhs)
         problems.add(("schedule", "in_specs", op.lhs, "delay_release") if lhs_spec is not None else
                      ("schedule", "in_specs"),
                      "the Pallas collective matmul sends each lhs stage to the peer from SMEM (a TMA store) while its "
                      "wgmma runs, so the stage is held one wgmma group longer: set delay_release: 1 on the lhs and rhs "
                      "BlockSpecs")
-    if problems or mm is None or m is None or n is None or send_to is None:
-        return None, problems
 
-    # --- the ring and the copy units
-    isz, osz = ITEMSIZE[mm.in_dtype], ITEMSIZE[mm.out_dtype]
-    k = mm.k
-    offset = -1 if all(send_to[d] == (d - 1) % d_count for d in range(d_count)) else 1
-    recv_from = tuple((d - offset) % d_count for d in range(d_count))
-    slots = d_count - 1
-    tiles_per_step = mm.tiles_m * mm.tiles_n
-    num_tiles = d_count * tiles_per_step
+
+# -------------------------------------------------------------------------------- copy units and the record
+
+
+def copy_units(mm: MatmulPlan, m: int, received_per: str) -> CopyUnits:
+    """A copy unit is the fewest whole rows (dividing tile_m) of at least COPY_UNIT_MIN_BYTES."""
+    row_bytes = mm.k * ITEMSIZE[mm.in_dtype]
     copy_rows = 1
-    while copy_rows * k * isz < COPY_UNIT_MIN_BYTES and mm.tile_m % (copy_rows * 2) == 0:
+    while copy_rows * row_bytes < COPY_UNIT_MIN_BYTES and mm.tile_m % (copy_rows * 2) == 0:
         copy_rows *= 2
-    unit_bytes = copy_rows * k * isz
     units_per_step = m // copy_rows
-    cps = mm.tiles_m if per["received"] == "row_block" else 1
-    units_per_counter = mm.tile_m // copy_rows if per["received"] == "row_block" else units_per_step
-    pers = sch.persistent
-    blocks = min(num_tiles, hw.sm_count if pers.num_blocks == "auto" else pers.num_blocks)
-    flag_words = slots * cps + 1
-    gather_rows = slots * m
+    row_block = received_per == "row_block"
+    return CopyUnits(copy_rows, copy_rows * row_bytes, units_per_step, mm.tiles_m if row_block else 1,
+                     mm.tile_m // copy_rows if row_block else units_per_step)
+
+
+def kernel_args(mm: MatmulPlan, m: int, n: int, d_count: int) -> tuple[CollArg, ...]:
+    """Tensor maps over lhs, the gather buffer, rhs and the gathered out (boxes and swizzles of the step's plan),
+    then the pointers and the u32 scalars schedgen.runtime.multidevice fills per device."""
+    k = mm.k
 
     def tmap(what: str, shape: tuple[int, int], like) -> CollArg:
-        it = ITEMSIZE[like.dtype]
-        return CollArg("tmap", what, like.dtype, shape, (shape[1] * it, it), like.box, like.swizzle)
+        return CollArg("tmap", what, like.dtype, shape, row_major_strides(shape, ITEMSIZE[like.dtype]), like.box,
+                       like.swizzle)
 
     a_arg, b_arg, o_arg = mm.kernel_args[0], mm.kernel_args[1], mm.kernel_args[2]
-    args = (tmap("lhs", (m, k), a_arg), tmap("gather", (gather_rows, k), a_arg), tmap("rhs", (k, n), b_arg),
+    return (tmap("lhs", (m, k), a_arg), tmap("gather", ((d_count - 1) * m, k), a_arg), tmap("rhs", (k, n), b_arg),
             tmap("out", (d_count * m, n), o_arg),
-            CollArg("ptr", "lhs"), CollArg("ptr", "gather"), CollArg("ptr", "peer_gather"), CollArg("ptr", "flags"),
-            CollArg("ptr", "peer_flags_send"), CollArg("ptr", "peer_flags_recv"),
+            *(CollArg("ptr", what) for what in ("lhs", "gather", "peer_gather", "flags", "peer_flags_send",
+                                                "peer_flags_recv")),
             CollArg("u32", "device"), CollArg("u32", "epoch"))
-    lhs_mo = MatOperand(op.lhs, f"in_{op.lhs}", "lhs", mm.in_dtype, CTYPE[mm.in_dtype], isz, (m, k))
-    rhs_mo = MatOperand(op.rhs, f"in_{op.rhs}", "rhs", mm.in_dtype, CTYPE[mm.in_dtype], isz, (k, n))
-    inputs = tuple(lhs_mo if nm == op.lhs else rhs_mo for nm in op.inputs)
-    outputs = (MatOperand(out_name, f"out_{out_name}", "out", mm.out_dtype, CTYPE[mm.out_dtype], osz,
-                          (d_count * m, n)),)
+
+
+def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, units: CopyUnits,
+                  hw: Hardware) -> CollectiveMatmulPlan:
+    op, sch = spec.op, spec.schedule
+    d_count, k = op.mesh.num_devices, mm.k
+    isz, osz = ITEMSIZE[mm.in_dtype], ITEMSIZE[mm.out_dtype]
+    out_name = next(iter(op.outputs))
+    send_to = ring.send_to
+    offset = -1 if all(send_to[d] == (d - 1) % d_count for d in range(d_count)) else 1
+    slots = d_count - 1
+    num_tiles = d_count * mm.tiles_m * mm.tiles_n
+    pers = sch.persistent
+    blocks = min(num_tiles, hw.sm_count if pers.num_blocks == "auto" else pers.num_blocks)
+    cps = units.counters_per_step
+    flag_words = slots * cps + 1
+    lhs_mo, rhs_mo = mat_operand(op.lhs, "lhs", mm.in_dtype, (m, k)), mat_operand(op.rhs, "rhs", mm.in_dtype, (k, n))
     kname = "cmm_{}_{}_d{}_{}x{}x{}_s{}_wg{}".format(spec.name, mm.in_dtype, d_count, mm.tile_m, mm.tile_n, mm.tile_k,
                                                       mm.stages, mm.num_consumers)
-    plan = CollectiveMatmulPlan(
-        family="collective_matmul", name=spec.name, kernel_name=kname, sizes=sizes, backends=tuple(sch.backends),
-        axis_name=mesh.axis_name, num_devices=d_count, m=m, m_total=d_count * m, n=n, k=k, in_dtype=mm.in_dtype,
-        out_dtype=mm.out_dtype, inputs=inputs, outputs=outputs, mm=mm,
-        send_to=send_to, recv_from=recv_from, send_offset=offset, chunk_step=-offset,
-        device_id_py=device_id_py, device_id_text=device_id_text, slots=slots,
-        tiles_per_step=tiles_per_step, num_tiles=num_tiles,
-        received_signal=signal["received"], received_per=per["received"], counters_per_step=cps,
-        done_signal=signal["done"],
-        pallas_received_value=1 if per["received"] == "row_block" else blocks,
-        copy_rows=copy_rows, unit_bytes=unit_bytes, units_per_step=units_per_step, units_per_counter=units_per_counter,
-        copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL, gather_bytes=gather_rows * k * isz,
-        flag_words=flag_words, done_index=slots * cps, flags_bytes=-(-flag_words * 4 // 256) * 256,
-        spin_timeout_ns=SPIN_TIMEOUT_NS, kernel_args=args,
+    return CollectiveMatmulPlan(
+        family="collective_matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes),
+        backends=tuple(sch.backends), axis_name=op.mesh.axis_name, num_devices=d_count, m=m, m_total=d_count * m,
+        n=n, k=k, in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, inputs=tuple(lhs_mo if nm == op.lhs else rhs_mo for nm in op.inputs),
+        outputs=(mat_operand(out_name, "out", mm.out_dtype, (d_count * m, n)),), mm=mm,
+        send_to=send_to, recv_from=tuple((d - offset) % d_count for d in range(d_count)), send_offset=offset,
+        chunk_step=-offset, device_id_py=ring.device_id_py, device_id_text=ring.device_id_text, slots=slots,
+        tiles_per_step=mm.tiles_m * mm.tiles_n, num_tiles=num_tiles,
+        received_signal=ring.signal["received"], received_per=ring.per["received"], counters_per_step=cps,
+        done_signal=ring.signal["done"],
+        pallas_received_value=1 if ring.per["received"] == "row_block" else blocks,
+        copy_rows=units.copy_rows, unit_bytes=units.unit_bytes, units_per_step=units.units_per_step,
+        units_per_counter=units.units_per_counter, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
+        gather_bytes=slots * m * k * isz, flag_words=flag_words, done_index=slots * cps,
+        flags_bytes=-(-flag_words * 4 // 256) * 256, spin_timeout_ns=SPIN_TIMEOUT_NS,
+        kernel_args=kernel_args(mm, m, n, d_count),
         num_blocks=blocks, auto_blocks=pers.num_blocks == "auto", blocks_per_sm=1, threads=mm.threads,
         producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes,
         approx_math=False, lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space,
@@ -352,7 +451,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
         bytes_moved=(m * k + k * n) * isz + d_count * m * n * osz + slots * m * k * isz,
         link_bytes=slots * m * k * isz,
     )
-    return plan, problems
+
 
 
 def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tuple[tuple[int, ...] | None, str, str]:

@@ -1,6 +1,7 @@
 """Verifying the collective matmul on the GPUs of this machine (one process drives them all)."""
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 from pathlib import Path
@@ -8,7 +9,6 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from ...verify import Check
-
 
 
 INTERPRET_NO_COLLECTIVES = ("Mosaic GPU interpret mode (jax 0.11.2) has no semaphores or remote refs; verified on "
@@ -58,7 +58,10 @@ def verify_collective(built, backends: Sequence[str], *, interpret: bool = False
         if backend == "cuda":
             cubin = built.files["kernel.cubin"]
             # two launches: the second reuses the gather buffers and semaphores (epoch 2) on fresh poisoned outputs
-            checks.append(check("cuda", lambda: multidevice.run_cuda(plan, cubin, inputs, devices, launches=2)))
+            # (bound now, not looked up when called: check() calls it at once, but a lambda over the loop's `cubin`
+            # would read whichever value the loop left if it ever ran later)
+            checks.append(check("cuda", functools.partial(multidevice.run_cuda, plan, cubin, inputs, devices,
+                                                          launches=2)))
         else:
             def pallas():
                 folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))

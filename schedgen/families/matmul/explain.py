@@ -63,7 +63,7 @@ def explain_matmul(p) -> str:
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
         f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
-        f"tiles" + (f" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
+        f"tiles" + (" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
         f"  consumers  {p.num_consumers} warpgroup{'s' if p.num_consumers > 1 else ''} split the tile along "
         f"{p.wg_axis}: each owns {p.wg_tile_m} x {p.wg_tile_n}; wgmma m64n{p.wg_tile_n}k{wg_k} "
         f"({p.in_dtype}, f32 acc) x {p.m_blocks} M-block{'s' if p.m_blocks > 1 else ''} x {p.tile_k // wg_k} "

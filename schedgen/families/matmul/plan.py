@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ... import reserved
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE
 from ...plan.common import (
@@ -27,10 +26,23 @@ from ...plan.common import (
     cdiv,
     cxx_float,
     resolve_shape,
+    row_major_strides,
 )
 from ...plan.hardware import Hardware
+from ...plan.legality import (
+    check_reserved_names,
+    check_setmaxnreg,
+    check_sizes_int32,
+    check_smem_fit,
+    check_tma_box_extent,
+    check_unique_names,
+    choose_swizzle,
+    register_budget_problem,
+    stages_that_fit,
+)
 
 if TYPE_CHECKING:
+    from ...frontend.model import BlockSpec
     from ...frontend.specfile import SpecFile
 
 WGMMA_M = 64
@@ -157,6 +169,7 @@ class MatmulPlan:
         return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
 
 
+
 def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str | None:
     if shape in ((n,), (1, n)):
         return "row"
@@ -167,6 +180,12 @@ def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str |
     if batch > 1 and shape == (batch, m, n):
         return "batch"
     return None
+
+
+def mat_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bcast: str = "") -> MatOperand:
+    """One operand as the templates name it: `out_<name>` for the output, `in_<name>` for the inputs."""
+    cname = f"out_{name}" if role == "out" else f"in_{name}"
+    return MatOperand(name, cname, role, dtype, CTYPE[dtype], ITEMSIZE[dtype], tuple(shape), bcast)
 
 
 def check_operand_roles(op, problems: Problems) -> None:
@@ -180,30 +199,182 @@ def check_operand_roles(op, problems: Problems) -> None:
         problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; A @ A^T style products need two inputs here")
 
 
+# ------------------------------------------------------------------------------------ the records of the phases
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The problem: operand shapes and dtypes, M, N, K and the batch, the epilogue's operands."""
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    o_shape: tuple[int, ...]
+    in_dtype: str
+    out_dtype: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    lhs_batched: bool
+    rhs_batched: bool
+    extra_ops: tuple[MatOperand, ...]
+
+    @property
+    def isz(self) -> int:
+        return ITEMSIZE[self.in_dtype]
+
+    @property
+    def osz(self) -> int:
+        return ITEMSIZE[self.out_dtype]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The block tile (tile_m x tile_n x tile_k) and the lhs / rhs BlockSpecs it came from."""
+    tm: int
+    tn: int
+    tk: int
+    a_spec: BlockSpec | None
+    b_spec: BlockSpec | None
+    ragged: bool
+
+
+@dataclass(frozen=True)
+class Warpgroups:
+    """How the consumer warpgroups split the tile."""
+    nc: int
+    axis: str
+    wtm: int
+    wtn: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The SMEM layout of the lhs / rhs stages: major order, swizzle bytes, swizzle-row elements."""
+    k_major_a: bool
+    k_major_b: bool
+    swz_a: int
+    swz_b: int
+    atom_a: int
+    atom_b: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    cm: int
+    cn: int
+    csize: int
+    multicast: str
+    tiles_m: int
+    tiles_n: int
+
+
+@dataclass(frozen=True)
+class EpilogueChunks:
+    rows: int
+    cols: int
+    direct: bool
+    swizzle: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Registers:
+    threads: int
+    preg: int
+    creg: int
+    acc_regs: int
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    stages: int
+    k_iters: int
+    delay: int
+
+
+@dataclass(frozen=True)
+class Smem:
+    buffers: tuple[SmemBuffer, ...]
+    nbytes: int
+    full_arrivals: int
+    empty_arrivals: int
+    a_stage: int
+    b_stage: int
+
+
+@dataclass(frozen=True)
+class TileLoop:
+    num_tiles: int
+    auto: bool
+    clusters: int
+
+
+@dataclass(frozen=True)
+class EpilogueCode:
+    cxx: tuple[tuple[str, str], ...]
+    jnp: tuple[tuple[str, str], ...]
+    temporaries: tuple[str, ...]
+    identity: bool
+
+
+# --------------------------------------------------------------------------------------------- the planner
+
+
 def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Problems]:
+    """The phases in order, each checking its own rules; every problem is collected, and a phase whose inputs are
+    broken stops the planner before it runs."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
-    sizes = dict(op.sizes)
-    pipe, pers, epi = sch.pipeline, sch.persistent, sch.epilogue
+    out_name, extras = check_names(spec, problems)
+    body = parse_epilogue(op, out_name, extras, problems)
+    if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
+        return None, problems
+    dims = problem_dims(op, out_name, extras, problems)
+    if dims is None:
+        return None, problems
+    tile = block_tile(op, sch, out_name, dims, problems)
+    wg = warpgroups(op, sch.pipeline, tile, dims, problems)
+    layout = smem_layouts(op, tile, wg, dims.isz, hw, problems)
+    cluster = cluster_shape(op, sch, tile, dims, layout, problems)
+    chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
+    regs = registers(sch.pipeline, wg, hw, problems)
+    pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster.csize, chunks, hw, problems)
+    loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems)
+    backend_limits(op, sch, tile.ragged, dims, problems)
+    if problems or body is None:
+        return None, problems
+    code = epilogue_code(op, body, out_name, extras)
+    inputs, outputs = mat_operands(op, out_name, dims)
+    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems)
+    if problems:
+        return None, problems
+    return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
+                         inputs, outputs, args), problems
 
-    # --- names
-    seen: dict[str, str] = {}
-    for group, names in (("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs), ("outputs", op.outputs)):
-        for nm in names:
-            if nm in seen:
-                problems.add(("op", group, nm), f"name '{nm}' is already used in op.{seen[nm]}")
-            seen[nm] = group
+
+# --------------------------------------------------------------------------------- names and the epilogue body
+
+
+def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...]]:
+    """One namespace, no reserved names, lhs / rhs among the inputs. Returns the output's name and the inputs the
+    epilogue reads (neither lhs nor rhs)."""
+    op = spec.op
+    check_unique_names((("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs),
+                        ("outputs", op.outputs)), problems)
     for nm in list(op.outputs) + list(op.constants):
         if nm == "acc":   # the epilogue reads the accumulator as `acc`
             problems.add(("op", "outputs" if nm in op.outputs else "constants", nm),
                          f"'{nm}' is reserved (the accumulator); choose another name")
-    for path, message in reserved.reserved_problems(spec):
-        problems.add(path, message)
+    check_reserved_names(spec, problems)
     check_operand_roles(op, problems)
     out_name = next(iter(op.outputs))
-    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
+    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs))
 
-    # --- the epilogue body
+
+def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problems):
+    """op.epilogue parsed over acc, the epilogue operands and the constants (None where it does not parse); every
+    epilogue operand must be read by it."""
     body = None
     text = op.epilogue or f"{out_name} = acc"
     try:
@@ -214,16 +385,35 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         if body is not None and not any(nm in _names(v) for _, v in body.statements):
             problems.add(("op", "inputs", nm), f"input '{nm}' is neither lhs, rhs nor read by op.epilogue; "
                                                f"use it in the epilogue or remove it")
-    if problems.__len__() and (op.lhs not in op.inputs or op.rhs not in op.inputs):
-        return None, problems
+    return body
 
-    # --- shapes and dtypes
+
+# ----------------------------------------------------------------------------------------- operands and dtypes
+
+
+def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems) -> Dims | None:
+    """Shapes, dtypes, M / N / K and the batch; None (the problems said why) where the later phases cannot run."""
     before = len(problems)
-    shapes = {nm: resolve_shape(o.shape, sizes, ("op", "inputs", nm, "shape"), problems) for nm, o in op.inputs.items()}
-    shapes[out_name] = resolve_shape(op.outputs[out_name].shape, sizes, ("op", "outputs", out_name, "shape"), problems)
+    shapes = {nm: resolve_shape(o.shape, op.sizes, ("op", "inputs", nm, "shape"), problems) for nm, o in op.inputs.items()}
+    shapes[out_name] = resolve_shape(op.outputs[out_name].shape, op.sizes, ("op", "outputs", out_name, "shape"), problems)
     if len(problems) != before:
-        return None, problems
+        return None
+    check_dtypes(op, out_name, problems)
+    check_ranks(op, out_name, shapes, problems)
+    if len(problems) != before:
+        return None
     a_shape, b_shape, o_shape = shapes[op.lhs], shapes[op.rhs], shapes[out_name]
+    m, n, k = contraction(op, a_shape, b_shape, problems)
+    batch = check_batch(op, out_name, a_shape, b_shape, o_shape, m, n, problems)
+    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) for nm in extras)
+    if len(problems) != before:
+        return None
+    return Dims(a_shape, b_shape, o_shape, op.inputs[op.lhs].dtype, op.outputs[out_name].dtype, m, n, k, batch,
+                len(a_shape) == 3, len(b_shape) == 3, extra_ops)
+
+
+def check_dtypes(op, out_name: str, problems: Problems) -> None:
+    """lhs and rhs: one wgmma input type; the output: one the epilogue stores."""
     in_dtype = op.inputs[op.lhs].dtype
     for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
         dt = op.inputs[nm].dtype
@@ -238,17 +428,21 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if out_dtype not in OUT_DTYPES:
         problems.add(("op", "outputs", out_name, "dtype"), f"output dtype {out_dtype} is not supported; legal: "
                                                             f"{', '.join(OUT_DTYPES)}")
-    for role, nm, shp in (("lhs", op.lhs, a_shape), ("rhs", op.rhs, b_shape)):
-        if len(shp) not in (2, 3):
+
+
+def check_ranks(op, out_name: str, shapes: dict, problems: Problems) -> None:
+    for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
+        if len(shapes[nm]) not in (2, 3):
             problems.add(("op", "inputs", nm, "shape"), f"{role} must be 2-D, or 3-D with a leading batch dimension; "
-                                                       f"got {len(shp)} dimensions")
-    if len(o_shape) not in (2, 3):
+                                                       f"got {len(shapes[nm])} dimensions")
+    if len(shapes[out_name]) not in (2, 3):
         problems.add(("op", "outputs", out_name, "shape"), "the output must be [M, N] or [B, M, N]")
-    if len(problems) != before:
-        return None, problems
+
+
+def contraction(op, a_shape: tuple[int, ...], b_shape: tuple[int, ...], problems: Problems) -> tuple[int, int, int]:
+    """M, N, K from lhs and rhs as stored (op.transpose_lhs / op.transpose_rhs); their K must agree."""
     m, ka = (a_shape[-1], a_shape[-2]) if op.transpose_lhs else (a_shape[-2], a_shape[-1])
     kb, n = (b_shape[-1], b_shape[-2]) if op.transpose_rhs else (b_shape[-2], b_shape[-1])
-    k = ka
     a_lay = "[K, M]" if op.transpose_lhs else "[M, K]"
     b_lay = "[N, K]" if op.transpose_rhs else "[K, N]"
     if ka != kb:
@@ -256,6 +450,11 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                      f"contraction sizes differ: lhs {a_lay} = {list(a_shape[-2:])} has K = {ka}, rhs {b_lay} = "
                      f"{list(b_shape[-2:])} has K = {kb}" + ("" if op.transpose_rhs else
                                                            " (set op.transpose_rhs: true if rhs is stored [N, K])"))
+    return m, n, ka
+
+
+def check_batch(op, out_name: str, a_shape, b_shape, o_shape, m: int, n: int, problems: Problems) -> int:
+    """The output is [M, N] or [B, M, N]; a batched operand needs a batched output of its batch. Returns B."""
     batch = o_shape[0] if len(o_shape) == 3 else 1
     lhs_batched, rhs_batched = len(a_shape) == 3, len(b_shape) == 3
     if tuple(o_shape[-2:]) != (m, n):
@@ -267,24 +466,28 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
             problems.add(("op", "inputs", nm, "shape", 0), f"{role} batch is {shp[0]} but the output's is {batch}")
     if len(o_shape) == 3 and not lhs_batched:
         problems.add(("op", "inputs", op.lhs, "shape"), "a batched output needs a batched lhs [B, M, K]")
-    extra_ops = []
-    for nm in extras:
-        kind = _broadcast_kind(shapes[nm], batch, m, n)
-        if kind is None:
-            problems.add(("op", "inputs", nm, "shape"),
-                         f"epilogue operand shape {list(shapes[nm])} is not one the epilogue reads: a row [N] = [{n}], "
-                         f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + (f" or [B, M, N]" if batch > 1 else ""))
-            kind = "row"
-        dt = op.inputs[nm].dtype
-        if dt not in ("bf16", "f16", "f32"):
-            problems.add(("op", "inputs", nm, "dtype"), f"epilogue operands are bf16, f16 or f32, got {dt}")
-        extra_ops.append(MatOperand(nm, f"in_{nm}", "extra", dt, CTYPE[dt], ITEMSIZE[dt], shapes[nm], kind))
-    if len(problems) != before:
-        return None, problems
-    isz = ITEMSIZE[in_dtype]
-    osz = ITEMSIZE[out_dtype]
+    return batch
 
-    # --- the block tile: from the BlockSpecs (each as stored), defaults where absent
+
+def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: int, problems: Problems) -> MatOperand:
+    """An epilogue operand: a row, a column or a full (batched) output-shaped array of a float dtype."""
+    kind = _broadcast_kind(shape, batch, m, n)
+    if kind is None:
+        problems.add(("op", "inputs", nm, "shape"),
+                     f"epilogue operand shape {list(shape)} is not one the epilogue reads: a row [N] = [{n}], "
+                     f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + (" or [B, M, N]" if batch > 1 else ""))
+        kind = "row"
+    dt = op.inputs[nm].dtype
+    if dt not in ("bf16", "f16", "f32"):
+        problems.add(("op", "inputs", nm, "dtype"), f"epilogue operands are bf16, f16 or f32, got {dt}")
+    return mat_operand(nm, "extra", dt, shape, kind)
+
+
+# ----------------------------------------------------------------------------------- the tile and the warpgroups
+
+
+def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
+    """The block tile from the BlockSpecs (each as stored), defaults where absent; what a BlockSpec may say here."""
     tm, tn, tk = tile_from_block_specs(op, sch, out_name, problems)
     for nm in sch.in_specs:
         if nm not in (op.lhs, op.rhs):
@@ -294,15 +497,17 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         if nm != out_name:
             problems.add(("schedule", "out_specs", nm), f"no output named '{nm}'; the output is '{out_name}'")
     for nm, bs in list(sch.in_specs.items()) + list(sch.out_specs.items()):
+        group = "in_specs" if nm in op.inputs else "out_specs"
         if bs.memory_space != "smem":
-            problems.add(("schedule", "in_specs" if nm in op.inputs else "out_specs", nm, "memory_space"),
-                         f"matmul operands are staged in smem (wgmma reads SMEM descriptors); tmem is Blackwell-only")
+            problems.add(("schedule", group, nm, "memory_space"),
+                         "matmul operands are staged in smem (wgmma reads SMEM descriptors); tmem is Blackwell-only")
         if bs.index_map is not None:
-            problems.add(("schedule", "in_specs" if nm in op.inputs else "out_specs", nm, "index_map"),
+            problems.add(("schedule", group, nm, "index_map"),
                          "the matmul family derives its index maps from the tile order (persistent.tile_order); "
                          "remove index_map")
     a_spec, b_spec = sch.in_specs.get(op.lhs), sch.in_specs.get(op.rhs)
     oob = {bs.out_of_bounds for bs in (a_spec, b_spec) if bs is not None}
+    m, n, k = dims.m, dims.n, dims.k
     ragged = m % tm != 0 or n % tn != 0 or k % tk != 0
     if "nan" in oob:
         problems.add(("schedule", "in_specs", op.lhs if a_spec and a_spec.out_of_bounds == "nan" else op.rhs,
@@ -311,8 +516,12 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
                      f"M, N, K = {m}, {n}, {k} are not all multiples of the tile {tm} x {tn} x {tk}; set "
                      f"out_of_bounds: zero on the lhs/rhs BlockSpecs (TMA zero-fills the edge) or use sizes that divide")
+    return Tile(tm, tn, tk, a_spec, b_spec, ragged)
 
-    # --- warpgroups and wgmma shapes
+
+def warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgroups:
+    """1-2 consumer warpgroups split the tile along M or N; each one's share is a legal wgmma shape."""
+    tm, tn, tk = tile.tm, tile.tn, tile.tk
     nc = pipe.num_compute_wgs
     if pipe.kind != "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"),
@@ -326,7 +535,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         problems.add(("schedule", "pipeline", "wg_axis"), f"consumers split the tile along m or n, got '{pipe.wg_axis}'")
         axis = "m"
     wtm, wtn = (tm // nc, tn) if axis == "m" else (tm, tn // nc)
-    if (tm if axis == "n" else tm) % (nc if axis == "m" else 1) or wtm % WGMMA_M:
+    if (axis == "m" and tm % nc) or wtm % WGMMA_M:
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
                      f"each consumer warpgroup takes {wtm} rows of the {tm}-row tile; wgmma needs a multiple of {WGMMA_M} "
                      f"(tile_m a multiple of {WGMMA_M * (nc if axis == 'm' else 1)})")
@@ -336,19 +545,39 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         problems.add(("schedule", "in_specs", op.rhs, "block_shape"),
                      f"each consumer's wgmma N is {wtn}; it must be a multiple of 8 between 8 and 256 "
                      f"(tile_n {tn}{' split over ' + str(nc) + ' consumers' if axis == 'n' else ''})")
-    if tk % (WGMMA_K_BYTES // isz):
+    if tk % (WGMMA_K_BYTES // dims.isz):
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
-                     f"tile_k {tk} must be a multiple of wgmma's K ({WGMMA_K_BYTES // isz} for {in_dtype})")
+                     f"tile_k {tk} must be a multiple of wgmma's K ({WGMMA_K_BYTES // dims.isz} for {dims.in_dtype})")
+    return Warpgroups(nc, axis, wtm, wtn)
 
-    # --- SMEM layouts: K-major operands are cut into swizzle-wide K slabs, MN-major ones into swizzle-wide MN slabs
+
+# ------------------------------------------------------------------------------------------ SMEM layouts
+
+
+def smem_layouts(op, tile: Tile, wg: Warpgroups, isz: int, hw: Hardware, problems: Problems) -> Layout:
+    """K-major operands are cut into swizzle-wide K slabs, MN-major ones into swizzle-wide MN slabs."""
     k_major_a, k_major_b = not op.transpose_lhs, op.transpose_rhs
-    swz_a = _swizzle(a_spec, tk if k_major_a else WGMMA_M, isz, ("schedule", "in_specs", op.lhs), problems, hw)
-    swz_b = _swizzle(b_spec, tk if k_major_b else min(wtn, 64), isz, ("schedule", "in_specs", op.rhs), problems, hw)
-    for bs, nm in ((a_spec, op.lhs), (b_spec, op.rhs)):
+    swz_a = _swizzle(tile.a_spec, tile.tk if k_major_a else WGMMA_M, isz, ("schedule", "in_specs", op.lhs), problems, hw)
+    swz_b = _swizzle(tile.b_spec, tile.tk if k_major_b else min(wg.wtn, 64), isz, ("schedule", "in_specs", op.rhs),
+                     problems, hw)
+    check_transforms(op, tile, swz_a, swz_b, isz, problems)
+    layout = Layout(k_major_a, k_major_b, swz_a, swz_b, max(swz_a // isz, 1), max(swz_b // isz, 1))
+    check_swizzle_widths(op, tile, wg, layout, problems)
+    return layout
+
+
+def _swizzle(bs, minor_elems: int, isz: int, path: tuple, problems: Problems, hw: Hardware) -> int:
+    return choose_swizzle(None if bs is None else bs.transforms.swizzle, minor_elems * isz, hw,
+                          (*path, "transforms", "swizzle"), problems, what="the swizzled dimension's bytes", none="none")
+
+
+def check_transforms(op, tile: Tile, swz_a: int, swz_b: int, isz: int, problems: Problems) -> None:
+    """No SMEM transpose (wgmma reads either major order); a tiling, if given, is the swizzle's."""
+    for bs, nm in ((tile.a_spec, op.lhs), (tile.b_spec, op.rhs)):
         if bs is not None and bs.transforms.transpose is not None:
             problems.add(("schedule", "in_specs", nm, "transforms", "transpose"),
-                         f"say the stored layout with op.transpose_lhs / op.transpose_rhs; wgmma reads either major "
-                         f"order from SMEM, so no SMEM transpose is needed")
+                         "say the stored layout with op.transpose_lhs / op.transpose_rhs; wgmma reads either major "
+                         "order from SMEM, so no SMEM transpose is needed")
         if bs is not None and bs.transforms.tiling is not None:
             sw = swz_a if nm == op.lhs else swz_b
             want = [8, sw // isz] if sw else None
@@ -356,25 +585,35 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                 problems.add(("schedule", "in_specs", nm, "transforms", "tiling"),
                              f"with swizzle {sw} the tiling is {want} (8 rows of swizzle/itemsize elements); omit it "
                              f"or write {want}")
-    atom_a, atom_b = max(swz_a // isz, 1), max(swz_b // isz, 1)
-    if k_major_a and tk % atom_a:
+
+
+def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, problems: Problems) -> None:
+    """The slabs tile the stage: the swizzled extent of each operand is a multiple of the swizzle width."""
+    tk = tile.tk
+    if lay.k_major_a and tk % lay.atom_a:
         problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
-                     f"tile_k {tk} must be a multiple of the swizzle width ({swz_a} B = {atom_a} elements)")
-    if k_major_b and tk % atom_b:
+                     f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_a} B = {lay.atom_a} elements)")
+    if lay.k_major_b and tk % lay.atom_b:
         problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
-                     f"tile_k {tk} must be a multiple of the swizzle width ({swz_b} B = {atom_b} elements)")
-    if not k_major_a and wtm % atom_a:
+                     f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_b} B = {lay.atom_b} elements)")
+    if not lay.k_major_a and wg.wtm % lay.atom_a:
         problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
-                     f"M-major lhs: each consumer's {wtm} rows must be a multiple of the swizzle width ({atom_a} elements)")
-    if not k_major_b and (wtn % atom_b or tn % atom_b):
+                     f"M-major lhs: each consumer's {wg.wtm} rows must be a multiple of the swizzle width "
+                     f"({lay.atom_a} elements)")
+    if not lay.k_major_b and (wg.wtn % lay.atom_b or tile.tn % lay.atom_b):
         problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
-                     f"N-major rhs: each consumer's {wtn} columns must be a multiple of the swizzle width "
-                     f"({swz_b} B = {atom_b} elements); use a smaller swizzle or a wider tile_n")
-    if swz_a == 0 or swz_b == 0:
-        problems.add(("schedule", "in_specs", op.lhs if swz_a == 0 else op.rhs, "transforms", "swizzle"),
+                     f"N-major rhs: each consumer's {wg.wtn} columns must be a multiple of the swizzle width "
+                     f"({lay.swz_b} B = {lay.atom_b} elements); use a smaller swizzle or a wider tile_n")
+    if lay.swz_a == 0 or lay.swz_b == 0:
+        problems.add(("schedule", "in_specs", op.lhs if lay.swz_a == 0 else op.rhs, "transforms", "swizzle"),
                      "this family's SMEM descriptors use a swizzled layout; choose 32, 64 or 128 (or auto)")
 
-    # --- cluster and multicast
+
+# ------------------------------------------------------------------------------------- cluster and multicast
+
+
+def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Problems) -> Cluster:
+    """A 1x1, 2x1 or 1x2 cluster; the operand its CTAs share is split between them and multicast."""
     cl = list(sch.cluster) + [1] * (2 - len(sch.cluster))
     cm, cn = cl[0], cl[1]
     csize = cm * cn
@@ -382,137 +621,54 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         problems.add(("schedule", "cluster"), f"clusters of 1x1, 2x1 or 1x2 CTAs are supported, got {list(sch.cluster)}")
         cm, cn, csize = 1, 1, 1
     multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
-    tiles_m, tiles_n = cdiv(m, tm), cdiv(n, tn)
+    tiles_m, tiles_n = cdiv(dims.m, tile.tm), cdiv(dims.n, tile.tn)
     if tiles_m % cm or tiles_n % cn:
         problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) divisible by it")
-    shared_spec = b_spec if multicast == "rhs" else a_spec if multicast == "lhs" else None
-    for nm, bs in ((op.lhs, a_spec), (op.rhs, b_spec)):
+    shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
+    for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
             problems.add(("schedule", "in_specs", nm, "collective_axes"),
                          "only the operand the cluster's CTAs share is multicast: rhs with cluster [2, 1], lhs with "
                          "[1, 2]" + ("; this launch has no cluster" if csize == 1 else ""))
-    if multicast == "rhs" and (tn // 2) % (1 if k_major_b else atom_b):
+    tm, tn = tile.tm, tile.tn
+    if multicast == "rhs" and (tn // 2) % (1 if lay.k_major_b else lay.atom_b):
         problems.add(("schedule", "cluster"), f"each CTA loads half of the rhs tile ({tn // 2} columns); it must be a "
-                                              f"multiple of the swizzle width {atom_b}")
-    if multicast == "lhs" and (tm // 2) % (8 if k_major_a else atom_a):
+                                              f"multiple of the swizzle width {lay.atom_b}")
+    if multicast == "lhs" and (tm // 2) % (8 if lay.k_major_a else lay.atom_a):
         problems.add(("schedule", "cluster"), f"each CTA loads half of the lhs tile ({tm // 2} rows); it must be a "
-                                              f"multiple of {8 if k_major_a else atom_a}")
+                                              f"multiple of {8 if lay.k_major_a else lay.atom_a}")
+    return Cluster(cm, cn, csize, multicast, tiles_m, tiles_n)
 
-    # --- epilogue chunks
+
+# -------------------------------------------------------------------------------------------------- epilogue
+
+
+def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Problems) -> EpilogueChunks:
+    """The output tile is stored in (64 x cols) chunks staged through SMEM by TMA, or directly from registers."""
+    osz = dims.osz
     if epi.tile is not None:
         er, ec = epi.tile
     else:
-        er, ec = WGMMA_M, min(wtn, 128 // osz)
+        er, ec = WGMMA_M, min(wg.wtn, 128 // osz)
     direct = epi.store == "direct"
     epi_swz = 0
     if not direct:
         if er != WGMMA_M:
             problems.add(("schedule", "epilogue", "tile", 0), f"epilogue chunks are one wgmma M block tall: {WGMMA_M} rows, got {er}")
-        if ec <= 0 or ec % 16 or wtn <= 0 or wtn % ec:
+        if ec <= 0 or ec % 16 or wg.wtn <= 0 or wg.wtn % ec:
             problems.add(("schedule", "epilogue", "tile", 1),
-                         f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wtn} columns")
+                         f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wg.wtn} columns")
         epi_swz = ec * osz if ec * osz in hw.swizzles else 0
         if ec * osz > 128:
             problems.add(("schedule", "epilogue", "tile", 1), f"epilogue chunk rows are {ec * osz} B; at most 128 B (the "
                                                               f"widest swizzle): use at most {128 // osz} columns")
-    epi_bytes = er * ec * osz
-    if direct and n % 2:
-        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {n} is odd: use store: tma")
+    if direct and dims.n % 2:
+        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {dims.n} is odd: use store: tma")
+    return EpilogueChunks(er, ec, direct, epi_swz, er * ec * osz)
 
-    # --- registers
-    threads = 128 * (1 + nc)
-    preg = pipe.memory_registers or (40 if nc == 2 else 56)
-    creg = pipe.compute_registers or (232 if nc == 2 else 240)
-    acc_regs = wtm * wtn // 128
-    for fld, v in (("memory_registers", preg), ("compute_registers", creg)):
-        if v % 8:
-            problems.add(("schedule", "pipeline", fld), f"setmaxnreg takes a multiple of 8 registers, got {v}")
-    if 128 * (preg + nc * creg) > hw.regs_per_sm:
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"register budgets {preg} + {nc} x {creg} per thread need {128 * (preg + nc * creg)} registers; "
-                     f"the SM has {hw.regs_per_sm} (at most {(hw.regs_per_sm // 128 - preg) // nc // 8 * 8} per consumer "
-                     f"thread with {preg} for the producer)")
-    if acc_regs + REG_OVERHEAD > min(creg, 255):
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"each consumer thread holds {acc_regs} f32 accumulators ({wtm} x {wtn} / 128) plus about "
-                     f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
-                     f"more consumers")
 
-    # --- pipeline
-    stages = pipe.max_concurrent_steps
-    if stages < 2:
-        problems.add(("schedule", "pipeline", "max_concurrent_steps"), "the TMA ring needs at least 2 stages")
-    k_iters = cdiv(k, tk)
-    delay = max((bs.delay_release for bs in (a_spec, b_spec) if bs is not None), default=1)
-    if a_spec is None and b_spec is None:
-        delay = 1
-    if delay > 1:
-        problems.add(("schedule", "in_specs", op.lhs, "delay_release"),
-                     "the CUDA kernel keeps at most one wgmma group in flight (delay_release 0 or 1)")
-    if delay >= stages:
-        problems.add(("schedule", "in_specs", op.lhs, "delay_release"), f"delay_release {delay} must be below the "
-                                                                          f"{stages} stages")
-
-    # --- SMEM map
-    a_stage = tm * tk * isz
-    b_stage = tn * tk * isz
-    smem = SmemMap()
-    smem.alloc("a", a_stage, stages, note="lhs stage ring")
-    smem.alloc("b", b_stage, stages, note="rhs stage ring")
-    if not direct:
-        smem.alloc("epi", epi_bytes, epi.buffers * nc, note="output staging per consumer")
-    full_arr, empty_arr = 1, nc * csize
-    for bname, bar in sch.barriers.items():
-        if bname not in ("full", "empty"):
-            problems.add(("schedule", "barriers", bname), f"the matmul family's barriers are 'full' and 'empty'; got '{bname}'")
-            continue
-        if bar.num_barriers != stages:
-            problems.add(("schedule", "barriers", bname, "num_barriers"),
-                         f"'{bname}' has one barrier per stage: {stages}, got {bar.num_barriers}")
-        if bname == "full":
-            full_arr = bar.num_arrivals
-        else:
-            empty_arr = bar.num_arrivals
-    smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
-    smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
-    smem_bytes = smem.top + 1024
-    if smem_bytes > hw.smem_per_block:
-        detail = ", ".join(f"{b.name} {b.bytes * b.count} B" for b in smem.buffers)
-        fit = (hw.smem_per_block - 1024 - (0 if direct else epi_bytes * epi.buffers * nc) - 16 * stages) // (a_stage + b_stage)
-        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
-                     f"at most {fit} stages fit this tile")
-
-    # --- tile loop
-    if pers.loop == "dynamic":
-        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
-                                                         "length (the attention family's causal tiles); matmul tiles "
-                                                         "are all alike: use nd_loop")
-    num_tiles = batch * (tiles_m // max(cm, 1)) * (tiles_n // max(cn, 1))
-    auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"
-    if pers.loop == "none":
-        clusters = num_tiles
-    elif pers.num_blocks == "auto":
-        clusters = min(num_tiles, hw.sm_count // csize)
-    else:
-        if pers.num_blocks % csize:
-            problems.add(("schedule", "persistent", "num_blocks"), f"num_blocks must be a multiple of the cluster size {csize}")
-        clusters = min(num_tiles, max(pers.num_blocks // csize, 1))
-    if pers.tile_order == "lpt":
-        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
-                                                               "matmul tiles are all alike: use row_major or planar_snake")
-    for nm_, v in sizes.items():
-        if v > ex.MAX_INT:
-            problems.add(("op", "sizes", nm_), f"size {v} does not fit the kernel's 32-bit coordinates")
-    if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
-        problems.add(("schedule", "compiler_params", "lowering_semantics"),
-                     "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
-    if "pallas" in sch.backends:
-        _pallas_limits(op, sch, ragged, extra_ops, batch, problems)
-    if problems or body is None:
-        return None, problems
-
-    # --- the epilogue as code
+def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueCode:
+    """The epilogue's statements as C++ and jnp over v_acc, v_<extra>, c_<const> (_c_<const> in Python)."""
     names_cxx = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"c_{c}" for c in op.constants}}
     names_jnp = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"_c_{c}" for c in op.constants}}
     epi_cxx, epi_jnp, temps = [], [], []
@@ -525,70 +681,207 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         names_cxx[target] = tname
         names_jnp[target] = tname
     identity = len(body.statements) == 1 and epi_cxx[0][1] == "v_acc"
+    return EpilogueCode(tuple(epi_cxx), tuple(epi_jnp), tuple(temps), identity)
 
+
+# ---------------------------------------------------------------------------------------- registers, pipeline
+
+
+def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registers:
+    """setmaxnreg budgets of the producer and the consumers, within the registers the block is launched with
+    (`__launch_bounds__(threads, 1)`); the accumulators fit a consumer thread's."""
+    nc = wg.nc
+    threads = 128 * (1 + nc)
+    preg = pipe.memory_registers or (40 if nc == 2 else 56)
+    creg = pipe.compute_registers or (232 if nc == 2 else 240)
+    acc_regs = wg.wtm * wg.wtn // 128
+    check_setmaxnreg({"memory_registers": preg, "compute_registers": creg}, problems)
+    if (message := register_budget_problem(preg, nc, creg, hw)) is not None:
+        problems.add(("schedule", "pipeline", "compute_registers"), message)
+    if acc_regs + REG_OVERHEAD > min(creg, 255):
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
+                     f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
+                     f"more consumers")
+    return Registers(threads, preg, creg, acc_regs)
+
+
+def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
+    """The TMA ring's depth and how long a stage is held after its wgmma (delay_release)."""
+    stages = pipe.max_concurrent_steps
+    if stages < 2:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"), "the TMA ring needs at least 2 stages")
+    specs = [bs for bs in (tile.a_spec, tile.b_spec) if bs is not None]
+    delay = max((bs.delay_release for bs in specs), default=1)
+    if delay > 1:
+        problems.add(("schedule", "in_specs", op.lhs, "delay_release"),
+                     "the CUDA kernel keeps at most one wgmma group in flight (delay_release 0 or 1)")
+    if delay >= stages:
+        problems.add(("schedule", "in_specs", op.lhs, "delay_release"), f"delay_release {delay} must be below the "
+                                                                          f"{stages} stages")
+    return Pipeline(stages, cdiv(k, tile.tk), delay)
+
+
+# ------------------------------------------------------------------------------------------------- SMEM map
+
+
+def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks: EpilogueChunks, hw: Hardware,
+             problems: Problems) -> Smem:
+    """The lhs / rhs stage rings, the output staging buffers and the barriers; they must fit a block's SMEM."""
+    a_stage = tile.tm * tile.tk * isz
+    b_stage = tile.tn * tile.tk * isz
+    buffers = sch.epilogue.buffers
+    smem = SmemMap()
+    smem.alloc("a", a_stage, stages, note="lhs stage ring")
+    smem.alloc("b", b_stage, stages, note="rhs stage ring")
+    if not chunks.direct:
+        smem.alloc("epi", chunks.nbytes, buffers * nc, note="output staging per consumer")
+    full_arr, empty_arr = barrier_arrivals(sch, stages, nc * csize, problems)
+    smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
+    smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
+    staging = 0 if chunks.direct else chunks.nbytes * buffers * nc
+    fit = stages_that_fit(hw, staging + 16 * stages, a_stage + b_stage)
+    nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
+                            f"at most {fit} stages fit this tile")
+    return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage)
+
+
+def barrier_arrivals(sch, stages: int, consumers: int, problems: Problems) -> tuple[int, int]:
+    """The 'full' and 'empty' rings: one barrier per stage; their arrivals (1 TMA, one per consumer warpgroup of the
+    cluster) unless schedule.barriers says otherwise."""
+    full_arr, empty_arr = 1, consumers
+    for bname, bar in sch.barriers.items():
+        if bname not in ("full", "empty"):
+            problems.add(("schedule", "barriers", bname), f"the matmul family's barriers are 'full' and 'empty'; got '{bname}'")
+            continue
+        if bar.num_barriers != stages:
+            problems.add(("schedule", "barriers", bname, "num_barriers"),
+                         f"'{bname}' has one barrier per stage: {stages}, got {bar.num_barriers}")
+        if bname == "full":
+            full_arr = bar.num_arrivals
+        else:
+            empty_arr = bar.num_arrivals
+    return full_arr, empty_arr
+
+
+# ------------------------------------------------------------------------------------- the loop over tiles
+
+
+def tile_loop(pers, batch: int, cluster: Cluster, hw: Hardware, problems: Problems) -> TileLoop:
+    """A persistent nd_loop over the tiles (in cluster units) in row-major or planar-snake order, or a CTA a tile."""
+    if pers.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
+                                                         "length (the attention family's causal tiles); matmul tiles "
+                                                         "are all alike: use nd_loop")
+    csize = cluster.csize
+    num_tiles = batch * (cluster.tiles_m // max(cluster.cm, 1)) * (cluster.tiles_n // max(cluster.cn, 1))
+    auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"
+    if pers.loop == "none":
+        clusters = num_tiles
+    elif pers.num_blocks == "auto":
+        clusters = min(num_tiles, hw.sm_count // csize)
+    else:
+        if pers.num_blocks % csize:
+            problems.add(("schedule", "persistent", "num_blocks"), f"num_blocks must be a multiple of the cluster size {csize}")
+        clusters = min(num_tiles, max(pers.num_blocks // csize, 1))
+    if pers.tile_order == "lpt":
+        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
+                                                               "matmul tiles are all alike: use row_major or planar_snake")
+    return TileLoop(num_tiles, auto, clusters)
+
+
+def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> None:
+    """32-bit coordinates; what the Pallas rendering can take."""
+    check_sizes_int32(op.sizes, problems)
+    if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
+        problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                     "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
+    if "pallas" in sch.backends:
+        _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
+
+
+# ------------------------------------------------------------------------------ operands, tensor maps, the record
+
+
+def mat_operands(op, out_name: str, dims: Dims) -> tuple[tuple[MatOperand, ...], tuple[MatOperand, ...]]:
+    """The inputs in op.inputs order (lhs, rhs and the epilogue operands) and the output."""
     inputs = []
     for nm in op.inputs:
         if nm == op.lhs:
-            inputs.append(MatOperand(nm, f"in_{nm}", "lhs", in_dtype, CTYPE[in_dtype], isz, a_shape))
+            inputs.append(mat_operand(nm, "lhs", dims.in_dtype, dims.a_shape))
         elif nm == op.rhs:
-            inputs.append(MatOperand(nm, f"in_{nm}", "rhs", in_dtype, CTYPE[in_dtype], isz, b_shape))
+            inputs.append(mat_operand(nm, "rhs", dims.in_dtype, dims.b_shape))
         else:
-            inputs.append(next(e for e in extra_ops if e.name == nm))
-    outputs = (MatOperand(out_name, f"out_{out_name}", "out", out_dtype, CTYPE[out_dtype], osz, o_shape),)
-    idx = {o.name: i for i, o in enumerate(inputs + list(outputs))}
+            inputs.append(next(e for e in dims.extra_ops if e.name == nm))
+    return tuple(inputs), (mat_operand(out_name, "out", dims.out_dtype, dims.o_shape),)
 
-    # --- tensor maps: boxes as loaded (a multicast operand is loaded in halves)
-    def tmap(nm: str, shape: tuple[int, ...], dtype: str, rows: int, cols: int, swz: int) -> KernelArg:
-        it = ITEMSIZE[dtype]
-        strides = tuple(int(math.prod(shape[d + 1:]) * it) for d in range(len(shape)))
-        box = ((1,) if len(shape) == 3 else ()) + (rows, cols)
-        return KernelArg("tmap", idx[nm], dtype, tuple(shape), strides, box, swz)
 
-    a_rows = (tm // (2 if multicast == "lhs" else 1)) if k_major_a else tk
-    a_cols = atom_a if k_major_a else atom_a
-    b_rows = (tn // (2 if multicast == "rhs" else 1)) if k_major_b else tk
-    args = [tmap(op.lhs, a_shape, in_dtype, a_rows, a_cols, swz_a),
-            tmap(op.rhs, b_shape, in_dtype, b_rows, atom_b, swz_b),
-            KernelArg("ptr", idx[out_name]) if direct else tmap(out_name, o_shape, out_dtype, er, ec, epi_swz)]
-    for e in extra_ops:
-        args.append(KernelArg("ptr", idx[e.name]))
-    for d, (rows, cols) in ((op.lhs, (a_rows, a_cols)), (op.rhs, (b_rows, atom_b))):
-        if rows > hw.tma_max_box:
-            problems.add(("schedule", "in_specs", d, "block_shape"),
-                         f"a TMA box holds at most {hw.tma_max_box} rows; this tile loads {rows}")
-    if problems:
-        return None, problems
+def tensor_map(operand: int, shape: tuple[int, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
+    """A tensor map over a row-major [(B,) R, C] operand with (1,) rows x cols boxes."""
+    box = ((1,) if len(shape) == 3 else ()) + (rows, cols)
+    return KernelArg("tmap", operand, dtype, tuple(shape), row_major_strides(shape, ITEMSIZE[dtype]), box, swizzle)
 
-    a_sub = (tm if k_major_a else tk) * swz_a
-    b_sub = (tn if k_major_b else tk) * swz_b
-    flops = 2 * batch * m * n * k
-    bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + list(outputs))
-    kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, in_dtype, tm, tn, tk, stages, nc, cm, cn)
-    plan = MatmulPlan(
-        family="matmul", name=spec.name, kernel_name=kname, sizes=sizes, constants=dict(op.constants),
-        backends=tuple(sch.backends), batch=batch, m=m, n=n, k=k, lhs_batched=lhs_batched, rhs_batched=rhs_batched,
-        in_dtype=in_dtype, out_dtype=out_dtype, transpose_lhs=op.transpose_lhs, transpose_rhs=op.transpose_rhs,
-        inputs=tuple(inputs), outputs=outputs, extras=tuple(extra_ops),
-        tile_m=tm, tile_n=tn, tile_k=tk, stages=stages, delay_release=delay, num_consumers=nc, wg_axis=axis,
-        wg_tile_m=wtm, wg_tile_n=wtn, m_blocks=wtm // WGMMA_M, acc_regs=acc_regs,
-        swizzle_a=swz_a, swizzle_b=swz_b, atom_a=atom_a, atom_b=atom_b, k_major_a=k_major_a, k_major_b=k_major_b,
-        a_stage_bytes=a_stage, b_stage_bytes=b_stage, a_sub_bytes=a_sub, b_sub_bytes=b_sub,
-        a_lbo=1 if k_major_a else a_sub, a_sbo=8 * swz_a, b_lbo=1 if k_major_b else b_sub, b_sbo=8 * swz_b,
-        cluster_m=cm, cluster_n=cn, cluster_size=csize, cluster_dims=(csize, 1, 1), multicast=multicast,
-        epi_rows=er, epi_cols=ec, epi_buffers=epi.buffers, epi_swizzle=epi_swz, epi_bytes=epi_bytes, epi_store=epi.store,
-        epilogue_cxx=tuple(epi_cxx), epilogue_jnp=tuple(epi_jnp), temporaries=tuple(temps),
+
+def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
+                chunks: EpilogueChunks, hw: Hardware, problems: Problems) -> tuple[KernelArg, ...]:
+    """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
+    Boxes as loaded: a multicast operand is loaded in halves."""
+    idx = {o.name: i for i, o in enumerate(operands)}
+    by_name = {o.name: o for o in operands}
+    a, b, out = by_name[op.lhs], by_name[op.rhs], by_name[out_name]
+    a_rows = (tile.tm // (2 if cluster.multicast == "lhs" else 1)) if lay.k_major_a else tile.tk
+    b_rows = (tile.tn // (2 if cluster.multicast == "rhs" else 1)) if lay.k_major_b else tile.tk
+    args = [tensor_map(idx[op.lhs], a.shape, a.dtype, a_rows, lay.atom_a, lay.swz_a),
+            tensor_map(idx[op.rhs], b.shape, b.dtype, b_rows, lay.atom_b, lay.swz_b),
+            KernelArg("ptr", idx[out_name]) if chunks.direct else
+            tensor_map(idx[out_name], out.shape, out.dtype, chunks.rows, chunks.cols, chunks.swizzle)]
+    args += [KernelArg("ptr", idx[o.name]) for o in operands if o.role == "extra"]
+    for nm, rows in ((op.lhs, a_rows), (op.rhs, b_rows)):
+        check_tma_box_extent(rows, hw, ("schedule", "in_specs", nm, "block_shape"), problems,
+                             f"a TMA box holds at most {hw.tma_max_box} rows; this tile loads {rows}")
+    return tuple(args)
+
+
+def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: Layout, cl: Cluster,
+                  chunks: EpilogueChunks, regs: Registers, pipe: Pipeline, smem: Smem, loop: TileLoop,
+                  code: EpilogueCode, inputs, outputs, args) -> MatmulPlan:
+    """The plan: every number the templates use, from the phases' records."""
+    op, sch = spec.op, spec.schedule
+    tm, tn, tk = tile.tm, tile.tn, tile.tk
+    a_sub = (tm if lay.k_major_a else tk) * lay.swz_a
+    b_sub = (tn if lay.k_major_b else tk) * lay.swz_b
+    kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
+                                                           cl.cm, cl.cn)
+    return MatmulPlan(
+        family="matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants=dict(op.constants),
+        backends=tuple(sch.backends), batch=dims.batch, m=dims.m, n=dims.n, k=dims.k, lhs_batched=dims.lhs_batched,
+        rhs_batched=dims.rhs_batched, in_dtype=dims.in_dtype, out_dtype=dims.out_dtype,
+        transpose_lhs=op.transpose_lhs, transpose_rhs=op.transpose_rhs,
+        inputs=inputs, outputs=outputs, extras=dims.extra_ops,
+        tile_m=tm, tile_n=tn, tile_k=tk, stages=pipe.stages, delay_release=pipe.delay, num_consumers=wg.nc,
+        wg_axis=wg.axis, wg_tile_m=wg.wtm, wg_tile_n=wg.wtn, m_blocks=wg.wtm // WGMMA_M, acc_regs=regs.acc_regs,
+        swizzle_a=lay.swz_a, swizzle_b=lay.swz_b, atom_a=lay.atom_a, atom_b=lay.atom_b, k_major_a=lay.k_major_a,
+        k_major_b=lay.k_major_b, a_stage_bytes=smem.a_stage, b_stage_bytes=smem.b_stage, a_sub_bytes=a_sub,
+        b_sub_bytes=b_sub, a_lbo=1 if lay.k_major_a else a_sub, a_sbo=8 * lay.swz_a,
+        b_lbo=1 if lay.k_major_b else b_sub, b_sbo=8 * lay.swz_b,
+        cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize, cluster_dims=(cl.csize, 1, 1),
+        multicast=cl.multicast,
+        epi_rows=chunks.rows, epi_cols=chunks.cols, epi_buffers=sch.epilogue.buffers, epi_swizzle=chunks.swizzle,
+        epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store,
+        epilogue_cxx=code.cxx, epilogue_jnp=code.jnp, temporaries=code.temporaries,
         constants_cxx=tuple((f"c_{c}", cxx_float(v)) for c, v in op.constants.items()),
-        identity_epilogue=identity, ragged=ragged,
-        tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=num_tiles, k_iters=k_iters,
-        tile_order=pers.tile_order, minor_dim=pers.minor_dim, tile_width=pers.tile_width,
-        num_blocks=clusters * csize, auto_blocks=auto, blocks_per_sm=1,
-        threads=threads, producer_regs=preg, consumer_regs=creg,
-        smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, full_arrivals=full_arr, empty_arrivals=empty_arr,
-        stage_tx_bytes=a_stage + b_stage, kernel_args=tuple(args),
+        identity_epilogue=code.identity, ragged=tile.ragged,
+        tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
+        tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
+        tile_width=sch.persistent.tile_width,
+        num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
+        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg,
+        smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
+        empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
-        profile_space=sch.compiler_params.profile_space, flops=flops, bytes_moved=bytes_moved,
+        profile_space=sch.compiler_params.profile_space, flops=2 * dims.batch * dims.m * dims.n * dims.k,
+        bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs),
     )
-    return plan, problems
 
 
 def _names(expr) -> frozenset[str]:
@@ -633,22 +926,6 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
                 problems.add(path, f"tile_{d} is {v0} in one BlockSpec and {v} here; the blocks must agree")
         out.append(v0)
     return tuple(out)
-
-
-def _swizzle(bs, minor_elems: int, isz: int, path: tuple, problems: Problems, hw: Hardware) -> int:
-    minor_bytes = minor_elems * isz
-    if bs is None or bs.transforms.swizzle == "auto":
-        for s in sorted(hw.swizzles, reverse=True):
-            if minor_bytes % s == 0:
-                return s
-        return 0
-    s = bs.transforms.swizzle
-    if s and minor_bytes % s:
-        legal = [str(x) for x in hw.swizzles if minor_bytes % x == 0]
-        problems.add((*path, "transforms", "swizzle"),
-                     f"swizzle {s} needs the swizzled dimension's bytes ({minor_bytes} B) to be a multiple of {s}; "
-                     f"legal here: {', '.join(legal) or 'none'}")
-    return s
 
 
 def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems) -> None:

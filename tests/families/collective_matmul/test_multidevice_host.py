@@ -235,3 +235,20 @@ def test_generated_package_checks_its_arguments(tmp_path):
     finally:
         sys.path.remove(str(tmp_path / "pkgs"))
         sys.modules.pop(built.name, None)
+
+
+def test_verify_runs_the_built_cubin_twice_where_gpus_can(monkeypatch):
+    """The CUDA check calls run_cuda with this build's cubin and two launches (the second reuses the gather buffers
+    and semaphores); GPUs faked here, so what it returns is only compared, not computed."""
+    built = build_spec(str(BASE), SMALL)
+    calls = []
+
+    def fake_run_cuda(p, cubin, inputs, devices=None, launches=1):
+        calls.append((p, cubin, sorted(inputs), devices, launches))
+        return np.zeros((p.num_devices, p.m_total, p.n), np.float32)
+
+    monkeypatch.setattr(md, "can_run", lambda plan, devices=None: (True, ""))
+    monkeypatch.setattr(md, "run_cuda", fake_run_cuda)
+    (check,) = verify_built(built, ["cuda"])
+    assert calls == [(built.plan, built.files["kernel.cubin"], sorted(i.name for i in built.plan.inputs), None, 2)]
+    assert check.backend == "cuda" and not check.skipped and not check.ok and check.rel_error > check.tolerance

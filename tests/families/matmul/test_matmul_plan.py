@@ -47,7 +47,7 @@ def test_base_plan_numbers():
 def test_smem_buffers_disjoint_and_1k_aligned():
     p = _plan()
     spans = sorted((b.offset, b.offset + b.bytes * b.count, b.name) for b in p.smem_buffers)
-    for (s0, e0, n0), (s1, _, n1) in zip(spans, spans[1:]):
+    for (_, e0, n0), (s1, _, n1) in zip(spans, spans[1:]):
         assert e0 <= s1, (n0, n1)
     for b in p.smem_buffers:
         if b.name in ("a", "b", "epi"):
@@ -82,7 +82,17 @@ def test_epilogue_operands_and_code():
     ({"schedule.pipeline.max_concurrent_steps": 6},
      "schedule.pipeline.max_concurrent_steps: SMEM needed is"),
     ({"schedule.pipeline.compute_registers": 256},
-     "schedule.pipeline.compute_registers: register budgets 40 + 2 x 256 per thread need"),
+     "schedule.pipeline.compute_registers: register budgets 40 + 2 x 256 need 70656 registers; a block of 384 "
+     "threads holds 64512 (at most 232 per consumer with 40 for the producer)"),
+    # the block's registers, not the SM's: 32 + 2 x 240 is the SM's 65536 but setmaxnreg.inc would wait forever for
+    # the 1024 registers a block launched with __launch_bounds__(384, 1) (168 a thread) does not hold
+    ({"schedule.pipeline.compute_registers": 240, "schedule.pipeline.memory_registers": 32},
+     "schedule.pipeline.compute_registers: register budgets 32 + 2 x 240 need 65536 registers; a block of 384 "
+     "threads holds 64512 (at most 232 per consumer with 32 for the producer)"),
+    ({"schedule.pipeline.compute_registers": 232, "schedule.pipeline.memory_registers": 40}, None),   # 64512: fits
+    ({"schedule.pipeline.num_compute_wgs": 1, "schedule.pipeline.compute_registers": 256,
+      "schedule.pipeline.memory_registers": 256, "schedule.in_specs.b.block_shape": [64, 128],
+      "schedule.out_specs.out.block_shape": [128, 128]}, None),    # 256 threads hold 256 each: 65536
     ({"schedule.pipeline.compute_registers": 132, "schedule.pipeline.memory_registers": 24},
      "each consumer thread holds 128 f32 accumulators"),
     ({"schedule.cluster": [2, 2]}, "schedule.cluster: clusters of 1x1, 2x1 or 1x2 CTAs are supported"),
