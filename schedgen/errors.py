@@ -61,13 +61,19 @@ class Problem:
     pos: Pos | None = None
 
 
+def printable(text: str) -> str:
+    """`text` with its non-printable characters (newlines, tabs, escapes, format controls) written as Python
+    escapes, so that a message stays one line whatever the file or command line held."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_path(path: Sequence) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + printable(str(part))
     return out or "<file>"
 
 

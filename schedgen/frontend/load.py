@@ -264,8 +264,15 @@ def _compose(text: str, src: SourceMap):
         pos = Pos(mark.line + 1, mark.column + 1) if mark else Pos(1, 1)
         msg = (exc.problem or exc.context or "invalid YAML").strip()
         raise SpecErrors([Problem((), f"YAML syntax error: {msg}", pos=pos)], src) from None
+    except yaml.reader.ReaderError as exc:  # a control character: located, one line (str(exc) has two)
+        before = text[:exc.position]
+        pos = Pos(before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise SpecErrors([Problem((), f"YAML syntax error: the character {char} is not allowed ({exc.reason}); "
+                                      f"remove it or write it as an escape in a double-quoted string", pos=pos)],
+                         src) from None
     except yaml.YAMLError as exc:
-        raise SpecErrors([Problem((), f"YAML error: {exc}", pos=Pos(1, 1))], src) from None
+        raise SpecErrors([Problem((), f"YAML error: {' '.join(str(exc).split())}", pos=Pos(1, 1))], src) from None
     except RecursionError:  # PyYAML's composer recurses once per nesting level
         raise SpecErrors([Problem((), _TOO_DEEP, pos=Pos(1, 1))], src) from None
 

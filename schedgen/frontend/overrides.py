@@ -14,7 +14,7 @@ import re
 import unicodedata
 from typing import Any, Iterable, Mapping
 
-from ..errors import Problem, SourceMap, SpecErrors
+from ..errors import Problem, SourceMap, SpecErrors, printable
 from .load import load_yaml_value
 
 MAX_INDEX_DIGITS = 4  # no list in a schedule has more than a handful of entries
@@ -27,7 +27,9 @@ class OverrideError(ValueError):
 
 
 def _shown(text: str) -> str:
-    return text if len(text) <= _SHOWN_KEY else f"{text[:_SHOWN_KEY]}…({len(text)} characters)"
+    """A key or value as a message shows it: one line (control characters escaped), cut when long."""
+    cut = text if len(text) <= _SHOWN_KEY else f"{text[:_SHOWN_KEY]}…({len(text)} characters)"
+    return printable(cut)
 
 
 def _index(text: str, key: str) -> int:
@@ -38,7 +40,7 @@ def _index(text: str, key: str) -> int:
         return int(text)
     if text and all(unicodedata.digit(ch, None) is not None for ch in text):
         ascii_form = "".join(str(unicodedata.digit(ch)) for ch in text)
-        raise OverrideError(f"-D {_shown(key)}: index {text!r} is not written in ASCII digits; write "
+        raise OverrideError(f"-D {_shown(key)}: index {_shown(repr(text))} is not written in ASCII digits; write "
                             f"[{ascii_form[:MAX_INDEX_DIGITS + 1]}]")
     raise OverrideError(f"-D {_shown(key)}: index [{_shown(text)}] is not a list index; write [0], [1], ...")
 

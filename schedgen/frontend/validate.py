@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from .. import families
-from ..errors import Problem, SourceMap, SpecErrors, shorten
+from ..errors import Problem, SourceMap, SpecErrors, printable, shorten
 from .load import load_file
 from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-exported: cli.py and tune import them here)
 from .specfile import SpecFile
@@ -77,7 +77,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         model = _model_at(raw[:-1])
         allowed = list(model.model_fields) if model else []
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown key '{loc[-1]}'"
+        msg = f"unknown key '{printable(str(loc[-1]))}'"
         if hint:
             msg += f" (did you mean '{hint[0]}'?)"
         return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
