@@ -16,6 +16,7 @@ from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
 from .render import render, templates_hash
 from .frontend.specfile import SpecFile
+from .frontend.load import read_spec_bytes
 from .frontend.validate import load_spec
 
 PACKAGE_TEMPLATE = "shared/package.py.j2"
@@ -86,7 +87,7 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     plan_json = planner.to_json(plan)
     tools = toolchain()
     key = key_of({"plan": plan_json, "templates": templates_hash(), **{k: str(v) for k, v in tools.items()}})
-    spec_hash = digest(Path(path).read_bytes())
+    spec_hash = digest(read_spec_bytes(path))  # the same bounded, regular-file-only read as the loader
 
     def make() -> dict[str, bytes]:
         files: dict[str, bytes] = {"plan.json": plan_json.encode()}

@@ -6,10 +6,41 @@ schedule file plus a message. `SpecErrors` carries all of them at once; the CLI 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 Path = tuple  # tuple[str | int, ...]
+
+SHOWN_DIGITS = 24  # an integer echoed in a message: in full up to this many digits, else `123456789…(N digits)`
+
+
+def shorten_int(value: int) -> str:
+    """An integer as a message shows it: `123456789…(20000 digits)` when long. Never converts a huge integer to
+    text in full (str() refuses more than 4,300 digits, and the echo would bury the message)."""
+    n = abs(value)
+    sign = "-" if value < 0 else ""
+    if n.bit_length() <= 64:
+        return str(value)
+    digits = int(n.bit_length() * math.log10(2))  # the exact count is this or one more
+    while 10 ** digits <= n:
+        digits += 1
+    if digits <= SHOWN_DIGITS:
+        return str(value)
+    return f"{sign}{n // 10 ** (digits - 9)}…({digits} digits)"
+
+
+def shorten(value: Any, limit: int = 60) -> str:
+    """repr() of a value for a message, cut to about `limit` characters; integers as `shorten_int`."""
+    if type(value) is int:
+        return shorten_int(value)
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit - 3]) + f"…({len(value)} characters)"
+    try:
+        shown = repr(value)
+    except ValueError:  # a container holding an integer over str()'s digit limit
+        return f"<{type(value).__name__}>"
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -30,13 +61,19 @@ class Problem:
     pos: Pos | None = None
 
 
+def printable(text: str) -> str:
+    """`text` with its non-printable characters (newlines, tabs, escapes, format controls) written as Python
+    escapes, so that a message stays one line whatever the file or command line held."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_path(path: Sequence) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + printable(str(part))
     return out or "<file>"
 
 

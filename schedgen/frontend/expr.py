@@ -14,6 +14,7 @@ import keyword
 import math
 import operator
 import re
+import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,6 +27,7 @@ MAX_STATEMENTS = 64
 MAX_TERMS = 10_000  # tree size after expanding ``**`` and square(): bounds the rendered text
 MAX_INT = 2**31 - 1  # index math is C++ ``int``
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32_SHOWN = "3.4028235e38"  # FLT_MAX as float32 prints it (repr of np.float32 max)
 
 
 class ExprError(ValueError):
@@ -152,16 +154,38 @@ def _literal_problem(value: object, integer: bool) -> str | None:
         f = float(value)  # type: ignore[arg-type]
     except OverflowError:
         f = math.inf
-    if not abs(f) <= _F32_MAX:
-        return f"is out of float32 range (largest is {_F32_MAX:.7g})"
-    if f != 0.0 and np.float32(f) == 0.0:
+    # The range is checked after rounding to float32: FLT_MAX as printed (3.4028235e38) is a little over
+    # FLT_MAX as a double, and rounds to it.
+    if not abs(_to_f32(f)) <= _F32_MAX:
+        return f"is out of float32 range (largest is {_F32_SHOWN})"
+    if f != 0.0 and _to_f32(f) == 0.0:
         return "underflows to 0 in float32"
     return None
 
 
+def _to_f32(f: float) -> float:
+    """``f`` rounded to the nearest float32 (inf past the range, as a C cast), without numpy's overflow warning."""
+    if math.isnan(f) or math.isinf(f):
+        return f
+    try:
+        return struct.unpack("<f", struct.pack("<f", f))[0]
+    except OverflowError:
+        return math.copysign(math.inf, f)
+
+
+def _f32_literal(f: float) -> float:
+    """The value a float32 literal stands for where the text would be past FLT_MAX (3.4028235e38 -> FLT_MAX), so
+    the generated C++ never holds an out-of-range float literal; every other value is kept as written."""
+    return _to_f32(f) if abs(f) > _F32_MAX else f
+
+
 def check_float32(value: float) -> str | None:
-    """None when ``value`` is a finite float32-representable constant (not flushed to 0), else why not."""
-    return _literal_problem(float(value), False)
+    """None when ``value`` is a finite constant that rounds to a finite float32 (not flushed to 0), else why not."""
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    return _literal_problem(f, False)
 
 
 def _pow_exponent(node: ast.BinOp) -> int | None:
@@ -566,7 +590,7 @@ def _render(node: ast.expr, names: Mapping[str, str], symbols: Mapping[type, str
 
     def r(n: ast.expr) -> str:
         if isinstance(n, ast.Constant) and _literal_problem(n.value, literal is None) is None:
-            return str(n.value) if literal is None else literal(float(n.value))  # type: ignore[arg-type]
+            return str(n.value) if literal is None else literal(_f32_literal(float(n.value)))  # type: ignore[arg-type]
         if isinstance(n, ast.Name):
             return names[n.id]
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.UAdd, ast.USub)):

@@ -2,17 +2,25 @@
 
 Only plain data comes out (dicts, lists, str, int, float, bool): YAML tags beyond the core schema,
 and aliases that would blow up, are refused. Syntax errors become located `Problem`s.
+
+Every reader of a spec file goes through `read_spec_bytes` (regular files only, at most MAX_BYTES), and every
+YAML text, a file's or a `-D` value's, through the same composer and walker (node, depth and alias limits).
+Integers are decimal and at most MAX_INT_DIGITS digits: YAML 1.1's base-60 (`1:08:16` is 4096), octal (`010`
+is 8), hex and binary forms are refused with a located error, as is any integer too large for a field.
 """
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 import sys
 from pathlib import Path as FsPath
 from typing import Any
 
 import yaml
 
-from ..errors import Pos, Problem, SourceMap, SpecErrors
+from ..errors import Pos, Problem, SourceMap, SpecErrors, shorten_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,7 +30,62 @@ else:  # pragma: no cover
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
 MAX_DEPTH = 100  # nesting of mappings and lists; also stops recursive aliases (&a [*a])
+MAX_INT_DIGITS = 19  # no field takes an integer of more than 19 digits (2**63 - 1 has 19)
+MAX_INT = 2**63 - 1
 _TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a schedule file needs a handful"
+_BOM = "\ufeff"
+
+
+def _file_error(name: str, message: str) -> SpecErrors:
+    return SpecErrors([Problem((), message, pos=Pos(1, 1))], SourceMap(name))
+
+
+def read_spec_bytes(path: str | FsPath) -> bytes:
+    """The bytes of a spec file: a regular file only, at most MAX_BYTES of it. Raises a located SpecErrors.
+
+    A FIFO, a device (/dev/zero), a socket or a directory is refused before it is read (it could block forever or
+    never end); the file is opened non-blocking and checked again on the open descriptor (it may have been swapped
+    since the stat), then read MAX_BYTES + 1 bytes at most, so an oversized file is refused without reading it."""
+    name = str(path)
+    try:
+        before = os.stat(path)
+        _check_regular(name, before.st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        try:
+            _check_regular(name, os.fstat(fd).st_mode)
+            chunks, left = [], MAX_BYTES + 1
+            while left > 0:
+                try:
+                    chunk = os.read(fd, min(left, 1 << 16))
+                except OSError as exc:
+                    if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                        raise _file_error(name, "cannot read file: it would block (not a regular file?)") from None
+                    raise
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > MAX_BYTES:
+        raise _file_error(name, f"file is over {MAX_BYTES} bytes; at most {MAX_BYTES} are accepted")
+    return raw
+
+
+def _check_regular(name: str, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise _file_error(name, f"cannot read file: it is {what}; a schedule file must be a regular .yaml, .yml or "
+                            f".toml file")
 
 
 def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
@@ -30,25 +93,72 @@ def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
     path = FsPath(path)
     name = str(path)
     src = SourceMap(name)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecErrors([Problem((), f"cannot read file: {exc.strerror or exc}", pos=Pos(1, 1))], src)
-    if len(raw) > MAX_BYTES:
-        raise SpecErrors([Problem((), f"file is {len(raw)} bytes; at most {MAX_BYTES} are accepted", pos=Pos(1, 1))], src)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml"):
+        raise SpecErrors([Problem((), f"unknown file type '{suffix}'; use .yaml, .yml or .toml", pos=Pos(1, 1))],
+                         src)
+    raw = read_spec_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecErrors([Problem((), f"file is not UTF-8 ({exc.reason} at byte {exc.start})", pos=Pos(1, 1))], src)
-    suffix = path.suffix.lower()
+        raise SpecErrors([Problem((), f"file is not UTF-8 ({exc.reason} at byte {exc.start})", pos=Pos(1, 1))], src) from None
     if suffix in (".yaml", ".yml"):
         return load_yaml_text(text, name)
-    if suffix == ".toml":
-        return load_toml_text(text, name)
-    raise SpecErrors([Problem((), f"unknown file type '{suffix}'; use .yaml, .yml or .toml", pos=Pos(1, 1))], src)
+    return load_toml_text(text, name)
 
 
 # --------------------------------------------------------------------------- YAML
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e3` and `3.4028235e38` as floats (YAML 1.2; PyYAML's 1.1 rules want a dot and
+    a signed exponent, and read them as strings)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9](?:_?[0-9])*)")
+_WRITE_DECIMAL = "write a decimal integer"
+
+
+def _int_text_problem(text: str) -> str | None:
+    """Why the text of a YAML integer is refused (None when it is a plain decimal integer of sane length)."""
+    if _DECIMAL.fullmatch(text):
+        digits = len(text.lstrip("+-").replace("_", ""))
+        if digits > MAX_INT_DIGITS or abs(int(text.replace("_", ""))) > MAX_INT:
+            return (f"integer {_shown_digits(text)} is too large; no field takes more than {MAX_INT_DIGITS} digits "
+                    f"(at most {MAX_INT})")
+        return None
+    body = text.lstrip("+-").lower().replace("_", "")
+    if len(body) > 2 * MAX_INT_DIGITS:
+        return f"{_shown_digits(text)} is not a decimal integer (and is too large); {_WRITE_DECIMAL}"
+    try:
+        value = yaml.SafeLoader("").construct_yaml_int(yaml.ScalarNode("tag:yaml.org,2002:int", text))
+    except (ValueError, yaml.YAMLError):
+        value = None
+    is_value = "" if value is None else f" (read as {value})"
+    if ":" in body:
+        what = "a YAML 1.1 base-60 number"
+    elif body.startswith("0x"):
+        what = "a hexadecimal integer"
+    elif body.startswith("0b"):
+        what = "a binary integer"
+    elif body.startswith("0") and len(body) > 1:
+        what = "an octal integer (a leading 0)"
+    else:
+        what = "not a decimal integer"
+    hint = f", e.g. {value}" if value is not None else ""
+    return f"{text!r} is {what}{is_value}; {_WRITE_DECIMAL}{hint}, or quote it for a string"
+
+
+def _shown_digits(text: str) -> str:
+    """`123456789…(20000 digits)` for an overlong number's text; the text itself when short."""
+    if len(text) <= 24:
+        return text
+    return f"{text[:9]}…({len(text)} digits)"
+
 
 class _Walker:
     def __init__(self, src: SourceMap, name: str):
@@ -56,7 +166,7 @@ class _Walker:
         self.name = name
         self.nodes = 0
         self.problems: list[Problem] = []
-        self.constructor = yaml.SafeLoader("")
+        self.constructor = _Loader("")
 
     def pos(self, node) -> Pos:
         return Pos(node.start_mark.line + 1, node.start_mark.column + 1)
@@ -106,15 +216,26 @@ class _Walker:
         tag = node.tag
         kind = tag.rsplit(":", 1)[-1]
         if tag.startswith("tag:yaml.org,2002:") and kind in ("str", "int", "float", "bool", "null"):
+            if kind == "int" and (why := _int_text_problem(node.value.strip())) is not None:
+                self.problems.append(Problem(path, why, pos=self.pos(node)))
+                return None
+            if kind == "float" and ":" in node.value:
+                self.problems.append(Problem(path, f"{node.value!r} is a YAML 1.1 base-60 number; write a decimal "
+                                                   f"number, or quote it for a string", pos=self.pos(node)))
+                return None
             try:
                 return self.constructor.construct_object(node, deep=True)
             except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError):
                 # an explicit tag on text it cannot read: `!!int abc`, `!!bool maybe`, `!!float ''`
-                self.problems.append(Problem(path, f"{node.value!r} is not a valid !!{kind} value; write a plain "
+                self.problems.append(Problem(path, f"{_short_text(node.value)!r} is not a valid !!{kind} value; write a plain "
                                                    f"{kind} (or drop the tag)", pos=self.pos(node)))
                 return None
         self.problems.append(Problem(path, f"YAML tag '{tag}' is not allowed; use plain values", pos=self.pos(node)))
         return None
+
+
+def _short_text(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} characters)"
 
 
 def _block_indent(node) -> int:
@@ -134,19 +255,36 @@ def _block_indent(node) -> int:
     return k - j
 
 
-def load_yaml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
-    src = SourceMap(name)
+def _compose(text: str, src: SourceMap):
+    """The YAML node tree of one document, with syntax errors and runaway nesting as located problems."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = Pos(mark.line + 1, mark.column + 1) if mark else Pos(1, 1)
         msg = (exc.problem or exc.context or "invalid YAML").strip()
-        raise SpecErrors([Problem((), f"YAML syntax error: {msg}", pos=pos)], src)
+        raise SpecErrors([Problem((), f"YAML syntax error: {msg}", pos=pos)], src) from None
+    except yaml.reader.ReaderError as exc:  # a control character: located, one line (str(exc) has two)
+        before = text[:exc.position]
+        pos = Pos(before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise SpecErrors([Problem((), f"YAML syntax error: the character {char} is not allowed ({exc.reason}); "
+                                      f"remove it or write it as an escape in a double-quoted string", pos=pos)],
+                         src) from None
     except yaml.YAMLError as exc:
-        raise SpecErrors([Problem((), f"YAML error: {exc}", pos=Pos(1, 1))], src)
+        raise SpecErrors([Problem((), f"YAML error: {' '.join(str(exc).split())}", pos=Pos(1, 1))], src) from None
     except RecursionError:  # PyYAML's composer recurses once per nesting level
         raise SpecErrors([Problem((), _TOO_DEEP, pos=Pos(1, 1))], src) from None
+
+
+def _strip_bom(text: str) -> str:
+    """A leading UTF-8 byte order mark is not part of the text (editors do not show it): columns count without."""
+    return text[1:] if text.startswith(_BOM) else text
+
+
+def load_yaml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
+    src = SourceMap(name)
+    node = _compose(_strip_bom(text), src)
     if node is None:
         raise SpecErrors([Problem((), "file is empty", pos=Pos(1, 1))], src)
     walker = _Walker(src, name)
@@ -156,6 +294,23 @@ def load_yaml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
     if not isinstance(data, dict):
         raise SpecErrors([Problem((), "the top level must be a mapping with keys name, op, schedule", pos=Pos(1, 1))], src)
     return data, src
+
+
+def load_yaml_value(text: str, name: str = "<value>") -> Any:
+    """One YAML value (a `-D NAME=VALUE` value) read with the same limits as a file: node count (aliases
+    expanded), nesting depth, size, plain-data tags only, decimal integers. Raises SpecErrors located in `text`;
+    None for an empty document."""
+    src = SourceMap(name)
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise SpecErrors([Problem((), f"the value is over {MAX_BYTES} bytes", pos=Pos(1, 1))], src)
+    node = _compose(text, src)
+    if node is None:
+        return None
+    walker = _Walker(src, name)
+    data = walker.walk(node, ())
+    if walker.problems:
+        raise SpecErrors(walker.problems, src)
+    return data
 
 
 # --------------------------------------------------------------------------- TOML
@@ -179,19 +334,52 @@ def _split_dotted(text: str) -> list[str] | None:
         return parts if pos == len(text) else None
 
 
+_LONG_INT = re.compile(r"(?<![A-Za-z0-9_.\"'])[-+]?[0-9][0-9_]{%d,}" % (MAX_INT_DIGITS - 1))
+
+
 def load_toml_text(text: str, name: str = "<string>") -> tuple[dict, SourceMap]:
     src = SourceMap(name)
+    text = _strip_bom(text)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = _TOML_ERR.search(str(exc))
         pos = Pos(int(m.group(1)), int(m.group(2))) if m else Pos(1, 1)
         msg = _TOML_ERR.sub("", str(exc)).strip()
-        raise SpecErrors([Problem((), f"TOML syntax error: {msg}", pos=pos)], src)
+        raise SpecErrors([Problem((), f"TOML syntax error: {msg}", pos=pos)], src) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise SpecErrors([Problem((), _TOO_DEEP, pos=Pos(1, 1))], src) from None
+    except ValueError:  # int() refused a decimal integer over Python's 4,300-digit limit inside tomllib
+        raise SpecErrors([_long_int_in_text(text)], src) from None
     _locate_toml(text, data, src)
+    problems: list[Problem] = []
+    _check_toml_ints(data, (), problems)
+    if problems:
+        raise SpecErrors(problems, src)
     return data, src
+
+
+def _long_int_in_text(text: str) -> Problem:
+    """Where the first overlong integer literal of a TOML text stands (tomllib's ValueError carries no position)."""
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        m = _LONG_INT.search(line)
+        if m:
+            return Problem((), f"integer {_shown_digits(m.group())} is too large; no field takes more than "
+                               f"{MAX_INT_DIGITS} digits (at most {MAX_INT})", pos=Pos(lineno, m.start() + 1))
+    return Problem((), f"an integer is too large; no field takes more than {MAX_INT_DIGITS} digits", pos=Pos(1, 1))
+
+
+def _check_toml_ints(value: Any, path: tuple, problems: list[Problem]) -> None:
+    """TOML integers (decimal, or TOML's explicit 0x / 0o / 0b forms) must fit the fields: |n| <= MAX_INT."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _check_toml_ints(sub, path + (key,), problems)
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            _check_toml_ints(sub, path + (i,), problems)
+    elif type(value) is int and abs(value) > MAX_INT:
+        problems.append(Problem(path, f"integer {shorten_int(value)} is too large; no field takes more than "
+                                      f"{MAX_INT_DIGITS} digits (at most {MAX_INT})"))
 
 
 def _locate_toml(text: str, data: dict, src: SourceMap) -> None:

@@ -1,74 +1,25 @@
 """Plain data -> `SpecFile`, with every pydantic error turned into a located, readable `Problem`.
 
-Also applies command-line overrides (`-D M=8192` for a size, `-D schedule.pipeline.max_concurrent_steps=4`
-for any field) to the data before validation, so overridden values are checked like written ones.
+`load_spec` also applies command-line overrides (`-D M=8192` for a size, `-D schedule.pipeline.max_concurrent_steps=4`
+for any field; parsed in overrides.py) to the data before validation, so overridden values are checked like
+written ones.
 """
 from __future__ import annotations
 
-import copy
 import difflib
 import typing
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .. import families
-from ..errors import Pos, Problem, SourceMap, SpecErrors
+from ..errors import Problem, SourceMap, SpecErrors, printable, shorten
 from .load import load_file
+from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-exported: cli.py and tune import them here)
 from .specfile import SpecFile
 
 
 FAMILY_HOWTO = "a folder schedgen/families/<kind>/ registering a Family manifest, see docs/architecture.md"
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """`NAME=VALUE` strings from the command line; values are read as YAML scalars (8192, true, bf16)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"-D {item}: expected NAME=VALUE, e.g. -D M=8192")
-        key, _, raw = item.partition("=")
-        key = key.strip()
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)) and not isinstance(value, list):
-            raise ValueError(f"-D {item}: the value must be a scalar or a [list]")
-        out[key] = value
-    return out
-
-
-def apply_overrides(data: dict, overrides: Mapping[str, Any], src: SourceMap) -> tuple[dict, list[Problem]]:
-    data = copy.deepcopy(data)
-    problems: list[Problem] = []
-    where = Pos(1, 1)
-    for key, value in overrides.items():
-        if "." not in key:
-            sizes = data.get("op", {}).get("sizes") if isinstance(data.get("op"), dict) else None
-            if not isinstance(sizes, dict) or key not in sizes:
-                known = ", ".join(sizes) if isinstance(sizes, dict) and sizes else "none"
-                problems.append(Problem(("op", "sizes"), f"-D {key}: no size named '{key}'; sizes are: {known}"))
-                continue
-            sizes[key] = value
-            continue
-        parts: list[Any] = [int(p) if p.isdigit() else p for p in key.split(".")]
-        node: Any = data
-        for part in parts[:-1]:
-            if isinstance(node, dict):
-                node = node.setdefault(part, {})
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-                node = node[part]
-            else:
-                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
-                break
-        else:
-            if isinstance(node, dict) or (isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node)):
-                node[parts[-1]] = value
-            else:
-                problems.append(Problem(tuple(parts), f"-D {key}: cannot set this path", pos=where))
-    return data, problems
 
 
 def _unwrap(tp: Any) -> list[Any]:
@@ -126,7 +77,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         model = _model_at(raw[:-1])
         allowed = list(model.model_fields) if model else []
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown key '{loc[-1]}'"
+        msg = f"unknown key '{printable(str(loc[-1]))}'"
         if hint:
             msg += f" (did you mean '{hint[0]}'?)"
         return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
@@ -141,9 +92,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     msg = err["msg"]
     if kind.startswith("value_error"):
         msg = msg.removeprefix("Value error, ")
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
+    shown = shorten(value)
     if not isinstance(value, (dict, list)):
         msg += f" (got {shown})"
     return msg
@@ -177,7 +126,7 @@ def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
         loc = _data_loc(tuple(err["loc"]), data)
         by_loc.setdefault(loc, []).append(dict(err, loc=loc, raw_loc=tuple(err["loc"])))
     out = []
-    for loc, errs in by_loc.items():
+    for errs in by_loc.values():
         if len(errs) == 1:
             out.append(errs[0])
             continue
