@@ -2,20 +2,62 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from .errors import SpecErrors, ToolchainError
 
-EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
+EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
 
 
 def _usage(message: str) -> SystemExit:
     """A usage error: printed, exit status 2 (like argparse's own)."""
     print(f"schedgen: {message}", file=sys.stderr)
     return SystemExit(EXIT_SPEC)
+
+
+_OS_REASONS = {
+    errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted", errno.EEXIST: "a file (not a folder) is in the way",
+    errno.ENOTDIR: "a file (not a folder) is in the way", errno.EISDIR: "it is a folder",
+    errno.ELOOP: "a loop of symbolic links", errno.ENAMETOOLONG: "the name is too long",
+}
+
+
+def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
+    """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
+    why = _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
+    at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+    if os.path.islink(path):
+        at += f"; {path} is a symbolic link to {os.readlink(path)}{'' if os.path.exists(path) else ' (missing)'}"
+    return _usage(f"{option} {path}: cannot write {what}: {why}{at}")
+
+
+def _seconds(*, zero: str = ""):
+    """An argparse type: a finite number of seconds, 0 < t <= supervise.MAX_TIMEOUT (and 0 itself when `zero` says
+    what it means). NaN, inf, 1e300 and negative numbers are usage errors, not tracebacks, hangs or a silently
+    disabled watchdog."""
+    from .supervise import MAX_TIMEOUT, timeout_problem
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if zero and value == 0:
+            return 0.0
+        why = timeout_problem(value)
+        if why:
+            legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
+            raise argparse.ArgumentTypeError(f"{text!r}: give {legal}")
+        return value
+    return parse
 
 
 def _overrides(args) -> dict:
@@ -56,8 +98,11 @@ def cmd_schema(args) -> int:
             return EXIT_FAIL
         print(f"{args.output}: up to date")
         return EXIT_OK
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(text)
+    try:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise _os_usage("-o", args.output, exc, "the schema") from None
     print(f"wrote {args.output}")
     return EXIT_OK
 
@@ -75,7 +120,10 @@ def cmd_build(args) -> int:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
-        dest = package(built, args.output)
+        try:
+            dest = package(built, args.output)
+        except OSError as exc:          # -o is a file, read-only, full, a symlink to one of those: the same for all
+            raise _os_usage("-o", args.output, exc, "the package") from None
         print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
         for w in built.warnings:
             print(w, file=sys.stderr)
@@ -155,16 +203,25 @@ def cmd_verify(args) -> int:
                                     interpret=args.interpret, small=small, seed=args.seed)
             checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
                                                      0.0, False, f"{run.status}: {run.detail}")]
-        for c in checks:
-            rows.append(c)
-            if not c.ok and not c.skipped and status == EXIT_OK:
-                status = EXIT_FAIL
+        rows += checks
     print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
-              f"{'ok' if c.ok else 'SKIP' if c.skipped else 'FAIL'}{'  ' + c.note if c.note else ''}")
-    return status
+              f"{c.result}{'  ' + c.note if c.note else ''}")
+    return status if status != EXIT_OK else _verify_status(rows)
+
+
+def _verify_status(rows) -> int:
+    """0: nothing FAILed and at least one check passed; 1: a check FAILed; 4: every check was SKIPped (nothing was
+    verified: a CPU-only machine without --interpret, say). A spec error (2) is decided before."""
+    if any(c.result == "FAIL" for c in rows):
+        return EXIT_FAIL
+    if rows and not any(c.ok for c in rows):
+        print(f"schedgen: nothing was verified: {len(rows)} of {len(rows)} checks skipped (the SKIP rows say why); "
+              f"exit status {EXIT_NOTHING_VERIFIED}", file=sys.stderr)
+        return EXIT_NOTHING_VERIFIED
+    return EXIT_OK
 
 
 def _cmd_sanitize(args, backends: list[str]) -> int:
@@ -276,7 +333,12 @@ def cmd_tune(args) -> int:
         if row is None:
             return EXIT_FAIL
     if args.export:
-        out = export_schedule(args.file, row, args.export)
+        try:
+            out = export_schedule(args.file, row, args.export)
+        except OSError as exc:
+            raise _os_usage("--export", args.export, exc, "the schedule") from None
+        except ValueError as exc:       # not named .yaml
+            raise _usage(f"--export {exc}") from None
         print(f"wrote {out}")
     return EXIT_OK
 
@@ -306,7 +368,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
-    p = sub.add_parser("verify", help="run kernels against the numpy reference")
+    p = sub.add_parser("verify", help="run kernels against the numpy reference",
+                       description="Run kernels against the float64 numpy reference. A backend that cannot run "
+                                   "here (no GPU; a backend the spec lacks) is a SKIP row saying why. Exit status: "
+                                   "0 nothing failed and at least one check passed; 1 a check failed; 2 a bad spec "
+                                   "or usage; 4 every check was skipped (nothing verified).")
     p.add_argument("files", nargs="+")
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--interpret", action="store_true", help="run the Pallas kernel in Mosaic GPU interpret mode (CPU)")
@@ -320,8 +386,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
                         "--full-size; the CUDA backend unless --backend pallas)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds per spec before its run is stopped as hung (0: run in this process, no watchdog)")
+    p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,
+                   help="seconds per spec before its run is stopped as hung (default 600; at most 86400); 0: no "
+                        "watchdog, run in this process")
     _add_define(p)
     p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("bench", help="time kernels against their peers (GPU)")
@@ -340,8 +407,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
     p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1; every CPU with --dry-run)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds per candidate run before it is recorded as a hang and its worker replaced")
+    p.add_argument("--timeout", type=_seconds(), default=30.0,
+                   help="seconds per candidate run before it is recorded as a hang and its worker replaced (default "
+                        "30; above 0, at most 86400)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--top", type=int, default=10, help="rows of the final table")
@@ -357,10 +425,27 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def stop_quietly_on_broken_pipe() -> int:
+    """stdout's reader went away (`schedgen explain SPEC | head`): point stdout at /dev/null so nothing more is tried
+    (no traceback, no 'Exception ignored' at exit) and give the status of a process killed by SIGPIPE, like
+    coreutils."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # stdout is not a file (captured): nothing to redirect
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.fn(args)
+        status = args.fn(args)
+        sys.stdout.flush()              # a pipe closed early fails here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        return stop_quietly_on_broken_pipe()
     except SpecErrors as exc:
         print(exc.render(), file=sys.stderr)
         return EXIT_SPEC
