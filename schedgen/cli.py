@@ -34,8 +34,9 @@ def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
     """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
     why = _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
     at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
-    if os.path.islink(path):
-        at += f"; {path} is a symbolic link to {os.readlink(path)}{'' if os.path.exists(path) else ' (missing)'}"
+    for link in dict.fromkeys(str(x) for x in (path, exc.filename) if x):
+        if os.path.islink(link):
+            at += f"; {link} is a symbolic link to {os.readlink(link)}{'' if os.path.exists(link) else ' (missing)'}"
     return _usage(f"{option} {path}: cannot write {what}: {why}{at}")
 
 
@@ -45,16 +46,16 @@ def _seconds(*, zero: str = ""):
     disabled watchdog."""
     from .supervise import MAX_TIMEOUT, timeout_problem
 
+    legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give {legal}") from None
         if zero and value == 0:
             return 0.0
-        why = timeout_problem(value)
-        if why:
-            legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
+        if timeout_problem(value):
             raise argparse.ArgumentTypeError(f"{text!r}: give {legal}")
         return value
     return parse
