@@ -61,6 +61,28 @@ def _seconds(*, zero: str = ""):
     return parse
 
 
+def _count(least: int):
+    """An argparse type: a whole number >= `least` (workers, iterations, rows)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a whole number >= {least}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {least}")
+        return value
+    return parse
+
+
+def _writable_folder(option: str, folder, what: str, given=None) -> None:
+    """Make `folder` (for an output written after a long run) now, so a bad path fails before the run, not after;
+    `given` is the path as the option named it (default: the folder)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _os_usage(option, folder if given is None else given, exc, what) from None
+
+
 def _overrides(args) -> dict:
     from .frontend.validate import parse_overrides
     try:
@@ -232,6 +254,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
     bad = [t for t in tools if t not in TOOLS]
     if bad:
         raise _usage(f"--sanitize: unknown tool '{bad[0]}'; tools: {', '.join(TOOLS)}")
+    if args.sanitize_logs:
+        _writable_folder("--sanitize-logs", args.sanitize_logs, "the sanitizer logs")
     status, runs = EXIT_OK, []
     for path in args.files:
         try:
@@ -246,6 +270,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
                                  log_dir=args.sanitize_logs or None)
             except FileNotFoundError as exc:
                 raise _usage(str(exc)) from None
+            except OSError as exc:
+                raise _os_usage("--sanitize-logs", args.sanitize_logs, exc, "the sanitizer logs") from None
     print(f"{'spec':24} {'backend':7} {'tool':10} {'errors':>6}  result")
     for r in runs:
         errors = "-" if r.errors is None else str(r.errors)
@@ -294,10 +320,7 @@ def cmd_tune(args) -> int:
     from .tune import (MAX_SPACE, RichProgress, TuneDBError, WorkerRunner, best_known, best_label, export_schedule,
                        summary, tune)
     overrides = _overrides(args)
-    if args.db_only and not args.export:
-        raise _usage("--db-only goes with --export (it measures nothing)")
-    if args.budget is not None and not 1 <= args.budget <= MAX_SPACE:
-        raise _usage(f"--budget: at most {MAX_SPACE} points (and at least 1)")
+    _check_tune_args(args, MAX_SPACE)
     if args.db_only:
         try:
             row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget,
@@ -342,6 +365,17 @@ def cmd_tune(args) -> int:
             raise _usage(f"--export {exc}") from None
         print(f"wrote {out}")
     return EXIT_OK
+
+
+def _check_tune_args(args, max_space: int) -> None:
+    if args.db_only and not args.export:
+        raise _usage("--db-only goes with --export (it measures nothing)")
+    if args.budget is not None and not 1 <= args.budget <= max_space:
+        raise _usage(f"--budget: at most {max_space} points (and at least 1)")
+    if args.export:                     # a bad export path fails now, not after the whole search
+        if Path(args.export).suffix.lower() not in (".yaml", ".yml"):
+            raise _usage(f"--export {args.export}: the export is written as YAML; name it .yaml")
+        _writable_folder("--export", Path(args.export).parent, "the schedule", args.export)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -397,7 +431,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--json", help="merge the rows into this benchmark record")
     p.add_argument("--markdown", help="write the whole record as a Markdown table here")
-    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--iters", type=_count(1), default=50)
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
                                                    "shape against the peers, roofline) here")
     _add_define(p)
@@ -407,13 +441,14 @@ def parser() -> argparse.ArgumentParser:
     _add_define(p)
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
-    p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1; every CPU with --dry-run)")
+    p.add_argument("--workers", type=_count(1), help="compile processes (default: CPUs - 1; every CPU with "
+                                                        "--dry-run)")
     p.add_argument("--timeout", type=_seconds(), default=30.0,
                    help="seconds per candidate run before it is recorded as a hang and its worker replaced (default "
                         "30; above 0, at most 86400)")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--top", type=int, default=10, help="rows of the final table")
+    p.add_argument("--iters", type=_count(1), default=30)
+    p.add_argument("--warmup", type=_count(0), default=5)
+    p.add_argument("--top", type=_count(1), default=10, help="rows of the final table")
     p.add_argument("--retry-failed", action="store_true", help="measure again what hung, faulted or failed")
     p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
     p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "

@@ -124,6 +124,57 @@ def test_tune_export_the_os_refuses_is_one_line(tmp_path, capsys, monkeypatch, k
     _one_line(capsys, f"schedgen: --export {target}", why)
 
 
+class _CountingRunner:
+    measured = 0
+
+    def __init__(self, *args, **kwargs):
+        self.env = {"gpu": "Fake H200", "driver": "1"}
+
+    def start(self):
+        pass
+
+    def measure(self, built, backend):
+        _CountingRunner.measured += 1
+        return T.Result("ok", 1.0)
+
+    def verify(self, built, backend):
+        return T.Result("ok", extra={"ok": True, "rel_error": 1e-3})
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("target", ["afile/best.yaml", "best.txt"])
+def test_a_bad_export_path_fails_before_the_search(tmp_path, capsys, monkeypatch, target):
+    """Found at the end of the whole search before (a traceback after every candidate was measured)."""
+    path = add_with_tune(tmp_path, "tune:\n  params:\n    block_M: [16, 32]\n")
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setattr(T, "WorkerRunner", _CountingRunner)
+    _CountingRunner.measured = 0
+    out = tmp_path / target
+    assert _run(["tune", str(path), "--export", str(out), "--db", str(tmp_path / "t.sqlite")]) == 2
+    _one_line(capsys, f"schedgen: --export {out}")
+    assert _CountingRunner.measured == 0
+
+
+def test_a_bad_sanitizer_log_folder_fails_first(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    logs = tmp_path / "afile" / "logs"
+    assert _run(["verify", str(ADD), "--sanitize", "memcheck", "--sanitize-logs", str(logs)]) == 2
+    _one_line(capsys, f"schedgen: --sanitize-logs {logs}: cannot write the sanitizer logs: ")
+
+
+@pytest.mark.parametrize("argv", [["tune", "SPEC", "--dry-run", "--workers=0"], ["tune", "SPEC", "--workers=-2"],
+                                  ["tune", "SPEC", "--iters=0"], ["tune", "SPEC", "--warmup=-1"],
+                                  ["tune", "SPEC", "--top=0"], ["tune", "SPEC", "--iters=many"],
+                                  ["bench", "SPEC", "--iters=0"]])
+def test_counts_must_be_whole_and_positive(tmp_path, capsys, argv):
+    path = add_with_tune(tmp_path, "tune:\n  params:\n    block_M: [16, 32]\n")
+    assert _run([str(path) if a == "SPEC" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "give a whole number >=" in err
+
+
 # ------------------------------------------------------------------------------------------------------ timeouts
 
 BAD_TIMEOUTS = ["nan", "inf", "-inf", "1e300", "-1", "-0.5", "86401", "soon"]
