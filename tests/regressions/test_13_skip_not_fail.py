@@ -2,7 +2,7 @@
 
 Without a GPU, `schedgen verify` printed FAIL for every backend (a CudaError, or jax's "Only interpret mode is
 supported on CPU backend"), and a CUDA-only spec under `--interpret` gave an empty table and exit status 0. Now every
-spec/backend not run is a SKIP row that says why (no usable CUDA GPU, no GPU for jax without --interpret, a backend
+spec/backend not run is a SKIP row that says why (no usable CUDA GPU, for Pallas none without --interpret, a backend
 the spec does not have), as the multi-GPU family already did, and the exit status says what happened: 0 nothing
 failed and at least one check passed, 1 a check failed, 4 every check was skipped (nothing was verified).
 The SKIP row is one function (`schedgen.verify.skipped`, reason from `schedgen.verify.unavailable`) for bench too.
@@ -49,8 +49,8 @@ def test_without_a_gpu_every_backend_is_skip_with_its_reason(capsys):
     cap = capsys.readouterr()
     rows = _rows(cap.out)
     assert rows[("add_bf16", "cuda")].startswith("SKIP  not run: CUDA unavailable")
-    assert rows[("add_bf16", "pallas")].startswith("SKIP  not run: no GPU for jax")
-    assert "--interpret runs the Pallas kernel on the CPU" in rows[("add_bf16", "pallas")]
+    assert rows[("add_bf16", "pallas")].startswith("SKIP  not run: CUDA unavailable")
+    assert rows[("add_bf16", "pallas")].endswith("; --interpret runs the Pallas kernel on the CPU")
     assert "FAIL" not in cap.out
     assert "nothing was verified: 2 of 2 checks skipped" in cap.err and "exit status 4" in cap.err
 
@@ -84,6 +84,7 @@ def test_a_failure_is_still_fail_exit_1(capsys, monkeypatch):
 @pytest.mark.parametrize("found, reason", [
     ((False, "CUDA unavailable: no CUDA device found"), "CUDA unavailable: no CUDA device found"),
     ((True, "NVIDIA A100-SXM4-80GB, sm_80"), "built for Hopper (sm_90a); this GPU is NVIDIA A100-SXM4-80GB, sm_80"),
+    ((True, "NVIDIA H100 80GB HBM3, sm_90"), ""),
     ((True, "NVIDIA H200, sm_90"), ""),
 ])
 def test_why_cuda_cannot_run(monkeypatch, found, reason):
@@ -94,11 +95,13 @@ def test_why_cuda_cannot_run(monkeypatch, found, reason):
 
 def test_why_pallas_cannot_run(monkeypatch):
     assert V.unavailable("pallas", interpret=True) == ""
-    import jax
-    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    assert "no GPU for jax (its backend here is cpu)" in V.unavailable("pallas")
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(driver, "available", lambda: (False, "CUDA unavailable: no CUDA device found"))
+    assert V.unavailable("pallas") == ("CUDA unavailable: no CUDA device found; --interpret runs the Pallas kernel on "
+                                       "the CPU")
+    assert V.unavailable("pallas", interpret=True) == ""
+    monkeypatch.setattr(driver, "available", lambda: (True, "NVIDIA H200, sm_90"))
     assert V.unavailable("pallas") == ""
+    assert V.unavailable("tpu").startswith("unknown backend")
 
 
 def test_the_skip_row_is_reusable():
