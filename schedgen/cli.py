@@ -2,20 +2,85 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from .errors import SpecErrors, ToolchainError
 
-EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
+EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
 
 
 def _usage(message: str) -> SystemExit:
     """A usage error: printed, exit status 2 (like argparse's own)."""
     print(f"schedgen: {message}", file=sys.stderr)
     return SystemExit(EXIT_SPEC)
+
+
+_OS_REASONS = {
+    errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted", errno.EEXIST: "a file (not a folder) is in the way",
+    errno.ENOTDIR: "a file (not a folder) is in the way", errno.EISDIR: "it is a folder",
+    errno.ELOOP: "a loop of symbolic links", errno.ENAMETOOLONG: "the name is too long",
+}
+
+
+def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
+    """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
+    why = _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
+    at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+    for link in dict.fromkeys(str(x) for x in (path, exc.filename) if x):
+        if os.path.islink(link):
+            at += f"; {link} is a symbolic link to {os.readlink(link)}{'' if os.path.exists(link) else ' (missing)'}"
+    return _usage(f"{option} {path}: cannot write {what}: {why}{at}")
+
+
+def _seconds(*, zero: str = ""):
+    """An argparse type: a finite number of seconds, 0 < t <= supervise.MAX_TIMEOUT (and 0 itself when `zero` says
+    what it means). NaN, inf, 1e300 and negative numbers are usage errors, not tracebacks, hangs or a silently
+    disabled watchdog."""
+    from .supervise import MAX_TIMEOUT, timeout_problem
+
+    legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give {legal}") from None
+        if zero and value == 0:
+            return 0.0
+        if timeout_problem(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {legal}")
+        return value
+    return parse
+
+
+def _count(least: int):
+    """An argparse type: a whole number >= `least` (workers, iterations, rows)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a whole number >= {least}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {least}")
+        return value
+    return parse
+
+
+def _writable_folder(option: str, folder, what: str, given=None) -> None:
+    """Make `folder` (for an output written after a long run) now, so a bad path fails before the run, not after;
+    `given` is the path as the option named it (default: the folder)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _os_usage(option, folder if given is None else given, exc, what) from None
 
 
 def _overrides(args) -> dict:
@@ -56,8 +121,11 @@ def cmd_schema(args) -> int:
             return EXIT_FAIL
         print(f"{args.output}: up to date")
         return EXIT_OK
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(text)
+    try:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise _os_usage("-o", args.output, exc, "the schema") from None
     print(f"wrote {args.output}")
     return EXIT_OK
 
@@ -75,7 +143,10 @@ def cmd_build(args) -> int:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
-        dest = package(built, args.output)
+        try:
+            dest = package(built, args.output)
+        except OSError as exc:          # -o is a file, read-only, full, a symlink to one of those: the same for all
+            raise _os_usage("-o", args.output, exc, "the package") from None
         print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
         for w in built.warnings:
             print(w, file=sys.stderr)
@@ -155,16 +226,25 @@ def cmd_verify(args) -> int:
                                     interpret=args.interpret, small=small, seed=args.seed)
             checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
                                                      0.0, False, f"{run.status}: {run.detail}")]
-        for c in checks:
-            rows.append(c)
-            if not c.ok and not c.skipped and status == EXIT_OK:
-                status = EXIT_FAIL
+        rows += checks
     print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
-              f"{'ok' if c.ok else 'SKIP' if c.skipped else 'FAIL'}{'  ' + c.note if c.note else ''}")
-    return status
+              f"{c.result}{'  ' + c.note if c.note else ''}")
+    return status if status != EXIT_OK else _verify_status(rows)
+
+
+def _verify_status(rows) -> int:
+    """0: nothing FAILed and at least one check passed; 1: a check FAILed; 4: every check was SKIPped (nothing was
+    verified: a CPU-only machine without --interpret, say). A spec error (2) is decided before."""
+    if any(c.result == "FAIL" for c in rows):
+        return EXIT_FAIL
+    if rows and not any(c.ok for c in rows):
+        print(f"schedgen: nothing was verified: {len(rows)} of {len(rows)} checks skipped (the SKIP rows say why); "
+              f"exit status {EXIT_NOTHING_VERIFIED}", file=sys.stderr)
+        return EXIT_NOTHING_VERIFIED
+    return EXIT_OK
 
 
 def _cmd_sanitize(args, backends: list[str]) -> int:
@@ -174,6 +254,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
     bad = [t for t in tools if t not in TOOLS]
     if bad:
         raise _usage(f"--sanitize: unknown tool '{bad[0]}'; tools: {', '.join(TOOLS)}")
+    if args.sanitize_logs:
+        _writable_folder("--sanitize-logs", args.sanitize_logs, "the sanitizer logs")
     status, runs = EXIT_OK, []
     for path in args.files:
         try:
@@ -188,6 +270,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
                                  log_dir=args.sanitize_logs or None)
             except FileNotFoundError as exc:
                 raise _usage(str(exc)) from None
+            except OSError as exc:
+                raise _os_usage("--sanitize-logs", args.sanitize_logs, exc, "the sanitizer logs") from None
     print(f"{'spec':24} {'backend':7} {'tool':10} {'errors':>6}  result")
     for r in runs:
         errors = "-" if r.errors is None else str(r.errors)
@@ -236,10 +320,7 @@ def cmd_tune(args) -> int:
     from .tune import (MAX_SPACE, RichProgress, TuneDBError, WorkerRunner, best_known, best_label, export_schedule,
                        summary, tune)
     overrides = _overrides(args)
-    if args.db_only and not args.export:
-        raise _usage("--db-only goes with --export (it measures nothing)")
-    if args.budget is not None and not 1 <= args.budget <= MAX_SPACE:
-        raise _usage(f"--budget: at most {MAX_SPACE} points (and at least 1)")
+    _check_tune_args(args, MAX_SPACE)
     if args.db_only:
         try:
             row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget,
@@ -276,9 +357,25 @@ def cmd_tune(args) -> int:
         if row is None:
             return EXIT_FAIL
     if args.export:
-        out = export_schedule(args.file, row, args.export)
+        try:
+            out = export_schedule(args.file, row, args.export)
+        except OSError as exc:
+            raise _os_usage("--export", args.export, exc, "the schedule") from None
+        except ValueError as exc:       # not named .yaml
+            raise _usage(f"--export {exc}") from None
         print(f"wrote {out}")
     return EXIT_OK
+
+
+def _check_tune_args(args, max_space: int) -> None:
+    if args.db_only and not args.export:
+        raise _usage("--db-only goes with --export (it measures nothing)")
+    if args.budget is not None and not 1 <= args.budget <= max_space:
+        raise _usage(f"--budget: at most {max_space} points (and at least 1)")
+    if args.export:                     # a bad export path fails now, not after the whole search
+        if Path(args.export).suffix.lower() not in (".yaml", ".yml"):
+            raise _usage(f"--export {args.export}: the export is written as YAML; name it .yaml")
+        _writable_folder("--export", Path(args.export).parent, "the schedule", args.export)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -306,7 +403,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
-    p = sub.add_parser("verify", help="run kernels against the numpy reference")
+    p = sub.add_parser("verify", help="run kernels against the numpy reference",
+                       description="Run kernels against the float64 numpy reference. A backend that cannot run "
+                                   "here (no GPU; a backend the spec lacks) is a SKIP row saying why. Exit status: "
+                                   "0 nothing failed and at least one check passed; 1 a check failed; 2 a bad spec "
+                                   "or usage; 4 every check was skipped (nothing verified).")
     p.add_argument("files", nargs="+")
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--interpret", action="store_true", help="run the Pallas kernel in Mosaic GPU interpret mode (CPU)")
@@ -320,8 +421,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
                         "--full-size; the CUDA backend unless --backend pallas)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds per spec before its run is stopped as hung (0: run in this process, no watchdog)")
+    p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,
+                   help="seconds per spec before its run is stopped as hung (default 600; at most 86400); 0: no "
+                        "watchdog, run in this process")
     _add_define(p)
     p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("bench", help="time kernels against their peers (GPU)")
@@ -329,7 +431,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--json", help="merge the rows into this benchmark record")
     p.add_argument("--markdown", help="write the whole record as a Markdown table here")
-    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--iters", type=_count(1), default=50)
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
                                                    "shape against the peers, roofline) here")
     _add_define(p)
@@ -339,12 +441,14 @@ def parser() -> argparse.ArgumentParser:
     _add_define(p)
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
-    p.add_argument("--workers", type=int, help="compile processes (default: CPUs - 1; every CPU with --dry-run)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds per candidate run before it is recorded as a hang and its worker replaced")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--top", type=int, default=10, help="rows of the final table")
+    p.add_argument("--workers", type=_count(1), help="compile processes (default: CPUs - 1; every CPU with "
+                                                        "--dry-run)")
+    p.add_argument("--timeout", type=_seconds(), default=30.0,
+                   help="seconds per candidate run before it is recorded as a hang and its worker replaced (default "
+                        "30; above 0, at most 86400)")
+    p.add_argument("--iters", type=_count(1), default=30)
+    p.add_argument("--warmup", type=_count(0), default=5)
+    p.add_argument("--top", type=_count(1), default=10, help="rows of the final table")
     p.add_argument("--retry-failed", action="store_true", help="measure again what hung, faulted or failed")
     p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
     p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "
@@ -357,10 +461,27 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def stop_quietly_on_broken_pipe() -> int:
+    """stdout's reader went away (`schedgen explain SPEC | head`): point stdout at /dev/null so nothing more is tried
+    (no traceback, no 'Exception ignored' at exit) and give the status of a process killed by SIGPIPE, like
+    coreutils."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # stdout is not a file (captured): nothing to redirect
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.fn(args)
+        status = args.fn(args)
+        sys.stdout.flush()              # a pipe closed early fails here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        return stop_quietly_on_broken_pipe()
     except SpecErrors as exc:
         print(exc.render(), file=sys.stderr)
         return EXIT_SPEC

@@ -1,37 +1,75 @@
 """A benchmark report from bench rows (bench/results/<family>.json): JSON, a Markdown table and PNG plots.
 
     write_report(rows, "report/")       # what `schedgen bench ... --report report/` calls
-    python -m schedgen.report bench/results/matmul.json bench/results/map.json -o report/
+    python -m schedgen.report bench/results/*.json -o report/
 
-Plots: achieved TFLOP/s (matmul) or GB/s (map) per shape against each peer, and a roofline view: each kernel's
-time against its floor, floor = max(FLOPs / matrix rate, bytes / copy bandwidth). The rates are taken from the
-rows where they were measured (the best cuBLAS TFLOP/s; the device-to-device copy peer of the map rows) or
-given; without either, 4.25 TB/s and the 989 TFLOP/s datasheet peak stand in, and the report says which.
+Plots: achieved TFLOP/s or GB/s per shape against each peer (by the family's `metric`), and a roofline view: each
+kernel's time against its floor, floor = max(FLOPs / matrix rate, bytes / copy bandwidth). The rates are taken from
+the rows where they were measured (the best cuBLAS TFLOP/s; the device-to-device copy peer) or given; without
+either, 4.25 TB/s and the 989 TFLOP/s datasheet peak stand in, and the report says which.
+
+What differs per family (shape labels, minimum traffic, titles, markers, peer names, a record format of its own)
+comes from the family's manifest (`Family.report`, a `ReportHooks`): this module names no family.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import families as registry
+from .families import ReportHooks
+
 DEFAULT_COPY_GBPS = 4250.0      # H200 device-to-device copy, bytes read + written (bench/results/map.json)
 PEAK_TFLOPS = 989.0             # H200 dense bf16/f16 tensor-core peak (datasheet)
-ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
 
 SERIES = {   # key -> (label, colour)
     "cuda": ("schedgen CUDA", "#1f77b4"),
     "pallas": ("schedgen Pallas", "#2ca02c"),
     "cublas": ("cuBLAS (torch.matmul)", "#7f7f7f"),
-    "jax_pallas": ("JAX Pallas hopper_matmul_mgpu", "#ff7f0e"),
+    "jax_pallas": ("JAX's own Pallas kernel", "#ff7f0e"),        # each family names its kernel (series_labels)
     "sdpa": ("torch SDPA", "#8c564b"),
     "copy": ("device copy (same bytes)", "#9467bd"),
 }
 
 
-def _label(series: str) -> str:
-    return SERIES.get(series, (series, None))[0]
+def _family(kind: str):
+    try:
+        return registry.get(kind)
+    except KeyError:                 # rows of a family this schedgen does not know: the defaults
+        return None
+
+
+def _hooks(kind: str) -> ReportHooks:
+    fam = _family(kind)
+    return fam.report if fam is not None else ReportHooks()
+
+
+def _metric(kind: str) -> str:
+    fam = _family(kind)
+    return fam.metric if fam is not None else "tflops"
+
+
+def _kind(row: dict) -> str:
+    """The row's family; rows of the first record format carry none (the family whose hooks say so)."""
+    if row.get("family"):
+        return row["family"]
+    return next((f.kind for f in registry.all_families() if f.report.unlabelled_rows), "")
+
+
+def _label(series: str, kind: str | None = None) -> str:
+    """The series' label, as the family `kind` names its peers where it does."""
+    own = _hooks(kind).series_labels.get(series) if kind else None
+    return own or SERIES.get(series, (series, None))[0]
+
+
+def _series_label(series: str, points: Sequence[dict]) -> str:
+    """One label for a series across families: theirs where they agree, else the generic one."""
+    labels = {_label(series, p["family"]) for p in points if p["series"] == series}
+    return labels.pop() if len(labels) == 1 else _label(series)
 
 
 def _colour(series: str) -> str:
@@ -39,26 +77,19 @@ def _colour(series: str) -> str:
 
 
 def shape_label(row: dict) -> str:
-    s = row["shape"]
-    if row.get("family") == "matmul":
-        dims = "x".join(str(s[k]) for k in ("M", "N", "K") if k in s)
-        batch = f"{s['B']}x" if "B" in s else ""
-        name = "" if row["spec"].startswith("matmul_") else f" {row['spec']}"
-        return f"{batch}{dims} {row['dtype']}{name}"
-    return f"{row['spec']} {'x'.join(str(v) for v in s.values())}"
+    """The row's shape on plots and tables: the family's label, else the spec and its sizes."""
+    own = _hooks(_kind(row)).shape_label
+    if own is not None:
+        return own(row)
+    return f"{row['spec']} {'x'.join(str(v) for v in row['shape'].values())}"
 
 
 def row_bytes(row: dict) -> float | None:
-    """The minimum traffic: map rows say it through GB/s x time; matmul rows through their shape (each operand read
-    once, the output written once; small epilogue operands left out)."""
+    """The minimum traffic: rows that say GB/s through GB/s x time, others through their family's formula."""
     if row.get("gbps") and row.get("time_ms"):
         return row["gbps"] * 1e9 * row["time_ms"] * 1e-3
-    s = row.get("shape", {})
-    if row.get("family") == "matmul" and all(k in s for k in ("M", "N", "K")):
-        b = s.get("B", 1)
-        isz = ITEMSIZE.get(row.get("dtype", "bf16"), 2)
-        return float(b * (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) * isz)
-    return None
+    own = _hooks(_kind(row)).row_bytes
+    return own(row) if own is not None else None
 
 
 def rates(rows: Sequence[dict], copy_gbps: float | None = None, matrix_tflops: float | None = None) -> dict:
@@ -92,8 +123,7 @@ def kernels(rows: Sequence[dict]) -> list[dict]:
         label = shape_label(r)
         flops = float(r.get("flops") or 0)
         nbytes = row_bytes(r)
-        base = {"spec": r["spec"], "family": r.get("family", "map"), "shape": label, "variant": r.get("variant",
-                                                                                                        "default"),
+        base = {"spec": r["spec"], "family": _kind(r), "shape": label, "variant": r.get("variant", "default"),
                 "flops": flops, "bytes": nbytes}
         if r.get("time_ms"):
             out.append({**base, "series": r["backend"], "time_ms": r["time_ms"], "verified": r.get("verified")})
@@ -134,13 +164,13 @@ def _plt():
     return plt
 
 
-def _grouped_bars(ax, groups: list[str], series: list[str], values: dict, fmt: str) -> None:
+def _grouped_bars(ax, groups: list[str], series: list[str], values: dict, fmt: str, kind: str | None = None) -> None:
     n = len(series)
     width = 0.8 / max(1, n)
     for i, s in enumerate(series):
         xs = [j + (i - (n - 1) / 2) * width for j in range(len(groups))]
         ys = [values.get((g, s)) or 0.0 for g in groups]
-        bars = ax.bar(xs, ys, width, label=_label(s), color=_colour(s))
+        bars = ax.bar(xs, ys, width, label=_label(s, kind), color=_colour(s))
         for b, y in zip(bars, ys):
             if y:   # inside the bar's top, clear of the reference lines above
                 ax.text(b.get_x() + b.get_width() / 2, y * 0.985, fmt.format(y), ha="center", va="top", fontsize=6.5,
@@ -154,7 +184,8 @@ def _ref_line(ax, y: float, colour: str, style: str, label: str):
 
 
 def plot_throughput(entries: list[dict], family: str, r: dict, path: Path) -> Path:
-    """Matmul: TFLOP/s per shape, ours and each peer; map: GB/s per spec and shape against the device copy."""
+    """TFLOP/s per shape, ours and each peer, against the peak (a family whose metric is tflops); else GB/s per spec
+    and shape against the device copy."""
     plt = _plt()
     ks = [k for k in entries if k["family"] == family]
 
@@ -163,24 +194,24 @@ def plot_throughput(entries: list[dict], family: str, r: dict, path: Path) -> Pa
     groups = list(dict.fromkeys(group(k) for k in ks))
     series = [s for s in SERIES if any(k["series"] == s for k in ks)] + sorted(
         {k["series"] for k in ks} - set(SERIES))
-    metric = "gbps" if family == "map" else "tflops"
+    metric = _metric(family)
+    title = _hooks(family).title
     values = {(group(k), k["series"]): k[metric] for k in ks}
     fig, ax = plt.subplots(figsize=(max(8.0, 1.25 * len(groups) + 2), 5.6))
-    _grouped_bars(ax, groups, series, values, "{:.0f}")
-    if family != "map":
+    _grouped_bars(ax, groups, series, values, "{:.0f}", family)
+    if metric == "tflops":
         _ref_line(ax, PEAK_TFLOPS, "black", ":", f"dense bf16 peak {PEAK_TFLOPS:.0f} TFLOP/s (datasheet)")
         _ref_line(ax, r["matrix_tflops"], "#555555", "--", f"matrix rate of the floor {r['matrix_tflops']:.0f} TFLOP/s")
         ax.set_ylabel("achieved TFLOP/s (higher is better)")
         ax.set_ylim(0, PEAK_TFLOPS * 1.3)
-        what = "Matmul throughput per shape (M x N x K)" if family == "matmul" else \
-            f"{family.capitalize()} throughput per spec and shape"
-        ax.set_title(f"{what}, each kernel verified against numpy before timing", fontsize=10)
+        ax.set_title(title or f"{family.capitalize()} throughput per spec and shape, each kernel verified against "
+                              f"numpy before timing", fontsize=10)
     else:
         _ref_line(ax, r["copy_gbps"], "#9467bd", "--", f"copy bandwidth of the floor {r['copy_gbps']:.0f} GB/s")
         ax.set_ylabel("achieved GB/s, bytes read + written (higher is better)")
         ax.set_ylim(0, r["copy_gbps"] * 1.35)
-        ax.set_title("Elementwise (map) bandwidth per spec and shape, against a device copy of the same bytes",
-                     fontsize=10)
+        ax.set_title(title or f"{family.capitalize()} bandwidth per spec and shape, against a device copy of the "
+                              f"same bytes", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", ncol=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -203,12 +234,12 @@ def plot_roofline(points: list[dict], r: dict, path: Path) -> Path:
     series = [s for s in SERIES if any(p["series"] == s for p in pts)] + sorted(
         {p["series"] for p in pts} - set(SERIES))
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 6.8), gridspec_kw={"width_ratios": [1, 1.2]})
-    markers = {"matmul": "o", "map": "s", "attention": "^"}
+    kinds = _legend_kinds(p["family"] for p in pts)
     for s in series:
-        for fam, mk in markers.items():
-            sel = [p for p in pts if p["series"] == s and p["family"] == fam]
+        for kind in kinds:
+            sel = [p for p in pts if p["series"] == s and p["family"] == kind]
             if sel:
-                ax.scatter([p["floor_ms"] for p in sel], [p["time_ms"] for p in sel], s=34, marker=mk,
+                ax.scatter([p["floor_ms"] for p in sel], [p["time_ms"] for p in sel], s=34, marker=_hooks(kind).marker,
                            color=_colour(s), edgecolor="black", linewidth=0.4, alpha=0.9, zorder=3)
     if pts:
         lo = min(min(p["floor_ms"] for p in pts), min(p["time_ms"] for p in pts)) / 1.6
@@ -235,12 +266,9 @@ def plot_roofline(points: list[dict], r: dict, path: Path) -> Path:
                  f"copy {r['copy_gbps'] / 1000:.2f} TB/s)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(handles=[Line2D([], [], color="black", lw=1.0, label="at the floor"),
-                       Line2D([], [], color="black", lw=0.6, ls="--", alpha=0.5, label="2 x the floor"),
-                       Line2D([], [], ls="", marker="o", color="white", markeredgecolor="black", label="matmul"),
-                       Line2D([], [], ls="", marker="s", color="white", markeredgecolor="black",
-                              label="map (elementwise)")] + (
-                          [Line2D([], [], ls="", marker="^", color="white", markeredgecolor="black",
-                                  label="attention")] if any(p["family"] == "attention" for p in pts) else []),
+                       Line2D([], [], color="black", lw=0.6, ls="--", alpha=0.5, label="2 x the floor")] +
+              [Line2D([], [], ls="", marker=_hooks(k).marker, color="white", markeredgecolor="black",
+                      label=_hooks(k).legend or k) for k in kinds],
               fontsize=8, loc="upper left", frameon=True)
 
     n = len(series)
@@ -258,7 +286,7 @@ def plot_roofline(points: list[dict], r: dict, path: Path) -> Path:
     bx.set_xlim(0, 110)
     bx.set_title("Share of the floor per shape, numbered as on the left ([mem]: memory-bound)", fontsize=10)
     bx.grid(axis="x", alpha=0.3)
-    fig.legend(handles=[Patch(color=_colour(s), label=_label(s)) for s in series], loc="lower center",
+    fig.legend(handles=[Patch(color=_colour(s), label=_series_label(s, pts)) for s in series], loc="lower center",
                ncol=len(series), fontsize=8.5, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,13 +295,25 @@ def plot_roofline(points: list[dict], r: dict, path: Path) -> Path:
     return path
 
 
+def _in_order(kinds: Iterable[str]) -> list[str]:
+    """Families by their report order, then as they came."""
+    seen = list(dict.fromkeys(kinds))
+    return sorted(seen, key=lambda k: (_hooks(k).order, seen.index(k)))
+
+
+def _legend_kinds(present: Iterable[str]) -> list[str]:
+    """The roofline's marker legend: the families always listed, then the others present, each group in order."""
+    always = [f.kind for f in registry.all_families() if f.report.always_in_legend]
+    return _in_order(always) + [k for k in _in_order(present) if k not in always]
+
+
 # ---------------------------------------------------------------------------------------------- the report
 
 
 def markdown_report(rows: Sequence[dict], points: list[dict], r: dict, images: Sequence[str]) -> str:
     from .bench import markdown
     lines = ["# Benchmark report", "",
-             f"Rows: {len(rows)} ({', '.join(sorted({x.get('family', 'map') for x in rows}))}); GPU: "
+             f"Rows: {len(rows)} ({', '.join(sorted({_kind(x) for x in rows}))}); GPU: "
              f"{', '.join(sorted({str((x.get('env') or {}).get('gpu')) for x in rows}))}.", "",
              f"Floor of each kernel = max(FLOPs / {r['matrix_tflops']:.0f} TFLOP/s, bytes / "
              f"{r['copy_gbps']:.0f} GB/s). Matrix rate: {r['matrix_source']}. Copy bandwidth: {r['copy_source']}.",
@@ -287,7 +327,7 @@ def markdown_report(rows: Sequence[dict], points: list[dict], r: dict, images: S
         tf = f"{p['tflops']:.0f}" if p.get("tflops") else "-"
         gb = f"{p['gbps']:.0f}" if p.get("gbps") else "-"
         share = f"{100 * p['of_floor']:.1f}" if p.get("of_floor") else "-"
-        lines.append(f"| {p['shape']} | {_label(p['series'])} | {p['time_ms']:.4f} | {p['floor_ms']:.4f} | "
+        lines.append(f"| {p['shape']} | {_label(p['series'], p['family'])} | {p['time_ms']:.4f} | {p['floor_ms']:.4f} | "
                      f"{p['bound']} | {share} | {tf} | {gb} |")
     return "\n".join(lines) + "\n"
 
@@ -301,10 +341,7 @@ def write_report(rows: Sequence[dict], out_dir: str | Path, *, copy_gbps: float 
     r = rates(rows, copy_gbps, matrix_tflops)
     points = roofline(kernels(rows), r)
     files: dict[str, Path] = {}
-    present = list(dict.fromkeys(k["family"] for k in points))
-    families = [f for f in ("matmul", "attention", "map") if f in present] + [f for f in present if f not in
-                                                                             ("matmul", "attention", "map")]
-    for fam in families:
+    for fam in _in_order(k["family"] for k in points):
         files[f"{fam}_throughput"] = plot_throughput(points, fam, r, out / f"{fam}_throughput.png")
     if points:
         files["roofline"] = plot_roofline(points, r, out / "roofline.png")
@@ -318,6 +355,31 @@ def write_report(rows: Sequence[dict], out_dir: str | Path, *, copy_gbps: float 
     return files
 
 
+class RecordError(ValueError):
+    """A file given to the report that is not a benchmark record: its path and what is wrong."""
+
+
+def load_record(path: str | Path) -> list[dict]:
+    """The bench rows of one record file: a JSON list of rows (`schedgen bench --json`), or a record in a family's
+    own format (`ReportHooks.record_rows`, e.g. bench/results/attention.json). RecordError otherwise."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not a benchmark record: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}:{exc.lineno}:{exc.colno}: not a benchmark record: invalid JSON ({exc.msg})") from None
+    if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("spec"), str) for r in data):
+        return data
+    for fam in registry.all_families():
+        rows = fam.report.record_rows(data) if fam.report.record_rows is not None else None
+        if rows is not None:
+            return rows
+    raise RecordError(f"{path}: not a benchmark record: expected a JSON list of bench rows (objects with a 'spec', "
+                      f"as `schedgen bench --json` writes) or a family's own record (bench/results/*.json)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m schedgen.report",
                                  description="JSON, Markdown and PNG plots from bench rows")
@@ -327,11 +389,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--matrix-tflops", type=float, help="matrix rate of the floor (default: best cuBLAS in the rows)")
     args = ap.parse_args(argv)
     rows: list[dict] = []
-    for f in args.rows:
-        rows += json.loads(Path(f).read_text())
-    for name, path in write_report(rows, args.output, copy_gbps=args.copy_gbps,
-                                   matrix_tflops=args.matrix_tflops).items():
-        print(f"wrote {path}")
+    try:
+        for f in args.rows:
+            rows += load_record(f)
+        files = write_report(rows, args.output, copy_gbps=args.copy_gbps, matrix_tflops=args.matrix_tflops)
+    except RecordError as exc:
+        print(f"schedgen.report: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:
+        print(f"schedgen.report: -o {args.output}: cannot write the report: {(exc.strerror or str(exc)).lower()}"
+              f"{f' ({exc.filename})' if exc.filename else ''}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        for path in files.values():
+            print(f"wrote {path}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from .cli import stop_quietly_on_broken_pipe
+        return stop_quietly_on_broken_pipe()
     return 0
 
 

@@ -16,6 +16,7 @@ Functions and their arguments must pickle (module-level functions). Workers igno
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import signal
 import time
@@ -24,6 +25,27 @@ from typing import Any, Callable
 
 OK, TIMEOUT, CRASH, ERROR = "ok", "timeout", "crash", "error"
 OUTCOMES = (OK, TIMEOUT, CRASH, ERROR)
+MAX_TIMEOUT = 86400.0    # seconds: the longest time limit taken (a day; the OS's wait calls overflow near 1e9 s)
+
+
+def timeout_problem(timeout: float) -> str:
+    """Why `timeout` is not a usable time limit ('' when it is): a finite number of seconds, 0 < t <= MAX_TIMEOUT."""
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        return f"{timeout!r} is not a number of seconds"
+    if not math.isfinite(t):
+        return f"{timeout!r} is not a finite number of seconds"
+    if not 0 < t <= MAX_TIMEOUT:
+        return f"{timeout!r} is out of range: give seconds above 0 and at most {MAX_TIMEOUT:g} (a day)"
+    return ""
+
+
+def _checked(timeout: float) -> float:
+    why = timeout_problem(timeout)
+    if why:
+        raise ValueError(f"timeout: {why}")
+    return float(timeout)
 
 
 @dataclass(frozen=True)
@@ -81,7 +103,7 @@ class Supervisor:
     """One supervised worker process, started on demand and replaced after a timeout, crash or error."""
 
     def __init__(self, setup: Callable | None = None, setup_args: tuple = (), *, start_timeout: float = 300.0):
-        self.setup, self.setup_args, self.start_timeout = setup, tuple(setup_args), start_timeout
+        self.setup, self.setup_args, self.start_timeout = setup, tuple(setup_args), _checked(start_timeout)
         self.proc = None
         self.conn = None
         self.ready = False
@@ -105,14 +127,17 @@ class Supervisor:
         self.start()
         if self.ready:
             return Outcome(OK)
-        limit = self.start_timeout if timeout is None else timeout
+        limit = self.start_timeout if timeout is None else _checked(timeout)
         got = self._answer(limit)
         if got.ok:
             self.ready = True
         return got
 
     def call(self, fn: Callable, *args: Any, timeout: float, **kwargs: Any) -> Outcome:
-        """fn(*args, **kwargs) in the worker, answered within `timeout` seconds (the worker's start-up aside)."""
+        """fn(*args, **kwargs) in the worker, answered within `timeout` seconds (the worker's start-up aside). A timeout
+        that is not finite, not positive or over MAX_TIMEOUT is a ValueError (NaN or a negative one timed out at once,
+        inf or 1e300 overflowed the wait)."""
+        timeout = _checked(timeout)
         got = self.started()
         if not got.ok:
             return got
@@ -170,11 +195,12 @@ class Supervisor:
 
 def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any) -> Outcome:
     """fn(*args, **kwargs) in a fresh spawned process; its result must pickle. `timeout` bounds the whole call, the
-    worker's start included. Never raises for the callee's failures."""
+    worker's start included. Never raises for the callee's failures (a bad `timeout` is a ValueError)."""
+    timeout = _checked(timeout)
     t0 = time.monotonic()
     with Supervisor(start_timeout=timeout) as sup:
         got = sup.started()
         if not got.ok:
             return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))
-        got = sup.call(fn, *args, timeout=timeout - (time.monotonic() - t0), **kwargs)
+        got = sup.call(fn, *args, timeout=max(1e-6, timeout - (time.monotonic() - t0)), **kwargs)
         return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))

@@ -34,6 +34,39 @@ class Check:
     def row(self) -> dict:
         return asdict(self)
 
+    @property
+    def result(self) -> str:
+        """What the verify table's last column says: ok, SKIP (not run here) or FAIL."""
+        return "ok" if self.ok else "SKIP" if self.skipped else "FAIL"
+
+
+def unavailable(backend: str, *, interpret: bool = False) -> str:
+    """Why `backend` cannot run a kernel on this machine ('' when it can): the reason of a SKIP row, in verify and in
+    bench. Both backends need a Hopper GPU and its driver, Pallas unless `interpret` (Mosaic GPU interpret mode runs
+    on the CPU). Asked of the CUDA driver only: jax is not started here (it would take the GPU's memory before the
+    CUDA run; a jax without GPU support on a GPU machine is a FAIL with jax's own error)."""
+    if backend not in ("cuda", "pallas"):
+        return f"unknown backend {backend!r}"
+    if backend == "pallas" and interpret:
+        return ""
+    from .runtime import driver
+    ok, what = driver.available()
+    hint = "; --interpret runs the Pallas kernel on the CPU" if backend == "pallas" else ""
+    if not ok:
+        return f"{what}{hint}"                          # "CUDA unavailable: <the driver's reason>"
+    if not what.rsplit("sm_", 1)[-1].startswith("9"):
+        return f"the kernels are built for Hopper (sm_90a); this GPU is {what}{hint}"
+    return ""
+
+
+def skipped(plan, backend: str, why: str) -> list[Check]:
+    """One SKIP row per output of `plan`: `backend` was not run here, and why (never ok, never a failure). The row
+    type verify prints and bench can reuse (`Check.row()` is its dict)."""
+    k = families.of(plan).accumulation(plan)
+    return [Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, math.nan,
+                  tolerance(o.dtype, plan.approx_math, k), False, f"not run: {why}", skipped=True)
+            for o in plan.outputs]
+
 
 def poisoned_outputs(plan) -> list[np.ndarray]:
     outs = []
@@ -105,18 +138,23 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
                  kernel: Kernel | None = None) -> list[Check]:
     plan = built.plan
     family = families.of(plan)
+    order = {b: i for i, b in enumerate(backends)}
+    absent = [b for b in backends if b not in plan.backends]
+    checks = [c for b in absent
+              for c in skipped(plan, b, f"the spec has no {b} backend (schedule.backends: {', '.join(plan.backends)})")]
+    backends = [b for b in backends if b in plan.backends]
     if family.verify is not None:                       # a family that verifies its own way (multi-device)
-        return family.verify(built, backends, interpret=interpret, seed=seed)
+        checks += family.verify(built, backends, interpret=interpret, seed=seed)
+        return sorted(checks, key=lambda c: order.get(c.backend, len(order)))
+    if not backends:
+        return checks
     if kernel is None:
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
     inputs = random_inputs(built.spec, plan.sizes, seed)
     refs = reference(built.spec, plan.sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
     k = family.accumulation(plan)                                 # f32 accumulation depth (tolerance)
-    checks = []
     for backend in backends:
-        if backend not in plan.backends:
-            continue
         note = ""
         try:
             if backend == "cuda":
@@ -135,7 +173,7 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
             ok = err <= tol and "RACE" not in note
             cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
             checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, cnote))
-    return checks
+    return sorted(checks, key=lambda c: order[c.backend])
 
 
 def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
@@ -144,11 +182,26 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
     return families.of(built.plan).small_sizes(built.spec, built.plan, tiles_per_dim)
 
 
+def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = False,
+                seed: int | None = None) -> list[Check]:
+    """verify_built for the backends this machine can run, and a SKIP row saying why for each other one (no GPU,
+    for Pallas none without `interpret`): what `schedgen verify` prints. A multi-device family decides for itself."""
+    plan = built.plan
+    if families.of(plan).multi_device:
+        return verify_built(built, backends, interpret=interpret, seed=seed)
+    why = {b: unavailable(b, interpret=interpret) for b in backends if b in plan.backends}
+    run = [b for b in backends if not why.get(b)]
+    checks = verify_built(built, run, interpret=interpret, seed=seed) if run else []
+    checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]
+    order = {b: i for i, b in enumerate(backends)}
+    return sorted(checks, key=lambda c: order[c.backend])
+
+
 def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
                 interpret: bool = False, small: bool = False, seed: int | None = None) -> list[Check]:
     built = build_spec(path, overrides)
     if small:
         built = build_spec(path, {**small_overrides(built), **(overrides or {})})
-    return verify_built(built, backends, interpret=interpret, seed=seed)
+    return verify_here(built, backends, interpret=interpret, seed=seed)
 
 

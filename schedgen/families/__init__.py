@@ -11,7 +11,7 @@ line in `_FAMILIES` below. `docs/architecture.md` walks through it.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, get_args
 
@@ -29,6 +29,21 @@ class DrawHooks:
     simulate: Callable[[Any], list]                          # plan -> [Span] of the pipeline model
     legend: Callable[[Any], list] | None = None              # plan -> extra legend handles
     summary: Callable[[Any], list[str]] | None = None        # plan -> lines under the figure title
+
+
+@dataclass(frozen=True)
+class ReportHooks:
+    """What the benchmark report (`schedgen.report`) needs of a family; every field has a default."""
+    shape_label: Callable[[dict], str] | None = None          # bench row -> its shape's label (default: spec, sizes)
+    row_bytes: Callable[[dict], float | None] | None = None   # bench row -> minimum bytes moved (rows without GB/s)
+    title: str = ""                                            # its throughput plot's title (default from kind, metric)
+    marker: str = "o"                                          # its points on the roofline
+    legend: str = ""                                           # the marker's legend label (default: kind)
+    always_in_legend: bool = False                             # listed in the roofline legend even when absent
+    order: int = 100                                           # its place among the throughput plots
+    series_labels: Mapping[str, str] = field(default_factory=dict)   # series (peer) -> its label in this family
+    record_rows: Callable[[Any], list[dict] | None] | None = None    # a record in the family's own format -> rows
+    unlabelled_rows: bool = False                              # rows with no "family" field are this family's
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,7 @@ class Family:
     draw: DrawHooks | None = None
     tune_aliases: Callable[[Any], dict] | None = None        # spec -> {alias: targets}
     peers: Any = None                                        # the family's benchmark peers (schedgen.bench)
+    report: ReportHooks = ReportHooks()                      # what the benchmark report needs of it
 
     def __post_init__(self):
         problems = []

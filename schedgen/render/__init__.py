@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from .. import families
+from ..comment import comment_text
 
 SHARED = Path(__file__).resolve().parent / "templates"
 
@@ -40,6 +41,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["pyfloat"] = _pyfloat
+    env.filters["comment"] = comment_text   # text inside a one-line comment (the banners): it cannot end it
     return env
 
 

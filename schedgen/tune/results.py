@@ -8,6 +8,7 @@ import yaml
 
 from ..errors import SpecErrors
 from .. import families
+from ..comment import comment_text
 from ..frontend import expr as ex
 from ..frontend.load import load_file
 from ..frontend.validate import apply_overrides, validate_data
@@ -87,8 +88,11 @@ def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str
     knobs = " ".join(f"{k}={_fmt_value(v)}" for k, v in (row.get("knobs") or {}).items())
     check = (f"matched numpy (rel. error {row['rel_error']:.2e})" if row.get("verified") and
              row.get("rel_error") is not None else "matched numpy" if row.get("verified") else "NOT verified")
-    header = (f"# Tuned by `schedgen tune` from {spec_path}: {row['time_ms']:.4f} ms ({rate}) on {row.get('gpu')}, "
-              f"driver {row.get('driver')}, {row.get('backend')} backend; {check}.\n# knobs: {knobs}\n")
+    # The whole of each comment line through comment_text: the path, the database's GPU and driver names and the
+    # knob values come from outside, and a line break in any of them would end the comment and be read as YAML.
+    header = "".join(f"# {comment_text(line)}\n" for line in (
+        f"Tuned by `schedgen tune` from {spec_path}: {row['time_ms']:.4f} ms ({rate}) on {row.get('gpu')}, "
+        f"driver {row.get('driver')}, {row.get('backend')} backend; {check}.", f"knobs: {knobs}"))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
                                            width=110, allow_unicode=True))

@@ -94,6 +94,62 @@ def test_bench_report_writes_the_report(rows, tmp_path, monkeypatch, capsys):
     assert json.loads((out / "report.json").read_text())["rows"] == maprows
 
 
+# ------------------------------------------------------------------------------------- what differs per family
+
+
+def test_report_names_no_family():
+    """Every per-family difference comes from Family.report (issue 13 item 2): no family's kind is written in
+    report.py, as a string or in a comparison."""
+    import ast
+    from schedgen import families
+    tree = ast.parse(Path(report.__file__).read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    for kind in families.kinds():
+        assert kind not in strings, kind
+        assert not any(s.startswith(f"{kind} ") or s.startswith(f"{kind.capitalize()} ") for s in strings), kind
+
+
+def test_attention_record_reads_as_bench_rows():
+    from schedgen.families.attention.report import record_rows
+    record = json.loads((RESULTS / "attention.json").read_text())
+    got = record_rows(record)
+    timed = [r for r in record["rows"] if r.get("cuda_ms")]
+    assert len(got) == 2 * len(timed) and {r["backend"] for r in got} == {"cuda", "pallas"}
+    big = next(r for r in got if r["spec"] == "1x16x16384x128" and r["backend"] == "cuda")
+    src = next(r for r in record["rows"] if r["label"] == "p-1x16x16384x128")
+    assert big["time_ms"] == src["cuda_ms"] and big["tflops"] == src["cuda_tflops"] and big["verified"]
+    assert big["peers"]["sdpa"]["ratio"] == pytest.approx(src["sdpa_ms"] / src["cuda_ms"])
+    assert big["peers"]["jax_pallas"]["time_ms"] == src["jax_ms"] and big["env"]["gpu"] == "NVIDIA H200"
+    assert report.shape_label(big) == "1x16x16384x128"
+    gqa = next(r for r in got if r["spec"] == "gqa32x8-8192-causal")
+    assert report.shape_label(gqa) == "1x32/8x8192x128 causal"
+    # q, o, k, v of bf16 moved once each
+    assert report.row_bytes(big) == 2 * 1 * 128 * (16 * 16384 + 16 * 16384) * 2
+    assert record_rows([{"spec": "x"}]) is None and record_rows({"rows": [{"label": "x"}]}) is None
+
+
+def test_peer_labels_are_the_family_s(tmp_path):
+    assert report._label("jax_pallas", "attention").startswith("JAX attention_mgpu")
+    assert report._label("jax_pallas", "matmul") == "JAX Pallas hopper_matmul_mgpu"
+    assert report._label("cublas", "matmul") == "cuBLAS (torch.matmul)"
+    pts = [{"series": "jax_pallas", "family": "matmul"}, {"series": "jax_pallas", "family": "attention"}]
+    assert report._series_label("jax_pallas", pts[:1]) == "JAX Pallas hopper_matmul_mgpu"
+    assert report._series_label("jax_pallas", pts) == "JAX's own Pallas kernel"
+
+
+def test_rows_of_an_unknown_or_unlabelled_family_take_the_defaults():
+    row = {"family": "stencil", "spec": "s", "shape": {"N": 8, "M": 4}, "backend": "cuda", "time_ms": 1.0,
+           "flops": 1e9}
+    assert report.shape_label(row) == "s 8x4" and report.row_bytes(row) is None
+    assert report._metric("stencil") == "tflops" and report._hooks("stencil").marker == "o"
+    old = {"spec": "add", "shape": {"M": 2}, "backend": "cuda", "gbps": 100.0, "time_ms": 1.0}   # no family
+    assert report.kernels([old])[0]["family"] == "map"
+    # the roofline legend: the families always listed, then those present
+    assert report._legend_kinds(["attention"]) == ["matmul", "map", "attention"]
+    assert report._legend_kinds([]) == ["matmul", "map"]
+    assert report._in_order(["map", "stencil", "attention", "matmul"]) == ["matmul", "attention", "map", "stencil"]
+
+
 # ------------------------------------------------------------------------------------------------ explain --draw
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from .. import Family, register
 from .explain import explain_attention
 from .model import AttentionOp
+from .report import REPORT
 from .plan import plan_attention
 from .reference import attention_reference, small_sizes
 
@@ -19,4 +20,5 @@ FAMILY = register(Family(
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
     templates=Path(__file__).resolve().parent / "templates",
     metric="tflops",
+    report=REPORT,
 ))

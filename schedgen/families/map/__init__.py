@@ -6,6 +6,7 @@ from pathlib import Path
 from .. import Family, register
 from .explain import explain_map
 from .model import MapOp
+from .report import REPORT
 from .plan import plan_map
 from .tune import map_aliases
 from .reference import map_reference, small_sizes
@@ -22,4 +23,5 @@ FAMILY = register(Family(
     templates=Path(__file__).resolve().parent / "templates",
     metric="gbps",
     elementwise=lambda op: op.body,
+    report=REPORT,
 ))

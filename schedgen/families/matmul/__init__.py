@@ -6,6 +6,7 @@ from pathlib import Path
 from .. import Family, register
 from .explain import explain_matmul
 from .model import MatmulOp
+from .report import REPORT
 from .plan import plan_matmul
 from .tune import matmul_aliases
 from .reference import matmul_reference, small_sizes
@@ -23,4 +24,5 @@ FAMILY = register(Family(
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",
     accumulation=lambda plan: plan.k,
+    report=REPORT,
 ))
