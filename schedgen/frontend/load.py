@@ -25,13 +25,13 @@ MAX_DEPTH = 100  # nesting of mappings and lists; also stops recursive aliases (
 _TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a schedule file needs a handful"
 
 
-def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
-    """Load a schedule file by its suffix (.yaml/.yml or .toml)."""
+def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, SourceMap]:
+    """Load a schedule file by its suffix (.yaml/.yml or .toml); `data`: its bytes, when the caller read them."""
     path = FsPath(path)
     name = str(path)
     src = SourceMap(name)
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if data is None else data
     except OSError as exc:
         raise SpecErrors([Problem((), f"cannot read file: {exc.strerror or exc}", pos=Pos(1, 1))], src)
     if len(raw) > MAX_BYTES:
