@@ -200,7 +200,7 @@ def _exchange(a: Path, b: Path) -> bool | None:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _swap_in(staged: Path, dest: Path, exchange=_exchange) -> None:
+def _swap_in(staged: Path, dest: Path) -> None:
     """Put the folder `staged` at `dest`, replacing whatever is there (folder, file or symlink, never followed).
     Afterwards `staged` holds the old one, or is gone. Each step is one rename, so whichever writer is last, `dest`
     is one writer's whole package."""
@@ -211,7 +211,7 @@ def _swap_in(staged: Path, dest: Path, exchange=_exchange) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
                 raise
-        done = exchange(staged, dest)
+        done = _exchange(staged, dest)
         if done:
             return
         if done is None:                                     # no atomic exchange: move the old one aside first
