@@ -24,7 +24,7 @@ from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 
 ROOT = Path(__file__).resolve().parents[2]
-PROCS, ROUNDS = 8, 10
+PROCS, ROUNDS = 8, 5
 
 # One process imports schedgen and builds once (warming the cache), then each round forks 8 children that wait at
 # a pipe and run `schedgen build SPEC -o OUT` (cli.main) the moment it opens: the 8 reach the output folder within
