@@ -288,7 +288,8 @@ for r in range(int(rounds)):
         said.append(json.loads(p.read_text()) if p.exists() else None)
         if p.exists():
             p.unlink()
-    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dest.iterdir()} if dest.is_dir() else None
+    files = ({p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "not a file"
+              for p in dest.iterdir()} if dest.is_dir() else None)
     survivors = [s for i, s in enumerate(said) if i not in killed]
     problems = [f"exit {s[0]}: {s[1][-300:]}" for s in survivors if s is None or s[0] != 0 or s[1]]
     gone = files is None and not os.path.lexists(dest)
