@@ -1,22 +1,27 @@
 """spec -> plan -> render -> compile -> package, through the content-addressed cache."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
+import os
 import re
-import shutil
+import stat
+import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import families
 from . import plan as planner
-from .cache import Cache, digest, key_of
+from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of, remove_path, source_hash, temp_name
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
-from .render import render, templates_hash
-from .frontend.specfile import SpecFile
+from .render import render
 from .frontend.load import read_spec_bytes
+from .frontend.specfile import SpecFile
 from .frontend.validate import load_spec
 
 PACKAGE_TEMPLATE = "shared/package.py.j2"
@@ -80,14 +85,28 @@ class Built:
         return [self.source.format(Problem(field, f"warning: {v}{advice}")) for v in verdicts]
 
 
+def expected_files(plan) -> set[str]:
+    """The file names build_spec stores for a plan (a cache entry holding any other set is a miss)."""
+    names = {"plan.json", "manifest.json"}
+    if "cuda" in plan.backends:
+        names.update(CUDA_FILES)
+    if "pallas" in plan.backends:
+        names.add("pallas_kernel.py")
+    return names
+
+
 def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cache: Cache | None = None) -> Built:
-    """Validate, plan, render and compile one schedule file (raises SpecErrors / ToolchainError)."""
-    spec, src = load_spec(str(path), overrides)
+    """Validate, plan, render and compile one schedule file (raises SpecErrors / ToolchainError).
+
+    The cache key covers everything that shapes the stored files: the plan (itself a function of the spec's bytes,
+    the overrides and schedgen's code), every .py and .j2 file of schedgen (`cache.source_hash`) and the toolchain."""
+    raw = read_spec_bytes(path)  # read once: the loader parses and the manifest hashes these same bytes
+    spec, src = load_spec(str(path), overrides, raw)
     plan = planner.plan(spec, src)
     plan_json = planner.to_json(plan)
     tools = toolchain()
-    key = key_of({"plan": plan_json, "templates": templates_hash(), **{k: str(v) for k, v in tools.items()}})
-    spec_hash = digest(read_spec_bytes(path))  # the same bounded, regular-file-only read as the loader
+    key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
+    spec_hash = digest(raw)
 
     def make() -> dict[str, bytes]:
         files: dict[str, bytes] = {"plan.json": plan_json.encode()}
@@ -110,7 +129,17 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
         files["manifest.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
         return files
 
-    files, hit = (cache or Cache()).get_or_build(key, make)
+    def check(files: dict[str, bytes]) -> None:
+        """An entry is this plan's: its plan.json is this plan, its manifest a JSON object naming this key."""
+        if files["plan.json"] != plan_json.encode():
+            raise ValueError("plan.json is another plan")
+        manifest = json.loads(files["manifest.json"])
+        if not isinstance(manifest, dict) or manifest.get("cache_key") != key or manifest.get("name") != plan.name:
+            raise ValueError("manifest.json is not this entry's")
+        if not isinstance(manifest.get("compiler_verdicts", []), list):
+            raise ValueError("manifest.json's compiler_verdicts is not a list")
+
+    files, hit = (cache or Cache()).get_or_build(key, make, names=expected_files(plan), check=check)
     manifest = json.loads(files["manifest.json"])
     manifest["spec_sha256"] = spec_hash
     manifest["spec_file"] = str(path)
@@ -118,28 +147,124 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     return Built(spec, src, plan, files, hit)
 
 
-def package(built: Built, out_dir: str | Path) -> Path:
-    """Write `out_dir/<name>/` importable as a Python package exposing the kernel function."""
-    from .render import environment
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+# ------------------------------------------------------------------------------------------------ package()
+# OUT/<name>/ is written into a fresh staging folder of this process (mkdtemp inside OUT: nothing in it can be a
+# symlink) and swapped in with one rename(2), or, where OUT/<name> exists, one renameat2(RENAME_EXCHANGE) so
+# OUT/<name> is never missing; then the old one is removed. Symlinks are never written through: OUT itself may be a
+# symlink to a folder; a symlink at OUT/<name> or OUT/__init__.py is replaced, its target left alone.
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@lru_cache(maxsize=1)
+def _renameat2():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _exchange(a: Path, b: Path) -> bool | None:
+    """Atomically swap two paths: True done, False `b` is gone, None not supported here (no renameat2, or a
+    file system without RENAME_EXCHANGE)."""
+    fn = _renameat2()
+    if fn is None:
+        return None
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT:
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return None
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_in(staged: Path, dest: Path) -> None:
+    """Put the folder `staged` at `dest`, replacing whatever is there (folder, file or symlink, never followed).
+    Afterwards `staged` holds the old one, or is gone. Each step is one rename, so whichever writer is last, `dest`
+    is one writer's whole package."""
+    for _ in range(1000):
+        try:
+            os.rename(staged, dest)                         # dest missing (or an empty folder)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise
+        done = _exchange(staged, dest)
+        if done:
+            return
+        if done is None:                                     # no atomic exchange: move the old one aside first
+            aside = Path(tempfile.mkdtemp(prefix=temp_name(dest.name, "old"), dir=dest.parent))
+            try:
+                os.rename(dest, aside / "old")
+            except FileNotFoundError:
+                pass                                         # another writer moved it first
+            try:
+                os.rename(staged, dest)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise
+            finally:
+                remove_path(aside)
+    raise OSError(errno.EBUSY, "other builds keep replacing it", str(dest))
+
+
+def _output_folder(out_dir: Path) -> None:
+    """Create OUT (a symlink to a folder is fine) and its `__init__.py`, a regular package: `import build.<name>`
+    finds this folder before an installed package of the same name (a folder without __init__.py is only a
+    namespace portion, which any regular package shadows)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, "the output is not a folder" + (
+            " (a symlink to nothing)" if out_dir.is_symlink() else ""), str(out_dir)) from None
     init = out_dir / "__init__.py"
-    if not init.exists():
-        # A regular package, so `import build.<name>` finds this folder before an installed package of the same
-        # name (a folder without __init__.py is only a namespace portion, which any regular package shadows).
-        init.write_text('"""Kernels built by schedgen."""\n')
-    dest = out_dir / built.name
-    tmp = dest.with_name(f".{built.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for name, data in built.files.items():
-        (tmp / name).write_bytes(data)
+    try:
+        if stat.S_ISREG(init.lstat().st_mode):
+            return
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=temp_name("__init__.py"), dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b'"""Kernels built by schedgen."""\n')
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, init)                                # replaces a symlink there, never its target
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def package(built: Built, out_dir: str | Path) -> Path:
+    """Write `out_dir/<name>/` importable as a Python package exposing the kernel function (raises OSError when
+    the output cannot be written)."""
+    from .render import environment
+    bad = [n for n in built.files if not is_plain_name(n) or n == "__init__.py"]
+    if bad:
+        raise ValueError(f"package files must be plain file names, not {bad}")
     # a family whose call differs (multi-device) has a package template of its own
     template = families.of(built.plan).template("package.py.j2") or PACKAGE_TEMPLATE
     module = environment().get_template(template).render(p=built.plan)
-    (tmp / "__init__.py").write_text(module)
-    if dest.exists():
-        shutil.rmtree(dest)
-    tmp.rename(dest)
+    out_dir = Path(out_dir)
+    _output_folder(out_dir)
+    clean_stale(out_dir)
+    dest = out_dir / built.name
+    staged = Path(tempfile.mkdtemp(prefix=temp_name(built.name), dir=out_dir))
+    try:
+        for name, data in built.files.items():
+            write_new(staged / name, data)
+        write_new(staged / "__init__.py", module.encode())
+        os.chmod(staged, 0o777 & ~_UMASK)
+        _swap_in(staged, dest)
+    finally:
+        if os.path.lexists(staged):
+            remove_path(staged)
     return dest

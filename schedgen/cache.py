@@ -1,20 +1,38 @@
 """Content-addressed build cache: key -> a folder of artifacts, written atomically, checked on read.
 
-An entry is written into a temporary folder beside the cache and renamed into place, so a reader
-never sees half an entry and two builds of one spec at once cannot corrupt each other. Each entry
-records the SHA-256 of its files; an entry whose files do not match is removed and rebuilt.
+An entry is written into a unique temporary folder beside its final place and renamed there, so a reader never
+sees half an entry and two writers of one key cannot mix their files. Each entry's index records the key and the
+SHA-256 of every file; anything that does not check (unreadable or malformed index, a file name that is not one a
+builder writes, a missing, extra-large or changed file, a path that is not a folder) is a miss: the entry is moved
+aside, removed and rebuilt. A cache root that cannot be written (a file, read-only, a full disk) is never fatal:
+the build goes on uncached and one warning line goes to stderr. What this defends against and what it does not:
+docs/reliability.md, "Issue 14, groups 1, 5 and 11".
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
+import time
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 INDEX = "entry.json"
+MAX_INDEX_BYTES = 1 << 20        # an index lists a handful of names and hashes
+MAX_FILE_BYTES = 1 << 30         # no artifact comes near this; a larger file is damage, not a kernel
+STALE_SECONDS = 3600             # temporary folders of killed writers older than this are removed
+# A file name an entry may hold: one plain path component (no separators, no '..', no leading dot).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_KEY = re.compile(r"[0-9a-f]{4,64}")
+
+_warned: set[str] = set()        # cache roots already reported unusable by this process
 
 
 def default_root() -> Path:
@@ -32,52 +50,228 @@ def key_of(parts: Mapping[str, str]) -> str:
     return digest(json.dumps(dict(parts), sort_keys=True).encode())[:32]
 
 
+def tree_hash(root: Path) -> str:
+    """SHA-256 over every `.py` and `.j2` file under `root` (relative path and bytes, in sorted order)."""
+    h = hashlib.sha256()
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts)
+    for path in files:
+        if not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix().encode()
+        data = path.read_bytes()
+        h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def source_hash() -> str:
+    """The hash of this schedgen package's own code and templates, once per process: part of every cache key, so
+    a change to any planner, renderer, template or the packaging can never be served stale code."""
+    return tree_hash(Path(__file__).resolve().parent)
+
+
+def is_plain_name(name: object) -> bool:
+    return isinstance(name, str) and name != INDEX and PLAIN_NAME.fullmatch(name) is not None and ".." not in name
+
+
+class CacheUnusable(OSError):
+    """The cache root cannot hold entries (not a folder, read-only, full)."""
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file, a symlink (never what it points at) or a folder tree; missing is fine."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def host_tag() -> str:
+    """8 hex digits naming this host: a temporary name's pid is only checked on the host that wrote it."""
+    return digest(os.uname().nodename.encode())[:8]
+
+
+_TEMP = re.compile(r"\.(?P<what>.+)\.(?:tmp|old)-(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-[A-Za-z0-9_]+")
+
+
+def clean_stale(folder: Path, max_age: float = STALE_SECONDS) -> None:
+    """Remove temporary folders (`.<what>.tmp-<host>-<pid>-<random>`, `.<what>.old-...`) left by writers that died:
+    those of a dead process of this host, and any older than `max_age` seconds. Never fails."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    now, here = time.time(), host_tag()
+    for entry in entries:
+        m = _TEMP.fullmatch(entry.name)
+        if not m:
+            continue
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        dead = m["host"] == here and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))
+        if dead or age > max_age:
+            remove_path(Path(entry.path))
+
+
+def temp_name(what: str, kind: str = "tmp") -> str:
+    """The prefix of a temporary folder `clean_stale` can recognise (mkdtemp adds the random tail)."""
+    return f".{what}.{kind}-{host_tag()}-{os.getpid()}-"
+
+
+def _read_limited(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, never through a symlink, at most `limit` (ValueError past it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not (st.st_mode & 0o170000 == 0o100000):
+            raise ValueError(f"{path.name} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is larger than {limit} bytes")
+    return data
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` (which must not exist yet: O_EXCL, so never through a symlink) holding `data`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _parse_index(raw: bytes, key: str) -> dict[str, str]:
+    """The index's {name: sha256}, or ValueError saying what is wrong with it."""
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("the index is nested too deep") from None
+    if not isinstance(index, dict) or index.get("key") != key:
+        raise ValueError("the index is not this key's")
+    files = index.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ValueError("the index lists no files")
+    for name, sha in files.items():
+        if not is_plain_name(name):
+            raise ValueError(f"the index names {name!r}, not a plain file name")
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise ValueError(f"the index's hash of {name!r} is not a SHA-256")
+    return files
+
+
 class Cache:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root else default_root()
 
     def path(self, key: str) -> Path:
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"a cache key is lowercase hex, not {key!r}")
         return self.root / key[:2] / key
 
-    def get(self, key: str) -> dict[str, bytes] | None:
-        """The entry's files, or None when missing or corrupt (a corrupt entry is removed)."""
+    def _discard(self, entry: Path) -> None:
+        """Move a bad entry aside (one rename: nobody half-reads it while it is removed), then remove it."""
+        try:
+            if not os.path.lexists(entry):
+                return
+            aside = Path(tempfile.mkdtemp(prefix=temp_name(entry.name, "old"), dir=entry.parent))
+            try:
+                os.rename(entry, aside / "entry")
+            finally:
+                remove_path(aside)
+        except OSError:
+            remove_path(entry)
+
+    def get(self, key: str, names: Collection[str] | None = None,
+            check: Callable[[dict[str, bytes]], None] | None = None) -> dict[str, bytes] | None:
+        """The entry's files, or None when it is missing or does not check (such an entry is removed).
+
+        names: the exact file names the entry must hold; check: raises ValueError when the files are not usable."""
         entry = self.path(key)
         try:
-            index = json.loads((entry / INDEX).read_text())
-            files = {name: (entry / name).read_bytes() for name in index["files"]}
-        except (OSError, ValueError, KeyError, TypeError):
-            if entry.exists():
-                shutil.rmtree(entry, ignore_errors=True)
+            index = _parse_index(_read_limited(entry / INDEX, MAX_INDEX_BYTES), key)
+            if names is not None and set(index) != set(names):
+                raise ValueError(f"the entry holds {sorted(index)}, not {sorted(names)}")
+            files = {name: _read_limited(entry / name, MAX_FILE_BYTES) for name in index}
+            if any(digest(data) != index[name] for name, data in files.items()):
+                raise ValueError("a file does not match its hash")
+            if check is not None:
+                check(files)
+        except FileNotFoundError:
+            if os.path.lexists(entry):      # a folder without an index, or a missing file: damage
+                self._discard(entry)
             return None
-        if any(digest(data) != index["files"][name] for name, data in files.items()):
-            shutil.rmtree(entry, ignore_errors=True)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            self._discard(entry)
             return None
         return files
 
     def put(self, key: str, files: Mapping[str, bytes]) -> None:
+        """Store an entry; raises CacheUnusable when the root cannot hold it. A racing writer's whole entry wins."""
+        bad = [n for n in files if not is_plain_name(n)]
+        if bad:
+            raise ValueError(f"cache entry file names must be plain names, not {bad}")
         entry = self.path(key)
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=entry.parent))
+        tmp: Path | None = None
         try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            clean_stale(entry.parent)
+            tmp = Path(tempfile.mkdtemp(prefix=temp_name(key), dir=entry.parent))
             for name, data in files.items():
-                (tmp / name).write_bytes(data)
-            index = {"key": key, "files": {name: digest(data) for name, data in files.items()}}
-            (tmp / INDEX).write_text(json.dumps(index, indent=1))
-            try:
-                os.rename(tmp, entry)
-            except OSError:
-                if self.get(key) is None:  # a corrupt entry is in the way: replace it
-                    shutil.rmtree(entry, ignore_errors=True)
+                write_new(tmp / name, bytes(data))
+            index = {"key": key, "files": {name: digest(bytes(data)) for name, data in files.items()}}
+            write_new(tmp / INDEX, json.dumps(index, indent=1).encode())
+            for _ in range(3):
+                try:
                     os.rename(tmp, entry)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                        raise
+                if self.get(key, names=list(files)) is not None:
+                    return                              # another writer's whole entry is there: keep it
+            # still in the way after discarding it twice: leave it; the next reader checks it
+        except OSError as exc:
+            raise CacheUnusable(exc.errno, f"cache {self.root} is not usable ({exc.strerror or exc})") from exc
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None and os.path.lexists(tmp):
+                remove_path(tmp)
 
-    def get_or_build(self, key: str, build: Callable[[], Mapping[str, bytes]]) -> tuple[dict[str, bytes], bool]:
-        """(files, hit)."""
-        files = self.get(key)
+    def get_or_build(self, key: str, build: Callable[[], Mapping[str, bytes]], names: Collection[str] | None = None,
+                     check: Callable[[dict[str, bytes]], None] | None = None) -> tuple[dict[str, bytes], bool]:
+        """(files, hit). An unusable cache root makes this a plain build, with one warning line on stderr."""
+        try:
+            files = self.get(key, names, check)
+        except (OSError, ValueError):
+            files = None
         if files is not None:
             return files, True
         files = dict(build())
-        self.put(key, files)
+        try:
+            self.put(key, files)
+        except CacheUnusable as exc:
+            self._warn(exc)
         return files, False
+
+    def _warn(self, exc: OSError) -> None:
+        root = str(self.root)
+        if root not in _warned:
+            _warned.add(root)
+            print(f"schedgen: warning: {exc.strerror}; building without the cache (set SCHEDGEN_CACHE to a "
+                  f"writable folder)", file=sys.stderr)

@@ -88,8 +88,8 @@ def _check_regular(name: str, mode: int) -> None:
                             f".toml file")
 
 
-def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
-    """Load a schedule file by its suffix (.yaml/.yml or .toml)."""
+def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, SourceMap]:
+    """Load a schedule file by its suffix (.yaml/.yml or .toml); `data`: its bytes, when the caller read them."""
     path = FsPath(path)
     name = str(path)
     src = SourceMap(name)
@@ -97,7 +97,9 @@ def load_file(path: str | FsPath) -> tuple[dict, SourceMap]:
     if suffix not in (".yaml", ".yml", ".toml"):
         raise SpecErrors([Problem((), f"unknown file type '{suffix}'; use .yaml, .yml or .toml", pos=Pos(1, 1))],
                          src)
-    raw = read_spec_bytes(path)
+    raw = read_spec_bytes(path) if data is None else data
+    if len(raw) > MAX_BYTES:
+        raise _file_error(name, f"file is over {MAX_BYTES} bytes; at most {MAX_BYTES} are accepted")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -158,9 +158,11 @@ def validate_data(data: Any, src: SourceMap) -> SpecFile:
         raise SpecErrors(problems, src) from None
 
 
-def load_spec(path: str, overrides: Mapping[str, Any] | None = None) -> tuple[SpecFile, SourceMap]:
-    """Read, override and validate one schedule file. Raises SpecErrors with every problem found."""
-    data, src = load_file(path)
+def load_spec(path: str, overrides: Mapping[str, Any] | None = None,
+              raw: bytes | None = None) -> tuple[SpecFile, SourceMap]:
+    """Read, override and validate one schedule file (`raw`: its bytes, when the caller read them). Raises
+    SpecErrors with every problem found."""
+    data, src = load_file(path, raw)
     problems: list[Problem] = []
     if overrides:
         data, problems = apply_overrides(data, overrides, src)
