@@ -228,8 +228,8 @@ def draw_traversal(ax, tv: Traversal) -> None:
     waves = tv.units / clusters
     numbered = ("all numbered" if limit == tv.units else f"first {limit} numbered" if limit
                 else "too many to number")
-    sample = (f"; drawn: the first {len(tiles)} of {tv.total} tiles in the kernel's order (a sample)"
-              if tv.sampled else "")
+    sample = (f"\na sample: the first {len(tiles)} of {tv.total} tiles drawn ({rows} x {cols} of {tv.rows} x "
+              f"{tv.cols})" if tv.sampled else "")
     ax.set_title(f"Tile traversal: {tv.order}\n{tv.units} {tv.unit} over {clusters} "
                  f"{tv.taker} = {waves:.2f} waves (paler: odd waves); "
                  f"{numbered}" + ("; bold line: the first wave" if limit else "") + sample, fontsize=9)
