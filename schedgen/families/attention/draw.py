@@ -13,9 +13,11 @@ def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
     """Tiles of an attention plan in the kernel's order (plan.tile_of): rows are (batch, head) pairs, columns
     query blocks. A static persistent grid gives tile t to CTA t % grid; a dynamic one to the CTA that frees up
     first (modelled: a tile costs its key blocks plus one); otherwise each tile is its own CTA, started in index
-    order by the hardware. With `limit`, the first `limit` tiles only."""
-    grid = min(p.num_tiles, SM_COUNT) if p.persistent else p.num_tiles
-    free = [(0, c) for c in range(grid)] if p.persistent else []      # the CTAs a dynamic grid hands tiles to
+    order by the hardware and coloured by its SM slot (index mod SM_COUNT, as the colour bar says). With `limit`,
+    the first `limit` tiles only."""
+    # a persistent grid's CTAs; otherwise the SM slots the hardware starts a CTA a tile in (index mod SM_COUNT)
+    slots = min(p.num_tiles, SM_COUNT) if p.persistent else SM_COUNT
+    free = [(0, c) for c in range(slots)] if p.persistent else []      # the CTAs a dynamic grid hands tiles to
     tiles = []
     for t in range(p.num_tiles if limit is None else min(p.num_tiles, limit)):
         b, h, qb = tile_of(p, t)
@@ -23,8 +25,8 @@ def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
             at, blk = heapq.heappop(free)
             heapq.heappush(free, (at + p.kv_end(qb) + 1, blk))
         else:
-            blk = t % grid
-        tiles.append(Tile(b * p.heads_q + h, qb, t, blk, blk, t // (grid if p.persistent else SM_COUNT)))
+            blk = t % slots
+        tiles.append(Tile(b * p.heads_q + h, qb, t, blk, blk, t // slots))
     return tiles, p.batch * p.heads_q, p.q_blocks
 
 
