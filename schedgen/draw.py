@@ -309,7 +309,7 @@ def draw_pipeline(ax, pl: Pipeline) -> None:
         if sp.kind == "wait":
             ax.plot([x0, x0 + w], [yy + 0.5, yy + 0.5], color="#999999", lw=1, ls=":")
             continue
-        if sp.kind == pl.aside:      # work under another span's (attention's softmax): a thinner bar
+        if sp.kind == pl.aside:      # work that runs under another span's: a thinner bar
             ax.add_patch(Rectangle((x0, yy + 0.62), w, 0.3, facecolor="#55a868", edgecolor="white", lw=0.5))
             if w > t_end * scale * 0.03:
                 ax.text(x0 + w / 2, yy + 0.77, sp.label, ha="center", va="center", fontsize=6, color="white")
