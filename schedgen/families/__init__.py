@@ -24,11 +24,11 @@ BACKEND_TEMPLATES = {"cuda": "cuda.cu.j2", "pallas": "pallas.py.j2"}
 
 @dataclass(frozen=True)
 class DrawHooks:
-    """What `explain --draw` needs of a family: its tiles in the kernel's order and a timeline of one block."""
-    tiles: Callable[[Any], tuple[list, int, int]]          # plan -> (tiles of batch 0, rows, cols)
-    simulate: Callable[[Any], list]                          # plan -> [Span] of the pipeline model
-    legend: Callable[[Any], list] | None = None              # plan -> extra legend handles
-    summary: Callable[[Any], list[str]] | None = None        # plan -> lines under the figure title
+    """What `explain --draw` needs of a family (`families/<kind>/draw.py`); `schedgen/draw.py` draws the data."""
+    traversal: Callable[[Any, int], Any]     # (plan, most tiles) -> draw.Traversal: its tiles in the kernel's order
+    pipeline: Callable[[Any], Any]           # plan -> draw.Pipeline: the spans of its timing model
+    summary: Callable[[Any], list[str]]      # plan -> the lines beside the tile view
+    guide: Callable[[Any], str]              # plan -> the "how to read it" text
 
 
 @dataclass(frozen=True)

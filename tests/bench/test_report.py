@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SPECS_DIR
-from schedgen import draw, report
+from schedgen import report
+from schedgen.families.attention.draw import attention_tiles, simulate_attention
+from schedgen.families.map.draw import map_tiles
+from schedgen.families.matmul.draw import matmul_tiles, simulate_matmul
 from schedgen.plan import plan
 from schedgen.frontend.validate import load_spec
 
@@ -160,14 +163,14 @@ def _plan(path, overrides=None):
 
 def test_matmul_traversal_follows_the_kernel_order():
     p = _plan(SPECS_DIR / "matmul_bf16_4096.yaml")          # planar snake, minor M, bands of 8, 132 blocks
-    tiles, rows, cols = draw.matmul_tiles(p)
+    tiles, rows, cols = matmul_tiles(p)
     assert (rows, cols) == (32, 16) and len(tiles) == 512
     assert len({(t.row, t.col) for t in tiles}) == 512
     first = sorted(tiles, key=lambda t: t.order)
     assert [(t.row, t.col) for t in first[:9]] == [(i, 0) for i in range(8)] + [(0, 1)]
     assert all(t.block == t.order % p.num_blocks for t in tiles)
     p2 = _plan(SPECS_DIR / "matmul_bf16_16384x8192x1024.yaml")   # 2x1 clusters: two CTAs per unit, along M
-    tiles, rows, cols = draw.matmul_tiles(p2)
+    tiles, rows, cols = matmul_tiles(p2)
     unit0 = sorted((t.row, t.col, t.block) for t in tiles if t.order == 0)
     assert unit0 == [(0, 0, 0), (1, 0, 1)]
     assert len({(t.row, t.col) for t in tiles}) == rows * cols
@@ -175,7 +178,7 @@ def test_matmul_traversal_follows_the_kernel_order():
 
 def test_map_traversal():
     p = _plan(SPECS_DIR / "add_bf16.yaml", {"M": 512, "N": 1024})
-    tiles, rows, cols = draw.map_tiles(p)
+    tiles, rows, cols = map_tiles(p)
     assert (rows, cols) == (16, 4) and [(t.row, t.col) for t in tiles[:5]] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
 
 
@@ -199,7 +202,7 @@ def test_explain_draw_writes_a_png(spec, overrides, tmp_path, capsys):
 
 def test_pipeline_model_respects_the_barriers():
     p = _plan(SPECS_DIR / "matmul_bf16_4096.yaml")
-    spans, k = draw.simulate_matmul(p)
+    spans, k = simulate_matmul(p)
     loads = [s for s in spans if s.kind == "load"]
     holds = [s for s in spans if s.kind == "hold"]
     mmas = [s for s in spans if s.kind == "mma" and s.row == "consumer 0"]
@@ -213,21 +216,21 @@ def test_pipeline_model_respects_the_barriers():
 
 def test_attention_traversal_and_pipeline_model():
     p = _plan(SPECS_DIR / "attention_gqa_causal_bf16_8192.yaml")        # causal, lpt: the longest rows of all heads first
-    tiles, rows, cols = draw.attention_tiles(p)
+    tiles, rows, cols = attention_tiles(p)
     assert (rows, cols) == (32, 64) and len({(t.row, t.col) for t in tiles}) == 2048
     assert [(t.row, t.col) for t in tiles[:2]] == [(0, 63), (1, 63)] and tiles[32].col == 62
     pp = _plan(SPECS_DIR / "attention_bf16_16384_persistent.yaml")      # persistent: tile t on CTA t % 132
-    assert {t.block for t in draw.attention_tiles(pp)[0]} == set(range(132))
+    assert {t.block for t in attention_tiles(pp)[0]} == set(range(132))
     pd = _plan(SPECS_DIR / "attention_bf16_16384_persistent.yaml", {"op.causal": True, "S": 4096,
                                                                      "schedule.persistent.loop": "dynamic",
                                                                      "schedule.pipeline.memory_registers": 32,
                                                                      "schedule.pipeline.compute_registers": 232})
-    dyn = draw.attention_tiles(pd)[0]           # dynamic: each next tile to the CTA that frees up first
+    dyn = attention_tiles(pd)[0]           # dynamic: each next tile to the CTA that frees up first
     load = {}
     for t in dyn:
         load[t.block] = load.get(t.block, 0) + pd.kv_end(t.col) + 1
     assert len(load) == 132 and max(load.values()) - min(load.values()) <= pd.kv_blocks + 1
-    spans = draw.simulate_attention(p, 5)
+    spans = simulate_attention(p, 5)
     mma = sorted((s for s in spans if s.kind == "mma"), key=lambda s: s.start)
     # the ping-pong barrier: the consumers' wgmmas never overlap on the tensor cores
     assert all(a.end <= b.start + 1e-15 for a, b in zip(mma, mma[1:]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_attention
 from .model import AttentionOp
 from .report import REPORT
@@ -18,6 +19,7 @@ FAMILY = register(Family(
     explain=explain_attention,
     small_sizes=small_sizes,
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
+    draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
     metric="tflops",
     report=REPORT,

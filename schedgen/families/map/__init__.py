@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_map
 from .model import MapOp
 from .report import REPORT
@@ -20,6 +21,7 @@ FAMILY = register(Family(
     small_sizes=small_sizes,
     tune_aliases=map_aliases,
     summary="N-ary elementwise body with numpy broadcasting",
+    draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
     metric="gbps",
     elementwise=lambda op: op.body,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_matmul
 from .model import MatmulOp
 from .report import REPORT
@@ -20,6 +21,7 @@ FAMILY = register(Family(
     small_sizes=small_sizes,
     tune_aliases=matmul_aliases,
     summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
+    draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",

@@ -1,0 +1,136 @@
+"""matmul's `explain --draw` hooks: its tiles in the kernel's order (cluster units), its pipeline model, its summary
+and reading guide (schedgen/draw.py draws them)."""
+from __future__ import annotations
+
+from ...draw import (L2_RATE, SMEM_RATE, TENSOR_RATE, TMA_LATENCY, Pipeline, Span, Tile, Traversal, kib,
+                     persistent_guide, tile_order_text)
+from ...plan.common import planar_snake
+from .. import DrawHooks
+
+
+def matmul_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
+    """Tiles of batch 0 in the kernel's order (templates/cuda.cu.j2 sg_tile_coords): cluster units in row-major or
+    planar-snake order, unit t handled by cluster t % clusters, its CTAs side by side along M or N. With `limit`,
+    the units of the first `limit` tiles only."""
+    cm, cn = p.cluster_m, p.cluster_n
+    tmc, tnc = p.tiles_m // cm, p.tiles_n // cn
+    clusters = max(1, p.num_blocks // p.cluster_size)
+    units = tmc * tnc if limit is None else min(tmc * tnc, max(1, limit // p.cluster_size))
+    tiles = []
+    for t in range(units):
+        if p.tile_order == "planar_snake":
+            um, un = planar_snake(t, (tmc, tnc), p.minor_dim, p.tile_width)
+        else:
+            um, un = t // tnc, t % tnc
+        c = t % clusters
+        for r in range(p.cluster_size):
+            row, col = (um * cm + r, un) if cm == 2 else (um, un * cn + r)
+            tiles.append(Tile(row, col, t, c * p.cluster_size + r, c, t // clusters))
+    return tiles, p.tiles_m, p.tiles_n
+
+
+def traversal(p, limit: int) -> Traversal:
+    tiles, rows, cols = matmul_tiles(p, limit)
+    blocks = max(1, p.num_blocks)
+    clustered = p.cluster_size > 1
+    return Traversal(
+        tiles=tiles, rows=rows, cols=cols, total=rows * cols,
+        units=(p.tiles_m // p.cluster_m) * (p.tiles_n // p.cluster_n),
+        blocks=blocks, takers=max(1, blocks // p.cluster_size),
+        cell=(p.tile_n, p.tile_m), names=("N", "M"), order=tile_order_text(p),
+        unit=f"{p.cluster_m}x{p.cluster_n} cluster units" if clustered else "tiles",
+        taker="clusters" if clustered else "blocks")
+
+
+def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list[Span], int]:
+    """Producer / stage slots / consumers over `tiles` tiles of `k_shown` k-steps each, in a simple timing model:
+    a stage's TMA load lands TMA_LATENCY + bytes / L2_RATE after issue (loads overlap but stream one after another),
+    a k-step of wgmma takes its FLOPs at the tensor rate, the epilogue writes the tile at SMEM_RATE; the producer
+    waits for a slot's `empty` barrier, the consumers for its `full` barrier; a stage is released when its wgmma is
+    done (with delay_release 1, when the next step's wgmma has been issued)."""
+    S = p.stages
+    k_shown = k_shown or min(p.k_iters, S + 3)
+    load = p.stage_tx_bytes / L2_RATE
+    mma = 2.0 * p.tile_m * p.tile_n * p.tile_k / TENSOR_RATE
+    epi = p.tile_m * p.tile_n * p.outputs[0].itemsize / SMEM_RATE / max(1, p.num_consumers)
+    issue_gap = 0.02e-6
+    steps = tiles * k_shown
+    spans: list[Span] = []
+    landed, start, end, release = [0.0] * steps, [0.0] * steps, [0.0] * steps, [0.0] * steps
+    issue_t, land_t, cons_free = 0.0, 0.0, 0.0
+    for i in range(steps):
+        s = i % S
+        tile, k = divmod(i, k_shown)
+        ready = release[i - S] if i >= S else 0.0
+        issue = max(issue_t + issue_gap, ready)
+        if issue > issue_t + issue_gap * 1.5 and i >= S:
+            spans.append(Span("producer", issue_t + issue_gap, issue, f"wait empty[{s}]", "wait", s))
+        issue_t = issue
+        spans.append(Span("producer", issue, issue + issue_gap * 4, f"k{k}", "issue", s))
+        land = max(issue + TMA_LATENCY + load * 0.3, land_t + load)
+        land_t = land
+        landed[i] = land
+        spans.append(Span(f"stage {s}", issue, land, f"t{tile} k{k}", "load", s))
+        start[i] = max(land, cons_free)
+        end[i] = start[i] + mma
+        cons_free = end[i]
+        if k == k_shown - 1:
+            cons_free = end[i] + epi
+        if i >= 1:
+            prev = i - 1
+            release[prev] = end[prev] if (p.delay_release == 0 or (prev % k_shown) == k_shown - 1) else max(
+                end[prev], start[i])
+    release[steps - 1] = end[steps - 1]
+    for i in range(steps):
+        s = i % S
+        tile, k = divmod(i, k_shown)
+        spans.append(Span(f"stage {s}", landed[i], release[i], f"t{tile} k{k}", "hold", s))
+        for c in range(p.num_consumers):
+            spans.append(Span(f"consumer {c}", start[i], end[i], f"k{k}", "mma", s))
+        if k == k_shown - 1:
+            for c in range(p.num_consumers):
+                spans.append(Span(f"consumer {c}", end[i], end[i] + epi, f"epilogue t{tile}", "epilogue"))
+    return spans, k_shown
+
+
+def pipeline(p) -> Pipeline:
+    spans, k_shown = simulate_matmul(p)
+    rows = ["producer"] + [f"stage {s}" for s in range(p.stages)] + [f"consumer {c}" for c in range(p.num_consumers)]
+    names = {"producer": "producer WG\n(1 thread: TMA)",
+             **{f"consumer {c}": f"consumer WG {c}\n(wgmma {p.wg_tile_m}x{p.wg_tile_n})"
+                for c in range(p.num_consumers)}}
+    title = (f"Pipeline over 2 tiles x {k_shown} k-steps (of {p.k_iters}; the rest of the K loop is cut): "
+             f"{p.stages}-stage ring, delay_release {p.delay_release}; stage slot rows: hatched = TMA in flight "
+             f"({kib(p.stage_tx_bytes)}), solid = landed and read by wgmma until released")
+    legend = [dict(facecolor="#4c72b0", label="wgmma k-step"),
+              dict(facecolor="#222222", label="epilogue (apply, stage, TMA store)")]
+    return Pipeline(spans, rows, title, names, legend)
+
+
+def summary(p) -> list[str]:
+    clusters = max(1, p.num_blocks // p.cluster_size)
+    return [
+        f"kernel {p.kernel_name}",
+        f"M x N x K = {p.m} x {p.n} x {p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")
+        + f"; {p.in_dtype} in, {p.out_dtype} out",
+        f"tile {p.tile_m} x {p.tile_n} x {p.tile_k}; {p.tiles_m} x {p.tiles_n} tiles, {p.k_iters} k-steps each",
+        f"{p.num_consumers} consumer warpgroup(s) split along {p.wg_axis}: {p.wg_tile_m} x {p.wg_tile_n} each",
+        f"cluster {p.cluster_m} x {p.cluster_n}" + (f" (multicast {p.multicast})" if p.multicast else "")
+        + f"; {p.num_blocks} blocks = {clusters} clusters" + (" (at most; the runtime keeps what fits)"
+                                                             if p.auto_blocks else ""),
+        f"{p.stages} stages x {kib(p.stage_tx_bytes)}; SMEM {p.smem_bytes} B; {p.threads} threads",
+        f"order {p.tile_order}" + (f" (minor dim {p.minor_dim}, width {p.tile_width})"
+                                   if p.tile_order == "planar_snake" else ""),
+    ]
+
+
+def guide(p) -> str:
+    tiles = (["- black outlines: the CTAs of one cluster", "  (they share one operand tile by multicast)"]
+             if p.cluster_size > 1 else [])
+    return persistent_guide(max(1, p.num_blocks // p.cluster_size), tiles,
+                            ["- pipeline: the producer refills a slot only after",
+                             "  both consumers release it (empty barrier); the",
+                             "  consumers wait for it to land (full barrier)"])
+
+
+HOOKS = DrawHooks(traversal=traversal, pipeline=pipeline, summary=summary, guide=guide)

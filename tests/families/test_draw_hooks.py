@@ -1,0 +1,60 @@
+"""Every family's `explain --draw` hooks (families/<kind>/draw.py): the traversal covers the grid once in the
+kernel's order and a bounded one is its prefix; the pipeline's spans sit on its rows; a family without hooks is
+refused by name."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SPECS_DIR, spec_files
+from schedgen import draw, families
+from schedgen.frontend.validate import load_spec
+from schedgen.plan import plan
+
+
+def _plans():
+    for path in spec_files():
+        spec, src = load_spec(str(path))
+        if families.of(spec).draw is not None:
+            yield pytest.param(path, id=path.stem)
+
+
+@pytest.mark.parametrize("path", list(_plans()))
+def test_traversal_and_pipeline_hooks(path):
+    spec, src = load_spec(str(path))
+    p = plan(spec, src)
+    hooks = families.of(p).draw
+    tv = hooks.traversal(p, draw.MAX_TILES)
+    assert not tv.sampled and tv.total == len(tv.tiles) == tv.rows * tv.cols
+    assert len({(t.row, t.col) for t in tv.tiles}) == tv.total           # every tile once
+    orders = [t.order for t in tv.tiles]
+    assert orders == sorted(orders) and len(set(orders)) == tv.units     # in the kernel's order, units counted
+    assert {t.block for t in tv.tiles} <= set(range(tv.blocks))
+    part = hooks.traversal(p, 100)                                       # bounded: the first tiles, same order
+    assert part.sampled and part.total == tv.total and 100 - 4 <= len(part.tiles) <= 100
+    assert part.tiles == tv.tiles[:len(part.tiles)]
+    pl = hooks.pipeline(p)
+    assert pl.spans and {s.row for s in pl.spans} <= set(pl.rows) and all(s.end >= s.start for s in pl.spans)
+    assert hooks.summary(p)[0] == f"kernel {p.kernel_name}" and hooks.guide(p).startswith("How to read it:")
+
+
+def test_a_family_without_hooks_is_refused_by_name(tmp_path):
+    spec, src = load_spec(str(SPECS_DIR / "collective_matmul_bf16_1024x4096.yaml"))
+    p = plan(spec, src)
+    drawn = [f.kind for f in families.all_families() if f.draw is not None]
+    assert len(drawn) >= 2
+    with pytest.raises(draw.DrawError, match=f"--draw knows the {', '.join(drawn[:-1])} and {drawn[-1]} families; "
+                                             f"this plan is {p.family}"):
+        draw.draw(p, tmp_path / "x.png")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_cta_a_tile_attention_is_coloured_by_sm_slot():
+    # The colour bar of a non-persistent attention grid says "SM slot ... (index mod 132)", but every tile from
+    # the 133rd on was given block = its index and drawn in the colour bar's top colour.
+    spec, src = load_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"))
+    p = plan(spec, src)
+    assert not p.persistent and p.num_tiles > 2 * draw.SM_COUNT
+    tv = families.of(p).draw.traversal(p, draw.MAX_TILES)
+    assert tv.blocks == draw.SM_COUNT and "index mod 132" in tv.colorbar
+    assert [t.block for t in tv.tiles] == [t.order % draw.SM_COUNT for t in tv.tiles]
+    assert [t.wave for t in tv.tiles] == [t.order // draw.SM_COUNT for t in tv.tiles]

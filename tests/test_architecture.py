@@ -1,0 +1,118 @@
+"""The layout's rules, checked on the source (docs/architecture.md):
+
+(a) the shared stages never name a family: no module of `schedgen/` outside `schedgen/families/` holds a string
+    literal equal to a registered kind, or compares a `family` with `==` / `!=` (a family's code lives in its folder
+    and the shared code reaches it through the `Family` manifest). Modules still being cleaned are listed in
+    `KNOWN_UNCLEAN`; the set may only shrink: a listed module that is clean (or gone) fails too, so that it is
+    taken off the list;
+(b) a ratchet on McCabe complexity: the functions of `schedgen/` over complexity 15 (ruff's C901, counted whatever
+    `# noqa` comments say) may not outnumber `MAX_COMPLEX`. Lower it when a function is split; never raise it.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from schedgen import families
+
+PACKAGE = ROOT / "schedgen"
+
+# Modules outside schedgen/families/ that still name a family, being moved behind the manifest by their owners.
+# Take a module off this list when it is clean (the test says when); never add one.
+KNOWN_UNCLEAN = {
+    "schedgen/bench.py",            # peers and timing per family (the bench split)
+    "schedgen/report.py",           # the bench report's per-family tables and plots
+    "schedgen/tune/measure.py",     # a matmul-only measurement path
+}
+
+# Functions of schedgen/ over complexity 15 when this was recorded (2026-12-03): may only go down.
+MAX_COMPLEX = 10
+COMPLEXITY = 15
+
+
+def _is_family(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "family") or (
+        isinstance(node, ast.Name) and node.id == "family")
+
+
+_COMPARE = re.compile(r"\bfamily\s*[!=]=|[!=]=\s*[\w.]*\bfamily\b")
+
+
+def family_names(source: str, kinds: set[str], filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, what) of each place `source` names a family: a literal kind, or a `family ==` / `!=` comparison."""
+    found = []
+    # a cheap sieve first (walking every tree is most of this test's time): a literal kind is written quoted
+    if not _COMPARE.search(source) and not any(f"{q}{k}{q}" in source for k in kinds for q in "'\""):
+        return found
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds:
+            found.append((node.lineno, f"the literal {node.value!r}"))
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(_is_family(s) for s in sides) and not all(_is_family(s) for s in sides):
+                found.append((node.lineno, f"the comparison `{ast.unparse(node)}`"))
+    return sorted(found)
+
+
+def _shared_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if (PACKAGE / "families") not in p.parents)
+
+
+def test_the_rule_sees_what_it_should():
+    kinds = {"matmul", "map"}
+    assert family_names('if p.family == "matmul":\n    pass\n', kinds) == [
+        (1, "the comparison `p.family == 'matmul'`"), (1, "the literal 'matmul'")]
+    assert family_names("x = {'map': 1}\n", kinds) == [(1, "the literal 'map'")]
+    assert family_names("if family != KIND:\n    pass\n", kinds) == [(1, "the comparison `family != KIND`")]
+    # not a family: a kind inside a longer text, an f-string's text, a family compared with a family, identity
+    assert family_names('"""matmul docs"""\nx = f"a matmul {y}"\nok = a.family == b.family\n'
+                        "none = p.family is None\nm = mapping\n", kinds) == []
+
+
+def test_shared_modules_do_not_name_a_family():
+    kinds = set(families.kinds())
+    unclean = {}
+    for path in _shared_modules():
+        found = family_names(path.read_text(), kinds, str(path))
+        if found:
+            unclean[path.relative_to(ROOT).as_posix()] = found
+    new = {m: unclean[m] for m in sorted(set(unclean) - KNOWN_UNCLEAN)}
+    assert not new, "shared modules that name a family (use the Family manifest, schedgen/families/__init__.py):\n" + \
+        "\n".join(f"  {m}:{line}: {what}" for m, found in new.items() for line, what in found)
+    cleaned = sorted(KNOWN_UNCLEAN - set(unclean))
+    assert not cleaned, f"clean now (or gone): take {', '.join(cleaned)} off KNOWN_UNCLEAN in {Path(__file__).name}"
+
+
+def _ruff() -> list[str] | None:
+    exe = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if exe:
+        return [exe]
+    try:
+        import ruff  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-m", "ruff"]
+
+
+def test_complexity_ratchet():
+    ruff = _ruff()
+    if ruff is None:
+        pytest.skip("ruff is not installed (it is in the `test` extra)")
+    run = subprocess.run(
+        [*ruff, "check", "--select", "C901", "--ignore-noqa", "--no-cache", "--output-format", "json",
+         "--config", f"lint.mccabe.max-complexity = {COMPLEXITY}", "--exit-zero", str(PACKAGE)],
+        capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 0, run.stderr
+    over = [d for d in json.loads(run.stdout) if d["code"] == "C901"]
+    listing = "\n".join(f"  {Path(d['filename']).relative_to(ROOT)}:{d['location']['row']}: {d['message']}"
+                        for d in over)
+    assert len(over) <= MAX_COMPLEX, (f"{len(over)} functions over complexity {COMPLEXITY}, at most {MAX_COMPLEX} "
+                                      f"(split the new one):\n{listing}")
