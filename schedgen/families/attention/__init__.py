@@ -18,5 +18,6 @@ FAMILY = register(Family(
     small_sizes=small_sizes,
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
     templates=Path(__file__).resolve().parent / "templates",
+    peers=f"{__package__}.peers",
     metric="tflops",
 ))

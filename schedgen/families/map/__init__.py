@@ -20,6 +20,7 @@ FAMILY = register(Family(
     tune_aliases=map_aliases,
     summary="N-ary elementwise body with numpy broadcasting",
     templates=Path(__file__).resolve().parent / "templates",
+    peers=f"{__package__}.peers",
     metric="gbps",
     elementwise=lambda op: op.body,
 ))
