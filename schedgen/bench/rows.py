@@ -85,6 +85,65 @@ def write_record(path: Path | str, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+# ---------------------------------------------------------------------------------------------- comparing runs
+
+MOVED = 0.05        # a time that moved by more than this fraction of the recorded one is flagged
+
+
+def _compare_key(r: dict) -> tuple:
+    return _key(r) + (r.get("variant", "default"),)
+
+
+def recorded_rows(folder: Path | str) -> list[dict]:
+    """Every benchmark row of the record files in a folder (bench/results/*.json); files or items that are not
+    rows (the attention record of bench/attn_gpu.py, for one) are passed over."""
+    rows = []
+    for f in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, list):
+            rows += [r for r in data if isinstance(r, dict) and all(k in r for k in ROW_KEYS)
+                     and isinstance(r["shape"], dict)]
+    return rows
+
+
+def compare(recorded: list[dict], new: list[dict], moved: float = MOVED) -> list[dict]:
+    """For each new row that the record has too (same spec, backend, shape and variant): the recorded and the new
+    time, new / recorded, and whether it moved by more than `moved`."""
+    old = {_compare_key(r): r for r in recorded if r.get("time_ms")}
+    out = []
+    for r in new:
+        was = old.get(_compare_key(r))
+        if was is None:
+            continue
+        now = r.get("time_ms")
+        ratio = now / was["time_ms"] if now else None
+        out.append({"spec": r["spec"], "variant": r.get("variant", "default"), "backend": r["backend"],
+                    "shape": r["shape"], "recorded_ms": was["time_ms"], "new_ms": now, "ratio": ratio,
+                    "recorded_date": was.get("date"),
+                    "moved": ratio is None or abs(ratio - 1.0) > moved})
+    return out
+
+
+def compare_markdown(cmp: list[dict], unmatched: int = 0, moved: float = MOVED) -> str:
+    """The comparison as a Markdown table, the rows that moved flagged, a summary line after."""
+    lines = ["| spec | variant | backend | shape | recorded (ms) | new (ms) | new / recorded | moved |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in cmp:
+        shape = " ".join(f"{k}={v}" for k, v in c["shape"].items())
+        new = f"{c['new_ms']:.4f}" if c["new_ms"] else "not timed"
+        ratio = f"{c['ratio']:.3f}" if c["ratio"] else "-"
+        flag = f"MOVED > {moved:.0%}" if c["moved"] else ""
+        lines.append(f"| {c['spec']} | {c['variant']} | {c['backend']} | {shape} | {c['recorded_ms']:.4f} | {new} | "
+                     f"{ratio} | {flag} |")
+    n_moved = sum(c["moved"] for c in cmp)
+    tail = (f"\n{len(cmp)} rows compared with the record, {n_moved} moved by more than {moved:.0%}"
+            + (f"; {unmatched} new rows have no recorded counterpart" if unmatched else "") + ".\n")
+    return "\n".join(lines) + "\n" + tail
+
+
 # ---------------------------------------------------------------------------------------------- building rows
 
 def base_row(plan, backend: str, check, env: dict, **fields) -> dict[str, Any]:
