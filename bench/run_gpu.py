@@ -51,6 +51,24 @@ def suite_runs(suite: list[dict]) -> list[dict]:
     return runs
 
 
+def verify_pass(specs: list[Path], out: Path, t0: float) -> None:
+    """`verify` of every spec on both backends: OUT/verify.txt and the lines printed."""
+    from schedgen.verify import verify_file
+    lines = []
+    for spec in specs:
+        try:
+            checks = verify_file(str(spec), ["cuda", "pallas"])
+        except Exception as exc:  # a spec that does not build is reported, the others still run
+            lines.append(f"{spec.stem:22} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        for c in checks:
+            lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
+                         f"{'ok' if c.ok else ('SKIP ' if c.skipped else 'FAIL ') + c.note}"
+                         f"{'  (' + c.note + ')' if c.ok and c.note else ''}")
+    (out / "verify.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
@@ -74,7 +92,6 @@ def main() -> int:
     from schedgen.bench import bench_built, compare, compare_markdown, environment, markdown, print_skips, recorded_rows
     from schedgen.build import build_spec
     from schedgen.frontend.validate import parse_overrides
-    from schedgen.verify import verify_file
 
     env = environment()
     print("env:", json.dumps(env), flush=True)
@@ -88,20 +105,8 @@ def main() -> int:
         log.write_text(r.stdout + r.stderr)
         print("gpu tests:", (r.stdout.strip().splitlines() or ["?"])[-1], f"({time.time() - t0:.0f}s)", flush=True)
 
-    lines = []
     specs = [p for p in sorted(ROOT.glob("specs/*")) if args.family is None or family_of(p) == args.family]
-    for spec in [] if args.skip_verify else specs:
-        try:
-            checks = verify_file(str(spec), ["cuda", "pallas"])
-        except Exception as exc:  # a spec that does not build is reported, the others still run
-            lines.append(f"{spec.stem:22} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            continue
-        for c in checks:
-            lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
-                         f"{'ok' if c.ok else ('SKIP ' if c.skipped else 'FAIL ') + c.note}"
-                         f"{'  (' + c.note + ')' if c.ok and c.note else ''}")
-    (out / "verify.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
+    verify_pass([] if args.skip_verify else specs, out, t0)
 
     suite = suite_runs(tomllib.loads((ROOT / "bench/suite.toml").read_text())["run"])
     rows = []
