@@ -18,11 +18,12 @@ import faulthandler
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -148,14 +149,6 @@ for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384}), ("2x32x8192x128
 for _lab, _ov in (("4096x128", {}), ("16384x128", {"S": 16384})):
     TUNE.append((f"t-{_lab}-causal-persist", {**_ov, **PERSIST, **CAUSAL}))
 TUNE.append(("t-4096x256-kv80-s2", {**blocks(256, 128, 80), **CUDA_ONLY}))
-# A/B of the softmax's code shape: row max / sum chains (1 or 4) x skipping the O rescale (from D 64 or never)
-AB = []
-for _lab, _ov in (("4096x128", {}), ("4096x128-causal", CAUSAL), ("4096x64-nc3", NC3_D64), ("4096x256-kv64", D256),
-                  ("4096x256-kv80", blocks(256, 128, 80)), ("16384x128-persist", {"S": 16384, **PERSIST})):
-    for _ch in (1, 4):
-        for _skip in (64, 1024):
-            AB.append((f"ab-{_lab}-ch{_ch}-{'skip' if _skip == 64 else 'noskip'}",
-                       {**_ov, **CUDA_ONLY, "__planner": {"ROW_CHAINS": _ch, "SKIP_RESCALE_MIN_D": _skip}}))
 TUNE.append(("t-4096x256-causal-kv80-s2", {**blocks(256, 128, 80), **CAUSAL, **CUDA_ONLY}))
 # tile order and grid A/B (--order), CUDA vs SDPA: the causal shapes one CTA a tile in the old order (q blocks fastest,
 # the longest of each head first) and in the default lpt order (the longest tiles of all heads first, heads fastest
@@ -175,83 +168,80 @@ for _lab, _ov in PERF:
         ORDER.append((f"o-{_lab[2:]}-persist", {**_ov, **PERSIST}))
 
 
-# ---------------------------------------------------------------------------------------------- reference
-
-def sampled_rows(plan, nrows: int, gen):
-    import torch
-    if plan.seq_q <= nrows:
-        return torch.arange(plan.seq_q, device="cuda")
-    return torch.randperm(plan.seq_q, device="cuda", generator=gen)[:nrows].sort().values
-
-
-def reference_rows(plan, q, k, v, rows):
-    """float64 softmax(scale q k^T + mask) v and its log-sum-exp on query rows `rows`, as [B, H, rows, D]."""
-    import torch
-    bhsd = (lambda t: t.transpose(1, 2)) if plan.layout == "bshd" else (lambda t: t)
-    qd, kd, vd = (bhsd(t).double() for t in (q, k, v))
-    g = plan.heads_q // plan.heads_kv
-    kd, vd = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
-    qs = qd[:, :, rows]
-    s = (qs @ kd.transpose(-1, -2)) * plan.scale
-    if plan.causal:
-        cols = torch.arange(plan.seq_kv, device="cuda")
-        mask = cols[None, :] > (rows[:, None] + plan.seq_kv - plan.seq_q)
-        s = s.masked_fill(mask, float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    return torch.softmax(s, -1) @ vd, lse
-
-
-def rel_err(got, ref) -> float:
-    import torch
-    got = got.double()
-    if not bool(torch.isfinite(got).all()):
-        return math.inf
-    return float((got - ref).norm() / ref.norm())
-
-
-# ---------------------------------------------------------------------------------------------- timing
-
-def cupti_rounds(fns: dict, calls: int, rounds: int, sync) -> dict:
-    """Median CUPTI kernel time per call of each contender, rounds interleaved; falls back to events."""
-    from schedgen.bench import cupti_ms
-    import torch
-    times = {n: [] for n in fns}
-    for _ in range(rounds):
-        for n, f in fns.items():
-            ms = cupti_ms(f, calls, sync)
-            if ms is None:       # no CUPTI: events around back-to-back calls (torch stream)
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                for i in range(calls):
-                    f(i)
-                e1.record()
-                sync()
-                ms = e0.elapsed_time(e1) / calls
-            times[n].append(ms)
-    return {n: {"ms": statistics.median(ts), "spread": (max(ts) - min(ts)) / statistics.median(ts)}
-            for n, ts in times.items()}
-
-
 # ---------------------------------------------------------------------------------------------- one case
+# inputs from schedgen.reference.random_inputs, errors against schedgen's float64 reference (sampled rows at the
+# big shapes), timing by schedgen.bench.interleaved: this script only chooses the cases and prints the table
+
+
+def _errors(prefix: str, plan, got: list, ref: dict) -> dict:
+    """rel. error of each output (numpy) against the reference: {prefix}_err, {prefix}_lse_err."""
+    from schedgen.reference import rel_error
+    out = {f"{prefix}_err": rel_error(got[0], ref[plan.outputs[0].name])}
+    if plan.with_lse and len(got) > 1:
+        out[f"{prefix}_lse_err"] = rel_error(got[1], ref[plan.outputs[1].name])
+    return out
+
+
+def _our_cuda(built, kern, ins: list, stream: int) -> tuple[list, list]:
+    """Launchers over every input set into NaN-poisoned outputs, launched once (dynamic grids twice: the tile
+    counter must be back at zero for the next launch); (launchers, the first set's outputs as numpy)."""
+    import torch
+    from schedgen.bench.case import from_torch, torch_dtypes
+    p = built.plan
+    tdt = torch_dtypes(torch)
+    outs = [[torch.full(tuple(o.shape), float("nan"), device="cuda", dtype=tdt[o.dtype]) for o in p.outputs]
+            for _ in ins]
+    launch = [kern.prepare(ins[i], outs[i], stream=stream) for i in range(len(ins))]
+    launch[0]()
+    if p.dynamic:
+        torch.cuda.synchronize()
+        for t in outs[0]:
+            t.fill_(float("nan"))
+        launch[0]()
+    torch.cuda.synchronize()
+    return launch, [from_torch(torch, t, o.dtype) for t, o in zip(outs[0], p.outputs)]
+
+
+def _jax_sweep(p, ins: list, ref: dict, args, row: dict):
+    """JAX's attention_mgpu over its small sweep, each config checked, the verified fastest returned as a
+    contender (on f16 copies with q pre-scaled: schedgen.families.attention.peers.jax_attention_inputs)."""
+    import jax
+    import jax.dlpack
+    import torch
+    from schedgen.bench.timing import interleaved, jax_contender
+    from schedgen.families.attention.peers import jax_attention_configs, jax_attention_peer
+    from schedgen.reference import rel_error
+    j16 = [[(t.float() * (p.scale if n == 0 else 1.0)).half() for n, t in enumerate(s)] for s in ins]
+    jins16 = [[jax.dlpack.from_dlpack(t) for t in s] for s in j16]
+    best, sweep = None, []
+    for cfg in jax_attention_configs(p, sweep=not args.no_sweep):
+        fn, _ = jax_attention_peer(p, cfg)
+        if fn is None:
+            break
+        try:
+            f = jax.jit(fn)
+            err = rel_error(torch.from_dlpack(f(*jins16[0])).float().cpu().numpy(), ref[p.outputs[0].name])
+            ms = interleaved([jax_contender("x", f, jins16)], block=10, rounds=1, warmup=1)["x"]["time_ms"]
+            sweep.append({"cfg": list(cfg), "ms": ms, "err": err})
+            if err < 2e-2 and ms and (best is None or ms < best[0]):
+                best = (ms, f, list(cfg), err)
+        except Exception as exc:
+            sweep.append({"cfg": list(cfg), "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    row["jax_sweep"] = sweep
+    if best is None:
+        return None
+    row["jax_cfg"], row["jax_err"] = best[2], best[3]
+    return jax_contender("jax", best[1], jins16)
+
 
 def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
-    import schedgen.families.attention.plan as planner
-    t0 = time.time()
-    consts = ov.get("__planner", {})      # A/B runs: planner constants (ROW_CHAINS, SKIP_RESCALE_MIN_D) for this case
-    saved = {k: getattr(planner, k) for k in consts}
-    for k, v in consts.items():
-        setattr(planner, k, v)
-    try:
-        return _run_case(label, {k: v for k, v in ov.items() if k != "__planner"}, perf, args, tmp, t0)
-    finally:
-        for k, v in saved.items():
-            setattr(planner, k, v)
-
-
-def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> dict:
     import torch
+    from schedgen.bench.case import from_torch, to_torch
+    from schedgen.bench.timing import Contender, interleaved, jax_contender
     from schedgen.build import build_spec, package
+    from schedgen.reference import random_inputs, reference
     from schedgen.runtime.kernel import load_package
+    t0 = time.time()
     built = build_spec(BASE, ov)
     p = built.plan
     kern = load_package(package(built, tmp / label))
@@ -259,140 +249,75 @@ def _run_case(label: str, ov: dict, perf: bool, args, tmp: Path, t0: float) -> d
            "Skv": p.seq_kv, "D": p.head_dim, "causal": p.causal, "layout": p.layout, "lse": p.with_lse,
            "block_q": p.block_q, "block_kv": p.block_kv, "stages": p.stages, "pingpong": p.pingpong,
            "flops": p.flops, "build_s": round(time.time() - t0, 1)}
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(hash(label) % (1 << 31))
+    host = random_inputs(built.spec, p.sizes, seed=abs(hash(label)) % (1 << 31))
+    ref = reference(built.spec, p.sizes, host)
     in_bytes = sum(math.prod(o.shape) * o.itemsize for o in p.inputs)
     sets = max(1, min(4, math.ceil(400e6 / in_bytes))) if perf else 1
-    ins = [[torch.randn(tuple(o.shape), device="cuda", dtype=torch.bfloat16, generator=gen) for o in p.inputs]
-           for _ in range(sets)]
-    outs = [[torch.full(tuple(o.shape), float("nan"), device="cuda",
-                        dtype=torch.bfloat16 if o.role == "o" else torch.float32) for o in p.outputs]
-            for _ in range(sets)]
+    ins = [[to_torch(torch, host[o.name], o.dtype) for o in p.inputs]]
+    ins += [[t.clone() for t in ins[0]] for _ in range(sets - 1)]
     stream = torch.cuda.current_stream().cuda_stream
-    launch = [kern.prepare(ins[i], outs[i], stream=stream) for i in range(sets)]
-    launch[0]()
-    if p.dynamic:     # the tile counter must be back at zero for the next launch: launch again into poisoned outputs
-        torch.cuda.synchronize()
-        for t in outs[0]:
-            t.fill_(float("nan"))
-        launch[0]()
-    torch.cuda.synchronize()
-    rows = sampled_rows(p, 256, gen)
-    ref, lse_ref = reference_rows(p, *ins[0], rows)
-    bhsd = (lambda t: t.transpose(1, 2)) if p.layout == "bshd" else (lambda t: t)
-    row["cuda_err"] = rel_err(bhsd(outs[0][0])[:, :, rows], ref)
-    if p.with_lse:
-        row["cuda_lse_err"] = rel_err(outs[0][1][:, :, rows], lse_ref)
-    # every element written (poisoned with NaN before the launch)
-    row["cuda_all_written"] = bool(torch.isfinite(outs[0][0]).all())
+    launch, got = _our_cuda(built, kern, ins, stream)
+    row.update(_errors("cuda", p, got, ref))
+    row["cuda_all_written"] = bool(np.isfinite(np.asarray(got[0], dtype=np.float32)).all())  # poisoned with NaN
     tuned = cuda_tuned(p.head_dim, p.causal) if perf is True else None
+    launch_same = None
     if tuned is not None:     # the CUDA kernel at its own best schedule: "cuda"; at the Pallas one's: "cuda_same"
         bt = build_spec(BASE, {**ov, **tuned})
-        kt = load_package(package(bt, tmp / (label + "-tuned")))
-        outs_t = [[torch.full_like(t, float("nan")) for t in s] for s in outs]
-        launch_same = launch
-        launch = [kt.prepare(ins[i], outs_t[i], stream=stream) for i in range(sets)]
-        launch[0]()
-        if bt.plan.dynamic:
-            torch.cuda.synchronize()
-            for t in outs_t[0]:
-                t.fill_(float("nan"))
-            launch[0]()
-        torch.cuda.synchronize()
-        row["cuda_same_err"], row["cuda_err"] = row["cuda_err"], rel_err(bhsd(outs_t[0][0])[:, :, rows], ref)
-        row["cuda_kernel"] = bt.plan.kernel_name
+        launch_same, (launch, got) = launch, _our_cuda(bt, load_package(package(bt, tmp / (label + "-tuned"))),
+                                                      ins, stream)
+        row["cuda_same_err"] = row["cuda_err"]
+        row.update(_errors("cuda", p, got, ref), cuda_kernel=bt.plan.kernel_name)
 
-    # our Pallas kernel (jax)
-    jfn = None
+    contenders = [Contender("cuda", lambda i: launch[i % sets](), stream=stream)]
+    if launch_same is not None:
+        contenders.append(Contender("cuda_same", lambda i: launch_same[i % sets](), stream=stream))
     if "pallas" in p.backends and not args.no_pallas and perf != "tune":
         try:
             import jax
             import jax.dlpack
-            mod = kern.pallas_module()
-            jfn = jax.jit(getattr(mod, p.name))
+            jfn = jax.jit(getattr(kern.pallas_module(), p.name))
             jins = [[jax.dlpack.from_dlpack(t) for t in s] for s in ins]
             res = jfn(*jins[0])
             res = res if isinstance(res, tuple) else (res,)
-            jax.block_until_ready(res)
-            got = torch.from_dlpack(res[0])
-            row["pallas_err"] = rel_err(bhsd(got)[:, :, rows], ref)
-            if p.with_lse:
-                row["pallas_lse_err"] = rel_err(torch.from_dlpack(res[1])[:, :, rows], lse_ref)
+            row.update(_errors("pallas", p, [torch.from_dlpack(r).float().cpu().numpy() for r in res], ref))
+            contenders.append(jax_contender("pallas", jfn, jins))
         except Exception as exc:
             row["pallas_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            jfn = None
     if not perf:
         row["total_s"] = round(time.time() - t0, 1)
         return row
 
     import torch.nn.functional as F
+    bhsd = (lambda t: t.transpose(1, 2)) if p.layout == "bshd" else (lambda t: t)
     views = [[bhsd(t) for t in s] for s in ins]
     enable_gqa = p.heads_q != p.heads_kv
 
     def sdpa(i):
         q, k, v = views[i % sets]
         return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=p.scale, enable_gqa=enable_gqa)
-    s_out = sdpa(0)
-    row["sdpa_err"] = rel_err(s_out[:, :, rows], ref)
+    s_out = bhsd(sdpa(0))
+    row["sdpa_err"] = _errors("sdpa", p, [from_torch(torch, s_out, p.dtype)], ref)["sdpa_err"]
     del s_out
-    fns = {"cuda": lambda i: launch[i % sets](), "sdpa": sdpa}
-    if tuned is not None:
-        fns["cuda_same"] = lambda i: launch_same[i % sets]()
-    holder = {}
-    if jfn is not None:
-        fns["pallas"] = lambda i: holder.__setitem__("p", jfn(*jins[i % sets]))
-    # JAX's attention_mgpu, a small sweep (each config checked, best one timed against us)
+    contenders.append(Contender("sdpa", sdpa, stream=stream))
     if p.layout == "bshd" and not p.with_lse and not args.no_jax and perf != "tune":
         try:
-            import jax
-            import jax.dlpack
-            from schedgen.bench import jax_attention_configs, jax_attention_peer
-            # jax 0.11.2's attention_mgpu stages Q, K and V in float16 SMEM whatever the input dtype, so it runs on
-            # f16 copies of the same values (exact: bf16 normals in f16 range); the tensor-core rate is the same
-            # and it applies no softmax scale of its own: q goes in pre-scaled (one f16 rounding of q * scale)
-            j16 = [[(t.float() * (p.scale if n == 0 else 1.0)).half() for n, t in enumerate(s)] for s in ins]
-            jins16 = [[jax.dlpack.from_dlpack(t) for t in s] for s in j16]
-            best = None
-            sweep = []
-            for bq, bkv, st in jax_attention_configs(p, sweep=not args.no_sweep):
-                fn, _ = jax_attention_peer(p, (bq, bkv, st))
-                if fn is None:
-                    break
-                try:
-                    f = jax.jit(fn)
-                    r = f(*jins16[0])
-                    jax.block_until_ready(r)
-                    err = rel_err(bhsd(torch.from_dlpack(r))[:, :, rows], ref)
-                    ms = cupti_rounds({"x": lambda i, f=f: holder.__setitem__("j", f(*jins16[i % sets]))}, 10, 1,
-                                      lambda: (jax.block_until_ready(holder.get("j")), torch.cuda.synchronize()))["x"]["ms"]
-                    sweep.append({"cfg": [bq, bkv, st], "ms": ms, "err": err})
-                    if err < 2e-2 and (best is None or ms < best[0]):
-                        best = (ms, f, [bq, bkv, st], err)
-                except Exception as exc:
-                    sweep.append({"cfg": [bq, bkv, st], "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-            row["jax_sweep"] = sweep
-            if best is not None:
-                row["jax_cfg"], row["jax_err"] = best[2], best[3]
-                fj = best[1]
-                fns["jax"] = lambda i: holder.__setitem__("j", fj(*jins16[i % sets]))
+            jax_c = _jax_sweep(p, ins, ref, args, row)
+            if jax_c is not None:
+                contenders.append(jax_c)
         except Exception as exc:
             row["jax_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-
-    def sync():
-        for v in holder.values():
-            import jax
-            jax.block_until_ready(v)
-        torch.cuda.synchronize()
-    for f in fns.values():      # warm-up
-        for i in range(3):
-            f(i)
-    sync()
     calls = max(5, min(50, int(2e12 / max(p.flops, 1))))
-    res = cupti_rounds(fns, calls, 5, sync)
+    for c in contenders:
+        c.sync = c.sync or torch.cuda.synchronize
+    res = interleaved(contenders, block=calls, rounds=5, warmup=3)
     for n, r in res.items():
-        row[f"{n}_ms"] = r["ms"]
+        ms = r.get("cupti_ms") or r.get("time_ms")     # CUPTI kernel time for every contender where it is there
+        if not ms:
+            row[f"{n}_error"] = r.get("error", "not timed")
+            continue
+        row[f"{n}_ms"], row[f"{n}_timing"] = ms, "cupti" if r.get("cupti_ms") else r["timing"]
         row[f"{n}_spread"] = round(r["spread"], 3)
-        row[f"{n}_tflops"] = p.flops / (r["ms"] * 1e-3) / 1e12
+        row[f"{n}_tflops"] = p.flops / (ms * 1e-3) / 1e12
     row["total_s"] = round(time.time() - t0, 1)
     return row
 
@@ -431,7 +356,6 @@ def main() -> int:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-perf", action="store_true")
     ap.add_argument("--tune", action="store_true", help="also time the TUNE schedule variants (CUDA vs SDPA)")
-    ap.add_argument("--ab", action="store_true", help="also time the AB code-shape variants (CUDA vs SDPA)")
     ap.add_argument("--order", action="store_true", help="also time the ORDER tile-order variants (CUDA vs SDPA)")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-pallas", action="store_true")
@@ -452,7 +376,6 @@ def main() -> int:
     cases = ([] if args.skip_checks else [(l, o, False) for l, o in CHECKS]) + \
             ([] if args.skip_perf else [(l, o, True) for l, o in PERF]) + \
             ([(l, o, "tune") for l, o in TUNE] if args.tune else []) + \
-            ([(l, o, "tune") for l, o in AB] if args.ab else []) + \
             ([(l, o, "tune") for l, o in ORDER] if args.order else [])
     if args.only:
         cases = [c for c in cases if c[0] in args.only]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SERIES = [("cuda", "schedgen CUDA"), ("pallas", "schedgen Pallas"), ("cublas", "cuBLAS (torch.matmul)"),
           ("jax_pallas", "JAX Pallas hopper_matmul_mgpu")]
@@ -47,8 +50,10 @@ def plot(data: dict[str, dict[str, float]], path: Path, title: str) -> None:
         xs = [j + (i - 1.5) * width for j in range(len(labels))]
         ys = [data[l].get(key, 0.0) for l in labels]
         ax.bar(xs, ys, width, label=name, color=COLORS[key])
-    ax.axhline(989, color="black", lw=0.8, ls=":")
-    ax.text(len(labels) - 0.5, 989, "dense bf16 peak 989", ha="right", va="bottom", fontsize=8)
+    from schedgen.plan.hardware import PEAK_TFLOPS
+    ax.axhline(PEAK_TFLOPS, color="black", lw=0.8, ls=":")
+    ax.text(len(labels) - 0.5, PEAK_TFLOPS, f"dense bf16 peak {PEAK_TFLOPS:.0f} (datasheet)", ha="right", va="bottom",
+            fontsize=8)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("TFLOP/s")

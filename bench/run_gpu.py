@@ -1,12 +1,14 @@
 """One call on the GPU machine: GPU tests, verify every bundled spec, benchmark the suite, print a table.
 
     python3 bench/run_gpu.py [--out DIR] [--budget SECONDS] [--only LABEL...] [--family map|matmul|attention]
-                             [--skip-tests] [--skip-verify]
+                             [--skip-tests] [--skip-verify] [--compare DIR | --no-compare]
 
 Writes DIR/pytest_gpu.log, DIR/verify.txt, DIR/<family>.json (benchmark rows: map.json, matmul.json, attention.json) and
 DIR/bench.md; the last thing printed is the short table. `--family` limits verify and the suite to one family
 (to split the work over several calls of the device tool's 10-minute limit). Run it through the device tool
-(see README).
+(see README). Last, `--compare` (default bench/results/) prints for each benchmarked row that the committed record
+has too the recorded and the new time and their ratio, rows that moved by more than 5% flagged: "the numbers did
+not move" is that table with nothing flagged.
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch, cuBLAS and jax share the GPU
+
+
+def single_device_kinds() -> list[str]:
+    from schedgen import families
+    return [f.kind for f in families.all_families() if not f.multi_device]
 
 
 def family_of(path: Path) -> str:
@@ -44,6 +51,24 @@ def suite_runs(suite: list[dict]) -> list[dict]:
     return runs
 
 
+def verify_pass(specs: list[Path], out: Path, t0: float) -> None:
+    """`verify` of every spec on both backends: OUT/verify.txt and the lines printed."""
+    from schedgen.verify import verify_file
+    lines = []
+    for spec in specs:
+        try:
+            checks = verify_file(str(spec), ["cuda", "pallas"])
+        except Exception as exc:  # a spec that does not build is reported, the others still run
+            lines.append(f"{spec.stem:22} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        for c in checks:
+            lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
+                         f"{'ok' if c.ok else ('SKIP ' if c.skipped else 'FAIL ') + c.note}"
+                         f"{'  (' + c.note + ')' if c.ok and c.note else ''}")
+    (out / "verify.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
@@ -53,18 +78,20 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only suite entries with these labels")
     ap.add_argument("--main", action="store_true", help="run only the suite entries without a label")
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--family", choices=["map", "matmul", "attention"], default=None, help="verify and bench only this family")
+    ap.add_argument("--family", choices=single_device_kinds(), default=None, help="verify and bench only this family")
     ap.add_argument("--skip-verify", action="store_true", help="skip the verify pass (bench verifies what it times)")
+    ap.add_argument("--compare", default=str(ROOT / "bench" / "results"), metavar="DIR",
+                    help="compare the new rows' times with the record in DIR (default bench/results/)")
+    ap.add_argument("--no-compare", action="store_true", help="skip the comparison with the record")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
     import tomllib
-    from schedgen.bench import bench_built, environment, markdown
+    from schedgen.bench import bench_built, compare, compare_markdown, environment, markdown, print_skips, recorded_rows
     from schedgen.build import build_spec
     from schedgen.frontend.validate import parse_overrides
-    from schedgen.verify import verify_file
 
     env = environment()
     print("env:", json.dumps(env), flush=True)
@@ -78,20 +105,8 @@ def main() -> int:
         log.write_text(r.stdout + r.stderr)
         print("gpu tests:", (r.stdout.strip().splitlines() or ["?"])[-1], f"({time.time() - t0:.0f}s)", flush=True)
 
-    lines = []
     specs = [p for p in sorted(ROOT.glob("specs/*")) if args.family is None or family_of(p) == args.family]
-    for spec in [] if args.skip_verify else specs:
-        try:
-            checks = verify_file(str(spec), ["cuda", "pallas"])
-        except Exception as exc:  # a spec that does not build is reported, the others still run
-            lines.append(f"{spec.stem:22} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            continue
-        for c in checks:
-            lines.append(f"{c.spec:22} {c.backend:7} {c.output:4} {c.dtype:5} err {c.rel_error:.2e} tol {c.tolerance:.0e} "
-                         f"{'ok' if c.ok else ('SKIP ' if c.skipped else 'FAIL ') + c.note}"
-                         f"{'  (' + c.note + ')' if c.ok and c.note else ''}")
-    (out / "verify.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), f"\n({time.time() - t0:.0f}s)", flush=True)
+    verify_pass([] if args.skip_verify else specs, out, t0)
 
     suite = suite_runs(tomllib.loads((ROOT / "bench/suite.toml").read_text())["run"])
     rows = []
@@ -106,7 +121,7 @@ def main() -> int:
             continue
         try:
             built = build_spec(str(ROOT / run["spec"]), parse_overrides(run.get("define", [])))
-            new = bench_built(built, ["cuda", "pallas"], iters=args.iters, env=env)
+            new = print_skips(bench_built(built, ["cuda", "pallas"], iters=args.iters, env=env))
         except Exception as exc:
             print(f"{run['spec']} {label}: {type(exc).__name__}: {exc}", flush=True)
             continue
@@ -116,7 +131,7 @@ def main() -> int:
         for fam in sorted({r["family"] for r in rows}):
             (out / f"{fam}.json").write_text(json.dumps([r for r in rows if r["family"] == fam], indent=1) + "\n")
         for r in new:
-            if r["family"] in ("matmul", "attention"):
+            if r.get("peers"):
                 peers = " ".join(f"{n} {p['ratio']:.2f}x" if p.get("ratio") else f"{n} {'skipped' if p.get('skipped') else '-'}"
                                  for n, p in (r.get("peers") or {}).items())
                 print(f"  {r['spec']:20} {r['variant']:16} {r['backend']:6} {r.get('time_ms') or 0:.4f} ms "
@@ -129,6 +144,11 @@ def main() -> int:
     (out / "bench.md").write_text(markdown(rows))
     print(f"\nTOTAL {time.time() - t0:.0f}s")
     print(markdown(rows))
+    if not args.no_compare:
+        cmp = compare(recorded_rows(args.compare), rows)
+        (out / "compare.json").write_text(json.dumps(cmp, indent=1) + "\n")
+        print(f"\nagainst the record in {args.compare}:")
+        print(compare_markdown(cmp, unmatched=len(rows) - len(cmp)), end="")
     return 0
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
 from pathlib import Path
@@ -283,9 +282,13 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench_built, environment, markdown, merge_rows
+    from .bench import RecordError, bench_built, environment, markdown, merge_rows, print_skips, read_record, write_record
     from .build import build_spec
     from . import families
+    try:
+        old = read_record(args.json) if args.json else []     # a --json that is not a record: before any timing
+    except RecordError as exc:
+        raise _usage(str(exc)) from None
     env = environment()
     rows = []
     for path in args.files:
@@ -298,12 +301,11 @@ def cmd_bench(args) -> int:
             raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.family} family runs on "
                          f"{built.plan.num_devices} GPUs and is timed by bench/multi_gpu.py")
         rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)
+    rows = print_skips(rows)                                   # not run here (no GPU): SKIP and the reason
     merged = rows
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        merged = merge_rows(out, rows)
-        out.write_text(json.dumps(merged, indent=1) + "\n")
+    if args.json and rows:
+        merged = merge_rows(args.json, rows, old)
+        write_record(args.json, merged)
         if args.markdown:
             Path(args.markdown).write_text(markdown(merged))
     print(markdown(rows), end="")

@@ -64,7 +64,7 @@ class Family:
     verify: Callable[..., list] | None = None                # a family's own verify (multi-device)
     draw: DrawHooks | None = None
     tune_aliases: Callable[[Any], dict] | None = None        # spec -> {alias: targets}
-    peers: Any = None                                        # the family's benchmark peers (schedgen.bench)
+    peers: str | None = None                                 # module of its bench peers (schedgen/bench/run.py)
     report: ReportHooks = ReportHooks()                      # what the benchmark report needs of it
 
     def __post_init__(self):

@@ -120,9 +120,9 @@ def _gpu_kernel(built):
 def gpu_measure(built, backend: str, options: Mapping[str, Any]) -> dict:
     """Time one built candidate (runs in the worker). Device inputs are made once per operand set and reused by
     every candidate of the same op and sizes; big inputs are rotated as `schedgen bench` does."""
-    import math as _m
-
     from .. import bench
+    from ..bench.case import our_pallas
+    from ..bench.timing import block_for
     from ..runtime import driver
     from ..reference import random_inputs
     from ..verify import device_buffers
@@ -133,8 +133,7 @@ def gpu_measure(built, backend: str, options: Mapping[str, Any]) -> dict:
     if _GPU.get("ident") != ident:
         _GPU.pop("sets", None)
         host = random_inputs(built.spec, plan.sizes, seed=1)
-        in_bytes = sum(_m.prod(o.shape) * o.itemsize for o in plan.inputs)
-        n = bench.matmul_sets(in_bytes) if plan.family == "matmul" else bench._sets_for(in_bytes)
+        n = bench.input_sets(plan)           # the family's rule, as `schedgen bench` rotates them
         _GPU.update(ident=ident, host=host, sets=[device_buffers(plan, host) for _ in range(n)])
     sets = _GPU["sets"]
     if backend == "cuda":
@@ -142,7 +141,9 @@ def gpu_measure(built, backend: str, options: Mapping[str, Any]) -> dict:
         t = bench.time_stream_fn(lambda i: launchers[i](), len(launchers), warmup=warmup, iters=iters)
         driver.synchronize()
     else:
-        t = bench._our_pallas(kernel, plan, _GPU["host"], len(sets), iters=iters, warmup=warmup)
+        c, held = our_pallas(kernel, plan, _GPU["host"], len(sets))
+        t = bench.interleaved([c], block=block_for(iters), warmup=warmup)[c.name]
+        del held
     return {"time_ms": t["time_ms"], "timing": t.get("timing"), "cupti_ms": t.get("cupti_ms"), "sets": len(sets)}
 
 

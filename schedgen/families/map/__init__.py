@@ -23,6 +23,7 @@ FAMILY = register(Family(
     summary="N-ary elementwise body with numpy broadcasting",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    peers=f"{__package__}.peers",
     metric="gbps",
     elementwise=lambda op: op.body,
     report=REPORT,

@@ -255,7 +255,7 @@ def test_explain_names_the_gemms_and_blocks():
 
 def test_jax_peer_inputs_are_f16_with_q_prescaled():
     import numpy as np
-    from schedgen.bench import jax_attention_inputs
+    from schedgen.families.attention.peers import jax_attention_inputs
     p = _plan(GQA)
     rng = np.random.default_rng(0)
     host = {o.name: rng.standard_normal(o.shape).astype(np.float32) for o in p.inputs}
@@ -266,7 +266,7 @@ def test_jax_peer_inputs_are_f16_with_q_prescaled():
 
 
 def test_jax_peer_sweep_configs_fit_smem():
-    from schedgen.bench import jax_attention_configs, jax_attention_peer
+    from schedgen.families.attention.peers import jax_attention_configs, jax_attention_peer
     assert jax_attention_configs(_plan()) == [(64, 128, 2), (64, 64, 2), (64, 64, 3), (64, 128, 3)]
     assert jax_attention_configs(_plan(), sweep=False) == [(64, 128, 2)]
     # D = 256: only 64-key blocks fit beside the Q tiles; 3 consumers have no same-tuning config, only the sweep
@@ -276,7 +276,7 @@ def test_jax_peer_sweep_configs_fit_smem():
 
 
 def test_jax_peer_and_markdown_rows():
-    from schedgen.bench import attention_markdown, jax_attention_peer
+    from schedgen.families.attention.peers import attention_markdown, jax_attention_peer
     fn, note = jax_attention_peer(_plan())
     assert fn is not None and "block_kv 128" in note
     assert jax_attention_peer(_plan({"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}))[0] is None

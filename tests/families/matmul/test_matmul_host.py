@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT
 from schedgen import bench
+from schedgen.families.matmul import peers as mm_peers
 from schedgen import reference as R
 from schedgen.build import Built
 from schedgen.explain import explain
@@ -316,7 +317,7 @@ def test_verify_compares_sampled_rows(monkeypatch, spec_path):
 
 def test_jax_tuning_of_the_bundled_spec(spec_path):
     _, p = spec_and_plan(spec_path)
-    cfg, notes = bench.jax_tuning(p)
+    cfg, notes = mm_peers.jax_tuning(p)
     assert cfg == {"tile_m": 64, "tile_n": 256, "tile_k": 64, "max_concurrent_steps": 4, "epi_tile_n": 64,
                    "epi_tile_m": 64, "grid_minor_dim": "M", "grid_tile_width": 8, "wg_dimension": "M",
                    "cluster_dimension": "M"}
@@ -329,13 +330,13 @@ def test_jax_tuning_variants(spec_path):
     _, p = spec_and_plan(spec_path, {"schedule.pipeline.wg_axis": "n", "schedule.persistent.tile_order": "row_major",
                                 "schedule.cluster": [1, 2], "schedule.in_specs.b.collective_axes": [],
                                 "schedule.pipeline.memory_registers": 56, "schedule.pipeline.compute_registers": 224})
-    cfg, notes = bench.jax_tuning(p)
+    cfg, notes = mm_peers.jax_tuning(p)
     assert (cfg["tile_m"], cfg["tile_n"], cfg["wg_dimension"]) == (128, 128, "N")
     assert cfg["cluster_dimension"] == "N"
     assert (cfg["grid_minor_dim"], cfg["grid_tile_width"]) == ("N", p.tiles_n // 2)   # row-major as a snake
     assert any("producer registers 40" in n for n in notes)
     _, p1 = spec_and_plan(spec_path, {"schedule.cluster": [1], "schedule.in_specs.b.collective_axes": []})
-    assert bench.jax_tuning(p1)[0]["cluster_dimension"] is None
+    assert mm_peers.jax_tuning(p1)[0]["cluster_dimension"] is None
 
 
 @pytest.mark.parametrize("overrides, why", [
@@ -349,15 +350,15 @@ def test_jax_tuning_variants(spec_path):
 ])
 def test_jax_tuning_skips_what_it_cannot_express(overrides, why, spec_path):
     _, p = spec_and_plan(spec_path, overrides)
-    cfg, notes = bench.jax_tuning(p)
+    cfg, notes = mm_peers.jax_tuning(p)
     assert cfg is None and any(why in n for n in notes), notes
 
 
 def test_jax_tuning_config_is_jax_own_dataclass(spec_path):
     pytest.importorskip("jax")
     _, p = spec_and_plan(spec_path)
-    cfg, _ = bench.jax_tuning_config(p)
-    hm = bench.import_hopper_matmul()
+    cfg, _ = mm_peers.jax_tuning_config(p)
+    hm = mm_peers.import_hopper_matmul()
     assert isinstance(cfg, hm.TuningConfig)
     assert cfg.wg_dimension == hm.MatmulDimension.M and cfg.cluster_dimension == hm.MatmulDimension.M
     assert cfg.grid_minor_dim == hm.MatmulDimension.M and cfg.max_concurrent_steps == 4
@@ -366,12 +367,12 @@ def test_jax_tuning_config_is_jax_own_dataclass(spec_path):
 
 def test_jax_fuses_only_acc_plus_c(tmp_path, spec_path):
     _, p = spec_and_plan(spec_path)
-    assert bench.jax_fuses_epilogue(p) == ""
+    assert mm_peers.jax_fuses_epilogue(p) == ""
     text = PLAIN_C.replace("relu(acc) - s * c", "acc + c").replace("{M: 3, N: 2, K: 4}", "{M: 256, N: 256, K: 64}")
     _, q = spec_and_plan(write(tmp_path, "mm_c", text))
-    assert bench.jax_fuses_epilogue(q) == "c"
+    assert mm_peers.jax_fuses_epilogue(q) == "c"
     _, r = spec_and_plan(write(tmp_path, "mm_c2", PLAIN_C.replace("{M: 3, N: 2, K: 4}", "{M: 256, N: 256, K: 64}")))
-    assert bench.jax_fuses_epilogue(r) is None
+    assert mm_peers.jax_fuses_epilogue(r) is None
 
 
 def test_rotation_sets():

@@ -1,0 +1,132 @@
+"""What a family's peers get (`Case`: the plan, host inputs, input sets) and give back (`Peer`), our own kernels
+as contenders, and the device-data helpers the peers share (torch tensors of host arrays, one-line reasons)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .timing import Contender, jax_contender
+
+_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+
+
+@dataclass
+class Case:
+    """One spec being benchmarked: its plan, the host inputs (seed 1), the input sets rotated, iterations."""
+    built: Any
+    host: dict
+    sets: int
+    iters: int = 50
+    warmup: int = 10
+
+    @property
+    def plan(self):
+        return self.built.plan
+
+    @property
+    def spec(self):
+        return self.built.spec
+
+
+@dataclass
+class Peer:
+    """A peer ready to time (`contender`) with what is known of it already (`info`: note, rel_error, verified,
+    config, ...), or not timed (`contender` None, info["skipped"]: why). `close()` releases its device memory
+    once it has been timed."""
+    contender: Contender | None = None
+    info: dict = field(default_factory=dict)
+    close: Callable[[], None] | None = None
+
+    @classmethod
+    def skipped(cls, why: str, **info) -> "Peer":
+        return cls(None, {"skipped": why, **info})
+
+
+def why(exc: BaseException) -> str:
+    """One line naming an exception (its first message line, or its repr when it has no message)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else repr(exc)
+
+
+def guard(label: str, make: Callable[[], Peer]) -> Peer:
+    """make() a peer; a missing package or any failure becomes a skipped peer saying why."""
+    try:
+        return make()
+    except ImportError as exc:
+        return Peer.skipped(f"{label} not available: {exc}")
+    except Exception as exc:
+        return Peer.skipped(f"{label} failed: {why(exc)}")
+
+
+def to_torch(torch, x, dtype: str):
+    x = np.ascontiguousarray(x)
+    if dtype == "bf16":
+        t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(x)
+    return t.to("cuda")
+
+
+def from_torch(torch, t, dtype: str):
+    from ..runtime.arrays import DTYPES
+    t = t.detach().contiguous().cpu()
+    if dtype == "bf16":
+        return t.view(torch.int16).numpy().view(DTYPES["bf16"])
+    return t.numpy()
+
+
+def torch_dtypes(torch) -> dict:
+    return {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
+
+
+# ---------------------------------------------------------------------------------------------- ours
+
+def our_cuda(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
+    """Our CUDA kernel over `sets` device copies of the inputs (torch tensors when torch is there: the same kind
+    of memory cuBLAS reads; driver buffers otherwise), launched on stream 0; plus the buffers to keep alive."""
+    from ..runtime import driver
+    from ..verify import device_buffers
+    keep: list = []
+    launchers = []
+    try:
+        import torch
+        torch.cuda.init()
+        dev_in = [to_torch(torch, host[o.name], o.dtype) for o in plan.inputs]
+        driver.ensure_context()
+        tdt = torch_dtypes(torch)
+        for i in range(sets):
+            ins = dev_in if i == 0 else [t.clone() for t in dev_in]
+            outs = [torch.empty(o.shape, dtype=tdt[o.dtype], device="cuda") for o in plan.outputs]
+            keep += ins + outs
+            launchers.append(kernel._launcher([t.data_ptr() for t in ins], [t.data_ptr() for t in outs], 0))
+        torch.cuda.synchronize()
+    except ImportError:
+        for _ in range(sets):
+            bins, bouts = device_buffers(plan, host)
+            keep += bins + bouts
+            launchers.append(kernel._launcher([b.ptr for b in bins], [b.ptr for b in bouts], 0))
+    return Contender("cuda", lambda i: launchers[i % len(launchers)](), stream=0), keep
+
+
+def our_pallas(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
+    """Our Pallas kernel (jitted) over `sets` device copies of the inputs."""
+    import jax
+    mod = kernel.pallas_module()
+    fn = jax.jit(mod.make()) if hasattr(mod, "make") else jax.jit(getattr(mod, plan.name))
+    base = [jax.device_put(host[o.name]) for o in plan.inputs]
+    arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
+    return jax_contender("pallas", fn, arg_sets), arg_sets
+
+
+OURS = {"cuda": our_cuda, "pallas": our_pallas}
+
+
+def in_bytes(plan) -> int:
+    return sum(math.prod(o.shape) * o.itemsize for o in plan.inputs)
+
+
+def out_bytes(plan) -> int:
+    return sum(math.prod(o.shape) * o.itemsize for o in plan.outputs)

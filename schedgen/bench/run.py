@@ -1,0 +1,163 @@
+"""`bench_built`: our backends of one built spec against the family's peers, verified first, timed side by side.
+
+The family's peers come from its manifest (`Family.peers`: the module `schedgen/families/<kind>/peers.py`).
+Such a module may define (each optional):
+
+- `peers(case) -> {name: Peer}`: the peers, each ready to time or skipped with the reason;
+- `sets(in_bytes) -> int`: input copies to rotate through (default `timing.sets_for`: 3 x the L2);
+- `rates(plan, time_ms) -> dict`: the rate fields of a row or peer (default: gbps or tflops by `Family.metric`);
+- `row_fields(case) -> dict`: the family's own fields of every row;
+- `FLAT_PEER`: the peer named in the row's flat peer / peer_time_ms / ratio fields;
+- `NESTED_PEERS` (default True): whether rows carry the `peers` object;
+- `markdown(rows) -> str`: the family's table.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from types import ModuleType
+from typing import Any, Sequence
+
+from .case import OURS, Case, Peer, in_bytes, why
+from .rows import base_row, skip_row
+from .timing import block_for, interleaved, ratio_of, sets_for
+
+# torch and jax share the GPU in one process here: keep XLA from taking 75% of the memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def family_peers(family) -> ModuleType | None:
+    """The family's peers module (imported on first use: it may name torch and jax, imported lazily inside)."""
+    return importlib.import_module(family.peers) if family.peers else None
+
+
+def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
+    return getattr(peers, name, default) if peers is not None else default
+
+
+def input_sets(plan) -> int:
+    """Input copies to rotate through for this plan (its family's rule), as bench and tune's measurement use."""
+    from .. import families
+    rule = _hook(family_peers(families.of(plan)), "sets", sets_for)
+    return rule(in_bytes(plan))
+
+
+def default_rates(metric: str):
+    def rates(plan, ms: float | None) -> dict:
+        if not ms:
+            return {}
+        if metric == "tflops":
+            return {"tflops": plan.flops / (ms * 1e-3) / 1e12}
+        return {"gbps": plan.bytes_moved / (ms * 1e-3) / 1e9}
+    return rates
+
+
+def gpu_missing() -> str | None:
+    """Why nothing can be timed here (no usable GPU), or None."""
+    try:
+        from ..runtime import driver
+        ok, reason = driver.available()
+    except Exception as exc:
+        return f"CUDA unavailable: {why(exc)}"
+    return None if ok else reason
+
+
+def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int = 10,
+                env: dict | None = None) -> list[dict]:
+    """One row per backend of the plan in `backends`: verified, then timed interleaved with the family's peers.
+    Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or timed."""
+    from .. import families
+    plan = built.plan
+    family = families.of(plan)
+    if family.multi_device:
+        raise ValueError(f"{plan.name}: a multi-device kernel ({plan.num_devices} GPUs); bench/multi_gpu.py times it")
+    backends = [b for b in backends if b in plan.backends]
+    missing = gpu_missing()
+    if missing is not None:
+        return [skip_row(plan, b, missing) for b in backends]
+    return _bench(built, family, backends, iters=iters, warmup=warmup, env=env)
+
+
+def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: dict | None) -> list[dict]:
+    from ..build import package
+    from ..reference import random_inputs
+    from ..runtime.kernel import load_package
+    from ..verify import verify_built
+    from .environment import environment
+    plan = built.plan
+    mod = family_peers(family)
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
+    env = env or environment()
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel)}
+    case = Case(built, random_inputs(built.spec, plan.sizes, seed=1), 0, iters, warmup)
+    case.sets = _hook(mod, "sets", sets_for)(in_bytes(plan))
+    peers: dict[str, Peer] = _hook(mod, "peers", lambda c: {})(case)
+    timed, errors = _time_all(kernel, case, backends, peers)
+    rates = _hook(mod, "rates", None) or default_rates(family.metric)
+    infos = {name: _peer_info(name, p, timed, rates, plan) for name, p in peers.items()}
+    extra = _hook(mod, "row_fields", lambda c: {})(case)
+    rows = []
+    for backend in backends:
+        row = base_row(plan, backend, checks.get(backend), env, **extra)
+        ours = timed.get(backend) or {"time_ms": None, "error": errors.get(backend, "not timed")}
+        rows.append(_finish_row(row, ours, infos, rates, plan, mod))
+    return rows
+
+
+def _time_all(kernel, case: Case, backends: list[str], peers: dict[str, Peer]) -> tuple[dict, dict]:
+    """Our backends and the peers, in one interleaved timing; then the peers' memory released."""
+    plan = case.plan
+    contenders, keep, errors = [], [], {}
+    for backend in backends:
+        try:
+            c, held = OURS[backend](kernel, plan, case.host, case.sets)
+        except Exception as exc:
+            errors[backend] = why(exc)
+            continue
+        contenders.append(c)
+        keep.append(held)
+    contenders += [p.contender for p in peers.values() if p.contender is not None]
+    try:
+        timed = interleaved(contenders, block=block_for(case.iters), warmup=case.warmup) if contenders else {}
+    finally:
+        for p in peers.values():
+            if p.close is not None:
+                p.close()
+        del keep
+    return timed, errors
+
+
+def _peer_info(name: str, peer: Peer, timed: dict, rates, plan) -> dict:
+    info = dict(peer.info)
+    if peer.contender is None:
+        return info
+    got = timed.get(peer.contender.name, {})
+    if got.get("error"):
+        return {**info, "skipped": f"{name} failed: {got['error']}"}
+    info.update(got)
+    info.update(rates(plan, info.get("time_ms")))
+    return info
+
+
+def _finish_row(row: dict, ours: dict, infos: dict, rates, plan, mod) -> dict:
+    if ours.get("error"):
+        row.update(time_ms=None, error=ours["error"])
+        if _hook(mod, "NESTED_PEERS", True) and infos:
+            row["peers"] = {k: dict(v) for k, v in infos.items()}
+        return row
+    row.update(ours)
+    row.update(rates(plan, ours["time_ms"]))
+    row_peers = {}
+    for name, info in infos.items():
+        entry = dict(info)
+        if info.get("time_ms"):
+            entry["ratio"], entry["ratio_basis"] = ratio_of(ours, info)
+        row_peers[name] = entry
+    if _hook(mod, "NESTED_PEERS", True) and row_peers:
+        row["peers"] = row_peers
+    flat = _hook(mod, "FLAT_PEER")
+    if flat is not None:
+        p = row_peers.get(flat, {})
+        row.update(peer=flat, peer_time_ms=p.get("time_ms"), ratio=p.get("ratio"))
+    return row

@@ -1,0 +1,357 @@
+"""The matmul family's benchmark peers: `cublas` (torch.matmul) and `jax_pallas` (JAX's own Pallas Hopper matmul,
+hopper_matmul_mgpu, at the plan's tuning), each checked against the float64 reference on sampled rows (the whole
+epilogue, or the product where the peer times only that). Rows add flops, tflops, pct_peak (of the datasheet
+dense peak, schedgen/plan/hardware.py), sets and iters; the flat peer / peer_time_ms / ratio fields name cuBLAS."""
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes, why
+from ...bench.timing import Contender, jax_contender, matmul_sets
+from ...plan.hardware import PEAK_TFLOPS
+
+FLAT_PEER = "cublas"
+PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas"}
+sets = matmul_sets
+
+
+def rates(plan, ms: float | None) -> dict:
+    if not ms:
+        return {}
+    tf = plan.flops / (ms * 1e-3) / 1e12
+    return {"tflops": tf, "pct_peak": 100.0 * tf / PEAK_TFLOPS}
+
+
+def row_fields(case) -> dict:
+    p = case.plan
+    return {"dtype": p.out_dtype, "flops": p.flops, "peak_tflops": PEAK_TFLOPS, "sets": case.sets, "iters": case.iters}
+
+
+def peers(case) -> dict[str, Peer]:
+    from ...reference import reference
+    plan = case.plan
+    full_ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
+    # peers are checked on the same sampled rows: against the whole epilogue, or the product where they time only that
+    product_ref = reference(product_only(case.spec), plan.sizes, case.host, rows=full_ref.rows)[plan.outputs[0].name]
+    return {"cublas": guard("torch", lambda: cublas_peer(plan, case.host, case.sets, product_ref)),
+            "jax_pallas": guard("jax hopper_matmul_mgpu",
+                                lambda: jax_pallas_peer(plan, case.host, case.sets, full_ref, product_ref))}
+
+
+# ---------------------------------------------------------------------------------------------- JAX's tuning
+
+def _jax_incompatible(plan) -> list[str]:
+    """Why JAX's kernel has no equivalent of the plan ([] when it has one)."""
+    why_not = []
+    if plan.num_consumers != 2:
+        why_not.append(f"JAX's kernel runs 2 consumer warpgroups, the plan {plan.num_consumers}")
+    if plan.batch > 1:
+        why_not.append("JAX's kernel is not batched")
+    if plan.transpose_lhs or plan.transpose_rhs:
+        why_not.append("JAX's kernel takes lhs [M, K] and rhs [K, N] (no transposed operands)")
+    if plan.in_dtype not in ("bf16", "f16"):
+        why_not.append(f"input dtype {plan.in_dtype}")
+    if plan.cluster_size > 2:
+        why_not.append(f"cluster of {plan.cluster_size} CTAs (JAX: 1 or 2)")
+    cm_tile, cn_tile = plan.tile_m * plan.cluster_m, plan.tile_n * plan.cluster_n
+    if plan.m % cm_tile or plan.n % cn_tile or plan.k % plan.tile_k:
+        why_not.append(f"M, N, K = {plan.m}, {plan.n}, {plan.k} are not multiples of the cluster tile "
+                       f"{cm_tile} x {cn_tile} x {plan.tile_k} (JAX's kernel has no ragged edges)")
+    if plan.epi_rows != 64 and plan.wg_tile_m % plan.epi_rows:
+        why_not.append(f"epilogue tile rows {plan.epi_rows}")
+    return why_not
+
+
+def _jax_notes(plan) -> list[str]:
+    """What differs between the plan and JAX's kernel at its equivalent tuning (not the kernel's structure)."""
+    notes = []
+    if plan.producer_regs != 40:
+        notes.append(f"producer registers 40 (JAX's fixed value; the plan has {plan.producer_regs})")
+    notes.append("consumer registers as JAX's compiler chooses")
+    isz = 2
+    jax_swizzle = max((s for s in (32, 64, 128) if (plan.tile_k * isz) % s == 0), default=0)
+    if jax_swizzle != plan.swizzle_a or jax_swizzle != plan.swizzle_b:
+        notes.append(f"operand swizzle {jax_swizzle} B for both (the plan: lhs {plan.swizzle_a}, rhs {plan.swizzle_b})")
+    slots = min(2, (plan.wg_tile_m * plan.wg_tile_n) // (plan.epi_rows * plan.epi_cols))
+    if getattr(plan, "epi_store", "tma") == "direct":
+        notes.append(f"epilogue staged through SMEM in {plan.epi_rows} x {plan.epi_cols} chunks and stored by TMA "
+                     f"(the plan stores directly from registers)")
+    elif slots != plan.epi_buffers:
+        notes.append(f"{slots} epilogue buffers per consumer (the plan: {plan.epi_buffers})")
+    if not plan.auto_blocks:
+        notes.append(f"grid of all SMs (the plan: {plan.num_blocks} blocks)")
+    if plan.delay_release:
+        notes.append(f"delay_release {plan.delay_release}")
+    return notes
+
+
+def jax_tuning(plan) -> tuple[dict | None, list[str]]:
+    """The `hopper_matmul_mgpu.TuningConfig` fields (dimensions as "M"/"N") equivalent to a matmul plan, plus notes.
+
+    JAX's kernel counts tile_m/tile_n per consumer warpgroup (its CTA tile is twice that along wg_dimension) and
+    always runs two consumer warpgroups, takes lhs [M, K] and rhs [K, N] unbatched, M/N/K multiples of the
+    cluster tile, and an out = acc (+ C) epilogue. Returns (None, [reason]) when the plan has no equivalent;
+    otherwise notes name what differs but does not decide the kernel's structure. Pure: needs no jax."""
+    why_not = _jax_incompatible(plan)
+    if why_not:
+        return None, why_not
+    notes = []
+    cn_tile = plan.tile_n * plan.cluster_n
+    n_iters = plan.n // cn_tile
+    if plan.tile_order == "planar_snake":
+        minor, width = ("M" if plan.minor_dim == 0 else "N"), plan.tile_width
+    else:
+        minor, width = "N", n_iters
+        notes.append(f"row_major order as planar_snake(minor N, width {n_iters})")
+    cfg = {
+        "tile_m": plan.wg_tile_m, "tile_n": plan.wg_tile_n, "tile_k": plan.tile_k,
+        "max_concurrent_steps": plan.stages,
+        "epi_tile_n": plan.epi_cols, "epi_tile_m": plan.epi_rows,
+        "grid_minor_dim": minor, "grid_tile_width": width,
+        "wg_dimension": "M" if plan.wg_axis == "m" else "N",
+        "cluster_dimension": "M" if plan.cluster_m == 2 else "N" if plan.cluster_n == 2 else None,
+    }
+    return cfg, notes + _jax_notes(plan)
+
+
+def jax_fuses_epilogue(plan) -> str | None:
+    """The name of C when the epilogue is exactly `out = acc + C` (C a full [M, N] of the output dtype: what JAX's
+    kernel fuses), "" for the identity, None for any other epilogue (JAX times the product only)."""
+    import ast
+    if plan.identity_epilogue:
+        return ""
+    if len(plan.epilogue_jnp) != 1:
+        return None
+    try:
+        tree = ast.parse(plan.epilogue_jnp[0][1], mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add)
+            and isinstance(tree.left, ast.Name) and isinstance(tree.right, ast.Name)):
+        return None
+    names = {tree.left.id, tree.right.id}
+    for e in plan.extras:
+        if names == {"v_acc", f"v_{e.name}"} and e.bcast == "full" and e.dtype == plan.out_dtype:
+            return e.name
+    return None
+
+
+def import_hopper_matmul():
+    """jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu. It imports jax._src.test_util (only for its own tests),
+    which needs absl; where absl is missing that module is stubbed for the import and removed again."""
+    try:
+        from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
+        return hm
+    except ModuleNotFoundError as exc:
+        if "absl" not in str(exc):
+            raise
+    name = "jax._src.test_util"
+    saved = sys.modules.get(name)
+    sys.modules[name] = types.ModuleType(name)
+    try:
+        from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
+        return hm
+    finally:
+        if saved is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved
+
+
+def jax_tuning_config(plan):
+    """(hopper_matmul_mgpu.TuningConfig or None, notes) for a plan."""
+    cfg, notes = jax_tuning(plan)
+    if cfg is None:
+        return None, notes
+    hm = import_hopper_matmul()
+    dim = hm.MatmulDimension
+    conv = {k: (dim[v] if k in ("grid_minor_dim", "wg_dimension", "cluster_dimension") and v is not None else v)
+            for k, v in cfg.items()}
+    return hm.TuningConfig(**conv), notes
+
+
+def jax_hopper_matmul(plan, config, delay_release: int = 0, with_c: bool = False):
+    """JAX's hopper matmul kernel at `config` as a jitted f(a, b[, c]) -> out, built as its `matmul()` builds it
+    but with the plan's output dtype and delay_release."""
+    import functools
+
+    import jax
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    import jax.numpy as jnp
+    hm = import_hopper_matmul()
+    out_dtype = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}[plan.out_dtype]
+    cluster_size = 1 + (config.cluster_dimension is not None)
+    f = plgpu.kernel(
+        functools.partial(hm.kernel, config=config, delay_release=delay_release),
+        out_type=jax.ShapeDtypeStruct((plan.m, plan.n), out_dtype),
+        grid=(hm.get_num_sms() // cluster_size,),
+        grid_names=("cluster_grid",),
+        cluster=(cluster_size,),
+        cluster_names=("cluster",),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    )
+    if with_c:
+        return jax.jit(lambda a, b, c: f(a, b, c))
+    return jax.jit(lambda a, b: f(a, b, None))
+
+
+
+# ---------------------------------------------------------------------------------------------- the peers
+
+def product_only(spec):
+    """The spec with its epilogue dropped (out = acc, extras removed): the reference of a peer timing the product."""
+    op = spec.op
+    inputs = {k: v for k, v in op.inputs.items() if k in (op.lhs, op.rhs)}
+    return spec.model_copy(update={"op": op.model_copy(update={"epilogue": None, "inputs": inputs, "constants": {}})})
+
+
+def check_peer(out, ref, dtype: str, k: int) -> dict:
+    from ...reference import rel_error, tolerance
+    err = rel_error(out, ref)
+    return {"rel_error": err, "verified": bool(err <= tolerance(dtype, False, k))}
+
+
+def _cublas_call(torch, plan, held: dict, notes: list[str]):
+    """(call(i), the first call's output as numpy, its dtype): torch.matmul into the output dtype where cuBLAS
+    writes it (out= when it is the input dtype), else the input dtype's product."""
+    tdt = torch_dtypes(torch)
+    n = len(held["views"])
+    if plan.out_dtype == plan.in_dtype:
+        held["outs"] = [torch.empty(plan.outputs[0].shape, dtype=tdt[plan.out_dtype], device="cuda")
+                        for _ in range(n)]
+
+        def into(i: int) -> None:
+            a, b = held["views"][i % n]
+            torch.matmul(a, b, out=held["outs"][i % n])
+        into(0)
+        return into, from_torch(torch, held["outs"][0], plan.out_dtype), plan.out_dtype
+
+    def mixed(i: int):
+        a, b = held["views"][i % n]
+        if a.dim() == 2:
+            return torch.mm(a, b, out_dtype=tdt[plan.out_dtype])
+        return torch.bmm(a, b if b.dim() == 3 else b.expand(a.shape[0], *b.shape), out_dtype=tdt[plan.out_dtype])
+    try:
+        return mixed, from_torch(torch, mixed(0), plan.out_dtype), plan.out_dtype
+    except (TypeError, RuntimeError) as exc:
+        notes.append(f"{plan.in_dtype} output (no {plan.out_dtype} output: {type(exc).__name__})")
+
+    def plain(i: int):
+        return torch.matmul(*held["views"][i % n])
+    return plain, from_torch(torch, plain(0), plan.in_dtype), plan.in_dtype
+
+
+def cublas_peer(plan, host: dict, sets: int, product_ref) -> Peer:
+    """torch.matmul (cuBLAS) on device copies of the same inputs, transposed views per the plan's flags. Times the
+    product only (plus the cast to the output dtype where cuBLAS cannot write it). Its tensors live in `held`
+    until the peer is closed (nothing of them outlives close(), so the cache it empties is really freed)."""
+    import torch
+    from ...runtime import driver
+    lhs = next(o for o in plan.inputs if o.role == "lhs")
+    rhs = next(o for o in plan.inputs if o.role == "rhs")
+    a0, b0 = to_torch(torch, host[lhs.name], lhs.dtype), to_torch(torch, host[rhs.name], rhs.dtype)
+    copies = [(a0, b0)] + [(a0.clone(), b0.clone()) for _ in range(sets - 1)]
+    held = {"views": [(a.transpose(-1, -2) if plan.transpose_lhs else a, b.transpose(-1, -2) if plan.transpose_rhs
+                       else b) for a, b in copies]}
+    del copies, a0, b0
+    notes = [] if plan.identity_epilogue else ["product only: cuBLAS does not fuse this epilogue"]
+    call, result, out_dtype = _cublas_call(torch, plan, held, notes)
+    torch.cuda.synchronize()
+    driver.ensure_context()
+    info = check_peer(result, product_ref, out_dtype, plan.k)
+    info["note"] = "; ".join(notes + [f"torch {torch.__version__}"])
+
+    def close() -> None:
+        held.clear()
+        torch.cuda.empty_cache()
+    return Peer(Contender("cublas", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
+
+
+def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
+    """JAX's Pallas Hopper matmul (hopper_matmul_mgpu) at the plan's tuning, on device copies of the inputs."""
+    import jax
+    cfg, notes = jax_tuning_config(plan)
+    if cfg is None:
+        return Peer.skipped("; ".join(notes))
+    c_name = jax_fuses_epilogue(plan)
+    if c_name is None:
+        notes.insert(0, "product only: JAX's kernel fuses only out = acc + C")
+    lhs = next(o for o in plan.inputs if o.role == "lhs")
+    rhs = next(o for o in plan.inputs if o.role == "rhs")
+    base = [jax.device_put(host[nm]) for nm in [lhs.name, rhs.name] + ([c_name] if c_name else [])]
+    arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
+    fn, used_delay, err = None, plan.delay_release, ""
+    for delay in dict.fromkeys((plan.delay_release, 0)):
+        try:
+            fn = jax_hopper_matmul(plan, cfg, delay, with_c=bool(c_name))
+            out = jax.block_until_ready(fn(*arg_sets[0]))
+            used_delay = delay
+            break
+        except Exception as exc:
+            err, fn = why(exc), None
+    if fn is None:
+        return Peer.skipped(f"JAX's kernel failed at this tuning: {err}", note="; ".join(notes))
+    if used_delay != plan.delay_release:
+        notes.append(f"delay_release {used_delay} (the plan's {plan.delay_release} failed: {err})")
+    info = check_peer(np.asarray(out), full_ref if c_name is not None else product_ref, plan.out_dtype, plan.k)
+    info["note"] = "; ".join(notes)
+    info["config"] = {k: (str(v) if v is not None else None) for k, v in vars(cfg).items()}
+    return Peer(jax_contender("jax_pallas", fn, arg_sets), info, close=arg_sets.clear)
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+def markdown(rows: list[dict]) -> str:
+    """Matmul rows as a Markdown table (ratio: peer time / our time, above 1 means ours is faster), notes after."""
+    names = list(PEER_LABELS)
+    for r in rows:
+        names += [n for n in (r.get("peers") or {}) if n not in names]
+    head = (["spec", "variant", "backend", "kernel", "shape", "time (ms)", "TFLOP/s", "% peak"]
+            + [f"vs {PEER_LABELS.get(n, n)}" for n in names] + ["verified", "rel. error"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes: dict[str, str] = {}
+    for r in rows:
+        lines.append(_markdown_row(r, names, notes))
+    out = "\n".join(lines) + "\n"
+    out += (f"\nvs a peer: its time / ours (above 1: ours is faster), both timed the same way where possible (CUDA "
+            f"events; CUPTI kernel time where jax launches); peer TFLOP/s in brackets; % peak of {PEAK_TFLOPS:.0f} "
+            f"TFLOP/s.\n")
+    if notes:
+        out += "\n".join(f"- {k}: {v}" for k, v in notes.items()) + "\n"
+    return out
+
+
+def _markdown_row(r: dict, names: list[str], notes: dict[str, str]) -> str:
+    where = r["spec"] + (f" ({r['variant']})" if r.get("variant", "default") != "default" else "")
+    shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
+    t = f"{r['time_ms']:.4f}" if r.get("time_ms") else "-"
+    tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
+    pk = f"{r['pct_peak']:.1f}" if r.get("pct_peak") else "-"
+    cells = []
+    for n in names:
+        p = (r.get("peers") or {}).get(n)
+        if not p:
+            cells.append("-")
+        elif p.get("skipped"):
+            cells.append("skipped")
+            notes.setdefault(f"{where} {n}", p["skipped"])
+        else:
+            ratio = f"{p['ratio']:.2f}x" if p.get("ratio") else "-"
+            pt = f"{p['tflops']:.0f} TFLOP/s" if p.get("tflops") else "-"
+            bad = "" if p.get("verified", True) else ", UNVERIFIED"
+            cells.append(f"{ratio} ({pt}{bad})")
+            if p.get("note"):
+                notes.setdefault(f"{where} {n}", p["note"])
+    err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
+    if r.get("error"):
+        notes[f"{where} {r['backend']}"] = r["error"]
+    return "| " + " | ".join([r["spec"], r.get("variant", "default"), r["backend"], f"`{r.get('kernel', '')}`",
+                              shape, t, tf, pk, *cells, "yes" if r["verified"] else "NO", err]) + " |"
+
+
+matmul_markdown = markdown
