@@ -49,6 +49,10 @@ SKIP_RESCALE_MIN_D = 256
 L2_SECTION = 0.625
 # producer registers when it claims tiles dynamically: with 24 ptxas spills three values (H200 build, 2026-12-03)
 DYNAMIC_PRODUCER_REGS = 32
+# a TMA box row: 64 elements of 2 bytes, one 128-byte swizzle span
+SLAB_ROW_BYTES = 128
+# non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
+OPAQUE_KV_BLOCKS = 4
 MODULE_NAMES = frozenset({"make", "run_into"})
 
 
@@ -136,6 +140,153 @@ class AttentionPlan:
     @property
     def last_section_heads(self) -> int:
         return self.batch * self.heads_q - (self.sections - 1) * self.section_heads
+
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def group(self) -> int:
+        """q heads per kv head (grouped-query attention)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def causal_offset(self) -> int:
+        """Skv - Sq: causal query i sees keys j <= i + causal_offset."""
+        return self.seq_kv - self.seq_q
+
+    @property
+    def p_regs(self) -> int:
+        """b32 registers of P (packed pairs) per consumer thread: the A fragment of O += P V."""
+        return self.block_kv // 4
+
+    @property
+    def qk_steps(self) -> int:
+        """k16 steps of S = Q K^T (over head_dim)."""
+        return self.head_dim // 16
+
+    @property
+    def pv_steps(self) -> int:
+        """k16 steps of O += P V (over block_kv)."""
+        return self.block_kv // 16
+
+    @property
+    def s_groups(self) -> int:
+        """8-column groups of a thread's S fragment."""
+        return self.block_kv // 8
+
+    @property
+    def o_groups(self) -> int:
+        """8-column groups of a thread's O fragment."""
+        return self.head_dim // 8
+
+    @property
+    def q_slab_bytes(self) -> int:
+        """One 64-column (128-byte swizzled) slab of the Q tile."""
+        return self.block_q * SLAB_ROW_BYTES
+
+    @property
+    def kv_slab_bytes(self) -> int:
+        return self.block_kv * SLAB_ROW_BYTES
+
+    @property
+    def consumer_slab_bytes(self) -> int:
+        """A consumer's 64 rows of one slab."""
+        return WGMMA_M * SLAB_ROW_BYTES
+
+    @property
+    def pv_step_bytes(self) -> int:
+        """The V rows (16 keys) of one k16 step of O += P V."""
+        return 16 * SLAB_ROW_BYTES
+
+    @property
+    def qk_asm(self) -> tuple[int, int, int]:
+        """Operand numbers of sg_wgmma_qk's inline asm after the S registers: Q descriptor, K descriptor, the
+        accumulate flag."""
+        return self.s_regs, self.s_regs + 1, self.s_regs + 2
+
+    @property
+    def pv_asm(self) -> tuple[int, ...]:
+        """Operand numbers of sg_wgmma_pv's inline asm after the O registers: the 4 P registers, V's descriptor."""
+        return tuple(self.o_regs + i for i in range(5))
+
+    @property
+    def epi_bar(self) -> int:
+        """The first epilogue named barrier (0 is __syncthreads, 1..num_consumers the ping-pong ring)."""
+        return self.num_consumers + 1
+
+    @property
+    def last_consumer(self) -> int:
+        return self.num_consumers - 1
+
+    @property
+    def several_consumers(self) -> bool:
+        return self.num_consumers > 1
+
+    @property
+    def q_empty_arrivals(self) -> int:
+        """Arrivals that free Q: every consumer thread when the consumers also read the claimed tile index."""
+        return self.num_consumers * 128 if self.dynamic else self.num_consumers
+
+    @property
+    def last_q_block(self) -> int:
+        return self.q_blocks - 1
+
+    @property
+    def last_kv_block(self) -> int:
+        return self.kv_blocks - 1
+
+    @property
+    def kv_block_last_key(self) -> int:
+        """block_kv - 1: the last key of a block, relative to its first."""
+        return self.block_kv - 1
+
+    @property
+    def ragged_q_rows(self) -> int:
+        """Rows of the ragged last query block (0: none)."""
+        return self.seq_q % self.block_q
+
+    @property
+    def ragged_kv_keys(self) -> int:
+        """Keys of the ragged last key block (0: none)."""
+        return self.seq_kv % self.block_kv
+
+    @property
+    def section_tiles(self) -> int:
+        """lpt: tiles of one (full) section."""
+        return self.section_heads * self.q_blocks
+
+    @property
+    def last_section(self) -> int:
+        return self.sections - 1
+
+    @property
+    def short_last_section(self) -> bool:
+        return self.last_section_heads != self.section_heads
+
+    @property
+    def opaque_kv_end(self) -> bool:
+        """Non-causal with few key blocks: the CUDA kernel hides the trip count from ptxas (see the template)."""
+        return not self.causal and self.kv_blocks <= OPAQUE_KV_BLOCKS
+
+    @property
+    def pp_sums_before_turn(self) -> bool:
+        """Pallas ping-pong: the row sums are taken before handing over the tensor cores (head_dim <= 128), else
+        under the other consumer's MMAs."""
+        return self.pingpong and self.head_dim <= 128
+
+    @property
+    def q_loads(self) -> tuple[tuple[int, int, int], ...]:
+        """The Q tile's TMA loads: (SMEM offset, column, row) per consumer and slab."""
+        return tuple((sl * self.q_slab_bytes + w * self.consumer_slab_bytes, sl * 64, w * WGMMA_M)
+                     for w in range(self.num_consumers) for sl in range(self.slabs))
+
+    @property
+    def kv_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A K or V stage's TMA loads: (SMEM offset in the stage, column) per slab."""
+        return tuple((sl * self.kv_slab_bytes, sl * 64) for sl in range(self.slabs))
+
+    @property
+    def o_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A consumer's O stores: (SMEM offset in its staging rows, column) per slab."""
+        return tuple((sl * self.q_slab_bytes, sl * 64) for sl in range(self.slabs))
 
     def kv_end(self, qb: int) -> int:
         """Key blocks that query block qb reads (causal: up to the diagonal of its last row)."""
