@@ -25,6 +25,7 @@ from ...plan.common import (
     resolve_shape,
 )
 from ...plan.hardware import Hardware
+from .unread import check_unread
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -378,7 +379,7 @@ class Order(NamedTuple):
 
 def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
     """Phases: names, shapes, the problem's dims and dtypes, blocks, grid, registers, SMEM, barriers, tile order,
-    what each backend cannot express; each phase reports its own located problems."""
+    what each backend cannot express, fields no backend reads; each phase reports its own located problems."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
     names = _check_names(spec, problems)
@@ -396,6 +397,7 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     pingpong = _check_sync(sch, blocks.nc, problems)
     order = _tile_order(op, sch, dims, hw, problems)
     _backend_limits(sch, names, blocks, grid, regs, smem, hw, problems)
+    check_unread(sch, names.inputs, problems)
     if problems:
         return None, problems
     return _assemble(spec, names, dims, blocks, grid, regs, smem, pingpong, order), problems
