@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from .. import families
+from ..families.map import body as map_body
 
 SHARED = Path(__file__).resolve().parent / "templates"
 
@@ -40,6 +41,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["pyfloat"] = _pyfloat
+    env.filters["cxx"] = map_body.cxx     # a map body's expression tree as C++ / jnp text
+    env.filters["jnp"] = map_body.jnp
     return env
 
 

@@ -31,6 +31,7 @@ from ...plan.common import (
     tma_box,
 )
 from ...plan.hardware import Hardware
+from .body import Statement, tree_of
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -100,8 +101,8 @@ class MapPlan:
     full_arrivals: int
     delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
     tx_bytes: int
-    body_cxx: tuple[tuple[str, str], ...]      # (target, C++ float expression); targets are out_<name> or t_<name>
-    body_jnp: tuple[tuple[str, str], ...]
+    body: tuple[Statement, ...]                # (target, expression tree): r_<output> / t_<temporary> = ...; the
+                                               # templates render the trees (filters cxx, jnp: families/map/body.py)
     temporaries: tuple[str, ...]
     constants_cxx: tuple[tuple[str, str], ...]  # (identifier, exact float literal)
     approx_math: bool
@@ -144,9 +145,9 @@ class Sync(NamedTuple):
 
 
 class Body(NamedTuple):
-    """The body's statements as generated code: (target, expression) in C++ and in jnp, and the temporaries."""
-    cxx: tuple[tuple[str, str], ...]
-    jnp: tuple[tuple[str, str], ...]
+    """The body's statements (targets named as in generated code, trees with both languages' names) and the
+    temporaries."""
+    statements: tuple[Statement, ...]
     temporaries: tuple[str, ...]
 
 
@@ -357,23 +358,22 @@ def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], prob
 
 
 def _body_code(op, body) -> Body:
-    """The body's statements in C++ and jnp: inputs are v_<name>, constants c_<name> / _c_<name>, outputs
-    r_<name>, temporaries t_<name>."""
+    """The body's statements for generated code: inputs are v_<name>, constants c_<name> (C++) / _c_<name> (jnp),
+    outputs r_<name>, temporaries t_<name>."""
     ins = list(op.inputs)
     names_cxx = {n: f"v_{n}" for n in ins}
     names_cxx.update({n: f"c_{n}" for n in op.constants})
     names_jnp = {n: f"v_{n}" for n in ins}
     names_jnp.update({n: f"_c_{n}" for n in op.constants})
-    body_cxx, body_jnp, temps = [], [], []
+    statements, temps = [], []
     for target, value in body.statements:
         tname = f"r_{target}" if target in op.outputs else f"t_{target}"
         if target not in op.outputs:
             temps.append(tname)
-        body_cxx.append((tname, ex.render_cxx(value, names_cxx)))
-        body_jnp.append((tname, ex.render_jnp(value, names_jnp)))
+        statements.append(Statement(tname, tree_of(value.tree, names_cxx, names_jnp)))
         names_cxx[target] = tname
         names_jnp[target] = tname
-    return Body(tuple(body_cxx), tuple(body_jnp), tuple(temps))
+    return Body(tuple(statements), tuple(temps))
 
 
 def _launch(sch, num_tiles: int, smem_bytes: int, threads: int, hw: Hardware) -> tuple[int, int]:
@@ -408,7 +408,7 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=sync.smem_bytes,
         full_barrier=sync.full, full_arrivals=sync.arrivals, delay_release=max(o.delay_release for o in inputs),
-        tx_bytes=tx, body_cxx=body.cxx, body_jnp=body.jnp, temporaries=body.temporaries,
+        tx_bytes=tx, body=body.statements, temporaries=body.temporaries,
         constants_cxx=tuple((f"c_{n}", cxx_float(v)) for n, v in op.constants.items()),
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
