@@ -14,6 +14,7 @@ import jinja2
 
 from .. import families
 from ..comment import comment_text
+from ..frontend import trees
 
 SHARED = Path(__file__).resolve().parent / "templates"
 
@@ -42,6 +43,8 @@ def environment() -> jinja2.Environment:
     )
     env.filters["pyfloat"] = _pyfloat
     env.filters["comment"] = comment_text   # text inside a one-line comment (the banners): it cannot end it
+    env.filters["tree_cxx"] = trees.cxx     # an expression tree (frontend/trees.py) as C++ / jnp text
+    env.filters["tree_jnp"] = trees.jnp
     return env
 
 

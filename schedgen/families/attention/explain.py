@@ -8,7 +8,7 @@ def explain_attention(p) -> str:
         f"kernel {p.kernel_name}  (family attention, backends: {', '.join(p.backends)})",
         f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v;  B={p.batch} "
         f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
-        + (f"; GQA groups of {p.heads_q // p.heads_kv}" if p.heads_q != p.heads_kv else "")
+        + (f"; GQA groups of {p.group}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
         f"  FLOPs      {p.flops / 1e9:.1f} G (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
         (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
@@ -20,15 +20,15 @@ def explain_attention(p) -> str:
            f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
         f"{p.kv_blocks} key blocks of {p.block_kv}"
-        + (f"; ragged last query block ({p.seq_q % p.block_q} rows: TMA zero-fills its load, clips its store)"
-           if p.seq_q % p.block_q else "")
-        + (f"; ragged last key block ({p.seq_kv % p.block_kv} keys, the rest masked)"
-           if p.seq_kv % p.block_kv else ""),
-        f"  per block  S = Q K^T: wgmma m64n{p.block_kv}k16 x {p.head_dim // 16} (SMEM x SMEM); online softmax "
+        + (f"; ragged last query block ({p.ragged_q_rows} rows: TMA zero-fills its load, clips its store)"
+           if p.ragged_q_rows else "")
+        + (f"; ragged last key block ({p.ragged_kv_keys} keys, the rest masked)"
+           if p.ragged_kv_keys else ""),
+        f"  per block  S = Q K^T: wgmma m64n{p.block_kv}k16 x {p.qk_steps} (SMEM x SMEM); online softmax "
         f"in base 2 ({'ex2.approx' if p.approx_math else 'exp2f'}); O += P V: wgmma m64n{p.head_dim}k16 x "
-        f"{p.block_kv // 16} (P from registers, V N-major)",
+        f"{p.pv_steps} (P from registers, V N-major)",
         f"  registers  producer {p.producer_regs}, consumers {p.consumer_regs} (S {p.s_regs} + O {p.o_regs} + "
-        f"P {p.block_kv // 4} f32/b32 per thread)",
+        f"P {p.p_regs} f32/b32 per thread)",
         f"  pipeline   K and V through {p.stages} stages each, separate full/empty mbarrier rings"
         + ("; ping-pong schedule barrier between the consumers" if p.pingpong else ""),
         f"  SMEM       {p.smem_bytes} B",

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from typing import TYPE_CHECKING, NamedTuple
 
 from ... import reserved
 from ...frontend.model import ITEMSIZE
@@ -24,6 +25,7 @@ from ...plan.common import (
     resolve_shape,
 )
 from ...plan.hardware import Hardware
+from .unread import check_unread
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -48,6 +50,10 @@ SKIP_RESCALE_MIN_D = 256
 L2_SECTION = 0.625
 # producer registers when it claims tiles dynamically: with 24 ptxas spills three values (H200 build, 2026-12-03)
 DYNAMIC_PRODUCER_REGS = 32
+# a TMA box row: 64 elements of 2 bytes, one 128-byte swizzle span
+SLAB_ROW_BYTES = 128
+# non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
+OPAQUE_KV_BLOCKS = 4
 MODULE_NAMES = frozenset({"make", "run_into"})
 
 
@@ -136,6 +142,153 @@ class AttentionPlan:
     def last_section_heads(self) -> int:
         return self.batch * self.heads_q - (self.sections - 1) * self.section_heads
 
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def group(self) -> int:
+        """q heads per kv head (grouped-query attention)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def causal_offset(self) -> int:
+        """Skv - Sq: causal query i sees keys j <= i + causal_offset."""
+        return self.seq_kv - self.seq_q
+
+    @property
+    def p_regs(self) -> int:
+        """b32 registers of P (packed pairs) per consumer thread: the A fragment of O += P V."""
+        return self.block_kv // 4
+
+    @property
+    def qk_steps(self) -> int:
+        """k16 steps of S = Q K^T (over head_dim)."""
+        return self.head_dim // 16
+
+    @property
+    def pv_steps(self) -> int:
+        """k16 steps of O += P V (over block_kv)."""
+        return self.block_kv // 16
+
+    @property
+    def s_groups(self) -> int:
+        """8-column groups of a thread's S fragment."""
+        return self.block_kv // 8
+
+    @property
+    def o_groups(self) -> int:
+        """8-column groups of a thread's O fragment."""
+        return self.head_dim // 8
+
+    @property
+    def q_slab_bytes(self) -> int:
+        """One 64-column (128-byte swizzled) slab of the Q tile."""
+        return self.block_q * SLAB_ROW_BYTES
+
+    @property
+    def kv_slab_bytes(self) -> int:
+        return self.block_kv * SLAB_ROW_BYTES
+
+    @property
+    def consumer_slab_bytes(self) -> int:
+        """A consumer's 64 rows of one slab."""
+        return WGMMA_M * SLAB_ROW_BYTES
+
+    @property
+    def pv_step_bytes(self) -> int:
+        """The V rows (16 keys) of one k16 step of O += P V."""
+        return 16 * SLAB_ROW_BYTES
+
+    @property
+    def qk_asm(self) -> tuple[int, int, int]:
+        """Operand numbers of sg_wgmma_qk's inline asm after the S registers: Q descriptor, K descriptor, the
+        accumulate flag."""
+        return self.s_regs, self.s_regs + 1, self.s_regs + 2
+
+    @property
+    def pv_asm(self) -> tuple[int, ...]:
+        """Operand numbers of sg_wgmma_pv's inline asm after the O registers: the 4 P registers, V's descriptor."""
+        return tuple(self.o_regs + i for i in range(5))
+
+    @property
+    def epi_bar(self) -> int:
+        """The first epilogue named barrier (0 is __syncthreads, 1..num_consumers the ping-pong ring)."""
+        return self.num_consumers + 1
+
+    @property
+    def last_consumer(self) -> int:
+        return self.num_consumers - 1
+
+    @property
+    def several_consumers(self) -> bool:
+        return self.num_consumers > 1
+
+    @property
+    def q_empty_arrivals(self) -> int:
+        """Arrivals that free Q: every consumer thread when the consumers also read the claimed tile index."""
+        return self.num_consumers * 128 if self.dynamic else self.num_consumers
+
+    @property
+    def last_q_block(self) -> int:
+        return self.q_blocks - 1
+
+    @property
+    def last_kv_block(self) -> int:
+        return self.kv_blocks - 1
+
+    @property
+    def kv_block_last_key(self) -> int:
+        """block_kv - 1: the last key of a block, relative to its first."""
+        return self.block_kv - 1
+
+    @property
+    def ragged_q_rows(self) -> int:
+        """Rows of the ragged last query block (0: none)."""
+        return self.seq_q % self.block_q
+
+    @property
+    def ragged_kv_keys(self) -> int:
+        """Keys of the ragged last key block (0: none)."""
+        return self.seq_kv % self.block_kv
+
+    @property
+    def section_tiles(self) -> int:
+        """lpt: tiles of one (full) section."""
+        return self.section_heads * self.q_blocks
+
+    @property
+    def last_section(self) -> int:
+        return self.sections - 1
+
+    @property
+    def short_last_section(self) -> bool:
+        return self.last_section_heads != self.section_heads
+
+    @property
+    def opaque_kv_end(self) -> bool:
+        """Non-causal with few key blocks: the CUDA kernel hides the trip count from ptxas (see the template)."""
+        return not self.causal and self.kv_blocks <= OPAQUE_KV_BLOCKS
+
+    @property
+    def pp_sums_before_turn(self) -> bool:
+        """Pallas ping-pong: the row sums are taken before handing over the tensor cores (head_dim <= 128), else
+        under the other consumer's MMAs."""
+        return self.pingpong and self.head_dim <= 128
+
+    @property
+    def q_loads(self) -> tuple[tuple[int, int, int], ...]:
+        """The Q tile's TMA loads: (SMEM offset, column, row) per consumer and slab."""
+        return tuple((sl * self.q_slab_bytes + w * self.consumer_slab_bytes, sl * 64, w * WGMMA_M)
+                     for w in range(self.num_consumers) for sl in range(self.slabs))
+
+    @property
+    def kv_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A K or V stage's TMA loads: (SMEM offset in the stage, column) per slab."""
+        return tuple((sl * self.kv_slab_bytes, sl * 64) for sl in range(self.slabs))
+
+    @property
+    def o_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A consumer's O stores: (SMEM offset in its staging rows, column) per slab."""
+        return tuple((sl * self.q_slab_bytes, sl * 64) for sl in range(self.slabs))
+
     def kv_end(self, qb: int) -> int:
         """Key blocks that query block qb reads (causal: up to the diagonal of its last row)."""
         if not self.causal:
@@ -166,14 +319,93 @@ def tile_of(p: AttentionPlan, t: int) -> tuple[int, int, int]:
     return u // p.heads_q, u % p.heads_q, qb
 
 
+class Names(NamedTuple):
+    """The operands' names, by role."""
+    q: str
+    k: str
+    v: str
+    o: str
+    lse: str | None
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        return self.q, self.k, self.v
+
+
+class Dims(NamedTuple):
+    """The problem in [B, S, H, D] terms (whatever the layout) and the operands' resolved shapes."""
+    b: int
+    sq: int
+    hq: int
+    skv: int
+    hkv: int
+    d: int
+    dtype: str
+    shapes: dict
+
+
+class Blocks(NamedTuple):
+    nc: int              # consumer warpgroups
+    block_q: int
+    block_kv: int
+
+
+class Grid(NamedTuple):
+    persistent: bool     # one CTA an SM walking the tiles
+    dynamic: bool        # ... claiming each next tile from a counter
+
+
+class Regs(NamedTuple):
+    s_regs: int
+    o_regs: int
+    preg: int            # producer
+    creg: int            # each consumer
+
+
+class Smem(NamedTuple):
+    stages: int
+    slabs: int
+    q_bytes: int
+    kv_bytes: int
+    o_staging: bool
+    map: SmemMap
+    bytes: int           # with the 1 KiB alignment slack
+
+
+class Order(NamedTuple):
+    order: str
+    section_heads: int
+
+
 def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
+    """Phases: names, shapes, the problem's dims and dtypes, blocks, grid, registers, SMEM, barriers, tile order,
+    what each backend cannot express, fields no backend reads; each phase reports its own located problems."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
-    sizes = dict(op.sizes)
-    pipe = sch.pipeline
+    names = _check_names(spec, problems)
+    before = len(problems)
+    shapes = _resolve_shapes(op, names, problems)
+    if shapes is None:
+        return None, problems
+    dims = _check_problem(op, names, shapes, problems)
+    if len(problems) != before:
+        return None, problems
+    blocks = _plan_blocks(sch, names, dims, problems)
+    grid = _grid(sch)
+    regs = _plan_registers(sch.pipeline, blocks, dims, grid, names, hw, problems)
+    smem = _plan_smem(sch.pipeline, blocks, dims, grid, hw, problems)
+    pingpong = _check_sync(sch, blocks.nc, problems)
+    order = _tile_order(op, sch, dims, hw, problems)
+    _backend_limits(sch, names, blocks, grid, regs, smem, hw, problems)
+    check_unread(sch, names.inputs, problems)
+    if problems:
+        return None, problems
+    return _assemble(spec, names, dims, blocks, grid, regs, smem, pingpong, order), problems
 
-    names = list(op.inputs)
-    outs = list(op.outputs)
+
+def _check_names(spec: SpecFile, problems: Problems) -> Names:
+    """One namespace for sizes and operands; the generated module's own names and schedgen.reserved's are taken."""
+    op = spec.op
     seen: dict[str, str] = {}
     for group, ns in (("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)):
         for n in ns:
@@ -184,63 +416,79 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                 problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
     for path, message in reserved.reserved_problems(spec):
         problems.add(path, message)
-    q_name, k_name, v_name = names
-    o_name = outs[0]
-    lse_name = outs[1] if len(outs) > 1 else None
+    q, k, v = op.inputs
+    outs = list(op.outputs)
+    return Names(q, k, v, outs[0], outs[1] if len(outs) > 1 else None)
 
+
+def _layout_text(op) -> str:
+    return "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
+
+
+def _resolve_shapes(op, names: Names, problems: Problems) -> dict | None:
+    """Every operand's shape in numbers; None (reported) when a size is unknown or q, k, v, o are not 4-D."""
     before = len(problems)
+    sizes = dict(op.sizes)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
     if len(problems) != before:
-        return None, problems
-    for n in names + [o_name]:
+        return None
+    for n in (*names.inputs, names.o):
         if len(shapes[n]) != 4:
             problems.add(("op", "inputs" if n in op.inputs else "outputs", n, "shape"),
-                         f"attention operands are 4-D ({'[B, S, H, D]' if op.layout == 'bshd' else '[B, H, S, D]'}); "
-                         f"got {len(shapes[n])} dimensions")
-    if len(problems) != before:
-        return None, problems
+                         f"attention operands are 4-D ({_layout_text(op)}); got {len(shapes[n])} dimensions")
+    return None if len(problems) != before else shapes
 
+
+def _check_problem(op, names: Names, shapes: dict, problems: Problems) -> Dims:
+    """q, k, v and o agree (GQA heads, head_dim, the causal alignment), the scale is positive, the dtypes match."""
     def bshd(shape):
         return shape if op.layout == "bshd" else (shape[0], shape[2], shape[1], shape[3])
 
-    b, sq, hq, d = bshd(shapes[q_name])
-    bk, skv, hkv, dk = bshd(shapes[k_name])
-    bv, sv, hv, dv = bshd(shapes[v_name])
-    lay = "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
+    b, sq, hq, d = bshd(shapes[names.q])
+    bk, skv, hkv, dk = bshd(shapes[names.k])
+    bv, sv, hv, dv = bshd(shapes[names.v])
+    k_path = ("op", "inputs", names.k, "shape")
     if (bk, dk) != (b, d):
-        problems.add(("op", "inputs", k_name, "shape"), f"k {lay} must share B = {b} and D = {d} with q")
+        problems.add(k_path, f"k {_layout_text(op)} must share B = {b} and D = {d} with q")
     if (bv, sv, hv, dv) != (bk, skv, hkv, dk):
-        problems.add(("op", "inputs", v_name, "shape"), f"v must have k's shape {list(shapes[k_name])}, got {list(shapes[v_name])}")
-    if shapes[o_name] != shapes[q_name]:
-        problems.add(("op", "outputs", o_name, "shape"), f"the output has q's shape {list(shapes[q_name])}")
+        problems.add(("op", "inputs", names.v, "shape"),
+                     f"v must have k's shape {list(shapes[names.k])}, got {list(shapes[names.v])}")
+    if shapes[names.o] != shapes[names.q]:
+        problems.add(("op", "outputs", names.o, "shape"), f"the output has q's shape {list(shapes[names.q])}")
     if hkv and hq % hkv:
-        problems.add(("op", "inputs", k_name, "shape"), f"q heads ({hq}) must be a multiple of kv heads ({hkv}) "
-                                                        f"(grouped-query attention)")
+        problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
     if d not in HEAD_DIMS:
-        problems.add(("op", "inputs", q_name, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
+        problems.add(("op", "inputs", names.q, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
     if op.scale is not None and op.scale <= 0:
         problems.add(("op", "scale"), f"the softmax scale must be positive (the running max is taken on scaled "
                                       f"scores), got {op.scale}")
     if op.causal and sq > skv:
         problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
                                        f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")
-    dtype = op.inputs[q_name].dtype
-    for n in names:
+    dims = Dims(b, sq, hq, skv, hkv, d, op.inputs[names.q].dtype, shapes)
+    _check_dtypes(op, names, dims, problems)
+    return dims
+
+
+def _check_dtypes(op, names: Names, dims: Dims, problems: Problems) -> None:
+    dtype = dims.dtype
+    for n in names.inputs:
         if op.inputs[n].dtype not in DTYPES:
             problems.add(("op", "inputs", n, "dtype"), f"attention takes bf16 or f16, got {op.inputs[n].dtype}")
         elif op.inputs[n].dtype != dtype:
             problems.add(("op", "inputs", n, "dtype"), f"q, k and v share one dtype; q is {dtype}")
-    if op.outputs[o_name].dtype != dtype:
-        problems.add(("op", "outputs", o_name, "dtype"), f"the output has the inputs' dtype ({dtype})")
-    if lse_name is not None:
-        want = (b, hq, sq)
-        if shapes[lse_name] != want or op.outputs[lse_name].dtype != "f32":
-            problems.add(("op", "outputs", lse_name), f"the log-sum-exp output is f32 [B, Hq, Sq] = {list(want)}")
-    if len(problems) != before:
-        return None, problems
+    if op.outputs[names.o].dtype != dtype:
+        problems.add(("op", "outputs", names.o, "dtype"), f"the output has the inputs' dtype ({dtype})")
+    if names.lse is not None:
+        want = (dims.b, dims.hq, dims.sq)
+        if dims.shapes[names.lse] != want or op.outputs[names.lse].dtype != "f32":
+            problems.add(("op", "outputs", names.lse), f"the log-sum-exp output is f32 [B, Hq, Sq] = {list(want)}")
 
-    # --- blocks
+
+def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
+    """block_q (64 rows a consumer warpgroup) and block_kv from the in_specs, which take no index maps."""
+    pipe, d = sch.pipeline, dims.d
     nc = pipe.num_compute_wgs
     if pipe.kind != "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"), "attention is warp-specialized (a TMA producer and 1-3 "
@@ -248,10 +496,10 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     if nc > 3:
         problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 to 3 consumer warpgroups, got {nc}")
         nc = 3
-    qs, ks, vs = (sch.in_specs.get(n) for n in names)
+    qs, ks, vs = (sch.in_specs.get(n) for n in names.inputs)
     block_q = qs.block_shape[0] if qs is not None else WGMMA_M * nc
     block_kv = ks.block_shape[0] if ks is not None else (128 if d <= 128 else 64)
-    for n, bs, want in ((q_name, qs, None), (k_name, ks, None), (v_name, vs, block_kv)):
+    for n, bs, want in ((names.q, qs, None), (names.k, ks, None), (names.v, vs, block_kv)):
         if bs is None:
             continue
         path = ("schedule", "in_specs", n, "block_shape")
@@ -263,38 +511,54 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
             problems.add(("schedule", "in_specs", n, "index_map"), "attention derives its index maps from the tile "
                                                                    "order; remove index_map")
     for n in sch.in_specs:
-        if n not in names:
-            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are {', '.join(names)}")
+        if n not in names.inputs:
+            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are {', '.join(names.inputs)}")
     if block_q != WGMMA_M * nc:
-        problems.add(("schedule", "in_specs", q_name, "block_shape", 0),
+        problems.add(("schedule", "in_specs", names.q, "block_shape", 0),
                      f"each consumer warpgroup owns {WGMMA_M} query rows (one wgmma M block): block_q is "
                      f"{WGMMA_M * nc} with {nc} consumer(s), got {block_q}")
     if block_kv % 16 or not 16 <= block_kv <= 256:
-        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+        problems.add(("schedule", "in_specs", names.k, "block_shape", 0),
                      f"block_kv is the N of S = Q K^T's wgmma and the K of O += P V's: a multiple of 16 in [16, 256], "
                      f"got {block_kv}")
-    if sq % block_q and "pallas" in sch.backends:
-        problems.add(("op", "inputs", q_name, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}: the "
-                                                        f"CUDA kernel clips a ragged last query block, the Pallas one "
-                                                        f"does not yet; pad the sequence, pick a block_q that divides "
-                                                        f"{sq}, or set schedule.backends: [cuda]")
-    if skv % block_kv and "pallas" in sch.backends:
-        problems.add(("op", "inputs", k_name, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}: the "
-                                                        f"CUDA kernel masks a ragged last key block, the Pallas one "
-                                                        f"does not yet; pad the keys, pick a block_kv that divides "
-                                                        f"{skv}, or set schedule.backends: [cuda]")
+    blocks = Blocks(nc, block_q, block_kv)
+    if "pallas" in sch.backends:
+        _pallas_ragged(names, dims, blocks, problems)
+    return blocks
 
-    # a persistent grid: nd_loop strides over the tiles (CTA i takes i, i + grid, ...); dynamic claims each next tile
-    # from an atomic counter in GMEM (the CUDA kernel's rendering of dynamic_scheduling_loop on Hopper, which has
-    # no cluster launch control), so CTAs that drew short causal tiles take more of them
+
+def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
+    """The CUDA kernel clips / masks ragged last blocks; the Pallas one needs whole blocks."""
+    sq, skv, block_q, block_kv = dims.sq, dims.skv, blocks.block_q, blocks.block_kv
+    if sq % block_q:
+        problems.add(("op", "inputs", names.q, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}: the "
+                                                         f"CUDA kernel clips a ragged last query block, the Pallas one "
+                                                         f"does not yet; pad the sequence, pick a block_q that divides "
+                                                         f"{sq}, or set schedule.backends: [cuda]")
+    if skv % block_kv:
+        problems.add(("op", "inputs", names.k, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}: "
+                                                         f"the CUDA kernel masks a ragged last key block, the Pallas "
+                                                         f"one does not yet; pad the keys, pick a block_kv that "
+                                                         f"divides {skv}, or set schedule.backends: [cuda]")
+
+
+def _grid(sch) -> Grid:
+    """A persistent grid: nd_loop strides over the tiles (CTA i takes i, i + grid, ...); dynamic claims each next
+    tile from an atomic counter in GMEM (the CUDA kernel's rendering of dynamic_scheduling_loop on Hopper, which
+    has no cluster launch control), so CTAs that drew short causal tiles take more of them."""
     persistent = sch.persistent.loop in ("nd_loop", "dynamic") and "loop" in sch.persistent.model_fields_set
-    dynamic = persistent and sch.persistent.loop == "dynamic"
+    return Grid(persistent, persistent and sch.persistent.loop == "dynamic")
 
-    # --- registers and SMEM
-    s_regs, o_regs = block_kv // 2, d // 2
+
+def _plan_registers(pipe, blocks: Blocks, dims: Dims, grid: Grid, names: Names, hw: Hardware,
+                    problems: Problems) -> Regs:
+    """setmaxnreg budgets of the producer and the consumers, within the block's registers and above what S, O
+    and P need."""
+    nc, block_kv = blocks.nc, blocks.block_kv
+    s_regs, o_regs = block_kv // 2, dims.d // 2
     budget = hw.regs_per_block(128 * (1 + nc))
     # the producer that claims tiles keeps the counter's address and the claimed index beside the loads' coordinates
-    min_preg = DYNAMIC_PRODUCER_REGS if dynamic else 24
+    min_preg = DYNAMIC_PRODUCER_REGS if grid.dynamic else 24
     preg = pipe.memory_registers or min_preg
     creg = pipe.compute_registers or min(256, (budget // 128 - preg) // nc // 8 * 8)
     for fld, v in (("memory_registers", preg), ("compute_registers", creg)):
@@ -313,38 +577,49 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                      f"per consumer with {preg} for the producer)")
     need = s_regs + o_regs + block_kv // 4 + REG_OVERHEAD
     if need > min(creg, 255):
-        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+        problems.add(("schedule", "in_specs", names.k, "block_shape", 0),
                      f"a consumer thread holds S ({s_regs}), O ({o_regs}) and P ({block_kv // 4}) registers plus about "
                      f"{REG_OVERHEAD}: {need}, over its budget of {min(creg, 255)}; use a smaller block_kv")
+    return Regs(s_regs, o_regs, preg, creg)
+
+
+def _smem_map(q_bytes: int, kv_bytes: int, stages: int, o_staging: bool, dynamic: bool) -> SmemMap:
+    m = SmemMap()
+    m.alloc("q", q_bytes, note="Q tile" + ("" if o_staging else " (reused to stage O for the TMA store)"))
+    m.alloc("k", kv_bytes, stages, note="K stages")
+    m.alloc("v", kv_bytes, stages, note="V stages")
+    if o_staging:
+        m.alloc("o", q_bytes, note="O staging for the TMA store (Q is refilled under the epilogue)")
+    for nm in ("q_full", "q_empty", "k_full", "k_empty", "v_full", "v_empty"):
+        m.alloc(nm, 8, 1 if nm.startswith("q_") else stages, align=8, note="mbarrier")
+    if dynamic:
+        m.alloc("tile", 8, align=8, note="the claimed tile index, published with q_full")
+    return m
+
+
+def _plan_smem(pipe, blocks: Blocks, dims: Dims, grid: Grid, hw: Hardware, problems: Problems) -> Smem:
+    """The Q tile, the K and V stage rings, O staging where it fits (persistent grids), the mbarriers."""
     stages = pipe.max_concurrent_steps
     if stages < 1:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"), "at least one K/V stage")
-    isz = ITEMSIZE[dtype]
-    slabs = d // 64
-    q_bytes = block_q * d * isz
-    kv_bytes = block_kv * d * isz
-
-    def smem_map(o_staging: bool) -> SmemMap:
-        m = SmemMap()
-        m.alloc("q", q_bytes, note="Q tile" + ("" if o_staging else " (reused to stage O for the TMA store)"))
-        m.alloc("k", kv_bytes, stages, note="K stages")
-        m.alloc("v", kv_bytes, stages, note="V stages")
-        if o_staging:
-            m.alloc("o", q_bytes, note="O staging for the TMA store (Q is refilled under the epilogue)")
-        for nm in ("q_full", "q_empty", "k_full", "k_empty", "v_full", "v_empty"):
-            m.alloc(nm, 8, 1 if nm.startswith("q_") else stages, align=8, note="mbarrier")
-        if dynamic:
-            m.alloc("tile", 8, align=8, note="the claimed tile index, published with q_full")
-        return m
+    isz = ITEMSIZE[dims.dtype]
+    q_bytes = blocks.block_q * dims.d * isz
+    kv_bytes = blocks.block_kv * dims.d * isz
     # a persistent CTA stages O in its own buffer where SMEM allows, so the next tile's Q loads under the epilogue
-    o_staging = persistent and smem_map(True).top + 1024 <= hw.smem_per_block
-    smem = smem_map(o_staging)
+    o_staging = grid.persistent and \
+        _smem_map(q_bytes, kv_bytes, stages, True, grid.dynamic).top + 1024 <= hw.smem_per_block
+    smem = _smem_map(q_bytes, kv_bytes, stages, o_staging, grid.dynamic)
     smem_bytes = smem.top + 1024
     if smem_bytes > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"SMEM needed is {smem_bytes} B (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V), over "
                      f"{hw.smem_per_block} B; use fewer stages or a smaller block_kv")
-    pingpong = "schedule" in sch.barriers
+    return Smem(stages, dims.d // 64, q_bytes, kv_bytes, o_staging, smem, smem_bytes)
+
+
+def _check_sync(sch, nc: int, problems: Problems) -> bool:
+    """One optional barrier, 'schedule' (the consumers' ping-pong, one arrival each), and no cluster; returns
+    whether the consumers ping-pong."""
     for bname, bar in sch.barriers.items():
         if bname != "schedule":
             problems.add(("schedule", "barriers", bname), "attention names one barrier, 'schedule' (the consumers' "
@@ -356,81 +631,106 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
                          f"{bar.num_arrivals} with {nc} consumer warpgroup(s)")
     if any(c != 1 for c in sch.cluster):
         problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
+    return "schedule" in sch.barriers
+
+
+def _tile_order(op, sch, dims: Dims, hw: Hardware, problems: Problems) -> Order:
+    """row_major or lpt (the default when causal), and lpt's sections: whole kv-head groups (the q heads that read
+    one K/V) whose K and V fit in L2_SECTION of the L2, as few sections as that allows, of equal size (a short last
+    section would start its long tiles late)."""
     order = sch.persistent.tile_order if "tile_order" in sch.persistent.model_fields_set else \
         ("lpt" if op.causal else "row_major")
     if order == "planar_snake":
         problems.add(("schedule", "persistent", "tile_order"), "attention tiles go row_major (query blocks fastest) or "
                                                                "lpt (longest first, heads fastest in L2-sized sections); "
                                                                "planar_snake orders a 2-D grid of like tiles")
-    # lpt sections: whole kv-head groups (the q heads that read one K/V) whose K and V fit in L2_SECTION of the L2,
-    # as few sections as that allows, of equal size (a short last section would start its long tiles late)
-    groups = b * hkv
-    fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * skv * d * ITEMSIZE[dtype]))
+    groups = dims.b * dims.hkv
+    fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * dims.skv * dims.d * ITEMSIZE[dims.dtype]))
     sections = -(-groups // fit)
-    section_heads = -(-groups // sections) * (hq // hkv)
-    if persistent and "pallas" in sch.backends:
+    return Order(order, -(-groups // sections) * (dims.hq // dims.hkv))
+
+
+def _backend_limits(sch, names: Names, blocks: Blocks, grid: Grid, regs: Regs, smem: Smem, hw: Hardware,
+                    problems: Problems) -> None:
+    if grid.persistent and "pallas" in sch.backends:
         problems.add(("schedule", "persistent", "loop"), f"the Pallas attention launches a block a tile; the "
                                                          f"persistent grid ({sch.persistent.loop}) is the CUDA "
                                                          f"kernel's (Mosaic GPU's dynamic_scheduling_loop needs "
                                                          f"Blackwell's cluster launch control): remove persistent.loop "
                                                          f"or set schedule.backends: [cuda]")
     if "pallas" in sch.backends:
-        _pallas_limits(sch, names, block_kv, preg, creg, stages, nc, q_bytes, kv_bytes, smem_bytes,
-                       lse_name is not None, hw, problems)
-    if problems:
-        return None, problems
+        _pallas_limits(sch, names, blocks, regs, smem, hw, problems)
 
-    # --- tensor maps: 3-D views [batch, sequence, columns] of the 4-D arrays, so that TMA zero-fills a ragged last
-    # block on load and clips it on store at each sequence's end (bshd: [B, S, H*D]; bhsd: [B*H, S, D])
-    def view(shape, heads):
-        bb, s_or_h, h_or_s, dd = shape
-        return (bb * s_or_h, h_or_s, dd) if op.layout == "bhsd" else (bb, s_or_h, h_or_s * dd)
 
-    inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype], isz, shapes[n])
-                   for n, r in zip(names, ("q", "k", "v")))
-    outputs = [AttnOperand(o_name, f"out_{o_name}", "o", dtype, CTYPE[dtype], isz, shapes[o_name])]
-    if lse_name:
-        outputs.append(AttnOperand(lse_name, f"out_{lse_name}", "lse", "f32", "float", 4, shapes[lse_name]))
-    outputs = tuple(outputs)
-
-    def tmap(i: int, shape, heads: int, rows: int) -> KernelArg:
-        v3 = view(shape, heads)
-        return KernelArg("tmap", i, dtype, v3, (v3[1] * v3[2] * isz, v3[2] * isz, isz), (1, rows, 64), 128)
-
-    args = [tmap(0, shapes[q_name], hq, WGMMA_M), tmap(1, shapes[k_name], hkv, block_kv),
-            tmap(2, shapes[v_name], hkv, block_kv), tmap(3, shapes[o_name], hq, WGMMA_M)]
-    if lse_name:
-        args.append(KernelArg("ptr", 4))
-    if dynamic:
-        args.append(KernelArg("counter", -1))   # 2 u32: the next tile to claim, CTAs done (zero between launches)
+def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Grid, regs: Regs, smem: Smem,
+              pingpong: bool, order: Order) -> AttentionPlan:
+    """The plan: every number the templates print."""
+    op, sch = spec.op, spec.schedule
+    b, sq, hq, skv, d, dtype = dims.b, dims.sq, dims.hq, dims.skv, dims.d, dims.dtype
+    nc, block_q, block_kv, stages = blocks.nc, blocks.block_q, blocks.block_kv, smem.stages
+    inputs, outputs = _operands(op, names, dims)
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
     q_blocks, kv_blocks = -(-sq // block_q), -(-skv // block_kv)   # ragged last blocks: clipped / masked
     flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
     bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
-    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(spec.name, dtype, d, block_q, block_kv, stages, nc,
-                                                         "_pp" if pingpong else "", ("_dyn" if dynamic else "_persist") if persistent else "")
-    plan = AttentionPlan(
-        family="attention", name=spec.name, kernel_name=kname, sizes=sizes, constants={},
-        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(
+        spec.name, dtype, d, block_q, block_kv, stages, nc, "_pp" if pingpong else "",
+        ("_dyn" if grid.dynamic else "_persist") if grid.persistent else "")
+    return AttentionPlan(
+        family="attention", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
+        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=dims.hkv, seq_q=sq, seq_kv=skv, head_dim=d,
         layout=op.layout, causal=op.causal, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
-        with_lse=lse_name is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
+        with_lse=names.lse is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
         stages=stages, num_consumers=nc, pingpong=pingpong, q_blocks=q_blocks, kv_blocks=kv_blocks,
-        num_tiles=q_blocks * hq * b, tile_order=order, section_heads=section_heads, slabs=slabs, q_bytes=q_bytes,
-        kv_stage_bytes=kv_bytes, s_regs=s_regs, o_regs=o_regs, producer_regs=preg, consumer_regs=creg,
-        threads=128 * (1 + nc), smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes, kernel_args=tuple(args),
-        num_blocks=q_blocks * hq * b, auto_blocks=persistent, persistent=persistent, dynamic=dynamic, o_staging=o_staging,
-        row_chains=max(1, min(ROW_CHAINS, block_kv // 8)), skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
+        num_tiles=q_blocks * hq * b, tile_order=order.order, section_heads=order.section_heads, slabs=smem.slabs,
+        q_bytes=smem.q_bytes, kv_stage_bytes=smem.kv_bytes, s_regs=regs.s_regs, o_regs=regs.o_regs,
+        producer_regs=regs.preg, consumer_regs=regs.creg, threads=128 * (1 + nc),
+        smem_buffers=tuple(smem.map.buffers), smem_bytes=smem.bytes,
+        kernel_args=_kernel_args(op.layout, names, dims, block_kv, grid.dynamic),
+        num_blocks=q_blocks * hq * b, auto_blocks=grid.persistent, persistent=grid.persistent, dynamic=grid.dynamic,
+        o_staging=smem.o_staging, row_chains=max(1, min(ROW_CHAINS, block_kv // 8)),
+        skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
     )
-    return plan, problems
 
 
-def _pallas_limits(sch, names, block_kv: int, preg: int, creg: int, stages: int, nc: int, q_bytes: int,
-                   kv_bytes: int, smem_bytes: int, with_lse: bool, hw: Hardware, problems: Problems) -> None:
-    """What the Pallas (Mosaic GPU) rendering of this family (schedgen/families/attention/templates/pallas.py.j2) cannot express;
-    each message names the way out."""
+def _operands(op, names: Names, dims: Dims) -> tuple[tuple[AttnOperand, ...], tuple[AttnOperand, ...]]:
+    isz, shapes = ITEMSIZE[dims.dtype], dims.shapes
+    inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype], isz, shapes[n])
+                   for n, r in zip(names.inputs, ("q", "k", "v")))
+    outputs = [AttnOperand(names.o, f"out_{names.o}", "o", dims.dtype, CTYPE[dims.dtype], isz, shapes[names.o])]
+    if names.lse:
+        outputs.append(AttnOperand(names.lse, f"out_{names.lse}", "lse", "f32", "float", 4, shapes[names.lse]))
+    return inputs, tuple(outputs)
+
+
+def _kernel_args(layout: str, names: Names, dims: Dims, block_kv: int, dynamic: bool) -> tuple[KernelArg, ...]:
+    """Tensor maps: 3-D views [batch, sequence, columns] of the 4-D arrays, so that TMA zero-fills a ragged last
+    block on load and clips it on store at each sequence's end (bshd: [B, S, H*D]; bhsd: [B*H, S, D]); the
+    log-sum-exp pointer; the dynamic grid's tile counter."""
+    isz = ITEMSIZE[dims.dtype]
+
+    def tmap(i: int, shape, rows: int) -> KernelArg:
+        bb, s_or_h, h_or_s, dd = shape
+        v3 = (bb * s_or_h, h_or_s, dd) if layout == "bhsd" else (bb, s_or_h, h_or_s * dd)
+        return KernelArg("tmap", i, dims.dtype, v3, (v3[1] * v3[2] * isz, v3[2] * isz, isz), (1, rows, 64), 128)
+
+    shapes = dims.shapes
+    args = [tmap(0, shapes[names.q], WGMMA_M), tmap(1, shapes[names.k], block_kv),
+            tmap(2, shapes[names.v], block_kv), tmap(3, shapes[names.o], WGMMA_M)]
+    if names.lse:
+        args.append(KernelArg("ptr", 4))
+    if dynamic:
+        args.append(KernelArg("counter", -1))   # 2 u32: the next tile to claim, CTAs done (zero between launches)
+    return tuple(args)
+
+
+def _pallas_limits(sch, names: Names, blocks: Blocks, regs: Regs, smem: Smem, hw: Hardware,
+                   problems: Problems) -> None:
+    """What the Pallas (Mosaic GPU) rendering of this family (schedgen/families/attention/templates/pallas.py.j2)
+    cannot express; each message names the way out."""
     hint = "; or set schedule.backends: [cuda]"
-    k_name = names[1]
+    nc, block_kv, stages, q_bytes, kv_bytes = blocks.nc, blocks.block_kv, smem.stages, smem.q_bytes, smem.kv_bytes
     if nc > 2:
         problems.add(("schedule", "pipeline", "num_compute_wgs"),
                      f"the Pallas attention has 1 or 2 consumer warpgroups (its schedule barrier alternates two), got "
@@ -438,25 +738,33 @@ def _pallas_limits(sch, names, block_kv: int, preg: int, creg: int, stages: int,
     # jax.experimental.mosaic.gpu.wgmma issues K in groups of one swizzle width: with the 128-byte swizzle of the
     # K / V tiles that is 64 elements, and block_kv is the K of O += P V (the planner reports other illegal values)
     if block_kv % 64 and block_kv % 16 == 0 and 16 <= block_kv <= 256:
-        problems.add(("schedule", "in_specs", k_name, "block_shape", 0),
+        problems.add(("schedule", "in_specs", names.k, "block_shape", 0),
                      f"the Pallas attention needs block_kv a multiple of 64 (64, 128, 192 or 256): Mosaic GPU's wgmma "
                      f"takes the K of O += P V (= block_kv) in 64-element groups of the 128-byte swizzle; got "
                      f"{block_kv}" + hint)
     # plgpu.set_max_registers (setmaxnreg) takes multiples of 8
-    for field, regs in (("memory_registers", preg), ("compute_registers", creg)):
-        if regs % 8:
+    for field, n in (("memory_registers", regs.preg), ("compute_registers", regs.creg)):
+        if n % 8:
             problems.add(("schedule", "pipeline", field),
-                         f"plgpu.set_max_registers takes a multiple of 8 registers, got {regs}; use "
-                         f"{regs // 8 * 8} or {regs // 8 * 8 + 8}" + hint)
+                         f"plgpu.set_max_registers takes a multiple of 8 registers, got {n}; use "
+                         f"{n // 8 * 8} or {n // 8 * 8 + 8}" + hint)
     # Pallas SMEM: Q/O tile, K and V rings, the log-sum-exp rows, the barriers (q, 4 rings, schedule), 1 KiB slack
     # (only what the planner's own SMEM check, smem_bytes, did not already report)
-    smem = q_bytes + 2 * stages * kv_bytes + (nc * 64 * 4 if with_lse else 0) + 8 * (nc + 4 * stages + 1) + 1024
-    if smem_bytes <= hw.smem_per_block < smem:
+    with_lse = names.lse is not None
+    need = q_bytes + 2 * stages * kv_bytes + (nc * 64 * 4 if with_lse else 0) + 8 * (nc + 4 * stages + 1) + 1024
+    if smem.bytes <= hw.smem_per_block < need:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"the Pallas kernel needs {smem} B of SMEM (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V"
+                     f"the Pallas kernel needs {need} B of SMEM (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V"
                      f"{' + the log-sum-exp rows' if with_lse else ''}), over {hw.smem_per_block} B; use fewer stages "
                      f"or a smaller block_kv" + hint)
-    cp = sch.compiler_params
+    _pallas_compiler_params(sch.compiler_params, hint, problems)
+    for n in names.inputs:
+        if n == "interpret":
+            problems.add(("op", "inputs", n), "'interpret' is the generated Pallas function's own keyword argument; "
+                                              "choose another name" + hint)
+
+
+def _pallas_compiler_params(cp, hint: str, problems: Problems) -> None:
     if "lowering_semantics" in cp.model_fields_set and cp.lowering_semantics != "lane":
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      "the Pallas attention is written for Lane semantics (explicit WGMMA register layouts, as jax's "
@@ -468,7 +776,3 @@ def _pallas_limits(sch, names, block_kv: int, preg: int, creg: int, stages: int,
     if cp.profile_space:
         problems.add(("schedule", "compiler_params", "profile_space"),
                      "the Pallas attention takes no profiler buffer; remove profile_space" + hint)
-    for n in names:
-        if n == "interpret":
-            problems.add(("op", "inputs", n), "'interpret' is the generated Pallas function's own keyword argument; "
-                                              "choose another name" + hint)

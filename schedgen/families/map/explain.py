@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...explain import COPY_GBPS
+from ...frontend.trees import cxx
 
 def explain_map(p) -> str:
     lines = [
@@ -26,8 +27,8 @@ def explain_map(p) -> str:
     lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
                  f"transactions per stage)")
     lines.append("  body")
-    for target, value in p.body_cxx:
-        lines.append(f"    {target} = {value}")
+    for st in p.body:
+        lines.append(f"    {st.target} = {cxx(st.value)}")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
     return "\n".join(lines)

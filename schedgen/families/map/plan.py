@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from ...plan.common import (
     tma_box,
 )
 from ...plan.hardware import Hardware
+from ...frontend.trees import Statement, tree_of
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -100,8 +101,8 @@ class MapPlan:
     full_arrivals: int
     delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
     tx_bytes: int
-    body_cxx: tuple[tuple[str, str], ...]      # (target, C++ float expression); targets are out_<name> or t_<name>
-    body_jnp: tuple[tuple[str, str], ...]
+    body: tuple[Statement, ...]                # (target, expression tree): r_<output> / t_<temporary> = ...; the
+                                               # templates render the trees (filters tree_cxx, tree_jnp: frontend/trees.py)
     temporaries: tuple[str, ...]
     constants_cxx: tuple[tuple[str, str], ...]  # (identifier, exact float literal)
     approx_math: bool
@@ -127,27 +128,76 @@ def cname(role: str, name: str) -> str:
     return f"{role}_{name}"
 
 
+class Space(NamedTuple):
+    """The iteration space: the output cut into blocks, and what every operand's block follows."""
+    iter_shape: tuple[int, ...]
+    block: tuple[int, ...]
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...]
+    sizes: dict
+    stages: int
+
+
+class Sync(NamedTuple):
+    full: SmemBuffer       # one mbarrier per stage: the TMA loads landed
+    arrivals: int
+    smem_bytes: int        # with the 1 KiB alignment slack
+
+
+class Body(NamedTuple):
+    """The body's statements (targets named as in generated code, trees with both languages' names) and the
+    temporaries."""
+    statements: tuple[Statement, ...]
+    temporaries: tuple[str, ...]
+
+
 def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
+    """Phases: names, the body, schedule fields that need no shapes, shapes, the iteration space, operands, the
+    vector width, barriers and SMEM, 32-bit limits, backend limits, the launch; each reports located problems."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
-    sizes = dict(op.sizes)
+    seen = _check_names(op, problems)
+    body = _parse_body(op, problems)
+    _check_schedule(op, sch, problems)
+    shapes = _resolve_shapes(op, problems)
+    if shapes is None or next(iter(op.outputs)) not in sch.out_specs:
+        return None, problems
+    iter_shape = _check_broadcasts(op, shapes, problems)
+    space = _plan_space(spec, iter_shape, seen, problems)
+    if space is None:
+        return None, problems
+    smem = SmemMap()
+    operands = _plan_operands(op, sch, shapes, space, hw, smem, problems)
+    vec = _vector_width(op, sch, space.block, problems)
+    sync = _plan_sync(sch, space.stages, smem, hw, problems)
+    _check_int32(op, sch, space.grid, problems)
+    _backend_limits(op, sch, body, operands, space.block, problems)
+    if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
+        return None, problems
+    return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw), problems
 
-    # --- names: one namespace for sizes, constants and operands
+
+def _check_names(op, problems: Problems) -> dict[str, tuple]:
+    """One namespace for sizes, constants and operands; returns name -> (path, group)."""
     seen: dict[str, tuple] = {}
     for group, names in (("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs), ("outputs", op.outputs)):
         for n in names:
             if n in seen:
                 problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n][1]}")
             seen[n] = (("op", group, n), group)
+    return seen
 
-    # --- the body
-    body = None
+
+def _parse_body(op, problems: Problems):
     try:
-        body = ex.parse_body(op.body, inputs=list(op.inputs), outputs=list(op.outputs), constants=list(op.constants))
+        return ex.parse_body(op.body, inputs=list(op.inputs), outputs=list(op.outputs), constants=list(op.constants))
     except ex.ExprError as err:
         problems.add(("op", "body"), err.message, (err.line, err.col))
+        return None
 
-    # --- schedule checks that do not depend on shapes or blocks
+
+def _check_schedule(op, sch, problems: Problems) -> None:
+    """Schedule checks that do not depend on shapes or blocks."""
     out_names = list(op.outputs)
     for n in sch.in_specs:
         if n not in op.inputs:
@@ -169,12 +219,19 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
                                                         "(the attention family's causal tiles); map tiles are all "
                                                         "alike: use nd_loop or none")
 
-    # --- shapes (an unknown size leaves nothing below to check meaningfully)
+
+def _resolve_shapes(op, problems: Problems) -> dict | None:
+    """Every operand's shape in numbers; None when a size is unknown (nothing below could be checked meaningfully)."""
     before = len(problems)
+    sizes = dict(op.sizes)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
-    if len(problems) != before or out_names[0] not in sch.out_specs:
-        return None, problems
+    return None if len(problems) != before else shapes
+
+
+def _check_broadcasts(op, shapes: dict, problems: Problems) -> tuple[int, ...]:
+    """The first output's shape is the iteration shape: every output has it, every input broadcasts to it."""
+    out_names = list(op.outputs)
     iter_shape = shapes[out_names[0]]
     for n in out_names[1:]:
         if shapes[n] != iter_shape:
@@ -184,20 +241,38 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
             problems.add(("op", "inputs", n, "shape"),
                          f"shape {shapes[n]} does not broadcast to the output shape {iter_shape} (numpy rules: trailing "
                          f"dimensions equal or 1)")
-    rank = len(iter_shape)
-    if rank > 3:
-        problems.add(("op", "outputs", out_names[0], "shape"), f"the map family handles 1-D to 3-D arrays, got rank {rank}")
+    if len(iter_shape) > 3:
+        problems.add(("op", "outputs", out_names[0], "shape"),
+                     f"the map family handles 1-D to 3-D arrays, got rank {len(iter_shape)}")
+    return iter_shape
 
+
+def _plan_space(spec: SpecFile, iter_shape: tuple[int, ...], seen: dict, problems: Problems) -> Space | None:
+    """The output block, the grid of blocks and its names, the tile order; None when the block's rank is wrong."""
+    op, sch = spec.op, spec.schedule
+    rank, out0 = len(iter_shape), next(iter(op.outputs))
     stages = 1 if sch.pipeline.kind == "none" else sch.pipeline.max_concurrent_steps
-
-    # --- the iteration block and grid
-    out_spec = sch.out_specs[out_names[0]]
-    iblock = tuple(out_spec.block_shape)
+    iblock = tuple(sch.out_specs[out0].block_shape)
     if len(iblock) != rank:
-        problems.add(("schedule", "out_specs", out_names[0], "block_shape"),
+        problems.add(("schedule", "out_specs", out0, "block_shape"),
                      f"block_shape has {len(iblock)} dimensions but the output has {rank}")
-        return None, problems
+        return None
     grid = tuple(cdiv(s, b) for s, b in zip(iter_shape, iblock))
+    grid_names = _grid_names(sch, rank, seen, problems)
+    _check_module_names(spec, problems)
+    sizes = dict(op.sizes)
+    if sch.grid is not None:
+        _check_grid(sch.grid, grid, sizes, problems)
+    if sch.persistent.tile_order == "lpt":
+        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; map "
+                                                               "tiles are all alike: use row_major or planar_snake")
+    if sch.persistent.tile_order == "planar_snake" and rank != 2:
+        problems.add(("schedule", "persistent", "tile_order"), f"planar_snake orders a 2-D grid; this grid has {rank} dimensions")
+    return Space(iter_shape, iblock, grid, grid_names, sizes, stages)
+
+
+def _grid_names(sch, rank: int, seen: dict, problems: Problems) -> tuple[str, ...]:
+    """The given grid names (one per output dimension, new names), else the first free DEFAULT_GRID_NAMES."""
     free = [g for g in DEFAULT_GRID_NAMES if g not in seen]
     grid_names = tuple(sch.grid_names) if sch.grid_names else tuple(free[:rank])
     if len(grid_names) != rank:
@@ -208,41 +283,41 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
             problems.add(("schedule", "grid_names"), f"grid name '{g}' is already used in op.{seen[g][1]}")
         elif g in grid_names[:d]:
             problems.add(("schedule", "grid_names", d), f"grid name '{g}' is given twice; each dimension needs its own")
-    _check_module_names(spec, problems)
-    if sch.grid is not None:
-        _check_grid(sch.grid, grid, sizes, problems)
-    if sch.persistent.tile_order == "lpt":
-        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; map "
-                                                               "tiles are all alike: use row_major or planar_snake")
-    if sch.persistent.tile_order == "planar_snake" and rank != 2:
-        problems.add(("schedule", "persistent", "tile_order"), f"planar_snake orders a 2-D grid; this grid has {rank} dimensions")
+    return grid_names
 
-    # --- operands
+
+def _plan_operands(op, sch, shapes: dict, space: Space, hw: Hardware, smem: SmemMap,
+                   problems: Problems) -> dict[str, MapOperand]:
+    """Each operand's block, index map, TMA boxes and SMEM buffer, inputs then outputs (None ones reported)."""
     specs: dict[str, tuple[str, BlockSpec | None]] = {}
     for n in op.inputs:
         specs[n] = ("in", sch.in_specs.get(n))
     for n in op.outputs:
         specs[n] = ("out", sch.out_specs.get(n))
-    min_isz = min(ITEMSIZE[o.dtype] for o in list(op.inputs.values()) + list(op.outputs.values()))
-    vec = 16 // min_isz
-    smem = SmemMap()
     operands: dict[str, MapOperand] = {}
-    ins = [n for n in op.inputs]
     for n, (role, bs) in specs.items():
         operand = op.inputs[n] if role == "in" else op.outputs[n]
         path = ("schedule", "in_specs" if role == "in" else "out_specs", n)
-        planned = _plan_operand(n, role, operand.dtype, shapes[n], bs, path, iblock, iter_shape, grid, grid_names,
-                                sizes, stages, problems, hw, smem, vec)
+        planned = _plan_operand(n, role, operand.dtype, shapes[n], bs, path, space, problems, hw, smem)
         if planned is not None:
             operands[n] = planned
+    return operands
 
+
+def _vector_width(op, sch, iblock: tuple[int, ...], problems: Problems) -> int:
+    """Elements a thread moves per access: 16 B of the narrowest dtype; the minor block dimension a multiple."""
+    min_isz = min(ITEMSIZE[o.dtype] for o in list(op.inputs.values()) + list(op.outputs.values()))
+    vec = 16 // min_isz
     if iblock[-1] % vec:
-        problems.add(("schedule", "out_specs", out_names[0], "block_shape", rank - 1),
+        out0 = next(iter(op.outputs))
+        problems.add(("schedule", "out_specs", out0, "block_shape", len(iblock) - 1),
                      f"each thread moves {vec} elements (16 B of the narrowest dtype); the minor block dimension "
                      f"{iblock[-1]} must be a multiple of {vec}")
+    return vec
 
-    # --- threads, barriers, SMEM
-    threads = 128 * sch.num_warpgroups
+
+def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems) -> Sync:
+    """The 'full' mbarrier array (one a stage) after the operands' buffers, and the SMEM total against the limit."""
     full = smem.alloc("full", 8, stages, align=8, note="mbarrier per stage: TMA loads landed")
     full_arrivals = 1
     for bname, bar in sch.barriers.items():
@@ -259,69 +334,88 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
                      f"use fewer stages or smaller blocks")
+    return Sync(full, full_arrivals, smem_bytes)
 
-    for n, v in sizes.items():
+
+def _check_int32(op, sch, grid: tuple[int, ...], problems: Problems) -> None:
+    """Sizes and the tile count fit the kernels' 32-bit int index math."""
+    for n, v in op.sizes.items():
         if v > ex.MAX_INT:
             problems.add(("op", "sizes", n), f"size {v} does not fit the kernel's 32-bit int index math "
                                              f"(at most {ex.MAX_INT})")
     if math.prod(grid) > ex.MAX_INT:
-        problems.add(("schedule", "out_specs", out_names[0], "block_shape"),
+        problems.add(("schedule", "out_specs", next(iter(op.outputs)), "block_shape"),
                      f"the output is cut into {math.prod(grid)} tiles; the kernel counts tiles in a 32-bit int "
                      f"(at most {ex.MAX_INT}); use larger blocks")
+
+
+def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], problems: Problems) -> None:
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
     if "cuda" in sch.backends and sch.compiler_params.profile_space:
         problems.add(("schedule", "compiler_params", "profile_space"),
                      "in-kernel profiling is a Pallas (Mosaic GPU) feature; set schedule.backends: [pallas] to use it")
-    if problems or body is None or len(operands) != len(specs):
-        return None, problems
 
-    num_tiles = math.prod(grid)
-    per_sm = occupancy(smem_bytes, threads, hw)
-    if sch.persistent.loop == "none":
-        num_blocks = num_tiles
-    elif sch.persistent.num_blocks == "auto":
-        num_blocks = min(num_tiles, hw.sm_count * per_sm)
-    else:
-        num_blocks = min(num_tiles, sch.persistent.num_blocks)
 
+def _body_code(op, body) -> Body:
+    """The body's statements for generated code: inputs are v_<name>, constants c_<name> (C++) / _c_<name> (jnp),
+    outputs r_<name>, temporaries t_<name>."""
+    ins = list(op.inputs)
     names_cxx = {n: f"v_{n}" for n in ins}
     names_cxx.update({n: f"c_{n}" for n in op.constants})
     names_jnp = {n: f"v_{n}" for n in ins}
     names_jnp.update({n: f"_c_{n}" for n in op.constants})
-    body_cxx, body_jnp, temps = [], [], []
+    statements, temps = [], []
     for target, value in body.statements:
         tname = f"r_{target}" if target in op.outputs else f"t_{target}"
         if target not in op.outputs:
             temps.append(tname)
-        body_cxx.append((tname, ex.render_cxx(value, names_cxx)))
-        body_jnp.append((tname, ex.render_jnp(value, names_jnp)))
+        statements.append(Statement(tname, tree_of(value.tree, names_cxx, names_jnp)))
         names_cxx[target] = tname
         names_jnp[target] = tname
+    return Body(tuple(statements), tuple(temps))
 
+
+def _launch(sch, num_tiles: int, smem_bytes: int, threads: int, hw: Hardware) -> tuple[int, int]:
+    """(blocks launched, blocks per SM): one a tile, or a persistent grid of all SMs (or num_blocks)."""
+    per_sm = occupancy(smem_bytes, threads, hw)
+    if sch.persistent.loop == "none":
+        return num_tiles, per_sm
+    if sch.persistent.num_blocks == "auto":
+        return min(num_tiles, hw.sm_count * per_sm), per_sm
+    return min(num_tiles, sch.persistent.num_blocks), per_sm
+
+
+def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: SmemMap, sync: Sync, body: Body,
+              hw: Hardware) -> MapPlan:
+    """The plan: every number the templates print."""
+    op, sch = spec.op, spec.schedule
+    iblock, grid, stages = space.block, space.grid, space.stages
+    threads = 128 * sch.num_warpgroups
+    num_tiles = math.prod(grid)
+    num_blocks, per_sm = _launch(sch, num_tiles, sync.smem_bytes, threads, hw)
     inputs = tuple(operands[n] for n in op.inputs)
     outputs = tuple(operands[n] for n in op.outputs)
     tx = sum(o.tma.box_bytes * o.tma.n_boxes for o in inputs)
     bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
     kname = "map_{}_{}_s{}_wg{}".format(spec.name, "x".join(map(str, iblock)), stages, sch.num_warpgroups)
-    plan = MapPlan(
-        family="map", name=spec.name, kernel_name=kname, sizes=sizes, constants=dict(op.constants),
-        backends=tuple(sch.backends), grid=grid, grid_names=grid_names, grid_vars=_grid_vars(grid_names),
+    cp = sch.compiler_params
+    return MapPlan(
+        family="map", name=spec.name, kernel_name=kname, sizes=space.sizes, constants=dict(op.constants),
+        backends=tuple(sch.backends), grid=grid, grid_names=space.grid_names, grid_vars=_grid_vars(space.grid_names),
         num_tiles=num_tiles, block=iblock,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim, tile_width=sch.persistent.tile_width,
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
-        vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=smem_bytes,
-        full_barrier=full, full_arrivals=full_arrivals, delay_release=max(o.delay_release for o in inputs), tx_bytes=tx, body_cxx=tuple(body_cxx), body_jnp=tuple(body_jnp),
-        temporaries=tuple(temps),
+        vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=sync.smem_bytes,
+        full_barrier=sync.full, full_arrivals=sync.arrivals, delay_release=max(o.delay_release for o in inputs),
+        tx_bytes=tx, body=body.statements, temporaries=body.temporaries,
         constants_cxx=tuple((f"c_{n}", cxx_float(v)) for n, v in op.constants.items()),
-        approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
-        unsafe_no_auto_barriers=sch.compiler_params.unsafe_no_auto_barriers,
-        profile_space=sch.compiler_params.profile_space,
+        approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
+        unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
         kernel_args=tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
                                     o.oob_fill == "nan") for i, o in enumerate(inputs + outputs)),
     )
-    return plan, problems
 
 
 def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
@@ -375,15 +469,39 @@ def _check_grid(exprs, grid, sizes, problems: Problems) -> None:
                                                   f"dimension {d}")
 
 
-def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, grid_names, sizes, stages,
-                  problems: Problems, hw: Hardware, smem: SmemMap, vec: int) -> MapOperand | None:
-    rank, irank = len(shape), len(iblock)
-    off = irank - rank  # leading iteration dims this operand does not have
+class Block(NamedTuple):
+    """One operand's block against the iteration block: `off` leading iteration dims it does not have."""
+    block: tuple[int, ...]
+    spec: BlockSpec
+    off: int
+
+
+def _plan_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple,
+                  space: Space, problems: Problems, hw: Hardware, smem: SmemMap) -> MapOperand | None:
+    """Block, index map, TMA boxes and SMEM buffer of one operand; None (reported) when any of them is wrong."""
+    before = len(problems)
+    blk = _operand_block(name, shape, bs, path, space, problems)
+    if blk is None:
+        return None
+    parsed = _operand_index_map(name, shape, blk, path, space, problems, check=len(problems) == before)
+    if parsed is None:
+        return None
+    text, imap = parsed
+    tma = _operand_tma(name, role, dtype, shape, blk, path, hw, problems)
+    if len(problems) != before:
+        return None
+    return _operand(name, role, dtype, shape, blk, text, imap, tma, space, smem)
+
+
+def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple, space: Space,
+                   problems: Problems) -> Block | None:
+    """The block (default: the broadcast of the output block) and the BlockSpec fields elementwise blocks allow."""
+    iblock, rank = space.block, len(shape)
+    off = len(iblock) - rank  # leading iteration dims this operand does not have
     if bs is None:  # default: the broadcast of the output block
-        block = tuple(1 if shape[d] == 1 and iter_shape[off + d] != 1 else iblock[off + d] for d in range(rank))
+        block = tuple(1 if shape[d] == 1 and space.iter_shape[off + d] != 1 else iblock[off + d] for d in range(rank))
         bs = BlockSpec(block_shape=list(block))
     block = tuple(bs.block_shape)
-    before = len(problems)
     if len(block) != rank:
         problems.add((*path, "block_shape"), f"'{name}' has {rank} dimensions, block_shape has {len(block)}")
         return None
@@ -393,6 +511,16 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
             legal = f"{want}" + (" (or 1 to broadcast, if the array's dimension is 1)" if shape[d] == 1 else "")
             problems.add((*path, "block_shape", d),
                          f"block dimension {d} of '{name}' is {block[d]}; elementwise blocks follow the output block: {legal}")
+    _check_block_spec(bs, path, space.stages, problems)
+    for d in range(rank):
+        if shape[d] % block[d] and bs.out_of_bounds == "reject":
+            problems.add((*path, "block_shape", d),
+                         f"dimension {d} of '{name}' ({shape[d]}) is not a multiple of the block ({block[d]}); use a "
+                         f"divisor of {shape[d]}, or set out_of_bounds: zero to let TMA pad the last block")
+    return Block(block, bs, off)
+
+
+def _check_block_spec(bs: BlockSpec, path: tuple, stages: int, problems: Problems) -> None:
     if bs.memory_space == "tmem":
         problems.add((*path, "memory_space"), "tensor memory (TMEM) exists on Blackwell (sm_100a) only; the H200 "
                                               "has none (use smem)")
@@ -408,21 +536,23 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
     if bs.transforms.transpose is not None:
         problems.add((*path, "transforms", "transpose"), "transposed SMEM layouts are for MMA operands; elementwise "
                                                          "blocks are read in row-major order (remove transpose)")
-    for d in range(rank):
-        if shape[d] % block[d] and bs.out_of_bounds == "reject":
-            problems.add((*path, "block_shape", d),
-                         f"dimension {d} of '{name}' ({shape[d]}) is not a multiple of the block ({block[d]}); use a "
-                         f"divisor of {shape[d]}, or set out_of_bounds: zero to let TMA pad the last block")
-    # index map
+
+
+def _operand_index_map(name: str, shape: tuple[int, ...], blk: Block, path: tuple, space: Space,
+                       problems: Problems, check: bool) -> tuple[str, list] | None:
+    """(text, parsed map): as written, or the default (broadcast dims index block 0); proved right at every grid
+    point when `check` (nothing else wrong with the operand)."""
+    block, off, rank, grid_names = blk.block, blk.off, len(shape), space.grid_names
     default_map = "(" + ", ".join(grid_names[off:]) + ("," if rank == 1 else "") + ")"
-    if bs.index_map is None:
+    if blk.spec.index_map is None:
         # broadcast dims index block 0
-        parts = [grid_names[off + d] if block[d] == iblock[off + d] or shape[d] != 1 else "0" for d in range(rank)]
+        parts = [grid_names[off + d] if block[d] == space.block[off + d] or shape[d] != 1 else "0"
+                 for d in range(rank)]
         text = "(" + ", ".join(parts) + ("," if rank == 1 else "") + ")"
     else:
-        text = bs.index_map
+        text = blk.spec.index_map
     try:
-        imap = ex.parse_index_map(text, grid_names=list(grid_names), sizes=list(sizes))
+        imap = ex.parse_index_map(text, grid_names=list(grid_names), sizes=list(space.sizes))
     except ex.ExprError as err:
         problems.add((*path, "index_map"), err.message, (err.line, err.col))
         return None
@@ -430,9 +560,25 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
         problems.add((*path, "index_map"), f"index_map gives {len(imap)} block indices; '{name}' has {rank} dimensions, "
                                            f"e.g. {default_map}")
         return None
-    if len(problems) == before:
-        _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path, problems)
-    # swizzle / TMA
+    if check:
+        _check_index_map(name, imap, text, shape, block, space.block, space.grid, grid_names, space.sizes, path,
+                         problems)
+    return text, imap
+
+
+class Tma(NamedTuple):
+    box: TmaBox
+    dims: tuple[int, ...]       # array dims the tensor map keeps (-1: the leading extent-1 dim of a vector)
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]    # bytes
+    swizzle: int
+    tiling: tuple[int, ...] | None
+
+
+def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, path: tuple, hw: Hardware,
+                 problems: Problems) -> Tma:
+    """Swizzle and tiling, the TMA boxes and the tensor map's shape and strides (extent-1 dims dropped)."""
+    block, bs, rank = blk.block, blk.spec, len(shape)
     isz = ITEMSIZE[dtype]
     swz = bs.transforms.swizzle
     swizzle = 0 if swz == "auto" else swz  # elementwise access is row-contiguous: no bank conflicts to avoid
@@ -459,35 +605,43 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
             problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"),
                          f"rows of '{name}' along dimension {d} are {stride} B apart; TMA needs a multiple of 16 B "
                          f"(pad the minor dimension to a multiple of {16 // math.gcd(16, isz)} elements)")
-    if len(problems) != before:
-        return None
     if tiling is None and swizzle:
         tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
+    return Tma(box, kept, tma_shape, tma_strides, swizzle, tiling)
+
+
+def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, text: str, imap: list, tma: Tma,
+             space: Space, smem: SmemMap) -> MapOperand:
+    """The operand's SMEM buffer (stages for an input, a double buffer for an output), its element-row strides and
+    its index map in C++ and Python."""
+    block, bs, off, rank, iblock = blk.block, blk.spec, blk.off, len(shape), space.block
+    isz = ITEMSIZE[dtype]
     block_bytes = math.prod(block) * isz
-    count = stages if role == "in" else 2
-    align = 1024 if swizzle else 128  # TMA destinations: 128 B, and the swizzle atom repeats every 1 KiB
+    count = space.stages if role == "in" else 2
+    align = 1024 if tma.swizzle else 128  # TMA destinations: 128 B, and the swizzle atom repeats every 1 KiB
     buf = smem.alloc(cname(role, name), cdiv(block_bytes, align) * align, count,
                      note=("stage" if role == "in" else "double buffer"))
     # element-row strides in SMEM for each iteration dim except the minor (0 when broadcast)
-    strides = [0] * (irank - 1)
+    strides = [0] * (len(iblock) - 1)
     rows = math.prod(block[:-1]) if rank > 1 else 1
     row = 1
     for d in range(rank - 2, -1, -1):
         strides[off + d] = row if block[d] != 1 or iblock[off + d] == 1 else 0
         row *= block[d]
+    grid_names, sizes = space.grid_names, space.sizes
+    grid_vars = dict(zip(grid_names, _grid_vars(grid_names)))
+    ranges = _index_ranges(space.grid, grid_names, sizes)
     return MapOperand(
         name=name, cname=cname(role, name), role=role, dtype=dtype, ctype=CTYPE[dtype], itemsize=isz, shape=shape,
-        block=block, tma=box, tma_dims=kept, tma_shape=tma_shape, tma_strides=tma_strides,
+        block=block, tma=tma.box, tma_dims=tma.dims, tma_shape=tma.shape, tma_strides=tma.strides,
         block_bytes=block_bytes, smem=buf,
         index_map=text,
-        index_map_cxx=tuple(ex.render_cxx_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
-                                              {s: f"S_{s}" for s in sizes},
-                                              ranges=_index_ranges(grid, grid_names, sizes)) for e in imap),
-        index_map_py=tuple(ex.render_py_int(e, dict(zip(grid_names, _grid_vars(grid_names))) |
-                                            {s: str(sizes[s]) for s in sizes},
-                                            ranges=_index_ranges(grid, grid_names, sizes)) for e in imap),
+        index_map_cxx=tuple(ex.render_cxx_int(e, grid_vars | {s: f"S_{s}" for s in sizes}, ranges=ranges)
+                            for e in imap),
+        index_map_py=tuple(ex.render_py_int(e, grid_vars | {s: str(sizes[s]) for s in sizes}, ranges=ranges)
+                           for e in imap),
         row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
-        oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tiling,
+        oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tma.tiling,
         transpose=None,
     )
 
@@ -495,6 +649,37 @@ def _plan_operand(name, role, dtype, shape, bs, path, iblock, iter_shape, grid, 
 def _index_ranges(grid, grid_names, sizes) -> dict[str, tuple[int, int]]:
     """What each name of an index map ranges over: a grid name [0, g - 1], a size exactly its value."""
     return {g: (0, n - 1) for g, n in zip(grid_names, grid)} | {s: (v, v) for s, v in sizes.items()}
+
+
+class IndexMapCheck(NamedTuple):
+    """One operand's index map against the block the body's broadcasting reads at each grid point."""
+    name: str
+    imap: list
+    text: str
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    iblock: tuple[int, ...]
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...]
+    sizes: dict
+    path: tuple
+
+    @property
+    def off(self) -> int:
+        return len(self.iblock) - len(self.shape)
+
+    def broadcast(self, d: int) -> bool:
+        return self.block[d] == 1 and self.shape[d] == 1
+
+    def want_at(self, point) -> tuple[int, ...]:
+        return tuple(point[self.off + d] * self.iblock[self.off + d] // self.block[d] if not self.broadcast(d) else 0
+                     for d in range(len(self.shape)))
+
+    def mismatch(self, point, got, problems: Problems) -> None:
+        problems.add((*self.path, "index_map"),
+                     f"index_map {self.text} sends grid point {point} to block {got} of '{self.name}', but the "
+                     f"elementwise body reads block {self.want_at(point)} there (numpy broadcasting of the output "
+                     f"block)")
 
 
 def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path, problems: Problems) -> None:
@@ -505,70 +690,75 @@ def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, s
     products with constants; // and % of constants only) is compared exactly as affine forms, any grid size;
     anything else is evaluated exhaustively (numpy int64, in chunks) up to MAX_EXHAUSTIVE_POINTS grid points, and
     rejected above that with a message saying what to write instead."""
-    rank, off = len(shape), len(iblock) - len(shape)
+    c = IndexMapCheck(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path)
     ranges = _index_ranges(grid, grid_names, sizes)
     for e in imap:
         if (err := ex.check_int32(e, ranges)) is not None:
             problems.add((*path, "index_map"), err.message, (err.line, err.col))
             return
+    if _check_affine(c, problems):
+        return
     total = math.prod(grid)
-
-    def want_at(point) -> tuple[int, ...]:
-        return tuple(point[off + d] * iblock[off + d] // block[d] if not (block[d] == 1 and shape[d] == 1) else 0
-                     for d in range(rank))
-
-    def mismatch(point, got) -> None:
-        problems.add((*path, "index_map"),
-                     f"index_map {text} sends grid point {point} to block {got} of '{name}', but the elementwise "
-                     f"body reads block {want_at(point)} there (numpy broadcasting of the output block)")
-
-    # The block the body reads, as an affine form: the grid name itself (block == iblock), or 0 (broadcast).
-    # Grid dimensions of extent 1 are the constant 0.
-    fixed = {g: 0 for g, n in zip(grid_names, grid) if n == 1} | dict(sizes)
-    want_forms = []
-    affine = all(block[d] == iblock[off + d] or (block[d] == 1 and shape[d] == 1) for d in range(rank))
-    for d in range(rank):
-        g = grid_names[off + d]
-        want_forms.append({"": 0} if (block[d] == 1 and shape[d] == 1) or g in fixed else {g: 1, "": 0})
-    forms = [ex.affine_form(e, fixed) for e in imap]
-    if affine and all(f is not None for f in forms):
-        if forms == want_forms:
-            return  # proved for every grid point
-        if total > MAX_EXHAUSTIVE_POINTS:
-            # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
-            for point in [tuple(0 for _ in grid)] + [tuple(int(k == d) for k in range(len(grid)))
-                                                       for d in range(len(grid)) if grid[d] > 1]:
-                got = tuple(ex.eval_int(e, dict(zip(grid_names, point)) | dict(sizes)) for e in imap)
-                if got != want_at(point):
-                    mismatch(point, got)
-                    return
     if total > MAX_EXHAUSTIVE_POINTS:
+        rank, off = len(shape), c.off
         problems.add((*path, "index_map"),
                      f"index_map {text} is not affine in the grid names (it uses // or %, or multiplies grid names), "
                      f"and the grid has {total} points, more than the {MAX_EXHAUSTIVE_POINTS} this check evaluates "
                      f"one by one: it cannot be proved to pick the right block everywhere; write each block index as "
                      f"the grid name itself (or 0 for a broadcast dimension), e.g. {_default_map_text(grid_names, off, rank)}")
         return
-    # exhaustive, in chunks of grid points in row-major (itertools.product) order
-    env_sizes = dict(sizes)
+    _check_exhaustively(c, problems)
+
+
+def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
+    """Whether the comparison as affine forms settled it: proved, or a mismatch found (reported) on a grid too
+    large to evaluate point by point."""
+    rank, off = len(c.shape), c.off
+    # The block the body reads, as an affine form: the grid name itself (block == iblock), or 0 (broadcast).
+    # Grid dimensions of extent 1 are the constant 0.
+    fixed = {g: 0 for g, n in zip(c.grid_names, c.grid) if n == 1} | dict(c.sizes)
+    affine = all(c.block[d] == c.iblock[off + d] or c.broadcast(d) for d in range(rank))
+    want_forms = [{"": 0} if c.broadcast(d) or c.grid_names[off + d] in fixed else {c.grid_names[off + d]: 1, "": 0}
+                  for d in range(rank)]
+    forms = [ex.affine_form(e, fixed) for e in c.imap]
+    if not affine or any(f is None for f in forms):
+        return False
+    if forms == want_forms:
+        return True  # proved for every grid point
+    if math.prod(c.grid) > MAX_EXHAUSTIVE_POINTS:
+        # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
+        grid = c.grid
+        for point in [tuple(0 for _ in grid)] + [tuple(int(k == d) for k in range(len(grid)))
+                                                   for d in range(len(grid)) if grid[d] > 1]:
+            got = tuple(ex.eval_int(e, dict(zip(c.grid_names, point)) | dict(c.sizes)) for e in c.imap)
+            if got != c.want_at(point):
+                c.mismatch(point, got, problems)
+                return True
+    return False
+
+
+def _check_exhaustively(c: IndexMapCheck, problems: Problems) -> None:
+    """Every grid point, in chunks in row-major (itertools.product) order; the first wrong one reported."""
+    total = math.prod(c.grid)
+    env_sizes = dict(c.sizes)
     for start in range(0, total, CHUNK_POINTS):
         flat = np.arange(start, min(start + CHUNK_POINTS, total), dtype=np.int64)
-        coords = np.unravel_index(flat, grid)
-        env = dict(zip(grid_names, coords)) | env_sizes
+        coords = np.unravel_index(flat, c.grid)
+        env = dict(zip(c.grid_names, coords)) | env_sizes
         try:
-            got = [ex.eval_int_array(e, env, flat.shape) for e in imap]
+            got = [ex.eval_int_array(e, env, flat.shape) for e in c.imap]
         except ex.GridZeroDivision as err:
-            point = tuple(int(c[err.index]) for c in coords)
-            problems.add((*path, "index_map"), f"{err.message} at grid point {point}")
+            point = tuple(int(x[err.index]) for x in coords)
+            problems.add((*c.path, "index_map"), f"{err.message} at grid point {point}")
             return
         bad = np.zeros(flat.shape, dtype=bool)
-        for d in range(rank):
-            want = (0 if block[d] == 1 and shape[d] == 1 else coords[off + d] * iblock[off + d] // block[d])
+        for d in range(len(c.shape)):
+            want = 0 if c.broadcast(d) else coords[c.off + d] * c.iblock[c.off + d] // c.block[d]
             bad |= got[d] != want
         if bad.any():
             at = int(np.argmax(bad))
-            point = tuple(int(c[at]) for c in coords)
-            mismatch(point, tuple(int(g[at]) for g in got))
+            point = tuple(int(x[at]) for x in coords)
+            c.mismatch(point, tuple(int(g[at]) for g in got), problems)
             return
 
 

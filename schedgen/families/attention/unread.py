@@ -1,0 +1,119 @@
+"""Schedule fields the attention kernels do not read: each one set to a value other than its default is a located
+error (the spec would otherwise say something the kernel does not do).
+
+Two kinds: fields neither backend's template nor the planner reads (the planner derives them: the grid, the
+output's blocks, the epilogue, the layouts of the Q/K/V tiles, ...), and Mosaic GPU compiler parameters that only
+the Pallas rendering reads, reported when schedule.backends has no pallas. What the Pallas rendering reads but
+cannot express is _pallas_limits' (plan.py)."""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from ...plan.common import Problems
+
+BOTH = "the cuda and pallas attention kernels do not read"
+
+
+class Unread(NamedTuple):
+    path: tuple                       # under schedule
+    is_set: Callable[[Any], bool]     # the field's owner (schedule, a BlockSpec, ...) -> a non-default value
+    why: str                          # what the kernels do instead
+    legal: str
+
+
+SCHEDULE = (
+    Unread(("grid",), lambda s: s.grid is not None,
+           "the planner launches one block a (query block, head, batch) tile", "leave grid out"),
+    Unread(("grid_names",), lambda s: s.grid_names is not None,
+           "tiles are indexed in the tile order (persistent.tile_order), not by named grid dimensions",
+           "leave grid_names out"),
+    Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1,
+           "a block is one TMA producer warpgroup and pipeline.num_compute_wgs consumer warpgroups",
+           "1 (the default); set pipeline.num_compute_wgs for more consumers"),
+    Unread(("out_specs",), lambda s: bool(s.out_specs),
+           "the output's blocks are q's (block_q query rows of one head), stored by TMA", "leave out_specs out"),
+    Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None,
+           "each consumer normalises its 64 O rows in registers, stages them in SMEM and stores them by TMA",
+           "leave epilogue out"),
+    Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2,
+           "O is staged once per consumer (in the Q tile, or in its own buffer on a persistent grid)",
+           "leave epilogue out"),
+    Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
+           "O always leaves through SMEM and a TMA store (which clips a ragged last query block)",
+           "tma (the default)"),
+    Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None,
+           "each consumer warpgroup owns 64 query rows", "leave wg_axis out"),
+    Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
+           "a persistent attention grid is one CTA an SM, counted at launch", "auto (the default)"),
+    Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
+           "it shapes planar_snake, which attention's tile orders (row_major, lpt) do not use", "leave it out"),
+    Unread(("persistent", "tile_width"), lambda s: s.persistent.tile_width != 1,
+           "it shapes planar_snake, which attention's tile orders (row_major, lpt) do not use", "leave it out"),
+)
+
+BLOCK_SPEC = (
+    Unread(("memory_space",), lambda b: b.memory_space != "smem",
+           "Q, K and V tiles go to SMEM by TMA (wgmma reads them there)", "smem (the default)"),
+    Unread(("transforms", "tiling"), lambda b: b.transforms.tiling is not None,
+           "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads",
+           "leave tiling out"),
+    Unread(("transforms", "swizzle"), lambda b: b.transforms.swizzle not in ("auto", 128),
+           "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads",
+           "128 or auto (the default)"),
+    Unread(("transforms", "transpose"), lambda b: b.transforms.transpose is not None,
+           "K is read K-major for S = Q K^T and V N-major for O += P V, by the wgmma descriptors",
+           "leave transpose out"),
+    Unread(("delay_release",), lambda b: b.delay_release != 0,
+           "a K/V stage is refilled once every consumer has released it (the empty mbarrier ring)",
+           "0 (the default)"),
+    Unread(("collective_axes",), lambda b: bool(b.collective_axes),
+           "attention CTAs share no operand (cluster: [1]), so nothing is multicast", "leave collective_axes out"),
+    Unread(("out_of_bounds",), lambda b: b.out_of_bounds != "reject",
+           "the cuda kernel zero-fills and masks ragged last blocks itself, the pallas one needs whole blocks",
+           "reject (the default)"),
+)
+
+BARRIER = (
+    Unread(("num_barriers",), lambda b: b.num_barriers != 1,
+           "the ping-pong schedule barrier is one barrier of num_arrivals arrivals", "1 (the default)"),
+)
+
+# Mosaic GPU compiler parameters: the Pallas kernel reads them (or rejects them, _pallas_limits); CUDA C++ has none
+PALLAS_ONLY = (
+    Unread(("compiler_params", "lowering_semantics"), lambda s: s.compiler_params.lowering_semantics != "warpgroup",
+           "lowering_semantics is Mosaic GPU's lowering mode", "leave it out, or add pallas to schedule.backends"),
+    Unread(("compiler_params", "unsafe_no_auto_barriers"), lambda s: s.compiler_params.unsafe_no_auto_barriers,
+           "unsafe_no_auto_barriers turns off Mosaic GPU's automatic barriers; the CUDA kernel places its own",
+           "false (the default)"),
+    Unread(("compiler_params", "profile_space"), lambda s: s.compiler_params.profile_space != 0,
+           "profile_space is Mosaic GPU's in-kernel profiler buffer", "0 (the default)"),
+)
+
+
+def _field(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def check_unread(sch, inputs: tuple[str, ...], problems: Problems) -> None:
+    """Report every field in the tables above that the spec sets to a value the kernels would ignore."""
+    for u in SCHEDULE:
+        if u.is_set(sch):
+            problems.add(("schedule", *u.path), f"{BOTH} {_field(u.path)}: {u.why}; legal: {u.legal}")
+    for n, bs in sch.in_specs.items():
+        if n not in inputs:
+            continue   # reported by the planner (no input of that name)
+        for u in BLOCK_SPEC:
+            if u.is_set(bs):
+                problems.add(("schedule", "in_specs", n, *u.path),
+                             f"{BOTH} a block's {_field(u.path)}: {u.why}; legal: {u.legal}")
+    bar = sch.barriers.get("schedule")
+    if bar is not None:
+        for u in BARRIER:
+            if u.is_set(bar):
+                problems.add(("schedule", "barriers", "schedule", *u.path),
+                             f"{BOTH} the schedule barrier's {_field(u.path)}: {u.why}; legal: {u.legal}")
+    if "pallas" not in sch.backends:
+        for u in PALLAS_ONLY:
+            if u.is_set(sch):
+                problems.add(("schedule", *u.path), f"the cuda backend does not read {u.path[-1]}: {u.why}; "
+                                                    f"legal: {u.legal}")
