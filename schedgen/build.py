@@ -96,7 +96,7 @@ def expected_files(plan) -> set[str]:
 
 
 def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cache: Cache | None = None) -> Built:
-    """Validate, plan, render and compile one schedule file (raises SpecErrors / ToolchainError).
+    """Validate, plan, render and compile one spec (raises SpecErrors / ToolchainError).
 
     The cache key covers everything that shapes the stored files: the plan (itself a function of the spec's bytes,
     the overrides and schedgen's code), every .py and .j2 file of schedgen (`cache.source_hash`) and the toolchain."""

@@ -381,13 +381,13 @@ def _check_tune_args(args, max_space: int) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="schedgen", description="Schedule files -> Hopper GPU kernels (Pallas and CUDA).")
+    ap = argparse.ArgumentParser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("validate", help="check schedule files (schema and hardware legality)")
+    p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
     p.add_argument("files", nargs="+")
     _add_define(p)
     p.set_defaults(fn=cmd_validate)
-    p = sub.add_parser("schema", help="write the JSON Schema of schedule files")
+    p = sub.add_parser("schema", help="write the JSON Schema of specs")
     p.add_argument("-o", "--output", default="schemas/schedgen.schema.json")
     p.add_argument("--check", action="store_true", help="fail if the file differs from the models")
     p.set_defaults(fn=cmd_schema)
@@ -399,7 +399,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
     _add_define(p)
     p.set_defaults(fn=cmd_build)
-    p = sub.add_parser("explain", help="print the plan of a schedule file")
+    p = sub.add_parser("explain", help="print the plan of a spec")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
@@ -456,7 +456,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "
                                                           "space (needed past 20000 points; N <= 20000)")
     p.add_argument("--seed", type=int, default=0, help="the --budget sample's seed (default 0)")
-    p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain schedule file")
+    p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain spec")
     p.add_argument("--db-only", action="store_true", help="with --export: measure nothing, export the best the "
                                                           "database knows")
     p.set_defaults(fn=cmd_tune)

@@ -1,7 +1,7 @@
 """Located, user-facing errors.
 
 Every stage (load, validate, plan, build) reports problems as `Problem`s: a field path into the
-schedule file plus a message. `SpecErrors` carries all of them at once; the CLI formats each as
+spec plus a message. `SpecErrors` carries all of them at once; the CLI formats each as
 `FILE:LINE:COL: field.path: message` using the position map the loader recorded.
 """
 from __future__ import annotations
@@ -110,7 +110,7 @@ class SourceMap:
 
 
 class SpecErrors(Exception):
-    """All problems found in one schedule file, ready to print."""
+    """All problems found in one spec, ready to print."""
 
     def __init__(self, problems: Iterable[Problem], source: SourceMap):
         self.problems = list(problems)

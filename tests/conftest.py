@@ -12,7 +12,7 @@ GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 
 
 def spec_files(family: str | None = None) -> list[Path]:
-    """Every bundled schedule file (the suite's parametrisation source), or those of one op family."""
+    """Every bundled spec (the suite's parametrisation source), or those of one op family."""
     files = sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
     if family is None:
         return files

@@ -1,4 +1,4 @@
-"""The expression language of schedule files: element-wise bodies (float math) and integer index maps.
+"""The expression language of specs: element-wise bodies (float math) and integer index maps.
 
 User text is only ever handed to ``ast.parse``; every node of the tree is checked against a whitelist.
 The renderers build their output from the validated tree alone: names go through the caller's mapping,

@@ -1,4 +1,4 @@
-"""Read YAML and TOML schedule files into plain data plus a map of where each value stands.
+"""Read YAML and TOML specs into plain data plus a map of where each value stands.
 
 Only plain data comes out (dicts, lists, str, int, float, bool): YAML tags beyond the core schema,
 and aliases that would blow up, are refused. Syntax errors become located `Problem`s.
@@ -32,7 +32,7 @@ MAX_NODES = 100_000
 MAX_DEPTH = 100  # nesting of mappings and lists; also stops recursive aliases (&a [*a])
 MAX_INT_DIGITS = 19  # no field takes an integer of more than 19 digits (2**63 - 1 has 19)
 MAX_INT = 2**63 - 1
-_TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a schedule file needs a handful"
+_TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a spec needs a handful"
 _BOM = "\ufeff"
 
 
@@ -84,12 +84,12 @@ def _check_regular(name: str, mode: int) -> None:
     what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
             else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise _file_error(name, f"cannot read file: it is {what}; a schedule file must be a regular .yaml, .yml or "
+    raise _file_error(name, f"cannot read file: it is {what}; a spec must be a regular .yaml, .yml or "
                             f".toml file")
 
 
 def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, SourceMap]:
-    """Load a schedule file by its suffix (.yaml/.yml or .toml); `data`: its bytes, when the caller read them."""
+    """Load a spec by its suffix (.yaml/.yml or .toml); `data`: its bytes, when the caller read them."""
     path = FsPath(path)
     name = str(path)
     src = SourceMap(name)

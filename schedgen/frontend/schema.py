@@ -1,4 +1,4 @@
-"""JSON Schema of schedule files, exported from the pydantic models (for editors: YAML LS, taplo)."""
+"""JSON Schema of specs, exported from the pydantic models (for editors: YAML LS, taplo)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ SCHEMA_ID = "https://schedgen.invalid/schedgen.schema.json"
 def schema() -> dict:
     s = SpecFile.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            "title": "schedgen schedule file", **s}
+            "title": "schedgen spec", **s}
 
 
 def schema_json() -> str:

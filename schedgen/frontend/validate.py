@@ -160,7 +160,7 @@ def validate_data(data: Any, src: SourceMap) -> SpecFile:
 
 def load_spec(path: str, overrides: Mapping[str, Any] | None = None,
               raw: bytes | None = None) -> tuple[SpecFile, SourceMap]:
-    """Read, override and validate one schedule file (`raw`: its bytes, when the caller read them). Raises
+    """Read, override and validate one spec (`raw`: its bytes, when the caller read them). Raises
     SpecErrors with every problem found."""
     data, src = load_file(path, raw)
     problems: list[Problem] = []

@@ -1,4 +1,4 @@
-"""Tuning: a schedule file's `tune` section -> candidates -> plan-stage pruning -> parallel compile -> timed runs
+"""Tuning: a spec's `tune` section -> candidates -> plan-stage pruning -> parallel compile -> timed runs
 -> the tuning database (db.py) -> the best schedule per shape.
 
     space   = load_space(path, overrides)     # knobs (field paths or family aliases) and constraints, checked

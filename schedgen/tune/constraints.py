@@ -1,4 +1,4 @@
-"""Constraints of a tune section: comparisons over knob names and sizes, parsed with ast against the schedule files'
+"""Constraints of a tune section: comparisons over knob names and sizes, parsed with ast against the specs'
 integer-expression whitelist; nothing is eval'ed."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Constraint:
 
 
 def parse_constraint(text: str, int_names: Sequence[str], str_names: Sequence[str]) -> Constraint:
-    """Parse one constraint with Python's ast; every arithmetic operand goes through the schedule files'
+    """Parse one constraint with Python's ast; every arithmetic operand goes through the specs'
     integer-expression whitelist (spec/expr.py). Raises ExprError (column inside `text`)."""
     try:
         tree = ast.parse(text, mode="eval")

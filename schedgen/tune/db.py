@@ -1,6 +1,6 @@
 """The tuning database: one sqlite file of measured candidates, so a rerun measures only what is new.
 
-A measurement is keyed by what decides it: the candidate's resolved spec content (the schedule file with the
+A measurement is keyed by what decides it: the candidate's resolved spec content (the spec with the
 knob values applied, its sizes included, its tune section and description left out), the backend, the GPU's
 name, the driver version and the toolchain (NVRTC, cuda-bindings, jax, schedgen and the templates' hash).
 Each result is committed as soon as it is measured, so an interrupted run loses at most the candidate it was

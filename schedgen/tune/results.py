@@ -1,4 +1,4 @@
-"""Using the results: the best known schedule per shape, the export as a plain schedule file, the final table."""
+"""Using the results: the best known schedule per shape, the export as a plain spec, the final table."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,7 +70,7 @@ _Dumper.add_representer(str, _str_presenter)
 
 
 def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str | Path) -> Path:
-    """Write a result back as a plain schedule file (YAML): the spec with the row's overrides applied and no tune
+    """Write a result back as a plain spec (YAML): the spec with the row's overrides applied and no tune
     section. The written file is loaded and planned again and must give the candidate's exact plan."""
     from .. import plan as planner
     from ..frontend.validate import load_spec

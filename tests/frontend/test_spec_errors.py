@@ -1,4 +1,4 @@
-"""Accept/reject tables for schedule files: every problem is one located line `FILE:LINE:COL: path: message`.
+"""Accept/reject tables for specs: every problem is one located line `FILE:LINE:COL: path: message`.
 
 The files are text edits of tests/data/add_bf16.yaml and tests/data/scale_f32.toml (copies of bundled specs) written into tmp_path; each rejected
 case asserts the exact lines (position, field path and message), so a drifting column or a reworded hint fails.

@@ -1,4 +1,4 @@
-"""Schedule files the regression tests share (not a test module)."""
+"""Specs the regression tests share (not a test module)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -42,7 +42,7 @@ def test_directory_is_refused(tmp_path):
     d.mkdir()
     with pytest.raises(SpecErrors) as exc:
         read_spec_bytes(d)
-    assert exc.value.lines() == [f"{d}:1:1: <file>: cannot read file: it is a directory; a schedule file must be a "
+    assert exc.value.lines() == [f"{d}:1:1: <file>: cannot read file: it is a directory; a spec must be a "
                                  "regular .yaml, .yml or .toml file"]
 
 
