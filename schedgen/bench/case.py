@@ -3,6 +3,7 @@ as contenders, and the device-data helpers the peers share (torch tensors of hos
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -103,7 +104,12 @@ def our_cuda(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
             keep += ins + outs
             launchers.append(kernel._launcher([t.data_ptr() for t in ins], [t.data_ptr() for t in outs], 0))
         torch.cuda.synchronize()
-    except ImportError:
+    except Exception as exc:  # no torch, or one that does not import or initialise here: the driver's own buffers
+        if not isinstance(exc, ImportError):
+            print(f"schedgen bench: {plan.name} cuda: torch unusable ({why(exc)}); timing on driver buffers",
+                  file=sys.stderr)
+        keep.clear()
+        launchers.clear()
         for _ in range(sets):
             bins, bouts = device_buffers(plan, host)
             keep += bins + bouts
