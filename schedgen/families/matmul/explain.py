@@ -71,7 +71,8 @@ def explain_matmul(p) -> str:
         f"{p.delay_release} wgmma group{'s' if p.delay_release != 1 else ''} kept in flight before a stage is released",
         f"  registers  {p.threads} threads: producer warpgroup {p.producer_regs}/thread, consumers "
         f"{p.consumer_regs}/thread (setmaxnreg); {p.acc_regs} f32 accumulators per consumer thread; "
-        f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of 65536 registers",
+        f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of the block's {p.block_regs} registers "
+        f"(__launch_bounds__({p.threads}, 1))",
         f"  operands   lhs {lhs.name} {'K' if p.k_major_a else 'M'}-major, swizzle {p.swizzle_a} B "
         f"({p.atom_a}-element rows), {p.a_stage_bytes} B per stage, descriptor LBO {p.a_lbo} SBO {p.a_sbo}",
         f"             rhs {rhs.name} {'K' if p.k_major_b else 'N'}-major, swizzle {p.swizzle_b} B "

@@ -147,6 +147,7 @@ class MatmulPlan:
     threads: int
     producer_regs: int
     consumer_regs: int
+    block_regs: int            # registers the block holds under __launch_bounds__(threads, 1) (setmaxnreg's budget)
     # SMEM
     smem_buffers: tuple[SmemBuffer, ...]
     smem_bytes: int
@@ -283,6 +284,7 @@ class Registers:
     preg: int
     creg: int
     acc_regs: int
+    block: int                # hw.regs_per_block(threads)
 
 
 @dataclass(frozen=True)
@@ -703,7 +705,7 @@ def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registe
                      f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
                      f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
                      f"more consumers")
-    return Registers(threads, preg, creg, acc_regs)
+    return Registers(threads, preg, creg, acc_regs, hw.regs_per_block(threads))
 
 
 def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
@@ -875,7 +877,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
         tile_width=sch.persistent.tile_width,
         num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
-        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg,
+        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
         smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
         empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,

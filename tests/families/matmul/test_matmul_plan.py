@@ -145,3 +145,19 @@ def test_unknown_matmul_key_lists_matmul_fields(tmp_path):
         load_spec(str(path))
     (msg,) = info.value.lines()
     assert "op.epilog: unknown key 'epilog' (did you mean 'epilogue'?)" in msg and "transpose_rhs" in msg
+
+
+@pytest.mark.parametrize("overrides, line", [
+    # 384 threads launched with __launch_bounds__(384, 1) hold 168 a thread: 64512, not the SM's 65536
+    ({}, "64512 of the block's 64512 registers (__launch_bounds__(384, 1))"),
+    # 256 threads hold 256 a thread: the whole 65536
+    ({"schedule.pipeline.num_compute_wgs": 1, "schedule.pipeline.compute_registers": 240,
+      "schedule.pipeline.memory_registers": 56, "schedule.in_specs.b.block_shape": [64, 128],
+      "schedule.out_specs.out.block_shape": [128, 128]},
+     "37888 of the block's 65536 registers (__launch_bounds__(256, 1))"),
+])
+def test_explain_prints_the_blocks_register_budget(overrides, line):
+    from schedgen.explain import explain
+    p = _plan(overrides)
+    assert p.block_regs == {384: 64512, 256: 65536}[p.threads]
+    assert line in explain(p)
