@@ -11,6 +11,7 @@ order. Every hardware rule is checked here, located at the field that decides it
 """
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +25,6 @@ from ...plan.common import (
     SmemBuffer,
     SmemMap,
     cdiv,
-    cxx_float,
     resolve_shape,
     row_major_strides,
 )
@@ -40,6 +40,7 @@ from ...plan.legality import (
     register_budget_problem,
     stages_that_fit,
 )
+from .epilogue import PlanExpr, epilogue_jnp
 
 if TYPE_CHECKING:
     from ...frontend.model import BlockSpec
@@ -126,10 +127,9 @@ class MatmulPlan:
     epi_swizzle: int
     epi_bytes: int
     epi_store: str             # "tma" | "direct"
-    epilogue_cxx: tuple[tuple[str, str], ...]   # (target, C++ expression) over v_acc, v_<extra>, c_<const>
-    epilogue_jnp: tuple[tuple[str, str], ...]
-    temporaries: tuple[str, ...]
-    constants_cxx: tuple[tuple[str, str], ...]
+    epilogue: tuple[tuple[str, PlanExpr], ...]  # (target, value) statements over the spec's names, in order
+    epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
+                               # temporary | output (the templates spell each role)
     identity_epilogue: bool
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
@@ -168,6 +168,12 @@ class MatmulPlan:
     @property
     def tma_ranks(self) -> list[int]:
         return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
+    @property
+    def epilogue_jnp(self) -> tuple[tuple[str, str], ...]:
+        """Deprecated: for schedgen/bench.py until it calls families.matmul.epilogue.epilogue_jnp(plan) (rendered on
+        demand; not part of the plan)."""
+        return epilogue_jnp(self)
 
 
 
@@ -313,9 +319,8 @@ class TileLoop:
 
 @dataclass(frozen=True)
 class EpilogueCode:
-    cxx: tuple[tuple[str, str], ...]
-    jnp: tuple[tuple[str, str], ...]
-    temporaries: tuple[str, ...]
+    statements: tuple[tuple[str, PlanExpr], ...]
+    roles: dict
     identity: bool
 
 
@@ -670,20 +675,15 @@ def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Pro
 
 
 def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueCode:
-    """The epilogue's statements as C++ and jnp over v_acc, v_<extra>, c_<const> (_c_<const> in Python)."""
-    names_cxx = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"c_{c}" for c in op.constants}}
-    names_jnp = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"_c_{c}" for c in op.constants}}
-    epi_cxx, epi_jnp, temps = [], [], []
-    for target, value in body.statements:
-        tname = "r_out" if target == out_name else f"t_{target}"
-        if target != out_name:
-            temps.append(tname)
-        epi_cxx.append((tname, ex.render_cxx(value, names_cxx)))
-        epi_jnp.append((tname, ex.render_jnp(value, names_jnp)))
-        names_cxx[target] = tname
-        names_jnp[target] = tname
-    identity = len(body.statements) == 1 and epi_cxx[0][1] == "v_acc"
-    return EpilogueCode(tuple(epi_cxx), tuple(epi_jnp), tuple(temps), identity)
+    """The epilogue's validated statements and the role of every name in them (the templates spell the roles)."""
+    roles = {"acc": "accumulator", **{nm: "operand" for nm in extras}, **{c: "constant" for c in op.constants}}
+    roles.update({target: "output" if target == out_name else "temporary" for target, _ in body.statements})
+    statements = tuple((target, PlanExpr(value)) for target, value in body.statements)
+    tree = body.statements[0][1].tree
+    while isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.UAdd):   # `out = +acc` is a plain store too
+        tree = tree.operand
+    identity = len(statements) == 1 and isinstance(tree, ast.Name) and tree.id == "acc"
+    return EpilogueCode(statements, roles, identity)
 
 
 # ---------------------------------------------------------------------------------------- registers, pipeline
@@ -870,9 +870,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         multicast=cl.multicast,
         epi_rows=chunks.rows, epi_cols=chunks.cols, epi_buffers=sch.epilogue.buffers, epi_swizzle=chunks.swizzle,
         epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store,
-        epilogue_cxx=code.cxx, epilogue_jnp=code.jnp, temporaries=code.temporaries,
-        constants_cxx=tuple((f"c_{c}", cxx_float(v)) for c, v in op.constants.items()),
-        identity_epilogue=code.identity, ragged=tile.ragged,
+        epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
         tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
         tile_width=sch.persistent.tile_width,

@@ -69,9 +69,56 @@ def test_epilogue_operands_and_code():
     p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"},
                "op.constants": {"beta": 0.5}, "op.epilogue": "t = acc + bias\nout = gelu(t) + beta * c"})
     assert [(e.name, e.bcast) for e in p.extras] == [("bias", "row"), ("c", "full")]
-    assert p.epilogue_cxx == (("t_t", "(v_acc + v_bias)"), ("r_out", "(sg_gelu(t_t) + (c_beta * v_c))"))
+    # the plan keeps the validated statements over the spec's names and the role of each name; no backend syntax
+    assert p.epilogue == (("t", "acc + bias"), ("out", "gelu(t) + beta * c"))
+    assert p.epilogue_roles == {"acc": "accumulator", "bias": "operand", "c": "operand", "beta": "constant",
+                                "t": "temporary", "out": "output"}
     assert [a.kind for a in p.kernel_args] == ["tmap", "tmap", "tmap", "ptr", "ptr"]
     assert not p.identity_epilogue and _plan().identity_epilogue
+    assert _plan({"op.epilogue": "out = +acc"}).identity_epilogue
+    assert not _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"}).identity_epilogue
+
+
+def test_the_plan_json_holds_no_backend_syntax():
+    from schedgen.plan import to_json
+    p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.constants": {"beta": 0.5},
+               "op.epilogue": "t = acc + bias\nout = gelu(t) * beta"})
+    text = to_json(p)
+    for syntax in ('"v_acc', "v_bias", "c_beta", '"t_t"', "r_out", "sg_gelu", "jax.nn", "0x1.", "0.5f"):
+        assert syntax not in text, syntax
+    assert '"t",\n   "acc + bias"' in text and '"gelu(t) * beta"' in text
+    for gone in ("epilogue_cxx", "epilogue_jnp", "temporaries", "constants_cxx"):
+        assert f'"{gone}"' not in text
+
+
+def test_the_templates_spell_the_epilogue_trees():
+    from schedgen.families.matmul.epilogue import epilogue_jnp
+    from schedgen.render import render
+    p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"},
+               "op.constants": {"beta": 0.5}, "op.epilogue": "t = acc + bias\nout = gelu(t) + beta * c",
+               "schedule.backends": ["cuda", "pallas"]})
+    cu, py = render(p, "cuda"), render(p, "pallas")
+    assert "#define c_beta 0x1.0000000000000p-1f\n" in cu
+    assert cu.count("const float t_t = (v_acc + v_bias);\n") == 1
+    assert cu.count("const float r_out = (sg_gelu(t_t) + (c_beta * v_c));\n") == 1
+    assert "_c_beta = 0.5\n" in py
+    # the helper bench reads gives what the Pallas template writes
+    assert epilogue_jnp(p) == (("t_t", "(v_acc + v_bias)"),
+                               ("r_out", "(jax.nn.gelu(t_t, approximate=True) + (_c_beta * v_c))"))
+    for target, value in epilogue_jnp(p):
+        assert f"{target} = {value}\n" in py
+
+
+def test_plan_expressions_pickle_with_their_trees():
+    import ast
+    import pickle
+
+    from schedgen.families.matmul.epilogue import PlanExpr
+    p = _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"})
+    (target, value), = p.epilogue
+    back = pickle.loads(pickle.dumps(value))
+    assert isinstance(back, PlanExpr) and back == "s * acc" and back.ranges is None
+    assert ast.dump(back.expr.tree) == ast.dump(value.expr.tree) and back.expr.names == {"s", "acc"}
 
 
 @pytest.mark.parametrize("overrides, needle", [
