@@ -103,6 +103,8 @@ class CollectiveMatmulPlan:
     recv_from: tuple[int, ...]
     send_offset: int           # send_to(d) = (d + send_offset) mod D
     chunk_step: int            # chunk(d, s) = (d + chunk_step x s) mod D (chunk_step = -send_offset)
+    chunk_advance: int         # chunk_step mod D: chunk(d, s) = (d + s x this) mod D, with no negative term
+    recv_offset: int           # recv_from(d) = (d + recv_offset) mod D
     device_id: PlanExpr        # the remote ref's device id: its validated tree over the axis name (0..num_devices-1)
     slots: int                 # gather buffer slots: num_devices - 1
     tiles_per_step: int
@@ -118,6 +120,9 @@ class CollectiveMatmulPlan:
     unit_bytes: int
     units_per_step: int
     units_per_counter: int     # copy units behind one received counter: its arrivals per launch
+    units_per_row_block: int   # copy units of one tile_m-row block
+    unit_vecs: int             # 16-byte vectors of a copy unit
+    chunk_bytes: int           # bytes of one chunk (units_per_step x unit_bytes)
     copy_warps: int
     copy_unroll: int
     gather_bytes: int
@@ -125,6 +130,7 @@ class CollectiveMatmulPlan:
     done_index: int
     flags_bytes: int
     spin_timeout_ns: int
+    spin_timeout_s: int
     kernel_args: tuple[CollArg, ...]
     # launch
     num_blocks: int
@@ -433,15 +439,17 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
         n=n, k=k, in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, inputs=tuple(lhs_mo if nm == op.lhs else rhs_mo for nm in op.inputs),
         outputs=(mat_operand(out_name, "out", mm.out_dtype, (d_count * m, n)),), mm=mm,
         send_to=send_to, recv_from=tuple((d - offset) % d_count for d in range(d_count)), send_offset=offset,
-        chunk_step=-offset, device_id=ring.device_id, slots=slots,
+        chunk_step=-offset, chunk_advance=-offset % d_count, recv_offset=-offset % d_count, device_id=ring.device_id, slots=slots,
         tiles_per_step=mm.tiles_m * mm.tiles_n, num_tiles=num_tiles,
         received_signal=ring.signal["received"], received_per=ring.per["received"], counters_per_step=cps,
         done_signal=ring.signal["done"],
         pallas_received_value=1 if ring.per["received"] == "row_block" else blocks,
         copy_rows=units.copy_rows, unit_bytes=units.unit_bytes, units_per_step=units.units_per_step,
-        units_per_counter=units.units_per_counter, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
+        units_per_counter=units.units_per_counter, units_per_row_block=mm.tile_m // units.copy_rows,
+        unit_vecs=units.unit_bytes // 16, chunk_bytes=units.unit_bytes * units.units_per_step, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
         gather_bytes=slots * m * k * isz, flag_words=flag_words, done_index=slots * cps,
         flags_bytes=-(-flag_words * 4 // 256) * 256, spin_timeout_ns=SPIN_TIMEOUT_NS,
+        spin_timeout_s=SPIN_TIMEOUT_NS // 1_000_000_000,
         kernel_args=kernel_args(mm, m, n, d_count),
         num_blocks=blocks, auto_blocks=pers.num_blocks == "auto", blocks_per_sm=1, threads=mm.threads,
         producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes,

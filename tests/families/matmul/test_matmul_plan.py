@@ -208,3 +208,18 @@ def test_explain_prints_the_blocks_register_budget(overrides, line):
     p = _plan(overrides)
     assert p.block_regs == {384: 64512, 256: 65536}[p.threads]
     assert line in explain(p)
+
+
+def test_derived_numbers_the_templates_print_come_from_the_plan():
+    p = _plan()      # 128 x 256 x 64, lhs K-major, rhs N-major and multicast by a 2x1 cluster, 64 x 64 bf16 chunks
+    assert p.a_boxes == ((0, 0),) and p.b_boxes == tuple((i * p.b_sub_bytes, i * 64) for i in range(4))
+    assert (p.mc_rank_boxes, p.mc_rank_bytes, p.mc_rank_elems) == (2, 0, 0)     # MN-major: half of the boxes
+    assert (p.wgmma_regs, p.k_wgmmas, p.a_mblock_bytes) == (128, 4, 64 * 128)
+    assert (p.cluster_tiles_m, p.cluster_tiles_n) == (p.tiles_m // 2, p.tiles_n)
+    assert (p.epi_chunks_m, p.epi_chunks_n, p.epi_n8, p.wg_n8) == (1, 4, 8, 32)
+    assert (p.epi_row_bytes, p.epi_swizzle_mask, p.epi_pending, p.epi_uneven) == (128, 7, 1, False)
+    q = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64],
+               "schedule.epilogue.buffers": 3, "schedule.pipeline.max_concurrent_steps": 3})
+    # K-major multicast: every box, each CTA half of its rows (128 of 256, 128 x 128 B into the stage)
+    assert (q.mc_rank_boxes, q.mc_rank_bytes, q.mc_rank_elems) == (0, 128 * 128, 128)
+    assert q.b_boxes == ((0, 0),) and q.epi_uneven      # 4 chunks a tile through 3 buffers
