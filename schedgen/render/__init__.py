@@ -9,12 +9,15 @@ import hashlib
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 import jinja2
 
 from .. import families
 from ..comment import comment_text
+from ..frontend import expr as ex
 from ..frontend import trees
+from ..plan.common import cxx_float
 
 SHARED = Path(__file__).resolve().parent / "templates"
 
@@ -31,6 +34,49 @@ def _pyfloat(value: float) -> str:
     return repr(value)
 
 
+# ---- expressions: a plan keeps validated trees (schedgen.frontend.expr.Expr, or a PlanExpr carrying one as
+# `.expr`) over the spec's names; these filters spell them in a template's language.
+
+def _tree(value) -> ex.Expr:
+    expr = getattr(value, "expr", value)
+    if not isinstance(expr, ex.Expr):
+        raise TypeError(f"not a validated expression: {value!r}")
+    return expr
+
+
+def _spelled(roles: Mapping[str, str], **spelling: str) -> dict[str, str]:
+    """`{{ roles | spelled(operand="v_{}", ...) }}`: each name of a {name: role} map -> its identifier, the role's
+    spelling with `{}` standing for the name (every role must be given one)."""
+    missing = sorted(set(roles.values()) - set(spelling))
+    if missing:
+        raise ValueError(f"no spelling for the role(s) {', '.join(missing)}")
+    return {name: spelling[role].format(name) for name, role in roles.items()}
+
+
+def _cxx(value, names: Mapping[str, str]) -> str:
+    """A float expression as float32 C++ (its names through `names`)."""
+    return ex.render_cxx(_tree(value), names)
+
+
+def _jnp(value, names: Mapping[str, str]) -> str:
+    """A float expression as jax.numpy source (its names through `names`)."""
+    return ex.render_jnp(_tree(value), names)
+
+
+def _pyint(value, names: Mapping[str, str]) -> str:
+    """An integer expression as Python over int32 tracers; refused unless it fits 32 bits over the ranges the
+    planner proved it over (a PlanExpr's `.ranges`)."""
+    ranges = getattr(value, "ranges", None)
+    if ranges is None:
+        raise ValueError(f"integer expression {value!r} carries no ranges to check it against")
+    return ex.render_py_int(_tree(value), names, ranges=ranges)
+
+
+def _cxxfloat(value: float) -> str:
+    """A float constant as an exact C++ float literal."""
+    return cxx_float(value)
+
+
 @lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -45,6 +91,11 @@ def environment() -> jinja2.Environment:
     env.filters["comment"] = comment_text   # text inside a one-line comment (the banners): it cannot end it
     env.filters["tree_cxx"] = trees.cxx     # an expression tree (frontend/trees.py) as C++ / jnp text
     env.filters["tree_jnp"] = trees.jnp
+    env.filters["spelled"] = _spelled       # validated expressions (frontend/expr.py Expr) spelled per language
+    env.filters["cxx"] = _cxx
+    env.filters["jnp"] = _jnp
+    env.filters["pyint"] = _pyint
+    env.filters["cxxfloat"] = _cxxfloat
     return env
 
 

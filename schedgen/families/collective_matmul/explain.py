@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...explain import PEAK_TFLOPS
+from ...frontend import expr as ex
 from ..matmul.explain import explain_matmul
 
 NVLINK_GBPS = 450.0  # H200 NVLink 4, one direction (datasheet: 900 GB/s both ways); not measured here
@@ -19,6 +20,7 @@ def explain_collective_matmul(p) -> str:
     order = "; ".join(f"device {dev}: " + ", ".join(str(p.chunk(dev, s)) for s in range(d)) for dev in range(d))
     ring = ", ".join(f"{dev} -> {p.send_to[dev]}" for dev in range(d))
     target = "its row block" if p.received_per == "row_block" else "the whole chunk"
+    device_id = ex.render_py_int(p.device_id.expr, {p.axis_name: p.axis_name}, ranges=p.device_id.ranges)
     lines = [
         f"kernel {p.kernel_name}  (family collective_matmul, backends: {', '.join(p.backends)})",
         f"  problem    {out.name}[{p.m_total}, {p.n}] = all_gather({lhs.name}[{p.m}, {p.k}] over mesh axis {p.axis_name}, "
@@ -27,7 +29,7 @@ def explain_collective_matmul(p) -> str:
         f"({step_ms:.4f} ms a step); each device sends {p.link_bytes / 2**20:.1f} MiB to its neighbour: "
         f"{link_ms:.4f} ms a chunk at NVLink's {NVLINK_GBPS:.0f} GB/s a direction (datasheet), "
         f"{'hidden under' if link_ms < step_ms else 'longer than'} a step's matmul",
-        f"  ring       device x sends its chunks to {p.device_id_text} (remote_refs.gather): {ring}",
+        f"  ring       device x sends its chunks to {device_id} (remote_refs.gather): {ring}",
         f"             step s multiplies chunk (x {'+' if p.chunk_step > 0 else '-'} s) mod {d} into out rows chunk x {p.m}: "
         f"{order}",
         f"  semaphores received[{p.slots} slot{'s' if p.slots > 1 else ''} x {p.counters_per_step}] per {p.received_per}, "
@@ -44,7 +46,7 @@ def explain_collective_matmul(p) -> str:
         f"             per device: gather buffer {p.gather_bytes / 2**20:.1f} MiB ({p.slots} slot{'s' if p.slots > 1 else ''}), "
         f"flags {p.flags_bytes} B",
         f"  Pallas     consumer warpgroup 0 TMA-stores each lhs stage of a tile row's first tile to "
-        f"plgpu.remote_ref(gather, {p.device_id_text}) while its wgmma runs (delay_release 1); "
+        f"plgpu.remote_ref(gather, {device_id}) while its wgmma runs (delay_release 1); "
         f"plgpu.semaphore_signal / semaphore_wait on pl.get_global semaphores; run under jax.shard_map",
         f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads walk {d} steps x {p.tiles_per_step} tiles = "
         f"{p.num_tiles} ({p.num_tiles / max(1, p.num_blocks):.2f} waves)" + (", lowered at launch to the SMs" if p.auto_blocks else ""),

@@ -34,6 +34,7 @@ from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, Operand
 from ...plan.common import Problems, row_major_strides
 from ...plan.hardware import Hardware
+from ..matmul.epilogue import PlanExpr
 from ..matmul.model import MatmulOp
 from ..matmul.plan import (
     MatmulPlan,
@@ -102,8 +103,9 @@ class CollectiveMatmulPlan:
     recv_from: tuple[int, ...]
     send_offset: int           # send_to(d) = (d + send_offset) mod D
     chunk_step: int            # chunk(d, s) = (d + chunk_step x s) mod D (chunk_step = -send_offset)
-    device_id_py: str          # the remote ref's device id as Python over `dev` (validated, rendered from its tree)
-    device_id_text: str        # ... over the axis name (explain), re-rendered from the tree like device_id_py
+    chunk_advance: int         # chunk_step mod D: chunk(d, s) = (d + s x this) mod D, with no negative term
+    recv_offset: int           # recv_from(d) = (d + recv_offset) mod D
+    device_id: PlanExpr        # the remote ref's device id: its validated tree over the axis name (0..num_devices-1)
     slots: int                 # gather buffer slots: num_devices - 1
     tiles_per_step: int
     num_tiles: int
@@ -118,6 +120,9 @@ class CollectiveMatmulPlan:
     unit_bytes: int
     units_per_step: int
     units_per_counter: int     # copy units behind one received counter: its arrivals per launch
+    units_per_row_block: int   # copy units of one tile_m-row block
+    unit_vecs: int             # 16-byte vectors of a copy unit
+    chunk_bytes: int           # bytes of one chunk (units_per_step x unit_bytes)
     copy_warps: int
     copy_unroll: int
     gather_bytes: int
@@ -125,6 +130,7 @@ class CollectiveMatmulPlan:
     done_index: int
     flags_bytes: int
     spin_timeout_ns: int
+    spin_timeout_s: int
     kernel_args: tuple[CollArg, ...]
     # launch
     num_blocks: int
@@ -155,8 +161,7 @@ class CollectiveMatmulPlan:
 class Ring:
     """The remote ref's device id evaluated on every device, and how each semaphore counts and signals."""
     send_to: tuple[int, ...]
-    device_id_py: str
-    device_id_text: str
+    device_id: PlanExpr
     per: dict
     signal: dict
 
@@ -319,12 +324,12 @@ def collective_section(op, sch, problems: Problems) -> Ring | None:
             problems.add((*col_path, "remote_refs", key),
                          f"the collective matmul's remote ref is 'gather' (the peer's buffer this device's chunks go "
                          f"to); got '{key}'")
-    send_to, device_id_py, device_id_text = _ring(remote.get("gather"), op.mesh.axis_name, op.mesh.num_devices,
-                                                  problems, (*col_path, "remote_refs", "gather", "device_id"))
+    send_to, device_id = _ring(remote.get("gather"), op.mesh.axis_name, op.mesh.num_devices, problems,
+                               (*col_path, "remote_refs", "gather", "device_id"))
     per, signal = semaphores(dict(col.semaphores) if col is not None else {}, problems)
     if send_to is None:
         return None
-    return Ring(send_to, device_id_py, device_id_text, per, signal)
+    return Ring(send_to, device_id, per, signal)
 
 
 def check_transport(transport: str, problems: Problems) -> None:
@@ -434,15 +439,17 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
         n=n, k=k, in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, inputs=tuple(lhs_mo if nm == op.lhs else rhs_mo for nm in op.inputs),
         outputs=(mat_operand(out_name, "out", mm.out_dtype, (d_count * m, n)),), mm=mm,
         send_to=send_to, recv_from=tuple((d - offset) % d_count for d in range(d_count)), send_offset=offset,
-        chunk_step=-offset, device_id_py=ring.device_id_py, device_id_text=ring.device_id_text, slots=slots,
+        chunk_step=-offset, chunk_advance=-offset % d_count, recv_offset=-offset % d_count, device_id=ring.device_id, slots=slots,
         tiles_per_step=mm.tiles_m * mm.tiles_n, num_tiles=num_tiles,
         received_signal=ring.signal["received"], received_per=ring.per["received"], counters_per_step=cps,
         done_signal=ring.signal["done"],
         pallas_received_value=1 if ring.per["received"] == "row_block" else blocks,
         copy_rows=units.copy_rows, unit_bytes=units.unit_bytes, units_per_step=units.units_per_step,
-        units_per_counter=units.units_per_counter, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
+        units_per_counter=units.units_per_counter, units_per_row_block=mm.tile_m // units.copy_rows,
+        unit_vecs=units.unit_bytes // 16, chunk_bytes=units.unit_bytes * units.units_per_step, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
         gather_bytes=slots * m * k * isz, flag_words=flag_words, done_index=slots * cps,
         flags_bytes=-(-flag_words * 4 // 256) * 256, spin_timeout_ns=SPIN_TIMEOUT_NS,
+        spin_timeout_s=SPIN_TIMEOUT_NS // 1_000_000_000,
         kernel_args=kernel_args(mm, m, n, d_count),
         num_blocks=blocks, auto_blocks=pers.num_blocks == "auto", blocks_per_sm=1, threads=mm.threads,
         producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes,
@@ -454,9 +461,10 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
 
 
 
-def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tuple[tuple[int, ...] | None, str, str]:
-    """The remote ref's device id: parsed over the axis name, evaluated on every device, checked to be a ring
-    neighbour. Returns (send_to per device, its Python rendering over `dev`, its text) or (None, ...) on problems."""
+def _ring(ref, axis: str, d_count: int, problems: Problems,
+          path: tuple) -> tuple[tuple[int, ...] | None, PlanExpr | None]:
+    """The remote ref's device id: parsed over the axis name, proved to fit 32 bits, evaluated on every device,
+    checked to be a ring neighbour. Returns (send_to per device, the validated expression) or (None, None)."""
     if ref is None:
         text = f"({axis} - 1) % {d_count}"
     else:
@@ -469,22 +477,21 @@ def _ring(ref, axis: str, d_count: int, problems: Problems, path: tuple) -> tupl
         send_to = tuple(ex.eval_int(expr, {axis: d}) for d in range(d_count))
     except ex.ExprError as err:
         problems.add(path, err.message, (err.line, err.col))
-        return None, "", text
+        return None, None
     bad = [(d, v) for d, v in enumerate(send_to) if not 0 <= v < d_count]
     if bad:
         d, v = bad[0]
         problems.add(path, f"device_id gives {v} on device {d}; device ids along '{axis}' are 0..{d_count - 1} (wrap "
                            f"with % {d_count}, e.g. ({axis} - 1) % {d_count})")
-        return None, "", text
+        return None, None
     left = all(send_to[d] == (d - 1) % d_count for d in range(d_count))
     right = all(send_to[d] == (d + 1) % d_count for d in range(d_count))
     if d_count >= 2 and not (left or right):
         shown = ", ".join(f"{d} -> {v}" for d, v in enumerate(send_to))
         problems.add(path, f"the all-gather is a ring: each device sends its chunks to a neighbour, device_id "
                            f"({axis} - 1) % {d_count} or ({axis} + 1) % {d_count}; this one sends {shown}")
-        return None, "", text
-    return (send_to, ex.render_py_int(expr, {axis: "dev"}, ranges=ranges),
-            ex.render_py_int(expr, {axis: axis}, ranges=ranges))
+        return None, None
+    return send_to, PlanExpr(expr, ranges)
 
 
 # ------------------------------------------------------------------------------- the NVLink multicast entries

@@ -1,34 +1,8 @@
 """The matmul family's `schedgen explain` text."""
 from __future__ import annotations
 
-import re
-
 from ...explain import COPY_GBPS, PEAK_TFLOPS
-
-def _spec_name(name: str) -> str:
-    """A name of the plan's rendered epilogue back in the spec's terms (v_acc -> acc, v_bias -> bias, ...)."""
-    if name == "v_acc":
-        return "acc"
-    m = re.fullmatch(r"(?:v|_c|t)_([A-Za-z][A-Za-z0-9_]*)", name)
-    return m.group(1) if m else name
-
-
-def _epilogue_text(p) -> list[str]:
-    """The epilogue as statements over the spec's names, re-printed from the plan's (validated, rendered) form
-    with only the parentheses it needs."""
-    import ast
-    out = []
-    for target, value in p.epilogue_jnp:
-        try:
-            tree = ast.parse(value, mode="eval")
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Name):
-                    node.id = _spec_name(node.id)
-            text = ast.unparse(tree).replace("jnp.", "")
-        except SyntaxError:
-            text = value
-        out.append(f"{p.outputs[0].name if target == 'r_out' else _spec_name(target)} = {text}")
-    return out
+from .epilogue import epilogue_text
 
 
 def _sizes_differ(p) -> bool:
@@ -71,7 +45,8 @@ def explain_matmul(p) -> str:
         f"{p.delay_release} wgmma group{'s' if p.delay_release != 1 else ''} kept in flight before a stage is released",
         f"  registers  {p.threads} threads: producer warpgroup {p.producer_regs}/thread, consumers "
         f"{p.consumer_regs}/thread (setmaxnreg); {p.acc_regs} f32 accumulators per consumer thread; "
-        f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of 65536 registers",
+        f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of the block's {p.block_regs} registers "
+        f"(__launch_bounds__({p.threads}, 1))",
         f"  operands   lhs {lhs.name} {'K' if p.k_major_a else 'M'}-major, swizzle {p.swizzle_a} B "
         f"({p.atom_a}-element rows), {p.a_stage_bytes} B per stage, descriptor LBO {p.a_lbo} SBO {p.a_sbo}",
         f"             rhs {rhs.name} {'K' if p.k_major_b else 'N'}-major, swizzle {p.swizzle_b} B "
@@ -109,7 +84,7 @@ def explain_matmul(p) -> str:
                  + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
                  + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
                  + f", {waves:.2f} waves")
-    epi = _epilogue_text(p)
+    epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
     for e in p.extras:

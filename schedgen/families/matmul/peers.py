@@ -121,12 +121,14 @@ def jax_fuses_epilogue(plan) -> str | None:
     """The name of C when the epilogue is exactly `out = acc + C` (C a full [M, N] of the output dtype: what JAX's
     kernel fuses), "" for the identity, None for any other epilogue (JAX times the product only)."""
     import ast
+    from .epilogue import epilogue_jnp
     if plan.identity_epilogue:
         return ""
-    if len(plan.epilogue_jnp) != 1:
+    stmts = epilogue_jnp(plan)
+    if len(stmts) != 1:
         return None
     try:
-        tree = ast.parse(plan.epilogue_jnp[0][1], mode="eval").body
+        tree = ast.parse(stmts[0][1], mode="eval").body
     except SyntaxError:
         return None
     if not (isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add)

@@ -11,6 +11,7 @@ order. Every hardware rule is checked here, located at the field that decides it
 """
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +25,6 @@ from ...plan.common import (
     SmemBuffer,
     SmemMap,
     cdiv,
-    cxx_float,
     resolve_shape,
     row_major_strides,
 )
@@ -40,6 +40,7 @@ from ...plan.legality import (
     register_budget_problem,
     stages_that_fit,
 )
+from .epilogue import PlanExpr
 
 if TYPE_CHECKING:
     from ...frontend.model import BlockSpec
@@ -99,6 +100,8 @@ class MatmulPlan:
     wg_tile_n: int
     m_blocks: int              # wgmma M blocks (64 rows) per consumer
     acc_regs: int              # f32 accumulators per consumer thread
+    wgmma_regs: int            # f32 accumulators per thread of one m64nN wgmma (wg_tile_n / 2)
+    k_wgmmas: int              # wgmma K steps (16 elements each) per stage
     swizzle_a: int
     swizzle_b: int
     atom_a: int                # elements per swizzle row of lhs / rhs (swizzle bytes / itemsize)
@@ -109,6 +112,9 @@ class MatmulPlan:
     b_stage_bytes: int
     a_sub_bytes: int           # bytes of one TMA box of lhs / rhs inside a stage
     b_sub_bytes: int
+    a_boxes: tuple[tuple[int, int], ...]   # each TMA box of an lhs stage: (SMEM byte offset, element offset along
+    b_boxes: tuple[tuple[int, int], ...]   # its swizzled dimension); rhs likewise
+    a_mblock_bytes: int        # K-major lhs: bytes between the 64-row wgmma M blocks of a stage
     a_lbo: int
     a_sbo: int
     b_lbo: int
@@ -119,6 +125,9 @@ class MatmulPlan:
     cluster_size: int
     cluster_dims: tuple[int, int, int]   # the launch's cluster shape: CTAs of a cluster are consecutive in x
     multicast: str             # "" | "lhs" | "rhs": the operand shared by the cluster, split and multicast
+    mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
+    mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
+    mc_rank_boxes: int         # MN-major multicast operand: TMA boxes each CTA loads (its half of the stage's)
     # epilogue
     epi_rows: int
     epi_cols: int
@@ -126,15 +135,24 @@ class MatmulPlan:
     epi_swizzle: int
     epi_bytes: int
     epi_store: str             # "tma" | "direct"
-    epilogue_cxx: tuple[tuple[str, str], ...]   # (target, C++ expression) over v_acc, v_<extra>, c_<const>
-    epilogue_jnp: tuple[tuple[str, str], ...]
-    temporaries: tuple[str, ...]
-    constants_cxx: tuple[tuple[str, str], ...]
+    epi_chunks_m: int          # epilogue chunks per consumer tile: wg_tile_m / epi_rows x wg_tile_n / epi_cols
+    epi_chunks_n: int
+    epi_n8: int                # n8 accumulator blocks per chunk row (epi_cols / 8)
+    epi_row_bytes: int         # bytes of one staged chunk row
+    epi_swizzle_mask: int      # the 16-byte-unit row mask of the staging swizzle (epi_swizzle / 16 - 1; 0: none)
+    epi_pending: int           # TMA stores left in flight before a staging buffer is reused (epi_buffers - 1)
+    epi_uneven: bool           # chunks per tile not a multiple of the buffers (Pallas waits for all first)
+    wg_n8: int                 # n8 accumulator blocks across a consumer's columns (wg_tile_n / 8)
+    epilogue: tuple[tuple[str, PlanExpr], ...]  # (target, value) statements over the spec's names, in order
+    epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
+                               # temporary | output (the templates spell each role)
     identity_epilogue: bool
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
     tiles_m: int
     tiles_n: int
+    cluster_tiles_m: int       # the tile grid in cluster units (tiles_m / cluster_m x tiles_n / cluster_n)
+    cluster_tiles_n: int
     num_tiles: int             # in cluster units (each cluster computes cluster_m x cluster_n tiles at once)
     k_iters: int
     tile_order: str
@@ -147,6 +165,7 @@ class MatmulPlan:
     threads: int
     producer_regs: int
     consumer_regs: int
+    block_regs: int            # registers the block holds under __launch_bounds__(threads, 1) (setmaxnreg's budget)
     # SMEM
     smem_buffers: tuple[SmemBuffer, ...]
     smem_bytes: int
@@ -167,6 +186,7 @@ class MatmulPlan:
     @property
     def tma_ranks(self) -> list[int]:
         return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
 
 
 
@@ -283,6 +303,7 @@ class Registers:
     preg: int
     creg: int
     acc_regs: int
+    block: int                # hw.regs_per_block(threads)
 
 
 @dataclass(frozen=True)
@@ -311,9 +332,8 @@ class TileLoop:
 
 @dataclass(frozen=True)
 class EpilogueCode:
-    cxx: tuple[tuple[str, str], ...]
-    jnp: tuple[tuple[str, str], ...]
-    temporaries: tuple[str, ...]
+    statements: tuple[tuple[str, PlanExpr], ...]
+    roles: dict
     identity: bool
 
 
@@ -668,20 +688,15 @@ def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Pro
 
 
 def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueCode:
-    """The epilogue's statements as C++ and jnp over v_acc, v_<extra>, c_<const> (_c_<const> in Python)."""
-    names_cxx = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"c_{c}" for c in op.constants}}
-    names_jnp = {"acc": "v_acc", **{nm: f"v_{nm}" for nm in extras}, **{c: f"_c_{c}" for c in op.constants}}
-    epi_cxx, epi_jnp, temps = [], [], []
-    for target, value in body.statements:
-        tname = "r_out" if target == out_name else f"t_{target}"
-        if target != out_name:
-            temps.append(tname)
-        epi_cxx.append((tname, ex.render_cxx(value, names_cxx)))
-        epi_jnp.append((tname, ex.render_jnp(value, names_jnp)))
-        names_cxx[target] = tname
-        names_jnp[target] = tname
-    identity = len(body.statements) == 1 and epi_cxx[0][1] == "v_acc"
-    return EpilogueCode(tuple(epi_cxx), tuple(epi_jnp), tuple(temps), identity)
+    """The epilogue's validated statements and the role of every name in them (the templates spell the roles)."""
+    roles = {"acc": "accumulator", **{nm: "operand" for nm in extras}, **{c: "constant" for c in op.constants}}
+    roles.update({target: "output" if target == out_name else "temporary" for target, _ in body.statements})
+    statements = tuple((target, PlanExpr(value)) for target, value in body.statements)
+    tree = body.statements[0][1].tree
+    while isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.UAdd):   # `out = +acc` is a plain store too
+        tree = tree.operand
+    identity = len(statements) == 1 and isinstance(tree, ast.Name) and tree.id == "acc"
+    return EpilogueCode(statements, roles, identity)
 
 
 # ---------------------------------------------------------------------------------------- registers, pipeline
@@ -703,7 +718,7 @@ def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registe
                      f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
                      f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
                      f"more consumers")
-    return Registers(threads, preg, creg, acc_regs)
+    return Registers(threads, preg, creg, acc_regs, hw.regs_per_block(threads))
 
 
 def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
@@ -850,6 +865,19 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     tm, tn, tk = tile.tm, tile.tn, tile.tk
     a_sub = (tm if lay.k_major_a else tk) * lay.swz_a
     b_sub = (tn if lay.k_major_b else tk) * lay.swz_b
+    # a stage is cut into TMA boxes one swizzle row wide along its swizzled dimension (K, or M / N for MN-major)
+    a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range((tk if lay.k_major_a else tm) // lay.atom_a))
+    b_boxes = tuple((i * b_sub, i * lay.atom_b) for i in range((tk if lay.k_major_b else tn) // lay.atom_b))
+    # the multicast operand: each CTA of the pair loads half of its stage (K-major: a half of the rows / columns in
+    # every box; MN-major: half of the boxes)
+    mc_tile, mc_swz, mc_boxes, mc_k_major = {"lhs": (tm, lay.swz_a, a_boxes, lay.k_major_a),
+                                             "rhs": (tn, lay.swz_b, b_boxes, lay.k_major_b)}.get(
+        cl.multicast, (0, 0, (), False))
+    if not mc_k_major:
+        mc_tile = 0
+    elif cl.multicast:
+        mc_boxes = ()
+    chunks_m, chunks_n = wg.wtm // chunks.rows, wg.wtn // chunks.cols
     kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
                                                            cl.cm, cl.cn)
     return MatmulPlan(
@@ -860,22 +888,26 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         inputs=inputs, outputs=outputs, extras=dims.extra_ops,
         tile_m=tm, tile_n=tn, tile_k=tk, stages=pipe.stages, delay_release=pipe.delay, num_consumers=wg.nc,
         wg_axis=wg.axis, wg_tile_m=wg.wtm, wg_tile_n=wg.wtn, m_blocks=wg.wtm // WGMMA_M, acc_regs=regs.acc_regs,
+        wgmma_regs=wg.wtn // 2, k_wgmmas=tk // (WGMMA_K_BYTES // dims.isz),
         swizzle_a=lay.swz_a, swizzle_b=lay.swz_b, atom_a=lay.atom_a, atom_b=lay.atom_b, k_major_a=lay.k_major_a,
         k_major_b=lay.k_major_b, a_stage_bytes=smem.a_stage, b_stage_bytes=smem.b_stage, a_sub_bytes=a_sub,
-        b_sub_bytes=b_sub, a_lbo=1 if lay.k_major_a else a_sub, a_sbo=8 * lay.swz_a,
+        b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes, a_mblock_bytes=WGMMA_M * lay.swz_a, a_lbo=1 if lay.k_major_a else a_sub, a_sbo=8 * lay.swz_a,
         b_lbo=1 if lay.k_major_b else b_sub, b_sbo=8 * lay.swz_b,
         cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize, cluster_dims=(cl.csize, 1, 1),
-        multicast=cl.multicast,
+        multicast=cl.multicast, mc_rank_bytes=mc_tile // 2 * mc_swz, mc_rank_elems=mc_tile // 2,
+        mc_rank_boxes=len(mc_boxes) // 2,
         epi_rows=chunks.rows, epi_cols=chunks.cols, epi_buffers=sch.epilogue.buffers, epi_swizzle=chunks.swizzle,
-        epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store,
-        epilogue_cxx=code.cxx, epilogue_jnp=code.jnp, temporaries=code.temporaries,
-        constants_cxx=tuple((f"c_{c}", cxx_float(v)) for c, v in op.constants.items()),
-        identity_epilogue=code.identity, ragged=tile.ragged,
-        tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
+        epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store, epi_chunks_m=chunks_m, epi_chunks_n=chunks_n,
+        epi_n8=chunks.cols // 8, epi_row_bytes=chunks.cols * dims.osz,
+        epi_swizzle_mask=chunks.swizzle // 16 - 1 if chunks.swizzle else 0, epi_pending=sch.epilogue.buffers - 1,
+        epi_uneven=chunks_m * chunks_n % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
+        epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
+        tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, cluster_tiles_m=cl.tiles_m // cl.cm, cluster_tiles_n=cl.tiles_n // cl.cn,
+        num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
         tile_width=sch.persistent.tile_width,
         num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
-        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg,
+        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
         smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
         empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,

@@ -51,7 +51,10 @@ def test_plan_numbers_of_the_bundled_spec():
     assert tm["lhs"].box == (128, 64) and tm["lhs"].swizzle == 128 and tm["lhs"].strides == (8192, 2)
     assert [a.what for a in p.kernel_args if a.kind != "tmap"] == [
         "lhs", "gather", "peer_gather", "flags", "peer_flags_send", "peer_flags_recv", "device", "epoch"]
-    assert p.device_id_py == "((dev - 1) % 2)"
+    # the remote ref's device id: its validated tree (with the range it was proved over), spelled at render time
+    assert p.device_id == "(x - 1) % 2" and p.device_id.ranges == {"x": (0, 1)}
+    from schedgen.render import render
+    assert "    send_dev = ((dev - 1) % 2)  " in render(p, "pallas")
 
 
 @pytest.mark.parametrize("d", [2, 3, 4, 8])

@@ -69,9 +69,56 @@ def test_epilogue_operands_and_code():
     p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"},
                "op.constants": {"beta": 0.5}, "op.epilogue": "t = acc + bias\nout = gelu(t) + beta * c"})
     assert [(e.name, e.bcast) for e in p.extras] == [("bias", "row"), ("c", "full")]
-    assert p.epilogue_cxx == (("t_t", "(v_acc + v_bias)"), ("r_out", "(sg_gelu(t_t) + (c_beta * v_c))"))
+    # the plan keeps the validated statements over the spec's names and the role of each name; no backend syntax
+    assert p.epilogue == (("t", "acc + bias"), ("out", "gelu(t) + beta * c"))
+    assert p.epilogue_roles == {"acc": "accumulator", "bias": "operand", "c": "operand", "beta": "constant",
+                                "t": "temporary", "out": "output"}
     assert [a.kind for a in p.kernel_args] == ["tmap", "tmap", "tmap", "ptr", "ptr"]
     assert not p.identity_epilogue and _plan().identity_epilogue
+    assert _plan({"op.epilogue": "out = +acc"}).identity_epilogue
+    assert not _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"}).identity_epilogue
+
+
+def test_the_plan_json_holds_no_backend_syntax():
+    from schedgen.plan import to_json
+    p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.constants": {"beta": 0.5},
+               "op.epilogue": "t = acc + bias\nout = gelu(t) * beta"})
+    text = to_json(p)
+    for syntax in ('"v_acc', "v_bias", "c_beta", '"t_t"', "r_out", "sg_gelu", "jax.nn", "0x1.", "0.5f"):
+        assert syntax not in text, syntax
+    assert '"t",\n   "acc + bias"' in text and '"gelu(t) * beta"' in text
+    for gone in ("epilogue_cxx", "epilogue_jnp", "temporaries", "constants_cxx"):
+        assert f'"{gone}"' not in text
+
+
+def test_the_templates_spell_the_epilogue_trees():
+    from schedgen.families.matmul.epilogue import epilogue_jnp
+    from schedgen.render import render
+    p = _plan({"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.inputs.c": {"shape": ["M", "N"], "dtype": "bf16"},
+               "op.constants": {"beta": 0.5}, "op.epilogue": "t = acc + bias\nout = gelu(t) + beta * c",
+               "schedule.backends": ["cuda", "pallas"]})
+    cu, py = render(p, "cuda"), render(p, "pallas")
+    assert "#define c_beta 0x1.0000000000000p-1f\n" in cu
+    assert cu.count("const float t_t = (v_acc + v_bias);\n") == 1
+    assert cu.count("const float r_out = (sg_gelu(t_t) + (c_beta * v_c));\n") == 1
+    assert "_c_beta = 0.5\n" in py
+    # the helper bench reads gives what the Pallas template writes
+    assert epilogue_jnp(p) == (("t_t", "(v_acc + v_bias)"),
+                               ("r_out", "(jax.nn.gelu(t_t, approximate=True) + (_c_beta * v_c))"))
+    for target, value in epilogue_jnp(p):
+        assert f"{target} = {value}\n" in py
+
+
+def test_plan_expressions_pickle_with_their_trees():
+    import ast
+    import pickle
+
+    from schedgen.families.matmul.epilogue import PlanExpr
+    p = _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"})
+    (target, value), = p.epilogue
+    back = pickle.loads(pickle.dumps(value))
+    assert isinstance(back, PlanExpr) and back == "s * acc" and back.ranges is None
+    assert ast.dump(back.expr.tree) == ast.dump(value.expr.tree) and back.expr.names == {"s", "acc"}
 
 
 @pytest.mark.parametrize("overrides, needle", [
@@ -145,3 +192,34 @@ def test_unknown_matmul_key_lists_matmul_fields(tmp_path):
         load_spec(str(path))
     (msg,) = info.value.lines()
     assert "op.epilog: unknown key 'epilog' (did you mean 'epilogue'?)" in msg and "transpose_rhs" in msg
+
+
+@pytest.mark.parametrize("overrides, line", [
+    # 384 threads launched with __launch_bounds__(384, 1) hold 168 a thread: 64512, not the SM's 65536
+    ({}, "64512 of the block's 64512 registers (__launch_bounds__(384, 1))"),
+    # 256 threads hold 256 a thread: the whole 65536
+    ({"schedule.pipeline.num_compute_wgs": 1, "schedule.pipeline.compute_registers": 240,
+      "schedule.pipeline.memory_registers": 56, "schedule.in_specs.b.block_shape": [64, 128],
+      "schedule.out_specs.out.block_shape": [128, 128]},
+     "37888 of the block's 65536 registers (__launch_bounds__(256, 1))"),
+])
+def test_explain_prints_the_blocks_register_budget(overrides, line):
+    from schedgen.explain import explain
+    p = _plan(overrides)
+    assert p.block_regs == {384: 64512, 256: 65536}[p.threads]
+    assert line in explain(p)
+
+
+def test_derived_numbers_the_templates_print_come_from_the_plan():
+    p = _plan()      # 128 x 256 x 64, lhs K-major, rhs N-major and multicast by a 2x1 cluster, 64 x 64 bf16 chunks
+    assert p.a_boxes == ((0, 0),) and p.b_boxes == tuple((i * p.b_sub_bytes, i * 64) for i in range(4))
+    assert (p.mc_rank_boxes, p.mc_rank_bytes, p.mc_rank_elems) == (2, 0, 0)     # MN-major: half of the boxes
+    assert (p.wgmma_regs, p.k_wgmmas, p.a_mblock_bytes) == (128, 4, 64 * 128)
+    assert (p.cluster_tiles_m, p.cluster_tiles_n) == (p.tiles_m // 2, p.tiles_n)
+    assert (p.epi_chunks_m, p.epi_chunks_n, p.epi_n8, p.wg_n8) == (1, 4, 8, 32)
+    assert (p.epi_row_bytes, p.epi_swizzle_mask, p.epi_pending, p.epi_uneven) == (128, 7, 1, False)
+    q = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64],
+               "schedule.epilogue.buffers": 3, "schedule.pipeline.max_concurrent_steps": 3})
+    # K-major multicast: every box, each CTA half of its rows (128 of 256, 128 x 128 B into the stage)
+    assert (q.mc_rank_boxes, q.mc_rank_bytes, q.mc_rank_elems) == (0, 128 * 128, 128)
+    assert q.b_boxes == ((0, 0),) and q.epi_uneven      # 4 chunks a tile through 3 buffers
