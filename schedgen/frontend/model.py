@@ -144,16 +144,16 @@ class Collective(Model):
 
     `transport: remote_ref` (the default) is peer-to-peer: each device forwards lhs chunks to its ring neighbour
     through remote refs (Pallas: `plgpu.remote_ref`; CUDA: peer pointers) and semaphores. The NVLink multicast
-    entries (`multimem_store`, `multimem_load_reduce`, and `semaphore_signal_multicast` that rides on them) CANNOT
-    RUN on the lent machines, where NVLink multicast is switched off: asking for them is a located error; they are
-    rendered and their PTX (multimem.st / multimem.ld_reduce / multimem.red) assembled to SASS in CI only.
+    entries (`multimem_store`, `multimem_load_reduce`, and `semaphore_signal_multicast` that rides on them) are NOT
+    SUPPORTED by this release (it never sets up NVLink multicast: no cuMulticastCreate): asking for them is a located
+    error; their PTX (multimem.st / multimem.ld_reduce / multimem.red) is rendered and assembled to SASS in CI only.
     `remote_refs` and `semaphores` name the kernel's own (remote_refs: `gather`, where this device's chunks go;
     semaphores: `received`, `done`); an entry here sets their device id / signalling."""
     transport: Literal["remote_ref", "multimem_store", "multimem_load_reduce"] = Field(
         default="remote_ref",
         description="remote_ref: peer-to-peer remote refs and semaphores. multimem_store / multimem_load_reduce: "
-                    "NVLink multicast, which is switched off on the lent machines: they cannot run here (rendered "
-                    "and assembled in CI only)")
+                    "NVLink multicast, which is not supported by this release (their PTX is rendered and "
+                    "assembled in CI only)")
     remote_refs: dict[Ident, RemoteRef] = Field(default_factory=dict)
     semaphores: dict[Ident, Semaphore] = Field(default_factory=dict)
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from .arrays import DTYPES
 
-# NVLink multicast (NVLS) is switched off on the lent machines: every multi-GPU process keeps the libraries off it.
+# NVLink multicast (NVLS) is not supported by this release: every multi-GPU process keeps the libraries off it.
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 POISON_BYTE = 0xFF            # all-ones: NaN in every float format the kernels write
 PTR_OWNER = {                 # which device's buffer each pointer argument of device d points into

@@ -58,9 +58,9 @@ SPIN_TIMEOUT_NS = 20_000_000_000   # a cross-device wait that spins this long tr
 SEMAPHORES = {"received": ("chunk", "row_block"), "done": ("launch",)}
 DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
-MULTIMEM_WHY = ("NVLink multicast is switched off on the lent machines (NCCL_NVLS_ENABLE=0; no cuMulticastCreate), "
-                "so {what} cannot run here: the multimem entries are rendered and their PTX assembled to SASS in CI only "
-                "(schedgen/families/collective_matmul/templates/multimem.cu.j2, tests/test_collective_sass.py){extra}; use transport: remote_ref "
+MULTIMEM_WHY = ("NVLink multicast is not supported by this release (it never calls cuMulticastCreate; multi-GPU "
+                "processes run with NCCL_NVLS_ENABLE=0), so {what} cannot run: the multimem entries are rendered and their PTX assembled to SASS in CI only "
+                "(schedgen/families/collective_matmul/templates/multimem.cu.j2, tests/families/collective_matmul/test_collective_sass.py){extra}; use transport: remote_ref "
                 "(peer-to-peer remote refs and semaphores)")
 
 
@@ -502,7 +502,7 @@ MULTIMEM_PTX_TYPES = {"bf16": ("bf16x2", ".acc::f32"), "f16": ("f16x2", ".acc::f
 @dataclass(frozen=True)
 class MultimemPlan:
     """What schedgen/families/collective_matmul/templates/multimem.cu.j2 needs to spell multimem.st / multimem.ld_reduce / multimem.red for one
-    dtype. Rendered and assembled in CI only: NVLink multicast is switched off on the lent machines."""
+    dtype. Rendered and assembled in CI only: NVLink multicast is not supported by this release."""
     dtype: str
     ptx_type: str              # the packed element type of the PTX instructions
     acc: str                   # ld_reduce's accumulation precision qualifier (16-bit types add in f32)

@@ -94,7 +94,7 @@ def test_defaults_without_a_collective_section(tmp_path):
     assert q.received_signal == "semaphore_signal_parallel" and q.done_signal == "semaphore_signal"
 
 
-MULTICAST = "NVLink multicast is switched off on the lent machines"
+MULTICAST = "NVLink multicast is not supported by this release"
 REJECT = [
     ({"op.mesh.num_devices": 1, "M_total": 1024, "schedule.collective.remote_refs.gather.device_id": "x"},
      "op.mesh.num_devices", "a collective matmul runs on at least 2 devices, got 1"),
@@ -220,8 +220,8 @@ def test_schema_says_multimem_cannot_run_here():
     s = json.loads((ROOT / "schemas" / "schedgen.schema.json").read_text())
     transport = s["$defs"]["Collective"]["properties"]["transport"]
     assert transport["enum"] == ["remote_ref", "multimem_store", "multimem_load_reduce"]
-    assert "switched off on the lent machines: they cannot run here" in transport["description"]
-    assert "CANNOT\nRUN on the lent machines" in s["$defs"]["Collective"]["description"]
+    assert "NVLink multicast, which is not supported by this release" in transport["description"]
+    assert "are NOT\nSUPPORTED by this release" in s["$defs"]["Collective"]["description"]
 
 
 def test_explain_names_the_ring_semaphores_and_the_step_plan(capsys):

@@ -1,5 +1,5 @@
 """The CUDA rendering of the collective_matmul family, compiled with NVRTC (no GPU) to sm_90a SASS, and the NVLink
-multicast entries assembled the same way (never run: multicast is off on the lent machines).
+multicast entries assembled the same way (never run: NVLink multicast is not supported by this release).
 
 The kernel must hold the matmul family's instructions (HGMMA of the planned shape, TMA loads of lhs / the gathered
 chunks / rhs and TMA stores of out, setmaxnreg, mbarrier waits) and the cross-device ones: 16-byte copies to the
