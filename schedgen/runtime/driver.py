@@ -203,7 +203,7 @@ class TiledLayout:
     box: tuple[int, ...]       # rank entries
 
 
-def validate_tiled(ptr: int, dtype: str, shape: Sequence[int], strides: Sequence[int], box: Sequence[int], *,
+def validate_tiled(ptr: int, dtype: str, shape: Sequence[int], strides: Sequence[int], box: Sequence[int], *,  # noqa: C901
                    swizzle: int = 0, l2_promotion: int = 256) -> TiledLayout:
     """Check cuTensorMapEncodeTiled's rules (numpy order in) and convert to driver order. Pure; ValueError."""
     if dtype not in TMA_DTYPES:

@@ -53,7 +53,7 @@ def _lookup(base: Any, path: Sequence[str]) -> tuple[bool, Any]:
     return True, node
 
 
-def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:
+def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:  # noqa: C901
     """tune.params -> knobs, each with the fields it sets (checked against the spec: fields exist, list entries are
     in range, no two knobs set one field)."""
     assert spec.tune is not None

@@ -201,7 +201,7 @@ def resize(draw, data: dict) -> dict:
     drop_maps = draw(st.booleans(), label="drop index maps")
     block = None
     for group in ("out_specs", "in_specs"):
-        for name, bs in sch.get(group, {}).items():
+        for bs in sch.get(group, {}).values():
             if block is None or draw(st.integers(0, 4)) == 0:
                 block = [draw(pow2 if multiple else _SMALL, label="block dim") for _ in bs["block_shape"]]
             bs["block_shape"] = list(block[-len(bs["block_shape"]):])

@@ -189,7 +189,7 @@ def test_every_reserved_word_is_rejected_at_its_field_or_builds_and_runs(tmp_pat
     for b in range(n_builds):
         used: set[str] = set()
 
-        def part(words, k=None, fill=()):   # this build's share of ``words``, none used twice in the build
+        def part(words, k=None, fill=(), b=b, used=used):   # this build's share of ``words``, none used twice
             got = tuple(w for w in words[b::n_builds] if w not in used)[:k]
             got += tuple(f for f in fill if f not in got)
             used.update(got)
