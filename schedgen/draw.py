@@ -25,12 +25,13 @@ from typing import Callable, Sequence
 
 from . import families
 
-SMEM_LIMIT = 232448
-SM_COUNT = 132
+from .plan.hardware import COPY_GBPS, H200, PEAK_TFLOPS, SM_COUNT
+
+SMEM_LIMIT = H200.smem_per_block
 # The illustrative timing model of the pipeline views (per SM; the families' simulations use these):
-TENSOR_RATE = 989e12 / SM_COUNT      # dense bf16 FLOP/s
-L2_RATE = 12e12 / SM_COUNT            # bytes/s a CTA's TMA loads get from L2 (operands reused there)
-HBM_RATE = 4.25e12 / SM_COUNT        # bytes/s of a streaming kernel
+TENSOR_RATE = PEAK_TFLOPS * 1e12 / SM_COUNT   # dense bf16 FLOP/s
+L2_RATE = 12e12 / SM_COUNT            # bytes/s a CTA's TMA loads get from L2 (operands reused there; a guess)
+HBM_RATE = COPY_GBPS * 1e9 / SM_COUNT  # bytes/s of a streaming kernel
 TMA_LATENCY = 0.8e-6                 # s from issue to landing
 SMEM_RATE = 250e9                    # bytes/s a warpgroup writes to SMEM in an epilogue
 MAX_NUMBERED = 640                   # tiles numbered in full; beyond, the first waves only

@@ -22,9 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from . import families as registry
 from .families import ReportHooks
-
-DEFAULT_COPY_GBPS = 4250.0      # H200 device-to-device copy, bytes read + written (bench/results/map.json)
-PEAK_TFLOPS = 989.0             # H200 dense bf16/f16 tensor-core peak (datasheet)
+from .plan.hardware import COPY_GBPS as DEFAULT_COPY_GBPS, PEAK_TFLOPS   # the figures and their provenance
 
 SERIES = {   # key -> (label, colour)
     "cuda": ("schedgen CUDA", "#1f77b4"),
