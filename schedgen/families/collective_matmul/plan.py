@@ -36,14 +36,10 @@ from ...plan.common import Problems, row_major_strides
 from ...plan.hardware import Hardware
 from ..matmul.epilogue import PlanExpr
 from ..matmul.model import MatmulOp
-from ..matmul.plan import (
-    MatmulPlan,
-    MatOperand,
-    check_operand_roles,
-    mat_operand,
-    plan_matmul,
-    tile_from_block_specs,
-)
+from ..matmul.operands import check_operand_roles
+from ..matmul.plan import plan_matmul
+from ..matmul.records import MatmulPlan, MatOperand, mat_operand
+from ..matmul.schedule import tile_from_block_specs
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile

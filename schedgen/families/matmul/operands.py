@@ -1,0 +1,185 @@
+"""The operand phases of the matmul planner: names, the epilogue, the problem's dims, dtypes, ranks, batch and extra
+operands, the operand records and the epilogue's code trees."""
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ...frontend import expr as ex
+from ...plan.common import (
+    Problems,
+    resolve_shape,
+)
+from ...plan.legality import (
+    check_reserved_names,
+    check_unique_names,
+)
+from .epilogue import PlanExpr
+from .records import MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
+
+if TYPE_CHECKING:
+    from ...frontend.specfile import SpecFile
+
+
+def check_operand_roles(op, problems: Problems) -> None:
+    """op.lhs and op.rhs name two different inputs (the matmul and collective_matmul families)."""
+    for role in ("lhs", "rhs"):
+        nm = getattr(op, role)
+        if nm not in op.inputs:
+            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
+                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
+    if op.lhs == op.rhs:
+        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; A @ A^T style products need two inputs here")
+
+
+def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...]]:
+    """One namespace, no reserved names, lhs / rhs among the inputs. Returns the output's name and the inputs the
+    epilogue reads (neither lhs nor rhs)."""
+    op = spec.op
+    check_unique_names((("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs),
+                        ("outputs", op.outputs)), problems)
+    for nm in list(op.outputs) + list(op.constants):
+        if nm == "acc":   # the epilogue reads the accumulator as `acc`
+            problems.add(("op", "outputs" if nm in op.outputs else "constants", nm),
+                         f"'{nm}' is reserved (the accumulator); choose another name")
+    check_reserved_names(spec, problems)
+    check_operand_roles(op, problems)
+    out_name = next(iter(op.outputs))
+    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs))
+
+
+def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problems):
+    """op.epilogue parsed over acc, the epilogue operands and the constants (None where it does not parse); every
+    epilogue operand must be read by it."""
+    body = None
+    text = op.epilogue or f"{out_name} = acc"
+    try:
+        body = ex.parse_body(text, inputs=["acc", *extras], outputs=[out_name], constants=list(op.constants))
+    except ex.ExprError as err:
+        problems.add(("op", "epilogue"), err.message, (err.line, err.col))
+    for nm in extras:
+        if body is not None and not any(nm in _names(v) for _, v in body.statements):
+            problems.add(("op", "inputs", nm), f"input '{nm}' is neither lhs, rhs nor read by op.epilogue; "
+                                               f"use it in the epilogue or remove it")
+    return body
+
+
+def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems) -> Dims | None:
+    """Shapes, dtypes, M / N / K and the batch; None (the problems said why) where the later phases cannot run."""
+    before = len(problems)
+    shapes = {nm: resolve_shape(o.shape, op.sizes, ("op", "inputs", nm, "shape"), problems) for nm, o in op.inputs.items()}
+    shapes[out_name] = resolve_shape(op.outputs[out_name].shape, op.sizes, ("op", "outputs", out_name, "shape"), problems)
+    if len(problems) != before:
+        return None
+    check_dtypes(op, out_name, problems)
+    check_ranks(op, out_name, shapes, problems)
+    if len(problems) != before:
+        return None
+    a_shape, b_shape, o_shape = shapes[op.lhs], shapes[op.rhs], shapes[out_name]
+    m, n, k = contraction(op, a_shape, b_shape, problems)
+    batch = check_batch(op, out_name, a_shape, b_shape, o_shape, m, n, problems)
+    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) for nm in extras)
+    if len(problems) != before:
+        return None
+    return Dims(a_shape, b_shape, o_shape, op.inputs[op.lhs].dtype, op.outputs[out_name].dtype, m, n, k, batch,
+                len(a_shape) == 3, len(b_shape) == 3, extra_ops)
+
+
+def check_dtypes(op, out_name: str, problems: Problems) -> None:
+    """lhs and rhs: one wgmma input type; the output: one the epilogue stores."""
+    in_dtype = op.inputs[op.lhs].dtype
+    for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
+        dt = op.inputs[nm].dtype
+        if dt not in MMA_DTYPES:
+            problems.add(("op", "inputs", nm, "dtype"),
+                         f"{role} dtype {dt} is not supported by this family yet; legal: {', '.join(MMA_DTYPES)} "
+                         f"(f32 accumulation)")
+    if op.inputs[op.rhs].dtype != in_dtype:
+        problems.add(("op", "inputs", op.rhs, "dtype"), f"lhs is {in_dtype} but rhs is {op.inputs[op.rhs].dtype}; "
+                                                       f"wgmma takes one input type: make them equal")
+    out_dtype = op.outputs[out_name].dtype
+    if out_dtype not in OUT_DTYPES:
+        problems.add(("op", "outputs", out_name, "dtype"), f"output dtype {out_dtype} is not supported; legal: "
+                                                            f"{', '.join(OUT_DTYPES)}")
+
+
+def check_ranks(op, out_name: str, shapes: dict, problems: Problems) -> None:
+    for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
+        if len(shapes[nm]) not in (2, 3):
+            problems.add(("op", "inputs", nm, "shape"), f"{role} must be 2-D, or 3-D with a leading batch dimension; "
+                                                       f"got {len(shapes[nm])} dimensions")
+    if len(shapes[out_name]) not in (2, 3):
+        problems.add(("op", "outputs", out_name, "shape"), "the output must be [M, N] or [B, M, N]")
+
+
+def contraction(op, a_shape: tuple[int, ...], b_shape: tuple[int, ...], problems: Problems) -> tuple[int, int, int]:
+    """M, N, K from lhs and rhs as stored (op.transpose_lhs / op.transpose_rhs); their K must agree."""
+    m, ka = (a_shape[-1], a_shape[-2]) if op.transpose_lhs else (a_shape[-2], a_shape[-1])
+    kb, n = (b_shape[-1], b_shape[-2]) if op.transpose_rhs else (b_shape[-2], b_shape[-1])
+    a_lay = "[K, M]" if op.transpose_lhs else "[M, K]"
+    b_lay = "[N, K]" if op.transpose_rhs else "[K, N]"
+    if ka != kb:
+        problems.add(("op", "inputs", op.rhs, "shape"),
+                     f"contraction sizes differ: lhs {a_lay} = {list(a_shape[-2:])} has K = {ka}, rhs {b_lay} = "
+                     f"{list(b_shape[-2:])} has K = {kb}" + ("" if op.transpose_rhs else
+                                                           " (set op.transpose_rhs: true if rhs is stored [N, K])"))
+    return m, n, ka
+
+
+def check_batch(op, out_name: str, a_shape, b_shape, o_shape, m: int, n: int, problems: Problems) -> int:
+    """The output is [M, N] or [B, M, N]; a batched operand needs a batched output of its batch. Returns B."""
+    batch = o_shape[0] if len(o_shape) == 3 else 1
+    lhs_batched, rhs_batched = len(a_shape) == 3, len(b_shape) == 3
+    if tuple(o_shape[-2:]) != (m, n):
+        problems.add(("op", "outputs", out_name, "shape"), f"the output must be [M, N] = [{m}, {n}], got {list(o_shape)}")
+    if len(o_shape) == 2 and (lhs_batched or rhs_batched):
+        problems.add(("op", "outputs", out_name, "shape"), "a batched lhs or rhs needs a batched output [B, M, N]")
+    for role, nm, shp in (("lhs", op.lhs, a_shape), ("rhs", op.rhs, b_shape)):
+        if len(shp) == 3 and shp[0] != batch:
+            problems.add(("op", "inputs", nm, "shape", 0), f"{role} batch is {shp[0]} but the output's is {batch}")
+    if len(o_shape) == 3 and not lhs_batched:
+        problems.add(("op", "inputs", op.lhs, "shape"), "a batched output needs a batched lhs [B, M, K]")
+    return batch
+
+
+def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: int, problems: Problems) -> MatOperand:
+    """An epilogue operand: a row, a column or a full (batched) output-shaped array of a float dtype."""
+    kind = _broadcast_kind(shape, batch, m, n)
+    if kind is None:
+        problems.add(("op", "inputs", nm, "shape"),
+                     f"epilogue operand shape {list(shape)} is not one the epilogue reads: a row [N] = [{n}], "
+                     f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + (" or [B, M, N]" if batch > 1 else ""))
+        kind = "row"
+    dt = op.inputs[nm].dtype
+    if dt not in ("bf16", "f16", "f32"):
+        problems.add(("op", "inputs", nm, "dtype"), f"epilogue operands are bf16, f16 or f32, got {dt}")
+    return mat_operand(nm, "extra", dt, shape, kind)
+
+
+def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueCode:
+    """The epilogue's validated statements and the role of every name in them (the templates spell the roles)."""
+    roles = {"acc": "accumulator", **{nm: "operand" for nm in extras}, **{c: "constant" for c in op.constants}}
+    roles.update({target: "output" if target == out_name else "temporary" for target, _ in body.statements})
+    statements = tuple((target, PlanExpr(value)) for target, value in body.statements)
+    tree = body.statements[0][1].tree
+    while isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.UAdd):   # `out = +acc` is a plain store too
+        tree = tree.operand
+    identity = len(statements) == 1 and isinstance(tree, ast.Name) and tree.id == "acc"
+    return EpilogueCode(statements, roles, identity)
+
+
+def mat_operands(op, out_name: str, dims: Dims) -> tuple[tuple[MatOperand, ...], tuple[MatOperand, ...]]:
+    """The inputs in op.inputs order (lhs, rhs and the epilogue operands) and the output."""
+    inputs = []
+    for nm in op.inputs:
+        if nm == op.lhs:
+            inputs.append(mat_operand(nm, "lhs", dims.in_dtype, dims.a_shape))
+        elif nm == op.rhs:
+            inputs.append(mat_operand(nm, "rhs", dims.in_dtype, dims.b_shape))
+        else:
+            inputs.append(next(e for e in dims.extra_ops if e.name == nm))
+    return tuple(inputs), (mat_operand(out_name, "out", dims.out_dtype, dims.o_shape),)
+
+
+def _names(expr) -> frozenset[str]:
+    return expr.names

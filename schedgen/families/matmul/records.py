@@ -1,0 +1,302 @@
+"""What the matmul planner passes between its phases and returns: the constants of the kernel's shape, the operand
+record, the phases' small frozen values and the plan itself (MatmulPlan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...frontend.model import ITEMSIZE
+from ...plan.common import (
+    CTYPE,
+    KernelArg,
+    SmemBuffer,
+)
+from .epilogue import PlanExpr
+
+if TYPE_CHECKING:
+    from ...frontend.model import BlockSpec
+
+
+WGMMA_M = 64
+
+
+WGMMA_K_BYTES = 32            # one wgmma consumes 32 B of K (k16 for 16-bit inputs)
+
+
+MMA_DTYPES = ("bf16", "f16")
+
+
+OUT_DTYPES = ("bf16", "f16", "f32")
+
+
+REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
+
+
+DEFAULT_TILE = (128, 256, 64)
+
+
+@dataclass(frozen=True)
+class MatOperand:
+    name: str
+    cname: str
+    role: str                 # "lhs" | "rhs" | "extra" | "out"
+    dtype: str
+    ctype: str
+    itemsize: int
+    shape: tuple[int, ...]
+    bcast: str = ""           # extra operands: "row" ([N]), "col" ([M, 1]), "full" ([M, N]), "batch" ([B, M, N])
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    family: str
+    name: str
+    kernel_name: str
+    sizes: dict
+    constants: dict
+    backends: tuple[str, ...]
+    # the problem
+    batch: int
+    m: int
+    n: int
+    k: int
+    lhs_batched: bool
+    rhs_batched: bool
+    in_dtype: str
+    out_dtype: str
+    transpose_lhs: bool        # lhs stored [K, M]: M-major for wgmma
+    transpose_rhs: bool        # rhs stored [N, K]: K-major for wgmma (the default [K, N] is N-major)
+    inputs: tuple[MatOperand, ...]
+    outputs: tuple[MatOperand, ...]
+    extras: tuple[MatOperand, ...]
+    # the tiling
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    delay_release: int         # wgmma groups kept in flight before a stage is released (0 or 1)
+    num_consumers: int
+    wg_axis: str               # "m" | "n": how the consumers split the tile
+    wg_tile_m: int
+    wg_tile_n: int
+    m_blocks: int              # wgmma M blocks (64 rows) per consumer
+    acc_regs: int              # f32 accumulators per consumer thread
+    wgmma_regs: int            # f32 accumulators per thread of one m64nN wgmma (wg_tile_n / 2)
+    k_wgmmas: int              # wgmma K steps (16 elements each) per stage
+    swizzle_a: int
+    swizzle_b: int
+    atom_a: int                # elements per swizzle row of lhs / rhs (swizzle bytes / itemsize)
+    atom_b: int
+    k_major_a: bool
+    k_major_b: bool
+    a_stage_bytes: int
+    b_stage_bytes: int
+    a_sub_bytes: int           # bytes of one TMA box of lhs / rhs inside a stage
+    b_sub_bytes: int
+    a_boxes: tuple[tuple[int, int], ...]   # each TMA box of an lhs stage: (SMEM byte offset, element offset along
+    b_boxes: tuple[tuple[int, int], ...]   # its swizzled dimension); rhs likewise
+    a_mblock_bytes: int        # K-major lhs: bytes between the 64-row wgmma M blocks of a stage
+    a_lbo: int
+    a_sbo: int
+    b_lbo: int
+    b_sbo: int
+    # cluster
+    cluster_m: int
+    cluster_n: int
+    cluster_size: int
+    cluster_dims: tuple[int, int, int]   # the launch's cluster shape: CTAs of a cluster are consecutive in x
+    multicast: str             # "" | "lhs" | "rhs": the operand shared by the cluster, split and multicast
+    mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
+    mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
+    mc_rank_boxes: int         # MN-major multicast operand: TMA boxes each CTA loads (its half of the stage's)
+    # epilogue
+    epi_rows: int
+    epi_cols: int
+    epi_buffers: int
+    epi_swizzle: int
+    epi_bytes: int
+    epi_store: str             # "tma" | "direct"
+    epi_chunks_m: int          # epilogue chunks per consumer tile: wg_tile_m / epi_rows x wg_tile_n / epi_cols
+    epi_chunks_n: int
+    epi_n8: int                # n8 accumulator blocks per chunk row (epi_cols / 8)
+    epi_row_bytes: int         # bytes of one staged chunk row
+    epi_swizzle_mask: int      # the 16-byte-unit row mask of the staging swizzle (epi_swizzle / 16 - 1; 0: none)
+    epi_pending: int           # TMA stores left in flight before a staging buffer is reused (epi_buffers - 1)
+    epi_uneven: bool           # chunks per tile not a multiple of the buffers (Pallas waits for all first)
+    wg_n8: int                 # n8 accumulator blocks across a consumer's columns (wg_tile_n / 8)
+    epilogue: tuple[tuple[str, PlanExpr], ...]  # (target, value) statements over the spec's names, in order
+    epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
+                               # temporary | output (the templates spell each role)
+    identity_epilogue: bool
+    ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
+    # the loop over tiles
+    tiles_m: int
+    tiles_n: int
+    cluster_tiles_m: int       # the tile grid in cluster units (tiles_m / cluster_m x tiles_n / cluster_n)
+    cluster_tiles_n: int
+    num_tiles: int             # in cluster units (each cluster computes cluster_m x cluster_n tiles at once)
+    k_iters: int
+    tile_order: str
+    minor_dim: int
+    tile_width: int
+    num_blocks: int
+    auto_blocks: bool          # the runtime lowers num_blocks to the clusters the GPU can hold at once
+    blocks_per_sm: int
+    # warp specialization
+    threads: int
+    producer_regs: int
+    consumer_regs: int
+    block_regs: int            # registers the block holds under __launch_bounds__(threads, 1) (setmaxnreg's budget)
+    # SMEM
+    smem_buffers: tuple[SmemBuffer, ...]
+    smem_bytes: int
+    full_arrivals: int
+    empty_arrivals: int
+    stage_tx_bytes: int
+    kernel_args: tuple[KernelArg, ...]
+    approx_math: bool
+    lowering_semantics: str
+    profile_space: int
+    flops: int
+    bytes_moved: int
+
+    @property
+    def operands(self) -> tuple[MatOperand, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def tma_ranks(self) -> list[int]:
+        return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
+
+def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str | None:
+    if shape in ((n,), (1, n)):
+        return "row"
+    if shape == (m, 1):
+        return "col"
+    if shape == (m, n):
+        return "full"
+    if batch > 1 and shape == (batch, m, n):
+        return "batch"
+    return None
+
+
+def mat_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bcast: str = "") -> MatOperand:
+    """One operand as the templates name it: `out_<name>` for the output, `in_<name>` for the inputs."""
+    cname = f"out_{name}" if role == "out" else f"in_{name}"
+    return MatOperand(name, cname, role, dtype, CTYPE[dtype], ITEMSIZE[dtype], tuple(shape), bcast)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The problem: operand shapes and dtypes, M, N, K and the batch, the epilogue's operands."""
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    o_shape: tuple[int, ...]
+    in_dtype: str
+    out_dtype: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    lhs_batched: bool
+    rhs_batched: bool
+    extra_ops: tuple[MatOperand, ...]
+
+    @property
+    def isz(self) -> int:
+        return ITEMSIZE[self.in_dtype]
+
+    @property
+    def osz(self) -> int:
+        return ITEMSIZE[self.out_dtype]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The block tile (tile_m x tile_n x tile_k) and the lhs / rhs BlockSpecs it came from."""
+    tm: int
+    tn: int
+    tk: int
+    a_spec: BlockSpec | None
+    b_spec: BlockSpec | None
+    ragged: bool
+
+
+@dataclass(frozen=True)
+class Warpgroups:
+    """How the consumer warpgroups split the tile."""
+    nc: int
+    axis: str
+    wtm: int
+    wtn: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The SMEM layout of the lhs / rhs stages: major order, swizzle bytes, swizzle-row elements."""
+    k_major_a: bool
+    k_major_b: bool
+    swz_a: int
+    swz_b: int
+    atom_a: int
+    atom_b: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    cm: int
+    cn: int
+    csize: int
+    multicast: str
+    tiles_m: int
+    tiles_n: int
+
+
+@dataclass(frozen=True)
+class EpilogueChunks:
+    rows: int
+    cols: int
+    direct: bool
+    swizzle: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Registers:
+    threads: int
+    preg: int
+    creg: int
+    acc_regs: int
+    block: int                # hw.regs_per_block(threads)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    stages: int
+    k_iters: int
+    delay: int
+
+
+@dataclass(frozen=True)
+class Smem:
+    buffers: tuple[SmemBuffer, ...]
+    nbytes: int
+    full_arrivals: int
+    empty_arrivals: int
+    a_stage: int
+    b_stage: int
+
+
+@dataclass(frozen=True)
+class TileLoop:
+    num_tiles: int
+    auto: bool
+    clusters: int
+
+
+@dataclass(frozen=True)
+class EpilogueCode:
+    statements: tuple[tuple[str, PlanExpr], ...]
+    roles: dict
+    identity: bool

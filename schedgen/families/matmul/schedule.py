@@ -1,0 +1,422 @@
+"""The schedule phases of the matmul planner: the block tile, warpgroups, SMEM layouts and swizzles, the cluster,
+epilogue chunks, registers, the pipeline, the SMEM map, barriers, the tile loop, backend limits and kernel
+arguments."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ...frontend.model import ITEMSIZE
+from ...plan.common import (
+    KernelArg,
+    Problems,
+    SmemMap,
+    cdiv,
+    row_major_strides,
+)
+from ...plan.hardware import Hardware
+from ...plan.legality import (
+    check_setmaxnreg,
+    check_sizes_int32,
+    check_smem_fit,
+    check_tma_box_extent,
+    choose_swizzle,
+    register_budget_problem,
+    stages_that_fit,
+)
+from .records import (
+    DEFAULT_TILE,
+    REG_OVERHEAD,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+    Cluster,
+    Dims,
+    EpilogueChunks,
+    Layout,
+    MatOperand,
+    Pipeline,
+    Registers,
+    Smem,
+    Tile,
+    TileLoop,
+    Warpgroups,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
+    """The block tile from the BlockSpecs (each as stored), defaults where absent; what a BlockSpec may say here."""
+    tm, tn, tk = tile_from_block_specs(op, sch, out_name, problems)
+    for nm in sch.in_specs:
+        if nm not in (op.lhs, op.rhs):
+            problems.add(("schedule", "in_specs", nm), f"only lhs '{op.lhs}' and rhs '{op.rhs}' are tiled by BlockSpecs; "
+                                                      f"epilogue operands follow the output tile")
+    for nm in sch.out_specs:
+        if nm != out_name:
+            problems.add(("schedule", "out_specs", nm), f"no output named '{nm}'; the output is '{out_name}'")
+    for nm, bs in list(sch.in_specs.items()) + list(sch.out_specs.items()):
+        group = "in_specs" if nm in op.inputs else "out_specs"
+        if bs.memory_space != "smem":
+            problems.add(("schedule", group, nm, "memory_space"),
+                         "matmul operands are staged in smem (wgmma reads SMEM descriptors); tmem is Blackwell-only")
+        if bs.index_map is not None:
+            problems.add(("schedule", group, nm, "index_map"),
+                         "the matmul family derives its index maps from the tile order (persistent.tile_order); "
+                         "remove index_map")
+    a_spec, b_spec = sch.in_specs.get(op.lhs), sch.in_specs.get(op.rhs)
+    oob = {bs.out_of_bounds for bs in (a_spec, b_spec) if bs is not None}
+    m, n, k = dims.m, dims.n, dims.k
+    ragged = m % tm != 0 or n % tn != 0 or k % tk != 0
+    if "nan" in oob:
+        problems.add(("schedule", "in_specs", op.lhs if a_spec and a_spec.out_of_bounds == "nan" else op.rhs,
+                      "out_of_bounds"), "NaN padding would poison whole output rows; use zero (K padding must add 0)")
+    if ragged and "zero" not in oob:
+        problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
+                     f"M, N, K = {m}, {n}, {k} are not all multiples of the tile {tm} x {tn} x {tk}; set "
+                     f"out_of_bounds: zero on the lhs/rhs BlockSpecs (TMA zero-fills the edge) or use sizes that divide")
+    return Tile(tm, tn, tk, a_spec, b_spec, ragged)
+
+
+def warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgroups:
+    """1-2 consumer warpgroups split the tile along M or N; each one's share is a legal wgmma shape."""
+    tm, tn, tk = tile.tm, tile.tn, tile.tk
+    nc = pipe.num_compute_wgs
+    if pipe.kind != "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"),
+                     "the matmul family is warp-specialized (a TMA producer warpgroup and 1-2 wgmma consumers); set "
+                     "pipeline.kind: warp_specialized")
+    if nc > 2:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 or 2 consumer warpgroups, got {nc}")
+        nc = 2
+    axis = (pipe.wg_axis or ("m" if tm // nc >= WGMMA_M and tm % (nc * WGMMA_M) == 0 else "n")).lower()
+    if axis not in ("m", "n"):
+        problems.add(("schedule", "pipeline", "wg_axis"), f"consumers split the tile along m or n, got '{pipe.wg_axis}'")
+        axis = "m"
+    wtm, wtn = (tm // nc, tn) if axis == "m" else (tm, tn // nc)
+    if (axis == "m" and tm % nc) or wtm % WGMMA_M:
+        problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
+                     f"each consumer warpgroup takes {wtm} rows of the {tm}-row tile; wgmma needs a multiple of {WGMMA_M} "
+                     f"(tile_m a multiple of {WGMMA_M * (nc if axis == 'm' else 1)})")
+    if axis == "n" and tn % nc:
+        problems.add(("schedule", "in_specs", op.rhs, "block_shape"), f"tile_n {tn} does not split over {nc} consumers")
+    if wtn % 8 or wtn > 256 or wtn < 8:
+        problems.add(("schedule", "in_specs", op.rhs, "block_shape"),
+                     f"each consumer's wgmma N is {wtn}; it must be a multiple of 8 between 8 and 256 "
+                     f"(tile_n {tn}{' split over ' + str(nc) + ' consumers' if axis == 'n' else ''})")
+    if tk % (WGMMA_K_BYTES // dims.isz):
+        problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
+                     f"tile_k {tk} must be a multiple of wgmma's K ({WGMMA_K_BYTES // dims.isz} for {dims.in_dtype})")
+    return Warpgroups(nc, axis, wtm, wtn)
+
+
+def smem_layouts(op, tile: Tile, wg: Warpgroups, isz: int, hw: Hardware, problems: Problems) -> Layout:
+    """K-major operands are cut into swizzle-wide K slabs, MN-major ones into swizzle-wide MN slabs."""
+    k_major_a, k_major_b = not op.transpose_lhs, op.transpose_rhs
+    swz_a = _swizzle(tile.a_spec, tile.tk if k_major_a else WGMMA_M, isz, ("schedule", "in_specs", op.lhs), problems, hw)
+    swz_b = _swizzle(tile.b_spec, tile.tk if k_major_b else min(wg.wtn, 64), isz, ("schedule", "in_specs", op.rhs),
+                     problems, hw)
+    check_transforms(op, tile, swz_a, swz_b, isz, problems)
+    layout = Layout(k_major_a, k_major_b, swz_a, swz_b, max(swz_a // isz, 1), max(swz_b // isz, 1))
+    check_swizzle_widths(op, tile, wg, layout, problems)
+    return layout
+
+
+def _swizzle(bs, minor_elems: int, isz: int, path: tuple, problems: Problems, hw: Hardware) -> int:
+    return choose_swizzle(None if bs is None else bs.transforms.swizzle, minor_elems * isz, hw,
+                          (*path, "transforms", "swizzle"), problems, what="the swizzled dimension's bytes", none="none")
+
+
+def check_transforms(op, tile: Tile, swz_a: int, swz_b: int, isz: int, problems: Problems) -> None:
+    """No SMEM transpose (wgmma reads either major order); a tiling, if given, is the swizzle's."""
+    for bs, nm in ((tile.a_spec, op.lhs), (tile.b_spec, op.rhs)):
+        if bs is not None and bs.transforms.transpose is not None:
+            problems.add(("schedule", "in_specs", nm, "transforms", "transpose"),
+                         "say the stored layout with op.transpose_lhs / op.transpose_rhs; wgmma reads either major "
+                         "order from SMEM, so no SMEM transpose is needed")
+        if bs is not None and bs.transforms.tiling is not None:
+            sw = swz_a if nm == op.lhs else swz_b
+            want = [8, sw // isz] if sw else None
+            if list(bs.transforms.tiling) != want:
+                problems.add(("schedule", "in_specs", nm, "transforms", "tiling"),
+                             f"with swizzle {sw} the tiling is {want} (8 rows of swizzle/itemsize elements); omit it "
+                             f"or write {want}")
+
+
+def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, problems: Problems) -> None:
+    """The slabs tile the stage: the swizzled extent of each operand is a multiple of the swizzle width."""
+    tk = tile.tk
+    if lay.k_major_a and tk % lay.atom_a:
+        problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
+                     f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_a} B = {lay.atom_a} elements)")
+    if lay.k_major_b and tk % lay.atom_b:
+        problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
+                     f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_b} B = {lay.atom_b} elements)")
+    if not lay.k_major_a and wg.wtm % lay.atom_a:
+        problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
+                     f"M-major lhs: each consumer's {wg.wtm} rows must be a multiple of the swizzle width "
+                     f"({lay.atom_a} elements)")
+    if not lay.k_major_b and (wg.wtn % lay.atom_b or tile.tn % lay.atom_b):
+        problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
+                     f"N-major rhs: each consumer's {wg.wtn} columns must be a multiple of the swizzle width "
+                     f"({lay.swz_b} B = {lay.atom_b} elements); use a smaller swizzle or a wider tile_n")
+    if lay.swz_a == 0 or lay.swz_b == 0:
+        problems.add(("schedule", "in_specs", op.lhs if lay.swz_a == 0 else op.rhs, "transforms", "swizzle"),
+                     "this family's SMEM descriptors use a swizzled layout; choose 32, 64 or 128 (or auto)")
+
+
+def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Problems) -> Cluster:
+    """A 1x1, 2x1 or 1x2 cluster; the operand its CTAs share is split between them and multicast."""
+    cl = list(sch.cluster) + [1] * (2 - len(sch.cluster))
+    cm, cn = cl[0], cl[1]
+    csize = cm * cn
+    if len(sch.cluster) > 2 or csize > 2:
+        problems.add(("schedule", "cluster"), f"clusters of 1x1, 2x1 or 1x2 CTAs are supported, got {list(sch.cluster)}")
+        cm, cn, csize = 1, 1, 1
+    multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
+    tiles_m, tiles_n = cdiv(dims.m, tile.tm), cdiv(dims.n, tile.tn)
+    if tiles_m % cm or tiles_n % cn:
+        problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) divisible by it")
+    shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
+    for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
+        if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
+            problems.add(("schedule", "in_specs", nm, "collective_axes"),
+                         "only the operand the cluster's CTAs share is multicast: rhs with cluster [2, 1], lhs with "
+                         "[1, 2]" + ("; this launch has no cluster" if csize == 1 else ""))
+    tm, tn = tile.tm, tile.tn
+    if multicast == "rhs" and (tn // 2) % (1 if lay.k_major_b else lay.atom_b):
+        problems.add(("schedule", "cluster"), f"each CTA loads half of the rhs tile ({tn // 2} columns); it must be a "
+                                              f"multiple of the swizzle width {lay.atom_b}")
+    if multicast == "lhs" and (tm // 2) % (8 if lay.k_major_a else lay.atom_a):
+        problems.add(("schedule", "cluster"), f"each CTA loads half of the lhs tile ({tm // 2} rows); it must be a "
+                                              f"multiple of {8 if lay.k_major_a else lay.atom_a}")
+    return Cluster(cm, cn, csize, multicast, tiles_m, tiles_n)
+
+
+def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Problems) -> EpilogueChunks:
+    """The output tile is stored in (64 x cols) chunks staged through SMEM by TMA, or directly from registers."""
+    osz = dims.osz
+    if epi.tile is not None:
+        er, ec = epi.tile
+    else:
+        er, ec = WGMMA_M, min(wg.wtn, 128 // osz)
+    direct = epi.store == "direct"
+    epi_swz = 0
+    if not direct:
+        if er != WGMMA_M:
+            problems.add(("schedule", "epilogue", "tile", 0), f"epilogue chunks are one wgmma M block tall: {WGMMA_M} rows, got {er}")
+        if ec <= 0 or ec % 16 or wg.wtn <= 0 or wg.wtn % ec:
+            problems.add(("schedule", "epilogue", "tile", 1),
+                         f"epilogue chunk width {ec} must be a multiple of 16 dividing each consumer's {wg.wtn} columns")
+        epi_swz = ec * osz if ec * osz in hw.swizzles else 0
+        if ec * osz > 128:
+            problems.add(("schedule", "epilogue", "tile", 1), f"epilogue chunk rows are {ec * osz} B; at most 128 B (the "
+                                                              f"widest swizzle): use at most {128 // osz} columns")
+    if direct and dims.n % 2:
+        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {dims.n} is odd: use store: tma")
+    return EpilogueChunks(er, ec, direct, epi_swz, er * ec * osz)
+
+
+def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registers:
+    """setmaxnreg budgets of the producer and the consumers, within the registers the block is launched with
+    (`__launch_bounds__(threads, 1)`); the accumulators fit a consumer thread's."""
+    nc = wg.nc
+    threads = 128 * (1 + nc)
+    preg = pipe.memory_registers or (40 if nc == 2 else 56)
+    creg = pipe.compute_registers or (232 if nc == 2 else 240)
+    acc_regs = wg.wtm * wg.wtn // 128
+    check_setmaxnreg({"memory_registers": preg, "compute_registers": creg}, problems)
+    if (message := register_budget_problem(preg, nc, creg, hw)) is not None:
+        problems.add(("schedule", "pipeline", "compute_registers"), message)
+    if acc_regs + REG_OVERHEAD > min(creg, 255):
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
+                     f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
+                     f"more consumers")
+    return Registers(threads, preg, creg, acc_regs, hw.regs_per_block(threads))
+
+
+def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
+    """The TMA ring's depth and how long a stage is held after its wgmma (delay_release)."""
+    stages = pipe.max_concurrent_steps
+    if stages < 2:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"), "the TMA ring needs at least 2 stages")
+    specs = [bs for bs in (tile.a_spec, tile.b_spec) if bs is not None]
+    delay = max((bs.delay_release for bs in specs), default=1)
+    if delay > 1:
+        problems.add(("schedule", "in_specs", op.lhs, "delay_release"),
+                     "the CUDA kernel keeps at most one wgmma group in flight (delay_release 0 or 1)")
+    if delay >= stages:
+        problems.add(("schedule", "in_specs", op.lhs, "delay_release"), f"delay_release {delay} must be below the "
+                                                                          f"{stages} stages")
+    return Pipeline(stages, cdiv(k, tile.tk), delay)
+
+
+def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks: EpilogueChunks, hw: Hardware,
+             problems: Problems) -> Smem:
+    """The lhs / rhs stage rings, the output staging buffers and the barriers; they must fit a block's SMEM."""
+    a_stage = tile.tm * tile.tk * isz
+    b_stage = tile.tn * tile.tk * isz
+    buffers = sch.epilogue.buffers
+    smem = SmemMap()
+    smem.alloc("a", a_stage, stages, note="lhs stage ring")
+    smem.alloc("b", b_stage, stages, note="rhs stage ring")
+    if not chunks.direct:
+        smem.alloc("epi", chunks.nbytes, buffers * nc, note="output staging per consumer")
+    full_arr, empty_arr = barrier_arrivals(sch, stages, nc * csize, problems)
+    smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
+    smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
+    staging = 0 if chunks.direct else chunks.nbytes * buffers * nc
+    fit = stages_that_fit(hw, staging + 16 * stages, a_stage + b_stage)
+    nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
+                            f"at most {fit} stages fit this tile")
+    return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage)
+
+
+def barrier_arrivals(sch, stages: int, consumers: int, problems: Problems) -> tuple[int, int]:
+    """The 'full' and 'empty' rings: one barrier per stage; their arrivals (1 TMA, one per consumer warpgroup of the
+    cluster) unless schedule.barriers says otherwise."""
+    full_arr, empty_arr = 1, consumers
+    for bname, bar in sch.barriers.items():
+        if bname not in ("full", "empty"):
+            problems.add(("schedule", "barriers", bname), f"the matmul family's barriers are 'full' and 'empty'; got '{bname}'")
+            continue
+        if bar.num_barriers != stages:
+            problems.add(("schedule", "barriers", bname, "num_barriers"),
+                         f"'{bname}' has one barrier per stage: {stages}, got {bar.num_barriers}")
+        if bname == "full":
+            full_arr = bar.num_arrivals
+        else:
+            empty_arr = bar.num_arrivals
+    return full_arr, empty_arr
+
+
+def tile_loop(pers, batch: int, cluster: Cluster, hw: Hardware, problems: Problems) -> TileLoop:
+    """A persistent nd_loop over the tiles (in cluster units) in row-major or planar-snake order, or a CTA a tile."""
+    if pers.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
+                                                         "length (the attention family's causal tiles); matmul tiles "
+                                                         "are all alike: use nd_loop")
+    csize = cluster.csize
+    num_tiles = batch * (cluster.tiles_m // max(cluster.cm, 1)) * (cluster.tiles_n // max(cluster.cn, 1))
+    auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"
+    if pers.loop == "none":
+        clusters = num_tiles
+    elif pers.num_blocks == "auto":
+        clusters = min(num_tiles, hw.sm_count // csize)
+    else:
+        if pers.num_blocks % csize:
+            problems.add(("schedule", "persistent", "num_blocks"), f"num_blocks must be a multiple of the cluster size {csize}")
+        clusters = min(num_tiles, max(pers.num_blocks // csize, 1))
+    if pers.tile_order == "lpt":
+        problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
+                                                               "matmul tiles are all alike: use row_major or planar_snake")
+    return TileLoop(num_tiles, auto, clusters)
+
+
+def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> None:
+    """32-bit coordinates; what the Pallas rendering can take."""
+    check_sizes_int32(op.sizes, problems)
+    if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
+        problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                     "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
+    if "pallas" in sch.backends:
+        _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
+
+
+def tensor_map(operand: int, shape: tuple[int, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
+    """A tensor map over a row-major [(B,) R, C] operand with (1,) rows x cols boxes."""
+    box = ((1,) if len(shape) == 3 else ()) + (rows, cols)
+    return KernelArg("tmap", operand, dtype, tuple(shape), row_major_strides(shape, ITEMSIZE[dtype]), box, swizzle)
+
+
+def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
+                chunks: EpilogueChunks, hw: Hardware, problems: Problems) -> tuple[KernelArg, ...]:
+    """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
+    Boxes as loaded: a multicast operand is loaded in halves."""
+    idx = {o.name: i for i, o in enumerate(operands)}
+    by_name = {o.name: o for o in operands}
+    a, b, out = by_name[op.lhs], by_name[op.rhs], by_name[out_name]
+    a_rows = (tile.tm // (2 if cluster.multicast == "lhs" else 1)) if lay.k_major_a else tile.tk
+    b_rows = (tile.tn // (2 if cluster.multicast == "rhs" else 1)) if lay.k_major_b else tile.tk
+    args = [tensor_map(idx[op.lhs], a.shape, a.dtype, a_rows, lay.atom_a, lay.swz_a),
+            tensor_map(idx[op.rhs], b.shape, b.dtype, b_rows, lay.atom_b, lay.swz_b),
+            KernelArg("ptr", idx[out_name]) if chunks.direct else
+            tensor_map(idx[out_name], out.shape, out.dtype, chunks.rows, chunks.cols, chunks.swizzle)]
+    args += [KernelArg("ptr", idx[o.name]) for o in operands if o.role == "extra"]
+    for nm, rows in ((op.lhs, a_rows), (op.rhs, b_rows)):
+        check_tma_box_extent(rows, hw, ("schedule", "in_specs", nm, "block_shape"), problems,
+                             f"a TMA box holds at most {hw.tma_max_box} rows; this tile loads {rows}")
+    return tuple(args)
+
+
+def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:
+    """tile_m, tile_n, tile_k from the lhs/rhs/out BlockSpecs (each written in its stored order); they must agree."""
+    got: dict[str, list[tuple[int, tuple]]] = {"m": [], "n": [], "k": []}
+    for nm, dims in ((op.lhs, ("k", "m") if op.transpose_lhs else ("m", "k")),
+                     (op.rhs, ("n", "k") if op.transpose_rhs else ("k", "n"))):
+        bs = sch.in_specs.get(nm)
+        if bs is None:
+            continue
+        shape = bs.block_shape
+        path = ("schedule", "in_specs", nm, "block_shape")
+        if len(shape) == 3 and shape[0] == 1:
+            shape = shape[1:]
+        elif len(shape) != 2:
+            problems.add(path, f"a matmul block is 2-D ({' x '.join(d.upper() for d in dims)}), or 3-D with a leading 1 "
+                               f"for the batch; got {len(shape)} dimensions")
+            continue
+        for d, v, i in zip(dims, shape, (len(bs.block_shape) - 2, len(bs.block_shape) - 1)):
+            got[d].append((v, (*path, i)))
+    bs = sch.out_specs.get(out_name)
+    if bs is not None:
+        shape = bs.block_shape[-2:]
+        if len(bs.block_shape) not in (2, 3) or (len(bs.block_shape) == 3 and bs.block_shape[0] != 1):
+            problems.add(("schedule", "out_specs", out_name, "block_shape"), "the output block is [tile_m, tile_n]")
+        else:
+            for d, v, i in zip(("m", "n"), shape, (len(bs.block_shape) - 2, len(bs.block_shape) - 1)):
+                got[d].append((v, ("schedule", "out_specs", out_name, "block_shape", i)))
+    out = []
+    for d, default in zip(("m", "n", "k"), DEFAULT_TILE):
+        vals = got[d]
+        if not vals:
+            out.append(default)
+            continue
+        v0 = vals[0][0]
+        for v, path in vals[1:]:
+            if v != v0:
+                problems.add(path, f"tile_{d} is {v0} in one BlockSpec and {v} here; the blocks must agree")
+        out.append(v0)
+    return tuple(out)
+
+
+def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems) -> None:
+    """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
+    hint = "; or set schedule.backends: [cuda]"
+    if ragged:
+        problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
+    if batch > 1:
+        problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
+    # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
+    # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
+    pipe = sch.pipeline
+    nc = min(pipe.num_compute_wgs, 2)
+    preg = pipe.memory_registers or (40 if nc == 2 else 56)
+    pallas_creg = int(min(256, (512 - preg) // nc) // 8 * 8)
+    if pipe.compute_registers is not None and pipe.compute_registers != pallas_creg:
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"Pallas's emit_pipeline_warp_specialized derives the consumers' budget from memory_registers: "
+                     f"min(256, (512 - {preg}) / {nc}) rounded down to 8 = {pallas_creg}; set compute_registers: "
+                     f"{pallas_creg} or omit it" + hint)
+    # its full / empty barriers are its own: one arrival per input TMA, one per consumer warpgroup (per CTA)
+    for bname, bar in sch.barriers.items():
+        default = 1 if bname == "full" else nc * math.prod(sch.cluster)
+        if bname in ("full", "empty") and bar.num_arrivals != default:
+            problems.add(("schedule", "barriers", bname, "num_arrivals"),
+                         f"Pallas's emit_pipeline_warp_specialized allocates and counts its own '{bname}' barriers; "
+                         f"leave num_arrivals at {default}" + hint)
+    if sch.compiler_params.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas matmul's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
+                     "register reads of SMEM and the TMA that overwrites it; remove unsafe_no_auto_barriers" + hint)
