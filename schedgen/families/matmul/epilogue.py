@@ -9,7 +9,6 @@ Pallas template does.
 from __future__ import annotations
 
 import ast
-from typing import Mapping
 
 from ...frontend import expr as ex
 from ...plan.exprs import PlanExpr, spell
