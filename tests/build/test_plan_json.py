@@ -59,3 +59,16 @@ def test_the_check_sees_backend_syntax(text):
                                   "map_add_bf16_64x128_s4_wg1", "mbarrier per stage: TMA loads landed", "g_i"])
 def test_the_check_passes_spec_syntax_and_plain_names(text):
     assert backend_syntax({"field": [text]}) == []
+
+
+@pytest.mark.parametrize("path", spec_files("map"), ids=lambda p: p.stem)
+def test_the_map_plan_keeps_only_plain_identifiers_for_names(path):
+    """What the map plan keeps spelled: operand identifiers (role prefix + the validated name), the dtype's C
+    storage type, the grid variables; each one plain identifier, nothing an expression could hide in."""
+    spec, src = load_spec(str(path))
+    p = plan(spec, src)
+    ident = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
+    for o in p.operands:
+        assert ident.match(o.cname) and o.cname == f"{o.role}_{o.name}"
+        assert o.ctype in ("uint16_t", "uint8_t", "float")
+    assert all(ident.match(g) for g in p.grid_vars)
