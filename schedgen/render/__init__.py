@@ -16,8 +16,8 @@ import jinja2
 from .. import families
 from ..comment import comment_text
 from ..frontend import expr as ex
-from ..frontend import trees
 from ..plan.common import cxx_float
+from ..plan.exprs import spell
 
 SHARED = Path(__file__).resolve().parent / "templates"
 
@@ -34,8 +34,8 @@ def _pyfloat(value: float) -> str:
     return repr(value)
 
 
-# ---- expressions: a plan keeps validated trees (schedgen.frontend.expr.Expr, or a PlanExpr carrying one as
-# `.expr`) over the spec's names; these filters spell them in a template's language.
+# ---- expressions: a plan keeps validated trees (a PlanExpr, schedgen/plan/exprs.py, carrying one as `.expr`) over
+# the spec's names, and a {name: role} map; these filters spell them in a template's language.
 
 def _tree(value) -> ex.Expr:
     expr = getattr(value, "expr", value)
@@ -44,13 +44,11 @@ def _tree(value) -> ex.Expr:
     return expr
 
 
-def _spelled(roles: Mapping[str, str], **spelling: str) -> dict[str, str]:
-    """`{{ roles | spelled(operand="v_{}", ...) }}`: each name of a {name: role} map -> its identifier, the role's
-    spelling with `{}` standing for the name (every role must be given one)."""
-    missing = sorted(set(roles.values()) - set(spelling))
-    if missing:
-        raise ValueError(f"no spelling for the role(s) {', '.join(missing)}")
-    return {name: spelling[role].format(name) for name, role in roles.items()}
+def _spelled(roles: Mapping[str, str], **spelling) -> dict[str, str]:
+    """`{{ roles | spelled(operand="v_{}", size=p.sizes, ...) }}`: each name of a {name: role} map -> its
+    identifier: the role's spelling with `{}` standing for the name, or a {name: value} map (the name spelled as
+    its value); every role must be given one."""
+    return spell(roles, spelling)
 
 
 def _cxx(value, names: Mapping[str, str]) -> str:
@@ -63,13 +61,23 @@ def _jnp(value, names: Mapping[str, str]) -> str:
     return ex.render_jnp(_tree(value), names)
 
 
-def _pyint(value, names: Mapping[str, str]) -> str:
-    """An integer expression as Python over int32 tracers; refused unless it fits 32 bits over the ranges the
-    planner proved it over (a PlanExpr's `.ranges`)."""
+def _ranges(value):
     ranges = getattr(value, "ranges", None)
     if ranges is None:
         raise ValueError(f"integer expression {value!r} carries no ranges to check it against")
-    return ex.render_py_int(_tree(value), names, ranges=ranges)
+    return ranges
+
+
+def _pyint(value, names: Mapping[str, str]) -> str:
+    """An integer expression as Python over int32 tracers; refused unless it fits 32 bits over the ranges the
+    planner proved it over (a PlanExpr's `.ranges`)."""
+    return ex.render_py_int(_tree(value), names, ranges=_ranges(value))
+
+
+def _cxxint(value, names: Mapping[str, str]) -> str:
+    """An integer expression as C++ `int` math ('//' and '%' through sg_floordiv / sg_floormod); refused unless it
+    fits 32 bits over the ranges the planner proved it over (a PlanExpr's `.ranges`)."""
+    return ex.render_cxx_int(_tree(value), names, ranges=_ranges(value))
 
 
 def _cxxfloat(value: float) -> str:
@@ -89,11 +97,10 @@ def environment() -> jinja2.Environment:
     )
     env.filters["pyfloat"] = _pyfloat
     env.filters["comment"] = comment_text   # text inside a one-line comment (the banners): it cannot end it
-    env.filters["tree_cxx"] = trees.cxx     # an expression tree (frontend/trees.py) as C++ / jnp text
-    env.filters["tree_jnp"] = trees.jnp
-    env.filters["spelled"] = _spelled       # validated expressions (frontend/expr.py Expr) spelled per language
-    env.filters["cxx"] = _cxx
+    env.filters["spelled"] = _spelled       # validated expressions (plan/exprs.py PlanExpr) spelled per language
+    env.filters["cxx"] = _cxx               # float math
     env.filters["jnp"] = _jnp
+    env.filters["cxxint"] = _cxxint         # 32-bit integer math (index maps, device ids)
     env.filters["pyint"] = _pyint
     env.filters["cxxfloat"] = _cxxfloat
     return env

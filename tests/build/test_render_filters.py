@@ -1,10 +1,12 @@
-"""The render filters that spell a plan's validated expressions (schedgen/render: spelled, cxx, jnp, pyint,
+"""The render filters that spell a plan's validated expressions (schedgen/render: spelled, cxx, jnp, cxxint, pyint,
 cxxfloat): what they write, and what they refuse."""
 from __future__ import annotations
 
 import pytest
 
-from schedgen.families.matmul.epilogue import PlanExpr
+import ast
+
+from schedgen.plan.exprs import PlanExpr
 from schedgen.frontend import expr as ex
 from schedgen.render import environment
 
@@ -39,6 +41,19 @@ def test_spelled_maps_roles_to_identifiers_and_needs_every_role():
         _render("{{ r | spelled(accumulator='v_acc', operand='v_{}') }}", r=roles)
 
 
+def test_spelled_takes_a_map_for_names_spelled_as_their_values():
+    roles = {"i": "grid", "M": "size", "N": "size"}
+    assert _render("{{ (r | spelled(grid='g_{}', size=s)).items() | list }}", r=roles, s={"M": 64, "N": 8}) == \
+        "[('i', 'g_i'), ('M', '64'), ('N', '8')]"
+
+
+def test_cxx_rechecks_every_node_of_the_tree():
+    value = _body_value("out = acc + b", inputs=["acc", "b"], outputs=["out"], constants=[])
+    value.expr.tree.right = ast.Call(ast.Name("print", ast.Load()), [ast.Constant(1.0)], [])  # not validated
+    with pytest.raises(ex.ExprError, match="cannot render"):
+        _render("{{ v | cxx(n) }}", v=value, n={"acc": "v_acc", "b": "v_b"})
+
+
 def test_pyint_checks_the_ranges_the_expression_carries():
     expr = ex.parse_int_expr("(x - 1) % 4", names=["x"])
     assert _render("{{ v | pyint({'x': 'dev'}) }}", v=PlanExpr(expr, {"x": (0, 3)})) == "((dev - 1) % 4)"
@@ -47,6 +62,18 @@ def test_pyint_checks_the_ranges_the_expression_carries():
     big = ex.parse_int_expr("x * 1073741824 * 4", names=["x"])
     with pytest.raises(ex.ExprError):            # the backstop: refused unless it fits 32 bits over its ranges
         _render("{{ v | pyint({'x': 'dev'}) }}", v=PlanExpr(big, {"x": (0, 3)}))
+
+
+def test_cxxint_is_cxx_int_math_and_checks_the_ranges():
+    expr = ex.parse_int_expr("(i * 2 - 1) // 2 + M % 3", names=["i", "M"])
+    names = {"i": "g_i", "M": "S_M"}
+    assert _render("{{ v | cxxint(n) }}", v=PlanExpr(expr, {"i": (0, 7), "M": (64, 64)}), n=names) == \
+        "(sg_floordiv(((g_i * 2) - 1), 2) + sg_floormod(S_M, 3))"
+    with pytest.raises(ValueError, match="carries no ranges"):
+        _render("{{ v | cxxint(n) }}", v=PlanExpr(expr), n=names)
+    big = ex.parse_int_expr("i * 1073741824 * 4", names=["i"])
+    with pytest.raises(ex.ExprError):
+        _render("{{ v | cxxint(n) }}", v=PlanExpr(big, {"i": (0, 3)}), n=names)
 
 
 def test_cxxfloat_is_the_exact_float32_literal():

@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 from ...explain import COPY_GBPS
-from ...frontend.trees import cxx
+from ...frontend import expr as ex
+from ...plan.exprs import spell
+
+# The identifiers the CUDA template gives the body's names, by role (explain prints the body as the kernel has it).
+CXX_SPELLING = {"operand": "v_{}", "constant": "c_{}", "temporary": "t_{}", "output": "r_{}"}
+
 
 def explain_map(p) -> str:
     lines = [
@@ -27,8 +32,9 @@ def explain_map(p) -> str:
     lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
                  f"transactions per stage)")
     lines.append("  body")
-    for st in p.body:
-        lines.append(f"    {st.target} = {cxx(st.value)}")
+    ids = spell(p.body_roles, CXX_SPELLING)
+    for target, value in p.body:
+        lines.append(f"    {ids[target]} = {ex.render_cxx(value.expr, ids)}")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
     return "\n".join(lines)

@@ -25,13 +25,12 @@ from ...plan.common import (
     SmemMap,
     TmaBox,
     cdiv,
-    cxx_float,
     occupancy,
     resolve_shape,
     tma_box,
 )
+from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
-from ...frontend.trees import Statement, tree_of
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -60,8 +59,8 @@ class MapOperand:
     block_bytes: int
     smem: SmemBuffer
     index_map: str                 # as written (or defaulted); for people, never pasted into code
-    index_map_cxx: tuple[str, ...]
-    index_map_py: tuple[str, ...]
+    block_index: tuple[PlanExpr, ...]  # the index map's validated components over the grid names and sizes (with
+                                       # the ranges they were proved to fit 32 bits over; roles: MapPlan.index_roles)
     row_strides: tuple[int, ...]   # per iteration dim except the minor: element-row stride in this block (0 = broadcast)
     minor_bcast: bool              # the minor dim is broadcast: one value per row, splatted
     rows: int                      # rows of the SMEM block (product of the non-minor block dims)
@@ -101,10 +100,10 @@ class MapPlan:
     full_arrivals: int
     delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
     tx_bytes: int
-    body: tuple[Statement, ...]                # (target, expression tree): r_<output> / t_<temporary> = ...; the
-                                               # templates render the trees (filters tree_cxx, tree_jnp: frontend/trees.py)
-    temporaries: tuple[str, ...]
-    constants_cxx: tuple[tuple[str, str], ...]  # (identifier, exact float literal)
+    body: tuple[tuple[str, PlanExpr], ...]     # (target, value) statements over the spec's names, in order
+    body_roles: dict                           # every name the body reads or writes -> operand | constant |
+                                               # temporary | output (the templates spell roles: filter `spelled`)
+    index_roles: dict                          # every name an index map may read -> grid | size
     approx_math: bool
     lowering_semantics: str
     unsafe_no_auto_barriers: bool
@@ -145,10 +144,9 @@ class Sync(NamedTuple):
 
 
 class Body(NamedTuple):
-    """The body's statements (targets named as in generated code, trees with both languages' names) and the
-    temporaries."""
-    statements: tuple[Statement, ...]
-    temporaries: tuple[str, ...]
+    """The body's validated statements over the spec's names, and the role of every name in them."""
+    statements: tuple[tuple[str, PlanExpr], ...]
+    roles: dict
 
 
 def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
@@ -358,22 +356,12 @@ def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], prob
 
 
 def _body_code(op, body) -> Body:
-    """The body's statements for generated code: inputs are v_<name>, constants c_<name> (C++) / _c_<name> (jnp),
-    outputs r_<name>, temporaries t_<name>."""
-    ins = list(op.inputs)
-    names_cxx = {n: f"v_{n}" for n in ins}
-    names_cxx.update({n: f"c_{n}" for n in op.constants})
-    names_jnp = {n: f"v_{n}" for n in ins}
-    names_jnp.update({n: f"_c_{n}" for n in op.constants})
-    statements, temps = [], []
-    for target, value in body.statements:
-        tname = f"r_{target}" if target in op.outputs else f"t_{target}"
-        if target not in op.outputs:
-            temps.append(tname)
-        statements.append(Statement(tname, tree_of(value.tree, names_cxx, names_jnp)))
-        names_cxx[target] = tname
-        names_jnp[target] = tname
-    return Body(tuple(statements), tuple(temps))
+    """The body's validated statements and the role of every name in them: inputs are operands, then constants,
+    and each target an output or a temporary (the templates spell the roles: v_<name>, c_<name> / _c_<name>,
+    r_<name>, t_<name>)."""
+    roles = {n: "operand" for n in op.inputs} | {c: "constant" for c in op.constants}
+    roles.update({target: "output" if target in op.outputs else "temporary" for target, _ in body.statements})
+    return Body(tuple((target, PlanExpr(value)) for target, value in body.statements), roles)
 
 
 def _launch(sch, num_tiles: int, smem_bytes: int, threads: int, hw: Hardware) -> tuple[int, int]:
@@ -408,8 +396,8 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=sync.smem_bytes,
         full_barrier=sync.full, full_arrivals=sync.arrivals, delay_release=max(o.delay_release for o in inputs),
-        tx_bytes=tx, body=body.statements, temporaries=body.temporaries,
-        constants_cxx=tuple((f"c_{n}", cxx_float(v)) for n, v in op.constants.items()),
+        tx_bytes=tx, body=body.statements, body_roles=body.roles,
+        index_roles={g: "grid" for g in space.grid_names} | {s: "size" for s in space.sizes},
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
@@ -613,7 +601,7 @@ def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: 
 def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, text: str, imap: list, tma: Tma,
              space: Space, smem: SmemMap) -> MapOperand:
     """The operand's SMEM buffer (stages for an input, a double buffer for an output), its element-row strides and
-    its index map in C++ and Python."""
+    its index map's validated components (with the ranges they were proved over)."""
     block, bs, off, rank, iblock = blk.block, blk.spec, blk.off, len(shape), space.block
     isz = ITEMSIZE[dtype]
     block_bytes = math.prod(block) * isz
@@ -628,18 +616,12 @@ def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Bloc
     for d in range(rank - 2, -1, -1):
         strides[off + d] = row if block[d] != 1 or iblock[off + d] == 1 else 0
         row *= block[d]
-    grid_names, sizes = space.grid_names, space.sizes
-    grid_vars = dict(zip(grid_names, _grid_vars(grid_names)))
-    ranges = _index_ranges(space.grid, grid_names, sizes)
+    ranges = _index_ranges(space.grid, space.grid_names, space.sizes)
     return MapOperand(
         name=name, cname=cname(role, name), role=role, dtype=dtype, ctype=CTYPE[dtype], itemsize=isz, shape=shape,
         block=block, tma=tma.box, tma_dims=tma.dims, tma_shape=tma.shape, tma_strides=tma.strides,
         block_bytes=block_bytes, smem=buf,
-        index_map=text,
-        index_map_cxx=tuple(ex.render_cxx_int(e, grid_vars | {s: f"S_{s}" for s in sizes}, ranges=ranges)
-                            for e in imap),
-        index_map_py=tuple(ex.render_py_int(e, grid_vars | {s: str(sizes[s]) for s in sizes}, ranges=ranges)
-                           for e in imap),
+        index_map=text, block_index=tuple(PlanExpr(e, ranges) for e in imap),
         row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
         oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tma.tiling,
         transpose=None,

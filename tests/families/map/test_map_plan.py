@@ -16,6 +16,7 @@ from schedgen.plan import plan, to_dict
 from schedgen.plan.common import SmemMap, cdiv, planar_snake, tile_index
 from schedgen.plan.hardware import H200
 from schedgen.frontend.validate import load_spec
+from schedgen.render import environment
 
 # jax's docstring of plgpu.planar_snake: shape (8, 8), minor_dim=0, tile_width=2; entry [r][c] is the linear
 # index visiting grid point (r, c).
@@ -119,13 +120,27 @@ def test_swizzled_plan_details():
     assert p.num_blocks == 132 and p.threads == 128
 
 
+def _index_map_py(p, o) -> tuple[str, ...]:
+    """An operand's index map as the Pallas template spells it (filters spelled, pyint)."""
+    f = environment().filters
+    names = f["spelled"](p.index_roles, grid="g_{}", size=p.sizes)
+    return tuple(f["pyint"](e, names) for e in o.block_index)
+
+
+def _index_map_cxx(p, o) -> tuple[str, ...]:
+    """An operand's index map as the CUDA template spells it (filters spelled, cxxint)."""
+    f = environment().filters
+    names = f["spelled"](p.index_roles, grid="g_{}", size="S_{}")
+    return tuple(f["cxxint"](e, names) for e in o.block_index)
+
+
 def test_broadcast_operand_plan():
     p = _plan_file(SPECS_DIR / "gelu_bias_bf16.yaml")
     b = {o.name: o for o in p.inputs}["b"]
-    assert b.block == (256,) and b.tma_dims == (-1, 0) and b.index_map_py == ("g_j",)
+    assert b.block == (256,) and b.tma_dims == (-1, 0) and b.block_index == ("j",) and _index_map_py(p, b) == ("g_j",)
     assert b.tma_shape == (1, 4096) and b.tma.box == (1, 256)   # a vector is one row of a 2-D tensor map
     assert b.row_strides == (0,)          # every row of the tile reads the same bias row
-    assert b.minor_bcast is False and p.temporaries == ("t_h",)
+    assert b.minor_bcast is False and p.body_roles["h"] == "temporary"
 
 
 # --------------------------------------------------------------------------------------------------- explain
@@ -181,8 +196,9 @@ def test_index_map_arithmetic_that_agrees_is_accepted(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(text)
     p = _plan_file(path)
-    assert p.inputs[0].index_map_py == ("(g_i + 0)", "((g_j * 2) // 2)")
-    assert p.inputs[0].index_map_cxx == ("(g_i + 0)", "sg_floordiv((g_j * 2), 2)")
+    assert p.inputs[0].block_index == ("i + 0", "j * 2 // 2")     # the plan: validated trees, as canonical text
+    assert _index_map_py(p, p.inputs[0]) == ("(g_i + 0)", "((g_j * 2) // 2)")
+    assert _index_map_cxx(p, p.inputs[0]) == ("(g_i + 0)", "sg_floordiv((g_j * 2), 2)")
 
 
 def _eval_c_int(text: str, env: dict) -> int:
@@ -228,8 +244,8 @@ def _cxx_map_agrees(p, operand) -> bool:
     import itertools
     for point in itertools.product(*(range(g) for g in p.grid)):
         env = dict(zip(p.grid_vars, point)) | env_sizes
-        py = tuple(eval(e, {}, dict(zip(p.grid_vars, point)) | p.sizes) for e in operand.index_map_py)
-        cxx = tuple(_eval_c_int(e, env) for e in operand.index_map_cxx)
+        py = tuple(eval(e, {}, dict(zip(p.grid_vars, point))) for e in _index_map_py(p, operand))
+        cxx = tuple(_eval_c_int(e, env) for e in _index_map_cxx(p, operand))
         if py != cxx:
             return False
     return True
