@@ -34,7 +34,7 @@ from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, Operand
 from ...plan.common import Problems, row_major_strides
 from ...plan.hardware import Hardware
-from ..matmul.epilogue import PlanExpr
+from ...plan.exprs import PlanExpr
 from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul

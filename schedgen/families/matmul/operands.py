@@ -14,7 +14,7 @@ from ...plan.legality import (
     check_reserved_names,
     check_unique_names,
 )
-from .epilogue import PlanExpr
+from ...plan.exprs import PlanExpr
 from .records import MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
 
 if TYPE_CHECKING:

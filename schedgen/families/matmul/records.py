@@ -11,7 +11,7 @@ from ...plan.common import (
     KernelArg,
     SmemBuffer,
 )
-from .epilogue import PlanExpr
+from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
     from ...frontend.model import BlockSpec
