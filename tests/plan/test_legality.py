@@ -1,5 +1,5 @@
-"""The shared legality rules (schedgen/plan/legality.py) on their own numbers; the matmul and collective planners
-use them (the planners' own tests check the located messages). Here until there is a tests/plan/ folder."""
+"""The shared legality rules (schedgen/plan/legality.py) on their own numbers; the matmul, collective, attention
+and map planners use them (the planners' own tests check the located messages)."""
 from __future__ import annotations
 
 from schedgen.plan import legality as lg
