@@ -42,6 +42,16 @@ def check_sizes_int32(sizes: Mapping[str, int], problems, what: str = "the kerne
             problems.add(("op", "sizes", nm), f"size {v} does not fit {what}")
 
 
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def check_no_cluster(cluster: Sequence[int], why: str, problems) -> None:
+    """A family whose CTAs share no operand takes no thread-block cluster: `why` says what there is nothing of
+    to share, the message ends with the fix."""
+    if any(c != 1 for c in cluster):
+        problems.add(("schedule", "cluster"), f"{why}; use cluster: [1]")
+
+
 # -------------------------------------------------------------------------------------------- registers
 
 SETMAXNREG_STEP = 8        # setmaxnreg takes a multiple of 8 registers a thread ...
@@ -49,14 +59,15 @@ SETMAXNREG_MIN = 24        # ... from 24 ...
 SETMAXNREG_MAX = 256       # ... to 256
 
 
-def setmaxnreg_problem(regs: int, suggest: bool = False) -> str | None:
-    """What is wrong with a setmaxnreg register count, or None. `suggest` names the two nearest legal counts."""
+def setmaxnreg_problem(regs: int, suggest: bool = False, instruction: str = "setmaxnreg") -> str | None:
+    """What is wrong with a setmaxnreg register count, or None. `suggest` names the two nearest legal counts;
+    `instruction` is what the message calls it (the Pallas kernels' plgpu.set_max_registers)."""
     if regs % SETMAXNREG_STEP:
         low = regs // SETMAXNREG_STEP * SETMAXNREG_STEP
-        return (f"setmaxnreg takes a multiple of {SETMAXNREG_STEP} registers, got {regs}"
+        return (f"{instruction} takes a multiple of {SETMAXNREG_STEP} registers, got {regs}"
                 + (f"; use {low} or {low + SETMAXNREG_STEP}" if suggest else ""))
     if not SETMAXNREG_MIN <= regs <= SETMAXNREG_MAX:
-        return f"setmaxnreg takes {SETMAXNREG_MIN} to {SETMAXNREG_MAX} registers, got {regs}"
+        return f"{instruction} takes {SETMAXNREG_MIN} to {SETMAXNREG_MAX} registers, got {regs}"
     return None
 
 
@@ -116,7 +127,7 @@ def check_smem_fit(smem, hw: Hardware, path: Sequence, problems, fix: str) -> in
 
 # -------------------------------------------------------------------------------------------------- TMA
 
-TMA_INNER_BYTES = 16       # a tiled tensor map's inner box extent is a multiple of 16 bytes
+TMA_INNER_BYTES = 16       # a tiled tensor map's inner box extent and its global strides: multiples of 16 B
 
 
 def tma_inner_bytes_problem(elems: int, itemsize: int) -> str | None:
@@ -126,6 +137,14 @@ def tma_inner_bytes_problem(elems: int, itemsize: int) -> str | None:
         return None
     return (f"the minor block dimension is {elems} x {itemsize} B = {nbytes} B; TMA needs a multiple of "
             f"{TMA_INNER_BYTES} B (use a multiple of {TMA_INNER_BYTES // math.gcd(TMA_INNER_BYTES, itemsize)} elements)")
+
+
+def tma_stride_problem(what: str, stride: int, itemsize: int) -> str | None:
+    """A tensor map's global strides (bytes between the rows of `what`) are multiples of 16 bytes."""
+    if stride % TMA_INNER_BYTES == 0:
+        return None
+    return (f"{what} are {stride} B apart; TMA needs a multiple of {TMA_INNER_BYTES} B (pad the minor dimension to a "
+            f"multiple of {TMA_INNER_BYTES // math.gcd(TMA_INNER_BYTES, itemsize)} elements)")
 
 
 def tma_box_fits(extent: int, hw: Hardware) -> bool:

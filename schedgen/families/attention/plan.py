@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from ... import reserved
 from ...frontend.model import ITEMSIZE
 from ...plan.common import (
     CTYPE,
@@ -25,6 +24,17 @@ from ...plan.common import (
     resolve_shape,
 )
 from ...plan.hardware import Hardware
+from ...plan.legality import (
+    SMEM_SLACK,
+    check_no_cluster,
+    check_reserved_names,
+    check_setmaxnreg,
+    check_smem_fit,
+    check_unique_names,
+    max_consumer_regs,
+    register_budget_problem,
+    setmaxnreg_problem,
+)
 from .unread import check_unread
 
 if TYPE_CHECKING:
@@ -406,16 +416,12 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
 def _check_names(spec: SpecFile, problems: Problems) -> Names:
     """One namespace for sizes and operands; the generated module's own names and schedgen.reserved's are taken."""
     op = spec.op
-    seen: dict[str, str] = {}
-    for group, ns in (("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)):
+    check_unique_names((("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)), problems)
+    for group, ns in (("sizes", op.sizes), ("outputs", op.outputs)):   # (input names: schedgen.reserved, below)
         for n in ns:
-            if n in seen:
-                problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n]}")
-            seen[n] = group
-            if n in MODULE_NAMES and group != "inputs":   # (input names: schedgen.reserved, below)
+            if n in MODULE_NAMES:
                 problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
-    for path, message in reserved.reserved_problems(spec):
-        problems.add(path, message)
+    check_reserved_names(spec, problems)
     q, k, v = op.inputs
     outs = list(op.outputs)
     return Names(q, k, v, outs[0], outs[1] if len(outs) > 1 else None)
@@ -560,21 +566,15 @@ def _plan_registers(pipe, blocks: Blocks, dims: Dims, grid: Grid, names: Names, 
     # the producer that claims tiles keeps the counter's address and the claimed index beside the loads' coordinates
     min_preg = DYNAMIC_PRODUCER_REGS if grid.dynamic else 24
     preg = pipe.memory_registers or min_preg
-    creg = pipe.compute_registers or min(256, (budget // 128 - preg) // nc // 8 * 8)
-    for fld, v in (("memory_registers", preg), ("compute_registers", creg)):
-        if v % 8:
-            problems.add(("schedule", "pipeline", fld), f"setmaxnreg takes a multiple of 8 registers, got {v}; use "
-                                                        f"{v // 8 * 8} or {v // 8 * 8 + 8}")
+    creg = pipe.compute_registers or min(256, max_consumer_regs(budget, preg, nc))
+    check_setmaxnreg({"memory_registers": preg, "compute_registers": creg}, problems, suggest=True)
     if preg < min_preg:
         problems.add(("schedule", "pipeline", "memory_registers"),
                      f"the producer of a dynamic persistent grid claims its tiles from a counter and needs "
                      f"{min_preg} registers (24 spill); give memory_registers: {min_preg} and at most "
-                     f"{(budget // 128 - min_preg) // nc // 8 * 8} compute_registers")
-    if 128 * (preg + nc * creg) > budget:
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"register budgets {preg} + {nc} x {creg} need {128 * (preg + nc * creg)} registers; a block "
-                     f"of {128 * (1 + nc)} threads holds {budget} (at most {(budget // 128 - preg) // nc // 8 * 8} "
-                     f"per consumer with {preg} for the producer)")
+                     f"{max_consumer_regs(budget, min_preg, nc)} compute_registers")
+    if (message := register_budget_problem(preg, nc, creg, hw)) is not None:
+        problems.add(("schedule", "pipeline", "compute_registers"), message)
     need = s_regs + o_regs + block_kv // 4 + REG_OVERHEAD
     if need > min(creg, 255):
         problems.add(("schedule", "in_specs", names.k, "block_shape", 0),
@@ -607,13 +607,10 @@ def _plan_smem(pipe, blocks: Blocks, dims: Dims, grid: Grid, hw: Hardware, probl
     kv_bytes = blocks.block_kv * dims.d * isz
     # a persistent CTA stages O in its own buffer where SMEM allows, so the next tile's Q loads under the epilogue
     o_staging = grid.persistent and \
-        _smem_map(q_bytes, kv_bytes, stages, True, grid.dynamic).top + 1024 <= hw.smem_per_block
+        _smem_map(q_bytes, kv_bytes, stages, True, grid.dynamic).top + SMEM_SLACK <= hw.smem_per_block
     smem = _smem_map(q_bytes, kv_bytes, stages, o_staging, grid.dynamic)
-    smem_bytes = smem.top + 1024
-    if smem_bytes > hw.smem_per_block:
-        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"SMEM needed is {smem_bytes} B (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V), over "
-                     f"{hw.smem_per_block} B; use fewer stages or a smaller block_kv")
+    smem_bytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
+                                "use fewer stages or a smaller block_kv")
     return Smem(stages, dims.d // 64, q_bytes, kv_bytes, o_staging, smem, smem_bytes)
 
 
@@ -629,8 +626,7 @@ def _check_sync(sch, nc: int, problems: Problems) -> bool:
                          f"the ping-pong schedule barrier hands the tensor cores round robin among the consumer "
                          f"warpgroups: num_arrivals = num_compute_wgs (2 or 3), got num_arrivals "
                          f"{bar.num_arrivals} with {nc} consumer warpgroup(s)")
-    if any(c != 1 for c in sch.cluster):
-        problems.add(("schedule", "cluster"), "attention CTAs share no operand here; use cluster: [1]")
+    check_no_cluster(sch.cluster, "attention CTAs share no operand here", problems)
     return "schedule" in sch.barriers
 
 
@@ -742,16 +738,14 @@ def _pallas_limits(sch, names: Names, blocks: Blocks, regs: Regs, smem: Smem, hw
                      f"the Pallas attention needs block_kv a multiple of 64 (64, 128, 192 or 256): Mosaic GPU's wgmma "
                      f"takes the K of O += P V (= block_kv) in 64-element groups of the 128-byte swizzle; got "
                      f"{block_kv}" + hint)
-    # plgpu.set_max_registers (setmaxnreg) takes multiples of 8
+    # plgpu.set_max_registers is setmaxnreg
     for field, n in (("memory_registers", regs.preg), ("compute_registers", regs.creg)):
-        if n % 8:
-            problems.add(("schedule", "pipeline", field),
-                         f"plgpu.set_max_registers takes a multiple of 8 registers, got {n}; use "
-                         f"{n // 8 * 8} or {n // 8 * 8 + 8}" + hint)
+        if (message := setmaxnreg_problem(n, suggest=True, instruction="plgpu.set_max_registers")) is not None:
+            problems.add(("schedule", "pipeline", field), message + hint)
     # Pallas SMEM: Q/O tile, K and V rings, the log-sum-exp rows, the barriers (q, 4 rings, schedule), 1 KiB slack
     # (only what the planner's own SMEM check, smem_bytes, did not already report)
     with_lse = names.lse is not None
-    need = q_bytes + 2 * stages * kv_bytes + (nc * 64 * 4 if with_lse else 0) + 8 * (nc + 4 * stages + 1) + 1024
+    need = q_bytes + 2 * stages * kv_bytes + (nc * 64 * 4 if with_lse else 0) + 8 * (nc + 4 * stages + 1) + SMEM_SLACK
     if smem.bytes <= hw.smem_per_block < need:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the Pallas kernel needs {need} B of SMEM (Q {q_bytes} B + 2 x {stages} x {kv_bytes} B of K/V"

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ... import reserved
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, BlockSpec
 from ...plan.common import (
@@ -31,6 +30,14 @@ from ...plan.common import (
 )
 from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
+from ...plan.legality import (
+    check_no_cluster,
+    check_reserved_names,
+    check_sizes_int32,
+    check_smem_fit,
+    check_unique_names,
+    tma_stride_problem,
+)
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -175,15 +182,10 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw), problems
 
 
-def _check_names(op, problems: Problems) -> dict[str, tuple]:
-    """One namespace for sizes, constants and operands; returns name -> (path, group)."""
-    seen: dict[str, tuple] = {}
-    for group, names in (("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs), ("outputs", op.outputs)):
-        for n in names:
-            if n in seen:
-                problems.add(("op", group, n), f"name '{n}' is already used in op.{seen[n][1]}")
-            seen[n] = (("op", group, n), group)
-    return seen
+def _check_names(op, problems: Problems) -> dict[str, str]:
+    """One namespace for sizes, constants and operands; returns name -> the group that uses it."""
+    return check_unique_names((("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs),
+                               ("outputs", op.outputs)), problems)
 
 
 def _parse_body(op, problems: Problems):
@@ -206,9 +208,8 @@ def _check_schedule(op, sch, problems: Problems) -> None:
     if out_names[0] not in sch.out_specs:
         problems.add(("schedule", "out_specs"), f"give a BlockSpec for output '{out_names[0]}' (its block_shape is the tile "
                                                 f"every other operand follows), e.g. out_specs: {{{out_names[0]}: {{block_shape: [...]}}}}")
-    if any(c != 1 for c in sch.cluster):
-        problems.add(("schedule", "cluster"), "the map family shares no operand between blocks, so there is nothing to "
-                                              "multicast; use cluster: [1]")
+    check_no_cluster(sch.cluster, "the map family shares no operand between blocks, so there is nothing to multicast",
+                     problems)
     if sch.pipeline.kind == "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"), "the map family has no MMA for a producer warpgroup to overlap with; "
                                                       "use emit_pipeline (or none)")
@@ -257,7 +258,7 @@ def _plan_space(spec: SpecFile, iter_shape: tuple[int, ...], seen: dict, problem
         return None
     grid = tuple(cdiv(s, b) for s, b in zip(iter_shape, iblock))
     grid_names = _grid_names(sch, rank, seen, problems)
-    _check_module_names(spec, problems)
+    check_reserved_names(spec, problems)
     sizes = dict(op.sizes)
     if sch.grid is not None:
         _check_grid(sch.grid, grid, sizes, problems)
@@ -278,7 +279,7 @@ def _grid_names(sch, rank: int, seen: dict, problems: Problems) -> tuple[str, ..
         grid_names = tuple(free[:rank])
     for d, g in enumerate(grid_names):
         if g in seen:
-            problems.add(("schedule", "grid_names"), f"grid name '{g}' is already used in op.{seen[g][1]}")
+            problems.add(("schedule", "grid_names"), f"grid name '{g}' is already used in op.{seen[g]}")
         elif g in grid_names[:d]:
             problems.add(("schedule", "grid_names", d), f"grid name '{g}' is given twice; each dimension needs its own")
     return grid_names
@@ -326,21 +327,14 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
             problems.add(("schedule", "barriers", "full", "num_barriers"),
                          f"'full' has one barrier per pipeline stage: {stages}, got {bar.num_barriers}")
         full_arrivals = bar.num_arrivals
-    smem_bytes = smem.top + 1024  # slack to align the dynamic SMEM base to the 1 KiB swizzle atom
-    if smem_bytes > hw.smem_per_block:
-        detail = ", ".join(f"{b.name} {b.bytes * b.count} B" for b in smem.buffers)
-        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"SMEM needed is {smem_bytes} B ({detail}), over the {hw.name}'s {hw.smem_per_block} B per block; "
-                     f"use fewer stages or smaller blocks")
+    smem_bytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
+                                "use fewer stages or smaller blocks")
     return Sync(full, full_arrivals, smem_bytes)
 
 
 def _check_int32(op, sch, grid: tuple[int, ...], problems: Problems) -> None:
     """Sizes and the tile count fit the kernels' 32-bit int index math."""
-    for n, v in op.sizes.items():
-        if v > ex.MAX_INT:
-            problems.add(("op", "sizes", n), f"size {v} does not fit the kernel's 32-bit int index math "
-                                             f"(at most {ex.MAX_INT})")
+    check_sizes_int32(op.sizes, problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
     if math.prod(grid) > ex.MAX_INT:
         problems.add(("schedule", "out_specs", next(iter(op.outputs)), "block_shape"),
                      f"the output is cut into {math.prod(grid)} tiles; the kernel counts tiles in a 32-bit int "
@@ -427,12 +421,6 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
 
 def _grid_vars(grid_names) -> tuple[str, ...]:
     return tuple(f"g_{g}" for g in grid_names)
-
-
-def _check_module_names(spec: SpecFile, problems: Problems) -> None:
-    """The spec name and input names are written as-is into the Pallas module and the package (schedgen.reserved)."""
-    for path, message in reserved.reserved_problems(spec):
-        problems.add(path, message)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -589,10 +577,8 @@ def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: 
         tma_shape, tma_strides, kept = (1,) + tma_shape, (lead_stride,) + tma_strides, (-1,) + kept
         box = TmaBox((1,) + box.box, box.n_boxes, box.box_bytes, box.swizzle)
     for d, stride in zip(kept[:-1], tma_strides[:-1]):
-        if stride % 16:
-            problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"),
-                         f"rows of '{name}' along dimension {d} are {stride} B apart; TMA needs a multiple of 16 B "
-                         f"(pad the minor dimension to a multiple of {16 // math.gcd(16, isz)} elements)")
+        if (message := tma_stride_problem(f"rows of '{name}' along dimension {d}", stride, isz)) is not None:
+            problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"), message)
     if tiling is None and swizzle:
         tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
     return Tma(box, kept, tma_shape, tma_strides, swizzle, tiling)

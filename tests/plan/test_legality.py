@@ -1,5 +1,5 @@
-"""The shared legality rules (schedgen/plan/legality.py) on their own numbers; the matmul and collective planners
-use them (the planners' own tests check the located messages). Here until there is a tests/plan/ folder."""
+"""The shared legality rules (schedgen/plan/legality.py) on their own numbers; the matmul, collective, attention
+and map planners use them (the planners' own tests check the located messages)."""
 from __future__ import annotations
 
 from schedgen.plan import legality as lg
@@ -23,12 +23,23 @@ def test_sizes_int32():
         (("op", "sizes", "N"), "size 2147483648 does not fit the kernel's 32-bit coordinates")]
 
 
+def test_no_cluster():
+    problems = Problems()
+    lg.check_no_cluster([1], "nothing shared", problems)
+    lg.check_no_cluster([1, 1, 1], "nothing shared", problems)
+    assert not problems
+    lg.check_no_cluster([1, 2], "nothing shared", problems)
+    assert [(p.path, p.message) for p in problems] == [(("schedule", "cluster"), "nothing shared; use cluster: [1]")]
+
+
 def test_setmaxnreg_rules():
     assert lg.setmaxnreg_problem(232) is None and lg.setmaxnreg_problem(24) is None and lg.setmaxnreg_problem(256) is None
     assert lg.setmaxnreg_problem(236) == "setmaxnreg takes a multiple of 8 registers, got 236"
     assert lg.setmaxnreg_problem(236, suggest=True) == "setmaxnreg takes a multiple of 8 registers, got 236; use 232 or 240"
     assert lg.setmaxnreg_problem(16) == "setmaxnreg takes 24 to 256 registers, got 16"
     assert lg.setmaxnreg_problem(264) == "setmaxnreg takes 24 to 256 registers, got 264"
+    assert lg.setmaxnreg_problem(236, suggest=True, instruction="plgpu.set_max_registers") == (
+        "plgpu.set_max_registers takes a multiple of 8 registers, got 236; use 232 or 240")
     problems = Problems()
     lg.check_setmaxnreg({"memory_registers": 40, "compute_registers": 228}, problems)
     assert [p.path for p in problems] == [("schedule", "pipeline", "compute_registers")]
@@ -64,6 +75,11 @@ def test_tma_rules():
     assert lg.tma_inner_bytes_problem(8, 2) is None
     assert lg.tma_inner_bytes_problem(12, 2) == ("the minor block dimension is 12 x 2 B = 24 B; TMA needs a multiple "
                                                  "of 16 B (use a multiple of 8 elements)")
+    assert lg.tma_stride_problem("rows", 2048, 2) is None
+    assert lg.tma_stride_problem("rows of 'x' along dimension 0", 2002, 2) == (
+        "rows of 'x' along dimension 0 are 2002 B apart; TMA needs a multiple of 16 B (pad the minor dimension to a "
+        "multiple of 8 elements)")
+    assert lg.tma_stride_problem("rows", 12, 4).endswith("a multiple of 4 elements)")
     assert lg.tma_box_fits(256, H200) and not lg.tma_box_fits(257, H200)
     problems = Problems()
     lg.check_tma_box_extent(512, H200, ("p",), problems)
