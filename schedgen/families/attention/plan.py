@@ -49,7 +49,7 @@ HEAD_DIMS = (64, 128, 256)
 # and at block_kv 96, head_dim 128 on 160 registers (48 + 64 + 24 = 136). Low budgets can still spill: the build
 # reports ptxas' verdict (build.compiler_verdicts)
 REG_OVERHEAD = 32
-# softmax code-shape choices, from A/B runs on the H200 (bench/attn_gpu.py --ab, 2026-12-02): the row max / sum in
+# softmax code-shape choices, from A/B runs on the H200 (bench/results/raw/2026-12-02-attn-run6-ab.json; the --ab mode that set these is gone): the row max / sum in
 # one accumulator chain each (4 chains measured 0-2% slower at every head_dim), and warps whose rows kept their
 # running max skip the O rescale from head_dim 256 (a vote and a branch against D/2 multiplies a thread: +3% at
 # D = 256 with 64-key blocks, -1 to -3% at D = 64 and 128)
