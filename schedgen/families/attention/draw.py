@@ -6,7 +6,7 @@ import heapq
 
 from ...draw import L2_RATE, SM_COUNT, TENSOR_RATE, Pipeline, Span, Tile, Traversal, kib
 from .. import DrawHooks
-from .plan import tile_of
+from .records import tile_of
 
 
 def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:

@@ -16,22 +16,11 @@ from ...plan.exprs import PlanExpr
 if TYPE_CHECKING:
     from ...frontend.model import BlockSpec
 
-
 WGMMA_M = 64
-
-
 WGMMA_K_BYTES = 32            # one wgmma consumes 32 B of K (k16 for 16-bit inputs)
-
-
 MMA_DTYPES = ("bf16", "f16")
-
-
 OUT_DTYPES = ("bf16", "f16", "f32")
-
-
 REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
-
-
 DEFAULT_TILE = (128, 256, 64)
 
 

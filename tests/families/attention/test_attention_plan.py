@@ -14,7 +14,7 @@ from schedgen.toolchain.nvrtc import resource_usage, sass
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
 from schedgen.explain import explain
-from schedgen.families.attention.plan import tile_of
+from schedgen.families.attention.records import tile_of
 from schedgen.frontend.validate import load_spec
 
 BASE = SPECS_DIR / "attention_bf16_4096.yaml"

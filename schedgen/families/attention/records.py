@@ -1,0 +1,356 @@
+"""What the attention planner passes between its phases and returns: the kernel's constants, the operand record, the
+plan itself (AttentionPlan, with the numbers the templates print derived as properties), the tile order's tile_of
+and the phases' small typed values."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ...plan.common import (
+    KernelArg,
+    SmemBuffer,
+    SmemMap,
+)
+
+WGMMA_M = 64
+DTYPES = ("bf16", "f16")
+HEAD_DIMS = (64, 128, 256)
+# registers a consumer thread needs beside S, O and P (addresses, row max / sum, loop state): ptxas fits
+# block_kv 192 at head_dim 128 (96 + 64 + 48 + 32 = 240 of 240) and 3 consumers at head_dim 64 (64 + 32 + 32 + 32
+# = 160 of 160) without spills; it serializes wgmma at block_kv 256 with head_dim 64 (128 + 32 + 64 = 224 of 240)
+# and at block_kv 96, head_dim 128 on 160 registers (48 + 64 + 24 = 136). Low budgets can still spill: the build
+# reports ptxas' verdict (build.compiler_verdicts)
+REG_OVERHEAD = 32
+# softmax code-shape choices, from A/B runs on the H200 (bench/results/raw/2026-12-02-attn-run6-ab.json; the --ab
+# mode that set these is gone): the row max / sum in one accumulator chain each (4 chains measured 0-2% slower at every head_dim), and warps whose rows kept their
+# running max skip the O rescale from head_dim 256 (a vote and a branch against D/2 multiplies a thread: +3% at
+# D = 256 with 64-key blocks, -1 to -3% at D = 64 and 128)
+ROW_CHAINS = 1
+SKIP_RESCALE_MIN_D = 256
+# producer registers when it claims tiles dynamically: with 24 ptxas spills three values (H200 build, 2026-12-03)
+DYNAMIC_PRODUCER_REGS = 32
+# a TMA box row: 64 elements of 2 bytes, one 128-byte swizzle span
+SLAB_ROW_BYTES = 128
+# non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
+OPAQUE_KV_BLOCKS = 4
+MODULE_NAMES = frozenset({"make", "run_into"})
+
+
+@dataclass(frozen=True)
+class AttnOperand:
+    name: str
+    cname: str
+    role: str            # "q" | "k" | "v" | "o" | "lse"
+    dtype: str
+    ctype: str
+    itemsize: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    family: str
+    name: str
+    kernel_name: str
+    sizes: dict
+    constants: dict
+    backends: tuple[str, ...]
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    layout: str
+    causal: bool
+    scale: float
+    scale_log2: float          # scale * log2(e): the softmax runs in base 2
+    dtype: str
+    with_lse: bool
+    inputs: tuple[AttnOperand, ...]
+    outputs: tuple[AttnOperand, ...]
+    block_q: int               # query rows per CTA (64 per consumer warpgroup)
+    block_kv: int
+    stages: int
+    num_consumers: int
+    pingpong: bool
+    q_blocks: int
+    kv_blocks: int
+    num_tiles: int             # q blocks x heads x batch
+    persistent: bool           # a grid of one CTA per SM walking the tiles (else one CTA a tile)
+    dynamic: bool              # persistent, each CTA claiming its next tile from a GMEM counter (else t += grid)
+    row_chains: int            # independent accumulator chains of the softmax's row max and row sum
+    skip_rescale: bool         # warps whose rows kept their running max skip the O rescale
+    o_staging: bool            # O staged in its own SMEM buffer (persistent, where it fits), else in the Q tile
+    tile_order: str            # "row_major": q blocks fastest, then heads, then batch (causal: q blocks reversed);
+                               # "lpt": longest tiles first, (batch, head) fastest within sections (see tile_of)
+    section_heads: int         # lpt: (batch, q head) pairs per section, whose K/V fit in the L2 together
+    slabs: int                 # head_dim / 64: TMA boxes (128 B swizzled) per row block
+    q_bytes: int
+    kv_stage_bytes: int
+    s_regs: int
+    o_regs: int
+    producer_regs: int
+    consumer_regs: int
+    threads: int
+    smem_buffers: tuple[SmemBuffer, ...]
+    smem_bytes: int
+    kernel_args: tuple[KernelArg, ...]
+    num_blocks: int
+    auto_blocks: bool
+    blocks_per_sm: int
+    cluster_dims: tuple[int, int, int]
+    approx_math: bool
+    flops: int
+    bytes_moved: int
+
+    @property
+    def operands(self) -> tuple[AttnOperand, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def tma_ranks(self) -> list[int]:
+        return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
+
+    @property
+    def sections(self) -> int:
+        """lpt: sections of (batch, q head) pairs; the last one may hold fewer (last_section_heads)."""
+        return -(-(self.batch * self.heads_q) // self.section_heads)
+
+    @property
+    def last_section_heads(self) -> int:
+        return self.batch * self.heads_q - (self.sections - 1) * self.section_heads
+
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def group(self) -> int:
+        """q heads per kv head (grouped-query attention)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def causal_offset(self) -> int:
+        """Skv - Sq: causal query i sees keys j <= i + causal_offset."""
+        return self.seq_kv - self.seq_q
+
+    @property
+    def p_regs(self) -> int:
+        """b32 registers of P (packed pairs) per consumer thread: the A fragment of O += P V."""
+        return self.block_kv // 4
+
+    @property
+    def qk_steps(self) -> int:
+        """k16 steps of S = Q K^T (over head_dim)."""
+        return self.head_dim // 16
+
+    @property
+    def pv_steps(self) -> int:
+        """k16 steps of O += P V (over block_kv)."""
+        return self.block_kv // 16
+
+    @property
+    def s_groups(self) -> int:
+        """8-column groups of a thread's S fragment."""
+        return self.block_kv // 8
+
+    @property
+    def o_groups(self) -> int:
+        """8-column groups of a thread's O fragment."""
+        return self.head_dim // 8
+
+    @property
+    def q_slab_bytes(self) -> int:
+        """One 64-column (128-byte swizzled) slab of the Q tile."""
+        return self.block_q * SLAB_ROW_BYTES
+
+    @property
+    def kv_slab_bytes(self) -> int:
+        return self.block_kv * SLAB_ROW_BYTES
+
+    @property
+    def consumer_slab_bytes(self) -> int:
+        """A consumer's 64 rows of one slab."""
+        return WGMMA_M * SLAB_ROW_BYTES
+
+    @property
+    def pv_step_bytes(self) -> int:
+        """The V rows (16 keys) of one k16 step of O += P V."""
+        return 16 * SLAB_ROW_BYTES
+
+    @property
+    def qk_asm(self) -> tuple[int, int, int]:
+        """Operand numbers of sg_wgmma_qk's inline asm after the S registers: Q descriptor, K descriptor, the
+        accumulate flag."""
+        return self.s_regs, self.s_regs + 1, self.s_regs + 2
+
+    @property
+    def pv_asm(self) -> tuple[int, ...]:
+        """Operand numbers of sg_wgmma_pv's inline asm after the O registers: the 4 P registers, V's descriptor."""
+        return tuple(self.o_regs + i for i in range(5))
+
+    @property
+    def epi_bar(self) -> int:
+        """The first epilogue named barrier (0 is __syncthreads, 1..num_consumers the ping-pong ring)."""
+        return self.num_consumers + 1
+
+    @property
+    def last_consumer(self) -> int:
+        return self.num_consumers - 1
+
+    @property
+    def several_consumers(self) -> bool:
+        return self.num_consumers > 1
+
+    @property
+    def q_empty_arrivals(self) -> int:
+        """Arrivals that free Q: every consumer thread when the consumers also read the claimed tile index."""
+        return self.num_consumers * 128 if self.dynamic else self.num_consumers
+
+    @property
+    def last_q_block(self) -> int:
+        return self.q_blocks - 1
+
+    @property
+    def last_kv_block(self) -> int:
+        return self.kv_blocks - 1
+
+    @property
+    def kv_block_last_key(self) -> int:
+        """block_kv - 1: the last key of a block, relative to its first."""
+        return self.block_kv - 1
+
+    @property
+    def ragged_q_rows(self) -> int:
+        """Rows of the ragged last query block (0: none)."""
+        return self.seq_q % self.block_q
+
+    @property
+    def ragged_kv_keys(self) -> int:
+        """Keys of the ragged last key block (0: none)."""
+        return self.seq_kv % self.block_kv
+
+    @property
+    def section_tiles(self) -> int:
+        """lpt: tiles of one (full) section."""
+        return self.section_heads * self.q_blocks
+
+    @property
+    def last_section(self) -> int:
+        return self.sections - 1
+
+    @property
+    def short_last_section(self) -> bool:
+        return self.last_section_heads != self.section_heads
+
+    @property
+    def opaque_kv_end(self) -> bool:
+        """Non-causal with few key blocks: the CUDA kernel hides the trip count from ptxas (see the template)."""
+        return not self.causal and self.kv_blocks <= OPAQUE_KV_BLOCKS
+
+    @property
+    def pp_sums_before_turn(self) -> bool:
+        """Pallas ping-pong: the row sums are taken before handing over the tensor cores (head_dim <= 128), else
+        under the other consumer's MMAs."""
+        return self.pingpong and self.head_dim <= 128
+
+    @property
+    def q_loads(self) -> tuple[tuple[int, int, int], ...]:
+        """The Q tile's TMA loads: (SMEM offset, column, row) per consumer and slab."""
+        return tuple((sl * self.q_slab_bytes + w * self.consumer_slab_bytes, sl * 64, w * WGMMA_M)
+                     for w in range(self.num_consumers) for sl in range(self.slabs))
+
+    @property
+    def kv_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A K or V stage's TMA loads: (SMEM offset in the stage, column) per slab."""
+        return tuple((sl * self.kv_slab_bytes, sl * 64) for sl in range(self.slabs))
+
+    @property
+    def o_slabs(self) -> tuple[tuple[int, int], ...]:
+        """A consumer's O stores: (SMEM offset in its staging rows, column) per slab."""
+        return tuple((sl * self.q_slab_bytes, sl * 64) for sl in range(self.slabs))
+
+    def kv_end(self, qb: int) -> int:
+        """Key blocks that query block qb reads (causal: up to the diagonal of its last row)."""
+        if not self.causal:
+            return self.kv_blocks
+        return min(self.kv_blocks, ((qb + 1) * self.block_q + self.seq_kv - self.seq_q + self.block_kv - 1)
+                   // self.block_kv)
+
+
+def tile_of(p: AttentionPlan, t: int) -> tuple[int, int, int]:
+    """(batch, q head, q block) of tile t: the reference for sg_tile / _tile in the templates.
+
+    row_major: q blocks fastest (reversed when causal: the longest rows of a head first), then heads, then batch,
+    so consecutive CTAs share one head's K/V in L2. lpt: the (batch, q head) pairs are cut into sections of
+    `section_heads` whose K/V fit in the L2 together; within a section tiles go q block slowest, from the last (the
+    most keys when causal) down, (batch, head) fastest, so every section starts its longest tiles first and the
+    hardware's in-order block dispatch packs the short ones into the tail (longest-processing-time-first)."""
+    qbs = p.q_blocks
+    if p.tile_order == "lpt":
+        sec, r = divmod(t, p.section_heads * qbs)
+        here = p.last_section_heads if sec == p.sections - 1 else p.section_heads
+        qb = qbs - 1 - r // here
+        u = sec * p.section_heads + r % here
+        return u // p.heads_q, u % p.heads_q, qb
+    qb = t % qbs
+    u = t // qbs
+    if p.causal:
+        qb = qbs - 1 - qb
+    return u // p.heads_q, u % p.heads_q, qb
+
+
+class Names(NamedTuple):
+    """The operands' names, by role."""
+    q: str
+    k: str
+    v: str
+    o: str
+    lse: str | None
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        return self.q, self.k, self.v
+
+
+class Dims(NamedTuple):
+    """The problem in [B, S, H, D] terms (whatever the layout) and the operands' resolved shapes."""
+    b: int
+    sq: int
+    hq: int
+    skv: int
+    hkv: int
+    d: int
+    dtype: str
+    shapes: dict
+
+
+class Blocks(NamedTuple):
+    nc: int              # consumer warpgroups
+    block_q: int
+    block_kv: int
+
+
+class Grid(NamedTuple):
+    persistent: bool     # one CTA an SM walking the tiles
+    dynamic: bool        # ... claiming each next tile from a counter
+
+
+class Regs(NamedTuple):
+    s_regs: int
+    o_regs: int
+    preg: int            # producer
+    creg: int            # each consumer
+
+
+class Smem(NamedTuple):
+    stages: int
+    slabs: int
+    q_bytes: int
+    kv_bytes: int
+    o_staging: bool
+    map: SmemMap
+    bytes: int           # with the 1 KiB alignment slack
+
+
+class Order(NamedTuple):
+    order: str
+    section_heads: int
