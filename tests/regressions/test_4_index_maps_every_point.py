@@ -16,7 +16,7 @@ import copy
 from conftest import ROOT
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
-MAX_EXHAUSTIVE_POINTS = 1 << 26   # schedgen.families.map.plan.MAX_EXHAUSTIVE_POINTS (a literal: the test must run on the old code too)
+MAX_EXHAUSTIVE_POINTS = 1 << 26   # schedgen.families.map.operands.MAX_EXHAUSTIVE_POINTS (a literal: the test must run on the old code too)
 from schedgen.frontend.load import load_file
 from schedgen.frontend.validate import validate_data
 
@@ -75,5 +75,5 @@ def test_unprovable_map_on_a_grid_past_the_exhaustive_bound_is_rejected_with_adv
 
 
 def test_the_bound_is_the_planners():
-    from schedgen.families.map.plan import MAX_EXHAUSTIVE_POINTS as bound
+    from schedgen.families.map.operands import MAX_EXHAUSTIVE_POINTS as bound
     assert bound == MAX_EXHAUSTIVE_POINTS

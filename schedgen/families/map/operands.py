@@ -1,0 +1,347 @@
+"""The operand phases of the map planner: each input's and output's block, BlockSpec checks, index map (proved for
+every grid point, by its affine structure or exhaustively), TMA descriptor and record."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ...frontend import expr as ex
+from ...frontend.model import ITEMSIZE, BlockSpec
+from ...plan.common import (
+    CTYPE,
+    Problems,
+    SmemMap,
+    TmaBox,
+    cdiv,
+    tma_box,
+)
+from ...plan.exprs import PlanExpr
+from ...plan.hardware import Hardware
+from ...plan.legality import (
+    tma_stride_problem,
+)
+
+from .records import MapOperand, Space, cname
+
+if TYPE_CHECKING:
+    pass
+
+
+# Index maps that are not affine in the grid names are checked at every grid point, up to this many points.
+MAX_EXHAUSTIVE_POINTS = 1 << 26
+
+
+CHUNK_POINTS = 1 << 20
+
+
+def broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(target)))
+
+
+def check_grid(exprs, grid, sizes, problems: Problems) -> None:
+    if len(exprs) != len(grid):
+        problems.add(("schedule", "grid"), f"the output blocks form a grid of {len(grid)} dimensions {grid}, "
+                                           f"got {len(exprs)} entries")
+        return
+    for d, (e, want) in enumerate(zip(exprs, grid)):
+        try:
+            got = e if isinstance(e, int) else ex.eval_int(ex.parse_int_expr(e, names=list(sizes)), sizes)
+        except ex.ExprError as err:
+            problems.add(("schedule", "grid", d), err.message, (err.line, err.col))
+            continue
+        if got != want:
+            problems.add(("schedule", "grid", d), f"grid size {got} does not match the {want} output blocks along "
+                                                  f"dimension {d}")
+
+
+class Block(NamedTuple):
+    """One operand's block against the iteration block: `off` leading iteration dims it does not have."""
+    block: tuple[int, ...]
+    spec: BlockSpec
+    off: int
+
+
+def plan_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple,
+                  space: Space, problems: Problems, hw: Hardware, smem: SmemMap) -> MapOperand | None:
+    """Block, index map, TMA boxes and SMEM buffer of one operand; None (reported) when any of them is wrong."""
+    before = len(problems)
+    blk = _operand_block(name, shape, bs, path, space, problems)
+    if blk is None:
+        return None
+    parsed = _operand_index_map(name, shape, blk, path, space, problems, check=len(problems) == before)
+    if parsed is None:
+        return None
+    text, imap = parsed
+    tma = _operand_tma(name, role, dtype, shape, blk, path, hw, problems)
+    if len(problems) != before:
+        return None
+    return _operand(name, role, dtype, shape, blk, text, imap, tma, space, smem)
+
+
+def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple, space: Space,
+                   problems: Problems) -> Block | None:
+    """The block (default: the broadcast of the output block) and the BlockSpec fields elementwise blocks allow."""
+    iblock, rank = space.block, len(shape)
+    off = len(iblock) - rank  # leading iteration dims this operand does not have
+    if bs is None:  # default: the broadcast of the output block
+        block = tuple(1 if shape[d] == 1 and space.iter_shape[off + d] != 1 else iblock[off + d] for d in range(rank))
+        bs = BlockSpec(block_shape=list(block))
+    block = tuple(bs.block_shape)
+    if len(block) != rank:
+        problems.add((*path, "block_shape"), f"'{name}' has {rank} dimensions, block_shape has {len(block)}")
+        return None
+    for d in range(rank):
+        want = iblock[off + d]
+        if block[d] != want and not (block[d] == 1 and shape[d] == 1):
+            legal = f"{want}" + (" (or 1 to broadcast, if the array's dimension is 1)" if shape[d] == 1 else "")
+            problems.add((*path, "block_shape", d),
+                         f"block dimension {d} of '{name}' is {block[d]}; elementwise blocks follow the output block: {legal}")
+    _check_block_spec(bs, path, space.stages, problems)
+    for d in range(rank):
+        if shape[d] % block[d] and bs.out_of_bounds == "reject":
+            problems.add((*path, "block_shape", d),
+                         f"dimension {d} of '{name}' ({shape[d]}) is not a multiple of the block ({block[d]}); use a "
+                         f"divisor of {shape[d]}, or set out_of_bounds: zero to let TMA pad the last block")
+    return Block(block, bs, off)
+
+
+def _check_block_spec(bs: BlockSpec, path: tuple, stages: int, problems: Problems) -> None:
+    if bs.memory_space == "tmem":
+        problems.add((*path, "memory_space"), "tensor memory (TMEM) exists on Blackwell (sm_100a) only; the H200 "
+                                              "has none (use smem)")
+    elif bs.memory_space != "smem":
+        problems.add((*path, "memory_space"), f"the map family streams every operand through SMEM with TMA; "
+                                              f"memory_space '{bs.memory_space}' is not supported here (use smem)")
+    if bs.collective_axes:
+        problems.add((*path, "collective_axes"), "collective_axes multicast a shared operand over a cluster; the map "
+                                                 "family has none (remove it)")
+    if bs.delay_release >= stages:
+        problems.add((*path, "delay_release"), f"delay_release {bs.delay_release} must be less than the pipeline's "
+                                               f"max_concurrent_steps ({stages})")
+    if bs.transforms.transpose is not None:
+        problems.add((*path, "transforms", "transpose"), "transposed SMEM layouts are for MMA operands; elementwise "
+                                                         "blocks are read in row-major order (remove transpose)")
+
+
+def _operand_index_map(name: str, shape: tuple[int, ...], blk: Block, path: tuple, space: Space,
+                       problems: Problems, check: bool) -> tuple[str, list] | None:
+    """(text, parsed map): as written, or the default (broadcast dims index block 0); proved right at every grid
+    point when `check` (nothing else wrong with the operand)."""
+    block, off, rank, grid_names = blk.block, blk.off, len(shape), space.grid_names
+    default_map = "(" + ", ".join(grid_names[off:]) + ("," if rank == 1 else "") + ")"
+    if blk.spec.index_map is None:
+        # broadcast dims index block 0
+        parts = [grid_names[off + d] if block[d] == space.block[off + d] or shape[d] != 1 else "0"
+                 for d in range(rank)]
+        text = "(" + ", ".join(parts) + ("," if rank == 1 else "") + ")"
+    else:
+        text = blk.spec.index_map
+    try:
+        imap = ex.parse_index_map(text, grid_names=list(grid_names), sizes=list(space.sizes))
+    except ex.ExprError as err:
+        problems.add((*path, "index_map"), err.message, (err.line, err.col))
+        return None
+    if len(imap) != rank:
+        problems.add((*path, "index_map"), f"index_map gives {len(imap)} block indices; '{name}' has {rank} dimensions, "
+                                           f"e.g. {default_map}")
+        return None
+    if check:
+        _check_index_map(name, imap, text, shape, block, space.block, space.grid, grid_names, space.sizes, path,
+                         problems)
+    return text, imap
+
+
+class Tma(NamedTuple):
+    box: TmaBox
+    dims: tuple[int, ...]       # array dims the tensor map keeps (-1: the leading extent-1 dim of a vector)
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]    # bytes
+    swizzle: int
+    tiling: tuple[int, ...] | None
+
+
+def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, path: tuple, hw: Hardware,
+                 problems: Problems) -> Tma:
+    """Swizzle and tiling, the TMA boxes and the tensor map's shape and strides (extent-1 dims dropped)."""
+    block, bs, rank = blk.block, blk.spec, len(shape)
+    isz = ITEMSIZE[dtype]
+    swz = bs.transforms.swizzle
+    swizzle = 0 if swz == "auto" else swz  # elementwise access is row-contiguous: no bank conflicts to avoid
+    tiling = tuple(bs.transforms.tiling) if bs.transforms.tiling else None
+    if tiling is not None:
+        want = swizzle // isz if swizzle else None
+        if len(tiling) > rank or (want and tiling[-1] != want) or any(block[rank - len(tiling) + i] % t for i, t in enumerate(tiling)):
+            hint = f"({8}, {want})" if want else "a tiling that divides the block"
+            problems.add((*path, "transforms", "tiling"),
+                         f"tiling {list(tiling)} does not fit block {list(block)} with swizzle {swizzle}; use {hint}")
+    # TMA sees the array without its extent-1 dimensions (a (M, 1) column is a (M,) vector to the copy engine)
+    kept = tuple(d for d in range(rank) if shape[d] != 1) or (rank - 1,)
+    box = tma_box(tuple(block[d] for d in kept), dtype, swizzle, path, problems, hw, dims=kept)
+    tma_shape = tuple(shape[d] for d in kept)
+    tma_strides = tuple(math.prod(shape[d + 1:]) * isz for d in kept)
+    if len(kept) == 1:
+        # The driver rejects rank-1 tiled tensor maps (empty stride list): describe a vector as one row of a
+        # 2-D tensor. The leading dimension has extent 1 and coordinate 0 (tma_dims entry -1).
+        lead_stride = cdiv(tma_shape[0] * isz, 16) * 16
+        tma_shape, tma_strides, kept = (1,) + tma_shape, (lead_stride,) + tma_strides, (-1,) + kept
+        box = TmaBox((1,) + box.box, box.n_boxes, box.box_bytes, box.swizzle)
+    for d, stride in zip(kept[:-1], tma_strides[:-1]):
+        if (message := tma_stride_problem(f"rows of '{name}' along dimension {d}", stride, isz)) is not None:
+            problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"), message)
+    if tiling is None and swizzle:
+        tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
+    return Tma(box, kept, tma_shape, tma_strides, swizzle, tiling)
+
+
+def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, text: str, imap: list, tma: Tma,
+             space: Space, smem: SmemMap) -> MapOperand:
+    """The operand's SMEM buffer (stages for an input, a double buffer for an output), its element-row strides and
+    its index map's validated components (with the ranges they were proved over)."""
+    block, bs, off, rank, iblock = blk.block, blk.spec, blk.off, len(shape), space.block
+    isz = ITEMSIZE[dtype]
+    block_bytes = math.prod(block) * isz
+    count = space.stages if role == "in" else 2
+    align = 1024 if tma.swizzle else 128  # TMA destinations: 128 B, and the swizzle atom repeats every 1 KiB
+    buf = smem.alloc(cname(role, name), cdiv(block_bytes, align) * align, count,
+                     note=("stage" if role == "in" else "double buffer"))
+    # element-row strides in SMEM for each iteration dim except the minor (0 when broadcast)
+    strides = [0] * (len(iblock) - 1)
+    rows = math.prod(block[:-1]) if rank > 1 else 1
+    row = 1
+    for d in range(rank - 2, -1, -1):
+        strides[off + d] = row if block[d] != 1 or iblock[off + d] == 1 else 0
+        row *= block[d]
+    ranges = _index_ranges(space.grid, space.grid_names, space.sizes)
+    return MapOperand(
+        name=name, cname=cname(role, name), role=role, dtype=dtype, ctype=CTYPE[dtype], itemsize=isz, shape=shape,
+        block=block, tma=tma.box, tma_dims=tma.dims, tma_shape=tma.shape, tma_strides=tma.strides,
+        block_bytes=block_bytes, smem=buf,
+        index_map=text, block_index=tuple(PlanExpr(e, ranges) for e in imap),
+        row_strides=tuple(strides), minor_bcast=(block[-1] == 1 and iblock[-1] != 1), rows=rows,
+        oob_fill="nan" if bs.out_of_bounds == "nan" else "zero", delay_release=bs.delay_release, tiling=tma.tiling,
+        transpose=None,
+    )
+
+
+def _index_ranges(grid, grid_names, sizes) -> dict[str, tuple[int, int]]:
+    """What each name of an index map ranges over: a grid name [0, g - 1], a size exactly its value."""
+    return {g: (0, n - 1) for g, n in zip(grid_names, grid)} | {s: (v, v) for s, v in sizes.items()}
+
+
+class IndexMapCheck(NamedTuple):
+    """One operand's index map against the block the body's broadcasting reads at each grid point."""
+    name: str
+    imap: list
+    text: str
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    iblock: tuple[int, ...]
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...]
+    sizes: dict
+    path: tuple
+
+    @property
+    def off(self) -> int:
+        return len(self.iblock) - len(self.shape)
+
+    def broadcast(self, d: int) -> bool:
+        return self.block[d] == 1 and self.shape[d] == 1
+
+    def want_at(self, point) -> tuple[int, ...]:
+        return tuple(point[self.off + d] * self.iblock[self.off + d] // self.block[d] if not self.broadcast(d) else 0
+                     for d in range(len(self.shape)))
+
+    def mismatch(self, point, got, problems: Problems) -> None:
+        problems.add((*self.path, "index_map"),
+                     f"index_map {self.text} sends grid point {point} to block {got} of '{self.name}', but the "
+                     f"elementwise body reads block {self.want_at(point)} there (numpy broadcasting of the output "
+                     f"block)")
+
+
+def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path, problems: Problems) -> None:
+    """The index map must pick, at every grid point, the block the body's broadcasting reads.
+
+    Proved for every point, never sampled: first every intermediate is bounded to the kernels' 32-bit int math
+    (interval arithmetic over the whole grid); then a map whose components are affine in the grid names (+, -,
+    products with constants; // and % of constants only) is compared exactly as affine forms, any grid size;
+    anything else is evaluated exhaustively (numpy int64, in chunks) up to MAX_EXHAUSTIVE_POINTS grid points, and
+    rejected above that with a message saying what to write instead."""
+    c = IndexMapCheck(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path)
+    ranges = _index_ranges(grid, grid_names, sizes)
+    for e in imap:
+        if (err := ex.check_int32(e, ranges)) is not None:
+            problems.add((*path, "index_map"), err.message, (err.line, err.col))
+            return
+    if _check_affine(c, problems):
+        return
+    total = math.prod(grid)
+    if total > MAX_EXHAUSTIVE_POINTS:
+        rank, off = len(shape), c.off
+        problems.add((*path, "index_map"),
+                     f"index_map {text} is not affine in the grid names (it uses // or %, or multiplies grid names), "
+                     f"and the grid has {total} points, more than the {MAX_EXHAUSTIVE_POINTS} this check evaluates "
+                     f"one by one: it cannot be proved to pick the right block everywhere; write each block index as "
+                     f"the grid name itself (or 0 for a broadcast dimension), e.g. {_default_map_text(grid_names, off, rank)}")
+        return
+    _check_exhaustively(c, problems)
+
+
+def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
+    """Whether the comparison as affine forms settled it: proved, or a mismatch found (reported) on a grid too
+    large to evaluate point by point."""
+    rank, off = len(c.shape), c.off
+    # The block the body reads, as an affine form: the grid name itself (block == iblock), or 0 (broadcast).
+    # Grid dimensions of extent 1 are the constant 0.
+    fixed = {g: 0 for g, n in zip(c.grid_names, c.grid) if n == 1} | dict(c.sizes)
+    affine = all(c.block[d] == c.iblock[off + d] or c.broadcast(d) for d in range(rank))
+    want_forms = [{"": 0} if c.broadcast(d) or c.grid_names[off + d] in fixed else {c.grid_names[off + d]: 1, "": 0}
+                  for d in range(rank)]
+    forms = [ex.affine_form(e, fixed) for e in c.imap]
+    if not affine or any(f is None for f in forms):
+        return False
+    if forms == want_forms:
+        return True  # proved for every grid point
+    if math.prod(c.grid) > MAX_EXHAUSTIVE_POINTS:
+        # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
+        grid = c.grid
+        for point in [tuple(0 for _ in grid)] + [tuple(int(k == d) for k in range(len(grid)))
+                                                   for d in range(len(grid)) if grid[d] > 1]:
+            got = tuple(ex.eval_int(e, dict(zip(c.grid_names, point)) | dict(c.sizes)) for e in c.imap)
+            if got != c.want_at(point):
+                c.mismatch(point, got, problems)
+                return True
+    return False
+
+
+def _check_exhaustively(c: IndexMapCheck, problems: Problems) -> None:
+    """Every grid point, in chunks in row-major (itertools.product) order; the first wrong one reported."""
+    total = math.prod(c.grid)
+    env_sizes = dict(c.sizes)
+    for start in range(0, total, CHUNK_POINTS):
+        flat = np.arange(start, min(start + CHUNK_POINTS, total), dtype=np.int64)
+        coords = np.unravel_index(flat, c.grid)
+        env = dict(zip(c.grid_names, coords)) | env_sizes
+        try:
+            got = [ex.eval_int_array(e, env, flat.shape) for e in c.imap]
+        except ex.GridZeroDivision as err:
+            point = tuple(int(x[err.index]) for x in coords)
+            problems.add((*c.path, "index_map"), f"{err.message} at grid point {point}")
+            return
+        bad = np.zeros(flat.shape, dtype=bool)
+        for d in range(len(c.shape)):
+            want = 0 if c.broadcast(d) else coords[c.off + d] * c.iblock[c.off + d] // c.block[d]
+            bad |= got[d] != want
+        if bad.any():
+            at = int(np.argmax(bad))
+            point = tuple(int(x[at]) for x in coords)
+            c.mismatch(point, tuple(int(g[at]) for g in got), problems)
+            return
+
+
+def _default_map_text(grid_names, off, rank) -> str:
+    return "(" + ", ".join(grid_names[off:off + rank]) + ("," if rank == 1 else "") + ")"

@@ -1,0 +1,124 @@
+"""What the map planner passes between its phases and returns: the operand record, the plan itself (MapPlan), and the
+phases' small typed values."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+
+from ...plan.common import (
+    KernelArg,
+    SmemBuffer,
+    TmaBox,
+)
+from ...plan.exprs import PlanExpr
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class MapOperand:
+    name: str                 # the user's (validated) name
+    cname: str                # identifier in generated code
+    role: str                 # "in" | "out"
+    dtype: str
+    ctype: str
+    itemsize: int
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    tma: TmaBox
+    tma_dims: tuple[int, ...]      # array dims the tensor map keeps (extent-1 dims dropped)
+    tma_shape: tuple[int, ...]
+    tma_strides: tuple[int, ...]   # bytes, numpy order
+    block_bytes: int
+    smem: SmemBuffer
+    index_map: str                 # as written (or defaulted); for people, never pasted into code
+    block_index: tuple[PlanExpr, ...]  # the index map's validated components over the grid names and sizes (with
+                                       # the ranges they were proved to fit 32 bits over; roles: MapPlan.index_roles)
+    row_strides: tuple[int, ...]   # per iteration dim except the minor: element-row stride in this block (0 = broadcast)
+    minor_bcast: bool              # the minor dim is broadcast: one value per row, splatted
+    rows: int                      # rows of the SMEM block (product of the non-minor block dims)
+    oob_fill: str                  # "zero" | "nan": what TMA loads beyond the array's end
+    delay_release: int             # pipeline steps a stage stays alive after its step
+    tiling: tuple[int, ...] | None
+    transpose: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class MapPlan:
+    family: str
+    name: str
+    kernel_name: str
+    sizes: dict
+    constants: dict
+    backends: tuple[str, ...]
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...]
+    grid_vars: tuple[str, ...]                 # the identifiers generated code uses for them (g_<name>)
+    num_tiles: int
+    block: tuple[int, ...]
+    tile_order: str
+    minor_dim: int
+    tile_width: int
+    num_blocks: int
+    blocks_per_sm: int
+    threads: int
+    num_warpgroups: int
+    stages: int
+    vec: int
+    inputs: tuple[MapOperand, ...]
+    outputs: tuple[MapOperand, ...]
+    smem_buffers: tuple[SmemBuffer, ...]
+    smem_bytes: int
+    full_barrier: SmemBuffer
+    full_arrivals: int
+    delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
+    tx_bytes: int
+    body: tuple[tuple[str, PlanExpr], ...]     # (target, value) statements over the spec's names, in order
+    body_roles: dict                           # every name the body reads or writes -> operand | constant |
+                                               # temporary | output (the templates spell roles: filter `spelled`)
+    index_roles: dict                          # every name an index map may read -> grid | size
+    approx_math: bool
+    lowering_semantics: str
+    unsafe_no_auto_barriers: bool
+    profile_space: int
+    persistent: bool
+    bytes_moved: int
+    kernel_args: tuple[KernelArg, ...]          # one tensor map per operand, inputs then outputs
+    cluster_dims: tuple[int, int, int] = (1, 1, 1)
+    auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
+
+    @property
+    def operands(self) -> tuple[MapOperand, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def tma_ranks(self) -> list[int]:
+        return sorted({len(o.tma_dims) for o in self.operands})
+
+
+def cname(role: str, name: str) -> str:
+    return f"{role}_{name}"
+
+
+class Space(NamedTuple):
+    """The iteration space: the output cut into blocks, and what every operand's block follows."""
+    iter_shape: tuple[int, ...]
+    block: tuple[int, ...]
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...]
+    sizes: dict
+    stages: int
+
+
+class Sync(NamedTuple):
+    full: SmemBuffer       # one mbarrier per stage: the TMA loads landed
+    arrivals: int
+    smem_bytes: int        # with the 1 KiB alignment slack
+
+
+class Body(NamedTuple):
+    """The body's validated statements over the spec's names, and the role of every name in them."""
+    statements: tuple[tuple[str, PlanExpr], ...]
+    roles: dict
