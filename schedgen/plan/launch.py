@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 LAUNCH_VERSION = 1
 FILE_NAME = "launch.json"
@@ -332,5 +333,31 @@ def record_of(obj: Any) -> LaunchRecord:
     return launch_record(obj)
 
 
+class PackagePlan(Mapping):
+    """A package module's `plan`: the whole plan (root/plan.json) as a read-only mapping, read on first use, for
+    people and tools; nothing that runs the kernel reads it."""
+
+    def __init__(self, root: str | Path):
+        self._path = Path(root) / "plan.json"
+        self._data: dict | None = None
+
+    def _plan(self) -> dict:
+        if self._data is None:
+            self._data = json.loads(self._path.read_text())
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._plan()[key]
+
+    def __iter__(self):
+        return iter(self._plan())
+
+    def __len__(self) -> int:
+        return len(self._plan())
+
+    def __repr__(self) -> str:
+        return f"<plan of {self._path.parent.name} ({self._path})>"
+
+
 __all__ = ["LAUNCH_VERSION", "FILE_NAME", "COUNTER_BYTES", "LaunchRecord", "LaunchRecordError", "Operand", "Arg",
-           "Ring", "launch_record", "from_dict", "loads", "load", "record_of"]
+           "Ring", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]

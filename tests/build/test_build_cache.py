@@ -115,10 +115,10 @@ def test_package_is_importable(pkg):
     assert sorted(p.name for p in dest.iterdir()) == sorted(list(b.files) + ["__init__.py"])
     assert not any(p.name.startswith(".") for p in dest.parent.iterdir())     # no leftover temporary folder
     assert callable(mod.add_bf16)
-    assert mod.launch.kernel_name == b.plan.kernel_name == "map_add_bf16_32x256_s4_wg2"
+    assert mod.kernel.launch.kernel_name == b.plan.kernel_name == "map_add_bf16_32x256_s4_wg2"
     assert mod.plan["kernel_name"] == b.plan.kernel_name      # plan.json: still in the package, for people and tools
     assert mod.plan["sizes"] == SMALL
-    assert [o.name for o in mod.launch.inputs] == ["x", "y"]
+    assert [o.name for o in mod.kernel.launch.inputs] == ["x", "y"]
     assert "add_bf16(x, y, *, out=None" in mod.__doc__
     assert repr(mod.kernel) == "<schedgen kernel add_bf16(x: bf16[64, 512], y: bf16[64, 512]) backends=['cuda', 'pallas']>"
 

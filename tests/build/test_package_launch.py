@@ -58,3 +58,27 @@ def test_an_entry_with_a_wrong_launch_record_is_a_miss(reference, tmp_path, data
     built = build_spec(ADD, SMALL, cache=cache)
     assert built.cache_hit is False and built.files == ref.files
     assert build_spec(ADD, SMALL, cache=cache).cache_hit is True
+
+
+def test_the_package_module_reads_plan_json_only_when_asked(reference, tmp_path):
+    import importlib
+    import sys
+    import numpy as np
+    _, _, built = reference
+    dest = package(built, tmp_path / "out")
+    whole = json.loads((dest / "plan.json").read_text())
+    (dest / "plan.json").rename(tmp_path / "aside.json")
+    sys.path.insert(0, str(tmp_path / "out"))
+    sys.modules.pop("add_bf16", None)
+    try:
+        mod = importlib.import_module("add_bf16")           # imports, checks arguments: no plan.json needed
+        x = np.zeros(tuple(built.plan.inputs[0].shape), np.float32)
+        with pytest.raises(TypeError, match="x: expected bf16"):
+            mod.kernel.check_args([x, x], None)
+        with pytest.raises(FileNotFoundError, match="plan.json"):
+            mod.plan["sizes"]
+        (tmp_path / "aside.json").rename(dest / "plan.json")
+        assert mod.plan["sizes"] == SMALL and dict(mod.plan) == whole and len(mod.plan) == len(whole)
+    finally:
+        sys.path.remove(str(tmp_path / "out"))
+        sys.modules.pop("add_bf16", None)

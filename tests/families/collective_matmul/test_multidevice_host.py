@@ -242,8 +242,8 @@ def test_generated_package_checks_its_arguments(tmp_path):
     try:
         mod = importlib.import_module(built.name)
         fn = getattr(mod, built.name)
-        assert mod.launch.family == "collective_matmul" and (dest / "kernel.cubin").exists()
-        assert mod.launch == md.load_launch(dest) and mod.launch.ring.num_devices == 2
+        assert mod._launch == md.load_launch(dest) and (dest / "kernel.cubin").exists()
+        assert mod._launch.family == "collective_matmul" and mod._launch.ring.num_devices == 2
         assert mod.plan["family"] == "collective_matmul"          # plan.json: still there for people and tools
         assert os.environ["NCCL_NVLS_ENABLE"] == "0"
         spec, p = _spec(SMALL)
