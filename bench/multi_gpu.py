@@ -192,19 +192,19 @@ def _rank(rank: int, world: int, port: int, cfg: dict) -> None:
         torch.cuda.set_device(rank)
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank))
-        plan = md.load_plan(cfg["package"])
+        rec = md.load_launch(cfg["package"])      # launch.json: what a package promises the host
         cubin = (Path(cfg["package"]) / "kernel.cubin").read_bytes()
-        inputs = md.collective_inputs(plan, cfg["seed"])                       # every rank draws the same
-        lhs_name = next(o["name"] for o in plan["inputs"] if o["role"] == "lhs")
-        rhs_name = next(o["name"] for o in plan["inputs"] if o["role"] == "rhs")
+        inputs = md.collective_inputs(rec, cfg["seed"])                       # every rank draws the same
+        lhs_name = rec.by_role("lhs").name
+        rhs_name = rec.by_role("rhs").name
         lhs_all, rhs_all = inputs[lhs_name], inputs[rhs_name]
         gathered = lhs_all.reshape(-1, lhs_all.shape[-1])
-        rows = sample_rows(plan["m_total"], SAMPLE_ROWS, cfg["seed"] + rank)
+        rows = sample_rows(rec.ring.m_total, SAMPLE_ROWS, cfg["seed"] + rank)
         tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-        a = torch.from_numpy(lhs_all[rank].view(np.uint16)).view(tdt[plan["in_dtype"]]).cuda()
-        b = torch.from_numpy(rhs_all[rank].view(np.uint16)).view(tdt[plan["in_dtype"]]).cuda()
-        g = torch.empty((plan["m_total"], plan["k"]), dtype=a.dtype, device="cuda")
-        c = torch.empty((plan["m_total"], plan["n"]), dtype=tdt[plan["out_dtype"]], device="cuda")
+        a = torch.from_numpy(lhs_all[rank].view(np.uint16)).view(tdt[rec.ring.in_dtype]).cuda()
+        b = torch.from_numpy(rhs_all[rank].view(np.uint16)).view(tdt[rec.ring.in_dtype]).cuda()
+        g = torch.empty((rec.ring.m_total, rec.ring.k), dtype=a.dtype, device="cuda")
+        c = torch.empty((rec.ring.m_total, rec.ring.n), dtype=tdt[rec.ring.out_dtype], device="cuda")
         stream = torch.cuda.current_stream()
 
         def to_np(t):
@@ -229,7 +229,7 @@ def _rank(rank: int, world: int, port: int, cfg: dict) -> None:
         res["checks"][BASELINE] = check_rows(to_np(c), gathered, rhs_all[rank], rows, cfg["tol"])
 
         # --- ours, verified on its first launch
-        sess = md.RankSession(plan, cubin, rank, rank, all_gather_obj)
+        sess = md.RankSession(rec, cubin, rank, rank, all_gather_obj)
         sess.upload(lhs_all[rank], rhs_all[rank], poison=True)
         launch = sess.launcher(stream=int(stream.cuda_stream))
         dist.barrier()
@@ -335,17 +335,17 @@ def pallas_worker(cfg: dict) -> dict:
     from jax import lax
     from schedgen.runtime import multidevice as md
     from schedgen.runtime.kernel import load_package
-    plan = md.load_plan(cfg["package"])
-    d = plan["num_devices"]
+    rec = md.load_launch(cfg["package"])      # launch.json: what a package promises the host
+    d = rec.num_devices
     mod = load_package(cfg["package"]).pallas_module()
-    inputs = md.collective_inputs(plan, cfg["seed"])
-    lhs_name = next(o["name"] for o in plan["inputs"] if o["role"] == "lhs")
-    rhs_name = next(o["name"] for o in plan["inputs"] if o["role"] == "rhs")
+    inputs = md.collective_inputs(rec, cfg["seed"])
+    lhs_name = rec.by_role("lhs").name
+    rhs_name = rec.by_role("rhs").name
     lhs_all, rhs_all = inputs[lhs_name], inputs[rhs_name]
     gathered = lhs_all.reshape(-1, lhs_all.shape[-1])
     out: dict[str, Any] = {"gpu": jax.devices()[0].device_kind, "variants": {}}
     outs = mod.run_shards(list(lhs_all), list(rhs_all), poisoned=True)
-    checks = [check_rows(np.asarray(o).astype(np.float32), gathered, rhs_all[r], sample_rows(plan["m_total"], SAMPLE_ROWS,
+    checks = [check_rows(np.asarray(o).astype(np.float32), gathered, rhs_all[r], sample_rows(rec.ring.m_total, SAMPLE_ROWS,
                                                                                               cfg["seed"] + r), cfg["tol"])
               for r, o in enumerate(outs)]
     P = jax.sharding.PartitionSpec
@@ -356,14 +356,14 @@ def pallas_worker(cfg: dict) -> dict:
     def global_array(shape, spec, parts):
         return jax.make_array_from_single_device_arrays(shape, jax.sharding.NamedSharding(mesh, spec),
                                                         [jax.device_put(x, dv) for x, dv in zip(parts, devs)])
-    a = global_array((d * plan["m"], plan["k"]), P(axis, None), [jnp.asarray(x) for x in lhs_all])
-    b = global_array((plan["k"], d * plan["n"]), P(None, axis), [jnp.asarray(x) for x in rhs_all])
+    a = global_array((d * rec.ring.m, rec.ring.k), P(axis, None), [jnp.asarray(x) for x in lhs_all])
+    b = global_array((rec.ring.k, d * rec.ring.n), P(None, axis), [jnp.asarray(x) for x in rhs_all])
     ours = mod.shard_mapped(mesh)
     xla = jax.jit(jax.shard_map(lambda x, y: lax.all_gather(x, axis, axis=0, tiled=True) @ y, mesh=mesh,
                                 in_specs=(P(axis, None), P(None, axis)), out_specs=P(None, axis), check_vma=False))
     ref_out = xla(a, b)
     xla_checks = [check_rows(np.asarray(s.data).astype(np.float32), gathered, rhs_all[devs.index(s.device)],
-                             sample_rows(plan["m_total"], SAMPLE_ROWS, cfg["seed"]), cfg["tol"])
+                             sample_rows(rec.ring.m_total, SAMPLE_ROWS, cfg["seed"]), cfg["tol"])
                   for s in ref_out.addressable_shards]
     fns = {"jax_xla": xla, "ours_pallas": ours}
     for _ in range(max(1, cfg["warmup"])):
@@ -380,7 +380,7 @@ def pallas_worker(cfg: dict) -> dict:
             times[name].append((time.perf_counter() - t0) * 1e3 / cfg["iters"])
     # ours once more after the timed calls, on NaN-poisoned outputs
     again = mod.run_shards(list(lhs_all), list(rhs_all), poisoned=True)
-    checks += [check_rows(np.asarray(o).astype(np.float32), gathered, rhs_all[r], sample_rows(plan["m_total"],
+    checks += [check_rows(np.asarray(o).astype(np.float32), gathered, rhs_all[r], sample_rows(rec.ring.m_total,
                           SAMPLE_ROWS, cfg["seed"] + r), cfg["tol"]) for r, o in enumerate(again)]
     for name, cks in (("jax_xla", xla_checks), ("ours_pallas", checks)):
         merged = merge_checks(cks)

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from . import families
 from . import plan as planner
 from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of, remove_path, source_hash, temp_name
+from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
 from .render import render
@@ -68,7 +69,8 @@ class Built:
     spec: SpecFile
     source: SourceMap
     plan: Any
-    files: dict[str, bytes]     # kernel.cu, kernel.ptx, kernel.cubin, pallas_kernel.py, plan.json, manifest.json
+    files: dict[str, bytes]     # kernel.cu, kernel.ptx, kernel.cubin, pallas_kernel.py, launch.json, plan.json,
+    #                             manifest.json
     cache_hit: bool
 
     @property
@@ -87,7 +89,7 @@ class Built:
 
 def expected_files(plan) -> set[str]:
     """The file names build_spec stores for a plan (a cache entry holding any other set is a miss)."""
-    names = {"plan.json", "manifest.json"}
+    names = {LAUNCH_FILE, "plan.json", "manifest.json"}
     if "cuda" in plan.backends:
         names.update(CUDA_FILES)
     if "pallas" in plan.backends:
@@ -104,12 +106,13 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     spec, src = load_spec(str(path), overrides, raw)
     plan = planner.plan(spec, src)
     plan_json = planner.to_json(plan)
+    launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
     tools = toolchain()
     key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
     spec_hash = digest(raw)
 
     def make() -> dict[str, bytes]:
-        files: dict[str, bytes] = {"plan.json": plan_json.encode()}
+        files: dict[str, bytes] = {"plan.json": plan_json.encode(), LAUNCH_FILE: launch_json.encode()}
         usage, verdicts = {}, []
         if "cuda" in plan.backends:
             cu = render(plan, "cuda")
@@ -130,9 +133,12 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
         return files
 
     def check(files: dict[str, bytes]) -> None:
-        """An entry is this plan's: its plan.json is this plan, its manifest a JSON object naming this key."""
+        """An entry is this plan's: its plan.json is this plan, its launch.json this plan's record, its manifest a
+        JSON object naming this key."""
         if files["plan.json"] != plan_json.encode():
             raise ValueError("plan.json is another plan")
+        if files[LAUNCH_FILE] != launch_json.encode():
+            raise ValueError("launch.json is not this plan's launch record")
         manifest = json.loads(files["manifest.json"])
         if not isinstance(manifest, dict) or manifest.get("cache_key") != key or manifest.get("name") != plan.name:
             raise ValueError("manifest.json is not this entry's")

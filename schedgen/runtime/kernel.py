@@ -1,13 +1,14 @@
 """Run a built kernel package: load its cubin lazily, build tensor maps, launch; or run its Pallas module.
 
-A package folder holds plan.json, manifest.json, kernel.cubin and pallas_kernel.py (see build.package).
+A package folder holds launch.json, plan.json, manifest.json, kernel.cubin and pallas_kernel.py (see
+build.package). This module reads only launch.json (the launch record, schedgen/plan/launch.py: validated on load),
+the cubin and the Pallas module: plan.json is for people and tools, and a planner may reshape it freely.
 `load_package(folder)` returns a callable `Kernel`; the package's __init__ wraps it in a function with the
 kernel's own name and arguments.
 """
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..plan import launch as launch_record
+from ..plan.launch import COUNTER_BYTES, LaunchRecord, Operand
 from . import arrays
 from .arrays import ArgumentError
 
@@ -22,30 +25,29 @@ from .arrays import ArgumentError
 class Kernel:
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.plan: dict = json.loads((self.root / "plan.json").read_text())
-        self.manifest: dict = json.loads((self.root / "manifest.json").read_text())
-        self.name: str = self.plan["name"]
+        self.launch: LaunchRecord = launch_record.load(self.root)   # the only description of the kernel read
+        self.name: str = self.launch.name
         self._module = None
         self._pallas = None
         self._cache: dict = {}
 
     # ------------------------------------------------------------------ introspection
     @property
-    def inputs(self) -> list[dict]:
-        return self.plan["inputs"]
+    def inputs(self) -> tuple[Operand, ...]:
+        return self.launch.inputs
 
     @property
-    def outputs(self) -> list[dict]:
-        return self.plan["outputs"]
+    def outputs(self) -> tuple[Operand, ...]:
+        return self.launch.outputs
 
     def __repr__(self) -> str:
-        sig = ", ".join(f"{o['name']}: {o['dtype']}{list(o['shape'])}" for o in self.inputs)
-        return f"<schedgen kernel {self.name}({sig}) backends={self.plan['backends']}>"
+        sig = ", ".join(f"{o.name}: {o.dtype}{list(o.shape)}" for o in self.inputs)
+        return f"<schedgen kernel {self.name}({sig}) backends={list(self.launch.backends)}>"
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, out: Any = None, stream: int | None = None, backend: str = "cuda") -> Any:
-        if backend not in self.plan["backends"]:
-            raise ValueError(f"{self.name}: backend '{backend}' was not built; built: {', '.join(self.plan['backends'])}")
+        if backend not in self.launch.backends:
+            raise ValueError(f"{self.name}: backend '{backend}' was not built; built: {', '.join(self.launch.backends)}")
         self._check_count(args)
         if backend == "pallas":
             return self._call_pallas(args, out)
@@ -53,64 +55,73 @@ class Kernel:
 
     def _check_count(self, args: Sequence[Any]) -> None:
         if len(args) != len(self.inputs):
-            names = ", ".join(o["name"] for o in self.inputs)
+            names = ", ".join(o.name for o in self.inputs)
             raise ArgumentError(f"{self.name}() takes {len(self.inputs)} arrays ({names}), got {len(args)}")
 
     def check_args(self, args: Sequence[Any], outs: Sequence[Any] | None) -> None:
         """Shape/dtype/layout checks of every argument, needing no GPU."""
         self._check_count(args)
         for a, o in zip(args, self.inputs):
-            arrays.check(a, o["name"], shape=tuple(o["shape"]), dtype=o["dtype"])
+            arrays.check(a, o.name, shape=tuple(o.shape), dtype=o.dtype)
         if outs is not None:
             if len(outs) != len(self.outputs):
                 raise ArgumentError(f"out: {self.name} has {len(self.outputs)} outputs, got {len(outs)} arrays")
             for a, o in zip(outs, self.outputs):
-                arrays.check(a, f"out[{o['name']}]", shape=tuple(o["shape"]), dtype=o["dtype"])
+                arrays.check(a, f"out[{o.name}]", shape=tuple(o.shape), dtype=o.dtype)
 
     def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: int = 0) -> Callable[[], None]:
         """A zero-argument launcher over fixed device arrays (tensor maps encoded once): for benchmarks."""
-        ins_v = [arrays.device_view(a, o["name"]) for a, o in zip(args, self.inputs)]
-        outs_v = [arrays.device_view(a, o["name"]) for a, o in zip(outs, self.outputs)]
+        ins_v = [arrays.device_view(a, o.name) for a, o in zip(args, self.inputs)]
+        outs_v = [arrays.device_view(a, o.name) for a, o in zip(outs, self.outputs)]
         return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream)
 
     def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: int,
                   device: int = 0) -> Callable[[], None]:
         from . import driver
-        p = self.plan
+        r = self.launch
         driver.ensure_context(device)
         if self._module is None:
             self._module = driver.Module((self.root / "kernel.cubin").read_bytes())
-        func = self._module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])  # cached per context
-        ptrs = list(in_ptrs) + list(out_ptrs)
-        args = []
-        for a in p["kernel_args"]:
-            if a["kind"] == "ptr":
-                args.append(driver.Arg.ptr(ptrs[a["operand"]]))
-            elif a["kind"] == "counter":
-                args.append(driver.Arg.ptr(self._counter(device, stream)))
-            else:
-                args.append(driver.Arg.tensor_map(driver.encode_tiled(
-                    ptrs[a["operand"]], a["dtype"], a["shape"], a["strides"], a["box"], swizzle=a["swizzle"],
-                    oob_nan=a["oob_nan"])))
-        cluster = tuple(p["cluster_dims"])
-        blocks = p["num_blocks"]
-        if p["auto_blocks"]:
+        func = self._module.function(r.kernel_name, dynamic_smem=r.smem_bytes)  # cached per context
+        args = self._arguments(list(in_ptrs) + list(out_ptrs), device, stream)
+        cluster = r.cluster
+        blocks = r.num_blocks
+        if r.auto_blocks:
             key = ("blocks", device)
             if key not in self._cache:
                 fit = blocks // cluster[0]
                 if cluster[0] > 1:
-                    fit = driver.max_active_clusters(func, block=(p["threads"], 1, 1), smem=p["smem_bytes"],
+                    fit = driver.max_active_clusters(func, block=(r.threads, 1, 1), smem=r.smem_bytes,
                                                      cluster=cluster)
                 else:
-                    fit = driver.device_info().get("sm_count", fit) * p.get("blocks_per_sm", 1)
+                    fit = driver.device_info().get("sm_count", fit) * r.blocks_per_sm
                 self._cache[key] = max(1, min(blocks // cluster[0], fit)) * cluster[0]
             blocks = self._cache[key]
-        grid, block, smem = (blocks, 1, 1), (p["threads"], 1, 1), p["smem_bytes"]
+        grid, block, smem = (blocks, 1, 1), (r.threads, 1, 1), r.smem_bytes
         launch_cluster = cluster if cluster[0] > 1 else None
 
         def go() -> None:
             driver.launch(func, grid=grid, block=block, smem=smem, args=args, stream=stream, cluster=launch_cluster)
         return go
+
+    def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0) -> list:
+        """The kernel's parameters, in the record's order, over the operands' device pointers (inputs then
+        outputs): tensor maps encoded here (driver.encode_tiled checks every rule before the driver sees it)."""
+        from . import driver
+        if len(ptrs) != len(self.launch.operands):
+            raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
+        args = []
+        for a in self.launch.kernel_args:
+            if a.kind == "ptr":
+                args.append(driver.Arg.ptr(ptrs[a.operand]))
+            elif a.kind == "counter":
+                args.append(driver.Arg.ptr(self._counter(device, stream)))
+            elif a.kind == "tmap":
+                args.append(driver.Arg.tensor_map(driver.encode_tiled(
+                    ptrs[a.operand], a.dtype, a.shape, a.strides, a.box, swizzle=a.swizzle, oob_nan=a.oob_nan)))
+            else:
+                raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
+        return args
 
     def _counter(self, device: int, stream: int) -> int:
         """The tile counter of a dynamic persistent grid: zeroed once, zeroed again by each launch's last CTA, and
@@ -118,8 +129,8 @@ class Kernel:
         from . import driver
         key = ("counter", device, stream)
         if key not in self._cache:
-            buf = driver.Buffer(8)
-            buf.upload(np.zeros(2, np.uint32))
+            buf = driver.Buffer(COUNTER_BYTES)
+            buf.upload(np.zeros(COUNTER_BYTES // 4, np.uint32))
             self._cache[key] = buf
         return self._cache[key].ptr
 
@@ -130,12 +141,12 @@ class Kernel:
         ok, why = driver.available()
         if not ok:
             raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
-        kinds = [arrays.classify(a, o["name"]) for a, o in zip(args, self.inputs)]
-        views = {o["name"]: arrays.device_view(a, o["name"]) for a, k, o in zip(args, kinds, self.inputs)
+        kinds = [arrays.classify(a, o.name) for a, o in zip(args, self.inputs)]
+        views = {o.name: arrays.device_view(a, o.name) for a, k, o in zip(args, kinds, self.inputs)
                  if k != "numpy"}
         for a, o in zip(outs or (), self.outputs):
             if arrays.classify(a) != "numpy":
-                views[f"out[{o['name']}]"] = arrays.device_view(a, o["name"])
+                views[f"out[{o.name}]"] = arrays.device_view(a, o.name)
         device = arrays.same_device(views)   # every device array on one GPU, or a clear error
         driver.ensure_context(max(device, 0))
         like = next((a for a, k in zip(args, kinds) if k != "numpy"), None)
@@ -149,19 +160,19 @@ class Kernel:
                 keep.append(buf)
                 in_ptrs.append(buf.ptr)
             else:
-                in_ptrs.append(views[o["name"]].ptr)
+                in_ptrs.append(views[o.name].ptr)
         if outs is None:
             outs_obj, out_ptrs, host_outs = [], [], []
             for o in self.outputs:
                 if like is None:
-                    buf = driver.Buffer(max(1, math.prod(o["shape"]) * o["itemsize"]))
+                    buf = driver.Buffer(max(1, math.prod(o.shape) * o.itemsize))
                     keep.append(buf)
-                    host = np.empty(tuple(o["shape"]), arrays.DTYPES[o["dtype"]])
+                    host = np.empty(tuple(o.shape), arrays.DTYPES[o.dtype])
                     host_outs.append((host, buf))
                     outs_obj.append(host)
                     out_ptrs.append(buf.ptr)
                 else:
-                    obj, view = arrays.empty_like_kind(like_kind, like, tuple(o["shape"]), o["dtype"])
+                    obj, view = arrays.empty_like_kind(like_kind, like, tuple(o.shape), o.dtype)
                     outs_obj.append(obj)
                     out_ptrs.append(view.ptr)
         else:
@@ -173,7 +184,7 @@ class Kernel:
                     host_outs.append((a, buf))
                     out_ptrs.append(buf.ptr)
                 else:
-                    out_ptrs.append(arrays.device_view(a, o["name"]).ptr)
+                    out_ptrs.append(arrays.device_view(a, o.name).ptr)
         if stream is None:
             stream = _framework_stream(like, like_kind)
         self._launcher(in_ptrs, out_ptrs, stream, max(device, 0))()
@@ -196,8 +207,8 @@ class Kernel:
     def _call_pallas(self, args: Sequence[Any], out: Any, interpret: Any = None) -> Any:
         import jax.numpy as jnp
         self.check_args(args, _as_tuple(out))
-        kinds = [arrays.classify(a, o["name"]) for a, o in zip(args, self.inputs)]
-        bad = [o["name"] for k, o in zip(kinds, self.inputs) if k not in ("numpy", "jax")]
+        kinds = [arrays.classify(a, o.name) for a, o in zip(args, self.inputs)]
+        bad = [o.name for k, o in zip(kinds, self.inputs) if k not in ("numpy", "jax")]
         if bad:
             raise ArgumentError(f"{bad[0]}: the pallas backend takes numpy or jax arrays")
         mod = self.pallas_module()

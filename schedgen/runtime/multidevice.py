@@ -17,12 +17,13 @@ Two ways to hold the peers' memory:
 NVLink multicast is never used: nothing here calls cuMulticastCreate, and `MULTI_GPU_ENV` (set by `apply_env`, and
 in the environment of every multi-GPU process schedgen starts) keeps NCCL, torch symmetric memory and NVSHMEM off it.
 
+Everything here reads the kernel's launch record (schedgen/plan/launch.py: a package's launch.json, `load_launch`),
+never plan.json; each function also takes a plan object (its record is built) or parsed launch.json (validated).
 Pure functions (`peers`, `arg_layout`, `validate_layout`, `grid_blocks`, `stack_shards`) need no GPU and are what the
 CPU tests check.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..plan.launch import LaunchRecord, Ring, load, record_of
 from .arrays import DTYPES
 
 # NVLink multicast (NVLS) is not supported by this release: every multi-GPU process keeps the libraries off it.
@@ -51,20 +53,26 @@ def apply_env(environ: dict | None = None) -> dict:
     return environ
 
 
-def _plan_dict(plan: Any) -> dict:
-    if isinstance(plan, Mapping):
-        return dict(plan)
-    from ..plan import to_dict
-    return to_dict(plan)
+def _record(plan: Any) -> LaunchRecord:
+    """The launch record of a ring kernel (a record, parsed launch.json, or a plan object)."""
+    rec = record_of(plan)
+    if rec.ring is None:
+        raise ValueError(f"{rec.name}: a one-GPU kernel ({rec.family}); the multi-device host runs ring kernels only")
+    return rec
+
+
+def _ring(rec: LaunchRecord) -> Ring:
+    assert rec.ring is not None
+    return rec.ring
 
 
 def peers(plan: Any, device: int) -> dict[str, int]:
     """For ring position `device`: the ring position whose buffer each pointer argument points into."""
-    p = _plan_dict(plan)
+    ring = _ring(_record(plan))
     d = int(device)
-    if not 0 <= d < p["num_devices"]:
-        raise ValueError(f"device {d} is not on the ring of {p['num_devices']} devices")
-    owner = {"self": d, "send_to": p["send_to"][d], "recv_from": p["recv_from"][d]}
+    if not 0 <= d < ring.num_devices:
+        raise ValueError(f"device {d} is not on the ring of {ring.num_devices} devices")
+    owner = {"self": d, "send_to": ring.send_to[d], "recv_from": ring.recv_from[d]}
     return {what: owner[who] for what, who in PTR_OWNER.items()}
 
 
@@ -86,13 +94,15 @@ def arg_layout(plan: Any, device: int, pointers: Mapping[tuple[str, int], int], 
     """Device `device`'s kernel arguments, in the kernel's order. `pointers[(buffer, ring position)]` is the device
     address (as seen from `device`: a peer's buffer through peer access or an opened IPC handle) of lhs, rhs, out,
     gather and flags of each ring position."""
-    p = _plan_dict(plan)
+    rec = _record(plan)
     if epoch < 1 or epoch >= 2 ** 32:
         raise ValueError(f"epoch must be in 1..2**32-1 (the launch count), got {epoch}")
-    owner = peers(p, device)
+    owner = peers(rec, device)
     out = []
-    for a in p["kernel_args"]:
-        kind, what = a["kind"], a["what"]
+    for a in rec.kernel_args:
+        kind, what = a.kind, a.what
+        if what not in BUFFER_OF and not (kind == "u32" and what in ("device", "epoch")):
+            raise ValueError(f"{rec.name}: kernel argument {kind} {what!r} is not one the ring host fills")
         if kind == "u32":
             out.append(ArgSpec("u32", what, int(device) if what == "device" else int(epoch)))
             continue
@@ -100,8 +110,7 @@ def arg_layout(plan: Any, device: int, pointers: Mapping[tuple[str, int], int], 
         key = (BUFFER_OF[what], dev)
         if key not in pointers:
             raise KeyError(f"no pointer for {key[0]} of ring position {dev} (device {device}'s argument {what})")
-        out.append(ArgSpec(kind, what, int(pointers[key]), dev, a.get("dtype", ""), tuple(a.get("shape", ())),
-                           tuple(a.get("strides", ())), tuple(a.get("box", ())), int(a.get("swizzle", 0))))
+        out.append(ArgSpec(kind, what, int(pointers[key]), dev, a.dtype, a.shape, a.strides, a.box, a.swizzle))
     return out
 
 
@@ -118,11 +127,11 @@ def validate_layout(layout: Sequence[ArgSpec]) -> None:
 def grid_blocks(plan: Any, sm_count: int) -> int:
     """The persistent grid: the plan's blocks, lowered to the SMs when automatic (every block must be resident: the
     blocks wait for their peers)."""
-    p = _plan_dict(plan)
-    blocks = int(p["num_blocks"])
-    if p.get("auto_blocks"):
-        blocks = min(blocks, int(sm_count) * int(p.get("blocks_per_sm", 1)))
-    if blocks > int(sm_count) * int(p.get("blocks_per_sm", 1)):
+    rec = _record(plan)
+    blocks = rec.num_blocks
+    if rec.auto_blocks:
+        blocks = min(blocks, int(sm_count) * rec.blocks_per_sm)
+    if blocks > int(sm_count) * rec.blocks_per_sm:
         raise ValueError(f"{blocks} blocks cannot all be resident on {sm_count} SMs; the collective kernel waits "
                          f"for its peers, so every block must be")
     return max(1, blocks)
@@ -130,28 +139,27 @@ def grid_blocks(plan: Any, sm_count: int) -> int:
 
 def buffer_bytes(plan: Any) -> dict[str, int]:
     """Bytes of each per-device buffer."""
-    p = _plan_dict(plan)
-    isz = DTYPES[p["in_dtype"]].itemsize
-    return {"lhs": p["m"] * p["k"] * isz, "rhs": p["k"] * p["n"] * isz,
-            "out": p["m_total"] * p["n"] * DTYPES[p["out_dtype"]].itemsize,
-            "gather": max(int(p["gather_bytes"]), 16), "flags": int(p["flags_bytes"])}
+    r = _ring(_record(plan))
+    isz = DTYPES[r.in_dtype].itemsize
+    return {"lhs": r.m * r.k * isz, "rhs": r.k * r.n * isz, "out": r.m_total * r.n * DTYPES[r.out_dtype].itemsize,
+            "gather": max(r.gather_bytes, 16), "flags": r.flags_bytes}
 
 
 def stack_shards(plan: Any, name: str, shards: Sequence[Any]) -> np.ndarray:
     """Per-device arrays (numpy, or anything np.asarray takes) -> one [num_devices, *shape] numpy array, checked."""
-    p = _plan_dict(plan)
-    ops = {o["name"]: o for o in p["inputs"] + p["outputs"]}
+    rec = _record(plan)
+    ops = {o.name: o for o in rec.operands}
     if name not in ops:
-        raise ValueError(f"{p['name']}: no operand named {name!r}")
+        raise ValueError(f"{rec.name}: no operand named {name!r}")
     o = ops[name]
-    if len(shards) != p["num_devices"]:
-        raise ValueError(f"{p['name']}: {name} needs {p['num_devices']} per-device arrays (one per ring position), "
+    if len(shards) != rec.num_devices:
+        raise ValueError(f"{rec.name}: {name} needs {rec.num_devices} per-device arrays (one per ring position), "
                          f"got {len(shards)}")
     out = []
     for d, s in enumerate(shards):
         a = np.asarray(s)
-        if tuple(a.shape) != tuple(o["shape"]) or a.dtype != DTYPES[o["dtype"]]:
-            raise ValueError(f"{p['name']}: {name}[{d}] must be {o['dtype']} {list(o['shape'])}, got {a.dtype} "
+        if tuple(a.shape) != o.shape or a.dtype != DTYPES[o.dtype]:
+            raise ValueError(f"{rec.name}: {name}[{d}] must be {o.dtype} {list(o.shape)}, got {a.dtype} "
                              f"{list(a.shape)}")
         out.append(a)
     return np.stack(out)
@@ -180,10 +188,10 @@ def gpu_count() -> int:
 
 def can_run(plan: Any, devices: Sequence[int] | None = None) -> tuple[bool, str]:
     """Whether this process can run the plan's ring: enough GPUs, and peer access between every ring neighbour."""
-    p = _plan_dict(plan)
+    rec = _record(plan)
     d = _driver()
     ok, why = d.available()
-    need = p["num_devices"]
+    need = rec.num_devices
     if not ok:
         return False, f"needs {need} GPUs with peer access: {why}"
     count = gpu_count()
@@ -191,7 +199,7 @@ def can_run(plan: Any, devices: Sequence[int] | None = None) -> tuple[bool, str]
     if count < need or len(devs) != need or max(devs) >= count:
         return False, f"needs {need} GPUs with peer access; this machine has {count}"
     for pos in range(need):
-        a, b = devs[pos], devs[p["send_to"][pos]]
+        a, b = devs[pos], devs[_ring(rec).send_to[pos]]
         if a != b and not int(d._call("cuDeviceCanAccessPeer", d._call("cuDeviceGet", a), d._call("cuDeviceGet", b))):
             return False, f"GPU {a} cannot access GPU {b}'s memory (no peer-to-peer path)"
     return True, ""
@@ -232,12 +240,12 @@ class RingRunner:
     """Every GPU of the ring from one process: allocate, upload, launch all, download. Not thread-safe."""
 
     def __init__(self, plan: Any, cubin: bytes, devices: Sequence[int] | None = None):
-        self.plan = _plan_dict(plan)
-        p = self.plan
-        self.devices = list(range(p["num_devices"])) if devices is None else [int(x) for x in devices]
+        self.launch = p = _record(plan)
+        ring = _ring(p)
+        self.devices = list(range(p.num_devices)) if devices is None else [int(x) for x in devices]
         ok, why = can_run(p, self.devices)
         if not ok:
-            raise RuntimeError(f"{p['name']}: {why}")
+            raise RuntimeError(f"{p.name}: {why}")
         d = _driver()
         self.module = d.Module(cubin)
         self.sizes = buffer_bytes(p)
@@ -245,21 +253,21 @@ class RingRunner:
         self.ptrs: dict[tuple[str, int], int] = {}
         names = [d._device_name(d._call("cuDeviceGet", x)) for x in self.devices]
         if len(set(names)) != 1:
-            raise RuntimeError(f"{p['name']}: the ring's GPUs must be alike (same grid on every one), got {names}")
+            raise RuntimeError(f"{p.name}: the ring's GPUs must be alike (same grid on every one), got {names}")
         for pos, dev in enumerate(self.devices):
             d.ensure_context(dev)
             for buf, nbytes in self.sizes.items():
                 self.ptrs[(buf, pos)] = _alloc(nbytes)
             d._call("cuMemsetD8", self.ptrs[("flags", pos)], 0, self.sizes["flags"])
         for pos, dev in enumerate(self.devices):
-            for other in {p["send_to"][pos], p["recv_from"][pos]}:
+            for other in {ring.send_to[pos], ring.recv_from[pos]}:
                 _enable_peer(dev, self.devices[other])
         d.ensure_context(self.devices[0])
         self.blocks = grid_blocks(p, d.device_info()["sm_count"])
         self.funcs = {}
         for dev in self.devices:
             d.ensure_context(dev)
-            self.funcs[dev] = self.module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])
+            self.funcs[dev] = self.module.function(p.kernel_name, dynamic_smem=p.smem_bytes)
 
     def upload(self, lhs: np.ndarray, rhs: np.ndarray, poison: bool = True) -> None:
         """lhs [D, M, K], rhs [D, K, N] (stack_shards); out poisoned with NaN."""
@@ -281,13 +289,13 @@ class RingRunner:
         self.epoch += 1
         out = []
         for pos, dev in enumerate(self.devices):
-            args = _encode(arg_layout(self.plan, pos, self.ptrs, self.epoch))
+            args = _encode(arg_layout(self.launch, pos, self.ptrs, self.epoch))
             func = self.funcs[dev]
 
             def go(dev=dev, func=func, args=args) -> None:
                 d.ensure_context(dev)
-                d.launch(func, grid=(self.blocks, 1, 1), block=(self.plan["threads"], 1, 1),
-                         smem=self.plan["smem_bytes"], args=args)
+                d.launch(func, grid=(self.blocks, 1, 1), block=(self.launch.threads, 1, 1),
+                         smem=self.launch.smem_bytes, args=args)
             out.append(go)
         return out
 
@@ -305,8 +313,8 @@ class RingRunner:
     def download(self) -> np.ndarray:
         """out of every device: [D, M_total, N]."""
         d = _driver()
-        p = self.plan
-        out = np.empty((p["num_devices"], p["m_total"], p["n"]), DTYPES[p["out_dtype"]])
+        r = _ring(self.launch)
+        out = np.empty((r.num_devices, r.m_total, r.n), DTYPES[r.out_dtype])
         for pos, dev in enumerate(self.devices):
             d.ensure_context(dev)
             d._call("cuMemcpyDtoH", out[pos].ctypes.data, self.ptrs[("out", pos)], out[pos].nbytes)
@@ -340,7 +348,8 @@ class RankSession:
     def __init__(self, plan: Any, cubin: bytes, rank: int, device: int,
                  all_gather: Callable[[Any], list], external: Mapping[str, int] | None = None):
         d, cu = _driver(), _cu()
-        self.plan = p = _plan_dict(plan)
+        self.launch = p = _record(plan)
+        ring = _ring(p)
         self.rank, self.device = int(rank), int(device)
         d.ensure_context(self.device)
         self.sizes = buffer_bytes(p)
@@ -351,7 +360,7 @@ class RankSession:
         everyone = all_gather({"rank": self.rank, "handles": handles})
         self.ptrs = {(buf, self.rank): ptr for buf, ptr in self.own.items()}
         self._opened = []
-        for who in {p["send_to"][self.rank], p["recv_from"][self.rank]} - {self.rank}:
+        for who in {ring.send_to[self.rank], ring.recv_from[self.rank]} - {self.rank}:
             entry = next(e for e in everyone if e["rank"] == who)
             for buf, raw in entry["handles"].items():
                 ptr = int(d._call("cuIpcOpenMemHandle", ipc_handle_from(raw),
@@ -359,7 +368,7 @@ class RankSession:
                 self._opened.append(ptr)
                 self.ptrs[(buf, who)] = ptr
         self.module = d.Module(cubin)
-        self.func = self.module.function(p["kernel_name"], dynamic_smem=p["smem_bytes"])
+        self.func = self.module.function(p.kernel_name, dynamic_smem=p.smem_bytes)
         self.blocks = grid_blocks(p, d.device_info()["sm_count"])
 
     def upload(self, lhs: np.ndarray, rhs: np.ndarray, poison: bool = True) -> None:
@@ -385,8 +394,8 @@ class RankSession:
         d = _driver()
         d.ensure_context(self.device)
         d.synchronize()
-        p = self.plan
-        out = np.empty((p["m_total"], p["n"]), DTYPES[p["out_dtype"]])
+        r = _ring(self.launch)
+        out = np.empty((r.m_total, r.n), DTYPES[r.out_dtype])
         d._call("cuMemcpyDtoH", out.ctypes.data, self.own["out"], out.nbytes)
         return out
 
@@ -397,9 +406,9 @@ class RankSession:
 
         def go() -> None:
             self.epoch += 1
-            args = _encode(arg_layout(self.plan, self.rank, self.ptrs, self.epoch))
-            d.launch(self.func, grid=(self.blocks, 1, 1), block=(self.plan["threads"], 1, 1),
-                     smem=self.plan["smem_bytes"], args=args, stream=stream)
+            args = _encode(arg_layout(self.launch, self.rank, self.ptrs, self.epoch))
+            d.launch(self.func, grid=(self.blocks, 1, 1), block=(self.launch.threads, 1, 1),
+                     smem=self.launch.smem_bytes, args=args, stream=stream)
         return go
 
 
@@ -407,21 +416,20 @@ class RankSession:
 
 def collective_inputs(plan: Any, seed: int | None = None) -> dict[str, np.ndarray]:
     """Fresh random per-device inputs, stacked: lhs [D, M, K], rhs [D, K, N] (normal, in the input dtype)."""
-    p = _plan_dict(plan)
+    rec = _record(plan)
     rng = np.random.default_rng(seed)
     out = {}
-    for o in p["inputs"]:
-        shape = (p["num_devices"], *o["shape"])
-        out[o["name"]] = rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[o["dtype"]])
+    for o in rec.inputs:
+        shape = (rec.num_devices, *o.shape)
+        out[o.name] = rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[o.dtype])
     return out
 
 
 def run_cuda(plan: Any, cubin: bytes, inputs: Mapping[str, np.ndarray], devices: Sequence[int] | None = None,
              launches: int = 1) -> np.ndarray:
     """Every device's out [D, M_total, N] after `launches` launches on fresh NaN-poisoned outputs (the last one's)."""
-    p = _plan_dict(plan)
-    lhs = next(o["name"] for o in p["inputs"] if o["role"] == "lhs")
-    rhs = next(o["name"] for o in p["inputs"] if o["role"] == "rhs")
+    p = _record(plan)
+    lhs, rhs = p.by_role("lhs").name, p.by_role("rhs").name
     runner = RingRunner(p, cubin, devices)
     for _ in range(launches):
         runner.upload(inputs[lhs], inputs[rhs], poison=True)
@@ -431,20 +439,24 @@ def run_cuda(plan: Any, cubin: bytes, inputs: Mapping[str, np.ndarray], devices:
 
 def run_pallas(module: Any, plan: Any, inputs: Mapping[str, np.ndarray], interpret: Any = None) -> np.ndarray:
     """The Pallas kernel over a mesh of the first num_devices jax devices; out [D, M_total, N] (poisoned first)."""
-    p = _plan_dict(plan)
-    lhs = next(o["name"] for o in p["inputs"] if o["role"] == "lhs")
-    rhs = next(o["name"] for o in p["inputs"] if o["role"] == "rhs")
+    p = _record(plan)
+    lhs, rhs = p.by_role("lhs").name, p.by_role("rhs").name
     outs = module.run_shards(list(inputs[lhs]), list(inputs[rhs]), interpret=interpret, poisoned=True)
     return np.stack([np.asarray(o) for o in outs])
 
 
-def load_plan(root: str | Path) -> dict:
-    return json.loads((Path(root) / "plan.json").read_text())
+def load_launch(root: str | Path) -> LaunchRecord:
+    """A ring package's launch record (root/launch.json, validated; LaunchRecordError names the file)."""
+    rec = load(root)
+    if rec.ring is None:
+        raise ValueError(f"{Path(root) / 'launch.json'}: {rec.name} is a one-GPU kernel ({rec.family}), not a ring "
+                         f"kernel")
+    return rec
 
 
 def flops(plan: Any) -> int:
-    p = _plan_dict(plan)
-    return 2 * p["num_devices"] * p["m"] * p["n"] * p["k"]
+    r = _ring(_record(plan))
+    return 2 * r.num_devices * r.m * r.n * r.k
 
 
 def tflops(plan: Any, ms: float) -> float:

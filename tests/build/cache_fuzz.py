@@ -142,7 +142,7 @@ def _consistent_rewrite(rng, entry, f):
     # the JSON files, whose contents build_spec checks; a consistent rewrite of kernel.cu is undetectable by design
     # (whoever can write the cache can make it serve anything: docs/reliability.md)
     ix = _index(entry)
-    name = rng.choice(["manifest.json", "plan.json"])
+    name = rng.choice(["manifest.json", "plan.json", "launch.json"])
     if ix is not None and (entry / name).is_file():
         data = rng.choice([b"", b"{", b"[]", b"null", json.dumps(_random_json(rng)).encode(),
                            (entry / name).read_bytes()[:-1], b"\x00" * 100])

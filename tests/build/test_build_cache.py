@@ -27,7 +27,7 @@ def test_second_build_is_a_cache_hit(tmp_path):
     second = build_spec(ADD, SMALL, cache=cache)
     assert first.cache_hit is False and second.cache_hit is True
     assert first.files == second.files
-    assert set(first.files) == {"plan.json", "kernel.cu", "kernel.ptx", "kernel.cubin", "pallas_kernel.py",
+    assert set(first.files) == {"launch.json", "plan.json", "kernel.cu", "kernel.ptx", "kernel.cubin", "pallas_kernel.py",
                                 "manifest.json"}
     entry = entry_dir(cache, first)
     assert entry.is_dir() and entry.parent.parent == tmp_path / "c"
@@ -115,9 +115,10 @@ def test_package_is_importable(pkg):
     assert sorted(p.name for p in dest.iterdir()) == sorted(list(b.files) + ["__init__.py"])
     assert not any(p.name.startswith(".") for p in dest.parent.iterdir())     # no leftover temporary folder
     assert callable(mod.add_bf16)
-    assert mod.plan["kernel_name"] == b.plan.kernel_name == "map_add_bf16_32x256_s4_wg2"
+    assert mod.kernel.launch.kernel_name == b.plan.kernel_name == "map_add_bf16_32x256_s4_wg2"
+    assert mod.plan["kernel_name"] == b.plan.kernel_name      # plan.json: still in the package, for people and tools
     assert mod.plan["sizes"] == SMALL
-    assert [o["name"] for o in mod.plan["inputs"]] == ["x", "y"]
+    assert [o.name for o in mod.kernel.launch.inputs] == ["x", "y"]
     assert "add_bf16(x, y, *, out=None" in mod.__doc__
     assert repr(mod.kernel) == "<schedgen kernel add_bf16(x: bf16[64, 512], y: bf16[64, 512]) backends=['cuda', 'pallas']>"
 

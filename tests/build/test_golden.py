@@ -1,5 +1,5 @@
-"""Goldens of every intermediate product: each bundled spec's plan JSON, its `explain` text, and its rendered
-sources through both templates, compared byte for byte.
+"""Goldens of every intermediate product: each bundled spec's plan JSON, its launch record (launch.json), its
+`explain` text, and its rendered sources through both templates, compared byte for byte.
 
 Regenerate after an intended change with `pytest tests/test_golden.py --update-golden`, then review the diff of
 tests/golden/ (a refactor must leave it empty, or explain every changed line in its commit).
@@ -14,11 +14,13 @@ import pytest
 from conftest import GOLDEN_DIR, spec_files
 from schedgen.explain import explain
 from schedgen.plan import plan, to_json
+from schedgen.plan.launch import launch_record
 from schedgen.render import render
 from schedgen.frontend.validate import load_spec
 
 SUFFIX = {"cuda": ".cu", "pallas": ".py"}
-PRODUCTS = {".plan.json": lambda p: to_json(p) + "\n", ".explain.txt": lambda p: explain(p) + "\n"}
+PRODUCTS = {".plan.json": lambda p: to_json(p) + "\n", ".explain.txt": lambda p: explain(p) + "\n",
+            ".launch.json": lambda p: launch_record(p).to_json() + "\n"}   # what the runtime reads of a package
 
 
 def _plan(path):

@@ -95,13 +95,36 @@ def test_layout_rejects_bad_pointers_and_epochs():
         md.validate_layout(md.arg_layout(p, 0, bad, epoch=1))
 
 
-def test_plan_json_drives_the_same_layout():
-    """The runtime works from plan.json (a package's): the same arguments as from the plan object."""
-    _, p = _spec()
-    ptrs = _fake_pointers(p)
+def test_launch_json_drives_the_same_layout(tmp_path):
+    """The host works from launch.json (a package's launch record): the same arguments, grid and buffers as from the
+    plan object; plan.json (the whole plan) is refused as a record."""
     import json
     from schedgen.plan import to_json
-    assert md.arg_layout(json.loads(to_json(p)), 1, ptrs, 3) == md.arg_layout(p, 1, ptrs, 3)
+    from schedgen.plan.launch import LaunchRecordError, launch_record
+    _, p = _spec()
+    ptrs = _fake_pointers(p)
+    (tmp_path / "launch.json").write_text(launch_record(p).to_json())
+    rec = md.load_launch(tmp_path)
+    assert md.arg_layout(rec, 1, ptrs, 3) == md.arg_layout(p, 1, ptrs, 3)
+    assert md.arg_layout(json.loads(launch_record(p).to_json()), 0, ptrs, 3) == md.arg_layout(p, 0, ptrs, 3)
+    assert md.grid_blocks(rec, 114) == md.grid_blocks(p, 114) and md.buffer_bytes(rec) == md.buffer_bytes(p)
+    assert md.peers(rec, 1) == md.peers(p, 1) and md.flops(rec) == md.flops(p)
+    with pytest.raises(LaunchRecordError, match="version: missing"):
+        md.arg_layout(json.loads(to_json(p)), 1, ptrs, 3)
+    (tmp_path / "plan.json").write_text(to_json(p))
+    (tmp_path / "launch.json").unlink()
+    with pytest.raises(LaunchRecordError, match=r"launch\.json: missing"):
+        md.load_launch(tmp_path)
+
+
+def test_one_gpu_record_is_refused_by_the_ring_host(tmp_path):
+    from schedgen.plan.launch import launch_record
+    spec, src = load_spec(str(SPECS_DIR / "add_bf16.yaml"))
+    (tmp_path / "launch.json").write_text(launch_record(plan(spec, src)).to_json())
+    with pytest.raises(ValueError, match="one-GPU kernel"):
+        md.load_launch(tmp_path)
+    with pytest.raises(ValueError, match="one-GPU kernel"):
+        md.grid_blocks(plan(spec, src), 132)
 
 
 @pytest.mark.parametrize("d, sign", [(2, "-"), (3, "+"), (4, "-")])
@@ -219,7 +242,9 @@ def test_generated_package_checks_its_arguments(tmp_path):
     try:
         mod = importlib.import_module(built.name)
         fn = getattr(mod, built.name)
-        assert mod.plan["family"] == "collective_matmul" and (dest / "kernel.cubin").exists()
+        assert mod._launch == md.load_launch(dest) and (dest / "kernel.cubin").exists()
+        assert mod._launch.family == "collective_matmul" and mod._launch.ring.num_devices == 2
+        assert mod.plan["family"] == "collective_matmul"          # plan.json: still there for people and tools
         assert os.environ["NCCL_NVLS_ENABLE"] == "0"
         spec, p = _spec(SMALL)
         x = random_inputs(spec, p.sizes, seed=1)
