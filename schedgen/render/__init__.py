@@ -16,6 +16,7 @@ import jinja2
 from .. import families
 from ..comment import comment_text
 from ..frontend import expr as ex
+from ..frontend import spelling
 from ..plan.common import cxx_float
 from ..plan.exprs import spell
 
@@ -53,12 +54,12 @@ def _spelled(roles: Mapping[str, str], **spelling) -> dict[str, str]:
 
 def _cxx(value, names: Mapping[str, str]) -> str:
     """A float expression as float32 C++ (its names through `names`)."""
-    return ex.render_cxx(_tree(value), names)
+    return spelling.render_cxx(_tree(value), names)
 
 
 def _jnp(value, names: Mapping[str, str]) -> str:
     """A float expression as jax.numpy source (its names through `names`)."""
-    return ex.render_jnp(_tree(value), names)
+    return spelling.render_jnp(_tree(value), names)
 
 
 def _ranges(value):
@@ -71,13 +72,13 @@ def _ranges(value):
 def _pyint(value, names: Mapping[str, str]) -> str:
     """An integer expression as Python over int32 tracers; refused unless it fits 32 bits over the ranges the
     planner proved it over (a PlanExpr's `.ranges`)."""
-    return ex.render_py_int(_tree(value), names, ranges=_ranges(value))
+    return spelling.render_py_int(_tree(value), names, ranges=_ranges(value))
 
 
 def _cxxint(value, names: Mapping[str, str]) -> str:
     """An integer expression as C++ `int` math ('//' and '%' through sg_floordiv / sg_floormod); refused unless it
     fits 32 bits over the ranges the planner proved it over (a PlanExpr's `.ranges`)."""
-    return ex.render_cxx_int(_tree(value), names, ranges=_ranges(value))
+    return spelling.render_cxx_int(_tree(value), names, ranges=_ranges(value))
 
 
 def _cxxfloat(value: float) -> str:

@@ -9,8 +9,9 @@ import pytest
 
 from schedgen.frontend.expr import (
     FUNCTIONS, IDENT_RE, RESERVED, ExprError, check_identifier, eval_int, eval_numpy, parse_body,
-    parse_index_map, parse_int_expr, render_cxx, render_cxx_int, render_jnp, render_py_int,
+    parse_index_map, parse_int_expr,
 )
+from schedgen.frontend.spelling import render_cxx, render_cxx_int, render_jnp, render_py_int
 
 INPUTS, OUTPUTS, CONSTANTS = ("x", "y"), ("o",), ("alpha",)
 NAMES = {n: f"v_{n}" for n in ("x", "y", "o", "p", "t", "u", "alpha")}

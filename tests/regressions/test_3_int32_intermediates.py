@@ -22,6 +22,7 @@ from conftest import ROOT
 from schedgen.errors import SpecErrors
 from schedgen.plan import plan
 from schedgen.frontend import expr as ex
+from schedgen.frontend import intmath, spelling
 from schedgen.frontend.load import load_file
 from schedgen.frontend.validate import validate_data
 from schedgen.render import environment
@@ -84,7 +85,7 @@ def test_collective_device_id_overflowing_int32_is_rejected():
 
 def test_renderers_refuse_what_does_not_fit():
     (e,) = ex.parse_index_map("(i * 65536 * 65536,)", grid_names=["i"], sizes=[])
-    for render in (ex.render_cxx_int, ex.render_py_int):
+    for render in (spelling.render_cxx_int, spelling.render_py_int):
         with pytest.raises(ex.ExprError, match="outside the 32-bit int range"):
             render(e, {"i": "g_i"}, ranges={"i": (0, 3)})
 
@@ -120,7 +121,7 @@ def test_interval_bounds_contain_every_value_of_every_sub_expression():
             e = ex.parse_int_expr(text, names=ranges)
         except ex.ExprError:   # a literal division by zero
             continue
-        bounds = ex.int_bounds(e, ranges)
+        bounds = intmath.int_bounds(e, ranges)
         for point in itertools.product(range(6), range(4)):
             env = {"i": point[0], "j": point[1], "M": 7}
             for node, (lo, hi) in bounds:

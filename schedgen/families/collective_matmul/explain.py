@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...explain import PEAK_TFLOPS
-from ...frontend import expr as ex
+from ...frontend import spelling
 from ..matmul.explain import explain_matmul
 
 NVLINK_GBPS = 450.0  # H200 NVLink 4, one direction (datasheet: 900 GB/s both ways); not measured here
@@ -20,7 +20,7 @@ def explain_collective_matmul(p) -> str:
     order = "; ".join(f"device {dev}: " + ", ".join(str(p.chunk(dev, s)) for s in range(d)) for dev in range(d))
     ring = ", ".join(f"{dev} -> {p.send_to[dev]}" for dev in range(d))
     target = "its row block" if p.received_per == "row_block" else "the whole chunk"
-    device_id = ex.render_py_int(p.device_id.expr, {p.axis_name: p.axis_name}, ranges=p.device_id.ranges)
+    device_id = spelling.render_py_int(p.device_id.expr, {p.axis_name: p.axis_name}, ranges=p.device_id.ranges)
     lines = [
         f"kernel {p.kernel_name}  (family collective_matmul, backends: {', '.join(p.backends)})",
         f"  problem    {out.name}[{p.m_total}, {p.n}] = all_gather({lhs.name}[{p.m}, {p.k}] over mesh axis {p.axis_name}, "

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...frontend import expr as ex
+from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, Operand
 from ...plan.common import Problems, row_major_strides
 from ...plan.hardware import Hardware
@@ -468,7 +469,7 @@ def _ring(ref, axis: str, d_count: int, problems: Problems,
     ranges = {axis: (0, d_count - 1)}
     try:
         expr = ex.parse_int_expr(text, names=[axis])
-        if (err32 := ex.check_int32(expr, ranges, over=f"the mesh ({axis} in 0..{d_count - 1})")) is not None:
+        if (err32 := intmath.check_int32(expr, ranges, over=f"the mesh ({axis} in 0..{d_count - 1})")) is not None:
             raise err32
         send_to = tuple(ex.eval_int(expr, {axis: d}) for d in range(d_count))
     except ex.ExprError as err:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...explain import COPY_GBPS
-from ...frontend import expr as ex
+from ...frontend import spelling
 from ...plan.exprs import spell
 
 # The identifiers the CUDA template gives the body's names, by role (explain prints the body as the kernel has it).
@@ -34,7 +34,7 @@ def explain_map(p) -> str:
     lines.append("  body")
     ids = spell(p.body_roles, CXX_SPELLING)
     for target, value in p.body:
-        lines.append(f"    {ids[target]} = {ex.render_cxx(value.expr, ids)}")
+        lines.append(f"    {ids[target]} = {spelling.render_cxx(value.expr, ids)}")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
     return "\n".join(lines)

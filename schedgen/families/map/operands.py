@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ...frontend import expr as ex
+from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, BlockSpec
 from ...plan.common import (
     CTYPE,
@@ -274,7 +275,7 @@ def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, s
     c = IndexMapCheck(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path)
     ranges = _index_ranges(grid, grid_names, sizes)
     for e in imap:
-        if (err := ex.check_int32(e, ranges)) is not None:
+        if (err := intmath.check_int32(e, ranges)) is not None:
             problems.add((*path, "index_map"), err.message, (err.line, err.col))
             return
     if _check_affine(c, problems):
@@ -301,7 +302,7 @@ def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
     affine = all(c.block[d] == c.iblock[off + d] or c.broadcast(d) for d in range(rank))
     want_forms = [{"": 0} if c.broadcast(d) or c.grid_names[off + d] in fixed else {c.grid_names[off + d]: 1, "": 0}
                   for d in range(rank)]
-    forms = [ex.affine_form(e, fixed) for e in c.imap]
+    forms = [intmath.affine_form(e, fixed) for e in c.imap]
     if not affine or any(f is None for f in forms):
         return False
     if forms == want_forms:
@@ -327,8 +328,8 @@ def _check_exhaustively(c: IndexMapCheck, problems: Problems) -> None:
         coords = np.unravel_index(flat, c.grid)
         env = dict(zip(c.grid_names, coords)) | env_sizes
         try:
-            got = [ex.eval_int_array(e, env, flat.shape) for e in c.imap]
-        except ex.GridZeroDivision as err:
+            got = [intmath.eval_int_array(e, env, flat.shape) for e in c.imap]
+        except intmath.GridZeroDivision as err:
             point = tuple(int(x[err.index]) for x in coords)
             problems.add((*c.path, "index_map"), f"{err.message} at grid point {point}")
             return

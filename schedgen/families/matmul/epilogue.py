@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ...frontend import expr as ex
+from ...frontend import spelling
 from ...plan.exprs import PlanExpr, spell
 
 __all__ = ["JNP_SPELLING", "PlanExpr", "epilogue_jnp", "epilogue_text", "spell"]
@@ -24,12 +24,12 @@ def epilogue_jnp(plan) -> tuple[tuple[str, str], ...]:
     """The epilogue as the Pallas template spells it: (target, jnp expression) over v_acc, v_<operand>, _c_<const>,
     t_<temporary>; the output is r_out."""
     names = spell(plan.epilogue_roles, JNP_SPELLING)
-    return tuple((names[target], ex.render_jnp(value.expr, names)) for target, value in plan.epilogue)
+    return tuple((names[target], spelling.render_jnp(value.expr, names)) for target, value in plan.epilogue)
 
 
 def epilogue_text(plan) -> list[str]:
     """The epilogue's statements over the spec's names, with only the parentheses they need (jnp's spelling of the
     functions, without the `jnp.` prefix)."""
     names = {name: name for name in plan.epilogue_roles}
-    return [f"{target} = " + ast.unparse(ast.parse(ex.render_jnp(value.expr, names), mode="eval")).replace("jnp.", "")
+    return [f"{target} = " + ast.unparse(ast.parse(spelling.render_jnp(value.expr, names), mode="eval")).replace("jnp.", "")
             for target, value in plan.epilogue]

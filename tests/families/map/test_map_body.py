@@ -12,6 +12,7 @@ import pytest
 
 from conftest import SPECS_DIR
 from schedgen.frontend import expr as ex
+from schedgen.frontend import spelling
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import plan, to_json
 from schedgen.plan.exprs import PlanExpr
@@ -75,8 +76,8 @@ def test_the_plan_keeps_the_validated_body_and_the_templates_spell_it(tmp_path, 
     cuda, pallas = render(p, "cuda"), render(p, "pallas")
     for target, value in body.statements:
         ident = "r_o" if target == "o" else f"t_{target}"
-        assert f"        const float {ident} = {ex.render_cxx(value, cxx_names)};\n" in cuda
-        assert f"        {ident} = {ex.render_jnp(value, jnp_names)}\n" in pallas
+        assert f"        const float {ident} = {spelling.render_cxx(value, cxx_names)};\n" in cuda
+        assert f"        {ident} = {spelling.render_jnp(value, jnp_names)}\n" in pallas
         cxx_names[target] = jnp_names[target] = ident
     # a plan pickles with its trees (the build cache and worker processes)
     back = pickle.loads(pickle.dumps(p))
