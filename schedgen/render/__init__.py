@@ -107,12 +107,17 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def tma_ranks(plan) -> list[int]:
+    """The ranks of the plan's tensor maps: which CUDA tensor-map helpers a kernel's source needs."""
+    return sorted({len(a.shape) for a in plan.kernel_args if a.kind == "tmap"})
+
+
 def render(plan, backend: str) -> str:
     family = families.of(plan)
     name = family.template(families.BACKEND_TEMPLATES[backend])
     if name is None:
         raise ValueError(f"the {family.kind} family has no {backend} template")
-    ctx = {"p": plan, "approx_math": getattr(plan, "approx_math", False), "tma_ranks": plan.tma_ranks}
+    ctx = {"p": plan, "approx_math": getattr(plan, "approx_math", False), "tma_ranks": tma_ranks(plan)}
     return environment().get_template(name).render(**ctx)
 
 

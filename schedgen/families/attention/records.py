@@ -109,10 +109,6 @@ class AttentionPlan:
         return self.inputs + self.outputs
 
     @property
-    def tma_ranks(self) -> list[int]:
-        return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
-
-    @property
     def sections(self) -> int:
         """lpt: sections of (batch, q head) pairs; the last one may hold fewer (last_section_heads)."""
         return -(-(self.batch * self.heads_q) // self.section_heads)

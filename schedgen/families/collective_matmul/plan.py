@@ -144,10 +144,6 @@ class CollectiveMatmulPlan:
     bytes_moved: int           # per device: lhs, rhs, out and the gathered chunks read back
     link_bytes: int            # per device: bytes sent to the neighbour over the ring
 
-    @property
-    def tma_ranks(self) -> list[int]:
-        return [2]
-
     def chunk(self, device: int, step: int) -> int:
         """The lhs chunk (the device it came from) that `device` multiplies at ring step `step`."""
         return (device + self.chunk_step * step) % self.num_devices

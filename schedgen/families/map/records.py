@@ -93,9 +93,6 @@ class MapPlan:
     def operands(self) -> tuple[MapOperand, ...]:
         return self.inputs + self.outputs
 
-    @property
-    def tma_ranks(self) -> list[int]:
-        return sorted({len(o.tma_dims) for o in self.operands})
 
 
 def cname(role: str, name: str) -> str:

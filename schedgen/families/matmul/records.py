@@ -153,9 +153,6 @@ class MatmulPlan:
     def operands(self) -> tuple[MatOperand, ...]:
         return self.inputs + self.outputs
 
-    @property
-    def tma_ranks(self) -> list[int]:
-        return sorted({len(a.shape) for a in self.kernel_args if a.kind == "tmap"})
 
 
 def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str | None:
