@@ -10,16 +10,9 @@ identifiers and ordinary paths come out unchanged.
 """
 from __future__ import annotations
 
-_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
-
-
-def _escape(ch: str) -> str:
-    if ch in _SHORT:
-        return _SHORT[ch]
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+from .errors import printable
 
 
 def comment_text(text: object) -> str:
     """`text` (anything; str() of it) as one line that cannot end or continue the comment it is written in."""
-    return "".join(ch if ch.isprintable() and ch != "\\" else _escape(ch) for ch in str(text))
+    return printable(str(text), backslash=True)

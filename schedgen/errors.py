@@ -61,10 +61,13 @@ class Problem:
     pos: Pos | None = None
 
 
-def printable(text: str) -> str:
-    """`text` with its non-printable characters (newlines, tabs, escapes, format controls) written as Python
-    escapes, so that a message stays one line whatever the file or command line held."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def printable(text: str, *, backslash: bool = False) -> str:
+    """`text` with its non-printable characters (newlines, tabs, escapes, format controls, lone surrogates) written
+    as Python escapes, so that a message stays one line whatever the file or command line held; `backslash`: the
+    backslash escaped too (`schedgen.comment`: in C++ a trailing one continues a `//` comment)."""
+    if text.isprintable() and not (backslash and "\\" in text):
+        return text
+    return "".join(repr(c)[1:-1] if not c.isprintable() or (backslash and c == "\\") else c for c in text)
 
 
 def format_path(path: Sequence) -> str:
