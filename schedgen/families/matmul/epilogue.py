@@ -11,9 +11,7 @@ from __future__ import annotations
 import ast
 
 from ...frontend import spelling
-from ...plan.exprs import PlanExpr, spell
-
-__all__ = ["JNP_SPELLING", "PlanExpr", "epilogue_jnp", "epilogue_text", "spell"]
+from ...plan.exprs import spell
 
 # The identifiers the Pallas template gives the epilogue's names, by role (the CUDA template: c_{} for constants).
 JNP_SPELLING = {"accumulator": "v_acc", "operand": "v_{}", "constant": "_c_{}", "temporary": "t_{}",

@@ -113,7 +113,7 @@ def test_plan_expressions_pickle_with_their_trees():
     import ast
     import pickle
 
-    from schedgen.families.matmul.epilogue import PlanExpr
+    from schedgen.plan.exprs import PlanExpr
     p = _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"})
     (target, value), = p.epilogue
     back = pickle.loads(pickle.dumps(value))
