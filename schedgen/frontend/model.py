@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from .expr import check_float32, check_identifier
 
@@ -60,6 +60,38 @@ class Operand(Model):
     """An array argument: its shape over size names or literals, and its element type."""
     shape: list[Dim] = Field(min_length=1, max_length=5)
     dtype: DType
+
+
+class DynamicSize(Model):
+    """A size known only at the call: one package serves every value in min..max that is a multiple of
+    `multiple_of`; the CUDA kernel takes it as a launch argument (one cubin for the whole range), the Pallas
+    kernel is specialized by jax per shape and cached."""
+    dynamic: Literal[True] = Field(description="declare the size dynamic (the only legal value: true)")
+    max: Annotated[int, Field(ge=1, le=1 << 31, description="the largest value a call may pass (legality, 32-bit "
+                                                             "index math and grid limits are checked at it)")]
+    min: Annotated[int, Field(ge=1, le=1 << 31, description="the smallest value a call may pass")] = 1
+    multiple_of: Annotated[int, Field(ge=1, le=1 << 16, description="every value is a multiple of this "
+                                                                     "(a multiple of the tile avoids ragged edges)")] = 1
+
+    @model_validator(mode="after")
+    def _range(self) -> "DynamicSize":
+        if self.min > self.max:
+            raise ValueError(f"min = {self.min} is above max = {self.max}")
+        if self.max % self.multiple_of:
+            raise ValueError(f"max = {self.max} is not a multiple of multiple_of = {self.multiple_of}")
+        if self.min % self.multiple_of:
+            raise ValueError(f"min = {self.min} is not a multiple of multiple_of = {self.multiple_of} "
+                             f"(use min: {-(-self.min // self.multiple_of) * self.multiple_of})")
+        return self
+
+
+# A size: a literal extent (the kernel is specialized for it) or a dynamic range
+SizeValue = Annotated[Union[Annotated[int, Field(ge=1, le=1 << 31), Tag("fixed-size")],
+                            Annotated[DynamicSize, Tag("dynamic-size")]],
+                      Discriminator(lambda v: "dynamic-size" if isinstance(v, (dict, DynamicSize)) else "fixed-size")]
+Sizes = Annotated[dict[Ident, SizeValue], Field(
+    description="named extents the shapes use: an int (fixed: the kernel is specialized for it) or "
+                "{dynamic: true, max: N, multiple_of: K} (any value in range at each call, one cubin)")]
 
 
 # --------------------------------------------------------------------------- schedule: how

@@ -113,7 +113,7 @@ def _data_loc(loc: tuple, data: Any) -> tuple:
         elif isinstance(node, dict) and part == "[key]":
             pass  # the error is about the key itself (its value stays the current node's entry)
         elif isinstance(part, str) and (part.startswith(("int", "str", "literal[", "function-after[", "constrained-"))
-                                        or part in ("float", "bool")):
+                                        or part in ("float", "bool", "fixed-size", "dynamic-size")):
             continue
         out.append(part)
     return tuple(out)
@@ -131,14 +131,16 @@ def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
             out.append(errs[0])
             continue
         # Prefer a constraint/value error over "should be a valid string/integer" from the other member.
-        specific = [e for e in errs if e["type"] not in ("int_type", "string_type", "literal_error", "float_type", "bool_type")]
+        specific = [e for e in errs if e["type"] not in ("int_type", "string_type", "literal_error", "float_type",
+                                                         "bool_type", "model_type")]
         if specific:
             out.append(specific[0])
         else:
             types = sorted({e["type"].replace("_type", "").replace("literal_error", "literal") for e in errs})
             merged = dict(errs[0])
             merged["msg"] = " or ".join(e["msg"].removeprefix("Input should be ") for e in errs)
-            merged["msg"] = "Input should be " + merged["msg"]
+            merged["msg"] = ("Input should be " + merged["msg"]).replace(
+                "a valid dictionary or instance of DynamicSize", "{dynamic: true, max: N} (a dynamic size)")
             merged["type"] = "union:" + ",".join(types)
             out.append(merged)
     return out

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import SourceMap, SpecErrors
 from .. import families
+from . import dims
 from .common import Problems
 from .hardware import H200, Hardware
 
@@ -32,7 +33,12 @@ def plan(spec, src: SourceMap, hw: Hardware = H200):
 
 
 def to_dict(obj: Any) -> Any:
-    """A plan as plain JSON-able data (for explain, manifests and tests)."""
+    """A plan as plain JSON-able data (for explain, manifests and tests); an extent known only at the call as its
+    prefix-form list (plan/dims.py)."""
+    if isinstance(obj, dims.Dim):
+        return dims.to_json(obj)
+    if hasattr(obj, "model_dump"):       # a spec model kept in a plan (a dynamic size's declaration)
+        return obj.model_dump()
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):

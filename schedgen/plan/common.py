@@ -9,6 +9,8 @@ import numpy as np
 
 from ..errors import Problem
 from ..frontend.model import ITEMSIZE
+from . import dims
+from .dims import DimLike, SizeRange
 from .hardware import Hardware
 from .legality import swizzle_problem, tma_box_fits, tma_inner_bytes_problem
 
@@ -20,14 +22,15 @@ CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8
 class KernelArg:
     """One CUDA kernel parameter, in order: a TMA descriptor over an operand, its raw device pointer, or a counter
     the runtime owns (two u32, zero before each launch: a dynamic persistent grid's tile claims)."""
-    kind: str                 # "tmap" | "ptr" | "counter"
-    operand: int              # index into inputs + outputs (-1: a counter)
+    kind: str                 # "tmap" | "ptr" | "counter" | "i32"
+    operand: int              # index into inputs + outputs (-1: a counter or a scalar)
     dtype: str = ""
-    shape: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()   # bytes, numpy order
+    shape: tuple[DimLike, ...] = ()
+    strides: tuple[DimLike, ...] = ()   # bytes, numpy order
     box: tuple[int, ...] = ()
     swizzle: int = 0
     oob_nan: bool = False
+    value: DimLike = 0        # an "i32": the extent the runtime evaluates at each call
 
 
 def cxx_float(value: float) -> str:
@@ -43,6 +46,35 @@ class Problems(list):
 
     def add(self, path: Sequence, message: str, inner: tuple[int, int] = (0, 0)) -> None:
         self.append(Problem(tuple(path), message, inner_line=inner[0], inner_col=inner[1]))
+
+
+def dynamic_ranges(sizes: Mapping) -> dict[str, SizeRange]:
+    """The op's dynamic sizes (op.sizes entries written {dynamic: true, ...}) as ranges, in spec order."""
+    return {n: SizeRange(n, v.min, v.max, v.multiple_of) for n, v in sizes.items() if not isinstance(v, int)}
+
+
+def size_values(sizes: Mapping) -> dict[str, DimLike]:
+    """op.sizes as extents: a fixed size is its int, a dynamic one `dims.size(name)`."""
+    return {n: v if isinstance(v, int) else dims.size(n) for n, v in sizes.items()}
+
+
+def max_sizes(sizes: Mapping) -> dict[str, int]:
+    """op.sizes with every dynamic size at its max (the worst case of bounds checks)."""
+    return {n: v if isinstance(v, int) else v.max for n, v in sizes.items()}
+
+
+def static_sizes_only(spec, problems: "Problems", family: str):
+    """For a planner that does not take dynamic sizes: a located problem per dynamic size, and the spec with each
+    at its max so that planning goes on to report everything else."""
+    sizes = spec.op.sizes
+    dyn = [n for n, v in sizes.items() if not isinstance(v, int)]
+    for n in dyn:
+        problems.add(("op", "sizes", n), f"the {family} family does not take dynamic sizes yet; give {n} a "
+                                         f"fixed value (one package per size)")
+    if not dyn:
+        return spec
+    op = spec.op.model_copy(update={"sizes": max_sizes(sizes)})
+    return spec.model_copy(update={"op": op})
 
 
 def resolve_shape(dims: Sequence, sizes: Mapping[str, int], path: Sequence, problems: Problems) -> tuple[int, ...]:

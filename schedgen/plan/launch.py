@@ -14,13 +14,18 @@ Fields (every one required in launch.json; unknown fields are refused):
 - backends: [str]             what was built: "cuda" (kernel.cubin) and/or "pallas" (pallas_kernel.py).
 - threads: int                threads per block; the launch's block is (threads, 1, 1).
 - smem_bytes: int             dynamic shared memory per block (the function's max dynamic SMEM attribute too).
-- num_blocks: int             the grid's x extent, (num_blocks, 1, 1); a multiple of cluster[0].
+- num_blocks: Extent          the grid's x extent, (num_blocks, 1, 1); a multiple of cluster[0].
 - auto_blocks: bool           a persistent grid: the runtime lowers num_blocks to what is resident at once.
 - blocks_per_sm: int          blocks resident per SM that the plan's SMEM/registers allow (auto_blocks's bound).
 - cluster: [int, int, int]    thread-block cluster dims; [1, 1, 1] launches without a cluster.
-- inputs, outputs: [Operand]  the kernel's arrays in call order (name, dtype, shape, itemsize, role).
+- sizes: [SizeRange]          the dynamic sizes (name, min, max, multiple_of), bound from the call's shapes.
+- inputs, outputs: [Operand]  the kernel's arrays in call order (name, dtype, shape, itemsize, role); a shape
+                              entry is an int or the name of a dynamic size.
 - kernel_args: [Arg]          the CUDA kernel's parameters in order, see `Arg`.
 - ring: Ring | null           the multi-device ring (collective kernels), null for one-GPU kernels.
+
+An Extent is an int, a dynamic size's name, or [op, a, b] over extents (schedgen/plan/dims.py): the runtime
+evaluates it at each call from the sizes it bound. A record with no dynamic size holds ints only.
 """
 from __future__ import annotations
 
@@ -30,9 +35,12 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-LAUNCH_VERSION = 1
+from . import dims
+from .dims import DimLike, SizeRange
+
+LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
-ARG_KINDS = ("tmap", "ptr", "counter", "u32")
+ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32")
 DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2")
 COUNTER_BYTES = 8             # a "counter" argument: two u32, zero before the first launch (the kernel re-zeroes it)
 
@@ -46,7 +54,7 @@ class Operand:
     """One array of the kernel's call: its name, element type, shape, bytes per element, and role in the op."""
     name: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]   # an int, or the name of a dynamic size
     itemsize: int
     role: str
 
@@ -59,16 +67,19 @@ class Arg:
     buffer `what`: element `dtype`, global `shape` and byte `strides` (numpy order), `box`, `swizzle` bytes, NaN
     fill out of bounds when `oob_nan`. kind "ptr": the raw device pointer of operand `operand` or buffer `what`.
     kind "counter": a COUNTER_BYTES buffer the runtime owns (a dynamic persistent grid's tile claims), one per
-    device and stream. kind "u32": a 32-bit scalar the ring host fills, `what` = device (ring position) or epoch."""
+    device and stream. kind "u32": a 32-bit scalar the ring host fills, `what` = device (ring position) or epoch.
+    kind "i32": a signed 32-bit scalar, the extent `value` evaluated at the call (a dynamic size, a tile count).
+    shape and strides of a tensor map are extents too."""
     kind: str
     operand: int = -1         # -1: not an operand (a counter, or a ring argument named by `what`)
     what: str = ""            # a ring argument: lhs | gather | rhs | out | peer_gather | flags | peer_flags_* | ...
     dtype: str = ""
-    shape: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
+    shape: tuple[DimLike, ...] = ()
+    strides: tuple[DimLike, ...] = ()
     box: tuple[int, ...] = ()
     swizzle: int = 0
     oob_nan: bool = False
+    value: DimLike = 0
 
 
 @dataclass(frozen=True)
@@ -101,10 +112,11 @@ class LaunchRecord:
     backends: tuple[str, ...]
     threads: int
     smem_bytes: int
-    num_blocks: int
+    num_blocks: DimLike
     auto_blocks: bool
     blocks_per_sm: int
     cluster: tuple[int, int, int]
+    sizes: tuple[SizeRange, ...]
     inputs: tuple[Operand, ...]
     outputs: tuple[Operand, ...]
     kernel_args: tuple[Arg, ...]
@@ -136,16 +148,30 @@ class LaunchRecord:
 
 # ------------------------------------------------------------------------------------------------ from a plan
 
+def _shape_entry(x: Any) -> int | str:
+    if isinstance(x, dims.Dim):
+        if x.op != "size":
+            raise ValueError(f"an operand's shape entry is an int or a dynamic size, got the extent {x}")
+        return str(x.args[0])
+    return int(x)
+
+
+def _extent(x: Any) -> DimLike:
+    return x if isinstance(x, dims.Dim) else int(x)
+
+
 def _operand(o: Any) -> Operand:
-    return Operand(str(o.name), str(o.dtype), tuple(int(x) for x in o.shape), int(o.itemsize), str(o.role))
+    return Operand(str(o.name), str(o.dtype), tuple(_shape_entry(x) for x in o.shape), int(o.itemsize), str(o.role))
 
 
 def _arg(a: Any) -> Arg:
     # single-GPU plans' KernelArg name an operand; the collective plan's CollArg names a ring buffer (`what`) and
     # has no oob_nan (its tensor maps never read out of bounds)
     return Arg(kind=str(a.kind), operand=int(getattr(a, "operand", -1)), what=str(getattr(a, "what", "")),
-               dtype=str(a.dtype), shape=tuple(int(x) for x in a.shape), strides=tuple(int(x) for x in a.strides),
-               box=tuple(int(x) for x in a.box), swizzle=int(a.swizzle), oob_nan=bool(getattr(a, "oob_nan", False)))
+               dtype=str(a.dtype), shape=tuple(_extent(x) for x in a.shape),
+               strides=tuple(_extent(x) for x in a.strides), box=tuple(int(x) for x in a.box),
+               swizzle=int(a.swizzle), oob_nan=bool(getattr(a, "oob_nan", False)),
+               value=_extent(getattr(a, "value", 0)))
 
 
 def launch_record(plan: Any) -> LaunchRecord:
@@ -160,7 +186,8 @@ def launch_record(plan: Any) -> LaunchRecord:
     return LaunchRecord(
         version=LAUNCH_VERSION, name=str(plan.name), family=str(plan.family), kernel_name=str(plan.kernel_name),
         backends=tuple(str(b) for b in plan.backends), threads=int(plan.threads), smem_bytes=int(plan.smem_bytes),
-        num_blocks=int(plan.num_blocks), auto_blocks=bool(plan.auto_blocks), blocks_per_sm=int(plan.blocks_per_sm),
+        num_blocks=_extent(plan.num_blocks), auto_blocks=bool(plan.auto_blocks),
+        blocks_per_sm=int(plan.blocks_per_sm), sizes=tuple(getattr(plan, "dynamic_sizes", ())),
         # the collective plan has no cluster (its kernel launches without one)
         cluster=tuple(int(x) for x in getattr(plan, "cluster_dims", (1, 1, 1))),
         inputs=tuple(_operand(o) for o in plan.inputs), outputs=tuple(_operand(o) for o in plan.outputs),
@@ -168,6 +195,8 @@ def launch_record(plan: Any) -> LaunchRecord:
 
 
 def _plain(obj: Any) -> Any:
+    if isinstance(obj, dims.Dim):
+        return dims.to_json(obj)
     if hasattr(obj, "__dataclass_fields__"):
         return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -224,20 +253,47 @@ class _Reader:
     def ints(self, v: Any, path: str, low: int = 0) -> tuple[int, ...]:
         return tuple(self.int(x, f"{path}[{i}]", low) for i, x in enumerate(self.list(v, path)))
 
-    def operand(self, v: Any, path: str) -> Operand:
+    def extent(self, v: Any, path: str, names: set[str]) -> DimLike:
+        try:
+            return dims.from_json(v, names, path)
+        except ValueError as exc:
+            raise self.fail("", str(exc)) from None
+
+    def extents(self, v: Any, path: str, names: set[str]) -> tuple[DimLike, ...]:
+        return tuple(self.extent(x, f"{path}[{i}]", names) for i, x in enumerate(self.list(v, path)))
+
+    def size_range(self, v: Any, path: str) -> SizeRange:
+        d = self.obj(v, SizeRange, path)
+        r = SizeRange(name=self.str(d["name"], f"{path}.name"), min=self.int(d["min"], f"{path}.min", 1),
+                      max=self.int(d["max"], f"{path}.max", 1), multiple_of=self.int(d["multiple_of"],
+                      f"{path}.multiple_of", 1))
+        if r.min > r.max:
+            raise self.fail(path, f"min {r.min} is above max {r.max}")
+        return r
+
+    def operand(self, v: Any, path: str, names: set[str]) -> Operand:
         d = self.obj(v, Operand, path)
+        shape = []
+        for i, x in enumerate(self.list(d["shape"], f"{path}.shape")):
+            if isinstance(x, str):
+                if x not in names:
+                    raise self.fail(f"{path}.shape[{i}]", f"{x!r} is not a dynamic size of this kernel")
+                shape.append(x)
+            else:
+                shape.append(self.int(x, f"{path}.shape[{i}]", 1))
         return Operand(name=self.str(d["name"], f"{path}.name"), dtype=self.str(d["dtype"], f"{path}.dtype", DTYPES),
-                       shape=self.ints(d["shape"], f"{path}.shape", 1), itemsize=self.int(d["itemsize"],
+                       shape=tuple(shape), itemsize=self.int(d["itemsize"],
                        f"{path}.itemsize", 1), role=self.str(d["role"], f"{path}.role"))
 
-    def arg(self, v: Any, path: str, count: int) -> Arg:
+    def arg(self, v: Any, path: str, count: int, names: set[str]) -> Arg:
         d = self.obj(v, Arg, path)
         a = Arg(kind=self.str(d["kind"], f"{path}.kind", ARG_KINDS), operand=self.int(d["operand"],
                 f"{path}.operand", -1), what=self.str(d["what"], f"{path}.what", empty=True),
-                dtype=self.str(d["dtype"], f"{path}.dtype", empty=True), shape=self.ints(d["shape"], f"{path}.shape"),
-                strides=self.ints(d["strides"], f"{path}.strides"), box=self.ints(d["box"], f"{path}.box"),
+                dtype=self.str(d["dtype"], f"{path}.dtype", empty=True),
+                shape=self.extents(d["shape"], f"{path}.shape", names),
+                strides=self.extents(d["strides"], f"{path}.strides", names), box=self.ints(d["box"], f"{path}.box"),
                 swizzle=self.int(d["swizzle"], f"{path}.swizzle"), oob_nan=self.bool(d["oob_nan"],
-                f"{path}.oob_nan"))
+                f"{path}.oob_nan"), value=self.extent(d["value"], f"{path}.value", names))
         if a.operand >= count:
             raise self.fail(f"{path}.operand", f"{a.operand} is not an operand (the kernel has {count})")
         if a.kind in ("tmap", "ptr") and a.operand < 0 and not a.what:
@@ -281,12 +337,19 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
         raise r.fail("version", f"launch record version {data['version']!r}; this schedgen reads version "
                                 f"{LAUNCH_VERSION} only: rebuild the package")
     d = r.obj(data, LaunchRecord, "")
-    inputs = tuple(r.operand(o, f"inputs[{i}]") for i, o in enumerate(r.list(d["inputs"], "inputs")))
-    outputs = tuple(r.operand(o, f"outputs[{i}]") for i, o in enumerate(r.list(d["outputs"], "outputs")))
+    sizes = tuple(r.size_range(x, f"sizes[{i}]") for i, x in enumerate(r.list(d["sizes"], "sizes")))
+    names = {x.name for x in sizes}
+    inputs = tuple(r.operand(o, f"inputs[{i}]", names) for i, o in enumerate(r.list(d["inputs"], "inputs")))
+    outputs = tuple(r.operand(o, f"outputs[{i}]", names) for i, o in enumerate(r.list(d["outputs"], "outputs")))
+    bound = {x for o in inputs for x in o.shape if isinstance(x, str)}
+    if names - bound:
+        raise r.fail("sizes", f"the dynamic size {sorted(names - bound)[0]!r} is no input's dimension, so no call "
+                              f"could bind it")
     if not inputs or not outputs:
         raise r.fail("inputs" if not inputs else "outputs", "a kernel has at least one")
     count = len(inputs) + len(outputs)
-    args = tuple(r.arg(a, f"kernel_args[{i}]", count) for i, a in enumerate(r.list(d["kernel_args"], "kernel_args")))
+    args = tuple(r.arg(a, f"kernel_args[{i}]", count, names)
+                 for i, a in enumerate(r.list(d["kernel_args"], "kernel_args")))
     cluster = r.ints(d["cluster"], "cluster", 1)
     if len(cluster) != 3:
         raise r.fail("cluster", f"must be 3 dims, got {list(cluster)}")
@@ -295,10 +358,12 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
     rec = LaunchRecord(
         version=LAUNCH_VERSION, name=r.str(d["name"], "name"), family=r.str(d["family"], "family"),
         kernel_name=r.str(d["kernel_name"], "kernel_name"), backends=backends, threads=r.int(d["threads"], "threads", 1),
-        smem_bytes=r.int(d["smem_bytes"], "smem_bytes"), num_blocks=r.int(d["num_blocks"], "num_blocks", 1),
+        smem_bytes=r.int(d["smem_bytes"], "smem_bytes"), num_blocks=r.extent(d["num_blocks"], "num_blocks", names),
         auto_blocks=r.bool(d["auto_blocks"], "auto_blocks"), blocks_per_sm=r.int(d["blocks_per_sm"], "blocks_per_sm", 1),
-        cluster=cluster, inputs=inputs, outputs=outputs, kernel_args=args, ring=r.ring(d["ring"], "ring"))
-    if rec.num_blocks % rec.cluster[0]:
+        cluster=cluster, sizes=sizes, inputs=inputs, outputs=outputs, kernel_args=args, ring=r.ring(d["ring"], "ring"))
+    if isinstance(rec.num_blocks, int) and rec.num_blocks < 1:
+        raise r.fail("num_blocks", f"must be >= 1, got {rec.num_blocks}")
+    if isinstance(rec.num_blocks, int) and rec.num_blocks % rec.cluster[0]:
         raise r.fail("num_blocks", f"{rec.num_blocks} is not a multiple of cluster[0] = {rec.cluster[0]}")
     return rec
 

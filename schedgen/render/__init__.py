@@ -17,6 +17,7 @@ from .. import families
 from ..comment import comment_text
 from ..frontend import expr as ex
 from ..frontend import spelling
+from ..plan import dims
 from ..plan.common import cxx_float
 from ..plan.exprs import spell
 
@@ -86,6 +87,24 @@ def _cxxfloat(value: float) -> str:
     return cxx_float(value)
 
 
+# ---- extents (schedgen/plan/dims.py): an int, or an expression over dynamic sizes known at the call. A dynamic
+# size is the kernel argument / Python local `sz_<name>` (the name is an identifier the front end checked).
+
+def _cxxdim(value, fmt: str = "sz_{}") -> str:
+    """An extent as C++ `int` math: a literal when static."""
+    if isinstance(value, dims.Dim):
+        return dims.spell(value, fmt.format, cdiv=lambda a, b: f"(({a} + {b} - 1) / {b})", floordiv="/",
+                          minmax=("min", "max"))
+    return str(int(value))
+
+
+def _pydim(value, fmt: str = "sz_{}") -> str:
+    """An extent as Python int math: a literal when static."""
+    if isinstance(value, dims.Dim):
+        return dims.spell(value, fmt.format, cdiv=lambda a, b: f"(-(-{a} // {b}))")
+    return str(int(value))
+
+
 @lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -104,6 +123,9 @@ def environment() -> jinja2.Environment:
     env.filters["cxxint"] = _cxxint         # 32-bit integer math (index maps, device ids)
     env.filters["pyint"] = _pyint
     env.filters["cxxfloat"] = _cxxfloat
+    env.filters["cxxdim"] = _cxxdim         # extents that may be dynamic (plan/dims.py)
+    env.filters["pydim"] = _pydim
+    env.tests["dynamic"] = lambda v: isinstance(v, dims.Dim)
     return env
 
 

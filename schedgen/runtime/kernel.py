@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..plan import dims
 from ..plan import launch as launch_record
 from ..plan.launch import COUNTER_BYTES, LaunchRecord, Operand
 from . import arrays
@@ -58,45 +59,83 @@ class Kernel:
             names = ", ".join(o.name for o in self.inputs)
             raise ArgumentError(f"{self.name}() takes {len(self.inputs)} arrays ({names}), got {len(args)}")
 
-    def check_args(self, args: Sequence[Any], outs: Sequence[Any] | None) -> None:
-        """Shape/dtype/layout checks of every argument, needing no GPU."""
+    # ------------------------------------------------------------------ sizes
+    def bind(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+        """The dynamic sizes of a call, from its inputs' shapes (numpy order, one per input); ArgumentError naming
+        the argument, the dimension, the value and what is legal when a shape does not fit the kernel."""
+        ranges = {r.name: r for r in self.launch.sizes}
+        sizes: dict[str, int] = {}
+        where: dict[str, str] = {}
+        for shape, o in zip(shapes, self.inputs):
+            shape = tuple(int(d) for d in shape)
+            if len(shape) != len(o.shape):
+                raise ArgumentError(f"{o.name}: expected shape {_shown(o.shape)}, got {shape}")
+            for i, (want, got) in enumerate(zip(o.shape, shape)):
+                if isinstance(want, int):
+                    if got != want:
+                        raise ArgumentError(f"{o.name}: expected shape {_shown(o.shape)}, got {shape}: dimension "
+                                            f"{i} is fixed at {want}")
+                    continue
+                if want in sizes:
+                    if sizes[want] != got:
+                        raise ArgumentError(f"{o.name}: dimension {i} ({want}) is {got}, but {where[want]} gave "
+                                            f"{want} = {sizes[want]}")
+                    continue
+                why = ranges[want].check(got)
+                if why:
+                    raise ArgumentError(f"{o.name}: dimension {i} ({want}) is {got}; {want} {why} (expected shape "
+                                        f"{_shown(o.shape)})")
+                sizes[want], where[want] = got, f"{o.name} dimension {i}"
+        return sizes
+
+    def shape_of(self, o: Operand, sizes: dict[str, int]) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else sizes[d] for d in o.shape)
+
+    def output_shapes(self, sizes: dict[str, int]) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.shape_of(o, sizes) for o in self.outputs)
+
+    def check_args(self, args: Sequence[Any], outs: Sequence[Any] | None) -> dict[str, int]:
+        """Shape/dtype/layout checks of every argument, needing no GPU; returns the call's dynamic sizes."""
         self._check_count(args)
+        sizes = self.bind([arrays.describe(a, o.name)[1] for a, o in zip(args, self.inputs)])
         for a, o in zip(args, self.inputs):
-            arrays.check(a, o.name, shape=tuple(o.shape), dtype=o.dtype)
+            arrays.check(a, o.name, shape=self.shape_of(o, sizes), dtype=o.dtype)
         if outs is not None:
             if len(outs) != len(self.outputs):
                 raise ArgumentError(f"out: {self.name} has {len(self.outputs)} outputs, got {len(outs)} arrays")
             for a, o in zip(outs, self.outputs):
-                arrays.check(a, f"out[{o.name}]", shape=tuple(o.shape), dtype=o.dtype)
+                arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype)
+        return sizes
 
     def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: int = 0) -> Callable[[], None]:
         """A zero-argument launcher over fixed device arrays (tensor maps encoded once): for benchmarks."""
         ins_v = [arrays.device_view(a, o.name) for a, o in zip(args, self.inputs)]
         outs_v = [arrays.device_view(a, o.name) for a, o in zip(outs, self.outputs)]
-        return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream)
+        sizes = self.bind([v.shape for v in ins_v])
+        return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream, sizes=sizes)
 
     def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: int,
-                  device: int = 0) -> Callable[[], None]:
+                  device: int = 0, sizes: dict[str, int] | None = None) -> Callable[[], None]:
         from . import driver
         r = self.launch
         driver.ensure_context(device)
         if self._module is None:
             self._module = driver.Module((self.root / "kernel.cubin").read_bytes())
         func = self._module.function(r.kernel_name, dynamic_smem=r.smem_bytes)  # cached per context
-        args = self._arguments(list(in_ptrs) + list(out_ptrs), device, stream)
+        sizes = sizes or {}
+        args = self._arguments(list(in_ptrs) + list(out_ptrs), device, stream, sizes)
         cluster = r.cluster
-        blocks = r.num_blocks
+        blocks = dims.evaluate(r.num_blocks, sizes)
         if r.auto_blocks:
             key = ("blocks", device)
             if key not in self._cache:
-                fit = blocks // cluster[0]
                 if cluster[0] > 1:
                     fit = driver.max_active_clusters(func, block=(r.threads, 1, 1), smem=r.smem_bytes,
                                                      cluster=cluster)
                 else:
-                    fit = driver.device_info().get("sm_count", fit) * r.blocks_per_sm
-                self._cache[key] = max(1, min(blocks // cluster[0], fit)) * cluster[0]
-            blocks = self._cache[key]
+                    fit = driver.device_info()["sm_count"] * r.blocks_per_sm
+                self._cache[key] = max(1, fit)
+            blocks = max(1, min(blocks // cluster[0], self._cache[key])) * cluster[0]
         grid, block, smem = (blocks, 1, 1), (r.threads, 1, 1), r.smem_bytes
         launch_cluster = cluster if cluster[0] > 1 else None
 
@@ -104,21 +143,26 @@ class Kernel:
             driver.launch(func, grid=grid, block=block, smem=smem, args=args, stream=stream, cluster=launch_cluster)
         return go
 
-    def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0) -> list:
+    def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0,
+                   sizes: dict[str, int] | None = None) -> list:
         """The kernel's parameters, in the record's order, over the operands' device pointers (inputs then
         outputs): tensor maps encoded here (driver.encode_tiled checks every rule before the driver sees it)."""
         from . import driver
         if len(ptrs) != len(self.launch.operands):
             raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
+        sizes = sizes or {}
         args = []
         for a in self.launch.kernel_args:
-            if a.kind == "ptr":
+            if a.kind == "i32":
+                args.append(driver.Arg.i32(dims.evaluate(a.value, sizes)))
+            elif a.kind == "ptr":
                 args.append(driver.Arg.ptr(ptrs[a.operand]))
             elif a.kind == "counter":
                 args.append(driver.Arg.ptr(self._counter(device, stream)))
             elif a.kind == "tmap":
                 args.append(driver.Arg.tensor_map(driver.encode_tiled(
-                    ptrs[a.operand], a.dtype, a.shape, a.strides, a.box, swizzle=a.swizzle, oob_nan=a.oob_nan)))
+                    ptrs[a.operand], a.dtype, [dims.evaluate(d, sizes) for d in a.shape],
+                    [dims.evaluate(d, sizes) for d in a.strides], a.box, swizzle=a.swizzle, oob_nan=a.oob_nan)))
             else:
                 raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
         return args
@@ -137,7 +181,7 @@ class Kernel:
     def _call_cuda(self, args: Sequence[Any], out: Any, stream: int | None) -> Any:
         from . import driver
         outs = _as_tuple(out)
-        self.check_args(args, outs)
+        sizes = self.check_args(args, outs)
         ok, why = driver.available()
         if not ok:
             raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
@@ -163,16 +207,16 @@ class Kernel:
                 in_ptrs.append(views[o.name].ptr)
         if outs is None:
             outs_obj, out_ptrs, host_outs = [], [], []
-            for o in self.outputs:
+            for o, shape in zip(self.outputs, self.output_shapes(sizes)):
                 if like is None:
-                    buf = driver.Buffer(max(1, math.prod(o.shape) * o.itemsize))
+                    buf = driver.Buffer(max(1, math.prod(shape) * o.itemsize))
                     keep.append(buf)
-                    host = np.empty(tuple(o.shape), arrays.DTYPES[o.dtype])
+                    host = np.empty(shape, arrays.DTYPES[o.dtype])
                     host_outs.append((host, buf))
                     outs_obj.append(host)
                     out_ptrs.append(buf.ptr)
                 else:
-                    obj, view = arrays.empty_like_kind(like_kind, like, tuple(o.shape), o.dtype)
+                    obj, view = arrays.empty_like_kind(like_kind, like, shape, o.dtype)
                     outs_obj.append(obj)
                     out_ptrs.append(view.ptr)
         else:
@@ -187,7 +231,7 @@ class Kernel:
                     out_ptrs.append(arrays.device_view(a, o.name).ptr)
         if stream is None:
             stream = _framework_stream(like, like_kind)
-        self._launcher(in_ptrs, out_ptrs, stream, max(device, 0))()
+        self._launcher(in_ptrs, out_ptrs, stream, max(device, 0), sizes)()
         if host_outs or like_kind == "jax":
             driver.synchronize(stream)
         for host, buf in host_outs:
@@ -221,6 +265,10 @@ class Kernel:
         if all(k == "numpy" for k in kinds):
             res = tuple(np.asarray(r) for r in res)
         return res[0] if len(res) == 1 else tuple(res)
+
+
+def _shown(shape: Sequence[int | str]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _as_tuple(out: Any) -> tuple | None:

@@ -260,3 +260,31 @@ def test_cli_all_specs_valid():
     res = _cli("validate", *files)
     assert res.returncode == 0, res.stderr
     assert len(res.stdout.splitlines()) == len(files)
+
+
+# --------------------------------------------------------------------------------------------- dynamic sizes
+
+@pytest.mark.parametrize("size,expected", [
+    ("{dynamic: true, max: 100, min: 200}", "F:6:14: op.sizes.M: min = 200 is above max = 100"),
+    ("{dynamic: true, max: 100, multiple_of: 8}", "F:6:14: op.sizes.M: max = 100 is not a multiple of multiple_of = 8"),
+    ("{dynamic: true, max: 96, min: 3, multiple_of: 8}",
+     "F:6:14: op.sizes.M: min = 3 is not a multiple of multiple_of = 8 (use min: 8)"),
+    ("{dynamic: false, max: 96}", "F:6:24: op.sizes.M.dynamic: Input should be True"),
+    ("{dynamic: true}", "F:6:14: op.sizes.M.max: required key is missing"),
+])
+def test_dynamic_size_declarations_are_checked(tmp_path, size, expected):
+    got = problems(tmp_path, edit(YAML, ("M: 4096,", f"M: {size},")))
+    assert got and got[0].startswith(expected), got
+
+
+def test_a_family_without_dynamic_sizes_says_so_located():
+    """Until a family's planner takes ranges, a dynamic size is one located problem, not a crash."""
+    from schedgen.frontend.model import DynamicSize
+    from schedgen.plan.common import Problems, static_sizes_only
+    spec, _ = load_spec(str(DATA_DIR / "add_bf16.yaml"))
+    dyn = spec.op.model_copy(update={"sizes": {"M": DynamicSize(dynamic=True, max=64), "N": 4096}})
+    probs = Problems()
+    out = static_sizes_only(spec.model_copy(update={"op": dyn}), probs, "map")
+    assert [(p.path, p.message) for p in probs] == [(("op", "sizes", "M"), "the map family does not take dynamic "
+                                                     "sizes yet; give M a fixed value (one package per size)")]
+    assert out.op.sizes == {"M": 64, "N": 4096}

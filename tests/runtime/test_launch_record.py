@@ -51,8 +51,8 @@ def _broken(rec: dict, how) -> dict:
 GOOD = L.launch_record(_plan("matmul_bf16_4096.yaml")).to_dict()
 BAD = {
     "no version": (lambda r: r.pop("version"), "version: missing"),
-    "version 2": (lambda r: r.__setitem__("version", 2), "version: launch record version 2; this schedgen reads "
-                                                         "version 1 only: rebuild the package"),
+    "version 1": (lambda r: r.__setitem__("version", 1), "version: launch record version 1; this schedgen reads "
+                                                         "version 2 only: rebuild the package"),
     "version true": (lambda r: r.__setitem__("version", True), "version: launch record version True"),
     "field missing": (lambda r: r.pop("threads"), "threads: missing"),
     "unknown field": (lambda r: r.__setitem__("grid", [1]), "grid: unknown field"),
@@ -62,7 +62,19 @@ BAD = {
     "blocks not a cluster multiple": (lambda r: r.update(cluster=[2, 1, 1], num_blocks=131),
                                       "num_blocks: 131 is not a multiple of cluster[0] = 2"),
     "arg kind": (lambda r: r["kernel_args"][1].__setitem__("kind", "texture"),
-                 "kernel_args[1].kind: 'texture' is not one of tmap, ptr, counter, u32"),
+                 "kernel_args[1].kind: 'texture' is not one of tmap, ptr, counter, u32, i32"),
+    "extent names no size": (lambda r: r["kernel_args"][0].__setitem__("shape", ["M", 4096]),
+                             "kernel_args[0].shape[0]: 'M' is not a dynamic size of this kernel (it has none)"),
+    "shape names no size": (lambda r: r["inputs"][0].__setitem__("shape", ["M", 4096]),
+                            "inputs[0].shape[0]: 'M' is not a dynamic size of this kernel"),
+    "extent operator": (lambda r: r.update(sizes=[{"name": "M", "min": 1, "max": 8, "multiple_of": 1}],
+                                           num_blocks=["**", "M", 2]) or r["inputs"][0].__setitem__("shape",
+                                                                                                   ["M", 4096]),
+                        "num_blocks: must be an integer, a size name or [op, a, b] with op one of"),
+    "size bound by no input": (lambda r: r.update(sizes=[{"name": "M", "min": 1, "max": 8, "multiple_of": 1}]),
+                               "sizes: the dynamic size 'M' is no input's dimension"),
+    "size range upside down": (lambda r: r.update(sizes=[{"name": "M", "min": 9, "max": 8, "multiple_of": 1}]),
+                               "sizes[0]: min 9 is above max 8"),
     "arg operand out of range": (lambda r: r["kernel_args"][0].__setitem__("operand", 9),
                                  "kernel_args[0].operand: 9 is not an operand (the kernel has 3)"),
     "tmap box rank": (lambda r: r["kernel_args"][0].__setitem__("box", [64]),

@@ -38,7 +38,7 @@ def args(x=(64, 512), w=(64, 512), b=(512,), dtype=BF16):
 
 
 CASES = [
-    ("x-shape", lambda: args(x=(64, 256)), {}, "x: expected shape (64, 512), got (64, 256)"),
+    ("x-shape", lambda: args(x=(64, 256)), {}, "x: expected shape (64, 512), got (64, 256): dimension 1 is fixed at 512"),
     ("b-rank", lambda: args(b=(1, 512)), {}, "b: expected shape (512,), got (1, 512)"),
     ("x-dtype", lambda: args(dtype=np.float32), {},
      "x: expected bf16, got float32; convert with x.astype(ml_dtypes.bfloat16)"),

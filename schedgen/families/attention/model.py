@@ -1,11 +1,11 @@
 """The attention family's op: flash-attention forward."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand
+from ...frontend.model import Sizes, Float32, Ident, Model, Operand
 
 
 class AttentionOp(Model):
@@ -17,7 +17,7 @@ class AttentionOp(Model):
     Causal masking aligns the last query with the last key (Sq <= Skv).
     """
     kind: Literal["attention"]
-    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    sizes: Sizes = Field(default_factory=dict)
     inputs: dict[Ident, Operand] = Field(min_length=3, max_length=3)
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=2)
     layout: Literal["bshd", "bhsd"] = "bshd"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
 from ...plan.common import (
+    static_sizes_only,
     CTYPE,
     KernelArg,
     Problems,
@@ -65,8 +66,9 @@ L2_SECTION = 0.625
 def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
     """Phases: names, shapes, the problem's dims and dtypes, blocks, grid, registers, SMEM, barriers, tile order,
     what each backend cannot express, fields no backend reads; each phase reports its own located problems."""
-    op, sch = spec.op, spec.schedule
     problems = Problems()
+    spec = static_sizes_only(spec, problems, "attention")
+    op, sch = spec.op, spec.schedule
     names = _check_names(spec, problems)
     before = len(problems)
     shapes = _resolve_shapes(op, names, problems)

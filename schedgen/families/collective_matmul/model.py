@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ...frontend.model import Ident, Model, Operand
+from ...frontend.model import Sizes, Ident, Model, Operand
 
 
 class Mesh(Model):
@@ -24,7 +24,7 @@ class CollectiveMatmulOp(Model):
     (e.g. its column shard of a weight), `out` [M_total, N] with M_total = num_devices x M, device d's rows at
     d x M. bf16/f16 in, f32 accumulation, bf16/f16/f32 out."""
     kind: Literal["collective_matmul"]
-    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    sizes: Sizes = Field(default_factory=dict)
     inputs: dict[Ident, Operand] = Field(min_length=2, max_length=2)
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1)
     lhs: Ident = "a"

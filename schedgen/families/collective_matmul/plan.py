@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from ...frontend import expr as ex
 from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, Operand
-from ...plan.common import Problems, row_major_strides
+from ...plan.common import static_sizes_only, Problems, row_major_strides
 from ...plan.hardware import Hardware
 from ...plan.exprs import PlanExpr
 from ..matmul.model import MatmulOp
@@ -170,8 +170,9 @@ class CopyUnits:
 
 
 def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatmulPlan | None, Problems]:
-    op, sch = spec.op, spec.schedule
     problems = Problems()
+    spec = static_sizes_only(spec, problems, "collective_matmul")
+    op, sch = spec.op, spec.schedule
     out_name = next(iter(op.outputs))
     check_mesh(op, problems)
     if not check_step_operands(op, out_name, problems):

@@ -1,17 +1,17 @@
 """The map family's op: what `op:` of an N-ary elementwise kernel."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand
+from ...frontend.model import Sizes, Float32, Ident, Model, Operand
 
 
 class MapOp(Model):
     """N-ary elementwise kernel: `body` assigns every output from the inputs (numpy broadcasting)."""
     kind: Literal["map"]
-    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    sizes: Sizes = Field(default_factory=dict)
     constants: dict[Ident, Float32] = Field(default_factory=dict)
     inputs: dict[Ident, Operand] = Field(min_length=1, max_length=16)
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=8)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, BlockSpec
 from ...plan.common import (
+    static_sizes_only,
     KernelArg,
     Problems,
     SmemMap,
@@ -45,8 +46,9 @@ DEFAULT_GRID_NAMES = ("i", "j", "k", "l", "m", "n", "p", "q")
 def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     """Phases: names, the body, schedule fields that need no shapes, shapes, the iteration space, operands, the
     vector width, barriers and SMEM, 32-bit limits, backend limits, the launch; each reports located problems."""
-    op, sch = spec.op, spec.schedule
     problems = Problems()
+    spec = static_sizes_only(spec, problems, "map")
+    op, sch = spec.op, spec.schedule
     seen = _check_names(op, problems)
     body = _parse_body(op, problems)
     _check_schedule(op, sch, problems)

@@ -1,11 +1,11 @@
 """The matmul family's op: a (batched) matrix product with an elementwise epilogue."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand
+from ...frontend.model import Sizes, Float32, Ident, Model, Operand
 
 
 class MatmulOp(Model):
@@ -17,7 +17,7 @@ class MatmulOp(Model):
     `out = alpha * acc + beta * c`. `transpose_lhs` stores lhs as [K, M]; `transpose_rhs` stores rhs as [N, K].
     """
     kind: Literal["matmul"]
-    sizes: dict[Ident, Annotated[int, Field(ge=1, le=1 << 31)]] = Field(default_factory=dict)
+    sizes: Sizes = Field(default_factory=dict)
     constants: dict[Ident, Float32] = Field(default_factory=dict)
     inputs: dict[Ident, Operand] = Field(min_length=2, max_length=8)
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1)

@@ -15,6 +15,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ...plan.common import (
+    static_sizes_only,
     Problems,
 )
 from ...plan.hardware import Hardware
@@ -62,8 +63,9 @@ if TYPE_CHECKING:
 def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Problems]:
     """The phases in order, each checking its own rules; every problem is collected, and a phase whose inputs are
     broken stops the planner before it runs."""
-    op, sch = spec.op, spec.schedule
     problems = Problems()
+    spec = static_sizes_only(spec, problems, "matmul")
+    op, sch = spec.op, spec.schedule
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
     if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
