@@ -227,6 +227,16 @@ def _known_factor(d: DimLike, ranges: Mapping[str, SizeRange]) -> int:
     return 1
 
 
+def sources(shapes) -> dict[str, tuple[int, int]]:
+    """Where a call's shapes give each dynamic size: name -> (operand index, dimension), first occurrence."""
+    out: dict[str, tuple[int, int]] = {}
+    for i, shape in enumerate(shapes):
+        for j, x in enumerate(shape):
+            if isinstance(x, Dim) and x.op == "size":
+                out.setdefault(x.args[0], (i, j))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ JSON
 
 def to_json(d: DimLike) -> Any:

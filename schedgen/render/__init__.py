@@ -126,6 +126,7 @@ def environment() -> jinja2.Environment:
     env.filters["cxxdim"] = _cxxdim         # extents that may be dynamic (plan/dims.py)
     env.filters["pydim"] = _pydim
     env.tests["dynamic"] = lambda v: isinstance(v, dims.Dim)
+    env.globals["size_sources"] = lambda operands: dims.sources([o.shape for o in operands])
     return env
 
 
