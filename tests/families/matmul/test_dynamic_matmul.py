@@ -1,0 +1,207 @@
+"""Dynamic (runtime) sizes in the matmul family, on the CPU: the planner checks the whole range (located errors
+naming the size, its multiple_of and the tile), the CUDA kernel takes `int sz_<name>` launch arguments and the
+launch record's extents evaluate, at every size, to the tensor maps / grid of a static build of that size (through
+the fake driver), and ONE Pallas module serves several sizes in the interpreter (no rebuild)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.errors import SpecErrors
+from schedgen.frontend.validate import load_spec
+from schedgen.plan import dims as D
+from schedgen.plan import launch as L
+from schedgen.plan import plan
+from schedgen.plan.dims import SizeRange
+from schedgen.render import render
+
+LINEAR = SPECS_DIR / "linear_gelu_bf16_dynamic.yaml"
+BASE = SPECS_DIR.parent / "tests" / "data" / "matmul_base.yaml"
+CUDA = {"schedule.backends": ["cuda"]}
+
+
+def _plan(path, overrides=None):
+    spec, src = load_spec(str(path), overrides or {})
+    return plan(spec, src)
+
+
+def _errors(path, overrides) -> list[str]:
+    with pytest.raises(SpecErrors) as info:
+        _plan(path, overrides)
+    return info.value.lines()
+
+
+def dyn(max_, multiple_of=1):
+    return {"dynamic": True, "max": max_, "min": multiple_of, "multiple_of": multiple_of}
+
+
+# ------------------------------------------------------------------------------------------------ planning
+
+def test_linear_gelu_plans_a_dynamic_m():
+    p = _plan(LINEAR)
+    assert p.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
+    assert p.ragged and p.m == D.size("M") and (p.n, p.k) == (4096, 4096)
+    assert p.inputs[0].shape == (D.size("M"), 4096) and p.outputs[0].shape == (D.size("M"), 4096)
+    # tile counts and the grid follow M; the rest stays folded
+    assert p.k_iters == 64 and p.cluster_tiles_n == 16
+    for m in (1, 127, 128, 1000, 65536):
+        tiles = -(-m // 128)
+        assert D.evaluate(p.cluster_tiles_m, {"M": m}) == tiles
+        assert D.evaluate(p.num_tiles, {"M": m}) == tiles * 16
+        assert D.evaluate(p.num_blocks, {"M": m}) == min(tiles * 16, 132)
+    # the last kernel argument is M itself
+    assert p.kernel_args[-1].kind == "i32" and p.kernel_args[-1].value == D.size("M")
+    assert p.kernel_args[0].shape == (D.size("M"), 4096)
+
+
+def test_ragged_dynamic_size_needs_out_of_bounds_zero():
+    lines = _errors(LINEAR, {"schedule.in_specs.x.out_of_bounds": "reject", "schedule.in_specs.w.out_of_bounds": "reject"})
+    (line,) = [ln for ln in lines if "out_of_bounds" in ln]
+    assert "schedule.in_specs.x.out_of_bounds" in line
+    assert "M is dynamic, a multiple of 1, and tile_m is 128" in line and "out_of_bounds: zero" in line
+
+
+def test_dynamic_size_a_multiple_of_the_tile_is_not_ragged():
+    p = _plan(LINEAR, {"M": dyn(65536, 128), "schedule.in_specs.x.out_of_bounds": "reject",
+                       "schedule.in_specs.w.out_of_bounds": "reject"})
+    assert not p.ragged
+
+
+def test_cluster_along_a_dynamic_m_needs_tile_times_cluster():
+    lines = _errors(BASE, {**CUDA, "M": dyn(8192, 128)})
+    (line,) = [ln for ln in lines if "schedule.cluster" in ln]
+    assert "a 2x1 cluster" in line and "multiple of tile_m x 2 = 256" in line and "declare multiple_of: 256" in line
+    p = _plan(BASE, {**CUDA, "M": dyn(8192, 256)})
+    assert D.evaluate(p.num_tiles, {"M": 512}) == (512 // 256) * 16
+
+
+def test_32_bit_tile_math_at_the_max():
+    lines = _errors(LINEAR, {"M": dyn((1 << 31) - 1)})
+    assert any("op.sizes.M" in ln and "32-bit tile math" in ln for ln in lines), lines
+
+
+def test_n_k_and_batch_dynamic():
+    """Every size of the problem may be dynamic: N, K and the batch too (extras' indexing follows)."""
+    over = {**CUDA, "op.sizes": {"B": dyn(16), "M": dyn(4096, 256), "N": dyn(4096, 256), "K": dyn(4096, 64)},
+            "op.inputs.a.shape": ["B", "M", "K"], "op.inputs.b.shape": ["B", "K", "N"],
+            "op.inputs.c": {"shape": ["B", "M", "N"], "dtype": "bf16"}, "op.outputs.out.shape": ["B", "M", "N"],
+            "op.epilogue": "out = acc + c", "schedule.in_specs.a.block_shape": [1, 128, 64],
+            "schedule.in_specs.b.block_shape": [1, 64, 256]}
+    p = _plan(BASE, over)
+    assert [r.name for r in p.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.ragged
+    sizes = {"B": 3, "M": 512, "N": 768, "K": 320}
+    assert D.evaluate(p.num_tiles, sizes) == 3 * (512 // 256) * (768 // 256)
+    assert D.evaluate(p.k_iters, sizes) == 5
+    assert [a.value for a in p.kernel_args if a.kind == "i32"] == [D.size(n) for n in "BMNK"]
+    cu = render(p, "cuda")
+    assert "const int sz_B, const int sz_M, const int sz_N, const int sz_K)" in cu
+    assert "((long long)b * sz_M + row) * sz_N + col" in cu       # the batched C operand's index
+
+
+def test_explain_prints_the_range():
+    from schedgen.families import of
+    p = _plan(LINEAR)
+    text = of(p).explain(p)
+    assert "M: dynamic, 1..65536" in text
+    assert "at M = 65536" in text
+
+
+# ------------------------------------------------------------------------------------------------ CUDA source
+
+def test_cuda_kernel_takes_the_sizes_as_launch_arguments():
+    cu = render(_plan(LINEAR), "cuda")
+    assert "const float* __restrict__ in_b, const int sz_M) {" in cu
+    assert "const int num_tiles = (((sz_M + 128 - 1) / 128) * 16);" in cu
+    assert "t < num_tiles;" in cu and "sg_tile_coords(t, tiles_mc, tiles_nc, b, tmc, tnc);" in cu
+    assert "if (row >= sz_M || col >= 4096) return 0.0f;" in cu
+    # K is fixed: the k-loops keep their literal bound (constant-folded, unrolled by the compiler as before)
+    assert "kb < 64;" in cu and "k_iters" not in cu
+
+
+def test_dynamic_k_is_a_loop_bound():
+    cu = render(_plan(LINEAR, {"K": dyn(8192, 64)}), "cuda")
+    assert "const int k_iters = ((sz_K + 64 - 1) / 64);" in cu and cu.count("kb < k_iters;") == 2
+
+
+# ------------------------------------------------------------------------------------------------ launch record
+
+def _static(path, m, overrides=None):
+    return _plan(path, {"M": m, **(overrides or {})})
+
+
+@pytest.mark.parametrize("m", [1, 200, 4096, 65536])
+def test_record_extents_match_a_static_build(m, tmp_path, monkeypatch):
+    """The dynamic package's tensor maps, grid and scalar arguments at M = m are the static build's at M = m."""
+    from runtime.test_launch_record import FakeDriver
+    from schedgen.runtime.kernel import load_package
+    dyn_p, stat_p = _plan(LINEAR), _static(LINEAR, m)
+    for p, sub in ((dyn_p, "dyn"), (stat_p, "static")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "launch.json").write_text(L.launch_record(p).to_json())
+        (tmp_path / sub / "kernel.cubin").write_bytes(b"CUBIN")
+    rec = L.load(tmp_path / "dyn")
+    assert L.load(tmp_path / "dyn") == L.launch_record(dyn_p)
+    got = []
+    for sub in ("dyn", "static"):
+        fake = FakeDriver(monkeypatch)
+        k = load_package(tmp_path / sub)
+        sizes = {"M": m} if sub == "dyn" else {}
+        ptrs = list(range(0x1000, 0x1000 + 0x100 * 4, 0x100))
+        k._launcher(ptrs[:3], ptrs[3:], 0, sizes=sizes)()
+        (go,) = fake.launches
+        got.append((fake.encoded, go))
+    (enc_d, go_d), (enc_s, go_s) = got
+    assert enc_d == enc_s
+    assert go_d["grid"] == go_s["grid"] == (min(-(-m // 128) * 16, 132), 1, 1)
+    # the dynamic kernel takes one more argument: M
+    assert go_d["args"][:-1] == go_s["args"] and rec.kernel_args[-1].kind == "i32"
+    assert go_d["args"][-1] == __import__("schedgen.runtime.driver", fromlist=["Arg"]).Arg.i32(m)
+
+
+# ------------------------------------------------------------------------------------------------ Pallas
+
+PALLAS_DYN = {"schedule.backends": ["cuda", "pallas"], "M": dyn(1024, 128), "N": 256, "K": 128,
+              "op.inputs.b": {"shape": ["N"], "dtype": "bf16"}}
+
+
+def _module(src: str, folder):
+    path = folder / "pallas_kernel.py"
+    path.write_text(src)
+    name = f"_test_dyn_matmul_{abs(hash(str(folder)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pallas_refuses_a_ragged_dynamic_size():
+    lines = _errors(LINEAR, {"schedule.backends": ["cuda", "pallas"]})
+    assert any("schedule.backends" in ln and "multiples of the tile" in ln for ln in lines), lines
+
+
+def test_one_pallas_module_serves_several_sizes(tmp_path):
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import ml_dtypes
+    from schedgen.verify import interpret_params, races_found
+    p = _plan(LINEAR, PALLAS_DYN)
+    mod = _module(render(p, "pallas"), tmp_path)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((256,), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    for m in (128, 384):
+        x = rng.standard_normal((m, 128), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        ins = [jnp.asarray(x), jnp.asarray(w), jnp.asarray(b)]
+        assert mod.sizes_of(ins) == {"M": m}
+        (y,) = mod.run_into(ins, [jnp.full((m, 256), jnp.nan, jnp.bfloat16)], interpret=interpret_params())
+        acc = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T + np.asarray(b, np.float64)
+        ref = 0.5 * acc * (1 + np.tanh(np.sqrt(2 / np.pi) * (acc + 0.044715 * acc ** 3)))
+        y = np.asarray(y, np.float64)
+        assert y.shape == (m, 256)
+        assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 2e-2, m
+        assert races_found() is False
