@@ -1,31 +1,21 @@
 """The matmul family's `schedgen explain` text."""
 from __future__ import annotations
 
-import dataclasses
-
 from ...explain import COPY_GBPS, PEAK_TFLOPS
-from ...plan import dims
 from .epilogue import epilogue_text
+from .records import at_max
 
 
 def _sizes_differ(p) -> bool:
     """Whether the spec's size names say something beyond M, N, K (and B)."""
     named = {"M": p.m, "N": p.n, "K": p.k, **({"B": p.batch} if p.batch > 1 else {})}
-    return dict(p.sizes) != named
-
-
-def _at_max(p):
-    """The plan with every extent at its sizes' max (the numbers explain prints for a dynamic plan)."""
-    ranges = {r.name: r for r in p.dynamic_sizes}
-    at = {r.name: r.max for r in p.dynamic_sizes}
-    return dataclasses.replace(p, **{f.name: dims.evaluate(getattr(p, f.name), at) for f in dataclasses.fields(p)
-                                     if isinstance(getattr(p, f.name), dims.Dim)}), ranges
+    return {k: v if isinstance(v, int) else v.max for k, v in p.sizes.items()} != named
 
 
 def explain_matmul(p) -> str:
     """Problem, tiles, wgmma shapes, stages and SMEM map, cluster/multicast, registers, tile order, epilogue."""
     if p.dynamic_sizes:
-        q, ranges = _at_max(p)
+        q, ranges = at_max(p), {r.name: r for r in p.dynamic_sizes}
         head = ["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in ranges.values())
                 + "  (one cubin for the range: the kernel takes them as launch arguments; the numbers below are "
                 + "at " + ", ".join(f"{r.name} = {r.max}" for r in ranges.values()) + ")"]

@@ -2,6 +2,7 @@
 record, the phases' small frozen values and the plan itself (MatmulPlan)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from ...plan.common import (
     SmemBuffer,
     dynamic_ranges,
 )
+from ...plan import dims
 from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
@@ -164,6 +166,14 @@ class MatmulPlan:
     def batched(self) -> bool:
         """More than one batch (a dynamic batch counts: it may be)."""
         return _batched(self.batch)
+
+
+def at_max(p: MatmulPlan) -> MatmulPlan:
+    """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
+    the plan itself unchanged when it has none)."""
+    at = {r.name: r.max for r in p.dynamic_sizes}
+    return dataclasses.replace(p, **{f.name: dims.evaluate(getattr(p, f.name), at) for f in dataclasses.fields(p)
+                                     if isinstance(getattr(p, f.name), dims.Dim)}) if at else p
 
 
 def _batched(batch: DimLike) -> bool:
