@@ -205,3 +205,13 @@ def test_one_pallas_module_serves_several_sizes(tmp_path):
         assert y.shape == (m, 256)
         assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 2e-2, m
         assert races_found() is False
+
+
+def test_small_sizes_of_a_dynamic_spec():
+    """`verify --small` shrinks a dynamic size from its max, keeping a ragged range ragged (65536 = 512 tiles:
+    whole tiles; a max of 1000 keeps its remainder)."""
+    from schedgen.families.matmul.reference import small_sizes
+    spec, src = load_spec(str(LINEAR))
+    assert small_sizes(spec, plan(spec, src), 2)["M"] == 256
+    spec, src = load_spec(str(LINEAR), {"M": dyn(1000)})
+    assert small_sizes(spec, plan(spec, src), 2)["M"] == 128 + 1000 % 128
