@@ -215,3 +215,43 @@ def test_small_sizes_of_a_dynamic_spec():
     assert small_sizes(spec, plan(spec, src), 2)["M"] == 256
     spec, src = load_spec(str(LINEAR), {"M": dyn(1000)})
     assert small_sizes(spec, plan(spec, src), 2)["M"] == 128 + 1000 % 128
+
+
+BUNDLED_PALLAS = SPECS_DIR / "matmul_bf16_dynamic.yaml"
+
+
+def test_bundled_dynamic_pallas_module_lowers_at_two_sizes(tmp_path):
+    """The bundled both-backend dynamic spec: one rendered module lowers for CUDA at two values of M, its kernel's
+    result type following M (jax specializes per shape; nothing is re-rendered)."""
+    pytest.importorskip("jax")
+    import re
+
+    import jax
+    p = _plan(BUNDLED_PALLAS)
+    assert p.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.ragged
+    mod = _module(render(p, "pallas"), tmp_path)
+    for m in (256, 1280):
+        args = [jax.ShapeDtypeStruct((m, 4096), mod._DTYPES["bf16"]), jax.ShapeDtypeStruct((4096, 4096),
+                                                                                             mod._DTYPES["bf16"])]
+        text = jax.jit(mod.make({"M": m})).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        assert re.search(rf"->\s*\(?tensor<{m}x4096xbf16>", text), m
+
+
+def test_bundled_dynamic_pallas_interpret_two_sizes(tmp_path):
+    """One module of the bundled spec, shrunk to N = K = 256 / 128 for the interpreter, at M = 256 and 512."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import ml_dtypes
+    from schedgen.verify import interpret_params, races_found
+    p = _plan(BUNDLED_PALLAS, {"N": 256, "K": 128})
+    mod = _module(render(p, "pallas"), tmp_path)
+    rng = np.random.default_rng(3)
+    b = rng.standard_normal((128, 256), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    for m in (512, 256):
+        a = rng.standard_normal((m, 128), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        (out,) = mod.run_into([jnp.asarray(a), jnp.asarray(b)], [jnp.full((m, 256), jnp.nan, jnp.bfloat16)],
+                              interpret=interpret_params())
+        ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+        out = np.asarray(out, np.float64)
+        assert out.shape == (m, 256) and np.max(np.abs(out - ref)) / np.max(np.abs(ref)) < 1e-2, m
+        assert races_found() is False
