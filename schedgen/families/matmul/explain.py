@@ -68,7 +68,7 @@ def _explain(p) -> str:
         if a.kind == "tmap":
             o = p.operands[a.operand]
             lines.append(f"             TMA {o.role:5} {o.name:8} box {list(a.box)} swizzle {a.swizzle or 'none'} "
-                         f"over {list(a.shape)}")
+                         f"over [{', '.join(map(str, a.shape))}]")
         else:
             o = p.operands[a.operand]
             what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"

@@ -255,3 +255,26 @@ def test_bundled_dynamic_pallas_interpret_two_sizes(tmp_path):
         out = np.asarray(out, np.float64)
         assert out.shape == (m, 256) and np.max(np.abs(out - ref)) / np.max(np.abs(ref)) < 1e-2, m
         assert races_found() is False
+
+
+def test_package_binds_m_from_the_call_and_refuses_what_is_out_of_range(tmp_path, monkeypatch):
+    """The built package's record: any M in range binds (and sizes the output), an M out of range or one that
+    breaks multiple_of is an ArgumentError naming the argument, the dimension, the value and what is legal."""
+    from runtime.test_launch_record import FakeDriver
+    from schedgen.runtime.kernel import ArgumentError, load_package
+    FakeDriver(monkeypatch)
+    for spec, sub in ((LINEAR, "linear"), (BUNDLED_PALLAS, "plain")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "launch.json").write_text(L.launch_record(_plan(spec)).to_json())
+        (tmp_path / sub / "kernel.cubin").write_bytes(b"CUBIN")
+    lin = load_package(tmp_path / "linear")
+    for m in (1, 77, 65536):
+        assert lin.bind([(m, 4096), (4096, 4096), (4096,)]) == {"M": m}
+        assert lin.output_shapes({"M": m}) == ((m, 4096),)
+    with pytest.raises(ArgumentError, match=r"x: dimension 0 \(M\) is 65537; M must be in 1\.\.65536"):
+        lin.bind([(65537, 4096), (4096, 4096), (4096,)])
+    with pytest.raises(ArgumentError, match="w: expected shape .*dimension 1 is fixed at 4096"):
+        lin.bind([(8, 4096), (4096, 4095), (4096,)])
+    plain = load_package(tmp_path / "plain")
+    with pytest.raises(ArgumentError, match=r"a: dimension 0 \(M\) is 300; M must be a multiple of 256"):
+        plain.bind([(300, 4096), (4096, 4096)])
