@@ -278,3 +278,21 @@ def test_package_binds_m_from_the_call_and_refuses_what_is_out_of_range(tmp_path
     plain = load_package(tmp_path / "plain")
     with pytest.raises(ArgumentError, match=r"a: dimension 0 \(M\) is 300; M must be a multiple of 256"):
         plain.bind([(300, 4096), (4096, 4096)])
+
+
+def test_dynamic_m_keeps_the_hot_loop_of_the_static_kernel(tmp_path):
+    """The runtime-extent cubin's k-loop is the specialized one's: the same HGMMA and TMA-load instructions (only
+    the tile count and tile coordinates are runtime ints), no local memory."""
+    from conftest import opcodes
+    from schedgen.build import build_spec
+    from schedgen.cache import Cache
+    from schedgen.toolchain.nvrtc import resource_usage, sass
+    cache = Cache(tmp_path / "cache")
+    got = {}
+    for name, ov in (("dynamic", {}), ("static", {"M": 4096})):
+        b = build_spec(str(LINEAR), ov, cache=cache)
+        ops = opcodes(sass(b.files["kernel.cubin"]))
+        usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+        assert usage["LOCAL"] == 0 and usage["STACK"] == 0, name
+        got[name] = sorted(op for op in ops if op.startswith(("HGMMA", "UTMALDG", "UTMASTG")))
+    assert got["dynamic"] == got["static"] and got["static"]
