@@ -85,7 +85,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
     inputs, outputs = mat_operands(op, out_name, dims)
-    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems)
+    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems, dims.ranges)
     if problems:
         return None, problems
     return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,

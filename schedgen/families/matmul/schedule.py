@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 GRID_X_MAX = (1 << 31) - 1     # a launch's gridDim.x
 INT32_MAX = (1 << 31) - 1
+TMA_STRIDE_BYTES = 16          # a tiled tensor map's global strides are multiples of this
 
 
 def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
@@ -384,7 +385,7 @@ def row_major_extent_strides(shape: tuple[DimLike, ...], itemsize: int) -> tuple
 
 
 def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
-                chunks: EpilogueChunks, hw: Hardware, problems: Problems) -> tuple[KernelArg, ...]:
+                chunks: EpilogueChunks, hw: Hardware, problems: Problems, ranges=None) -> tuple[KernelArg, ...]:
     """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
     Boxes as loaded: a multicast operand is loaded in halves."""
     idx = {o.name: i for i, o in enumerate(operands)}
@@ -403,7 +404,24 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
     for nm, rows in ((op.lhs, a_rows), (op.rhs, b_rows)):
         check_tma_box_extent(rows, hw, ("schedule", "in_specs", nm, "block_shape"), problems,
                              f"a TMA box holds at most {hw.tma_max_box} rows; this tile loads {rows}")
+    for arg in args:
+        if arg.kind == "tmap":
+            check_dynamic_strides(operands[arg.operand], arg, ranges or {}, problems)
     return tuple(args)
+
+
+def check_dynamic_strides(o: MatOperand, arg: KernelArg, ranges, problems: Problems) -> None:
+    """A tensor map's global strides are multiples of 16 B at every call: a stride over a dynamic size needs the
+    size's multiple_of to make it one."""
+    for d, stride in enumerate(arg.strides[:-1]):
+        if isinstance(stride, D.Dim) and not D.divisible(stride, TMA_STRIDE_BYTES, ranges):
+            fixed = math.prod(x for x in o.shape[d + 1:] if isinstance(x, int)) * o.itemsize
+            need = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, fixed)
+            names = sorted(D.sizes_of(stride))
+            problems.add(("op", "sizes", names[0]),
+                         f"{o.name}'s dimension {d} steps {stride} B ({' x '.join(map(str, o.shape[d + 1:]))} "
+                         f"{o.dtype} elements), which TMA needs to be a multiple of {TMA_STRIDE_BYTES} B at every "
+                         f"call; declare multiple_of: {need} (or a multiple of it) on {', '.join(names)}")
 
 
 def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:

@@ -296,3 +296,13 @@ def test_dynamic_m_keeps_the_hot_loop_of_the_static_kernel(tmp_path):
         assert usage["LOCAL"] == 0 and usage["STACK"] == 0, name
         got[name] = sorted(op for op in ops if op.startswith(("HGMMA", "UTMALDG", "UTMASTG")))
     assert got["dynamic"] == got["static"] and got["static"]
+
+
+def test_tma_strides_over_a_dynamic_size_must_be_16_byte_multiples():
+    """x [M, K] bf16 with K dynamic: its rows are K x 2 B apart, a multiple of 16 B only when K is a multiple of 8."""
+    lines = _errors(LINEAR, {"K": dyn(8192, 4)})
+    x_line, w_line = [ln for ln in lines if "TMA needs" in ln]      # one per tensor map over [., K]
+    assert "op.sizes.K: x's dimension 0 steps (K * 2) B (K bf16 elements)" in x_line
+    assert "op.sizes.K: w's dimension 0 steps (K * 2) B" in w_line
+    assert "declare multiple_of: 8 (or a multiple of it) on K" in x_line
+    assert _plan(LINEAR, {"K": dyn(8192, 8)}).ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
