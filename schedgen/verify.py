@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import families
+from . import plan as planner
 from .build import Built, build_spec, package
 from .runtime.arrays import DTYPES
 from .reference import Sampled, random_inputs, reference, rel_error, tolerance
@@ -93,11 +94,12 @@ def device_buffers(plan, inputs: Mapping[str, np.ndarray]) -> tuple[list, list]:
     return bufs_in, bufs_out
 
 
-def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Upload, poison the device outputs, launch, download."""
+def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray],
+             sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+    """Upload, poison the device outputs, launch (a dynamic package at `sizes`), download."""
     from .runtime import driver
     bufs_in, bufs_out = device_buffers(plan, inputs)
-    kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0)()
+    kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0, sizes=dict(sizes or {}))()
     driver.synchronize()
     outs = []
     for o, buf in zip(plan.outputs, bufs_out):
@@ -135,7 +137,9 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 
 
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
-                 kernel: Kernel | None = None) -> list[Check]:
+                 kernel: Kernel | None = None, sizes: Sequence[Mapping[str, int]] | None = None) -> list[Check]:
+    """Every backend of the built package against the reference; a package with dynamic sizes at each of `sizes`
+    (default `dynamic_points`), all from this one build."""
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
@@ -151,14 +155,51 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
     if kernel is None:
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
-    inputs = random_inputs(built.spec, plan.sizes, seed)
-    refs = reference(built.spec, plan.sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
+    if not getattr(plan, "dynamic_sizes", ()):
+        checks += checks_at(built.spec, plan, kernel, backends, interpret=interpret, seed=seed)
+        return sorted(checks, key=lambda c: order[c.backend])
+    for at in dynamic_points(plan) if sizes is None else sizes:
+        # ONE built package at several sizes: the shapes, inputs and reference of the spec at those sizes
+        spec_at = spec_at_sizes(built.spec, at)
+        checks += checks_at(spec_at, planner.plan(spec_at, built.source), kernel, backends, interpret=interpret,
+                            seed=seed, sizes=at)
+    return sorted(checks, key=lambda c: order[c.backend])
+
+
+def dynamic_points(plan) -> list[dict[str, int]]:
+    """Where verify runs a dynamic package by default: every dynamic size at its min, at the middle of its range
+    rounded down to its multiple_of plus one multiple_of (with multiple_of 1 an odd size, which no tile divides:
+    the ragged edge where the spec allows one), and at its max."""
+    ranges = plan.dynamic_sizes
+
+    def mid(r) -> int:
+        v = (r.min + r.max) // 2 // r.multiple_of * r.multiple_of + r.multiple_of
+        return min(max(v, r.min), r.max)
+    points = [{r.name: r.min for r in ranges}, {r.name: mid(r) for r in ranges}, {r.name: r.max for r in ranges}]
+    return [p for i, p in enumerate(points) if p not in points[:i]]
+
+
+def spec_at_sizes(spec, at: Mapping[str, int]):
+    """The spec with the dynamic sizes `at` fixed (the shapes of one call of a dynamic package)."""
+    sizes = {**spec.op.sizes, **{k: int(v) for k, v in at.items()}}
+    return spec.model_copy(update={"op": spec.op.model_copy(update={"sizes": sizes})})
+
+
+def checks_at(spec, plan, kernel: Kernel, backends: Sequence[str], *, interpret: bool = False,
+              seed: int | None = None, sizes: Mapping[str, int] | None = None) -> list[Check]:
+    """Each backend of `kernel` on random inputs of `plan`'s (static) shapes against the reference; `sizes`: the
+    dynamic sizes the kernel is launched at (its package is a dynamic one)."""
+    checks: list[Check] = []
+    family = families.of(plan)
+    inputs = random_inputs(spec, plan.sizes, seed)
+    refs = reference(spec, plan.sizes, inputs, seed=seed)         # big matmuls: Sampled rows (rel_error reads them)
     k = family.accumulation(plan)                                 # f32 accumulation depth (tolerance)
+    dyn_note = "dynamic package at " + ", ".join(f"{n}={v}" for n, v in sizes.items()) if sizes else ""
     for backend in backends:
         note = ""
         try:
             if backend == "cuda":
-                outs = run_cuda(kernel, plan, inputs)
+                outs = run_cuda(kernel, plan, inputs, sizes)
             else:
                 outs, note = run_pallas(kernel, plan, inputs, interpret)
         except Exception as exc:  # reported as a failed check, never a traceback
@@ -172,8 +213,9 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
             tol = tolerance(o.dtype, plan.approx_math, k)
             ok = err <= tol and "RACE" not in note
             cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
+            cnote = "; ".join(x for x in (dyn_note, cnote) if x)
             checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, cnote))
-    return sorted(checks, key=lambda c: order[c.backend])
+    return checks
 
 
 def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:

@@ -306,3 +306,17 @@ def test_tma_strides_over_a_dynamic_size_must_be_16_byte_multiples():
     assert "op.sizes.K: w's dimension 0 steps (K * 2) B" in w_line
     assert "declare multiple_of: 8 (or a multiple of it) on K" in x_line
     assert _plan(LINEAR, {"K": dyn(8192, 8)}).ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
+
+
+def test_verify_runs_one_dynamic_package_at_several_sizes():
+    """schedgen.verify: a dynamic package is checked at each size from ONE build (Pallas interpreted here), each
+    row saying the sizes it ran at; the default points include a size no tile divides where the range allows."""
+    pytest.importorskip("jax")
+    from schedgen.build import build_spec
+    from schedgen.verify import dynamic_points, verify_built
+    assert dynamic_points(_plan(LINEAR)) == [{"M": 1}, {"M": 32769}, {"M": 65536}]
+    assert dynamic_points(_plan(BUNDLED_PALLAS)) == [{"M": 256}, {"M": 16640}, {"M": 32768}]
+    built = build_spec(str(BUNDLED_PALLAS), {"N": 256, "K": 128})
+    checks = verify_built(built, ["pallas"], interpret=True, sizes=[{"M": 256}, {"M": 768}])
+    assert [(c.shape["M"], c.ok) for c in checks] == [(256, True), (768, True)], checks
+    assert all(c.note.startswith(f"dynamic package at M={c.shape['M']}; interpreted, no races") for c in checks)
