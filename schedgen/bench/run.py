@@ -92,7 +92,7 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     env = env or environment()
     # a dynamic package is timed (and verified) at its sizes' max: its peers see the spec at those sizes
     at = {r.name: r.max for r in getattr(built.plan, "dynamic_sizes", ())}
-    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel, sizes=[at] if at else None)}
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel, **({"sizes": [at]} if at else {}))}
     if at:
         built = dataclasses.replace(built, spec=spec_at_sizes(built.spec, at))
         built = dataclasses.replace(built, plan=planner.plan(built.spec, built.source))
@@ -120,7 +120,7 @@ def _time_all(kernel, case: Case, backends: list[str], peers: dict[str, Peer],
     contenders, keep, errors = [], [], {}
     for backend in backends:
         try:
-            c, held = OURS[backend](kernel, plan, case.host, case.sets, sizes or None)
+            c, held = OURS[backend](kernel, plan, case.host, case.sets, *([sizes] if sizes else []))
         except Exception as exc:
             errors[backend] = why(exc)
             continue
