@@ -11,7 +11,8 @@ it, jitted, so that an eager call with shapes seen before neither retraces nor r
   no autograd yet: `jax.grad` / `jax.vjp` through them is a clear error, the forward is untouched);
 - "into": inputs and the current contents of mutable outputs in (donated), the outputs as written out: elements a
   kernel does not write keep their values, as `out=` promises;
-- "torch": the "call" kernel through `plgpu.as_torch_kernel` (torch CUDA tensors in and out, no jax arrays).
+- "torch": the "call" kernel through `plgpu.as_torch_kernel` (torch CUDA tensors in and out, no jax arrays),
+  ordered after the caller's current torch stream (as_torch_kernel itself launches on the default stream).
 
 `out=` (one meaning on both backends): mutable arrays (numpy, torch, cupy, CUDA Array Interface / DLPack objects)
 written in place; a jax array (or tracer) is an ArgumentError, since jax arrays are immutable and writing into an
@@ -49,10 +50,10 @@ def _is_tracer(obj: Any) -> bool:
     return isinstance(obj, jax.core.Tracer)
 
 
-def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str | None) -> str:
+def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str | None, stream: Any = None) -> str:
     """The backend a call runs on. None: "pallas" when an argument is a jax array or tracer, else "cuda"; an
     explicit backend must have been built. Arguments the chosen backend cannot take (a tracer on the CUDA backend,
-    a jax array as out= anywhere) are ArgumentErrors here, before anything runs."""
+    a jax array as out= anywhere, stream= on the Pallas backend) are ArgumentErrors here, before anything runs."""
     built = kernel.launch.backends
     if backend is not None and backend not in built:
         raise ValueError(f"{kernel.name}: backend '{backend}' was not built; built: {', '.join(built)}")
@@ -61,6 +62,9 @@ def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str |
     _reject_jax_out(kernel, out)
     if backend is None:
         backend = "pallas" if any(k in JAX_KINDS for k in kinds) and "pallas" in built else "cuda"
+    if backend == "pallas" and stream is not None:
+        raise ArgumentError("stream: is for backend=\"cuda\"; the pallas backend runs on jax's own stream (jax and "
+                            "numpy arrays) or after torch's current stream (torch tensors)")
     if backend == "cuda":
         traced = [o.name for k, o in zip(kinds, kernel.inputs) if k == "tracer"]
         if traced:
@@ -213,13 +217,31 @@ class PallasCall:
             if a.device.type != "cuda":
                 raise ArgumentError(f"{o.name}: the pallas backend takes torch tensors on a CUDA device, got one on "
                                     f"{a.device}; move it first: {o.name}.cuda()")
-        res = self.function(sizes, None, "torch")(*args)
+        res = _on_current_torch_stream(self.function(sizes, None, "torch"), args)
         res = res if isinstance(res, tuple) else (res,)
         if outs is None:
             return tuple(res)
         for dst, r in zip(outs, res):
             dst.copy_(r)
         return tuple(outs)
+
+
+def _on_current_torch_stream(fn: Callable, args: Sequence[Any]) -> Any:
+    """Run an as_torch_kernel function on the inputs' device, ordered with the caller's current torch stream.
+
+    jax 0.11.2's as_torch_kernel launches on torch.cuda.default_stream() of the current device, whatever stream the
+    caller is on: the default stream waits for the current one first, and the current one for the launch after
+    (outputs are allocated on the current stream, inputs are the caller's; both are used on it only after)."""
+    import torch
+    device = args[0].device
+    with torch.cuda.device(device):
+        current, default = torch.cuda.current_stream(device), torch.cuda.default_stream(device)
+        if current == default:
+            return fn(*args)
+        default.wait_stream(current)
+        res = fn(*args)
+        current.wait_stream(default)
+        return res
 
 
 def _check_meta(meta: tuple[str, tuple[int, ...], str], name: str, shape: tuple[int, ...], dtype: str) -> None:

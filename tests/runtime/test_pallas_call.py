@@ -288,6 +288,14 @@ def test_tracers_with_bad_shapes_fail_at_trace_time(gelu, shapes, dtypes, messag
     assert str(info.value) == message
 
 
+def test_stream_is_for_the_cuda_backend(gelu):
+    mod, _, _ = gelu
+    jx = [jnp.asarray(a) for a in host_inputs().values()]
+    for backend in (None, "pallas"):
+        with pytest.raises(ArgumentError, match=r'^stream: is for backend="cuda"; the pallas backend runs on jax'):
+            mod.gelu_bias_bf16(*jx, stream=7, backend=backend)
+
+
 def test_other_array_kinds_are_refused_on_pallas(gelu):
     mod, _, _ = gelu
 
@@ -412,14 +420,40 @@ class _Tensor:
         return self
 
 
+class _Stream:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def wait_stream(self, other):
+        self.log.append(f"{self.name} waits {other.name}")
+
+
+def _fake_torch(log, current):
+    """torch.cuda's device / stream calls, logged (as_torch_kernel launches on the default stream)."""
+    import contextlib
+    import types
+    default = _Stream("default", log)
+    streams = {"default": default, "side": _Stream("side", log)}
+    cuda = types.SimpleNamespace(
+        device=lambda d: contextlib.nullcontext(log.append(f"on {d}")),
+        current_stream=lambda d: streams[current[0]], default_stream=lambda d: default)
+    return types.SimpleNamespace(cuda=cuda)
+
+
 def test_torch_tensors_go_through_as_torch_kernel(gelu, monkeypatch):
     _, _, root = gelu
     k = load_package(root)
-    wrapped = []
+    wrapped, log, current = [], [], ["default"]
 
     def fake_as_torch_kernel(fn):
         wrapped.append(fn)
-        return lambda *ts: (("result", ts),)
+
+        def launch(*ts):
+            log.append("launch")
+            return (("result", ts),)
+        return launch
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(log, current))
 
     monkeypatch.setattr(plgpu, "as_torch_kernel", fake_as_torch_kernel)
     ts = [_Tensor((64, 512)), _Tensor((64, 512)), _Tensor((512,))]
@@ -431,6 +465,11 @@ def test_torch_tensors_go_through_as_torch_kernel(gelu, monkeypatch):
     assert len(wrapped) == 1 and callable(wrapped[0])                    # one wrap per sizes, kept
     out = _Tensor((64, 512))
     assert k(*ts, backend="pallas", out=out) is out and out.copied == ("result", tuple(ts))
+    assert log == ["on cuda", "launch"] * 3
+    log.clear()
+    current[0] = "side"                   # the caller on another stream: the launch is ordered with it both ways
+    k(*ts, backend="pallas")
+    assert log == ["on cuda", "default waits side", "launch", "side waits default"]
 
 
 def test_torch_mistakes_on_pallas(gelu):
@@ -460,3 +499,10 @@ def test_torch_on_pallas_matches_cuda_on_the_gpu(gelu):
     into = torch.full_like(out, float("nan"))
     assert mod.gelu_bias_bf16(*ts, backend="pallas", out=into) is into
     assert torch.equal(into, out)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):          # ordered with the caller's stream, not only the default one
+        ts2 = [t.clone() for t in ts]
+        on_side = mod.gelu_bias_bf16(*ts2, backend="pallas")
+        again = on_side.clone()
+    torch.cuda.synchronize()
+    assert torch.equal(again, out)
