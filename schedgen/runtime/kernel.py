@@ -46,8 +46,8 @@ class Kernel:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, out: Any = None, stream: int | None = None, backend: str | None = None,
                  interpret: Any = None) -> Any:
-        """backend None: "pallas" for jax arrays and tracers, "cuda" for the rest (pallas_call.choose_backend)."""
-        backend = pallas_call.choose_backend(self, args, out, backend, stream)
+        """backend None: "pallas" for jax arrays, tracers and interpret=, else "cuda" (pallas_call.choose_backend)."""
+        backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
             return self._call_pallas(args, out, interpret)
         return self._call_cuda(args, out, stream)

@@ -50,10 +50,12 @@ def _is_tracer(obj: Any) -> bool:
     return isinstance(obj, jax.core.Tracer)
 
 
-def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str | None, stream: Any = None) -> str:
-    """The backend a call runs on. None: "pallas" when an argument is a jax array or tracer, else "cuda"; an
-    explicit backend must have been built. Arguments the chosen backend cannot take (a tracer on the CUDA backend,
-    a jax array as out= anywhere, stream= on the Pallas backend) are ArgumentErrors here, before anything runs."""
+def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str | None, stream: Any = None,
+                   interpret: Any = None) -> str:
+    """The backend a call runs on. None: "pallas" when an argument is a jax array or tracer or `interpret` is given
+    (and pallas was built), else "cuda"; an explicit backend must have been built. Arguments the chosen backend
+    cannot take (a tracer or interpret= on the CUDA backend, a jax array as out= anywhere, stream= on the Pallas
+    backend) are ArgumentErrors here, before anything runs."""
     built = kernel.launch.backends
     if backend is not None and backend not in built:
         raise ValueError(f"{kernel.name}: backend '{backend}' was not built; built: {', '.join(built)}")
@@ -61,10 +63,14 @@ def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str |
     kinds = [kind_of(a, o.name) for a, o in zip(args, kernel.inputs)]
     _reject_jax_out(kernel, out)
     if backend is None:
-        backend = "pallas" if any(k in JAX_KINDS for k in kinds) and "pallas" in built else "cuda"
+        wants_pallas = interpret is not None or any(k in JAX_KINDS for k in kinds)
+        backend = "pallas" if wants_pallas and "pallas" in built else "cuda"
     if backend == "pallas" and stream is not None:
         raise ArgumentError("stream: is for backend=\"cuda\"; the pallas backend runs on jax's own stream (jax and "
                             "numpy arrays) or after torch's current stream (torch tensors)")
+    if backend == "cuda" and interpret is not None:
+        raise ArgumentError(f"interpret: runs the Pallas kernel in jax's Mosaic GPU interpreter; the CUDA backend has "
+                            f"none (built: {', '.join(built)})")
     if backend == "cuda":
         traced = [o.name for k, o in zip(kinds, kernel.inputs) if k == "tracer"]
         if traced:

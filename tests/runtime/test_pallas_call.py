@@ -297,6 +297,16 @@ def test_stream_is_for_the_cuda_backend(gelu):
             mod.gelu_bias_bf16(*jx, stream=7, backend=backend)
 
 
+def test_interpret_means_pallas(gelu):
+    mod, built, _ = gelu
+    ins = host_inputs(seed=2)
+    out = mod.gelu_bias_bf16(*ins.values(), interpret=INTERPRET)        # numpy + interpret: the Pallas kernel
+    assert isinstance(out, np.ndarray) and rel_error(out, expected(built, ins)) <= tolerance("bf16", True)
+    with pytest.raises(ArgumentError, match=r"^interpret: runs the Pallas kernel in jax's Mosaic GPU interpreter; "
+                                            r"the CUDA backend has none"):
+        mod.gelu_bias_bf16(*ins.values(), interpret=INTERPRET, backend="cuda")
+
+
 def test_other_array_kinds_are_refused_on_pallas(gelu):
     mod, _, _ = gelu
 
