@@ -201,6 +201,15 @@ class PallasCall:
             res = self._call_jax(args, outs, sizes, kinds, interpret)
         return res[0] if len(res) == 1 else tuple(res)
 
+    def run_into(self, inputs: Sequence[Any], outputs: Sequence[Any], interpret: Any = None) -> tuple:
+        """The generated module's run_into (outputs' contents in, the written outputs out, as jax arrays), with its
+        jitted kernel kept per sizes: what verify and benchmarks can call repeatedly without recompiling."""
+        import jax.numpy as jnp
+        k = self.kernel
+        sizes = k.bind([tuple(a.shape) for a in inputs])
+        return self.function(sizes, interpret, "into")(tuple(jnp.asarray(a) for a in inputs),
+                                                       tuple(jnp.asarray(o) for o in outputs))
+
     def _call_jax(self, args, outs, sizes, kinds, interpret) -> tuple:
         import jax.numpy as jnp
         ins = tuple(a if kd in JAX_KINDS else jnp.asarray(a) for a, kd in zip(args, kinds))
