@@ -19,7 +19,7 @@ from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 from schedgen.reference import reference, rel_error, tolerance
 from schedgen.runtime import driver, pallas_call
-from schedgen.runtime.arrays import ArgumentError
+from schedgen.runtime.arrays import DTYPES, ArgumentError
 from schedgen.runtime.kernel import load_package
 
 jax = pytest.importorskip("jax")
@@ -505,6 +505,32 @@ def test_torch_mistakes_on_pallas(gelu):
         mod.gelu_bias_bf16(*ts, backend="pallas", out=np.zeros((64, 512), BF16))
     with pytest.raises(ArgumentError, match=r"^x: interpret mode runs on jax arrays"):
         mod.gelu_bias_bf16(*ts, backend="pallas", interpret=INTERPRET)
+
+
+@pytest.mark.parametrize("spec", ["gelu_bias_bf16.yaml", "matmul_bias_gelu_bf16.yaml", "attention_bf16_4096.yaml"])
+def test_as_torch_kernel_accepts_the_generated_kernels(spec, tmp_path, monkeypatch):
+    """What plgpu.as_torch_kernel does before it needs a GPU (jax 0.11.2: trace, lower, inline, then accept only a
+    single Mosaic GPU call and scalar constants), run on the kernel the torch route hands it, lowered for CUDA."""
+    import types
+
+    import jax.experimental.mosaic.gpu as mgpu
+    from jax._src.lib.mlir import passmanager
+    from jax._src.pallas.mosaic_gpu import torch as mgpu_torch
+
+    from schedgen.verify import small_overrides
+    full = build_spec(SPECS_DIR / spec, cache=Cache(tmp_path / "c"))
+    built = build_spec(SPECS_DIR / spec, small_overrides(full), cache=Cache(tmp_path / "c"))
+    k = load_package(package(built, tmp_path / "out"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(float32="f32", float16="f16", bfloat16="bf16"))
+    kern = k._pallas._make({}, None, False)     # what function(sizes, None, "torch") wraps
+    structs = [jax.ShapeDtypeStruct(tuple(o.shape), DTYPES[o.dtype]) for o in k.inputs]
+    module = jax.jit(kern).trace(*structs).lower(lowering_platforms=("cuda",)).compiler_ir()
+    with module.context:
+        mgpu.dialect.register_inliner_extensions(module.context)
+        passmanager.PassManager.parse("builtin.module(inline{default-pipeline=})").run(module.operation)
+        call, *_ = mgpu_torch._find_mgpu_call_in_module(module)
+    assert call.call_target_name.value == "mosaic_gpu_v2"
+    assert len(list(call.operands)) == len(k.inputs) and len(list(call.results)) == len(k.outputs)
 
 
 @pytest.mark.gpu
