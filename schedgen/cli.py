@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import __version__
 from .errors import SpecErrors, ToolchainError
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
@@ -382,6 +383,7 @@ def _check_tune_args(args, max_space: int) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
+    ap.add_argument("--version", action="version", version=f"schedgen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
     p.add_argument("files", nargs="+")
