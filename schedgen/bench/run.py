@@ -85,14 +85,15 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     from ..reference import random_inputs
     from ..runtime.kernel import load_package
     from .. import plan as planner
-    from ..verify import spec_at_sizes, verify_built
+    from ..verify import verify_built
     from .environment import environment
     mod = family_peers(family)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
     # a dynamic package is timed (and verified) at its sizes' max: its peers see the spec at those sizes
     at = {r.name: r.max for r in getattr(built.plan, "dynamic_sizes", ())}
-    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel, **({"sizes": [at]} if at else {}))}
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel,
+                                                 **({"count": 1, "small": at} if at else {}))}
     if at:
         built = dataclasses.replace(built, spec=spec_at_sizes(built.spec, at))
         built = dataclasses.replace(built, plan=planner.plan(built.spec, built.source))
@@ -110,6 +111,12 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
         ours = timed.get(backend) or {"time_ms": None, "error": errors.get(backend, "not timed")}
         rows.append(_finish_row(row, ours, infos, rates, plan, mod))
     return rows
+
+
+def spec_at_sizes(spec, at: dict):
+    """The spec with its dynamic sizes fixed at `at` (the shapes of one call of a dynamic package)."""
+    sizes = {**spec.op.sizes, **{k: int(v) for k, v in at.items()}}
+    return spec.model_copy(update={"op": spec.op.model_copy(update={"sizes": sizes})})
 
 
 def _time_all(kernel, case: Case, backends: list[str], peers: dict[str, Peer],

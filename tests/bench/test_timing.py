@@ -266,12 +266,12 @@ def test_bench_built_times_a_dynamic_package_at_its_max(monkeypatch, tmp_path):
     monkeypatch.setattr("schedgen.build.package", lambda b, d: d)
     monkeypatch.setattr("schedgen.runtime.kernel.load_package", lambda d: "kernel")
     monkeypatch.setattr("schedgen.verify.verify_built",
-                        lambda b, backends, kernel, sizes: got.setdefault("verified_at", sizes) and
+                        lambda b, backends, kernel, count, small: got.setdefault("verified_at", (count, small)) and
                         [_Check(x) for x in backends])
     monkeypatch.setattr(run, "OURS", {"cuda": lambda k, p, h, s, sizes: got.setdefault("ours", (p.m, sizes)) and
                                       (Contender("cuda", lambda i: None), [])})
     monkeypatch.setattr(run, "interleaved", lambda contenders, **kw: {c.name: {"time_ms": 0.5, "timing": "ev"}
                                                                       for c in contenders})
     (row,) = bench.bench_built(built, ["cuda"], iters=5, env={"gpu": "fake"})
-    assert got["verified_at"] == [{"M": 65536}] and got["ours"] == (65536, {"M": 65536})
+    assert got["verified_at"] == (1, {"M": 65536}) and got["ours"] == (65536, {"M": 65536})
     assert got["case_plan"].m == 65536 and row["shape"]["M"] == 65536 and row["time_ms"] == 0.5
