@@ -7,6 +7,7 @@ import math
 from ...draw import HBM_RATE, TMA_LATENCY, Pipeline, Span, Tile, Traversal, kib, persistent_guide, tile_order_text
 from ...plan.common import tile_index
 from .. import DrawHooks
+from .explain import sizes_line
 
 
 def map_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
@@ -82,7 +83,7 @@ def pipeline(p) -> Pipeline:
 def summary(p) -> list[str]:
     return [
         f"kernel {p.kernel_name}",
-        f"sizes {', '.join(f'{k}={v}' for k, v in p.sizes.items())}",
+        f"sizes {sizes_line(p)}",
         f"grid {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))}",
         f"{p.num_blocks} blocks x {p.threads} threads, {p.blocks_per_sm} per SM",
         f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.smem_bytes} B",
