@@ -193,8 +193,8 @@ def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path
 def _ragged_message(name: str, d: int, extent: DimLike, block: int, ranges: Mapping[str, SizeRange]) -> str:
     """Why a dynamic dimension may end in a partial block: its size's multiple_of is not a multiple of the tile."""
     names = sorted(dims.sizes_of(extent))
-    step = ", ".join(f"{n} ({ranges[n].describe()}) has multiple_of {ranges[n].multiple_of}" for n in names)
-    return (f"dimension {d} of '{name}' is the dynamic {extent}: {step}, which is not a multiple of the block "
+    step = ", ".join(f"{n} in {ranges[n].min}..{ranges[n].max}, multiple_of {ranges[n].multiple_of}" for n in names)
+    return (f"dimension {d} of '{name}' (the dynamic {extent}: {step}) is not always a multiple of the block "
             f"({block}), so the last block may be partial; set out_of_bounds: zero to let TMA pad it (and clip the "
             f"store), or declare multiple_of: {block} (or a multiple of it)")
 
@@ -287,9 +287,12 @@ def _operand_tma(name: str, role: str, dtype: str, shape: tuple[DimLike, ...], b
             message = None
         else:
             minor = " x ".join(str(x) for x in shape[d + 1:])
-            message = (f"{what} are {minor} elements of {isz} B apart, with a dynamic size in it: TMA needs a "
-                       f"multiple of 16 B at every size in range; declare the size's multiple_of so that the row "
-                       f"is one (a multiple of {16 // math.gcd(16, isz)} elements)")
+            names = sorted(set().union(*(dims.sizes_of(x) for x in shape[d + 1:])))
+            step = ", ".join(f"{n} in {ranges[n].min}..{ranges[n].max}, multiple_of {ranges[n].multiple_of}"
+                             for n in names)
+            message = (f"{what} are {minor} elements of {isz} B apart ({step}): TMA needs a multiple of 16 B at "
+                       f"every size in range; declare a multiple_of that makes the row one (a multiple of "
+                       f"{16 // math.gcd(16, isz)} elements)")
         if message is not None:
             problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"), message)
     if tiling is None and swizzle:
