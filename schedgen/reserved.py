@@ -88,12 +88,15 @@ _NAME = {  # the spec name must not be one of these
     'list': 'a global or builtin name the generated code reads',
     'make': 'a function the generated module defines',
     'make_mesh': 'a function the generated module defines',
+    'max': 'a global or builtin name the generated code reads',   # extents over dynamic sizes (pydim)
+    'min': 'a global or builtin name the generated code reads',
     'pallas': 'a function the generated module defines',
     'plan': 'a module-level name of the generated module',
     'reversed': 'a global or builtin name the generated code reads',
     'run_into': 'a function the generated module defines',
     'run_shards': 'a function the generated module defines',
     'shard_mapped': 'a function the generated module defines',
+    'sizes_of': 'a function the generated module defines',
     'tuple': 'a global or builtin name the generated code reads',
     'zip': 'a global or builtin name the generated code reads',
 }
@@ -120,6 +123,7 @@ _INPUTS = {  # no input may be named one of these
     'rhs': 'a local variable of the generated function',
     'runner': 'a local variable of the generated function',
     'shard_mapped': 'a global or builtin name the generated code reads',
+    'sizes_of': 'a global or builtin name the generated code reads',
     'stream': 'a parameter of the generated function',
     'tuple': 'a global or builtin name the generated code reads',
 }

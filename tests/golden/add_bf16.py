@@ -120,6 +120,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def add_bf16(x, y, interpret=None):
     """add_bf16: r_o = ...; returns o."""
-    ins = (x, y, )
-    outs = make(sizes_of(ins), interpret=interpret)(*ins)
+    outs = make(sizes_of((x, y, )), interpret=interpret)(x, y)
     return outs[0] if len(outs) == 1 else outs

@@ -126,6 +126,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def bias_add_bf16_dynamic(x, b, interpret=None):
     """bias_add_bf16_dynamic: r_o = ...; returns o."""
-    ins = (x, b, )
-    outs = make(sizes_of(ins), interpret=interpret)(*ins)
+    outs = make(sizes_of((x, b, )), interpret=interpret)(x, b)
     return outs[0] if len(outs) == 1 else outs

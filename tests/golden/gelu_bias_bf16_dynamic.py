@@ -131,6 +131,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def gelu_bias_bf16_dynamic(x, w, b, interpret=None):
     """gelu_bias_bf16_dynamic: t_h = ...; r_y = ...; returns y."""
-    ins = (x, w, b, )
-    outs = make(sizes_of(ins), interpret=interpret)(*ins)
+    outs = make(sizes_of((x, w, b, )), interpret=interpret)(x, w, b)
     return outs[0] if len(outs) == 1 else outs

@@ -115,6 +115,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def scale_f32(x, interpret=None):
     """scale_f32: r_o = ...; returns o."""
-    ins = (x, )
-    outs = make(sizes_of(ins), interpret=interpret)(*ins)
+    outs = make(sizes_of((x, )), interpret=interpret)(x)
     return outs[0] if len(outs) == 1 else outs
