@@ -91,10 +91,26 @@ def sizes_of(inputs):
     return {"M": int(inputs[0].shape[0])}
 
 
+# name -> (min, max, multiple_of) of each dynamic size
+_RANGES = {"M": (1, 65536, 1)}
+
+
+def _check_sizes(sizes):
+    """Every dynamic size given, in its range and on its step (the package's runtime checks the same first)."""
+    for name, (lo, hi, step) in _RANGES.items():
+        if name not in sizes:
+            raise ValueError(f"gelu_bias_bf16_dynamic: make() needs the dynamic size {name}: pass sizes_of(inputs)")
+        value = sizes[name]
+        if not lo <= value <= hi or value % step:
+            legal = f"{lo}..{hi}" + (f", a multiple of {step}" if step > 1 else "")
+            raise ValueError(f"gelu_bias_bf16_dynamic: dynamic size {name} = {value}: must be {legal}")
+
+
 def make(sizes=None, interpret=None, outputs_as_refs=False):
     """The kernel for the dynamic sizes `sizes` ({name: value}; None or {} when the kernel has none). With
     outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
     sizes = sizes or {}
+    _check_sizes(sizes)
     sz_M = sizes["M"]
     body, num_blocks = _kernel_body(sizes)
     out_type = tuple(jax.ShapeDtypeStruct(s, _DTYPES[d]) for s, d in [([sz_M, 4096], "bf16"), ])

@@ -344,3 +344,15 @@ def test_other_schedules_compile_and_run_at_several_sizes(tmp_path, monkeypatch,
         enc_d, go_d = _launch(tmp_path / f"d{k}", b.plan, ptrs, sizes, fake)
         enc_s, go_s = _launch(tmp_path / f"s{k}", static, ptrs, {}, fake)
         assert enc_d == enc_s and go_d["grid"] == go_s["grid"] == (static.num_blocks, 1, 1)
+
+
+def test_make_refuses_missing_or_illegal_sizes(tmp_path):
+    pytest.importorskip("jax")
+    mod = load_package(package(build_spec(str(BIAS)), tmp_path / "pkg")).pallas_module()
+    with pytest.raises(ValueError, match=r"make\(\) needs the dynamic size M: pass sizes_of\(inputs\)"):
+        mod.make()
+    with pytest.raises(ValueError, match=r"dynamic size N = 300: must be 256\.\.16384, a multiple of 256"):
+        mod.make({"M": 5, "N": 300})
+    with pytest.raises(ValueError, match=r"dynamic size M = 65537: must be 1\.\.65536$"):
+        mod.make({"M": 65537, "N": 256})
+    assert mod.make({"M": 65536, "N": 16384}) is not None
