@@ -115,13 +115,14 @@ def _resolve_shapes(op, problems: Problems) -> dict | None:
     sizes = size_values(op.sizes)   # a dynamic size is the extent dims.size(name)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
+    known = len(problems) == before
     bound = {x.args[0] for n in op.inputs for x in shapes[n] if isinstance(x, dims.Dim)}
     for n in op.sizes:
         if not isinstance(op.sizes[n], int) and n not in bound:
             problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension, so a call's inputs "
                                              f"cannot give its value; use it in an input's shape, or give it a "
                                              f"fixed value")
-    return None if len(problems) != before else shapes
+    return shapes if known else None   # (planning goes on past an unbound size: its problems are reported too)
 
 
 def _check_broadcasts(op, shapes: dict, problems: Problems) -> tuple[int, ...]:

@@ -111,7 +111,14 @@ def test_dynamic_row_stride_must_be_16_byte_aligned_at_every_size():
 
 def test_dynamic_size_in_no_input_is_refused():
     lines = _lines(GELU, {"op.sizes.K": {"dynamic": True, "max": 64}})
-    assert any(re.match(r"\d+:\d+: op\.sizes\.K: the dynamic size K is no input's dimension", line) for line in lines)
+    assert len(lines) == 1 and re.match(r"\d+:\d+: op\.sizes\.K: the dynamic size K is no input's dimension",
+                                        lines[0]), lines
+    # only the outputs name M (x broadcasts over it): a call's inputs cannot give it; planning goes on
+    lines = _lines(GELU, {"op.inputs.x.shape": [1, "N"], "op.inputs.w.shape": ["N"],
+                          "schedule.in_specs.x.block_shape": [1, 256], "schedule.in_specs.x.index_map": "(0, j)",
+                          "schedule.in_specs.w.block_shape": [256], "schedule.in_specs.w.index_map": "(j,)",
+                          "schedule.out_specs.y.out_of_bounds": "reject"})
+    assert [line.split(": ")[1] for line in lines] == ["op.sizes.M", "schedule.out_specs.y.block_shape[0]"], lines
 
 
 def test_cdiv_rounding_fits_32_bits_at_the_max():
