@@ -431,7 +431,7 @@ def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
     if [_nonzero(f) for f in forms] == [_nonzero(f) for f in want_forms]:
         return True  # proved for every grid point (and every value of the dynamic sizes)
     if c.ranges:
-        return False  # settled one size at a time by the exhaustive check (or rejected as too large)
+        return _affine_counterexample(c, problems)
     if math.prod(c.grid) > MAX_EXHAUSTIVE_POINTS:
         # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
         grid = c.grid
@@ -440,6 +440,26 @@ def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
             got = tuple(ex.eval_int(e, dict(zip(c.grid_names, point)) | dict(c.sizes)) for e in c.imap)
             if got != c.want_at(point):
                 c.mismatch(point, got, problems)
+                return True
+    return False
+
+
+def _affine_counterexample(c: IndexMapCheck, problems: Problems) -> bool:
+    """Two different affine forms over the grid names and dynamic sizes differ at one of: the origin with every
+    dynamic size at its max, a unit point of a grid dimension there, or the origin with one size at its min.
+    Reports the first such legal point found (True); False when none is (then the exhaustive check decides)."""
+    top = {n: v if isinstance(v, int) else c.ranges[n].max for n, v in c.sizes.items()}
+    trials = [top] + [top | {n: r.min} for n, r in c.ranges.items() if r.min < r.max]
+    for k, sizes in enumerate(trials):
+        grid = tuple(dims.evaluate(g, sizes) for g in c.grid)
+        origin = tuple(0 for _ in grid)
+        units = [tuple(int(j == d) for j in range(len(grid))) for d in range(len(grid)) if grid[d] > 1] if k == 0 else []
+        for point in [origin] + units:
+            got = tuple(ex.eval_int(e, dict(zip(c.grid_names, point)) | sizes) for e in c.imap)
+            if got != c.want_at(point):
+                c.mismatch(point, got, problems)
+                where = ", ".join(f"{n}={sizes[n]}" for n in c.ranges)
+                problems[-1] = dataclasses.replace(problems[-1], message=f"{problems[-1].message} (with {where})")
                 return True
     return False
 

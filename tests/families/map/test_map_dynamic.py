@@ -137,8 +137,12 @@ def test_grid_over_a_dynamic_size_is_checked_at_every_value():
 def test_index_map_over_a_dynamic_size():
     # affine in the grid names and M: proved for every M
     assert _plan(GELU, {"schedule.in_specs.x.index_map": "(i + M - M, j)"}).inputs[0].index_map == "(i + M - M, j)"
-    lines = _lines(GELU, {"schedule.in_specs.x.index_map": "(i + M - 1, j)"})
-    assert len(lines) == 1 and "schedule.in_specs.x.index_map" in lines[0], lines
+    lines = _lines(GELU, {"schedule.in_specs.x.index_map": "(i + M - 1, j)"})   # affine, wrong: a counterexample
+    assert len(lines) == 1 and lines[0].endswith(
+        "schedule.in_specs.x.index_map: index_map (i + M - 1, j) sends grid point (0, 0) to block (65535, 0) of 'x', "
+        "but the elementwise body reads block (0, 0) there (numpy broadcasting of the output block) (with M=65536)"), lines
+    lines = _lines(GELU, {"schedule.in_specs.x.index_map": "(i + M - 65536, j)"})   # right at M's max only
+    assert len(lines) == 1 and "sends grid point (0, 0) to block (-65535, 0)" in lines[0] and "(with M=1)" in lines[0]
     # not affine, over a grid that follows M: checked at every legal M when small enough, else refused
     small = {"op.sizes.M": {"dynamic": True, "max": 256}, "schedule.in_specs.x.index_map": "(i % (M + 32), j)"}
     assert _plan(GELU, small).inputs[0].index_map == "(i % (M + 32), j)"
