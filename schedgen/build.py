@@ -17,7 +17,6 @@ from typing import Any, Mapping
 from . import families
 from . import plan as planner
 from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of, remove_path, source_hash, temp_name
-from .plan import dims
 from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .errors import Problem, SourceMap
@@ -126,7 +125,7 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
         manifest = {
             "name": plan.name, "family": plan.family, "kernel": plan.kernel_name, "cache_key": key,
             "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.backends),
-            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": dims.to_json(plan.num_blocks),
+            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": planner.to_dict(plan.num_blocks),
                           "blocks_per_sm": plan.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
             "compiler_verdicts": verdicts,
         }

@@ -83,6 +83,7 @@ _NAME = {  # the spec name must not be one of these
     'ValueError': 'a global or builtin name the generated code reads',
     'WG_TILE_M': 'a module-level name of the generated module',
     'WG_TILE_N': 'a module-level name of the generated module',
+    'dict': 'a global or builtin name the generated code reads',
     'divmod': 'a global or builtin name the generated code reads',
     'kernel': 'a module-level name of the generated module',
     'list': 'a global or builtin name the generated code reads',
