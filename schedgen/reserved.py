@@ -89,6 +89,8 @@ _NAME = {  # the spec name must not be one of these
     'list': 'a global or builtin name the generated code reads',
     'make': 'a function the generated module defines',
     'make_mesh': 'a function the generated module defines',
+    'max': 'a global or builtin name the generated code reads',   # extents over dynamic sizes (pydim)
+    'min': 'a global or builtin name the generated code reads',
     'pallas': 'a function the generated module defines',
     'plan': 'a module-level name of the generated module',
     'reversed': 'a global or builtin name the generated code reads',
