@@ -63,6 +63,7 @@ _NAME = {  # the spec name must not be one of these
     'NUM_CONSUMERS': 'a module-level name of the generated module',
     'NUM_DEVICES': 'a module-level name of the generated module',
     'NUM_TILES': 'a module-level name of the generated module',
+    'NamedTuple': 'a module the generated code imports',
     'OUT_DTYPE': 'a module-level name of the generated module',
     'OUT_TRANSFORMS': 'a module-level name of the generated module',
     'PRODUCER_REGS': 'a module-level name of the generated module',
@@ -80,6 +81,7 @@ _NAME = {  # the spec name must not be one of these
     'TILE_M': 'a module-level name of the generated module',
     'TILE_N': 'a module-level name of the generated module',
     'TRANSFORMS': 'a module-level name of the generated module',
+    'TypeError': 'a global or builtin name the generated code reads',
     'ValueError': 'a global or builtin name the generated code reads',
     'WG_TILE_M': 'a module-level name of the generated module',
     'WG_TILE_N': 'a module-level name of the generated module',
@@ -94,6 +96,7 @@ _NAME = {  # the spec name must not be one of these
     'run_into': 'a function the generated module defines',
     'run_shards': 'a function the generated module defines',
     'shard_mapped': 'a function the generated module defines',
+    'sizes_of': 'a function the generated module defines',
     'tuple': 'a global or builtin name the generated code reads',
     'zip': 'a global or builtin name the generated code reads',
 }
@@ -120,6 +123,7 @@ _INPUTS = {  # no input may be named one of these
     'rhs': 'a local variable of the generated function',
     'runner': 'a local variable of the generated function',
     'shard_mapped': 'a global or builtin name the generated code reads',
+    'sizes_of': 'a global or builtin name the generated code reads',
     'stream': 'a parameter of the generated function',
     'tuple': 'a global or builtin name the generated code reads',
 }

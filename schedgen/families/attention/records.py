@@ -3,8 +3,8 @@ plan itself (AttentionPlan, with the numbers the templates print derived as prop
 and the phases' small typed values."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import Mapping, NamedTuple
 
 from ...plan import dims as X
 from ...plan.dims import DimLike, SizeRange
@@ -35,7 +35,7 @@ DYNAMIC_PRODUCER_REGS = 32
 SLAB_ROW_BYTES = 128
 # non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
 OPAQUE_KV_BLOCKS = 4
-MODULE_NAMES = frozenset({"make", "run_into"})
+MODULE_NAMES = frozenset({"make", "run_into", "sizes_of"})
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,28 @@ class AttentionPlan:
     @property
     def operands(self) -> tuple[AttnOperand, ...]:
         return self.inputs + self.outputs
+
+    def at(self, sizes: Mapping[str, int]) -> "AttentionPlan":
+        """This plan at one call's dynamic sizes: every extent evaluated (what the kernel computes at entry from its
+        sz_ arguments), the tile order and everything else as built. A static plan is returned as it is."""
+        if not self.dynamic_sizes:
+            return self
+
+        def ev(x):
+            return X.evaluate(x, sizes)
+
+        def arg(a: KernelArg) -> KernelArg:
+            return replace(a, shape=tuple(map(ev, a.shape)), strides=tuple(map(ev, a.strides)), value=ev(a.value))
+
+        def operands(os):
+            return tuple(replace(o, shape=tuple(map(ev, o.shape))) for o in os)
+
+        return replace(
+            self, sizes={**self.sizes, **{r.name: int(sizes[r.name]) for r in self.dynamic_sizes}},
+            batch=ev(self.batch), heads_q=ev(self.heads_q), heads_kv=ev(self.heads_kv), seq_q=ev(self.seq_q),
+            seq_kv=ev(self.seq_kv), q_blocks=ev(self.q_blocks), kv_blocks=ev(self.kv_blocks),
+            num_tiles=ev(self.num_tiles), num_blocks=ev(self.num_blocks), inputs=operands(self.inputs),
+            outputs=operands(self.outputs), kernel_args=tuple(arg(a) for a in self.kernel_args), dynamic_sizes=())
 
     @property
     def ranges(self) -> dict[str, SizeRange]:
