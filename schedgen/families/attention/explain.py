@@ -29,7 +29,7 @@ def explain_attention(p) -> str:
         f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
         + (f"; GQA groups of {p.group}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
-        *([f"  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
+        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
            + " (launch arguments: one cubin serves the range; counts below are extents of them)"]
           if p.dynamic_sizes else []),
         f"  FLOPs      {p.flops / 1e9:.1f} G{at_max} (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
