@@ -80,6 +80,8 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     if len(problems) != before:
         return None, problems
     blocks = _plan_blocks(sch, names, dims, problems)
+    if dims.ranges:
+        _check_counts(dims, blocks, problems)
     grid = _grid(sch)
     regs = _plan_registers(sch.pipeline, blocks, dims, grid, names, hw, problems)
     smem = _plan_smem(sch.pipeline, blocks, dims, grid, hw, problems)
@@ -172,10 +174,15 @@ def _size_name(d) -> str:
 
 def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Problems) -> None:
     """Dynamic sizes: B, Sq, Skv and the heads may be; head_dim may not (it shapes the wgmma instructions and the
-    registers); the GQA ratio is known when the kernel is built (kv heads fixed and the q heads' multiple_of a
-    multiple of them, or one size for both); causal needs Sq <= Skv at every call."""
+    registers); the GQA ratio is built into the kernel, so dynamic heads are one size for q and kv (grouped heads
+    are fixed); causal needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
     sq, hq, d, skv, hkv = extents
     k_path = ("op", "inputs", names.k, "shape")
+    bound = {x for n in names.inputs for x in op.inputs[n].shape if isinstance(x, str)}
+    for n in ranges:
+        if n not in bound:
+            problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension: a call gives each dynamic "
+                                             f"size through its inputs' shapes; use it in one or give it a fixed value")
     if not X.is_static(d):
         problems.add(("op", "sizes", _size_name(d)),
                      f"head_dim ({_size_name(d)}) cannot be dynamic: it sets the wgmma shapes, the registers and the "
@@ -274,6 +281,23 @@ def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems)
                                                          f"the CUDA kernel masks a ragged last key block, the Pallas "
                                                          f"one does not yet; pad the keys, pick a block_kv that "
                                                          f"divides {skv}, or set schedule.backends: [cuda]")
+
+
+def _check_counts(dims: Dims, blocks: Blocks, problems: Problems) -> None:
+    """The kernel counts its tiles and blocks in 32-bit ints from the sz_ arguments (the grid's x extent is at
+    most 2^31 - 1 too): at the largest call, a sequence plus a block and the tile count must fit."""
+    limit = (1 << 31) - 1
+    for seq, block in ((dims.sq, blocks.block_q), (dims.skv, blocks.block_kv)):
+        if not X.is_static(seq) and X.upper(seq, dims.ranges) + block > limit:
+            r = dims.ranges[_size_name(seq)]
+            problems.add(("op", "sizes", r.name, "max"), f"{r.name} up to {r.max} overflows the kernel's 32-bit block "
+                                                         f"counts (max + {block} must stay under 2^31); lower max")
+    tiles = X.cdiv(dims.sq, blocks.block_q) * dims.hq * dims.b
+    if X.upper(tiles, dims.ranges) > limit:
+        names = ", ".join(sorted(X.sizes_of(tiles)))
+        problems.add(("op", "sizes", sorted(X.sizes_of(tiles))[0], "max"),
+                     f"the largest call has {X.upper(tiles, dims.ranges)} tiles (query blocks x heads x batch), over "
+                     f"the 2^31 - 1 of the grid and the kernel's 32-bit tile index; lower the max of {names}")
 
 
 def _grid(sch) -> Grid:

@@ -94,6 +94,15 @@ ERRORS = {
                        "of block_q = 128", "set S's multiple_of to a multiple of 128, or set schedule.backends: [cuda]",
                        "op.sizes.S.multiple_of: Skv (S: dynamic, 64..8192, a multiple of 64) is not always a multiple "
                        "of block_kv = 128"]),
+    "unbound": ({"op.sizes.E": {"dynamic": True, "max": 8}},
+                ["op.sizes.E: the dynamic size E is no input's dimension"]),
+    "tile_count": ({"op.sizes.B": {"dynamic": True, "max": 1 << 20}, "op.sizes.S": {"dynamic": True, "min": 128,
+                                                                                       "max": 1 << 21,
+                                                                                       "multiple_of": 128}},
+                   ["op.sizes.B.max: the largest call has 274877906944 tiles (query blocks x heads x batch), over the "
+                    "2^31 - 1 of the grid and the kernel's 32-bit tile index; lower the max of B, S"]),
+    "sequence_max": ({"op.sizes.S": {"dynamic": True, "max": 1 << 31}, "schedule.backends": ["cuda"]},
+                     ["op.sizes.S.max: S up to 2147483648 overflows the kernel's 32-bit block counts"]),
 }
 
 
