@@ -133,6 +133,21 @@ def test_what_may_be_dynamic_plans():
     assert "const int sg_causal_offset = sz_T - sz_Q;" in cu
 
 
+def test_small_sizes_of_a_dynamic_spec_are_legal_fixed_values():
+    """verify --small / --interpret: the family's small sizes of a dynamic spec respect each range (multiple_of,
+    min), so the small build plans."""
+    from schedgen.families.attention.reference import small_sizes
+    for path, want in ((DYN, {"B": 1, "S": 256, "H": 2}), (GQA, {"B": 1, "S": 256, "H": 8, "G": 2})):
+        spec, _ = load_spec(str(path))
+        got = small_sizes(spec, _plan(path), 2)
+        assert got == want, got
+        assert _plan(path, got).dynamic_sizes == ()
+    spec, _ = load_spec(str(DYN), {"op.sizes.S": {"dynamic": True, "min": 384, "max": 7680, "multiple_of": 384},
+                                   "schedule.backends": ["cuda"]})
+    got = small_sizes(spec, plan(spec, _), 2)
+    assert got["S"] == 384
+
+
 # ------------------------------------------------------------------------------------------------ the CUDA kernel
 
 def test_cuda_kernel_takes_the_dynamic_sizes_as_arguments():
