@@ -306,16 +306,26 @@ def test_one_pallas_package_serves_several_sizes_in_the_interpreter(tmp_path):
             assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, p.approx_math), (sizes, o.name)
 
 
-@pytest.mark.parametrize("sizes", [{"B": 1, "S": 128}, {"B": 4, "S": 4096}])
-def test_bundled_dynamic_module_lowers_for_cuda_at_each_size(sizes, tmp_path):
-    """The bundled dynamic spec (head_dim 128, 128-row blocks) at full size: make(sizes) lowers to one Mosaic GPU
-    call over the call's shapes and grid."""
-    built = build_spec(str(DYN))
+BHSD_HEADS = {"op.layout": "bhsd", "op.causal": True, "op.sizes.H": {"dynamic": True, "min": 4, "max": 64,
+                                                                     "multiple_of": 4},
+              "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"},
+              **{f"op.{g}.{n}.shape": ["B", "H", "S", "D"] for g, n in
+                 (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}}
+
+
+@pytest.mark.parametrize("ov, sizes", [({}, {"B": 1, "S": 128}), ({}, {"B": 4, "S": 4096}),
+                                       (BHSD_HEADS, {"B": 2, "S": 1024, "H": 12})],
+                         ids=["b1_s128", "b4_s4096", "bhsd_causal_lse_heads12"])
+def test_bundled_dynamic_module_lowers_for_cuda_at_each_size(ov, sizes, tmp_path):
+    """The bundled dynamic spec (head_dim 128, 128-row blocks) at full size, and a causal bhsd variant with dynamic
+    heads and the LSE: make(sizes) lowers to one Mosaic GPU call over the call's shapes and grid."""
+    built = build_spec(str(DYN), ov)
     mod = _module(built, tmp_path)
     pa = built.plan.at(sizes)
     args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in pa.inputs]
     text = jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
-    assert re.search(r"tensor<{}xbf16>".format("x".join(map(str, pa.outputs[0].shape))), text)
+    for o in pa.outputs:
+        assert re.search(r"tensor<{}x{}>".format("x".join(map(str, o.shape)), o.dtype), text), o.name
     assert mod._extents(sizes).num_tiles == pa.num_tiles
