@@ -424,6 +424,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_dynamic
     g += kv_end;
 
     // ---- normalise, stage O in SMEM, TMA store
+    // the epilogue counts its tile again (from an opaque copy of t, so the compiler does not keep the first count's
+    // coordinates alive through the loop: divisions by the call's extents are not cheap to rematerialize)
+    int t_epi = t;
+    asm volatile("" : "+r"(t_epi));
+    const SgTile TE = sg_tile(t_epi, sg_q_blocks, sg_kv_blocks, sg_last_q_block);
     const float lt0 = sg_quad_sum(l0), lt1 = sg_quad_sum(l1);
     const float inv0 = 1.0f / lt0, inv1 = 1.0f / lt1;
 #pragma unroll
@@ -439,8 +444,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_bf16_dynamic
     sg_fence_proxy_async();
     sg_named_sync(EPI_BAR + w, 128);
     if (wg_thread == 0) {
-      sg_tma_store_3d(&tm_o, so + 0u, T.q_col + 0, T.q_row + w * 64, T.q_bat);
-      sg_tma_store_3d(&tm_o, so + 16384u, T.q_col + 64, T.q_row + w * 64, T.q_bat);
+      sg_tma_store_3d(&tm_o, so + 0u, TE.q_col + 0, TE.q_row + w * 64, TE.q_bat);
+      sg_tma_store_3d(&tm_o, so + 16384u, TE.q_col + 64, TE.q_row + w * 64, TE.q_bat);
       sg_bulk_commit();
       sg_bulk_wait_read0();                            // the store has read the Q rows: Q is free
       sg_mbar_arrive(S_q_empty);

@@ -503,6 +503,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_gqa_causal_b
     g += kv_end;
 
     // ---- normalise, stage O in SMEM, TMA store
+    // the epilogue counts its tile again (from an opaque copy of t, so the compiler does not keep the first count's
+    // coordinates alive through the loop: divisions by the call's extents are not cheap to rematerialize)
+    int t_epi = t;
+    asm volatile("" : "+r"(t_epi));
+    const SgTile TE = sg_tile(t_epi, sg_q_blocks, sg_kv_blocks, sg_last_q_block, sg_section_tiles, sg_last_section_heads, sg_last_section);
     const float lt0 = sg_quad_sum(l0), lt1 = sg_quad_sum(l1);
     const float inv0 = 1.0f / lt0, inv1 = 1.0f / lt1;
     if (wg_thread == 0) sg_bulk_wait_read0();          // the last tile's store has read the staging buffer
@@ -518,16 +523,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_attention_gqa_causal_b
       asm volatile("st.shared.b32 [%0], %1;" :: "r"(a1), "r"(sg_pack2(o[4 * n8 + 2] * inv1, o[4 * n8 + 3] * inv1)) : "memory");
     }
     if (lane % 4 == 0) {
-      const long long row = ((long long)T.b * 32 + T.h) * sg_seq_q + T.q0 + w * 64 + r0;
-      const int qr = T.q0 + w * 64 + r0;                 // the ragged last query block: rows past Sq are not there
+      const long long row = ((long long)TE.b * 32 + TE.h) * sg_seq_q + TE.q0 + w * 64 + r0;
+      const int qr = TE.q0 + w * 64 + r0;                 // the ragged last query block: rows past Sq are not there
       if (qr < sg_seq_q) lse[row] = (m0 + log2f(lt0)) * 0.6931471805599453f;
       if (qr + 8 < sg_seq_q) lse[row + 8] = (m1 + log2f(lt1)) * 0.6931471805599453f;
     }
     sg_fence_proxy_async();
     sg_named_sync(EPI_BAR + w, 128);
     if (wg_thread == 0) {
-      sg_tma_store_3d(&tm_o, so + 0u, T.q_col + 0, T.q_row + w * 64, T.q_bat);
-      sg_tma_store_3d(&tm_o, so + 16384u, T.q_col + 64, T.q_row + w * 64, T.q_bat);
+      sg_tma_store_3d(&tm_o, so + 0u, TE.q_col + 0, TE.q_row + w * 64, TE.q_bat);
+      sg_tma_store_3d(&tm_o, so + 16384u, TE.q_col + 64, TE.q_row + w * 64, TE.q_bat);
       sg_bulk_commit();
     }
     }

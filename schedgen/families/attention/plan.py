@@ -76,7 +76,10 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     shapes = _resolve_shapes(op, names, problems)
     if shapes is None:
         return None, problems
-    dims = _check_problem(op, names, shapes, problems)
+    pinned = _pinned(op, names, shapes)
+    if pinned:
+        shapes = _resolve_shapes(op, names, problems, pinned)
+    dims = _check_problem(op, names, shapes, problems, pinned)
     if len(problems) != before:
         return None, problems
     blocks = _plan_blocks(sch, names, dims, problems)
@@ -112,10 +115,10 @@ def _layout_text(op) -> str:
     return "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
 
 
-def _resolve_shapes(op, names: Names, problems: Problems) -> dict | None:
+def _resolve_shapes(op, names: Names, problems: Problems, pinned: dict | None = None) -> dict | None:
     """Every operand's shape in numbers; None (reported) when a size is unknown or q, k, v, o are not 4-D."""
     before = len(problems)
-    sizes = size_values(op.sizes)       # a dynamic size is the extent size(name) (plan/dims.py)
+    sizes = {**size_values(op.sizes), **(pinned or {})}   # a dynamic size is the extent size(name) (plan/dims.py)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
     if len(problems) != before:
@@ -127,7 +130,22 @@ def _resolve_shapes(op, names: Names, problems: Problems) -> dict | None:
     return None if len(problems) != before else shapes
 
 
-def _check_problem(op, names: Names, shapes: dict, problems: Problems) -> Dims:
+def _pinned(op, names: Names, shapes: dict) -> dict[str, int]:
+    """Dynamic sizes the kernel needs as constants (head_dim; grouped q and kv heads) whose range holds one value:
+    that value (a range of one value is a fixed size; e.g. a spec with every size declared dynamic at its own
+    value). The others are reported by _check_dynamic."""
+    q, k = shapes[names.q], shapes[names.k]
+    hq, hkv = (q[2], k[2]) if op.layout == "bshd" else (q[1], k[1])
+    need = [q[3]] + ([hq, hkv] if hq != hkv else [])
+    ranges = dynamic_ranges(op.sizes)
+    one = {}
+    for x in need:
+        if not X.is_static(x) and x.op == "size" and ranges[x.args[0]].min == ranges[x.args[0]].max:
+            one[x.args[0]] = ranges[x.args[0]].max
+    return one
+
+
+def _check_problem(op, names: Names, shapes: dict, problems: Problems, pinned: dict | None = None) -> Dims:
     """q, k, v and o agree (GQA heads, head_dim, the causal alignment), the scale is positive, the dtypes match;
     with dynamic sizes, over the whole range of each (_check_dynamic)."""
     def bshd(shape):
@@ -144,7 +162,7 @@ def _check_problem(op, names: Names, shapes: dict, problems: Problems) -> Dims:
                      f"v must have k's shape {_shown(shapes[names.k])}, got {_shown(shapes[names.v])}")
     if shapes[names.o] != shapes[names.q]:
         problems.add(("op", "outputs", names.o, "shape"), f"the output has q's shape {_shown(shapes[names.q])}")
-    ranges = dynamic_ranges(op.sizes)
+    ranges = {n: r for n, r in dynamic_ranges(op.sizes).items() if n not in (pinned or {})}
     if ranges:
         _check_dynamic(op, names, (sq, hq, d, skv, hkv), ranges, problems)
     else:

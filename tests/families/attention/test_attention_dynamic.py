@@ -148,6 +148,19 @@ def test_small_sizes_of_a_dynamic_spec_are_legal_fixed_values():
     assert got["S"] == 384
 
 
+def test_a_one_value_range_is_a_fixed_size_where_the_kernel_needs_a_constant():
+    """Every size declared dynamic at its own value (bench/dynamic_vs_static.py's copies): head_dim and the grouped
+    heads, whose ranges hold one value, are that value; B and S stay dynamic."""
+    one = {"dynamic": True, "max": 8, "multiple_of": 8}
+    p = _plan(SPECS_DIR / "attention_gqa_causal_bf16_8192.yaml", {
+        "op.sizes": {"B": {"dynamic": True, "max": 1}, "S": {"dynamic": True, "max": 8192, "multiple_of": 256},
+                     "H": {**one, "max": 32, "multiple_of": 32}, "G": one,
+                     "D": {"dynamic": True, "max": 128, "multiple_of": 128}}})
+    assert [r.name for r in p.dynamic_sizes] == ["B", "S"]
+    assert (p.head_dim, p.heads_q, p.heads_kv, p.group) == (128, 32, 8, 4)
+    assert p.inputs[1].shape == (dims.size("B"), dims.size("S"), 8, 128)
+
+
 # ------------------------------------------------------------------------------------------------ the CUDA kernel
 
 def test_cuda_kernel_takes_the_dynamic_sizes_as_arguments():

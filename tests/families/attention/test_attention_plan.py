@@ -54,6 +54,9 @@ VARIANTS = {
                            **{f"op.{g}.{n}.shape": ["B", "H", "S", "D"] for g, n in
                               (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}},
     "dyn_sq_skv_causal": DYN_SQ_SKV,
+    # 3 consumers on 160 registers: the epilogue recounts its tile (kept through the loop, its coordinates spilled)
+    "dyn_three_consumers": {**NC3, "op.sizes.S": {"dynamic": True, "min": 256, "max": 4096, "multiple_of": 256},
+                            "op.sizes.B": {"dynamic": True, "max": 8}},
     "dyn_gqa_causal_dynamic_lse": {**DYN_GQA, **DYN, "op.causal": True,
                                    "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
 }
