@@ -31,6 +31,7 @@ class Kernel:
         self._module = None
         self._pallas = None
         self._cache: dict = {}
+        self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -47,6 +48,12 @@ class Kernel:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, out: Any = None, stream: int | None = None, backend: str = "cuda") -> Any:
+        if self.torch_op is not None and backend == "cuda" and stream is None:
+            # torch tensors (real, meta or fake, traced by torch.compile) go through the custom op, whose real
+            # implementation comes back to _call_cuda; anything else returns NotImplemented
+            routed = self.torch_op.dispatch(args, out)
+            if routed is not NotImplemented:
+                return routed
         if backend not in self.launch.backends:
             raise ValueError(f"{self.name}: backend '{backend}' was not built; built: {', '.join(self.launch.backends)}")
         self._check_count(args)
@@ -290,5 +297,11 @@ def _framework_stream(like: Any, kind: str) -> int:
     return 0
 
 
-def load_package(root: str | Path) -> Kernel:
-    return Kernel(Path(root))
+def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
+    """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
+    custom op when torch is importable (schedgen/runtime/torch_op.py)."""
+    kernel = Kernel(Path(root))
+    if torch_op:
+        from . import torch_op as ops
+        kernel.torch_op = ops.register(kernel)
+    return kernel

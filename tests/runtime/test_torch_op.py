@@ -1,0 +1,286 @@
+"""The torch custom op of a built package (schedgen/runtime/torch_op.py), on the CPU: registration, the fake
+implementation (meta tensors, FakeTensorMode), torch.compile(fullgraph=True) at several values of a dynamic size
+with one compilation, and argument errors at trace time. GPU tests (opcheck, results against numpy) at the end.
+
+The dynamic-size package here is a static build of add_bf16 whose launch record is rewritten so that M (dimension
+0 of every operand) is a dynamic size: the op layer reads nothing but the record, so this is what it would get
+from a planner that takes dynamic sizes; it is never launched (no GPU test uses it)."""
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SPECS_DIR, spec_files
+from schedgen.build import build_spec, package
+from schedgen.cache import Cache
+from schedgen.runtime.arrays import ArgumentError
+
+torch = pytest.importorskip("torch")
+from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+from schedgen.runtime import torch_op  # noqa: E402
+
+M_MAX, M_STEP = 4096, 32
+
+
+def _import(folder, name):
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(name, None)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("torchop")
+    b = build_spec(SPECS_DIR / "add_bf16.yaml", {"M": 256, "N": 512}, cache=Cache(tmp / "c"))
+    return tmp, package(b, tmp / "static")
+
+
+@pytest.fixture(scope="module")
+def static(built):
+    tmp, folder = built
+    return _import(folder.parent, "add_bf16")
+
+
+def _dynamic_copy(src, dest, outputs=1):
+    """A copy of the add_bf16 package whose record makes M dynamic (and, with outputs=2, adds a second output)."""
+    shutil.copytree(src, dest)
+    rec = json.loads((dest / "launch.json").read_text())
+    rec["sizes"] = [{"name": "M", "min": M_STEP, "max": M_MAX, "multiple_of": M_STEP}]
+    for o in rec["inputs"] + rec["outputs"]:
+        o["shape"][0] = "M"
+    if outputs == 2:
+        rec["outputs"].append(dict(rec["outputs"][0], name="o2", dtype="f32", itemsize=4))
+    (dest / "launch.json").write_text(json.dumps(rec))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def dynamic(built):
+    tmp, folder = built
+    return _import(_dynamic_copy(folder, tmp / "dyn" / "add_bf16").parent, "add_bf16")
+
+
+@pytest.fixture(scope="module")
+def two_outputs(built):
+    tmp, folder = built
+    return _import(_dynamic_copy(folder, tmp / "two" / "add_bf16", outputs=2).parent, "add_bf16")
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# ---------------------------------------------------------------------------------------------- registration
+
+def test_the_op_is_registered_under_torch_ops_schedgen(static):
+    op = static.kernel.torch_op
+    assert op is not None and op.name == torch_op.op_name(static.kernel)
+    assert op.name.startswith("add_bf16_") and len(op.name) == len("add_bf16_") + torch_op.DIGEST_CHARS
+    assert getattr(torch.ops.schedgen, op.name).default is op.op
+    assert getattr(torch.ops.schedgen, op.name + "_out").default is op.out_op
+    assert str(op.op._schema) == f"schedgen::{op.name}(Tensor x, Tensor y) -> Tensor"
+    assert str(op.out_op._schema) == f"schedgen::{op.name}_out(Tensor x, Tensor y, Tensor(a!) out_o) -> ()"
+
+
+def test_two_builds_of_one_name_are_two_ops_and_a_reload_reuses_its_op(built, static, dynamic):
+    tmp, folder = built
+    assert static.kernel.torch_op.name != dynamic.kernel.torch_op.name   # other launch.json: no clash
+    again = _import(folder.parent, "add_bf16")                           # same content: the same op
+    assert again.kernel.torch_op is static.kernel.torch_op
+    assert again.kernel.torch_op.kernel is again.kernel
+
+
+def test_no_op_without_cuda_backend_or_for_a_ring(static, monkeypatch):
+    import dataclasses
+    k = static.kernel
+    monkeypatch.setattr(k, "launch", dataclasses.replace(k.launch, backends=("pallas",)))
+    assert torch_op.register(k) is None
+
+
+# ---------------------------------------------------------------------------------------------- fake impl
+
+def test_meta_tensors_give_meta_outputs_of_the_record_shape(static, dynamic):
+    out = static.add_bf16(meta(256, 512), meta(256, 512))
+    assert out.device.type == "meta" and out.shape == (256, 512) and out.dtype == torch.bfloat16
+    for m in (32, 96, 4096):
+        out = dynamic.add_bf16(meta(m, 512), meta(m, 512))
+        assert out.shape == (m, 512) and out.dtype == torch.bfloat16 and out.device.type == "meta"
+
+
+def test_multi_output_kernels_return_tuples(two_outputs):
+    o, o2 = two_outputs.add_bf16(meta(64, 512), meta(64, 512))
+    assert (o.shape, o.dtype, o2.shape, o2.dtype) == ((64, 512), torch.bfloat16, (64, 512), torch.float32)
+    outs = (meta(64, 512), meta(64, 512, dtype=torch.float32))
+    assert two_outputs.add_bf16(meta(64, 512), meta(64, 512), out=outs) == outs
+
+
+def test_fake_tensor_mode(dynamic):
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(160, 512, dtype=torch.bfloat16))
+        out = dynamic.add_bf16(x, x)
+    assert type(out).__name__ == "FakeTensor" and out.shape == (160, 512) and out.dtype == torch.bfloat16
+
+
+def test_out_goes_through_the_mutating_op(dynamic):
+    out = meta(64, 512)
+    assert dynamic.add_bf16(meta(64, 512), meta(64, 512), out=out) is out
+    with pytest.raises(ArgumentError, match=r"out\[o\]: expected shape \(64, 512\), got \(64, 256\)"):
+        dynamic.add_bf16(meta(64, 512), meta(64, 512), out=meta(64, 256))
+
+
+BAD = [
+    ("fixed-dim", (64, 256), (64, 256), torch.bfloat16,
+     "x: expected shape (M, 512), got (64, 256): dimension 1 is fixed at 512"),
+    ("rank", (64,), (64, 512), torch.bfloat16, "x: expected shape (M, 512), got (64,)"),
+    ("range", (8192, 512), (8192, 512), torch.bfloat16,
+     "x: dimension 0 (M) is 8192; M must be in 32..4096 (expected shape (M, 512))"),
+    ("multiple", (48, 512), (48, 512), torch.bfloat16,
+     "x: dimension 0 (M) is 48; M must be a multiple of 32 (in 32..4096) (expected shape (M, 512))"),
+    ("disagree", (64, 512), (96, 512), torch.bfloat16,
+     "y: dimension 0 (M) is 96, but x dimension 0 gave M = 64"),
+    ("dtype", (64, 512), (64, 512), torch.float32, "x: expected bf16, got float32; convert with x.to(torch.bfloat16)"),
+]
+
+
+@pytest.mark.parametrize("xs,ys,dtype,message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_meta_arguments_raise_the_eager_argument_error(dynamic, xs, ys, dtype, message):
+    with pytest.raises(ArgumentError) as info:
+        dynamic.add_bf16(meta(*xs, dtype=dtype), meta(*ys, dtype=torch.bfloat16 if dtype is torch.float32 else dtype))
+    assert str(info.value) == message
+    if dtype is torch.bfloat16:   # the same words as Kernel.bind's for the same shapes
+        with pytest.raises(ArgumentError) as eager:
+            dynamic.kernel.bind([xs, ys])
+        assert str(eager.value) == message
+
+
+def test_non_contiguous_is_refused(dynamic):
+    with pytest.raises(ArgumentError, match=r"^x: is not contiguous \(strides \(1, 64\)\); make it contiguous first: "
+                                            r"x.contiguous\(\)$"):
+        dynamic.add_bf16(meta(512, 64).t(), meta(64, 512))
+
+
+def test_real_tensors_reach_the_cuda_path_through_the_op(static, monkeypatch):
+    """CPU tensors of the right shape reach the real implementation, the package's CUDA path, which refuses host
+    tensors; the op (not a direct call) was the way there."""
+    seen = []
+    runs = static.kernel.torch_op.kernel   # the kernel loaded last with this content
+    real = runs._call_cuda
+    monkeypatch.setattr(runs, "_call_cuda", lambda *a: (seen.append(a), real(*a))[1])
+    x = torch.zeros(256, 512, dtype=torch.bfloat16)
+    with pytest.raises(ArgumentError, match="x: lives on the CPU"):
+        static.add_bf16(x, x)
+    assert len(seen) == 1 and seen[0][1:] == (None, None)
+    with pytest.raises(ArgumentError, match="x: lives on the CPU"):
+        static.add_bf16(x, x, out=torch.empty_like(x))
+    assert len(seen) == 2 and isinstance(seen[1][1], tuple)
+
+
+# ---------------------------------------------------------------------------------------------- torch.compile
+
+def _compiled(pkg, dynamic_arg):
+    cnt = CompileCounter()
+
+    def f(x, y):
+        return pkg.add_bf16(x, y) * 2
+
+    return torch.compile(f, fullgraph=True, backend=cnt, dynamic=dynamic_arg), cnt
+
+
+@pytest.mark.parametrize("how", ["mark_dynamic", "dynamic=True"])
+def test_compile_traces_once_for_three_sizes(dynamic, how):
+    torch._dynamo.reset()
+    f, cnt = _compiled(dynamic, True if how == "dynamic=True" else None)
+    for m in (64, 128, 320):
+        x, y = meta(m, 512), meta(m, 512)
+        if how == "mark_dynamic":
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(y, 0)
+        out = f(x, y)
+        assert out.shape == (m, 512) and out.device.type == "meta"
+    assert cnt.frame_count == 1, "recompiled for a new size"
+    assert cnt.op_count == 2   # the kernel's op and the multiply: one graph, no break
+    torch._dynamo.reset()
+
+
+def test_compile_aot_eager_with_fake_inputs(dynamic):
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("aot_eager")
+    g = torch.compile(lambda x, y: dynamic.add_bf16(x, y), fullgraph=True, backend=cnt, dynamic=True)
+    with FakeTensorMode() as mode:
+        for m in (64, 96, 160):
+            x = mode.from_tensor(torch.empty(m, 512, dtype=torch.bfloat16))
+            out = g(x, x)
+            assert out.shape == (m, 512) and type(out).__name__ == "FakeTensor"
+    assert cnt.frame_count == 1
+    torch._dynamo.reset()
+
+
+def test_compile_static_package(static):
+    torch._dynamo.reset()
+    f, cnt = _compiled(static, False)
+    assert f(meta(256, 512), meta(256, 512)).shape == (256, 512)
+    assert cnt.frame_count == 1 and cnt.op_count == 2
+    torch._dynamo.reset()
+
+
+def test_compile_surfaces_argument_errors_at_trace_time(dynamic):
+    torch._dynamo.reset()
+    f, cnt = _compiled(dynamic, True)
+    with pytest.raises(Exception, match=r"x: expected shape \(M, 512\), got \(64, 256\): dimension 1 is fixed"):
+        f(meta(64, 256), meta(64, 256))
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("m,message", [(48, "M must be a multiple of 32"), (8192, "M must be in 32..4096")])
+def test_compiled_graph_refuses_an_illegal_size_after_legal_ones(dynamic, m, message):
+    """The range and divisibility rules hold for the symbolic size too: a later illegal size is an error with the
+    rule's words (a guard that fails retraces, and the retrace's check names the value), never a launch."""
+    torch._dynamo.reset()
+    f, cnt = _compiled(dynamic, True)
+    for legal in (64, 96):
+        f(meta(legal, 512), meta(legal, 512))
+    assert cnt.frame_count == 1
+    with pytest.raises(Exception, match=message):
+        f(meta(m, 512), meta(m, 512))
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+
+def _gpu_specs():
+    return [p for p in spec_files() if "collective" not in p.stem]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", _gpu_specs(), ids=lambda p: p.stem)
+def test_opcheck_and_results_on_gpu(path, tmp_path):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.reference import reference_outputs   # noqa: F401  (the numpy reference)
+    spec, _ = load_spec(str(path))
+    b = build_spec(path, cache=Cache(tmp_path / "c"))
+    if "cuda" not in b.plan.backends:
+        pytest.skip("no CUDA backend")
+    pkg = _import(package(b, tmp_path / "out").parent, b.name)
+    op = pkg.kernel.torch_op
+    args = [torch.randn(*[int(d) for d in o.shape], device="cuda").to(torch_op.torch_dtype(o.dtype))
+            for o in pkg.kernel.inputs]
+    torch.library.opcheck(op.op, tuple(args))
+    eager = getattr(pkg, b.name)(*args)
+    compiled = torch.compile(lambda *a: getattr(pkg, b.name)(*a), fullgraph=True)(*args)
+    want = reference_outputs(spec, [a.float().cpu().numpy() for a in args])
+    got_e = eager if isinstance(eager, tuple) else (eager,)
+    got_c = compiled if isinstance(compiled, tuple) else (compiled,)
+    for e, c, w in zip(got_e, got_c, want):
+        np.testing.assert_allclose(e.float().cpu().numpy(), w, rtol=3e-2, atol=3e-2)
+        assert torch.equal(e, c)
