@@ -299,9 +299,9 @@ def _framework_stream(like: Any, kind: str) -> int:
 
 def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
     """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
-    custom op when torch is importable (schedgen/runtime/torch_op.py)."""
+    custom op once the program uses torch (schedgen/runtime/torch_op.py; importing the package never imports it)."""
     kernel = Kernel(Path(root))
     if torch_op:
         from . import torch_op as ops
-        kernel.torch_op = ops.register(kernel)
+        ops.attach(kernel)
     return kernel

@@ -1,7 +1,10 @@
 """A built kernel as a torch custom op: torch.compile traces it, fake and meta tensors flow through it.
 
-`register(kernel)` (called by every generated package when torch is importable, through
-`load_package(root, torch_op=True)`) defines two ops in the `schedgen` namespace with `torch.library.custom_op`:
+`attach(kernel)` (what every generated package's `load_package(root, torch_op=True)` does) registers the kernel's
+ops when torch is in use: at once when torch is already imported, else right after the program imports torch (a
+post-import hook on `import torch`), so importing a package never imports torch (a numpy or jax program does not pay
+for it) and the op exists before any torch.compile trace could need it. A failure to register is a warning, and the
+package then takes the direct CUDA path for torch tensors. `register(kernel)` defines two ops in the `schedgen` namespace with `torch.library.custom_op`:
 
 - `torch.ops.schedgen.<op>(x, ...) -> Tensor | (Tensor, ...)`: the functional call; a multi-output kernel returns a
   tuple.
@@ -35,6 +38,12 @@ torch programs drive it per rank through `RankSession` and torch.distributed ins
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
+import importlib.util
+import sys
+import threading
+import warnings
+import weakref
 from typing import Any, Sequence
 
 from ..plan.launch import FILE_NAME as LAUNCH_FILE
@@ -56,6 +65,61 @@ def op_name(kernel: Any) -> str:
         h.update(file.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
     return f"{kernel.name}_{h.hexdigest()[:DIGEST_CHARS]}"
+
+
+_PENDING: list[weakref.ref] = []            # kernels loaded before torch was imported
+_LOCK = threading.Lock()
+
+
+def attach(kernel: Any) -> None:
+    """Give `kernel.torch_op` its ops now (torch imported) or when torch is imported (see the module docstring)."""
+    if "torch" in sys.modules:
+        _attach_now(kernel)
+        return
+    with _LOCK:
+        _PENDING.append(weakref.ref(kernel))
+        if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
+            sys.meta_path.insert(0, _TorchImportHook())
+
+
+def _attach_now(kernel: Any) -> None:
+    try:
+        kernel.torch_op = register(kernel)
+    except Exception as exc:   # a torch that cannot register ops must not break the package
+        warnings.warn(f"{kernel.name}: no torch custom op ({type(exc).__name__}: {exc}); torch tensors take the "
+                      f"direct CUDA path and torch.compile cannot trace it", RuntimeWarning, stacklevel=3)
+
+
+def _attach_pending() -> None:
+    with _LOCK:
+        kernels = [k for k in (ref() for ref in _PENDING) if k is not None]
+        _PENDING.clear()
+    for k in kernels:
+        _attach_now(k)
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: on `import torch` it lets the other finders find torch, and wraps the loader so that
+    the pending kernels are registered once torch's module has run. Removes itself at the first import of torch."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        with _LOCK:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _attach_pending()
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def register(kernel: Any) -> "TorchOp | None":
