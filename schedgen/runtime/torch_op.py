@@ -21,7 +21,10 @@ that path touches device memory: meta and fake tensors never reach the GPU. The 
 package's CUDA path (`Kernel._call_cuda`) on the real tensors, on the caller's current stream.
 
 The package function routes torch tensors through these ops (`Kernel.__call__`'s hook, `dispatch` below) when
-backend="cuda" and `stream` is None; a call with an explicit `stream=` is a plain launch on that stream (eager
+backend="cuda" and `stream` is None: under torch.compile, for meta and fake tensors, inside any torch dispatch mode
+and for tensors that require grad. A plain eager call on real CUDA tensors takes the CUDA path directly
+(`EAGER_DIRECT`: the op's dispatch would add tens of microseconds of host time and change nothing else; set it
+False to send those through the op too). A call with an explicit `stream=` is a plain launch on that stream (eager
 only: under torch.compile leave `stream` unset and use `torch.cuda.stream(...)` to pick the stream).
 
 Op names: `<kernel name>_<digest>`, where digest is the first 10 hex digits of the SHA-256 of the package's
@@ -55,6 +58,9 @@ DIGEST_CHARS = 10
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",
                  "f8e5m2": "float8_e5m2"}
 _REGISTERED: dict[str, "TorchOp"] = {}   # op name -> its registration (one per process and content)
+# Plain eager calls on real CUDA tensors (no compile, no dispatch mode, no autograd) skip the op: its dispatch costs
+# tens of microseconds of host time per call and changes nothing there (same checks, same launch, same stream).
+EAGER_DIRECT = True
 
 
 def op_name(kernel: Any) -> str:
@@ -198,6 +204,7 @@ class TorchOp:
         self.op = getattr(torch.ops.schedgen, name).default
         self.out_op = getattr(torch.ops.schedgen, f"{name}_out").default
         self._tensor = torch.Tensor
+        self._compiling = torch.compiler.is_compiling
         self._n_in, self._n_out = n_in, n_out
 
     def __repr__(self) -> str:
@@ -210,6 +217,8 @@ class TorchOp:
         tensor = self._tensor
         if len(args) != self._n_in or not all(isinstance(a, tensor) for a in args):
             return NotImplemented
+        if EAGER_DIRECT and not self._compiling() and _plain_eager(args, out, tensor):
+            return NotImplemented   # the same checks and launch without the dispatcher's cost (module docstring)
         if out is None:
             return self.op(*args)
         outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -268,6 +277,22 @@ class TorchOp:
     @staticmethod
     def _shape(o: Operand, sizes: dict[str, Any]) -> tuple:
         return tuple(d if isinstance(d, int) else sizes[d] for d in o.shape)
+
+
+def _on_cuda(t: Any) -> bool:
+    return t.device.type == "cuda"
+
+
+def _plain_eager(args: Sequence[Any], out: Any, tensor: type) -> bool:
+    """Plain eager work on real CUDA tensors: no tensor subclass (fake, functional, ...), no torch dispatch mode
+    (FakeTensorMode, opcheck's, a FLOP counter), no autograd to record. Only then may the call skip the op."""
+    import torch
+    outs = () if out is None else tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    every = tuple(args) + outs
+    if any(type(t) is not tensor or not _on_cuda(t) or t.requires_grad for t in every):
+        return False
+    stack = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    return stack is not None and stack() == 0
 
 
 def torch_dtype(name: str) -> Any:

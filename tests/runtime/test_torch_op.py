@@ -241,6 +241,37 @@ def test_real_tensors_reach_the_cuda_path_through_the_op(static, monkeypatch):
     assert len(seen) == 2 and isinstance(seen[1][1], tuple)
 
 
+def test_plain_eager_cuda_tensors_skip_the_op_and_nothing_else_does(static, monkeypatch):
+    """With the tensors taken for CUDA ones, a plain eager call goes straight to the CUDA path (the op is never
+    called); with EAGER_DIRECT off, or requiring grad, or under a dispatch mode, it goes through the op."""
+    op = static.kernel.torch_op
+    via_op = []
+    monkeypatch.setattr(torch_op, "_on_cuda", lambda t: True)
+    real_op = op.op
+    monkeypatch.setattr(op, "op", lambda *a: (via_op.append(1), real_op(*a))[1])
+    x = torch.zeros(256, 512, dtype=torch.bfloat16)
+    with pytest.raises(ArgumentError, match="x: lives on the CPU"):   # the direct path's own check
+        static.add_bf16(x, x)
+    assert via_op == []
+    monkeypatch.setattr(torch_op, "EAGER_DIRECT", False)
+    with pytest.raises(ArgumentError, match="x: lives on the CPU"):
+        static.add_bf16(x, x)
+    assert via_op == [1]
+    monkeypatch.setattr(torch_op, "EAGER_DIRECT", True)
+    with pytest.raises(ArgumentError, match="x: lives on the CPU"):
+        static.add_bf16(x, torch.zeros(256, 512, dtype=torch.bfloat16, requires_grad=True))
+    assert via_op == [1, 1]
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen(), pytest.raises(ArgumentError, match="x: lives on the CPU"):
+        static.add_bf16(x, x)
+    assert via_op == [1, 1, 1]
+
+
 # ---------------------------------------------------------------------------------------------- torch.compile
 
 def _compiled(pkg, dynamic_arg):
