@@ -74,7 +74,8 @@ def op_name(kernel: Any) -> str:
 
 
 _PENDING: list[weakref.ref] = []            # kernels loaded before torch was imported
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()                    # guards _PENDING and the import hook
+_REGISTER_LOCK = threading.Lock()           # guards _REGISTERED: two threads loading one package register it once
 
 
 def attach(kernel: Any) -> None:
@@ -139,11 +140,12 @@ def register(kernel: Any) -> "TorchOp | None":
     except ImportError:
         return None
     name = op_name(kernel)
-    op = _REGISTERED.get(name)
-    if op is None:
-        op = _REGISTERED[name] = TorchOp(kernel, name)
-    else:
-        op.kernel = kernel   # same content: run the copy loaded last (an earlier one's folder may be gone)
+    with _REGISTER_LOCK:
+        op = _REGISTERED.get(name)
+        if op is None:
+            op = _REGISTERED[name] = TorchOp(kernel, name)
+        else:
+            op.kernel = kernel   # same content: run the copy loaded last (an earlier one's folder may be gone)
     return op
 
 

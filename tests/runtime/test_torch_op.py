@@ -323,8 +323,14 @@ def test_compile_static_package(static):
 def test_compile_surfaces_argument_errors_at_trace_time(dynamic):
     torch._dynamo.reset()
     f, cnt = _compiled(dynamic, True)
-    with pytest.raises(Exception, match=r"x: expected shape \(M, 512\), got \(64, 256\): dimension 1 is fixed"):
+    with pytest.raises(Exception, match=r"x: expected shape \(M, 512\), got \(64, 256\): dimension 1 is fixed") as info:
         f(meta(64, 256), meta(64, 256))
+    chain, exc = [], info.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    errors = [e for e in chain if isinstance(e, ArgumentError)]
+    assert errors and str(errors[0]) == "x: expected shape (M, 512), got (64, 256): dimension 1 is fixed at 512"
     torch._dynamo.reset()
 
 
