@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas, test and report extras,
+# Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas and test extras:
+# jax with its CUDA 13 plugin on a machine with an NVIDIA GPU (`pallas`), CPU-only jax elsewhere (`pallas-cpu`);
 # then torch (the torch extra: the custom-op tests). SCHEDGEN_NO_TORCH=1 skips torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[pallas,test,report]"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then JAX_EXTRA=pallas; else JAX_EXTRA=pallas-cpu; fi
+"$VENV/bin/python" -m pip install -q -e ".[$JAX_EXTRA,test,report]"
 
 # torch: every torch wheel on PyPI pins the CUDA 13.0 wheels (cuda-toolkit==13.0.3), which would replace the NVRTC
 # that schedgen builds with (cuda-toolkit above, 13.5 today) and so change what the SASS tests see. So torch goes in

@@ -50,7 +50,7 @@ class Problems(list):
 
 def dynamic_ranges(sizes: Mapping) -> dict[str, SizeRange]:
     """The op's dynamic sizes (op.sizes entries written {dynamic: true, ...}) as ranges, in spec order."""
-    return {n: SizeRange(n, v.min, v.max, v.multiple_of) for n, v in sizes.items() if not isinstance(v, int)}
+    return {n: SizeRange(n, v.lowest, v.max, v.multiple_of) for n, v in sizes.items() if not isinstance(v, int)}
 
 
 def size_values(sizes: Mapping) -> dict[str, DimLike]:
