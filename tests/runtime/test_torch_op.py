@@ -422,12 +422,13 @@ k = pkg.kernel
 op = k.torch_op
 assert op is not None, "no torch op registered"
 fn = getattr(pkg, k.name)
-# every dynamic size at its min, a middle legal value and its max (the record's ranges); static kernels: one size
+# every dynamic size at its min, at 3/4 of its max + 1 (rounded down to a legal value: not a multiple of the tile
+# where the range allows it) and at its max (the record's ranges); a static kernel: its one size
 if k.launch.sizes:
     def legal(r, v):
         return max(r.min, min(r.max, v // r.multiple_of * r.multiple_of))
     picks = [{r.name: legal(r, v) for r in k.launch.sizes for v in [pick(r)]}
-             for pick in (lambda r: r.min, lambda r: (r.min + r.max) // 2 + r.multiple_of // 2, lambda r: r.max)]
+             for pick in (lambda r: r.min, lambda r: r.max * 3 // 4 + 1, lambda r: r.max)]
 else:
     picks = [{}]
 compiled = torch.compile(lambda *a: fn(*a), fullgraph=True, backend="aot_eager", dynamic=bool(k.launch.sizes))
