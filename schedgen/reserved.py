@@ -83,6 +83,7 @@ _NAME = {  # the spec name must not be one of these
     'ValueError': 'a global or builtin name the generated code reads',
     'WG_TILE_M': 'a module-level name of the generated module',
     'WG_TILE_N': 'a module-level name of the generated module',
+    'dict': 'a global or builtin name the generated code reads',
     'divmod': 'a global or builtin name the generated code reads',
     'kernel': 'a module-level name of the generated module',
     'list': 'a global or builtin name the generated code reads',
@@ -94,6 +95,7 @@ _NAME = {  # the spec name must not be one of these
     'run_into': 'a function the generated module defines',
     'run_shards': 'a function the generated module defines',
     'shard_mapped': 'a function the generated module defines',
+    'sizes_of': 'a function the generated module defines',
     'tuple': 'a global or builtin name the generated code reads',
     'zip': 'a global or builtin name the generated code reads',
 }
@@ -120,6 +122,7 @@ _INPUTS = {  # no input may be named one of these
     'rhs': 'a local variable of the generated function',
     'runner': 'a local variable of the generated function',
     'shard_mapped': 'a global or builtin name the generated code reads',
+    'sizes_of': 'a global or builtin name the generated code reads',
     'stream': 'a parameter of the generated function',
     'tuple': 'a global or builtin name the generated code reads',
 }

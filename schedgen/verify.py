@@ -11,6 +11,7 @@ import numpy as np
 
 from . import families
 from .build import Built, build_spec, package
+from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES
 from .reference import Sampled, random_inputs, reference, rel_error, tolerance
 from .runtime.kernel import Kernel, load_package
@@ -66,12 +67,6 @@ def skipped(plan, backend: str, why: str) -> list[Check]:
     return [Check(plan.name, backend, o.name, shown_sizes(plan), o.dtype, math.nan,
                   tolerance(o.dtype, plan.approx_math, k), False, f"not run: {why}", skipped=True)
             for o in plan.outputs]
-
-
-def shown_sizes(plan) -> dict:
-    """The plan's sizes for a table: fixed ones as ints, dynamic ones as their range."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
-    return {n: (f"{ranges[n].min}..{ranges[n].max}" if n in ranges else v) for n, v in plan.sizes.items()}
 
 
 # ---- the sizes a check calls a kernel at

@@ -63,6 +63,12 @@ def max_sizes(sizes: Mapping) -> dict[str, int]:
     return {n: v if isinstance(v, int) else v.max for n, v in sizes.items()}
 
 
+def shown_sizes(plan) -> dict:
+    """A plan's sizes for tables and records: fixed ones as ints, dynamic ones as their range ("1..65536")."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    return {n: (f"{ranges[n].min}..{ranges[n].max}" if n in ranges else v) for n, v in plan.sizes.items()}
+
+
 def static_sizes_only(spec, problems: "Problems", family: str):
     """For a planner that does not take dynamic sizes: a located problem per dynamic size, and the spec with each
     at its max so that planning goes on to report everything else."""
