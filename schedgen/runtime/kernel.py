@@ -29,6 +29,7 @@ class Kernel:
         self._module = None
         self._pallas = pallas_call.PallasCall(self)   # the Pallas call path, its kernels cached per sizes
         self._cache: dict = {}
+        self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -47,6 +48,12 @@ class Kernel:
     def __call__(self, *args: Any, out: Any = None, stream: int | None = None, backend: str | None = None,
                  interpret: Any = None) -> Any:
         """backend None: "pallas" for jax arrays, tracers and interpret=, else "cuda" (pallas_call.choose_backend)."""
+        if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
+            # torch tensors (real, meta or fake, traced by torch.compile) go through the custom op, whose real
+            # implementation comes back to _call_cuda; anything else returns NotImplemented
+            routed = self.torch_op.dispatch(args, out)
+            if routed is not NotImplemented:
+                return routed
         backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
             return self._call_pallas(args, out, interpret)
@@ -266,5 +273,11 @@ def _framework_stream(like: Any, kind: str) -> int:
     return 0
 
 
-def load_package(root: str | Path) -> Kernel:
-    return Kernel(Path(root))
+def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
+    """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
+    custom op once the program uses torch (schedgen/runtime/torch_op.py; importing the package never imports it)."""
+    kernel = Kernel(Path(root))
+    if torch_op:
+        from . import torch_op as ops
+        ops.attach(kernel)
+    return kernel
