@@ -18,7 +18,8 @@ from cuda.bindings import driver as cu
 __all__ = [
     "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
     "validate_tiled", "encode_tiled", "Arg", "validate_launch", "launch", "Buffer", "synchronize", "time_ms",
-    "copy_d2d",
+    "copy_d2d", "Params", "LaunchConfig", "stream_handle", "is_capturing", "CaptureError", "CounterPool",
+    "counter_pool",
 ]
 
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -378,6 +379,208 @@ def launch(func: Any, *, grid: tuple[int, int, int], block: tuple[int, int, int]
         cfg.numAttrs = 0
     _call("cuLaunchKernelEx", cfg, func, ctypes.addressof(params) if args else 0, 0)
     del keep  # storage must outlive the call only; the driver copies parameters at launch
+
+
+class Params:
+    """Kernel parameters packed once into one aligned buffer, with the `void*[n]` array the driver reads.
+
+    A later call rewrites only the arguments that changed (`set`): the driver copies the parameters at each launch
+    (and into the graph node when a stream is capturing), so rewriting them after a launch is safe."""
+
+    def __init__(self, args: Sequence[Arg]):
+        offsets, end = [], 0
+        for a in args:
+            if not isinstance(a, Arg):
+                raise TypeError(f"kernel arguments must be Arg instances, got {type(a).__name__}")
+            end = (end + a.align - 1) // a.align * a.align
+            offsets.append(end)
+            end += len(a.data)
+        self._buf = ctypes.create_string_buffer(end + 64)
+        base = (ctypes.addressof(self._buf) + 63) // 64 * 64
+        self._addrs = [base + off for off in offsets]
+        self._sizes = [len(a.data) for a in args]
+        self._aligns = [a.align for a in args]
+        self._array = (ctypes.c_void_p * max(len(args), 1))(*self._addrs)
+        self.address = ctypes.addressof(self._array) if args else 0
+        for i, a in enumerate(args):
+            ctypes.memmove(self._addrs[i], a.data, len(a.data))
+
+    def __len__(self) -> int:
+        return len(self._addrs)
+
+    def set(self, i: int, a: Arg) -> None:
+        if len(a.data) != self._sizes[i]:
+            raise ValueError(f"kernel argument {i}: {len(a.data)} bytes where {self._sizes[i]} were packed")
+        ctypes.memmove(self._addrs[i], a.data, len(a.data))
+
+    def get(self, i: int) -> Arg:
+        return Arg(ctypes.string_at(self._addrs[i], self._sizes[i]), self._aligns[i])
+
+
+class LaunchConfig:
+    """A CUlaunchConfig built once (geometry validated, cluster attribute set); `launch` sets only the stream."""
+
+    def __init__(self, func: Any, *, grid: Sequence[int], block: Sequence[int], smem: int,
+                 cluster: Sequence[int] | None = None):
+        g, b, c = validate_launch(grid, block, smem, cluster)
+        self.func, self.grid, self.block, self.smem, self.cluster = func, g, b, int(smem), c
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
+        cfg.sharedMemBytes = int(smem)
+        if c is not None:
+            if c[0] * c[1] * c[2] > 8:
+                _call("cuFuncSetAttribute", func,
+                      cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        else:
+            cfg.numAttrs = 0
+        self._cfg = cfg
+        self._stream = -1
+
+    def launch(self, params: Params, stream: int) -> None:
+        """cuLaunchKernelEx over packed parameters on `stream` (an int handle)."""
+        cfg = self._cfg
+        if stream != self._stream:
+            cfg.hStream = _cu_stream(stream)
+            self._stream = stream
+        err = _launch_ex(cfg, self.func, params.address, 0)[0]
+        if err != _SUCCESS:
+            raise CudaError("cuLaunchKernelEx", err)
+
+
+_SUCCESS = cu.CUresult.CUDA_SUCCESS
+_launch_ex = cu.cuLaunchKernelEx
+_streams: dict[int, Any] = {}
+
+
+def _cu_stream(handle: int) -> Any:
+    s = _streams.get(handle)
+    if s is None:
+        if len(_streams) > 1024:
+            _streams.clear()
+        s = _streams[handle] = cu.CUstream(int(handle))
+    return s
+
+
+# ---------------------------------------------------------------------------------------------- streams / capture
+
+class CaptureError(RuntimeError):
+    """An operation that is illegal while a stream captures a CUDA graph was asked for."""
+
+
+def stream_handle(stream: Any) -> int:
+    """The CUstream handle (an int) of `stream`: an int, an object with the `__cuda_stream__` protocol (returns
+    (version, handle)), a torch.cuda.Stream (`.cuda_stream`), a cupy Stream (`.ptr`) or a cuda.bindings CUstream;
+    TypeError for anything else."""
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise TypeError(f"stream: a stream handle is >= 0, got {stream}")
+        return stream
+    proto = getattr(type(stream), "__cuda_stream__", None)
+    if proto is not None:
+        got = stream.__cuda_stream__()
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return (version, handle), "
+                            f"got {got!r}")
+        return stream_handle(int(got[1]))
+    for attr in ("cuda_stream", "ptr"):      # torch.cuda.Stream, cupy.cuda.Stream
+        value = getattr(stream, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return stream_handle(value)
+    if isinstance(stream, cu.CUstream):
+        return int(stream)
+    raise TypeError(f"stream: expected an int handle, a torch.cuda.Stream, a cupy Stream or an object with "
+                    f"__cuda_stream__, got {type(stream).__name__}")
+
+
+_CAPTURING = None
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing). The legacy stream counts as capturing while
+    another stream captures in global mode (the driver says CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: work on it would
+    invalidate that capture)."""
+    global _CAPTURING
+    if _CAPTURING is None:
+        _CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    err, status = cu.cuStreamIsCapturing(_cu_stream(stream))
+    if err == cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+        return True
+    if err != _SUCCESS:
+        raise CudaError("cuStreamIsCapturing", err)
+    return status != _CAPTURING
+
+
+# ---------------------------------------------------------------------------------------------- tile counters
+
+COUNTER_SLOT = 16       # bytes between two counters (each COUNTER_BYTES = 8, 16-byte aligned)
+COUNTER_SLOTS = 4096    # counters per pool chunk (64 KiB)
+
+
+class CounterPool:
+    """The tile counters of dynamic persistent grids on one device: allocated and zeroed once (outside any graph
+    capture), then handed out with no allocation, copy or synchronization.
+
+    Why this is correct: every launch's last CTA re-zeroes its counter, so a counter is zero again when the next
+    launch that uses it starts, provided that no two launches use one counter at the same time. Eager launches take
+    the counter of their stream (launches on one stream run in order, whatever kernel they are; two streams get two
+    counters). A launch captured into a CUDA graph takes a counter of its own, never given to anything else: the
+    graph node keeps that pointer for every replay, and replays of one executable graph run one after the other."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self._chunks: list[Any] = []
+        self._free: list[int] = []
+        self._by_stream: dict[int, int] = {}
+        self._grow()
+
+    def _grow(self) -> None:
+        buf = Buffer(COUNTER_SLOT * COUNTER_SLOTS)
+        buf.upload(np.zeros(COUNTER_SLOT * COUNTER_SLOTS // 4, np.uint32))
+        self._chunks.append(buf)
+        self._free.extend(reversed([buf.ptr + COUNTER_SLOT * i for i in range(COUNTER_SLOTS)]))
+
+    @property
+    def allocations(self) -> int:
+        return len(self._chunks)
+
+    def for_stream(self, stream: int) -> int:
+        """The counter of eager launches on `stream` (never called while it captures)."""
+        ptr = self._by_stream.get(stream)
+        if ptr is None:
+            if not self._free:
+                self._grow()
+            ptr = self._by_stream[stream] = self._free.pop()
+        return ptr
+
+    def for_graph(self, stream: int, who: str) -> int:
+        """A counter owned by one captured launch for the life of the process."""
+        if not self._free:
+            raise CaptureError(f"{who}: all {len(self._chunks) * COUNTER_SLOTS} tile counters of cuda:{self.device} "
+                               f"are held by captured graphs, and more cannot be allocated while stream {stream:#x} "
+                               f"captures; call the kernel once outside capture first (that grows the pool)")
+        return self._free.pop()
+
+
+_counter_pools: dict[int, CounterPool] = {}
+
+
+def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> CounterPool:
+    """The device's counter pool, allocated on first use; CaptureError when that first use is inside a capture."""
+    pool = _counter_pools.get(device)
+    if pool is None:
+        if is_capturing(stream):
+            raise CaptureError(f"{who}: the first launch of a dynamic-grid kernel on cuda:{device} allocates its "
+                               f"tile counters, which is illegal while stream {stream:#x} captures a CUDA graph; "
+                               f"call the kernel once before capturing (a warm-up call, as torch.cuda.graph asks)")
+        ensure_context(device)
+        pool = _counter_pools[device] = CounterPool(device)
+    return pool
 
 
 def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cluster: tuple[int, int, int]) -> int:
