@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["DTYPES", "dtype_name", "ArgumentError", "DeviceView", "classify", "describe", "device_view", "check",
-           "same_device", "empty_like_kind", "host_view", "torch_view", "torch_dtype_name", "kind_of_type"]
+           "same_device", "empty_like_kind", "host_view", "torch_view", "torch_dtype_name", "kind_of"]
 
 DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -75,9 +75,15 @@ _KIND_OF_TYPE: dict[type, str] = {}   # types whose kind follows from the type a
 _TORCH_DTYPES: dict[Any, str | None] = {}
 
 
-def kind_of_type(cls: type) -> str | None:
-    """The cached kind of arrays of this exact type ("numpy", "torch", "cupy", "jax"), None when not yet seen."""
-    return _KIND_OF_TYPE.get(cls)
+def kind_of(obj: Any) -> str | None:
+    """classify(obj), cached per type, or None for what classify refuses (the caller's checks then say why)."""
+    kind = _KIND_OF_TYPE.get(type(obj))
+    if kind is None:
+        try:
+            kind = classify(obj)
+        except ArgumentError:
+            return None
+    return kind
 
 
 def torch_dtype_name(dt: Any) -> str | None:

@@ -315,7 +315,7 @@ class Kernel:
                 stream = driver.stream_handle(stream)
             except TypeError as e:
                 raise ArgumentError(str(e)) from None
-        if args and arrays.kind_of_type(type(args[0])) == "torch":
+        if args and arrays.kind_of(args[0]) == "torch":
             res = self._call_torch(args, outs, stream)
             if res is not _SLOW:
                 return res
@@ -330,7 +330,7 @@ class Kernel:
         shapes = []
         dev = -2
         for a, o in zip(args, self.inputs):
-            if arrays.kind_of_type(type(a)) != "torch":
+            if arrays.kind_of(a) != "torch":
                 return _SLOW
             p = torch_t(a, o.dtype)
             if p is None:
@@ -357,7 +357,7 @@ class Kernel:
             if len(outs) != len(self.outputs):
                 return _SLOW
             for a, o, shape in zip(outs, self.outputs, st.out_shapes):
-                if arrays.kind_of_type(type(a)) != "torch":
+                if arrays.kind_of(a) != "torch":
                     return _SLOW
                 p = torch_t(a, o.dtype)
                 if p is None or a.get_device() != dev or a.shape != shape:

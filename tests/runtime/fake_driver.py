@@ -11,7 +11,7 @@ class FakeDriver:
 
     def __init__(self, monkeypatch, sm_count=132, clusters=66):
         self.encoded, self.launches, self.functions, self.buffers = [], [], [], []
-        self.params, self.sets, self.configs, self.capturing = [], [], [], False
+        self.params, self.sets, self.configs, self.capturing, self.downloads = [], [], [], False, []
         self.sm_count, self.clusters = sm_count, clusters
         fake = self
 
@@ -30,6 +30,9 @@ class FakeDriver:
 
             def upload(self, host):
                 self.uploaded = host.copy()
+
+            def download(self, host):
+                fake.downloads.append(self)
 
         def encode_tiled(ptr, dtype, shape, strides, box, *, swizzle, oob_nan):
             driver.validate_tiled(ptr, dtype, shape, strides, box, swizzle=swizzle)   # the driver's rules
