@@ -9,7 +9,6 @@ kernel's own name and arguments.
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 import threading
 from collections import OrderedDict
@@ -370,7 +369,7 @@ class Kernel:
         self._go(st, ptrs, stream)
         return result[0] if len(result) == 1 else tuple(result)
 
-    def _call_any(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:  # noqa: C901
+    def _call_any(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:
         """Every kind of array (numpy copied in and out, device arrays in place); the argument errors."""
         from . import driver
         sizes = self.check_args(args, outs)
@@ -388,60 +387,64 @@ class Kernel:
         driver.ensure_context(device)
         like = next((a for a, k in zip(args, kinds) if k != "numpy"), None)
         like_kind = arrays.classify(like) if like is not None else "numpy"
-        host = [o.name for k, o in zip(kinds, self.inputs) if k == "numpy"]
-        host += [f"out[{o.name}]" for k, o in zip(out_kinds, self.outputs) if k == "numpy"]
-        if outs is None and like is None:
-            host += [f"{o.name} (the output)" for o in self.outputs]
         if stream is None:
-            stream = _framework_stream(like, like_kind, self.name)
-        if (host or like_kind == "jax") and driver.is_capturing(stream):
-            what = f"{host[0]} is a numpy array: copying it" if host else "jax arrays: ordering jax's work with the launch"
-            raise driver.CaptureError(
-                f"{self.name}: {what} is illegal while stream {stream:#x} captures a CUDA graph (numpy and jax "
-                f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
+            stream = _framework_stream(like, like_kind)
+        self._refuse_in_capture(kinds, out_kinds, outs is None and like is None, like_kind, stream)
         if like_kind == "jax":
             like.block_until_ready()
         keep: list[Any] = []
-        in_ptrs = []
-        for a, k, o in zip(args, kinds, self.inputs):
-            if k == "numpy":
-                buf = driver.Buffer(max(1, a.nbytes))
-                buf.upload(np.ascontiguousarray(a))
-                keep.append(buf)
-                in_ptrs.append(buf.ptr)
-            else:
-                in_ptrs.append(views[o.name].ptr)
+        in_ptrs = [self._host_copy(a, keep) if k == "numpy" else views[o.name].ptr
+                   for a, k, o in zip(args, kinds, self.inputs)]
         st = self._resolved(device, sizes)
+        host_outs: list[tuple[np.ndarray, Any]] = []
         if outs is None:
-            outs_obj, out_ptrs, host_outs = [], [], []
+            outs_obj, out_ptrs = [], []
             for o, shape in zip(self.outputs, st.out_shapes):
                 if like is None:
-                    buf = driver.Buffer(max(1, math.prod(shape) * o.itemsize))
-                    keep.append(buf)
                     host_arr = np.empty(shape, arrays.DTYPES[o.dtype])
-                    host_outs.append((host_arr, buf))
+                    out_ptrs.append(self._host_copy(host_arr, keep, host_outs, upload=False))
                     outs_obj.append(host_arr)
-                    out_ptrs.append(buf.ptr)
                 else:
                     obj, view = arrays.empty_like_kind(like_kind, like, shape, o.dtype)
                     outs_obj.append(obj)
                     out_ptrs.append(view.ptr)
         else:
-            outs_obj, out_ptrs, host_outs = list(outs), [], []
-            for a, k, o in zip(outs, out_kinds, self.outputs):
-                if k == "numpy":
-                    buf = driver.Buffer(max(1, a.nbytes))
-                    keep.append(buf)
-                    host_outs.append((a, buf))
-                    out_ptrs.append(buf.ptr)
-                else:
-                    out_ptrs.append(views[f"out[{o.name}]"].ptr)
+            outs_obj = list(outs)
+            out_ptrs = [self._host_copy(a, keep, host_outs, upload=False) if k == "numpy"
+                        else views[f"out[{o.name}]"].ptr for a, k, o in zip(outs, out_kinds, self.outputs)]
         self._go(st, in_ptrs + out_ptrs, stream)
         if host_outs or like_kind == "jax":
             driver.synchronize(stream)
         for host_arr, buf in host_outs:
             buf.download(host_arr)
         return outs_obj[0] if len(outs_obj) == 1 else tuple(outs_obj)
+
+    @staticmethod
+    def _host_copy(a: np.ndarray, keep: list, host_outs: list | None = None, upload: bool = True) -> int:
+        """A device buffer for a numpy array: uploaded (an input) or downloaded after the launch (an output)."""
+        from . import driver
+        buf = driver.Buffer(max(1, a.nbytes))
+        keep.append(buf)
+        if upload:
+            buf.upload(np.ascontiguousarray(a))
+        if host_outs is not None:
+            host_outs.append((a, buf))
+        return buf.ptr
+
+    def _refuse_in_capture(self, kinds: Sequence[str], out_kinds: Sequence[str], host_result: bool, like_kind: str,
+                           stream: int) -> None:
+        """numpy arrays (copies, allocations) and jax arrays (waits) cannot be captured: a CaptureError says so
+        before any driver call that would break the capture."""
+        from . import driver
+        host = [o.name for k, o in zip(kinds, self.inputs) if k == "numpy"]
+        host += [f"out[{o.name}]" for k, o in zip(out_kinds, self.outputs) if k == "numpy"]
+        if host_result:
+            host += [f"{o.name} (the output)" for o in self.outputs]
+        if (host or like_kind == "jax") and driver.is_capturing(stream):
+            what = f"{host[0]} is a numpy array: copying it" if host else "jax arrays: ordering jax's work with the launch"
+            raise driver.CaptureError(
+                f"{self.name}: {what} is illegal while stream {stream:#x} captures a CUDA graph (numpy and jax "
+                f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
 
     def pallas_module(self):
         if self._pallas is None:
@@ -482,7 +485,7 @@ def _as_tuple(out: Any) -> tuple | None:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _framework_stream(like: Any, kind: str, who: str = "schedgen") -> int:
+def _framework_stream(like: Any, kind: str) -> int:
     """The stream the caller's framework is using, so our launch is ordered with its work (jax: the legacy stream,
     with jax's work waited for by the caller of this function)."""
     if kind == "torch":
