@@ -257,7 +257,7 @@ class Kernel:
     def _counter_ptr(self, device: int, stream: int) -> int:
         """A dynamic persistent grid's tile counter from the device's pool (driver.CounterPool: allocated once,
         outside capture; one per stream for eager launches, one per captured launch)."""
-        from . import driver
+        driver = _driver()
         pool = driver.counter_pool(device, stream=stream, who=self.name)
         if driver.is_capturing(stream):
             return pool.for_graph(stream, self.name)
@@ -265,6 +265,7 @@ class Kernel:
 
     def _go(self, st: _Resolved, ptrs: list[int], stream: int) -> None:
         """Launch: re-pack only the operands whose pointer changed (and the counter when it did)."""
+        driver = _driver()
         with self._lock:
             counter = self._counter_ptr(st.device, stream) if st.counters else 0
             if st.params is None:
@@ -278,7 +279,6 @@ class Kernel:
                                 params.set(i, self._operand_arg(st, i, p))
                     st.ptrs = list(ptrs)
                 if counter != st.counter:
-                    from . import driver
                     for i in st.counters:
                         params.set(i, driver.Arg.ptr(counter))
                     st.counter = counter
@@ -307,7 +307,7 @@ class Kernel:
 
     # ------------------------------------------------------------------ the CUDA call
     def _call_cuda(self, args: Sequence[Any], out: Any, stream: Any) -> Any:
-        from . import driver
+        driver = _driver()
         outs = _as_tuple(out)
         if stream is not None:
             try:
@@ -440,11 +440,16 @@ class Kernel:
         host += [f"out[{o.name}]" for k, o in zip(out_kinds, self.outputs) if k == "numpy"]
         if host_result:
             host += [f"{o.name} (the output)" for o in self.outputs]
-        if (host or like_kind == "jax") and driver.is_capturing(stream):
-            what = f"{host[0]} is a numpy array: copying it" if host else "jax arrays: ordering jax's work with the launch"
-            raise driver.CaptureError(
-                f"{self.name}: {what} is illegal while stream {stream:#x} captures a CUDA graph (numpy and jax "
-                f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
+        if not (host or like_kind == "jax"):
+            return
+        if not driver.is_capturing(stream):
+            stream = _framework_capture()
+            if stream is None:
+                return
+        what = f"{host[0]} is a numpy array: copying it" if host else "jax arrays: ordering jax's work with the launch"
+        raise driver.CaptureError(
+            f"{self.name}: {what} is illegal while stream {stream:#x} captures a CUDA graph (numpy and jax "
+            f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
 
     def pallas_module(self):
         if self._pallas is None:
@@ -496,6 +501,24 @@ def _framework_stream(like: Any, kind: str) -> int:
     return 0
 
 
+def _framework_capture() -> int | None:
+    """The stream torch or cupy is capturing on this thread (their current stream), None when neither is: a numpy
+    call launches on the legacy stream, which the driver does not report as capturing while a non-blocking stream
+    (torch's, cupy's) captures, yet the copies it needs would break that capture."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        return int(torch.cuda.current_stream().cuda_stream)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            s = cupy.cuda.get_current_stream()
+            if s.is_capturing():
+                return int(s.ptr)
+        except Exception:   # an old cupy without capture support: nothing is capturing through it
+            pass
+    return None
+
+
 _current_raw_stream = None
 
 
@@ -540,9 +563,15 @@ def _torch_empty():
     return _EMPTY[0]
 
 
+_DRIVER: list = []
+
+
 def _driver():
-    from . import driver
-    return driver
+    """schedgen.runtime.driver, imported on first use (it needs cuda.bindings), then one list lookup."""
+    if not _DRIVER:
+        from . import driver
+        _DRIVER.append(driver)
+    return _DRIVER[0]
 
 
 def load_package(root: str | Path) -> Kernel:

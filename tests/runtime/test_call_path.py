@@ -83,7 +83,7 @@ class Torch:
     """What the call path asks of torch: empty() (a caching allocator: one pointer per shape) and its stream."""
 
     def __init__(self, monkeypatch):
-        self.allocs, self.stream = [], 0x77
+        self.allocs, self.stream, self.blocks = [], 0x77, {}
         monkeypatch.setattr(K, "_EMPTY", [self.empty])
         monkeypatch.setattr(K, "_TORCH_DT", {n: DT[n] for n in arrays._TORCH})
         monkeypatch.setattr(K, "_current_raw_stream", lambda device: self.stream)
@@ -91,8 +91,8 @@ class Torch:
     def empty(self, shape, *, dtype, device):
         name = next(n for n, d in DT.items() if d is dtype)
         self.allocs.append(tuple(shape))
-        return Tensor(shape, name, ptr=0x7E0000000000 + 0x1000000 * len(set(self.allocs)),
-                      device=(device.type, device.index))
+        ptr = self.blocks.setdefault(tuple(shape), 0x7E0000000000 + 0x1000000 * len(self.blocks))
+        return Tensor(shape, name, ptr=ptr, device=(device.type, device.index))
 
 
 @pytest.fixture
