@@ -483,7 +483,8 @@ def stream_handle(stream: Any) -> int:
         return stream
     proto = getattr(type(stream), "__cuda_stream__", None)
     if proto is not None:
-        got = stream.__cuda_stream__()
+        got = stream.__cuda_stream__
+        got = got() if callable(got) else got
         if not (isinstance(got, tuple) and len(got) == 2):
             raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return (version, handle), "
                             f"got {got!r}")
@@ -540,7 +541,7 @@ class CounterPool:
         self._grow()
 
     def _grow(self) -> None:
-        buf = Buffer(COUNTER_SLOT * COUNTER_SLOTS)
+        buf = Buffer(COUNTER_SLOT * COUNTER_SLOTS, self.device)
         buf.upload(np.zeros(COUNTER_SLOT * COUNTER_SLOTS // 4, np.uint32))
         self._chunks.append(buf)
         self._free.extend(reversed([buf.ptr + COUNTER_SLOT * i for i in range(COUNTER_SLOTS)]))
@@ -578,7 +579,6 @@ def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> Coun
             raise CaptureError(f"{who}: the first launch of a dynamic-grid kernel on cuda:{device} allocates its "
                                f"tile counters, which is illegal while stream {stream:#x} captures a CUDA graph; "
                                f"call the kernel once before capturing (a warm-up call, as torch.cuda.graph asks)")
-        ensure_context(device)
         pool = _counter_pools[device] = CounterPool(device)
     return pool
 
@@ -602,18 +602,18 @@ def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cl
 # ---------------------------------------------------------------------------------------------- memory / timing
 
 class Buffer:
-    """An owned device allocation in the current (primary) context."""
+    """An owned device allocation in `device`'s primary context (made current)."""
 
     # Bound at class creation so __del__ still works while module globals are torn down at exit.
     _finalizing = staticmethod(sys.is_finalizing)
     _mem_free = staticmethod(cu.cuMemFree)
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, device: int = 0):
         if nbytes < 0:
             raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
         self.ptr = 0
         self.nbytes = int(nbytes)
-        ensure_context()
+        ensure_context(device)
         self.ptr = int(_call("cuMemAlloc", max(self.nbytes, 1)))
 
     def _host(self, host: np.ndarray, what: str) -> int:

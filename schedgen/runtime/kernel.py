@@ -343,7 +343,9 @@ class Kernel:
             shapes.append(a.shape)
         key = (dev, tuple(shapes))
         st = self._states.get(key)
-        if st is None:
+        if st is not None:
+            self._states.move_to_end(key)
+        else:
             ok, why = _driver().available()
             if not ok:
                 raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
@@ -393,7 +395,7 @@ class Kernel:
         if like_kind == "jax":
             like.block_until_ready()
         keep: list[Any] = []
-        in_ptrs = [self._host_copy(a, keep) if k == "numpy" else views[o.name].ptr
+        in_ptrs = [self._host_copy(a, keep, device=device) if k == "numpy" else views[o.name].ptr
                    for a, k, o in zip(args, kinds, self.inputs)]
         st = self._resolved(device, sizes)
         host_outs: list[tuple[np.ndarray, Any]] = []
@@ -402,7 +404,7 @@ class Kernel:
             for o, shape in zip(self.outputs, st.out_shapes):
                 if like is None:
                     host_arr = np.empty(shape, arrays.DTYPES[o.dtype])
-                    out_ptrs.append(self._host_copy(host_arr, keep, host_outs, upload=False))
+                    out_ptrs.append(self._host_copy(host_arr, keep, host_outs, upload=False, device=device))
                     outs_obj.append(host_arr)
                 else:
                     obj, view = arrays.empty_like_kind(like_kind, like, shape, o.dtype)
@@ -410,7 +412,7 @@ class Kernel:
                     out_ptrs.append(view.ptr)
         else:
             outs_obj = list(outs)
-            out_ptrs = [self._host_copy(a, keep, host_outs, upload=False) if k == "numpy"
+            out_ptrs = [self._host_copy(a, keep, host_outs, upload=False, device=device) if k == "numpy"
                         else views[f"out[{o.name}]"].ptr for a, k, o in zip(outs, out_kinds, self.outputs)]
         self._go(st, in_ptrs + out_ptrs, stream)
         if host_outs or like_kind == "jax":
@@ -420,10 +422,11 @@ class Kernel:
         return outs_obj[0] if len(outs_obj) == 1 else tuple(outs_obj)
 
     @staticmethod
-    def _host_copy(a: np.ndarray, keep: list, host_outs: list | None = None, upload: bool = True) -> int:
+    def _host_copy(a: np.ndarray, keep: list, host_outs: list | None = None, upload: bool = True,
+                   device: int = 0) -> int:
         """A device buffer for a numpy array: uploaded (an input) or downloaded after the launch (an output)."""
         from . import driver
-        buf = driver.Buffer(max(1, a.nbytes))
+        buf = driver.Buffer(max(1, a.nbytes), device)
         keep.append(buf)
         if upload:
             buf.upload(np.ascontiguousarray(a))

@@ -24,8 +24,8 @@ class FakeDriver:
                 return "F"
 
         class Buffer:
-            def __init__(self, nbytes):
-                self.nbytes, self.ptr = nbytes, 0xC0000 + 0x10000 * len(fake.buffers)
+            def __init__(self, nbytes, device=0):
+                self.nbytes, self.device, self.ptr = nbytes, device, 0xC0000 + 0x10000 * len(fake.buffers)
                 fake.buffers.append(self)
 
             def upload(self, host):

@@ -321,3 +321,36 @@ def test_first_load_failing_inside_capture_is_a_capture_error(tmp_path, fakes, m
     fake.capturing = True
     with pytest.raises(driver.CaptureError, match="the first launch at these sizes loads the kernel"):
         kernel(*_inputs(rec))
+
+
+class PropertyStream:
+    @property
+    def __cuda_stream__(self):
+        return (0, 21)
+
+
+def test_stream_protocol_as_a_property_and_malformed():
+    assert driver.stream_handle(PropertyStream()) == 21
+
+    class Bad:
+        def __cuda_stream__(self):
+            return 5
+    with pytest.raises(TypeError, match=r"^stream: Bad.__cuda_stream__\(\) must return \(version, handle\), got 5$"):
+        driver.stream_handle(Bad())
+
+
+def test_real_torch_cpu_tensors_if_installed(tmp_path):
+    torch = pytest.importorskip("torch")
+    kernel, rec = _kernel(tmp_path, "add_bf16.yaml")
+    x = rec.inputs[0]
+    cpu = [torch.zeros(o.shape, dtype=torch.bfloat16) for o in rec.inputs]
+    assert arrays.describe(cpu[0], x.name) == ("torch", x.shape, "bf16")
+    with pytest.raises(ArgumentError) as info:
+        kernel(*cpu)
+    assert str(info.value) == f"{x.name}: lives on the CPU (torch); move it to a CUDA device first"
+    with pytest.raises(ArgumentError) as info:
+        kernel(torch.zeros(x.shape), *cpu[1:])
+    assert str(info.value) == f"{x.name}: expected bf16, got float32; convert with {x.name}.to(torch.bfloat16)"
+    meta = [torch.zeros(o.shape, dtype=torch.bfloat16, device="meta") for o in rec.inputs]
+    with pytest.raises(ArgumentError, match=f"^{x.name}: lives on the meta device \\(torch\\)"):
+        kernel(*meta)
