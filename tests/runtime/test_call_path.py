@@ -354,3 +354,48 @@ def test_real_torch_cpu_tensors_if_installed(tmp_path):
     meta = [torch.zeros(o.shape, dtype=torch.bfloat16, device="meta") for o in rec.inputs]
     with pytest.raises(ArgumentError, match=f"^{x.name}: lives on the meta device \\(torch\\)"):
         kernel(*meta)
+
+
+def _fake_encoder(calls):
+    import ctypes as c
+    proto = c.CFUNCTYPE(c.c_int, c.c_void_p, c.c_int, c.c_uint32, c.c_void_p, c.POINTER(c.c_uint64),
+                        c.POINTER(c.c_uint64), c.POINTER(c.c_uint32), c.POINTER(c.c_uint32), c.c_int, c.c_int,
+                        c.c_int, c.c_int)
+
+    def encode(out, dt, rank, ptr, dims, strides, box, ones, interleave, swz, l2, oob):
+        calls.append((out % 64, dt, rank, ptr, [dims[i] for i in range(rank)], [strides[i] for i in range(rank - 1)],
+                      [box[i] for i in range(rank)], [ones[i] for i in range(rank)], interleave, swz, l2, oob))
+        c.memmove(out, bytes([len(calls)]) * 128, 128)
+        return 0
+    fn = proto(encode)
+    return fn
+
+
+def test_direct_tensor_map_encoder_is_checked_against_cuda_bindings_once(monkeypatch):
+    """encode_tiled calls cuTensorMapEncodeTiled through ctypes once its first map equals cuda.bindings' bytes;
+    a mismatch turns the direct call off for the process."""
+    calls, slow = [], []
+    fn = _fake_encoder(calls)
+    monkeypatch.setattr(driver, "_direct", [fn])
+    monkeypatch.setattr(driver, "_direct_checked", False)
+    monkeypatch.setattr(driver, "_encode_bindings", lambda ptr, lay, enums: slow.append(lay) or bytes([1]) * 128)
+    got = driver.encode_tiled(0x7F0000000000, "bf16", [256, 512], [1024, 2], [64, 64], swizzle=128, oob_nan=True)
+    assert got == bytes([1]) * 128 and len(slow) == 1
+    (c,) = calls
+    cu = driver.cu
+    assert c[:8] == (0, int(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16), 2, 0x7F0000000000,
+                     [512, 256], [1024], [64, 64], [1, 1])            # driver order: innermost first
+    assert c[8:] == (int(cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
+                     int(cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B),
+                     int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+                     int(cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA))
+    driver.encode_tiled(0x7F0000000000, "f32", [8, 4, 64], [1024, 256, 4], [1, 4, 64])
+    assert len(calls) == 2 and len(slow) == 1                       # checked: cuda.bindings not asked again
+    assert calls[1][4:6] == ([64, 4, 8], [256, 1024])
+    # a direct call that disagrees is never used again
+    monkeypatch.setattr(driver, "_direct_checked", False)
+    monkeypatch.setattr(driver, "_encode_bindings", lambda ptr, lay, enums: slow.append(lay) or bytes([9]) * 128)
+    assert driver.encode_tiled(0x7F0000000000, "bf16", [256, 512], [1024, 2], [64, 64]) == bytes([9]) * 128
+    assert driver._direct == [None]
+    assert driver.encode_tiled(0x7F0000000000, "bf16", [256, 512], [1024, 2], [64, 64]) == bytes([9]) * 128
+    assert len(calls) == 3 and len(slow) == 3

@@ -44,3 +44,33 @@ def test_kernel_captured_and_replayed_in_a_cuda_graph(replayed, spec):
     if "skip" in row:
         pytest.skip(row["skip"])
     assert row["ok"], row
+
+
+def test_direct_tensor_map_encoder_gives_cuda_bindings_bytes():
+    """The ctypes call of cuTensorMapEncodeTiled (driver._encode_direct) and cuda.bindings' give the same 128 bytes
+    over every bundled spec's tensor maps' layouts; the call path uses it (driver._direct_checked after a map)."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import launch as L
+    from schedgen.plan import plan
+    from schedgen.runtime import driver
+    from schedgen.plan import dims
+    direct = driver._direct_encoder()
+    assert direct is not None, "libcuda.so.1 could not be loaded through ctypes"
+    driver.ensure_context(0)
+    buf = driver.Buffer(1 << 16)
+    seen = 0
+    for path in SPECS:
+        spec, src = load_spec(path)
+        rec = L.launch_record(plan(spec, src))
+        for a in rec.kernel_args:
+            if a.kind != "tmap":
+                continue
+            shape = [int(dims.evaluate(d, {})) for d in a.shape]
+            strides = [int(dims.evaluate(d, {})) for d in a.strides]
+            lay = driver.validate_tiled(buf.ptr, a.dtype, shape, strides, a.box, swizzle=a.swizzle)
+            enums = driver.tiled_enums(a.dtype, a.swizzle, a.oob_nan, 256)
+            assert driver._encode_direct(direct, buf.ptr, lay, enums) == driver._encode_bindings(buf.ptr, lay, enums)
+            seen += 1
+    assert seen
+    driver.encode_tiled(buf.ptr, "bf16", [256, 512], [1024, 2], [64, 64], swizzle=128)
+    assert driver._direct_checked and driver._direct == [direct]
