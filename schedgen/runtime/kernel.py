@@ -344,7 +344,10 @@ class Kernel:
         key = (dev, tuple(shapes))
         st = self._states.get(key)
         if st is not None:
-            self._states.move_to_end(key)
+            try:
+                self._states.move_to_end(key)
+            except KeyError:    # another thread evicted it just now: it stays usable for this call
+                pass
         else:
             ok, why = _driver().available()
             if not ok:
