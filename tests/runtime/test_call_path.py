@@ -399,3 +399,24 @@ def test_direct_tensor_map_encoder_is_checked_against_cuda_bindings_once(monkeyp
     assert driver._direct == [None]
     assert driver.encode_tiled(0x7F0000000000, "bf16", [256, 512], [1024, 2], [64, 64]) == bytes([9]) * 128
     assert len(calls) == 3 and len(slow) == 3
+
+
+def test_tensor_map_and_launch_state_caches_are_bounded(tmp_path, fakes, monkeypatch):
+    fake, _ = fakes
+    monkeypatch.setattr(K, "TMAP_CACHE", 3)
+    monkeypatch.setattr(K, "STATE_CACHE", 2)
+    kernel, rec = _kernel(tmp_path, "add_bf16.yaml")
+    ins = _inputs(rec)
+    x = rec.inputs[0]
+    kernel(*ins)                                             # x, y, o: three maps, the cache full
+    assert len(kernel._tmaps) == 3
+    moved = [Tensor(x.shape, x.dtype, ptr=0x7A0000000000 + (i << 32)) for i in range(2)]
+    for m in moved:
+        kernel(m, *ins[1:])
+    assert len(kernel._tmaps) == 3
+    before = len(fake.encoded)
+    kernel(*ins)                                             # x's first map was evicted: encoded again
+    assert len(fake.encoded) == before + 1 and fake.encoded[-1][0] == ins[0].ptr
+    for i in range(4):
+        kernel._resolved(0, {"n": i})
+    assert len(kernel._states) == 2 and list(kernel._states)[-1] == (0, (("n", 3),))
