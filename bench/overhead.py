@@ -33,6 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 from schedgen.bench import timing  # noqa: E402
 from schedgen.build import build_spec, package  # noqa: E402
 from schedgen.cache import Cache  # noqa: E402
+from schedgen.runtime import driver  # noqa: E402
 
 CASES = [
     ("matmul 256^3", "specs/matmul_bf16_4096.yaml", {"M": 256, "N": 256, "K": 256}),
@@ -95,7 +96,12 @@ def measure(label: str, spec: str, overrides: dict, cache: Cache, out: Path, cal
     expect = peer().transpose(1, 2) if label.startswith("attention") else peer()
     check = (ours().float() - expect.float()).abs().max().item()
     eager = {"torch": peer, "schedgen": ours, "schedgen out=": ours_out, "prepared": prepared}
-    graphs = {"graph torch": _graph(peer, GRAPH_CALLS), "graph schedgen": _graph(ours, GRAPH_CALLS)}
+    graphs, graph_errors = {}, {}
+    for n, f in (("graph torch", peer), ("graph schedgen", ours)):
+        try:
+            graphs[n] = _graph(f, GRAPH_CALLS)
+        except Exception as e:      # a capture that fails is recorded; the eager rows still run
+            graph_errors[n] = f"{type(e).__name__}: {e}"
     contenders = [_contender(n, f) for n, f in {**eager, **graphs}.items()]
     res = timing.interleaved(contenders, block=calls, rounds=rounds, warmup=3, clocks={"wall": timing.CLOCKS["wall"]})
     us = {}
@@ -107,7 +113,7 @@ def measure(label: str, spec: str, overrides: dict, cache: Cache, out: Path, cal
         us[n] = per / GRAPH_CALLS if n.startswith("graph") else per   # a graph replay runs GRAPH_CALLS calls
     t, s = us["torch"], us["schedgen"]
     row = {"case": label, "spec": spec, "sizes": dict(built.plan.sizes), "us": us, "max_abs_diff_vs_torch": check,
-           "errors": {n: r["error"] for n, r in res.items() if r.get("error")}}
+           "errors": {**graph_errors, **{n: r["error"] for n, r in res.items() if r.get("error")}}}
     if t and s:
         row["ratio"] = s / t
         row["extra_us"] = s - t
@@ -135,7 +141,10 @@ def main() -> None:
     cache = Cache(tmp / "cache")
     rows = []
     for label, spec, overrides in CASES:
-        rows.append(measure(label, spec, overrides, cache, tmp / "pkgs" / label.split()[0], a.calls, a.rounds))
+        try:
+            rows.append(measure(label, spec, overrides, cache, tmp / "pkgs" / label.split()[0], a.calls, a.rounds))
+        except Exception as e:      # one case failing does not lose the others
+            rows.append({"case": label, "spec": spec, "us": {}, "errors": {"case": f"{type(e).__name__}: {e}"}})
     names = ["torch", "schedgen", "schedgen out=", "prepared", "graph torch", "graph schedgen"]
     print(f"{'case':24}" + "".join(f"{n:>16}" for n in names) + f"{'ratio':>8}{'extra':>8}{'goal':>6}{'graph':>7}")
     for r in rows:
@@ -153,7 +162,7 @@ def main() -> None:
                       "CUDA graph (bench/overhead.py)",
               "goal": {"ratio": RATIO_GOAL, "extra_us": EXTRA_GOAL_US, "graph_ratio": GRAPH_GOAL},
               "calls": a.calls, "rounds": a.rounds, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-              "environment": env, "rows": rows}
+              "direct_tensor_map_encoder": bool(driver._direct_checked), "environment": env, "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(record, indent=1, default=str))
     print(f"wrote {a.out}")
