@@ -509,7 +509,9 @@ class LaunchConfig:
         if stream != self._stream:
             cfg.hStream = _cu_stream(stream)
             self._stream = stream
-        err = _launch_ex(cfg, self.func, params.address, 0)[0]
+        err = _launch_ex(cfg, self.func, params.address, 0)
+        if isinstance(err, tuple):
+            err = err[0]
         if err != _SUCCESS:
             raise CudaError("cuLaunchKernelEx", err)
 
