@@ -420,3 +420,49 @@ def test_tensor_map_and_launch_state_caches_are_bounded(tmp_path, fakes, monkeyp
     for i in range(4):
         kernel._resolved(0, {"n": i})
     assert len(kernel._states) == 2 and list(kernel._states)[-1] == (0, (("n", 3),))
+
+
+def test_launch_config_and_params_as_the_driver_reads_them(monkeypatch):
+    """The real driver.Params / driver.LaunchConfig: cuLaunchKernelEx gets the config (geometry, cluster attribute,
+    the stream set only when it changes) and a void*[n] whose entries point at aligned copies of each argument;
+    Params.set rewrites one argument in place."""
+    import ctypes
+    seen = []
+
+    def launch_ex(cfg, func, addr, extra):
+        ptrs = (ctypes.c_void_p * 3).from_address(addr)
+        seen.append((cfg, func, [ptrs[i] for i in range(3)], int(cfg.hStream), extra))
+        return (driver.cu.CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(driver, "_launch_ex", launch_ex)
+    args = [driver.Arg.i32(-7), driver.Arg.tensor_map(bytes(range(128))), driver.Arg.ptr(0x7F0000001230)]
+    params = driver.Params(args)
+    cfg = driver.LaunchConfig("F", grid=(4, 1, 1), block=(384, 1, 1), smem=1000, cluster=(2, 1, 1))
+    cfg.launch(params, 5)
+    c, func, addrs, stream, extra = seen[0]
+    assert func == "F" and stream == 5 and extra == 0
+    assert (c.gridDimX, c.blockDimX, c.sharedMemBytes, c.numAttrs) == (4, 384, 1000, 1)
+    assert c.attrs[0].value.clusterDim.x == 2
+    assert [a % arg.align for a, arg in zip(addrs, args)] == [0, 0, 0]
+    assert [ctypes.string_at(a, len(arg.data)) for a, arg in zip(addrs, args)] == [arg.data for arg in args]
+    params.set(2, driver.Arg.ptr(0x7F0000004560))
+    cfg.launch(params, 5)
+    cfg.launch(params, 9)
+    assert seen[1][2] == addrs and ctypes.string_at(addrs[2], 8) == driver.Arg.ptr(0x7F0000004560).data
+    assert ctypes.string_at(addrs[0], 4) == driver.Arg.i32(-7).data and seen[2][3] == 9
+    with pytest.raises(ValueError, match="kernel argument 0: 8 bytes where 4 were packed"):
+        params.set(0, driver.Arg.ptr(1))
+    monkeypatch.setattr(driver, "_launch_ex", lambda *a: (driver.cu.CUresult.CUDA_ERROR_INVALID_VALUE,))
+    with pytest.raises(driver.CudaError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
+        cfg.launch(params, 9)
+
+
+def test_is_capturing_reads_the_capture_status(monkeypatch):
+    cu = driver.cu
+    answers = {1: (cu.CUresult.CUDA_SUCCESS, cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE),
+               2: (cu.CUresult.CUDA_SUCCESS, cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE),
+               0: (cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, None),
+               3: (cu.CUresult.CUDA_ERROR_INVALID_HANDLE, None)}
+    monkeypatch.setattr(cu, "cuStreamIsCapturing", lambda s: answers[int(s)])
+    assert [driver.is_capturing(s) for s in (1, 2, 0)] == [False, True, True]
+    with pytest.raises(driver.CudaError, match="cuStreamIsCapturing failed: CUDA_ERROR_INVALID_HANDLE"):
+        driver.is_capturing(3)
