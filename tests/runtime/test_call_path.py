@@ -466,3 +466,16 @@ def test_is_capturing_reads_the_capture_status(monkeypatch):
     assert [driver.is_capturing(s) for s in (1, 2, 0)] == [False, True, True]
     with pytest.raises(driver.CudaError, match="cuStreamIsCapturing failed: CUDA_ERROR_INVALID_HANDLE"):
         driver.is_capturing(3)
+
+
+def test_one_counter_pool_per_device(tmp_path, fakes):
+    fake, _ = fakes
+    kernel, rec = _kernel(tmp_path, "attention_causal_bf16_4096_dynamic.yaml")
+    on0 = _inputs(rec)
+    on1 = [Tensor(o.shape, o.dtype, ptr=0x7B0000000000 + (i << 32), device=("cuda", 1))
+           for i, o in enumerate(rec.inputs)]
+    for ins in (on0, on1, on0, on1):
+        kernel(*ins)
+    assert [b.device for b in fake.buffers] == [0, 1]
+    slot = next(i for i, a in enumerate(rec.kernel_args) if a.kind == "counter")
+    assert [g["args"][slot] for g in fake.launches] == [driver.Arg.ptr(fake.buffers[d].ptr) for d in (0, 1, 0, 1)]
