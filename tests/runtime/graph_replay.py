@@ -2,7 +2,10 @@
 checked against the float64 numpy reference: run by test_graphs.py in a fresh interpreter (importing torch inside
 the pytest process on the GPU machine fails in torch's own custom-op registration), one JSON line per spec.
 
-    python graph_replay.py CACHE_DIR OUT_DIR SPEC...
+    python graph_replay.py CACHE_DIR OUT_DIR SPEC...     (CACHE_DIR "-": the default build cache, shared with
+                                                          `schedgen build` / verify, so nothing is compiled twice)
+
+It may also be run by hand on a subset of the specs, e.g. where one command's time is limited.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
     return raw.view(arrays.DTYPES[dtype]).reshape(tuple(t.shape))
 
 
-def replay(spec: str, cache: Cache, out_dir: Path) -> dict:
+def replay(spec: str, cache: Cache | None, out_dir: Path) -> dict:
     built = build_spec(spec, cache=cache)
     plan = built.plan
     if families.of(plan).multi_device:
@@ -87,7 +90,8 @@ def replay(spec: str, cache: Cache, out_dir: Path) -> dict:
 
 
 def main() -> None:
-    cache, out_dir = Cache(Path(sys.argv[1])), Path(sys.argv[2])
+    cache = None if sys.argv[1] == "-" else Cache(Path(sys.argv[1]))
+    out_dir = Path(sys.argv[2])
     for spec in sys.argv[3:]:
         try:
             row = replay(spec, cache, out_dir)

@@ -26,7 +26,7 @@ def replayed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graphs")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     script = Path(__file__).with_name("graph_replay.py")
-    res = subprocess.run([sys.executable, str(script), str(tmp / "cache"), str(tmp / "pkgs"), *SPECS],
+    res = subprocess.run([sys.executable, str(script), "-", str(tmp / "pkgs"), *SPECS],
                          capture_output=True, text=True, env=env, timeout=1800)
     rows = {}
     for line in res.stdout.splitlines():
