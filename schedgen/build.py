@@ -125,7 +125,7 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
         manifest = {
             "name": plan.name, "family": plan.family, "kernel": plan.kernel_name, "cache_key": key,
             "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.backends),
-            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": plan.num_blocks,
+            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": planner.to_dict(plan.num_blocks),
                           "blocks_per_sm": plan.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
             "compiler_verdicts": verdicts,
         }

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import __version__
 from .errors import SpecErrors, ToolchainError
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
@@ -219,10 +220,11 @@ def cmd_verify(args) -> int:
             status = EXIT_SPEC
             continue
         if args.timeout <= 0:
-            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed)
+            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed,
+                                 sizes=args.sizes)
         else:
             run = call_with_timeout(verify_file, path, backends, _overrides(args), timeout=args.timeout,
-                                    interpret=args.interpret, small=small, seed=args.seed)
+                                    interpret=args.interpret, small=small, seed=args.seed, sizes=args.sizes)
             checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
                                                      0.0, False, f"{run.status}: {run.detail}")]
         rows += checks
@@ -382,6 +384,7 @@ def _check_tune_args(args, max_space: int) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
+    ap.add_argument("--version", action="version", version=f"schedgen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
     p.add_argument("files", nargs="+")
@@ -423,6 +426,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
                         "--full-size; the CUDA backend unless --backend pallas)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--sizes", type=int, default=1, choices=range(1, 6), metavar="N",
+                   help="check each spec at N sizes: a dynamic-size spec calls its one package at max(N, 3) sizes "
+                        "(always); a fixed-size spec is rebuilt at N - 1 more (default 1)")
     p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,
                    help="seconds per spec before its run is stopped as hung (default 600; at most 86400); 0: no "
                         "watchdog, run in this process")

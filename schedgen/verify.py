@@ -11,6 +11,7 @@ import numpy as np
 
 from . import families
 from .build import Built, build_spec, package
+from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES
 from .reference import Sampled, random_inputs, reference, rel_error, tolerance
 from .runtime.kernel import Kernel, load_package
@@ -63,20 +64,64 @@ def skipped(plan, backend: str, why: str) -> list[Check]:
     """One SKIP row per output of `plan`: `backend` was not run here, and why (never ok, never a failure). The row
     type verify prints and bench can reuse (`Check.row()` is its dict)."""
     k = families.of(plan).accumulation(plan)
-    return [Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, math.nan,
+    return [Check(plan.name, backend, o.name, shown_sizes(plan), o.dtype, math.nan,
                   tolerance(o.dtype, plan.approx_math, k), False, f"not run: {why}", skipped=True)
             for o in plan.outputs]
 
 
-def poisoned_outputs(plan) -> list[np.ndarray]:
+# ---- the sizes a check calls a kernel at
+
+VERIFY_CAP = 4096          # the largest value verify picks for one dynamic size
+VERIFY_VOLUME = 1 << 24    # and for the product of all of them (inputs stay a few hundred MiB at most)
+
+
+def _pick(r, target: int) -> int:
+    """The legal value of range r nearest below `target` (or its min)."""
+    v = max(r.min, min(r.max, target)) // r.multiple_of * r.multiple_of
+    return max(v, r.min)
+
+
+def call_sizes(plan, count: int = 3, small: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+    """The sizes to verify a plan at: its fixed sizes and, for a kernel with dynamic sizes, `count` assignments from
+    one package: a large one (each size at most VERIFY_CAP, together at most VERIFY_VOLUME; `small`: the family's
+    few-tiles sizes, for interpret mode), one about 3/4 of it plus one (not a multiple of a tile where the range
+    allows it), and a small one. Every dynamic size is scaled alike, so relations the spec keeps between them
+    (Skv - Sq, num_devices x M) keep their direction."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    fixed = {n: v for n, v in plan.sizes.items() if n not in ranges}
+    if not ranges:
+        return [dict(fixed)]
+    base = {n: _pick(r, (small or {}).get(n, VERIFY_CAP)) for n, r in ranges.items()}
+    while math.prod(base.values()) > VERIFY_VOLUME:
+        big = max(base, key=lambda n: base[n] / ranges[n].min)
+        if base[big] <= ranges[big].min:
+            break
+        base[big] = _pick(ranges[big], base[big] // 2)
+    variants = [base, {n: _pick(ranges[n], v * 3 // 4 + 1) for n, v in base.items()},
+                {n: _pick(ranges[n], max(1, v // 8) + 1) for n, v in base.items()}]
+    out: list[dict[str, int]] = []
+    for v in variants:
+        if v not in out:
+            out.append(v)
+    return [dict(fixed, **v) for v in out[:max(1, count)]]
+
+
+def _output_shapes(plan, kernel: Kernel | None, sizes: Mapping[str, int]) -> list[tuple[int, ...]]:
+    if kernel is not None:
+        return list(kernel.output_shapes(dict(sizes)))
+    return [tuple(int(d) for d in o.shape) for o in plan.outputs]
+
+
+def poisoned_outputs(plan, shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
     outs = []
-    for o in plan.outputs:
-        raw = np.full(math.prod(o.shape) * o.itemsize, POISON_BYTE, np.uint8)
-        outs.append(raw.view(DTYPES[o.dtype]).reshape(o.shape))
+    for o, shape in zip(plan.outputs, shapes or [tuple(o.shape) for o in plan.outputs]):
+        raw = np.full(math.prod(shape) * o.itemsize, POISON_BYTE, np.uint8)
+        outs.append(raw.view(DTYPES[o.dtype]).reshape(shape))
     return outs
 
 
-def device_buffers(plan, inputs: Mapping[str, np.ndarray]) -> tuple[list, list]:
+def device_buffers(plan, inputs: Mapping[str, np.ndarray],
+                   shapes: Sequence[tuple[int, ...]] | None = None) -> tuple[list, list]:
     """Device copies of the inputs and NaN-poisoned device outputs, in the plan's argument order."""
     from .runtime import driver
     driver.ensure_context()
@@ -86,22 +131,24 @@ def device_buffers(plan, inputs: Mapping[str, np.ndarray]) -> tuple[list, list]:
         buf.upload(np.ascontiguousarray(inputs[o.name]))
         bufs_in.append(buf)
     bufs_out = []
-    for o in plan.outputs:
-        buf = driver.Buffer(math.prod(o.shape) * o.itemsize)
+    for o, shape in zip(plan.outputs, shapes or [tuple(o.shape) for o in plan.outputs]):
+        buf = driver.Buffer(math.prod(shape) * o.itemsize)
         buf.fill_bytes(POISON_BYTE)
         bufs_out.append(buf)
     return bufs_in, bufs_out
 
 
 def run_cuda(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Upload, poison the device outputs, launch, download."""
+    """Upload, poison the device outputs, launch at the call's sizes, download."""
     from .runtime import driver
-    bufs_in, bufs_out = device_buffers(plan, inputs)
-    kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0)()
+    call = kernel.bind([inputs[o.name].shape for o in plan.inputs])
+    shapes = kernel.output_shapes(call)
+    bufs_in, bufs_out = device_buffers(plan, inputs, shapes)
+    kernel._launcher([b.ptr for b in bufs_in], [b.ptr for b in bufs_out], 0, sizes=call)()
     driver.synchronize()
     outs = []
-    for o, buf in zip(plan.outputs, bufs_out):
-        host = np.empty(o.shape, DTYPES[o.dtype])
+    for o, shape, buf in zip(plan.outputs, shapes, bufs_out):
+        host = np.empty(shape, DTYPES[o.dtype])
         buf.download(host)
         outs.append(host)
     return outs
@@ -123,10 +170,11 @@ def races_found() -> bool | None:
 
 def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret: bool) -> tuple[list[np.ndarray], str]:
     import jax.numpy as jnp
-    mod = kernel.pallas_module()
     ins = [jnp.asarray(inputs[o.name]) for o in plan.inputs]
-    outs = [jnp.asarray(o) for o in poisoned_outputs(plan)]
-    res = mod.run_into(ins, outs, interpret=interpret_params() if interpret else None)
+    call = kernel.bind([inputs[o.name].shape for o in plan.inputs])
+    outs = [jnp.asarray(o) for o in poisoned_outputs(plan, kernel.output_shapes(call))]
+    # through the package's own Pallas call path: one kernel per sizes, cached (the module's run_into jits anew)
+    res = kernel._pallas.run_into(ins, outs, interpret=interpret_params() if interpret else None)
     note = ""
     if interpret:
         raced = races_found()
@@ -135,7 +183,9 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 
 
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
-                 kernel: Kernel | None = None) -> list[Check]:
+                 kernel: Kernel | None = None, count: int = 3,
+                 small: Mapping[str, int] | None = None) -> list[Check]:
+    """Every backend asked for, at each of `call_sizes(plan, count, small)` (one package for all of them)."""
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
@@ -151,9 +201,19 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
     if kernel is None:
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
-    inputs = random_inputs(built.spec, plan.sizes, seed)
-    refs = reference(built.spec, plan.sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
-    k = family.accumulation(plan)                                 # f32 accumulation depth (tolerance)
+    for sizes in call_sizes(plan, count, small):
+        checks += _verify_at(built, kernel, backends, sizes, interpret, seed)
+    return sorted(checks, key=lambda c: order[c.backend])
+
+
+def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dict[str, int], interpret: bool,
+               seed: int | None) -> list[Check]:
+    plan = built.plan
+    family = families.of(plan)
+    checks = []
+    inputs = random_inputs(built.spec, sizes, seed)
+    refs = reference(built.spec, sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
+    k = family.accumulation(plan)                            # f32 accumulation depth (tolerance)
     for backend in backends:
         note = ""
         try:
@@ -163,7 +223,7 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
                 outs, note = run_pallas(kernel, plan, inputs, interpret)
         except Exception as exc:  # reported as a failed check, never a traceback
             for o in plan.outputs:
-                checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, math.inf,
+                checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, math.inf,
                                     tolerance(o.dtype, plan.approx_math, k), False, f"{type(exc).__name__}: {exc}"))
             continue
         for o, out in zip(plan.outputs, outs):
@@ -172,8 +232,8 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
             tol = tolerance(o.dtype, plan.approx_math, k)
             ok = err <= tol and "RACE" not in note
             cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
-            checks.append(Check(plan.name, backend, o.name, dict(plan.sizes), o.dtype, err, tol, ok, cnote))
-    return sorted(checks, key=lambda c: order[c.backend])
+            checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, err, tol, ok, cnote))
+    return checks
 
 
 def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
@@ -183,7 +243,7 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
 
 
 def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = False,
-                seed: int | None = None) -> list[Check]:
+                seed: int | None = None, count: int = 3, small: Mapping[str, int] | None = None) -> list[Check]:
     """verify_built for the backends this machine can run, and a SKIP row saying why for each other one (no GPU,
     for Pallas none without `interpret`): what `schedgen verify` prints. A multi-device family decides for itself."""
     plan = built.plan
@@ -191,17 +251,51 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
         return verify_built(built, backends, interpret=interpret, seed=seed)
     why = {b: unavailable(b, interpret=interpret) for b in backends if b in plan.backends}
     run = [b for b in backends if not why.get(b)]
-    checks = verify_built(built, run, interpret=interpret, seed=seed) if run else []
+    checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small) if run else []
     checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]
     order = {b: i for i, b in enumerate(backends)}
     return sorted(checks, key=lambda c: order[c.backend])
 
 
+def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None, count: int) -> list[Built]:
+    """Up to `count - 1` more builds of a fixed-size spec at other sizes (-D overrides): every size halved, then
+    every size at 3/4 of it plus 8 (a multiple of 8 that is not one of the tile where the spec allows ragged edges);
+    a variant the planner refuses (divisibility, limits) is left out."""
+    from .errors import SpecErrors
+    fixed = {n: v for n, v in built.plan.sizes.items() if isinstance(v, int)
+             and n not in {r.name for r in getattr(built.plan, "dynamic_sizes", ())}}
+    out: list[Built] = []
+    seen = [fixed]
+    for scale in (lambda v: max(1, v // 2), lambda v: max(8, (v * 3 // 4) // 8 * 8 + 8)):
+        if len(out) >= count - 1:
+            break
+        sizes = {n: scale(v) for n, v in fixed.items()}
+        if sizes in seen:
+            continue
+        seen.append(sizes)
+        try:
+            out.append(build_spec(path, {**(overrides or {}), **sizes}))
+        except SpecErrors:
+            continue
+    return out
+
+
 def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
-                interpret: bool = False, small: bool = False, seed: int | None = None) -> list[Check]:
+                interpret: bool = False, small: bool = False, seed: int | None = None, sizes: int = 1) -> list[Check]:
+    """Verify one spec. A dynamic-size spec is built once and called at `max(sizes, 3)` assignments of its dynamic
+    sizes (with `small`: the family's few-tiles sizes for them); a fixed-size spec at its own sizes and, with
+    `sizes` > 1, rebuilt at up to `sizes - 1` others (static_variants)."""
     built = build_spec(path, overrides)
+    dynamic = {r.name for r in getattr(built.plan, "dynamic_sizes", ())}
+    few = None
     if small:
-        built = build_spec(path, {**small_overrides(built), **(overrides or {})})
-    return verify_here(built, backends, interpret=interpret, seed=seed)
-
-
+        few = small_overrides(built)
+        fixed_small = {n: v for n, v in few.items() if n not in dynamic}
+        if fixed_small:
+            built = build_spec(path, {**fixed_small, **(overrides or {})})
+    if dynamic:
+        return verify_here(built, backends, interpret=interpret, seed=seed, count=max(sizes, 3), small=few)
+    checks = verify_here(built, backends, interpret=interpret, seed=seed)
+    for other in static_variants(built, path, overrides, sizes) if sizes > 1 else []:
+        checks += verify_here(other, backends, interpret=interpret, seed=seed)
+    return checks

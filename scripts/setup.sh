@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas and test extras.
+# Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas and test extras:
+# jax with its CUDA 13 plugin on a machine with an NVIDIA GPU (`pallas`), CPU-only jax elsewhere (`pallas-cpu`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SCHEDGEN_VENV:-.venv}
@@ -25,5 +26,6 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[pallas,test,report]"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then JAX_EXTRA=pallas; else JAX_EXTRA=pallas-cpu; fi
+"$VENV/bin/python" -m pip install -q -e ".[$JAX_EXTRA,test,report]"
 echo "installed: $("$VENV/bin/schedgen" --help >/dev/null && echo schedgen) into $VENV"

@@ -85,7 +85,7 @@ def torch_dtypes(torch) -> dict:
 
 # ---------------------------------------------------------------------------------------------- ours
 
-def our_cuda(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
+def our_cuda(kernel, plan, host: dict, sets: int, sizes: dict | None = None) -> tuple[Contender, list]:
     """Our CUDA kernel over `sets` device copies of the inputs (torch tensors when torch is there: the same kind
     of memory cuBLAS reads; driver buffers otherwise), launched on stream 0; plus the buffers to keep alive."""
     from ..runtime import driver
@@ -102,7 +102,8 @@ def our_cuda(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
             ins = dev_in if i == 0 else [t.clone() for t in dev_in]
             outs = [torch.empty(o.shape, dtype=tdt[o.dtype], device="cuda") for o in plan.outputs]
             keep += ins + outs
-            launchers.append(kernel._launcher([t.data_ptr() for t in ins], [t.data_ptr() for t in outs], 0))
+            launchers.append(kernel._launcher([t.data_ptr() for t in ins], [t.data_ptr() for t in outs], 0,
+                                              sizes=sizes))
         torch.cuda.synchronize()
     except Exception as exc:  # no torch, or one that does not import or initialise here: the driver's own buffers
         if not isinstance(exc, ImportError):
@@ -113,15 +114,15 @@ def our_cuda(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
         for _ in range(sets):
             bins, bouts = device_buffers(plan, host)
             keep += bins + bouts
-            launchers.append(kernel._launcher([b.ptr for b in bins], [b.ptr for b in bouts], 0))
+            launchers.append(kernel._launcher([b.ptr for b in bins], [b.ptr for b in bouts], 0, sizes=sizes))
     return Contender("cuda", lambda i: launchers[i % len(launchers)](), stream=0), keep
 
 
-def our_pallas(kernel, plan, host: dict, sets: int) -> tuple[Contender, list]:
-    """Our Pallas kernel (jitted) over `sets` device copies of the inputs."""
+def our_pallas(kernel, plan, host: dict, sets: int, sizes: dict | None = None) -> tuple[Contender, list]:
+    """Our Pallas kernel (jitted; a dynamic package's at `sizes`) over `sets` device copies of the inputs."""
     import jax
     mod = kernel.pallas_module()
-    fn = jax.jit(mod.make()) if hasattr(mod, "make") else jax.jit(getattr(mod, plan.name))
+    fn = jax.jit(mod.make(sizes)) if hasattr(mod, "make") else jax.jit(getattr(mod, plan.name))
     base = [jax.device_put(host[o.name]) for o in plan.inputs]
     arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
     return jax_contender("pallas", fn, arg_sets), arg_sets

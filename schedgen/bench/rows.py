@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..plan.common import shown_sizes
+
 ROW_KEYS = ("spec", "backend", "shape")
 
 
@@ -150,7 +152,7 @@ def base_row(plan, backend: str, check, env: dict, **fields) -> dict[str, Any]:
     """The fields every row has (the family's own fields after them)."""
     row: dict[str, Any] = {
         "family": plan.family, "spec": plan.name, "backend": backend, "kernel": plan.kernel_name,
-        "shape": dict(plan.sizes), "dtype": plan.outputs[0].dtype}
+        "shape": shown_sizes(plan), "dtype": plan.outputs[0].dtype}
     row.update(fields)
     row.update(verified=bool(check and check.ok), rel_error=check.rel_error if check else None,
                date=_dt.date.today().isoformat(), env=env)
@@ -159,7 +161,7 @@ def base_row(plan, backend: str, check, env: dict, **fields) -> dict[str, Any]:
 
 def skip_row(plan, backend: str, reason: str) -> dict[str, Any]:
     """A spec/backend that was not run here (no GPU, ...): printed as SKIP, never merged into a record."""
-    return {"family": plan.family, "spec": plan.name, "backend": backend, "shape": dict(plan.sizes),
+    return {"family": plan.family, "spec": plan.name, "backend": backend, "shape": shown_sizes(plan),
             "skipped": reason, "verified": False}
 
 

@@ -13,6 +13,7 @@ Such a module may define (each optional):
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import tempfile
@@ -83,17 +84,24 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     from ..build import package
     from ..reference import random_inputs
     from ..runtime.kernel import load_package
+    from .. import plan as planner
     from ..verify import verify_built
     from .environment import environment
-    plan = built.plan
     mod = family_peers(family)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
-    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel)}
+    # a dynamic package is timed (and verified) at its sizes' max: its peers see the spec at those sizes
+    at = {r.name: r.max for r in getattr(built.plan, "dynamic_sizes", ())}
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel,
+                                                 **({"count": 1, "small": at} if at else {}))}
+    if at:
+        built = dataclasses.replace(built, spec=spec_at_sizes(built.spec, at))
+        built = dataclasses.replace(built, plan=planner.plan(built.spec, built.source))
+    plan = built.plan
     case = Case(built, random_inputs(built.spec, plan.sizes, seed=1), 0, iters, warmup)
     case.sets = _hook(mod, "sets", sets_for)(in_bytes(plan))
     peers: dict[str, Peer] = _hook(mod, "peers", lambda c: {})(case)
-    timed, errors = _time_all(kernel, case, backends, peers)
+    timed, errors = _time_all(kernel, case, backends, peers, at)
     rates = _hook(mod, "rates", None) or default_rates(family.metric)
     infos = {name: _peer_info(name, p, timed, rates, plan) for name, p in peers.items()}
     extra = _hook(mod, "row_fields", lambda c: {})(case)
@@ -105,13 +113,21 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     return rows
 
 
-def _time_all(kernel, case: Case, backends: list[str], peers: dict[str, Peer]) -> tuple[dict, dict]:
-    """Our backends and the peers, in one interleaved timing; then the peers' memory released."""
+def spec_at_sizes(spec, at: dict):
+    """The spec with its dynamic sizes fixed at `at` (the shapes of one call of a dynamic package)."""
+    sizes = {**spec.op.sizes, **{k: int(v) for k, v in at.items()}}
+    return spec.model_copy(update={"op": spec.op.model_copy(update={"sizes": sizes})})
+
+
+def _time_all(kernel, case: Case, backends: list[str], peers: dict[str, Peer],
+              sizes: dict | None = None) -> tuple[dict, dict]:
+    """Our backends (a dynamic package at `sizes`) and the peers, in one interleaved timing; then the peers' memory
+    released."""
     plan = case.plan
     contenders, keep, errors = [], [], {}
     for backend in backends:
         try:
-            c, held = OURS[backend](kernel, plan, case.host, case.sets)
+            c, held = OURS[backend](kernel, plan, case.host, case.sets, *([sizes] if sizes else []))
         except Exception as exc:
             errors[backend] = why(exc)
             continue

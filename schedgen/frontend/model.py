@@ -69,19 +69,25 @@ class DynamicSize(Model):
     dynamic: Literal[True] = Field(description="declare the size dynamic (the only legal value: true)")
     max: Annotated[int, Field(ge=1, le=1 << 31, description="the largest value a call may pass (legality, 32-bit "
                                                              "index math and grid limits are checked at it)")]
-    min: Annotated[int, Field(ge=1, le=1 << 31, description="the smallest value a call may pass")] = 1
+    min: Annotated[int, Field(ge=1, le=1 << 31, description="the smallest value a call may pass (default: "
+                                                             "multiple_of)")] | None = None
     multiple_of: Annotated[int, Field(ge=1, le=1 << 16, description="every value is a multiple of this "
                                                                      "(a multiple of the tile avoids ragged edges)")] = 1
 
+    @property
+    def lowest(self) -> int:
+        """min, or multiple_of when min is not written."""
+        return self.multiple_of if self.min is None else self.min
+
     @model_validator(mode="after")
     def _range(self) -> "DynamicSize":
-        if self.min > self.max:
-            raise ValueError(f"min = {self.min} is above max = {self.max}")
+        if self.lowest > self.max:
+            raise ValueError(f"min = {self.lowest} is above max = {self.max}")
         if self.max % self.multiple_of:
             raise ValueError(f"max = {self.max} is not a multiple of multiple_of = {self.multiple_of}")
-        if self.min % self.multiple_of:
-            raise ValueError(f"min = {self.min} is not a multiple of multiple_of = {self.multiple_of} "
-                             f"(use min: {-(-self.min // self.multiple_of) * self.multiple_of})")
+        if self.lowest % self.multiple_of:
+            raise ValueError(f"min = {self.lowest} is not a multiple of multiple_of = {self.multiple_of} "
+                             f"(use min: {-(-self.lowest // self.multiple_of) * self.multiple_of})")
         return self
 
 

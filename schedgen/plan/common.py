@@ -50,7 +50,7 @@ class Problems(list):
 
 def dynamic_ranges(sizes: Mapping) -> dict[str, SizeRange]:
     """The op's dynamic sizes (op.sizes entries written {dynamic: true, ...}) as ranges, in spec order."""
-    return {n: SizeRange(n, v.min, v.max, v.multiple_of) for n, v in sizes.items() if not isinstance(v, int)}
+    return {n: SizeRange(n, v.lowest, v.max, v.multiple_of) for n, v in sizes.items() if not isinstance(v, int)}
 
 
 def size_values(sizes: Mapping) -> dict[str, DimLike]:
@@ -61,6 +61,12 @@ def size_values(sizes: Mapping) -> dict[str, DimLike]:
 def max_sizes(sizes: Mapping) -> dict[str, int]:
     """op.sizes with every dynamic size at its max (the worst case of bounds checks)."""
     return {n: v if isinstance(v, int) else v.max for n, v in sizes.items()}
+
+
+def shown_sizes(plan) -> dict:
+    """A plan's sizes for tables and records: fixed ones as ints, dynamic ones as their range ("1..65536")."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    return {n: (f"{ranges[n].min}..{ranges[n].max}" if n in ranges else v) for n, v in plan.sizes.items()}
 
 
 def static_sizes_only(spec, problems: "Problems", family: str):

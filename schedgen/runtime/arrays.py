@@ -13,7 +13,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["DTYPES", "dtype_name", "ArgumentError", "DeviceView", "classify", "describe", "device_view", "check",
-           "same_device", "empty_like_kind", "host_view", "torch_view", "torch_dtype_name", "kind_of"]
+           "same_device", "empty_like_kind", "host_view", "check_meta", "torch_view", "torch_dtype_name",
+           "kind_of"]
 
 DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -410,6 +411,12 @@ def _check_meta(kind: str, name: str, got_shape: tuple[int, ...], got_dt: str, s
     if got_dt != dtype:
         raise ArgumentError(f"{name}: expected {dtype}, got {_pretty_dtype(got_dt)}; "
                             f"{_convert_hint(kind, name, dtype)}")
+
+
+def check_meta(kind: str, name: str, got_shape: tuple[int, ...], got_dt: str, shape: tuple[int, ...],
+               dtype: str) -> None:
+    """Shape and dtype only (for arguments whose layout is not ours to check: jax arrays and tracers)."""
+    _check_meta(kind, name, got_shape, got_dt, shape, dtype)
 
 
 _PRETTY = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",

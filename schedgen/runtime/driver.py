@@ -67,22 +67,63 @@ _available: tuple[bool, str] | None = None
 _contexts: dict[int, Any] = {}
 
 
+# The oldest driver that runs what the bundled toolkit (NVRTC 13) emits: CUDA 13.0 (driver r580).
+MIN_DRIVER = (13, 0)
+ARCH = (9, 0)   # the kernels are sm_90a cubins: Hopper only
+
+
 def available() -> tuple[bool, str]:
-    """(True, "NVIDIA H200, sm_90") when a usable GPU is present, else (False, reason). Never raises; cached."""
+    """(True, "NVIDIA H200, sm_90") when the GPU can run schedgen's kernels, else (False, one sentence saying why
+    and what to do: no driver, a driver older than the toolkit needs, no device, a GPU that is not sm_90).
+    Never raises; cached."""
     global _available
     if _available is None:
-        try:
-            _call("cuInit", 0)
-            if _call("cuDeviceGetCount") < 1:
-                raise RuntimeError("no CUDA device found")
-            dev = _call("cuDeviceGet", 0)
-            name = _device_name(dev)
-            major, minor = _cc(dev)
-            _available = (True, f"{name}, sm_{major}{minor}")
-        except Exception as e:  # missing libcuda, no device, driver too old, ...
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            _available = (False, f"CUDA unavailable: {msg}")
+        _available = _preflight()
     return _available
+
+
+def _preflight() -> tuple[bool, str]:
+    try:
+        _call("cuInit", 0)
+    except CudaError as e:
+        return False, preflight_sentence(init_error=str(e))
+    except Exception as e:  # libcuda missing: cuda.pathfinder / the loader raise their own error types
+        return False, preflight_sentence(no_driver=str(e).strip().splitlines()[0] if str(e).strip() else
+                                         type(e).__name__)
+    try:
+        ver = int(_call("cuDriverGetVersion"))
+        count = int(_call("cuDeviceGetCount"))
+        if count < 1:
+            return False, preflight_sentence(driver=(ver // 1000, (ver % 1000) // 10), devices=0)
+        dev = _call("cuDeviceGet", 0)
+        name = _device_name(dev)
+        cc = _cc(dev)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return False, preflight_sentence(init_error=msg)
+    why = preflight_sentence(driver=(ver // 1000, (ver % 1000) // 10), devices=count, name=name, cc=cc)
+    return (True, f"{name}, sm_{cc[0]}{cc[1]}") if why is None else (False, why)
+
+
+def preflight_sentence(*, no_driver: str | None = None, init_error: str | None = None,
+                       driver: tuple[int, int] | None = None, devices: int = 1, name: str = "",
+                       cc: tuple[int, int] | None = None) -> str | None:
+    """What stops a launch, as one sentence (pure: the facts in, None when nothing does)."""
+    if no_driver is not None:
+        return ("no NVIDIA driver (libcuda.so.1) was found on this machine: install the NVIDIA driver (r580 or "
+                "newer), or build and test on the CPU (the Pallas backend runs in interpret mode)")
+    if init_error is not None:
+        return (f"the NVIDIA driver is installed but could not start ({init_error}); check `nvidia-smi` and "
+                f"CUDA_VISIBLE_DEVICES")
+    if driver is not None and driver < MIN_DRIVER:
+        return (f"the NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, but schedgen's kernels are built with "
+                f"CUDA {MIN_DRIVER[0]}.{MIN_DRIVER[1]}; update the driver to r580 or newer")
+    if devices < 1:
+        return "no CUDA device is visible (check `nvidia-smi` and CUDA_VISIBLE_DEVICES)"
+    if cc is not None and cc != ARCH:
+        return (f"GPU 0 is an {name or 'NVIDIA GPU'} (sm_{cc[0]}{cc[1]}); schedgen's kernels are built for Hopper "
+                f"(sm_90a: H100, H200, GH200) and cannot run on it")
+    return None
 
 
 def _device_name(dev: Any) -> str:

@@ -8,7 +8,6 @@ kernel's own name and arguments.
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 from collections import OrderedDict
@@ -21,7 +20,7 @@ import numpy as np
 from ..plan import dims
 from ..plan import launch as launch_record
 from ..plan.launch import LaunchRecord, Operand
-from . import arrays
+from . import arrays, pallas_call
 from .arrays import ArgumentError
 
 STATE_CACHE = 64     # launch states (one per input shapes and device) kept
@@ -53,7 +52,7 @@ class Kernel:
         self.launch: LaunchRecord = launch_record.load(self.root)   # the only description of the kernel read
         self.name: str = self.launch.name
         self._module = None
-        self._pallas = None
+        self._pallas = pallas_call.PallasCall(self)   # the Pallas call path, its kernels cached per sizes
         self._cache: dict = {}
         self._states: OrderedDict = OrderedDict()   # (device, input shapes or sizes) -> _Resolved
         self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
@@ -73,16 +72,16 @@ class Kernel:
         return f"<schedgen kernel {self.name}({sig}) backends={list(self.launch.backends)}>"
 
     # ------------------------------------------------------------------ calling
-    def __call__(self, *args: Any, out: Any = None, stream: Any = None, backend: str = "cuda") -> Any:
-        """Run the kernel. `stream`: an int handle, a torch.cuda.Stream, a cupy Stream or any object with
-        `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's; the legacy stream
-        for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture; numpy and jax arrays
-        may not (a CaptureError says so)."""
-        if backend not in self.launch.backends:
-            raise ValueError(f"{self.name}: backend '{backend}' was not built; built: {', '.join(self.launch.backends)}")
-        self._check_count(args)
+    def __call__(self, *args: Any, out: Any = None, stream: Any = None, backend: str | None = None,
+                 interpret: Any = None) -> Any:
+        """Run the kernel. backend None: "pallas" for jax arrays, tracers and interpret=, else "cuda"
+        (pallas_call.choose_backend). `stream` (CUDA backend): an int handle, a torch.cuda.Stream, a cupy Stream or
+        any object with `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's;
+        the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
+        numpy and jax arrays may not (a CaptureError says so)."""
+        backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
-            return self._call_pallas(args, out)
+            return self._call_pallas(args, out, interpret)
         return self._call_cuda(args, out, stream)
 
     def _check_count(self, args: Sequence[Any]) -> None:
@@ -458,32 +457,10 @@ class Kernel:
             f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
 
     def pallas_module(self):
-        if self._pallas is None:
-            name = f"_schedgen_pallas_{self.name}_{id(self)}"
-            spec = importlib.util.spec_from_file_location(name, self.root / "pallas_kernel.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-            self._pallas = module
-        return self._pallas
+        return self._pallas.module()
 
     def _call_pallas(self, args: Sequence[Any], out: Any, interpret: Any = None) -> Any:
-        import jax.numpy as jnp
-        self.check_args(args, _as_tuple(out))
-        kinds = [arrays.classify(a, o.name) for a, o in zip(args, self.inputs)]
-        bad = [o.name for k, o in zip(kinds, self.inputs) if k not in ("numpy", "jax")]
-        if bad:
-            raise ArgumentError(f"{bad[0]}: the pallas backend takes numpy or jax arrays")
-        mod = self.pallas_module()
-        ins = [jnp.asarray(a) for a in args]
-        if out is not None:
-            res = mod.run_into(ins, [jnp.asarray(o) for o in _as_tuple(out)], interpret=interpret)
-        else:
-            res = getattr(mod, self.name)(*ins, interpret=interpret)
-            res = res if isinstance(res, tuple) else (res,)
-        if all(k == "numpy" for k in kinds):
-            res = tuple(np.asarray(r) for r in res)
-        return res[0] if len(res) == 1 else tuple(res)
+        return self._pallas(args, out, interpret)
 
 
 def _shown(shape: Sequence[int | str]) -> str:

@@ -249,3 +249,29 @@ def test_cublas_peer_with_a_fake_torch(out_dtype, mixed_ok, monkeypatch):
     peer.close()
     gc.collect()
     assert empties == [0]
+
+
+def test_bench_built_times_a_dynamic_package_at_its_max(monkeypatch, tmp_path):
+    """A dynamic package (bundled linear_gelu: M in 1..65536) is verified and timed at M = 65536: ours get the
+    call's sizes, the case (and so the peers) the spec at those sizes."""
+    from schedgen.build import build_spec
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    built = build_spec(str(SPECS_DIR / "linear_gelu_bf16_dynamic.yaml"))
+    got = {}
+    fake = types.SimpleNamespace(FLAT_PEER=None, peers=lambda case: got.setdefault("case_plan", case.plan) and {},
+                                 row_fields=lambda case: {})
+    monkeypatch.setattr(run, "family_peers", lambda fam: fake)
+    monkeypatch.setattr(run, "gpu_missing", lambda: None)
+    monkeypatch.setattr("schedgen.reference.random_inputs", lambda spec, sizes, seed: {"sizes": dict(sizes)})
+    monkeypatch.setattr("schedgen.build.package", lambda b, d: d)
+    monkeypatch.setattr("schedgen.runtime.kernel.load_package", lambda d: "kernel")
+    monkeypatch.setattr("schedgen.verify.verify_built",
+                        lambda b, backends, kernel, count, small: got.setdefault("verified_at", (count, small)) and
+                        [_Check(x) for x in backends])
+    monkeypatch.setattr(run, "OURS", {"cuda": lambda k, p, h, s, sizes: got.setdefault("ours", (p.m, sizes)) and
+                                      (Contender("cuda", lambda i: None), [])})
+    monkeypatch.setattr(run, "interleaved", lambda contenders, **kw: {c.name: {"time_ms": 0.5, "timing": "ev"}
+                                                                      for c in contenders})
+    (row,) = bench.bench_built(built, ["cuda"], iters=5, env={"gpu": "fake"})
+    assert got["verified_at"] == (1, {"M": 65536}) and got["ours"] == (65536, {"M": 65536})
+    assert got["case_plan"].m == 65536 and row["shape"]["M"] == 65536 and row["time_ms"] == 0.5

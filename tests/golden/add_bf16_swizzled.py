@@ -8,9 +8,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-NUM_BLOCKS = 132
-NUM_TILES = 2048
-GRID = [64, 32]
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
 
 
@@ -23,61 +20,76 @@ def _transforms(tiling, swizzle):
     return tuple(out)
 
 
-def _tile(cta, k):
-    """Grid index of this block's k-th tile (planar_snake order)."""
-    t = cta + k * NUM_BLOCKS
-    return plgpu.planar_snake(t, (64, 32), 1, 4)
+def _kernel_body(sizes):
+    """The kernel body for one call's dynamic sizes ({} when it has none), and the number of blocks it runs on."""
+    num_blocks = 132
+    num_tiles = 2048
+    grid = [64, 32]
+
+    def _tile(cta, k):
+        """Grid index of this block's k-th tile (planar_snake order)."""
+        t = cta + k * num_blocks
+        return plgpu.planar_snake(t, (grid[0], grid[1]), 1, 4)
+
+    def _body(in_x_gmem, in_y_gmem, out_o_gmem, out_o_smem):
+        cta = lax.axis_index("cta")
+        my_tiles = lax.div(num_tiles - cta + num_blocks - 1, num_blocks)
+
+        def _map_in_x(k):
+            g_i, g_j = _tile(cta, k)
+            return (g_i, g_j)
+
+        def _map_in_y(k):
+            g_i, g_j = _tile(cta, k)
+            return (g_i, g_j)
+
+        def step(indices, in_x_s, in_y_s):
+            (k,) = indices
+            slot = lax.rem(k, 2)
+            v_x = in_x_s[...].astype(jnp.float32)
+            v_y = in_y_s[...].astype(jnp.float32)
+            r_o = (v_x + v_y)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_o_smem[slot] = jnp.broadcast_to(r_o, [64, 128]).astype(_DTYPES["bf16"])
+            plgpu.commit_smem()
+            g_i, g_j = _tile(cta, k)
+            (b0, b1, ) = (g_i, g_j,)
+            plgpu.copy_smem_to_gmem(
+                out_o_smem.at[slot],
+                out_o_gmem.at[pl.ds(b0 * 64, 64), pl.ds(b1 * 128, 128)])
+
+        plgpu.emit_pipeline(
+            step,
+            grid=(my_tiles,),
+            in_specs=[
+                plgpu.BlockSpec([64, 128], _map_in_x, delay_release=0, transforms=_transforms((8, 64,), 128)),
+                plgpu.BlockSpec([64, 128], _map_in_y, delay_release=0, transforms=_transforms((8, 64,), 128)),
+            ],
+            max_concurrent_steps=4,
+        )(in_x_gmem, in_y_gmem)
+        plgpu.wait_smem_to_gmem(0)
+
+    return _body, num_blocks
 
 
-def _body(in_x_gmem, in_y_gmem, out_o_gmem, out_o_smem):
-    cta = lax.axis_index("cta")
-    my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
-
-    def _map_in_x(k):
-        g_i, g_j = _tile(cta, k)
-        return (g_i, g_j)
-
-    def _map_in_y(k):
-        g_i, g_j = _tile(cta, k)
-        return (g_i, g_j)
-
-    def step(indices, in_x_s, in_y_s):
-        (k,) = indices
-        slot = lax.rem(k, 2)
-        v_x = in_x_s[...].astype(jnp.float32)
-        v_y = in_y_s[...].astype(jnp.float32)
-        r_o = (v_x + v_y)
-        plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-        out_o_smem[slot] = jnp.broadcast_to(r_o, [64, 128]).astype(_DTYPES["bf16"])
-        plgpu.commit_smem()
-        g_i, g_j = _tile(cta, k)
-        (b0, b1, ) = (g_i, g_j,)
-        plgpu.copy_smem_to_gmem(
-            out_o_smem.at[slot],
-            out_o_gmem.at[pl.ds(b0 * 64, 64), pl.ds(b1 * 128, 128)])
-
-    plgpu.emit_pipeline(
-        step,
-        grid=(my_tiles,),
-        in_specs=[
-            plgpu.BlockSpec([64, 128], _map_in_x, delay_release=0, transforms=_transforms((8, 64,), 128)),
-            plgpu.BlockSpec([64, 128], _map_in_y, delay_release=0, transforms=_transforms((8, 64,), 128)),
-        ],
-        max_concurrent_steps=4,
-    )(in_x_gmem, in_y_gmem)
-    plgpu.wait_smem_to_gmem(0)
+def sizes_of(inputs):
+    """The dynamic sizes of a call, read from its inputs' shapes ({} when the kernel has none)."""
+    return {}
 
 
-def make(interpret=None, outputs_as_refs=False):
-    """The kernel. With outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+def make(sizes=None, interpret=None, outputs_as_refs=False):
+    """The kernel for the dynamic sizes `sizes` ({name: value}; None or {} when the kernel has none). With
+    outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+    sizes = sizes or {}
+    body, num_blocks = _kernel_body(sizes)
     out_type = tuple(jax.ShapeDtypeStruct(s, _DTYPES[d]) for s, d in [([4096, 4096], "bf16"), ])
     return plgpu.kernel(
-        _body,
+        body,
         out_type=() if outputs_as_refs else out_type,
         scratch_types=[
             plgpu.SMEM((2, 64, 128), _DTYPES["bf16"], transforms=_transforms((8, 64,), 128)),
         ],
-        grid=(NUM_BLOCKS,),
+        grid=(num_blocks,),
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=False,
@@ -92,7 +104,7 @@ def make(interpret=None, outputs_as_refs=False):
 
 def run_into(inputs, outputs, interpret=None):
     """Run with caller-provided (e.g. NaN-poisoned) output arrays; returns the written outputs."""
-    kern = make(interpret=interpret, outputs_as_refs=True)
+    kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
         refs = [jax.new_ref(o) for o in outs]
@@ -104,5 +116,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def add_bf16_swizzled(x, y, interpret=None):
     """add_bf16_swizzled: r_o = ...; returns o."""
-    outs = make(interpret=interpret)(x, y)
+    outs = make(sizes_of((x, y, )), interpret=interpret)(x, y)
     return outs[0] if len(outs) == 1 else outs

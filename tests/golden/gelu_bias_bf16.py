@@ -8,9 +8,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-NUM_BLOCKS = 132
-NUM_TILES = 4096
-GRID = [256, 16]
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
 
 
@@ -23,72 +20,87 @@ def _transforms(tiling, swizzle):
     return tuple(out)
 
 
-def _tile(cta, k):
-    """Grid index of this block's k-th tile (row_major order)."""
-    t = cta + k * NUM_BLOCKS
-    idx = []
-    for g in reversed(GRID):
-        idx.append(lax.rem(t, g))
-        t = lax.div(t, g)
-    return tuple(reversed(idx))
+def _kernel_body(sizes):
+    """The kernel body for one call's dynamic sizes ({} when it has none), and the number of blocks it runs on."""
+    num_blocks = 132
+    num_tiles = 4096
+    grid = [256, 16]
+
+    def _tile(cta, k):
+        """Grid index of this block's k-th tile (row_major order)."""
+        t = cta + k * num_blocks
+        idx = []
+        for g in reversed(grid):
+            idx.append(lax.rem(t, g))
+            t = lax.div(t, g)
+        return tuple(reversed(idx))
+
+    def _body(in_x_gmem, in_w_gmem, in_b_gmem, out_y_gmem, out_y_smem):
+        cta = lax.axis_index("cta")
+        my_tiles = lax.div(num_tiles - cta + num_blocks - 1, num_blocks)
+
+        def _map_in_x(k):
+            g_i, g_j = _tile(cta, k)
+            return (g_i, g_j)
+
+        def _map_in_w(k):
+            g_i, g_j = _tile(cta, k)
+            return (g_i, g_j)
+
+        def _map_in_b(k):
+            g_i, g_j = _tile(cta, k)
+            return (g_j,)
+
+        def step(indices, in_x_s, in_w_s, in_b_s):
+            (k,) = indices
+            slot = lax.rem(k, 2)
+            v_x = in_x_s[...].astype(jnp.float32)
+            v_w = in_w_s[...].astype(jnp.float32)
+            v_b = in_b_s[...].astype(jnp.float32)
+            t_h = ((v_x * v_w) + v_b)
+            r_y = jax.nn.gelu(t_h, approximate=True)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_y_smem[slot] = jnp.broadcast_to(r_y, [32, 256]).astype(_DTYPES["bf16"])
+            plgpu.commit_smem()
+            g_i, g_j = _tile(cta, k)
+            (b0, b1, ) = (g_i, g_j,)
+            plgpu.copy_smem_to_gmem(
+                out_y_smem.at[slot],
+                out_y_gmem.at[pl.ds(b0 * 32, 32), pl.ds(b1 * 256, 256)])
+
+        plgpu.emit_pipeline(
+            step,
+            grid=(my_tiles,),
+            in_specs=[
+                plgpu.BlockSpec([32, 256], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
+                plgpu.BlockSpec([32, 256], _map_in_w, delay_release=0, transforms=_transforms(None, 0)),
+                plgpu.BlockSpec([256], _map_in_b, delay_release=0, transforms=_transforms(None, 0)),
+            ],
+            max_concurrent_steps=3,
+        )(in_x_gmem, in_w_gmem, in_b_gmem)
+        plgpu.wait_smem_to_gmem(0)
+
+    return _body, num_blocks
 
 
-def _body(in_x_gmem, in_w_gmem, in_b_gmem, out_y_gmem, out_y_smem):
-    cta = lax.axis_index("cta")
-    my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
-
-    def _map_in_x(k):
-        g_i, g_j = _tile(cta, k)
-        return (g_i, g_j)
-
-    def _map_in_w(k):
-        g_i, g_j = _tile(cta, k)
-        return (g_i, g_j)
-
-    def _map_in_b(k):
-        g_i, g_j = _tile(cta, k)
-        return (g_j,)
-
-    def step(indices, in_x_s, in_w_s, in_b_s):
-        (k,) = indices
-        slot = lax.rem(k, 2)
-        v_x = in_x_s[...].astype(jnp.float32)
-        v_w = in_w_s[...].astype(jnp.float32)
-        v_b = in_b_s[...].astype(jnp.float32)
-        t_h = ((v_x * v_w) + v_b)
-        r_y = jax.nn.gelu(t_h, approximate=True)
-        plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-        out_y_smem[slot] = jnp.broadcast_to(r_y, [32, 256]).astype(_DTYPES["bf16"])
-        plgpu.commit_smem()
-        g_i, g_j = _tile(cta, k)
-        (b0, b1, ) = (g_i, g_j,)
-        plgpu.copy_smem_to_gmem(
-            out_y_smem.at[slot],
-            out_y_gmem.at[pl.ds(b0 * 32, 32), pl.ds(b1 * 256, 256)])
-
-    plgpu.emit_pipeline(
-        step,
-        grid=(my_tiles,),
-        in_specs=[
-            plgpu.BlockSpec([32, 256], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
-            plgpu.BlockSpec([32, 256], _map_in_w, delay_release=0, transforms=_transforms(None, 0)),
-            plgpu.BlockSpec([256], _map_in_b, delay_release=0, transforms=_transforms(None, 0)),
-        ],
-        max_concurrent_steps=3,
-    )(in_x_gmem, in_w_gmem, in_b_gmem)
-    plgpu.wait_smem_to_gmem(0)
+def sizes_of(inputs):
+    """The dynamic sizes of a call, read from its inputs' shapes ({} when the kernel has none)."""
+    return {}
 
 
-def make(interpret=None, outputs_as_refs=False):
-    """The kernel. With outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+def make(sizes=None, interpret=None, outputs_as_refs=False):
+    """The kernel for the dynamic sizes `sizes` ({name: value}; None or {} when the kernel has none). With
+    outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+    sizes = sizes or {}
+    body, num_blocks = _kernel_body(sizes)
     out_type = tuple(jax.ShapeDtypeStruct(s, _DTYPES[d]) for s, d in [([8192, 4096], "bf16"), ])
     return plgpu.kernel(
-        _body,
+        body,
         out_type=() if outputs_as_refs else out_type,
         scratch_types=[
             plgpu.SMEM((2, 32, 256), _DTYPES["bf16"], transforms=_transforms(None, 0)),
         ],
-        grid=(NUM_BLOCKS,),
+        grid=(num_blocks,),
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=True,
@@ -103,7 +115,7 @@ def make(interpret=None, outputs_as_refs=False):
 
 def run_into(inputs, outputs, interpret=None):
     """Run with caller-provided (e.g. NaN-poisoned) output arrays; returns the written outputs."""
-    kern = make(interpret=interpret, outputs_as_refs=True)
+    kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
         refs = [jax.new_ref(o) for o in outs]
@@ -115,5 +127,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def gelu_bias_bf16(x, w, b, interpret=None):
     """gelu_bias_bf16: t_h = ...; r_y = ...; returns y."""
-    outs = make(interpret=interpret)(x, w, b)
+    outs = make(sizes_of((x, w, b, )), interpret=interpret)(x, w, b)
     return outs[0] if len(outs) == 1 else outs

@@ -132,13 +132,20 @@ def _body(in_a_gmem, in_b_gmem, out_out_gmem):
     plgpu.wait_smem_to_gmem(0)
 
 
-def make(interpret=None, outputs_as_refs=False):
-    """The kernel. With outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+def sizes_of(inputs):
+    """The dynamic sizes of a call, read from its inputs' shapes ({} when the kernel has none)."""
+    return {}
+
+
+def make(sizes=None, interpret=None, outputs_as_refs=False):
+    """The kernel for the call's dynamic sizes (`sizes_of(inputs)`; none: {}). With outputs_as_refs, outputs are
+    mutable refs passed after the inputs (to poison them)."""
+    body, num_blocks = _body, NUM_BLOCKS
     out_type = (jax.ShapeDtypeStruct([4096, 8192], _DTYPES["f16"]),)
     return plgpu.kernel(
-        _body,
+        body,
         out_type=() if outputs_as_refs else out_type,
-        grid=(NUM_BLOCKS // CLUSTER_SIZE,),
+        grid=(num_blocks // CLUSTER_SIZE,),
         grid_names=("blocks",),
         cluster=(CLUSTER_SIZE,),
         cluster_names=("cluster",),
@@ -156,7 +163,7 @@ def make(interpret=None, outputs_as_refs=False):
 
 def run_into(inputs, outputs, interpret=None):
     """Run with caller-provided (e.g. NaN-poisoned) output arrays; returns the written outputs."""
-    kern = make(interpret=interpret, outputs_as_refs=True)
+    kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
         refs = [jax.new_ref(o) for o in outs]
@@ -168,5 +175,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def matmul_f16_4096x8192x4096(a, b, interpret=None):
     """matmul_f16_4096x8192x4096: out = epilogue(a @ b); returns out."""
-    outs = make(interpret=interpret)(a, b)
+    outs = make(sizes_of([a, b]), interpret=interpret)(a, b)
     return outs[0] if len(outs) == 1 else outs

@@ -8,9 +8,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-NUM_BLOCKS = 264
-NUM_TILES = 32768
-GRID = [8, 128, 32]
 _c_scale = 2.5
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
 
@@ -24,59 +21,74 @@ def _transforms(tiling, swizzle):
     return tuple(out)
 
 
-def _tile(cta, k):
-    """Grid index of this block's k-th tile (row_major order)."""
-    t = cta + k * NUM_BLOCKS
-    idx = []
-    for g in reversed(GRID):
-        idx.append(lax.rem(t, g))
-        t = lax.div(t, g)
-    return tuple(reversed(idx))
+def _kernel_body(sizes):
+    """The kernel body for one call's dynamic sizes ({} when it has none), and the number of blocks it runs on."""
+    num_blocks = 264
+    num_tiles = 32768
+    grid = [8, 128, 32]
+
+    def _tile(cta, k):
+        """Grid index of this block's k-th tile (row_major order)."""
+        t = cta + k * num_blocks
+        idx = []
+        for g in reversed(grid):
+            idx.append(lax.rem(t, g))
+            t = lax.div(t, g)
+        return tuple(reversed(idx))
+
+    def _body(in_x_gmem, out_o_gmem, out_o_smem):
+        cta = lax.axis_index("cta")
+        my_tiles = lax.div(num_tiles - cta + num_blocks - 1, num_blocks)
+
+        def _map_in_x(k):
+            g_b, g_i, g_j = _tile(cta, k)
+            return (g_b, g_i, g_j)
+
+        def step(indices, in_x_s):
+            (k,) = indices
+            slot = lax.rem(k, 2)
+            v_x = in_x_s[...].astype(jnp.float32)
+            r_o = (v_x * _c_scale)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_o_smem[slot] = jnp.broadcast_to(r_o, [1, 32, 128]).astype(_DTYPES["f32"])
+            plgpu.commit_smem()
+            g_b, g_i, g_j = _tile(cta, k)
+            (b0, b1, b2, ) = (g_b, g_i, g_j,)
+            plgpu.copy_smem_to_gmem(
+                out_o_smem.at[slot],
+                out_o_gmem.at[pl.ds(b0 * 1, 1), pl.ds(b1 * 32, 32), pl.ds(b2 * 128, 128)])
+
+        plgpu.emit_pipeline(
+            step,
+            grid=(my_tiles,),
+            in_specs=[
+                plgpu.BlockSpec([1, 32, 128], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
+            ],
+            max_concurrent_steps=4,
+        )(in_x_gmem)
+        plgpu.wait_smem_to_gmem(0)
+
+    return _body, num_blocks
 
 
-def _body(in_x_gmem, out_o_gmem, out_o_smem):
-    cta = lax.axis_index("cta")
-    my_tiles = lax.div(NUM_TILES - cta + NUM_BLOCKS - 1, NUM_BLOCKS)
-
-    def _map_in_x(k):
-        g_b, g_i, g_j = _tile(cta, k)
-        return (g_b, g_i, g_j)
-
-    def step(indices, in_x_s):
-        (k,) = indices
-        slot = lax.rem(k, 2)
-        v_x = in_x_s[...].astype(jnp.float32)
-        r_o = (v_x * _c_scale)
-        plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-        out_o_smem[slot] = jnp.broadcast_to(r_o, [1, 32, 128]).astype(_DTYPES["f32"])
-        plgpu.commit_smem()
-        g_b, g_i, g_j = _tile(cta, k)
-        (b0, b1, b2, ) = (g_b, g_i, g_j,)
-        plgpu.copy_smem_to_gmem(
-            out_o_smem.at[slot],
-            out_o_gmem.at[pl.ds(b0 * 1, 1), pl.ds(b1 * 32, 32), pl.ds(b2 * 128, 128)])
-
-    plgpu.emit_pipeline(
-        step,
-        grid=(my_tiles,),
-        in_specs=[
-            plgpu.BlockSpec([1, 32, 128], _map_in_x, delay_release=0, transforms=_transforms(None, 0)),
-        ],
-        max_concurrent_steps=4,
-    )(in_x_gmem)
-    plgpu.wait_smem_to_gmem(0)
+def sizes_of(inputs):
+    """The dynamic sizes of a call, read from its inputs' shapes ({} when the kernel has none)."""
+    return {}
 
 
-def make(interpret=None, outputs_as_refs=False):
-    """The kernel. With outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+def make(sizes=None, interpret=None, outputs_as_refs=False):
+    """The kernel for the dynamic sizes `sizes` ({name: value}; None or {} when the kernel has none). With
+    outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them)."""
+    sizes = sizes or {}
+    body, num_blocks = _kernel_body(sizes)
     out_type = tuple(jax.ShapeDtypeStruct(s, _DTYPES[d]) for s, d in [([8, 4096, 4096], "f32"), ])
     return plgpu.kernel(
-        _body,
+        body,
         out_type=() if outputs_as_refs else out_type,
         scratch_types=[
             plgpu.SMEM((2, 1, 32, 128), _DTYPES["f32"], transforms=_transforms(None, 0)),
         ],
-        grid=(NUM_BLOCKS,),
+        grid=(num_blocks,),
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
             approx_math=False,
@@ -91,7 +103,7 @@ def make(interpret=None, outputs_as_refs=False):
 
 def run_into(inputs, outputs, interpret=None):
     """Run with caller-provided (e.g. NaN-poisoned) output arrays; returns the written outputs."""
-    kern = make(interpret=interpret, outputs_as_refs=True)
+    kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
         refs = [jax.new_ref(o) for o in outs]
@@ -103,5 +115,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def scale_f32(x, interpret=None):
     """scale_f32: r_o = ...; returns o."""
-    outs = make(interpret=interpret)(x)
+    outs = make(sizes_of((x, )), interpret=interpret)(x)
     return outs[0] if len(outs) == 1 else outs

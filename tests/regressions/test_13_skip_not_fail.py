@@ -48,8 +48,8 @@ def test_without_a_gpu_every_backend_is_skip_with_its_reason(capsys):
     assert cli.main(["verify", "--timeout", "0", str(ADD)]) == 4
     cap = capsys.readouterr()
     rows = _rows(cap.out)
-    assert rows[("add_bf16", "cuda")].startswith("SKIP  not run: CUDA unavailable")
-    assert rows[("add_bf16", "pallas")].startswith("SKIP  not run: CUDA unavailable")
+    assert rows[("add_bf16", "cuda")].startswith("SKIP  not run: no NVIDIA driver (libcuda.so.1) was found")
+    assert rows[("add_bf16", "pallas")].startswith("SKIP  not run: no NVIDIA driver (libcuda.so.1) was found")
     assert rows[("add_bf16", "pallas")].endswith("; --interpret runs the Pallas kernel on the CPU")
     assert "FAIL" not in cap.out
     assert "nothing was verified: 2 of 2 checks skipped" in cap.err and "exit status 4" in cap.err

@@ -479,3 +479,30 @@ def test_one_counter_pool_per_device(tmp_path, fakes):
     assert [b.device for b in fake.buffers] == [0, 1]
     slot = next(i for i, a in enumerate(rec.kernel_args) if a.kind == "counter")
     assert [g["args"][slot] for g in fake.launches] == [driver.Arg.ptr(fake.buffers[d].ptr) for d in (0, 1, 0, 1)]
+
+
+def test_dynamic_size_one_launch_state_per_shape(tmp_path, fakes):
+    """A dynamic-size kernel: each new M gets its own launch state (its tensor maps, i32 sizes and grid); going back
+    to an M seen before encodes and packs nothing."""
+    fake, _ = fakes
+    kernel, rec = _kernel(tmp_path, "matmul_bf16_dynamic.yaml")
+    assert rec.sizes and any(a.kind == "i32" for a in rec.kernel_args)
+    m = rec.sizes[0]
+    assert m.name == "M"
+
+    def ins(M):
+        return [Tensor(tuple(M if d == "M" else d for d in o.shape), o.dtype, ptr=0x7F0000000000 + (i << 32))
+                for i, o in enumerate(rec.inputs)]
+    small, large = m.multiple_of * 2, m.multiple_of * 4
+    out_small = kernel(*ins(small))
+    assert out_small.shape[0] == small
+    n_small = len(fake.encoded)
+    out_large = kernel(*ins(large))
+    assert out_large.shape[0] == large and len(fake.encoded) > n_small and len(fake.params) == 2
+    i32 = [i for i, a in enumerate(rec.kernel_args) if a.kind == "i32"]
+    assert [fake.launches[0]["args"][i] for i in i32] != [fake.launches[1]["args"][i] for i in i32]
+    before = len(fake.encoded)
+    kernel(*ins(small))
+    assert len(fake.encoded) == before and fake.sets == [] and fake.launches[2] == fake.launches[0]
+    with pytest.raises(ArgumentError, match=r"\(M\) is"):
+        kernel(*ins(m.multiple_of + 1 if m.multiple_of > 1 else m.max + 1))

@@ -196,11 +196,17 @@ def test_jax_in_jax_out(add_module):
     mod, built = add_module
     inputs = random_inputs(built.spec, built.plan.sizes)
     x, y = jax.device_put(inputs["x"]), jax.device_put(inputs["y"])
-    out = mod.add_bf16(x, y)
+    want = _expected(built, inputs["x"], inputs["y"])
+    out = mod.add_bf16(x, y, backend="cuda")
     assert isinstance(out, jax.Array)
-    assert rel_error(np.asarray(out), _expected(built, inputs["x"], inputs["y"])) < 1e-2
-    out_p = mod.add_bf16(x, y, backend="pallas")
-    assert rel_error(np.asarray(out_p), _expected(built, inputs["x"], inputs["y"])) < 1e-2
+    assert rel_error(np.asarray(out), want) < 1e-2
+    out_p = mod.add_bf16(x, y)                      # jax arrays: the Pallas backend by default
+    assert isinstance(out_p, jax.Array)
+    assert rel_error(np.asarray(out_p), want) < 1e-2
+    jitted = jax.jit(lambda a, b: mod.add_bf16(a, b) * 2)   # tracers in, tracers out, on the GPU
+    for _ in range(2):
+        assert rel_error(np.asarray(jitted(x, y)).astype(np.float64) / 2, want) < 1e-2
+    assert jitted._cache_size() == 1
 
 
 def test_deadlocked_kernel_is_stopped_by_the_watchdog():

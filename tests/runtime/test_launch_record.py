@@ -11,6 +11,7 @@ import pytest
 from conftest import SPECS_DIR, spec_files
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import plan, to_dict
+from schedgen.plan import dims
 from schedgen.plan import launch as L
 from schedgen.runtime import driver
 from schedgen.runtime.kernel import load_package
@@ -35,7 +36,7 @@ def test_record_of_every_bundled_plan_round_trips(path, tmp_path):
     rec = L.launch_record(p)
     assert L.load(_folder(tmp_path, p)) == rec and rec.version == L.LAUNCH_VERSION
     d = to_dict(p)
-    assert (rec.kernel_name, rec.threads, rec.smem_bytes, rec.num_blocks) == (
+    assert (rec.kernel_name, rec.threads, rec.smem_bytes, dims.to_json(rec.num_blocks)) == (
         d["kernel_name"], d["threads"], d["smem_bytes"], d["num_blocks"])
     assert [o.name for o in rec.inputs] == [o["name"] for o in d["inputs"]]
     assert [(a.kind, a.box, a.swizzle) for a in rec.kernel_args] == [

@@ -2,11 +2,32 @@
 guide (schedgen/draw.py draws them)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ...draw import HBM_RATE, TMA_LATENCY, Pipeline, Span, Tile, Traversal, kib, persistent_guide, tile_order_text
+from ...plan import dims
 from ...plan.common import tile_index
 from .. import DrawHooks
+from .explain import sizes_line
+
+
+DRAWN_SIZE = 4096   # a dynamic size is drawn at this value (within its range, on its step): a typical call
+
+
+def drawn_sizes(p) -> dict[str, int]:
+    """The value each dynamic size is drawn at."""
+    return {r.name: max(r.min, min(r.max, DRAWN_SIZE) // r.multiple_of * r.multiple_of) for r in p.dynamic_sizes}
+
+
+def at_drawn_size(p):
+    """The plan with its grid, tile count and blocks evaluated at drawn_sizes (a static plan as it is)."""
+    if not p.dynamic_sizes:
+        return p
+    sizes = drawn_sizes(p)
+    return dataclasses.replace(p, grid=tuple(dims.evaluate(g, sizes) for g in p.grid),
+                               num_tiles=dims.evaluate(p.num_tiles, sizes),
+                               num_blocks=dims.evaluate(p.num_blocks, sizes))
 
 
 def map_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
@@ -26,6 +47,7 @@ def map_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
 
 
 def traversal(p, limit: int) -> Traversal:
+    p = at_drawn_size(p)
     tiles, rows, cols = map_tiles(p, limit)
     blocks = max(1, p.num_blocks)
     return Traversal(
@@ -80,9 +102,11 @@ def pipeline(p) -> Pipeline:
 
 
 def summary(p) -> list[str]:
+    drawn = ", ".join(f"{k}={v}" for k, v in drawn_sizes(p).items())
+    p = at_drawn_size(p)
     return [
         f"kernel {p.kernel_name}",
-        f"sizes {', '.join(f'{k}={v}' for k, v in p.sizes.items())}",
+        f"sizes {sizes_line(p)}" + (f" (drawn at {drawn})" if drawn else ""),
         f"grid {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))}",
         f"{p.num_blocks} blocks x {p.threads} threads, {p.blocks_per_sm} per SM",
         f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.smem_bytes} B",
@@ -92,7 +116,7 @@ def summary(p) -> list[str]:
 
 
 def guide(p) -> str:
-    return persistent_guide(max(1, p.num_blocks), pipeline=[
+    return persistent_guide(max(1, at_drawn_size(p).num_blocks), pipeline=[
         "- pipeline: one thread issues the TMA loads; a slot",
         "  is refilled once its step has been computed; the",
         "  outputs leave through double-buffered TMA stores"])

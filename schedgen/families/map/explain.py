@@ -9,10 +9,16 @@ from ...plan.exprs import spell
 CXX_SPELLING = {"operand": "v_{}", "constant": "c_{}", "temporary": "t_{}", "output": "r_{}"}
 
 
+def sizes_line(p) -> str:
+    """Each size: a fixed one as name=value, a dynamic one with its range (SizeRange.describe)."""
+    ranges = {r.name: r for r in p.dynamic_sizes}
+    return ", ".join(f"{k}: {ranges[k].describe()}" if k in ranges else f"{k}={v}" for k, v in p.sizes.items())
+
+
 def explain_map(p) -> str:
     lines = [
         f"kernel {p.kernel_name}  (family map, backends: {', '.join(p.backends)})",
-        f"  sizes      {', '.join(f'{k}={v}' for k, v in p.sizes.items())}",
+        f"  sizes      {sizes_line(p)}",
         f"  grid       {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))} "
         f"({p.num_tiles} tiles; grid names {', '.join(p.grid_names)}; order {p.tile_order}"
         + (f", minor_dim {p.minor_dim}, tile_width {p.tile_width}" if p.tile_order == "planar_snake" else "") + ")",
@@ -23,7 +29,7 @@ def explain_map(p) -> str:
         "  operands",
     ]
     for o in p.operands:
-        lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {str(list(o.shape)):18} block {list(o.block)} "
+        lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {'[' + ', '.join(map(str, o.shape)) + ']':18} block {list(o.block)} "
                      f"index_map {o.index_map}  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
                      f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
@@ -36,5 +42,7 @@ def explain_map(p) -> str:
     for target, value in p.body:
         lines.append(f"    {ids[target]} = {spelling.render_cxx(value.expr, ids)}")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
-    lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
+    at_max = " (every dynamic size at its max)" if p.dynamic_sizes else ""
+    lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: "
+                 f"{floor_ms:.4f} ms")
     return "\n".join(lines)

@@ -2,14 +2,20 @@
 every grid point, by its affine structure or exhaustively), TMA descriptor and record."""
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import math
-from typing import TYPE_CHECKING, NamedTuple
+import operator
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
 from ...frontend import expr as ex
 from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, BlockSpec
+from ...plan import dims
+from ...plan.dims import DimLike, SizeRange
 from ...plan.common import (
     CTYPE,
     Problems,
@@ -43,20 +49,90 @@ def broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(target)))
 
 
-def check_grid(exprs, grid, sizes, problems: Problems) -> None:
+def dim_prod(values) -> DimLike:
+    """The product of extents (1 for none); an int when all are."""
+    return functools.reduce(operator.mul, values, 1)
+
+
+def max_sizes_shape(shape, ranges: Mapping[str, SizeRange]) -> tuple[int, ...]:
+    """A shape with every dynamic dimension at its max."""
+    return tuple(dims.upper(x, ranges) for x in shape)
+
+
+def size_values_grid(ranges: Mapping[str, SizeRange], names) -> tuple[dict[str, np.ndarray], int]:
+    """Every legal combination of the dynamic sizes `names` as flat int64 arrays {name: values}, and their count."""
+    axes = []
+    for n in names:
+        r = ranges[n]
+        start = cdiv(r.min, r.multiple_of) * r.multiple_of
+        axes.append(np.arange(start, r.max + 1, r.multiple_of, dtype=np.int64))
+    count = math.prod(len(a) for a in axes)
+    if not names or count > MAX_EXHAUSTIVE_POINTS:
+        return {}, count
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return {n: m.ravel() for n, m in zip(names, mesh)}, count
+
+
+def eval_dim_array(d: DimLike, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """An extent evaluated over arrays of size values (int64, the semantics of dims.evaluate)."""
+    if isinstance(d, int):
+        return np.int64(d)
+    if d.op == "size":
+        return env[d.args[0]]
+    a, b = (eval_dim_array(x, env) for x in d.args)
+    ops = {"+": np.add, "*": np.multiply, "//": np.floor_divide, "%": np.mod, "min": np.minimum, "max": np.maximum,
+           "cdiv": lambda x, y: -np.floor_divide(-x, y)}
+    return ops[d.op](a, b)
+
+
+def check_grid(exprs, grid, sizes, ranges: Mapping[str, SizeRange], problems: Problems) -> None:
+    """schedule.grid must give the output's block counts; an entry over a dynamic size (or along a dynamic
+    dimension) is checked at every legal value of the sizes it involves."""
     if len(exprs) != len(grid):
-        problems.add(("schedule", "grid"), f"the output blocks form a grid of {len(grid)} dimensions {grid}, "
-                                           f"got {len(exprs)} entries")
+        problems.add(("schedule", "grid"), f"the output blocks form a grid of {len(grid)} dimensions "
+                                           f"{tuple(map(str, grid))}, got {len(exprs)} entries")
         return
     for d, (e, want) in enumerate(zip(exprs, grid)):
         try:
-            got = e if isinstance(e, int) else ex.eval_int(ex.parse_int_expr(e, names=list(sizes)), sizes)
+            tree = None if isinstance(e, int) else ex.parse_int_expr(e, names=list(sizes))
         except ex.ExprError as err:
             problems.add(("schedule", "grid", d), err.message, (err.line, err.col))
             continue
-        if got != want:
-            problems.add(("schedule", "grid", d), f"grid size {got} does not match the {want} output blocks along "
-                                                  f"dimension {d}")
+        used = set() if tree is None else {n.id for n in ast.walk(tree.tree) if isinstance(n, ast.Name)}
+        names = [n for n in ranges if n in used or n in dims.sizes_of(want)]
+        if not names:
+            got = e if tree is None else ex.eval_int(tree, sizes)
+            if got != want:
+                problems.add(("schedule", "grid", d), f"grid size {got} does not match the {want} output blocks "
+                                                      f"along dimension {d}")
+            continue
+        _check_grid_dynamic(d, e, tree, want, names, sizes, ranges, problems)
+
+
+def _check_grid_dynamic(d, e, tree, want, names, sizes, ranges, problems: Problems) -> None:
+    where = ", ".join(ranges[n].name + " " + ranges[n].describe() for n in names)
+    env, count = size_values_grid(ranges, names)
+    if not env:
+        problems.add(("schedule", "grid", d), f"grid entry {e!r} involves the dynamic size(s) {where}: "
+                                              f"{count} combinations, more than the {MAX_EXHAUSTIVE_POINTS} "
+                                              f"checked one by one; write it as cdiv of the output dimension by "
+                                              f"the block, or leave schedule.grid out")
+        return
+    static = {n: v for n, v in sizes.items() if isinstance(v, int)}
+    if tree is not None:
+        bounds = {n: (v, v) for n, v in static.items()} | {n: (r.min, r.max) for n, r in ranges.items()}
+        if (err := intmath.check_int32(tree, bounds, over="the sizes' ranges")) is not None:
+            problems.add(("schedule", "grid", d), err.message, (err.line, err.col))
+            return
+    n = len(next(iter(env.values())))
+    got = np.broadcast_to(np.int64(e) if tree is None else intmath.eval_int_array(tree, static | env, (n,)), (n,))
+    bad = got != np.broadcast_to(eval_dim_array(want, env), (n,))
+    if bad.any():
+        at = int(np.argmax(bad))
+        point = ", ".join(f"{k}={int(v[at])}" for k, v in env.items())
+        problems.add(("schedule", "grid", d), f"grid size {int(got[at])} does not match the {want} output blocks "
+                                              f"along dimension {d} at {point} ({where}); the grid follows the "
+                                              f"output at every size in range")
 
 
 class Block(NamedTuple):
@@ -77,7 +153,7 @@ def plan_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bs: B
     if parsed is None:
         return None
     text, imap = parsed
-    tma = _operand_tma(name, role, dtype, shape, blk, path, hw, problems)
+    tma = _operand_tma(name, role, dtype, shape, blk, path, hw, problems, space.ranges)
     if len(problems) != before:
         return None
     return _operand(name, role, dtype, shape, blk, text, imap, tma, space, smem)
@@ -103,11 +179,24 @@ def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path
                          f"block dimension {d} of '{name}' is {block[d]}; elementwise blocks follow the output block: {legal}")
     _check_block_spec(bs, path, space.stages, problems)
     for d in range(rank):
-        if shape[d] % block[d] and bs.out_of_bounds == "reject":
+        if bs.out_of_bounds != "reject" or dims.divisible(shape[d], block[d], space.ranges):
+            continue
+        if isinstance(shape[d], int):
             problems.add((*path, "block_shape", d),
                          f"dimension {d} of '{name}' ({shape[d]}) is not a multiple of the block ({block[d]}); use a "
                          f"divisor of {shape[d]}, or set out_of_bounds: zero to let TMA pad the last block")
+        else:
+            problems.add((*path, "block_shape", d), _ragged_message(name, d, shape[d], block[d], space.ranges))
     return Block(block, bs, off)
+
+
+def _ragged_message(name: str, d: int, extent: DimLike, block: int, ranges: Mapping[str, SizeRange]) -> str:
+    """Why a dynamic dimension may end in a partial block: its size's multiple_of is not a multiple of the tile."""
+    names = sorted(dims.sizes_of(extent))
+    step = ", ".join(f"{n} in {ranges[n].min}..{ranges[n].max}, multiple_of {ranges[n].multiple_of}" for n in names)
+    return (f"dimension {d} of '{name}' (the dynamic {extent}: {step}) is not always a multiple of the block "
+            f"({block}), so the last block may be partial; set out_of_bounds: zero to let TMA pad it (and clip the "
+            f"store), or declare multiple_of: {block} (or a multiple of it)")
 
 
 def _check_block_spec(bs: BlockSpec, path: tuple, stages: int, problems: Problems) -> None:
@@ -151,8 +240,8 @@ def _operand_index_map(name: str, shape: tuple[int, ...], blk: Block, path: tupl
                                            f"e.g. {default_map}")
         return None
     if check:
-        _check_index_map(name, imap, text, shape, block, space.block, space.grid, grid_names, space.sizes, path,
-                         problems)
+        _check_index_map(IndexMapCheck(name, imap, text, shape, block, space.block, space.grid, grid_names,
+                                       space.sizes, path, space.ranges), problems)
     return text, imap
 
 
@@ -165,8 +254,8 @@ class Tma(NamedTuple):
     tiling: tuple[int, ...] | None
 
 
-def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Block, path: tuple, hw: Hardware,
-                 problems: Problems) -> Tma:
+def _operand_tma(name: str, role: str, dtype: str, shape: tuple[DimLike, ...], blk: Block, path: tuple,
+                 hw: Hardware, problems: Problems, ranges: Mapping[str, SizeRange]) -> Tma:
     """Swizzle and tiling, the TMA boxes and the tensor map's shape and strides (extent-1 dims dropped)."""
     block, bs, rank = blk.block, blk.spec, len(shape)
     isz = ITEMSIZE[dtype]
@@ -183,15 +272,28 @@ def _operand_tma(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: 
     kept = tuple(d for d in range(rank) if shape[d] != 1) or (rank - 1,)
     box = tma_box(tuple(block[d] for d in kept), dtype, swizzle, path, problems, hw, dims=kept)
     tma_shape = tuple(shape[d] for d in kept)
-    tma_strides = tuple(math.prod(shape[d + 1:]) * isz for d in kept)
+    tma_strides = tuple(dim_prod(shape[d + 1:]) * isz for d in kept)
     if len(kept) == 1:
         # The driver rejects rank-1 tiled tensor maps (empty stride list): describe a vector as one row of a
         # 2-D tensor. The leading dimension has extent 1 and coordinate 0 (tma_dims entry -1).
-        lead_stride = cdiv(tma_shape[0] * isz, 16) * 16
+        lead_stride = dims.round_up(tma_shape[0] * isz, 16)
         tma_shape, tma_strides, kept = (1,) + tma_shape, (lead_stride,) + tma_strides, (-1,) + kept
         box = TmaBox((1,) + box.box, box.n_boxes, box.box_bytes, box.swizzle)
     for d, stride in zip(kept[:-1], tma_strides[:-1]):
-        if (message := tma_stride_problem(f"rows of '{name}' along dimension {d}", stride, isz)) is not None:
+        what = f"rows of '{name}' along dimension {d}"
+        if isinstance(stride, int):
+            message = tma_stride_problem(what, stride, isz)
+        elif dims.divisible(stride, 16, ranges):
+            message = None
+        else:
+            minor = " x ".join(str(x) for x in shape[d + 1:])
+            names = sorted(set().union(*(dims.sizes_of(x) for x in shape[d + 1:])))
+            step = ", ".join(f"{n} in {ranges[n].min}..{ranges[n].max}, multiple_of {ranges[n].multiple_of}"
+                             for n in names)
+            message = (f"{what} are {minor} elements of {isz} B apart ({step}): TMA needs a multiple of 16 B at "
+                       f"every size in range; declare a multiple_of that makes the row one (a multiple of "
+                       f"{16 // math.gcd(16, isz)} elements)")
+        if message is not None:
             problems.add(("op", "inputs" if role == "in" else "outputs", name, "shape"), message)
     if tiling is None and swizzle:
         tiling = (8, swizzle // isz)  # the tiling a swizzled SMEM ref needs (Pallas TilingTransform)
@@ -216,7 +318,7 @@ def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Bloc
     for d in range(rank - 2, -1, -1):
         strides[off + d] = row if block[d] != 1 or iblock[off + d] == 1 else 0
         row *= block[d]
-    ranges = _index_ranges(space.grid, space.grid_names, space.sizes)
+    ranges = _index_ranges(space.grid, space.grid_names, space.sizes, space.ranges)
     return MapOperand(
         name=name, cname=cname(role, name), role=role, dtype=dtype, ctype=CTYPE[dtype], itemsize=isz, shape=shape,
         block=block, tma=tma.box, tma_dims=tma.dims, tma_shape=tma.shape, tma_strides=tma.strides,
@@ -228,9 +330,11 @@ def _operand(name: str, role: str, dtype: str, shape: tuple[int, ...], blk: Bloc
     )
 
 
-def _index_ranges(grid, grid_names, sizes) -> dict[str, tuple[int, int]]:
-    """What each name of an index map ranges over: a grid name [0, g - 1], a size exactly its value."""
-    return {g: (0, n - 1) for g, n in zip(grid_names, grid)} | {s: (v, v) for s, v in sizes.items()}
+def _index_ranges(grid, grid_names, sizes, ranges: Mapping[str, SizeRange]) -> dict[str, tuple[int, int]]:
+    """What each name of an index map ranges over: a grid name [0, g - 1] (g at its max), a fixed size exactly its
+    value, a dynamic size its range."""
+    out = {g: (0, dims.upper(n, ranges) - 1) for g, n in zip(grid_names, grid)}
+    return out | {s: (v, v) if isinstance(v, int) else (ranges[s].min, ranges[s].max) for s, v in sizes.items()}
 
 
 class IndexMapCheck(NamedTuple):
@@ -245,6 +349,7 @@ class IndexMapCheck(NamedTuple):
     grid_names: tuple[str, ...]
     sizes: dict
     path: tuple
+    ranges: Mapping[str, SizeRange]     # the dynamic sizes
 
     @property
     def off(self) -> int:
@@ -264,32 +369,49 @@ class IndexMapCheck(NamedTuple):
                      f"block)")
 
 
-def _check_index_map(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path, problems: Problems) -> None:
+def _check_index_map(c: IndexMapCheck, problems: Problems) -> None:
     """The index map must pick, at every grid point, the block the body's broadcasting reads.
 
     Proved for every point, never sampled: first every intermediate is bounded to the kernels' 32-bit int math
-    (interval arithmetic over the whole grid); then a map whose components are affine in the grid names (+, -,
-    products with constants; // and % of constants only) is compared exactly as affine forms, any grid size;
-    anything else is evaluated exhaustively (numpy int64, in chunks) up to MAX_EXHAUSTIVE_POINTS grid points, and
-    rejected above that with a message saying what to write instead."""
-    c = IndexMapCheck(name, imap, text, shape, block, iblock, grid, grid_names, sizes, path)
-    ranges = _index_ranges(grid, grid_names, sizes)
-    for e in imap:
+    (interval arithmetic over the whole grid and every dynamic size's range); then a map whose components are
+    affine in the grid names and dynamic sizes (+, -, products with constants; // and % of constants only) is
+    compared exactly as affine forms, any grid size; anything else is evaluated exhaustively (numpy int64, in
+    chunks) up to MAX_EXHAUSTIVE_POINTS grid points (summed over every legal value of the dynamic sizes the map or
+    the grid depends on), and rejected above that with a message saying what to write instead."""
+    ranges = _index_ranges(c.grid, c.grid_names, c.sizes, c.ranges)
+    for e in c.imap:
         if (err := intmath.check_int32(e, ranges)) is not None:
-            problems.add((*path, "index_map"), err.message, (err.line, err.col))
+            problems.add((*c.path, "index_map"), err.message, (err.line, err.col))
             return
     if _check_affine(c, problems):
         return
-    total = math.prod(grid)
+    used = {n.id for e in c.imap for n in ast.walk(e.tree) if isinstance(n, ast.Name)}
+    names = [n for n in c.ranges if n in used or any(n in dims.sizes_of(g) for g in c.grid)]
+    values, count = size_values_grid(c.ranges, names)
+    total = count * dims.upper(dim_prod(c.grid), c.ranges)
     if total > MAX_EXHAUSTIVE_POINTS:
-        rank, off = len(shape), c.off
-        problems.add((*path, "index_map"),
-                     f"index_map {text} is not affine in the grid names (it uses // or %, or multiplies grid names), "
-                     f"and the grid has {total} points, more than the {MAX_EXHAUSTIVE_POINTS} this check evaluates "
-                     f"one by one: it cannot be proved to pick the right block everywhere; write each block index as "
-                     f"the grid name itself (or 0 for a broadcast dimension), e.g. {_default_map_text(grid_names, off, rank)}")
+        rank, off = len(c.shape), c.off
+        dyn = (f" (over every legal value of the dynamic size(s) {', '.join(names)})" if names else "")
+        problems.add((*c.path, "index_map"),
+                     f"index_map {c.text} is not affine in the grid names (it uses // or %, or multiplies grid names), "
+                     f"and the grid has up to {total} points{dyn}, more than the {MAX_EXHAUSTIVE_POINTS} this check "
+                     f"evaluates one by one: it cannot be proved to pick the right block everywhere; write each block "
+                     f"index as the grid name itself (or 0 for a broadcast dimension), e.g. "
+                     f"{_default_map_text(c.grid_names, off, rank)}")
         return
-    _check_exhaustively(c, problems)
+    if not names:
+        _check_exhaustively(c, problems)
+        return
+    for i in range(count):      # one static check per legal value of the sizes involved
+        at = {n: int(v[i]) for n, v in values.items()}
+        sizes = {n: v if isinstance(v, int) else at.get(n, c.ranges[n].max) for n, v in c.sizes.items()}
+        grid = tuple(dims.evaluate(g, sizes) for g in c.grid)
+        before = len(problems)
+        _check_exhaustively(c._replace(grid=grid, sizes=sizes), problems)
+        if len(problems) != before:
+            where = ", ".join(f"{n}={v}" for n, v in at.items())
+            problems[-1] = dataclasses.replace(problems[-1], message=f"{problems[-1].message} (with {where})")
+            return
 
 
 def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
@@ -298,15 +420,18 @@ def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
     rank, off = len(c.shape), c.off
     # The block the body reads, as an affine form: the grid name itself (block == iblock), or 0 (broadcast).
     # Grid dimensions of extent 1 are the constant 0.
-    fixed = {g: 0 for g, n in zip(c.grid_names, c.grid) if n == 1} | dict(c.sizes)
+    fixed = {g: 0 for g, n in zip(c.grid_names, c.grid) if n == 1} | {s: v for s, v in c.sizes.items()
+                                                                     if isinstance(v, int)}
     affine = all(c.block[d] == c.iblock[off + d] or c.broadcast(d) for d in range(rank))
     want_forms = [{"": 0} if c.broadcast(d) or c.grid_names[off + d] in fixed else {c.grid_names[off + d]: 1, "": 0}
                   for d in range(rank)]
     forms = [intmath.affine_form(e, fixed) for e in c.imap]
     if not affine or any(f is None for f in forms):
         return False
-    if forms == want_forms:
-        return True  # proved for every grid point
+    if [_nonzero(f) for f in forms] == [_nonzero(f) for f in want_forms]:
+        return True  # proved for every grid point (and every value of the dynamic sizes)
+    if c.ranges:
+        return _affine_counterexample(c, problems)
     if math.prod(c.grid) > MAX_EXHAUSTIVE_POINTS:
         # two different affine forms differ at the origin or at a unit point of a dimension they weigh apart
         grid = c.grid
@@ -317,6 +442,30 @@ def _check_affine(c: IndexMapCheck, problems: Problems) -> bool:
                 c.mismatch(point, got, problems)
                 return True
     return False
+
+
+def _affine_counterexample(c: IndexMapCheck, problems: Problems) -> bool:
+    """Two different affine forms over the grid names and dynamic sizes differ at one of: the origin with every
+    dynamic size at its max, a unit point of a grid dimension there, or the origin with one size at its min.
+    Reports the first such legal point found (True); False when none is (then the exhaustive check decides)."""
+    top = {n: v if isinstance(v, int) else c.ranges[n].max for n, v in c.sizes.items()}
+    trials = [top] + [top | {n: r.min} for n, r in c.ranges.items() if r.min < r.max]
+    for k, sizes in enumerate(trials):
+        grid = tuple(dims.evaluate(g, sizes) for g in c.grid)
+        origin = tuple(0 for _ in grid)
+        units = [tuple(int(j == d) for j in range(len(grid))) for d in range(len(grid)) if grid[d] > 1] if k == 0 else []
+        for point in [origin] + units:
+            got = tuple(ex.eval_int(e, dict(zip(c.grid_names, point)) | sizes) for e in c.imap)
+            if got != c.want_at(point):
+                c.mismatch(point, got, problems)
+                where = ", ".join(f"{n}={sizes[n]}" for n in c.ranges)
+                problems[-1] = dataclasses.replace(problems[-1], message=f"{problems[-1].message} (with {where})")
+                return True
+    return False
+
+
+def _nonzero(form: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in form.items() if v or k == ""}
 
 
 def _check_exhaustively(c: IndexMapCheck, problems: Problems) -> None:

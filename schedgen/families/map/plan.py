@@ -14,15 +14,18 @@ from typing import TYPE_CHECKING
 
 from ...frontend import expr as ex
 from ...frontend.model import ITEMSIZE, BlockSpec
+from ...plan import dims
 from ...plan.common import (
-    static_sizes_only,
     KernelArg,
     Problems,
     SmemMap,
-    cdiv,
+    dynamic_ranges,
+    max_sizes,
     occupancy,
     resolve_shape,
+    size_values,
 )
+from ...plan.dims import DimLike
 from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
 from ...plan.legality import (
@@ -33,7 +36,7 @@ from ...plan.legality import (
     check_unique_names,
 )
 
-from .operands import broadcasts, check_grid, plan_operand
+from .operands import broadcasts, check_grid, dim_prod, max_sizes_shape, plan_operand
 from .records import Body, MapOperand, MapPlan, Space, Sync
 
 if TYPE_CHECKING:
@@ -47,7 +50,6 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     """Phases: names, the body, schedule fields that need no shapes, shapes, the iteration space, operands, the
     vector width, barriers and SMEM, 32-bit limits, backend limits, the launch; each reports located problems."""
     problems = Problems()
-    spec = static_sizes_only(spec, problems, "map")
     op, sch = spec.op, spec.schedule
     seen = _check_names(op, problems)
     body = _parse_body(op, problems)
@@ -63,7 +65,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     operands = _plan_operands(op, sch, shapes, space, hw, smem, problems)
     vec = _vector_width(op, sch, space.block, problems)
     sync = _plan_sync(sch, space.stages, smem, hw, problems)
-    _check_int32(op, sch, space.grid, problems)
+    _check_int32(op, space, problems)
     _backend_limits(op, sch, body, operands, space.block, problems)
     if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
         return None, problems
@@ -110,10 +112,17 @@ def _check_schedule(op, sch, problems: Problems) -> None:
 def _resolve_shapes(op, problems: Problems) -> dict | None:
     """Every operand's shape in numbers; None when a size is unknown (nothing below could be checked meaningfully)."""
     before = len(problems)
-    sizes = dict(op.sizes)
+    sizes = size_values(op.sizes)   # a dynamic size is the extent dims.size(name)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
-    return None if len(problems) != before else shapes
+    known = len(problems) == before
+    bound = {x.args[0] for n in op.inputs for x in shapes[n] if isinstance(x, dims.Dim)}
+    for n in op.sizes:
+        if not isinstance(op.sizes[n], int) and n not in bound:
+            problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension, so a call's inputs "
+                                             f"cannot give its value; use it in an input's shape, or give it a "
+                                             f"fixed value")
+    return shapes if known else None   # (planning goes on past an unbound size: its problems are reported too)
 
 
 def _check_broadcasts(op, shapes: dict, problems: Problems) -> tuple[int, ...]:
@@ -144,18 +153,18 @@ def _plan_space(spec: SpecFile, iter_shape: tuple[int, ...], seen: dict, problem
         problems.add(("schedule", "out_specs", out0, "block_shape"),
                      f"block_shape has {len(iblock)} dimensions but the output has {rank}")
         return None
-    grid = tuple(cdiv(s, b) for s, b in zip(iter_shape, iblock))
+    grid = tuple(dims.cdiv(s, b) for s, b in zip(iter_shape, iblock))
     grid_names = _grid_names(sch, rank, seen, problems)
     check_reserved_names(spec, problems)
-    sizes = dict(op.sizes)
+    sizes, ranges = size_values(op.sizes), dynamic_ranges(op.sizes)
     if sch.grid is not None:
-        check_grid(sch.grid, grid, sizes, problems)
+        check_grid(sch.grid, grid, sizes, ranges, problems)
     if sch.persistent.tile_order == "lpt":
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; map "
                                                                "tiles are all alike: use row_major or planar_snake")
     if sch.persistent.tile_order == "planar_snake" and rank != 2:
         problems.add(("schedule", "persistent", "tile_order"), f"planar_snake orders a 2-D grid; this grid has {rank} dimensions")
-    return Space(iter_shape, iblock, grid, grid_names, sizes, stages)
+    return Space(iter_shape, iblock, grid, grid_names, sizes, stages, ranges)
 
 
 def _grid_names(sch, rank: int, seen: dict, problems: Problems) -> tuple[str, ...]:
@@ -220,12 +229,19 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
     return Sync(full, full_arrivals, smem_bytes)
 
 
-def _check_int32(op, sch, grid: tuple[int, ...], problems: Problems) -> None:
-    """Sizes and the tile count fit the kernels' 32-bit int index math."""
-    check_sizes_int32(op.sizes, problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
-    if math.prod(grid) > ex.MAX_INT:
+def _check_int32(op, space: Space, problems: Problems) -> None:
+    """Sizes and the tile count fit the kernels' 32-bit int index math (a dynamic size at its max)."""
+    check_sizes_int32(max_sizes(op.sizes), problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
+    for d, (extent, blk) in enumerate(zip(space.iter_shape, space.block)):
+        if isinstance(extent, dims.Dim) and dims.upper(extent, space.ranges) + blk - 1 > ex.MAX_INT:
+            problems.add(("op", "sizes", *sorted(dims.sizes_of(extent))[:1]),
+                         f"dimension {d} ({extent}) is up to {dims.upper(extent, space.ranges)}; the kernel rounds it "
+                         f"up to whole blocks of {blk} in 32-bit int math (at most {ex.MAX_INT}): lower its max")
+    tiles = dims.upper(dim_prod(space.grid), space.ranges)
+    if tiles > ex.MAX_INT:
+        at_max = " (at the max of its dynamic sizes)" if space.ranges else ""
         problems.add(("schedule", "out_specs", next(iter(op.outputs)), "block_shape"),
-                     f"the output is cut into {math.prod(grid)} tiles; the kernel counts tiles in a 32-bit int "
+                     f"the output is cut into {tiles} tiles{at_max}; the kernel counts tiles in a 32-bit int "
                      f"(at most {ex.MAX_INT}); use larger blocks")
 
 
@@ -246,14 +262,15 @@ def _body_code(op, body) -> Body:
     return Body(tuple((target, PlanExpr(value)) for target, value in body.statements), roles)
 
 
-def _launch(sch, num_tiles: int, smem_bytes: int, threads: int, hw: Hardware) -> tuple[int, int]:
-    """(blocks launched, blocks per SM): one a tile, or a persistent grid of all SMs (or num_blocks)."""
+def _launch(sch, num_tiles: DimLike, smem_bytes: int, threads: int, hw: Hardware) -> tuple[DimLike, int]:
+    """(blocks launched, blocks per SM): one a tile, or a persistent grid of all SMs (or num_blocks); an extent
+    evaluated at the call when the tile count depends on a dynamic size."""
     per_sm = occupancy(smem_bytes, threads, hw)
     if sch.persistent.loop == "none":
         return num_tiles, per_sm
     if sch.persistent.num_blocks == "auto":
-        return min(num_tiles, hw.sm_count * per_sm), per_sm
-    return min(num_tiles, sch.persistent.num_blocks), per_sm
+        return dims.dmin(num_tiles, hw.sm_count * per_sm), per_sm
+    return dims.dmin(num_tiles, sch.persistent.num_blocks), per_sm
 
 
 def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: SmemMap, sync: Sync, body: Body,
@@ -262,12 +279,13 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
     op, sch = spec.op, spec.schedule
     iblock, grid, stages = space.block, space.grid, space.stages
     threads = 128 * sch.num_warpgroups
-    num_tiles = math.prod(grid)
+    num_tiles = dim_prod(grid)
     num_blocks, per_sm = _launch(sch, num_tiles, sync.smem_bytes, threads, hw)
     inputs = tuple(operands[n] for n in op.inputs)
     outputs = tuple(operands[n] for n in op.outputs)
     tx = sum(o.tma.box_bytes * o.tma.n_boxes for o in inputs)
-    bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
+    # at the max of every dynamic size (explain's traffic line and the copy peer take it as a number)
+    bytes_moved = sum(math.prod(max_sizes_shape(o.shape, space.ranges)) * o.itemsize for o in inputs + outputs)
     kname = "map_{}_{}_s{}_wg{}".format(spec.name, "x".join(map(str, iblock)), stages, sch.num_warpgroups)
     cp = sch.compiler_params
     return MapPlan(
@@ -283,9 +301,17 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
-        kernel_args=tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
-                                    o.oob_fill == "nan") for i, o in enumerate(inputs + outputs)),
+        kernel_args=_kernel_args(inputs + outputs, space.ranges),
+        dynamic_sizes=tuple(space.ranges.values()),
     )
+
+
+def _kernel_args(operands, ranges) -> tuple[KernelArg, ...]:
+    """One tensor map per operand (inputs then outputs; extents in its shape and strides), then one `int sz_<name>`
+    per dynamic size in spec order (the CUDA kernel's tile counts and loop bounds come from them)."""
+    tmaps = tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
+                            o.oob_fill == "nan") for i, o in enumerate(operands))
+    return tmaps + tuple(KernelArg("i32", -1, value=dims.size(n)) for n in ranges)
 
 
 def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:

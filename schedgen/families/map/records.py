@@ -11,6 +11,7 @@ from ...plan.common import (
     SmemBuffer,
     TmaBox,
 )
+from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
@@ -25,12 +26,12 @@ class MapOperand:
     dtype: str
     ctype: str
     itemsize: int
-    shape: tuple[int, ...]
+    shape: tuple[DimLike, ...]    # dims.size(name) for a dynamic dimension
     block: tuple[int, ...]
     tma: TmaBox
     tma_dims: tuple[int, ...]      # array dims the tensor map keeps (extent-1 dims dropped)
-    tma_shape: tuple[int, ...]
-    tma_strides: tuple[int, ...]   # bytes, numpy order
+    tma_shape: tuple[DimLike, ...]
+    tma_strides: tuple[DimLike, ...]   # bytes, numpy order
     block_bytes: int
     smem: SmemBuffer
     index_map: str                 # as written (or defaulted); for people, never pasted into code
@@ -53,15 +54,15 @@ class MapPlan:
     sizes: dict
     constants: dict
     backends: tuple[str, ...]
-    grid: tuple[int, ...]
+    grid: tuple[DimLike, ...]                  # blocks along each output dimension (extents)
     grid_names: tuple[str, ...]
     grid_vars: tuple[str, ...]                 # the identifiers generated code uses for them (g_<name>)
-    num_tiles: int
+    num_tiles: DimLike
     block: tuple[int, ...]
     tile_order: str
     minor_dim: int
     tile_width: int
-    num_blocks: int
+    num_blocks: DimLike
     blocks_per_sm: int
     threads: int
     num_warpgroups: int
@@ -86,6 +87,7 @@ class MapPlan:
     persistent: bool
     bytes_moved: int
     kernel_args: tuple[KernelArg, ...]          # one tensor map per operand, inputs then outputs
+    dynamic_sizes: tuple[SizeRange, ...] = ()            # the op's dynamic sizes, spec order (launch record `sizes`)
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
     auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
 
@@ -105,8 +107,9 @@ class Space(NamedTuple):
     block: tuple[int, ...]
     grid: tuple[int, ...]
     grid_names: tuple[str, ...]
-    sizes: dict
+    sizes: dict            # name -> int, or dims.size(name) for a dynamic size
     stages: int
+    ranges: dict           # the dynamic sizes: name -> SizeRange (spec order)
 
 
 class Sync(NamedTuple):

@@ -6,6 +6,7 @@ from typing import Mapping
 import numpy as np
 
 from ...frontend import expr as ex
+from ...plan import dims
 from ...reference import shape_of
 
 
@@ -23,7 +24,11 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """Each named output dimension becomes block x min(tiles, grid)."""
     out = {}
     out_operand = spec.op.outputs[plan.outputs[0].name]
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
     for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
         if isinstance(dim, str) and dim not in out:
-            out[dim] = block * min(tiles_per_dim, grid)
+            out[dim] = block * min(tiles_per_dim, dims.upper(grid, ranges))
+            if dim in ranges:   # a legal value of the dynamic size: its step, and at most its max
+                r = ranges[dim]
+                out[dim] = max(r.min, min(r.max, out[dim] // r.multiple_of * r.multiple_of))
     return out

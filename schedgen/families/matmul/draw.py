@@ -6,6 +6,7 @@ from ...draw import (L2_RATE, SMEM_RATE, TENSOR_RATE, TMA_LATENCY, Pipeline, Spa
                      persistent_guide, tile_order_text)
 from ...plan.common import planar_snake
 from .. import DrawHooks
+from .records import at_max
 
 
 def matmul_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
@@ -133,4 +134,10 @@ def guide(p) -> str:
                              "  consumers wait for it to land (full barrier)"])
 
 
-HOOKS = DrawHooks(traversal=traversal, pipeline=pipeline, summary=summary, guide=guide)
+def _at_max(hook):
+    """A hook drawing a dynamic plan at its sizes' max."""
+    return lambda p, *a, **kw: hook(at_max(p), *a, **kw)
+
+
+HOOKS = DrawHooks(traversal=_at_max(traversal), pipeline=_at_max(pipeline), summary=_at_max(summary),
+                  guide=_at_max(guide))

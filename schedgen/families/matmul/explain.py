@@ -3,16 +3,28 @@ from __future__ import annotations
 
 from ...explain import COPY_GBPS, PEAK_TFLOPS
 from .epilogue import epilogue_text
+from .records import at_max
 
 
 def _sizes_differ(p) -> bool:
     """Whether the spec's size names say something beyond M, N, K (and B)."""
-    dims = {"M": p.m, "N": p.n, "K": p.k, **({"B": p.batch} if p.batch > 1 else {})}
-    return dict(p.sizes) != dims
+    named = {"M": p.m, "N": p.n, "K": p.k, **({"B": p.batch} if p.batch > 1 else {})}
+    return {k: v if isinstance(v, int) else v.max for k, v in p.sizes.items()} != named
 
 
 def explain_matmul(p) -> str:
     """Problem, tiles, wgmma shapes, stages and SMEM map, cluster/multicast, registers, tile order, epilogue."""
+    if p.dynamic_sizes:
+        q, ranges = at_max(p), {r.name: r for r in p.dynamic_sizes}
+        head = ["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in ranges.values())
+                + "  (one cubin for the range: the kernel takes them as launch arguments; the numbers below are "
+                + "at " + ", ".join(f"{r.name} = {r.max}" for r in ranges.values()) + ")"]
+        lines = _explain(q).split("\n")
+        return "\n".join(lines[:1] + head + lines[1:])
+    return _explain(p)
+
+
+def _explain(p) -> str:
     lhs = next(o for o in p.inputs if o.role == "lhs")
     rhs = next(o for o in p.inputs if o.role == "rhs")
     out = p.outputs[0]
@@ -56,7 +68,7 @@ def explain_matmul(p) -> str:
         if a.kind == "tmap":
             o = p.operands[a.operand]
             lines.append(f"             TMA {o.role:5} {o.name:8} box {list(a.box)} swizzle {a.swizzle or 'none'} "
-                         f"over {list(a.shape)}")
+                         f"over [{', '.join(map(str, a.shape))}]")
         else:
             o = p.operands[a.operand]
             what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"

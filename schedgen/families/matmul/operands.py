@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 from ...frontend import expr as ex
 from ...plan.common import (
     Problems,
+    dynamic_ranges,
     resolve_shape,
+    size_values,
 )
 from ...plan.legality import (
     check_reserved_names,
@@ -67,8 +69,9 @@ def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problem
 def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems) -> Dims | None:
     """Shapes, dtypes, M / N / K and the batch; None (the problems said why) where the later phases cannot run."""
     before = len(problems)
-    shapes = {nm: resolve_shape(o.shape, op.sizes, ("op", "inputs", nm, "shape"), problems) for nm, o in op.inputs.items()}
-    shapes[out_name] = resolve_shape(op.outputs[out_name].shape, op.sizes, ("op", "outputs", out_name, "shape"), problems)
+    sizes = size_values(op.sizes)      # a dynamic size is the extent size(name): shapes and M, N, K may be Dims
+    shapes = {nm: resolve_shape(o.shape, sizes, ("op", "inputs", nm, "shape"), problems) for nm, o in op.inputs.items()}
+    shapes[out_name] = resolve_shape(op.outputs[out_name].shape, sizes, ("op", "outputs", out_name, "shape"), problems)
     if len(problems) != before:
         return None
     check_dtypes(op, out_name, problems)
@@ -82,7 +85,7 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
     if len(problems) != before:
         return None
     return Dims(a_shape, b_shape, o_shape, op.inputs[op.lhs].dtype, op.outputs[out_name].dtype, m, n, k, batch,
-                len(a_shape) == 3, len(b_shape) == 3, extra_ops)
+                dynamic_ranges(op.sizes), len(a_shape) == 3, len(b_shape) == 3, extra_ops)
 
 
 def check_dtypes(op, out_name: str, problems: Problems) -> None:
@@ -148,7 +151,7 @@ def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: in
     if kind is None:
         problems.add(("op", "inputs", nm, "shape"),
                      f"epilogue operand shape {list(shape)} is not one the epilogue reads: a row [N] = [{n}], "
-                     f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + (" or [B, M, N]" if batch > 1 else ""))
+                     f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + ("" if batch == 1 else " or [B, M, N]"))
         kind = "row"
     dt = op.inputs[nm].dtype
     if dt not in ("bf16", "f16", "f32"):

@@ -15,7 +15,6 @@ import math
 from typing import TYPE_CHECKING
 
 from ...plan.common import (
-    static_sizes_only,
     Problems,
 )
 from ...plan.hardware import Hardware
@@ -64,7 +63,6 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     """The phases in order, each checking its own rules; every problem is collected, and a phase whose inputs are
     broken stops the planner before it runs."""
     problems = Problems()
-    spec = static_sizes_only(spec, problems, "matmul")
     op, sch = spec.op, spec.schedule
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
@@ -81,13 +79,13 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     regs = registers(sch.pipeline, wg, hw, problems)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster.csize, chunks, hw, problems)
-    loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems)
+    loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile.ragged, dims, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
     inputs, outputs = mat_operands(op, out_name, dims)
-    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems)
+    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems, dims.ranges)
     if problems:
         return None, problems
     return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
@@ -179,7 +177,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, flops=2 * dims.batch * dims.m * dims.n * dims.k,
-        bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs),
+        bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),
     )
 
 

@@ -2,6 +2,7 @@
 record, the phases' small frozen values and the plan itself (MatmulPlan)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,10 @@ from ...plan.common import (
     CTYPE,
     KernelArg,
     SmemBuffer,
+    dynamic_ranges,
 )
+from ...plan import dims
+from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
@@ -32,7 +36,7 @@ class MatOperand:
     dtype: str
     ctype: str
     itemsize: int
-    shape: tuple[int, ...]
+    shape: tuple[DimLike, ...]
     bcast: str = ""           # extra operands: "row" ([N]), "col" ([M, 1]), "full" ([M, N]), "batch" ([B, M, N])
 
 
@@ -45,10 +49,10 @@ class MatmulPlan:
     constants: dict
     backends: tuple[str, ...]
     # the problem
-    batch: int
-    m: int
-    n: int
-    k: int
+    batch: DimLike
+    m: DimLike
+    n: DimLike
+    k: DimLike
     lhs_batched: bool
     rhs_batched: bool
     in_dtype: str
@@ -119,16 +123,16 @@ class MatmulPlan:
     identity_epilogue: bool
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
-    tiles_m: int
-    tiles_n: int
-    cluster_tiles_m: int       # the tile grid in cluster units (tiles_m / cluster_m x tiles_n / cluster_n)
-    cluster_tiles_n: int
-    num_tiles: int             # in cluster units (each cluster computes cluster_m x cluster_n tiles at once)
-    k_iters: int
+    tiles_m: DimLike
+    tiles_n: DimLike
+    cluster_tiles_m: DimLike   # the tile grid in cluster units (tiles_m / cluster_m x tiles_n / cluster_n)
+    cluster_tiles_n: DimLike
+    num_tiles: DimLike         # in cluster units (each cluster computes cluster_m x cluster_n tiles at once)
+    k_iters: DimLike
     tile_order: str
     minor_dim: int
     tile_width: int
-    num_blocks: int
+    num_blocks: DimLike
     auto_blocks: bool          # the runtime lowers num_blocks to the clusters the GPU can hold at once
     blocks_per_sm: int
     # warp specialization
@@ -146,12 +150,34 @@ class MatmulPlan:
     approx_math: bool
     lowering_semantics: str
     profile_space: int
-    flops: int
-    bytes_moved: int
+    flops: DimLike
+    bytes_moved: DimLike
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:
         return self.inputs + self.outputs
+
+    @property
+    def dynamic_sizes(self) -> tuple[SizeRange, ...]:
+        """The sizes known only at the call, in spec order (plan/launch.py; op.sizes in plan.json says the same)."""
+        return tuple(dynamic_ranges(self.sizes).values())
+
+    @property
+    def batched(self) -> bool:
+        """More than one batch (a dynamic batch counts: it may be)."""
+        return _batched(self.batch)
+
+
+def at_max(p: MatmulPlan) -> MatmulPlan:
+    """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
+    the plan itself unchanged when it has none)."""
+    at = {r.name: r.max for r in p.dynamic_sizes}
+    return dataclasses.replace(p, **{f.name: dims.evaluate(getattr(p, f.name), at) for f in dataclasses.fields(p)
+                                     if isinstance(getattr(p, f.name), dims.Dim)}) if at else p
+
+
+def _batched(batch: DimLike) -> bool:
+    return not (isinstance(batch, int) and batch == 1)
 
 
 
@@ -162,7 +188,7 @@ def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str |
         return "col"
     if shape == (m, n):
         return "full"
-    if batch > 1 and shape == (batch, m, n):
+    if batch != 1 and shape == (batch, m, n):   # batch may be a dynamic extent (never compared by value)
         return "batch"
     return None
 
@@ -176,15 +202,16 @@ def mat_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bcast:
 @dataclass(frozen=True)
 class Dims:
     """The problem: operand shapes and dtypes, M, N, K and the batch, the epilogue's operands."""
-    a_shape: tuple[int, ...]
-    b_shape: tuple[int, ...]
-    o_shape: tuple[int, ...]
+    a_shape: tuple[DimLike, ...]
+    b_shape: tuple[DimLike, ...]
+    o_shape: tuple[DimLike, ...]
     in_dtype: str
     out_dtype: str
-    m: int
-    n: int
-    k: int
-    batch: int
+    m: DimLike
+    n: DimLike
+    k: DimLike
+    batch: DimLike
+    ranges: dict                # the dynamic sizes: name -> SizeRange ({} for a static problem)
     lhs_batched: bool
     rhs_batched: bool
     extra_ops: tuple[MatOperand, ...]

@@ -103,7 +103,8 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
                       (ka_dim, plan.tile_k), (kb_dim, plan.tile_k)):
         if isinstance(dim, str):
             units[dim] = math.lcm(units.get(dim, 1), unit)
-    out = {dim: _shrink(plan.sizes[dim], unit, tiles_per_dim) for dim, unit in units.items()}
+    top = {nm: v if isinstance(v, int) else v.max for nm, v in plan.sizes.items()}   # a dynamic size: its max
+    out = {dim: _shrink(top[dim], unit, tiles_per_dim) for dim, unit in units.items()}
     if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
-        out[o[0]] = min(plan.sizes[o[0]], tiles_per_dim)
+        out[o[0]] = min(top[o[0]], tiles_per_dim)
     return out

@@ -7,13 +7,13 @@ import math
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
+from ...plan import dims as D
 from ...plan.common import (
     KernelArg,
     Problems,
     SmemMap,
-    cdiv,
-    row_major_strides,
 )
+from ...plan.dims import DimLike
 from ...plan.hardware import Hardware
 from ...plan.legality import (
     check_setmaxnreg,
@@ -45,6 +45,10 @@ from .records import (
 if TYPE_CHECKING:
     pass
 
+GRID_X_MAX = (1 << 31) - 1     # a launch's gridDim.x
+INT32_MAX = (1 << 31) - 1
+TMA_STRIDE_BYTES = 16          # a tiled tensor map's global strides are multiples of this
+
 
 def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
     """The block tile from the BlockSpecs (each as stored), defaults where absent; what a BlockSpec may say here."""
@@ -68,15 +72,29 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
     a_spec, b_spec = sch.in_specs.get(op.lhs), sch.in_specs.get(op.rhs)
     oob = {bs.out_of_bounds for bs in (a_spec, b_spec) if bs is not None}
     m, n, k = dims.m, dims.n, dims.k
-    ragged = m % tm != 0 or n % tn != 0 or k % tk != 0
+    ragged = not all(D.divisible(x, t, dims.ranges) for x, t in ((m, tm), (n, tn), (k, tk)))
     if "nan" in oob:
         problems.add(("schedule", "in_specs", op.lhs if a_spec and a_spec.out_of_bounds == "nan" else op.rhs,
                       "out_of_bounds"), "NaN padding would poison whole output rows; use zero (K padding must add 0)")
     if ragged and "zero" not in oob:
         problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
-                     f"M, N, K = {m}, {n}, {k} are not all multiples of the tile {tm} x {tn} x {tk}; set "
-                     f"out_of_bounds: zero on the lhs/rhs BlockSpecs (TMA zero-fills the edge) or use sizes that divide")
+                     f"M, N, K = {m}, {n}, {k} are not all multiples of the tile {tm} x {tn} x {tk}"
+                     + _dynamic_why(((m, tm, "tile_m"), (n, tn, "tile_n"), (k, tk, "tile_k")), dims.ranges)
+                     + "; set out_of_bounds: zero on the lhs/rhs BlockSpecs (TMA zero-fills the edge) or use sizes "
+                       "that divide")
+    for x, t, what in ((m, tm, "M"), (n, tn, "N"), (k, tk, "K")):
+        if isinstance(x, D.Dim) and D.upper(x, dims.ranges) + t - 1 > INT32_MAX:
+            problems.add(("op", "sizes", x.args[0] if x.op == "size" else what),
+                         f"{what} = {x} may be {D.upper(x, dims.ranges)}; the kernel's 32-bit tile math (the tile count "
+                         f"cdiv({what}, {t})) needs max at most {INT32_MAX - t + 1}")
     return Tile(tm, tn, tk, a_spec, b_spec, ragged)
+
+
+def _dynamic_why(extents, ranges) -> str:
+    """For a dynamic size that may not divide its tile: which, and why (its multiple_of)."""
+    why = [f"{x} is dynamic, a multiple of {ranges[x.args[0]].multiple_of}, and {what} is {t}"
+           for x, t, what in extents if isinstance(x, D.Dim) and x.op == "size" and not D.divisible(x, t, ranges)]
+    return f" at every call ({'; '.join(why)})" if why else ""
 
 
 def warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgroups:
@@ -175,9 +193,13 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         problems.add(("schedule", "cluster"), f"clusters of 1x1, 2x1 or 1x2 CTAs are supported, got {list(sch.cluster)}")
         cm, cn, csize = 1, 1, 1
     multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
-    tiles_m, tiles_n = cdiv(dims.m, tile.tm), cdiv(dims.n, tile.tn)
-    if tiles_m % cm or tiles_n % cn:
-        problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) divisible by it")
+    tiles_m, tiles_n = D.cdiv(dims.m, tile.tm), D.cdiv(dims.n, tile.tn)
+    if D.is_static(tiles_m) and D.is_static(tiles_n):
+        if tiles_m % cm or tiles_n % cn:
+            problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) "
+                                                  f"divisible by it")
+    else:
+        check_dynamic_cluster(cm, cn, dims, tile, problems)
     shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
     for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
@@ -192,6 +214,18 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         problems.add(("schedule", "cluster"), f"each CTA loads half of the lhs tile ({tm // 2} rows); it must be a "
                                               f"multiple of {8 if lay.k_major_a else lay.atom_a}")
     return Cluster(cm, cn, csize, multicast, tiles_m, tiles_n)
+
+
+def check_dynamic_cluster(cm: int, cn: int, dims: Dims, tile: Tile, problems: Problems) -> None:
+    """A cluster along a dynamic M or N: the tile grid divides by it at every call only when the size is a multiple
+    of tile x cluster."""
+    for what, x, t, c in (("M", dims.m, tile.tm, cm), ("N", dims.n, tile.tn, cn)):
+        if c > 1 and not D.divisible(D.cdiv(x, t) * t if D.is_static(x) else x, t * c, dims.ranges):
+            how = (f"{what} = {x} is dynamic, so it must be a multiple of tile_{what.lower()} x {c} = {t * c} at every "
+                   f"call: declare multiple_of: {t * c} (or a multiple of it) on {x}" if isinstance(x, D.Dim) else
+                   f"{what} = {x} gives {D.cdiv(x, t)} tiles")
+            problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid divisible by it; {how}; "
+                                                  f"or use cluster: [1]")
 
 
 def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Problems) -> EpilogueChunks:
@@ -213,8 +247,10 @@ def epilogue_chunks(epi, wg: Warpgroups, dims: Dims, hw: Hardware, problems: Pro
         if ec * osz > 128:
             problems.add(("schedule", "epilogue", "tile", 1), f"epilogue chunk rows are {ec * osz} B; at most 128 B (the "
                                                               f"widest swizzle): use at most {128 // osz} columns")
-    if direct and dims.n % 2:
-        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {dims.n} is odd: use store: tma")
+    if direct and not D.divisible(dims.n, 2, dims.ranges):
+        problems.add(("schedule", "epilogue", "store"), f"direct stores write column pairs; N = {dims.n} is odd"
+                     + (" at some calls (declare multiple_of: 2)" if isinstance(dims.n, D.Dim) else "")
+                     + ": use store: tma")
     return EpilogueChunks(er, ec, direct, epi_swz, er * ec * osz)
 
 
@@ -237,7 +273,7 @@ def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registe
     return Registers(threads, preg, creg, acc_regs, hw.regs_per_block(threads))
 
 
-def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
+def pipeline(op, pipe, tile: Tile, k: DimLike, problems: Problems) -> Pipeline:
     """The TMA ring's depth and how long a stage is held after its wgmma (delay_release)."""
     stages = pipe.max_concurrent_steps
     if stages < 2:
@@ -250,7 +286,7 @@ def pipeline(op, pipe, tile: Tile, k: int, problems: Problems) -> Pipeline:
     if delay >= stages:
         problems.add(("schedule", "in_specs", op.lhs, "delay_release"), f"delay_release {delay} must be below the "
                                                                           f"{stages} stages")
-    return Pipeline(stages, cdiv(k, tile.tk), delay)
+    return Pipeline(stages, D.cdiv(k, tile.tk), delay)
 
 
 def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks: EpilogueChunks, hw: Hardware,
@@ -292,7 +328,7 @@ def barrier_arrivals(sch, stages: int, consumers: int, problems: Problems) -> tu
     return full_arr, empty_arr
 
 
-def tile_loop(pers, batch: int, cluster: Cluster, hw: Hardware, problems: Problems) -> TileLoop:
+def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Problems, ranges=None) -> TileLoop:
     """A persistent nd_loop over the tiles (in cluster units) in row-major or planar-snake order, or a CTA a tile."""
     if pers.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
@@ -304,11 +340,15 @@ def tile_loop(pers, batch: int, cluster: Cluster, hw: Hardware, problems: Proble
     if pers.loop == "none":
         clusters = num_tiles
     elif pers.num_blocks == "auto":
-        clusters = min(num_tiles, hw.sm_count // csize)
+        clusters = D.dmin(num_tiles, hw.sm_count // csize)
     else:
         if pers.num_blocks % csize:
             problems.add(("schedule", "persistent", "num_blocks"), f"num_blocks must be a multiple of the cluster size {csize}")
-        clusters = min(num_tiles, max(pers.num_blocks // csize, 1))
+        clusters = D.dmin(num_tiles, max(pers.num_blocks // csize, 1))
+    if D.upper(clusters, ranges or {}) * csize > GRID_X_MAX:
+        problems.add(("schedule", "persistent", "loop"),
+                     f"a CTA a tile launches up to {D.upper(clusters, ranges or {}) * csize} blocks, over the grid's "
+                     f"{GRID_X_MAX}; use loop: nd_loop (a persistent grid)")
     if pers.tile_order == "lpt":
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "matmul tiles are all alike: use row_major or planar_snake")
@@ -316,8 +356,8 @@ def tile_loop(pers, batch: int, cluster: Cluster, hw: Hardware, problems: Proble
 
 
 def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> None:
-    """32-bit coordinates; what the Pallas rendering can take."""
-    check_sizes_int32(op.sizes, problems)
+    """32-bit coordinates (a dynamic size at its max); what the Pallas rendering can take."""
+    check_sizes_int32({nm: v if isinstance(v, int) else v.max for nm, v in op.sizes.items()}, problems)
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
@@ -325,14 +365,27 @@ def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> Non
         _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
 
 
-def tensor_map(operand: int, shape: tuple[int, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
-    """A tensor map over a row-major [(B,) R, C] operand with (1,) rows x cols boxes."""
+def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
+    """A tensor map over a row-major [(B,) R, C] operand with (1,) rows x cols boxes (shape and strides are extents:
+    a dynamic size is evaluated at each call)."""
     box = ((1,) if len(shape) == 3 else ()) + (rows, cols)
-    return KernelArg("tmap", operand, dtype, tuple(shape), row_major_strides(shape, ITEMSIZE[dtype]), box, swizzle)
+    return KernelArg("tmap", operand, dtype, tuple(shape), row_major_extent_strides(shape, ITEMSIZE[dtype]), box,
+                     swizzle)
+
+
+def row_major_extent_strides(shape: tuple[DimLike, ...], itemsize: int) -> tuple[DimLike, ...]:
+    """Byte strides of a C-contiguous array, numpy order; extents where the shape has dynamic sizes."""
+    out = []
+    for d in range(len(shape)):
+        stride: DimLike = itemsize
+        for x in shape[d + 1:]:
+            stride = stride * x
+        out.append(stride)
+    return tuple(out)
 
 
 def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
-                chunks: EpilogueChunks, hw: Hardware, problems: Problems) -> tuple[KernelArg, ...]:
+                chunks: EpilogueChunks, hw: Hardware, problems: Problems, ranges=None) -> tuple[KernelArg, ...]:
     """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
     Boxes as loaded: a multicast operand is loaded in halves."""
     idx = {o.name: i for i, o in enumerate(operands)}
@@ -345,10 +398,30 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
             KernelArg("ptr", idx[out_name]) if chunks.direct else
             tensor_map(idx[out_name], out.shape, out.dtype, chunks.rows, chunks.cols, chunks.swizzle)]
     args += [KernelArg("ptr", idx[o.name]) for o in operands if o.role == "extra"]
+    # one `int sz_<name>` parameter per dynamic size, in spec order: tile counts, loop bounds and the epilogue's
+    # indexing come from the call
+    args += [KernelArg("i32", -1, value=D.size(nm)) for nm, v in op.sizes.items() if not isinstance(v, int)]
     for nm, rows in ((op.lhs, a_rows), (op.rhs, b_rows)):
         check_tma_box_extent(rows, hw, ("schedule", "in_specs", nm, "block_shape"), problems,
                              f"a TMA box holds at most {hw.tma_max_box} rows; this tile loads {rows}")
+    for arg in args:
+        if arg.kind == "tmap":
+            check_dynamic_strides(operands[arg.operand], arg, ranges or {}, problems)
     return tuple(args)
+
+
+def check_dynamic_strides(o: MatOperand, arg: KernelArg, ranges, problems: Problems) -> None:
+    """A tensor map's global strides are multiples of 16 B at every call: a stride over a dynamic size needs the
+    size's multiple_of to make it one."""
+    for d, stride in enumerate(arg.strides[:-1]):
+        if isinstance(stride, D.Dim) and not D.divisible(stride, TMA_STRIDE_BYTES, ranges):
+            fixed = math.prod(x for x in o.shape[d + 1:] if isinstance(x, int)) * o.itemsize
+            need = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, fixed)
+            names = sorted(D.sizes_of(stride))
+            problems.add(("op", "sizes", names[0]),
+                         f"{o.name}'s dimension {d} steps {stride} B ({' x '.join(map(str, o.shape[d + 1:]))} "
+                         f"{o.dtype} elements), which TMA needs to be a multiple of {TMA_STRIDE_BYTES} B at every "
+                         f"call; declare multiple_of: {need} (or a multiple of it) on {', '.join(names)}")
 
 
 def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[int, int, int]:
@@ -396,7 +469,7 @@ def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems
     hint = "; or set schedule.backends: [cuda]"
     if ragged:
         problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
-    if batch > 1:
+    if batch != 1:
         problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).

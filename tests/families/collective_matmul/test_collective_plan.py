@@ -237,3 +237,12 @@ def test_explain_names_the_ring_semaphores_and_the_step_plan(capsys):
     assert "0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0" in four and "device 0: 0, 3, 2, 1" in four
     assert "gather buffer 24.0 MiB (3 slots)" in four
     assert cli_main(["explain", str(SPEC)]) == 0 and "family collective_matmul" in capsys.readouterr().out
+
+
+def test_dynamic_m_per_device_is_a_located_error_for_now():
+    """This release keeps M per device fixed in the collective: one located line per dynamic size, the rest planned."""
+    with pytest.raises(SpecErrors) as info:
+        _plan({"M": {"dynamic": True, "max": 1024, "min": 128, "multiple_of": 128}})
+    (line,) = info.value.lines()
+    assert "op.sizes.M: M must be fixed in this release (M per device" in line
+    assert "use the matmul family, which takes dynamic sizes" in line

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import spec_files
 from schedgen.build import build_spec, package
+from schedgen.plan import dims
 from schedgen.runtime.kernel import load_package
 from schedgen.verify import small_overrides, verify_file
 
@@ -65,8 +66,12 @@ def test_interpreter_catches_a_wrong_result(tmp_path):
 def test_pallas_make_lowers_for_cuda(path, tmp_path):
     b = build_spec(str(path))
     mod = load_package(package(b, tmp_path)).pallas_module()
-    args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in b.plan.inputs]
-    lowered = jax.jit(mod.make()).trace(*args).lower(lowering_platforms=("cuda",))
+    # a dynamic size at a third of its max (rounded to its step): one call's values
+    sizes = {r.name: max(r.min, r.max // 3 // r.multiple_of * r.multiple_of) for r in b.plan.dynamic_sizes}
+    shape = {o.name: tuple(dims.evaluate(x, sizes) for x in o.shape) for o in b.plan.operands}
+    args = [jax.ShapeDtypeStruct(shape[o.name], mod._DTYPES[o.dtype]) for o in b.plan.inputs]
+    assert mod.sizes_of(args) == sizes
+    lowered = jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",))
     text = lowered.as_text()
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
@@ -75,7 +80,7 @@ def test_pallas_make_lowers_for_cuda(path, tmp_path):
     assert b.plan.kernel_name in text                                # the serialized Mosaic module names the kernel
     out = b.plan.outputs[0]
     dt = {"bf16": "bf16", "f32": "f32", "f16": "f16"}[out.dtype]
-    assert re.search(r"->\s*\(?tensor<{}x{}>".format("x".join(map(str, out.shape)), dt), text), "result type"
+    assert re.search(r"->\s*\(?tensor<{}x{}>".format("x".join(map(str, shape[out.name])), dt), text), "result type"
 
 
 def test_pallas_function_runs_in_interpret_mode(tmp_path):

@@ -27,6 +27,13 @@ VARIANTS = {
     "wg_n": {"schedule.pipeline.wg_axis": "n"},
     "batched": {"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 2}, "op.inputs.a.shape": ["B", "M", "K"],
                 "op.inputs.b.shape": ["B", "K", "N"], "op.outputs.out.shape": ["B", "M", "N"]},
+    # every size dynamic (launch arguments): a batched 3-D tensor-map problem with a runtime k-loop bound
+    "dynamic_bmnk": {"op.sizes": {"B": {"dynamic": True, "max": 8},
+                                  "M": {"dynamic": True, "min": 256, "max": 8192, "multiple_of": 256},
+                                  "N": {"dynamic": True, "min": 256, "max": 8192, "multiple_of": 256},
+                                  "K": {"dynamic": True, "min": 64, "max": 8192, "multiple_of": 64}},
+                     "op.inputs.a.shape": ["B", "M", "K"], "op.inputs.b.shape": ["B", "K", "N"],
+                     "op.outputs.out.shape": ["B", "M", "N"]},
 }
 
 
