@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas and test extras:
-# jax with its CUDA 13 plugin on a machine with an NVIDIA GPU (`pallas`), CPU-only jax elsewhere (`pallas-cpu`).
+# jax with its CUDA 13 plugin on a machine with an NVIDIA GPU (`pallas`), CPU-only jax elsewhere (`pallas-cpu`);
+# then torch (the torch extra: the custom-op tests). SCHEDGEN_NO_TORCH=1 skips torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SCHEDGEN_VENV:-.venv}
@@ -28,4 +29,29 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then JAX_EXTRA=pallas; else JAX_EXTRA=pallas-cpu; fi
 "$VENV/bin/python" -m pip install -q -e ".[$JAX_EXTRA,test,report]"
+
+# torch: every torch wheel on PyPI pins the CUDA 13.0 wheels (cuda-toolkit==13.0.3), which would replace the NVRTC
+# that schedgen builds with (cuda-toolkit above, 13.5 today) and so change what the SASS tests see. So torch goes in
+# without its dependencies, then those dependencies at torch's pins except the toolkit pieces already installed
+# (NVRTC, cudart, nvJitLink: newer minor versions of CUDA 13, which torch's libraries load). Only `import torch` on
+# the CPU needs them here (the tests use meta and fake tensors). Pinned together: bump TORCH and the list as one.
+# (pip then reports that torch wants cuda-toolkit==13.0.3: expected, and harmless for the reason above.)
+# On a GPU machine jax's CUDA plugin (the pallas extra) has installed newer CUDA libraries than torch's pins: there the
+# pins are lower bounds, so that nothing of jax's is downgraded.
+TORCH="torch==2.14.1"
+PIN="=="; if [ "$JAX_EXTRA" = pallas ]; then PIN=">="; fi
+TORCH_DEPS=("triton==3.8.0" "sympy>=1.13.3" "networkx>=2.5.1" "filelock" "fsspec>=0.8.5" "setuptools>=77.0.3"
+  "typing-extensions>=4.10" "nvidia-cudnn-cu13${PIN}9.24.0.43" "nvidia-cusparselt-cu13${PIN}0.8.1"
+  "nvidia-nccl-cu13${PIN}2.30.7" "nvidia-nvshmem-cu13${PIN}3.4.5" "nvidia-cublas${PIN}13.1.1.3"
+  "nvidia-cuda-cupti${PIN}13.0.85" "nvidia-cufft${PIN}12.0.0.61" "nvidia-cufile${PIN}1.15.1.6"
+  "nvidia-curand${PIN}10.4.0.35" "nvidia-cusolver${PIN}12.0.4.66" "nvidia-cusparse${PIN}12.6.3.3"
+  "nvidia-nvtx${PIN}13.0.85")
+if [ -z "${SCHEDGEN_NO_TORCH:-}" ]; then
+  if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    echo "installing $TORCH (torch extra)"
+    "$VENV/bin/python" -m pip install -q --no-deps "$TORCH"
+    "$VENV/bin/python" -m pip install -q "${TORCH_DEPS[@]}"
+  fi
+  "$VENV/bin/python" -c 'import torch' || { echo "torch does not import after install" >&2; exit 1; }
+fi
 echo "installed: $("$VENV/bin/schedgen" --help >/dev/null && echo schedgen) into $VENV"

@@ -57,6 +57,7 @@ class Kernel:
         self._states: OrderedDict = OrderedDict()   # (device, input shapes or sizes) -> _Resolved
         self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
         self._lock = threading.Lock()
+        self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -79,6 +80,12 @@ class Kernel:
         any object with `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's;
         the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
         numpy and jax arrays may not (a CaptureError says so)."""
+        if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
+            # torch tensors (real, meta or fake, traced by torch.compile) go through the custom op, whose real
+            # implementation comes back to _call_cuda; anything else returns NotImplemented
+            routed = self.torch_op.dispatch(args, out)
+            if routed is not NotImplemented:
+                return routed
         backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
             return self._call_pallas(args, out, interpret)
@@ -557,5 +564,11 @@ def _driver():
     return _DRIVER[0]
 
 
-def load_package(root: str | Path) -> Kernel:
-    return Kernel(Path(root))
+def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
+    """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
+    custom op once the program uses torch (schedgen/runtime/torch_op.py; importing the package never imports it)."""
+    kernel = Kernel(Path(root))
+    if torch_op:
+        from . import torch_op as ops
+        ops.attach(kernel)
+    return kernel

@@ -177,8 +177,9 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
     pl.run_scoped(kernel, **scratch, collective_axes="wg")
 
 
-def make(interpret=None, outputs_as_refs=False):
-    """The kernel. With outputs_as_refs, outputs are mutable refs passed after the inputs (to poison them).
+def make(sizes=None, interpret=None, outputs_as_refs=False):
+    """The kernel (sizes: this kernel has no dynamic sizes; None or {}). With outputs_as_refs,
+    outputs are mutable refs passed after the inputs (to poison them).
 
     interpret: None compiles for the GPU; a plgpu.InterpretGPUParams runs jax's Mosaic GPU interpreter on the CPU,
     with P staged through SMEM for the P V wgmma (pass it here, not through force_gpu_interpret_mode)."""
@@ -201,9 +202,14 @@ def make(interpret=None, outputs_as_refs=False):
     )
 
 
+def sizes_of(inputs):
+    """The dynamic sizes of a call, read from its inputs' shapes ({} when the kernel has none)."""
+    return {}
+
+
 def run_into(inputs, outputs, interpret=None):
     """Run with caller-provided (e.g. NaN-poisoned) output arrays; returns the written outputs."""
-    kern = make(interpret=interpret, outputs_as_refs=True)
+    kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
         refs = [jax.new_ref(x) for x in outs]
@@ -215,5 +221,5 @@ def run_into(inputs, outputs, interpret=None):
 
 def attention_bf16_4096(q, k, v, interpret=None):
     """attention_bf16_4096: o = softmax(scale q k^T) v; returns o."""
-    outs = make(interpret=interpret)(q, k, v)
+    outs = make(sizes_of((q, k, v)), interpret=interpret)(q, k, v)
     return outs[0] if len(outs) == 1 else outs

@@ -9,6 +9,24 @@ from .. import DrawHooks
 from .records import tile_of
 
 
+DRAWN_SEQ = 4096                       # a dynamic plan is drawn at its largest sequence lengths up to this
+
+
+def drawn_sizes(p) -> dict[str, int]:
+    """Where a dynamic plan is drawn: each sequence length at its largest legal value up to DRAWN_SEQ, every other
+    dynamic size (batch, heads) at its smallest."""
+    seqs = {getattr(x, "args", (None,))[0] for x in (p.seq_q, p.seq_kv)}
+    out = {}
+    for r in p.dynamic_sizes:
+        top = max(r.min, min(r.max, DRAWN_SEQ // r.multiple_of * r.multiple_of))
+        out[r.name] = top if r.name in seqs else r.min
+    return out
+
+
+def _static(p):
+    return p.at(drawn_sizes(p)) if p.dynamic_sizes else p
+
+
 def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
     """Tiles of an attention plan in the kernel's order (plan.tile_of): rows are (batch, head) pairs, columns
     query blocks. A static persistent grid gives tile t to CTA t % grid; a dynamic one to the CTA that frees up
@@ -31,6 +49,7 @@ def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
 
 
 def traversal(p, limit: int) -> Traversal:
+    p = _static(p)
     tiles, rows, cols = attention_tiles(p, limit)
     blocks = max(1, min(p.num_tiles, SM_COUNT) if p.persistent else SM_COUNT)
     order = ("query blocks fastest, longest causal rows first" if p.causal else "query blocks fastest") + \
@@ -112,6 +131,7 @@ def simulate_attention(p, blocks: int | None = None) -> list[Span]:
 
 
 def pipeline(p) -> Pipeline:
+    p = _static(p)
     n = min(p.kv_blocks, p.stages + 3)
     rows = ["producer"] + [f"{k} stage {s}" for k in "KV" for s in range(p.stages)] + \
         [f"consumer {c}" for c in range(p.num_consumers)]
@@ -126,11 +146,13 @@ def pipeline(p) -> Pipeline:
 
 
 def summary(p) -> list[str]:
+    at = "; drawn at " + ", ".join(f"{n} = {v}" for n, v in drawn_sizes(p).items()) if p.dynamic_sizes else ""
+    p = _static(p)
     heads = f"{p.heads_q} q / {p.heads_kv} kv heads" if p.heads_q != p.heads_kv else f"{p.heads_q} heads"
     return [
         f"kernel {p.kernel_name}",
         f"B {p.batch}, {heads}, Sq {p.seq_q}, Skv {p.seq_kv}, D {p.head_dim} ({p.layout}, {p.dtype})"
-        + (", causal" if p.causal else "") + (", with LSE" if p.with_lse else ""),
+        + (", causal" if p.causal else "") + (", with LSE" if p.with_lse else "") + at,
         f"block_q {p.block_q} ({p.num_consumers} consumer WG x 64 rows), block_kv {p.block_kv}; "
         f"{p.q_blocks} x {p.kv_blocks} blocks",
         f"{p.num_tiles} tiles" + (" on a persistent grid of one CTA an SM" if p.persistent else ", a CTA each")
@@ -142,6 +164,7 @@ def summary(p) -> list[str]:
 
 
 def guide(p) -> str:
+    p = _static(p)
     lines = ["How to read it:",
              "- tiles: one row per (batch, q head), one column per",
              "  query block; the numbers give the launch order" + (" (a" if p.persistent else ""),

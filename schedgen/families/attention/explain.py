@@ -1,16 +1,38 @@
 """The attention family's `schedgen explain` text."""
 from __future__ import annotations
 
+from ...plan import dims as X
+
+
+def _ragged(p, what: str) -> str:
+    """The ragged last query / key block: its size when the sizes are fixed, when it happens when they are not."""
+    if what == "q":
+        rows, seq, block, how = p.ragged_q_rows, p.seq_q, p.block_q, "TMA zero-fills its load, clips its store"
+        unit = "rows"
+    else:
+        rows, seq, block, how = p.ragged_kv_keys, p.seq_kv, p.block_kv, "the rest masked"
+        unit = "keys"
+    if not (p.may_ragged_q if what == "q" else p.may_ragged_kv):
+        return ""
+    kind = "query" if what == "q" else "key"
+    if X.is_static(rows):
+        return f"; ragged last {kind} block ({rows} {unit}: {how})"
+    return f"; a ragged last {kind} block when {seq} is not a multiple of {block} ({how})"
+
 
 def explain_attention(p) -> str:
-    """Problem, blocks, the two GEMMs per key block, registers, SMEM map, barriers and the grid."""
+    """Problem, dynamic sizes, blocks, the two GEMMs per key block, registers, SMEM map, barriers and the grid."""
+    at_max = " at the largest sizes" if p.dynamic_sizes else ""
     lines = [
         f"kernel {p.kernel_name}  (family attention, backends: {', '.join(p.backends)})",
         f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v;  B={p.batch} "
         f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
         + (f"; GQA groups of {p.group}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
-        f"  FLOPs      {p.flops / 1e9:.1f} G (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
+        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
+           + " (launch arguments: one cubin serves the range; counts below are extents of them)"]
+          if p.dynamic_sizes else []),
+        f"  FLOPs      {p.flops / 1e9:.1f} G{at_max} (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
         (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
          if p.dynamic else f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
          f"  grid       {p.num_blocks} CTAs") +
@@ -20,10 +42,7 @@ def explain_attention(p) -> str:
            f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
         f"{p.kv_blocks} key blocks of {p.block_kv}"
-        + (f"; ragged last query block ({p.ragged_q_rows} rows: TMA zero-fills its load, clips its store)"
-           if p.ragged_q_rows else "")
-        + (f"; ragged last key block ({p.ragged_kv_keys} keys, the rest masked)"
-           if p.ragged_kv_keys else ""),
+        + _ragged(p, "q") + _ragged(p, "kv"),
         f"  per block  S = Q K^T: wgmma m64n{p.block_kv}k16 x {p.qk_steps} (SMEM x SMEM); online softmax "
         f"in base 2 ({'ex2.approx' if p.approx_math else 'exp2f'}); O += P V: wgmma m64n{p.head_dim}k16 x "
         f"{p.pv_steps} (P from registers, V N-major)",

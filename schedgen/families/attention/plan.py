@@ -14,13 +14,16 @@ import math
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
+from ...plan import dims as X
 from ...plan.common import (
-    static_sizes_only,
     CTYPE,
     KernelArg,
     Problems,
     SmemMap,
+    dynamic_ranges,
+    max_sizes,
     resolve_shape,
+    size_values,
 )
 from ...plan.hardware import Hardware
 from ...plan.legality import (
@@ -67,17 +70,21 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     """Phases: names, shapes, the problem's dims and dtypes, blocks, grid, registers, SMEM, barriers, tile order,
     what each backend cannot express, fields no backend reads; each phase reports its own located problems."""
     problems = Problems()
-    spec = static_sizes_only(spec, problems, "attention")
     op, sch = spec.op, spec.schedule
     names = _check_names(spec, problems)
     before = len(problems)
     shapes = _resolve_shapes(op, names, problems)
     if shapes is None:
         return None, problems
-    dims = _check_problem(op, names, shapes, problems)
+    pinned = _pinned(op, names, shapes)
+    if pinned:
+        shapes = _resolve_shapes(op, names, problems, pinned)
+    dims = _check_problem(op, names, shapes, problems, pinned)
     if len(problems) != before:
         return None, problems
     blocks = _plan_blocks(sch, names, dims, problems)
+    if dims.ranges:
+        _check_counts(dims, blocks, problems)
     grid = _grid(sch)
     regs = _plan_registers(sch.pipeline, blocks, dims, grid, names, hw, problems)
     smem = _plan_smem(sch.pipeline, blocks, dims, grid, hw, problems)
@@ -108,10 +115,10 @@ def _layout_text(op) -> str:
     return "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
 
 
-def _resolve_shapes(op, names: Names, problems: Problems) -> dict | None:
+def _resolve_shapes(op, names: Names, problems: Problems, pinned: dict | None = None) -> dict | None:
     """Every operand's shape in numbers; None (reported) when a size is unknown or q, k, v, o are not 4-D."""
     before = len(problems)
-    sizes = dict(op.sizes)
+    sizes = {**size_values(op.sizes), **(pinned or {})}   # a dynamic size is the extent size(name) (plan/dims.py)
     shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
     shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems) for n, o in op.outputs.items()})
     if len(problems) != before:
@@ -123,8 +130,24 @@ def _resolve_shapes(op, names: Names, problems: Problems) -> dict | None:
     return None if len(problems) != before else shapes
 
 
-def _check_problem(op, names: Names, shapes: dict, problems: Problems) -> Dims:
-    """q, k, v and o agree (GQA heads, head_dim, the causal alignment), the scale is positive, the dtypes match."""
+def _pinned(op, names: Names, shapes: dict) -> dict[str, int]:
+    """Dynamic sizes the kernel needs as constants (head_dim; grouped q and kv heads) whose range holds one value:
+    that value (a range of one value is a fixed size; e.g. a spec with every size declared dynamic at its own
+    value). The others are reported by _check_dynamic."""
+    q, k = shapes[names.q], shapes[names.k]
+    hq, hkv = (q[2], k[2]) if op.layout == "bshd" else (q[1], k[1])
+    need = [q[3]] + ([hq, hkv] if hq != hkv else [])
+    ranges = dynamic_ranges(op.sizes)
+    one = {}
+    for x in need:
+        if not X.is_static(x) and x.op == "size" and ranges[x.args[0]].min == ranges[x.args[0]].max:
+            one[x.args[0]] = ranges[x.args[0]].max
+    return one
+
+
+def _check_problem(op, names: Names, shapes: dict, problems: Problems, pinned: dict | None = None) -> Dims:
+    """q, k, v and o agree (GQA heads, head_dim, the causal alignment), the scale is positive, the dtypes match;
+    with dynamic sizes, over the whole range of each (_check_dynamic)."""
     def bshd(shape):
         return shape if op.layout == "bshd" else (shape[0], shape[2], shape[1], shape[3])
 
@@ -136,22 +159,66 @@ def _check_problem(op, names: Names, shapes: dict, problems: Problems) -> Dims:
         problems.add(k_path, f"k {_layout_text(op)} must share B = {b} and D = {d} with q")
     if (bv, sv, hv, dv) != (bk, skv, hkv, dk):
         problems.add(("op", "inputs", names.v, "shape"),
-                     f"v must have k's shape {list(shapes[names.k])}, got {list(shapes[names.v])}")
+                     f"v must have k's shape {_shown(shapes[names.k])}, got {_shown(shapes[names.v])}")
     if shapes[names.o] != shapes[names.q]:
-        problems.add(("op", "outputs", names.o, "shape"), f"the output has q's shape {list(shapes[names.q])}")
-    if hkv and hq % hkv:
-        problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
-    if d not in HEAD_DIMS:
+        problems.add(("op", "outputs", names.o, "shape"), f"the output has q's shape {_shown(shapes[names.q])}")
+    ranges = {n: r for n, r in dynamic_ranges(op.sizes).items() if n not in (pinned or {})}
+    if ranges:
+        _check_dynamic(op, names, (sq, hq, d, skv, hkv), ranges, problems)
+    else:
+        if hkv and hq % hkv:
+            problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+        if op.causal and sq > skv:
+            problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
+                                           f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")
+    if X.is_static(d) and d not in HEAD_DIMS:
         problems.add(("op", "inputs", names.q, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
     if op.scale is not None and op.scale <= 0:
         problems.add(("op", "scale"), f"the softmax scale must be positive (the running max is taken on scaled "
                                       f"scores), got {op.scale}")
-    if op.causal and sq > skv:
-        problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
-                                       f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")
-    dims = Dims(b, sq, hq, skv, hkv, d, op.inputs[names.q].dtype, shapes)
+    dims = Dims(b, sq, hq, skv, hkv, d, op.inputs[names.q].dtype, shapes, ranges)
     _check_dtypes(op, names, dims, problems)
     return dims
+
+
+def _shown(shape) -> str:
+    return "[" + ", ".join(str(x) for x in shape) + "]"
+
+
+def _size_name(d) -> str:
+    """The size a dynamic extent of an operand's shape is (shapes name sizes, never expressions)."""
+    return d.args[0]
+
+
+def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Problems) -> None:
+    """Dynamic sizes: B, Sq, Skv and the heads may be; head_dim may not (it shapes the wgmma instructions and the
+    registers); the GQA ratio is built into the kernel, so dynamic heads are one size for q and kv (grouped heads
+    are fixed); causal needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
+    sq, hq, d, skv, hkv = extents
+    k_path = ("op", "inputs", names.k, "shape")
+    bound = {x for n in names.inputs for x in op.inputs[n].shape if isinstance(x, str)}
+    for n in ranges:
+        if n not in bound:
+            problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension: a call gives each dynamic "
+                                             f"size through its inputs' shapes; use it in one or give it a fixed value")
+    if not X.is_static(d):
+        problems.add(("op", "sizes", _size_name(d)),
+                     f"head_dim ({_size_name(d)}) cannot be dynamic: it sets the wgmma shapes, the registers and the "
+                     f"SMEM tiles of the kernel; give it a fixed value (64, 128 or 256)")
+    if hq != hkv:
+        for heads in (hq, hkv):
+            if not X.is_static(heads):
+                problems.add(("op", "sizes", _size_name(heads)),
+                             f"{_size_name(heads)} (the {'q' if heads is hq else 'kv'} heads) may be dynamic only as "
+                             f"the one size of both q and kv heads (no grouping): the q heads per kv head (GQA) are "
+                             f"built into the kernel; give {_size_name(heads)} a fixed value")
+        if X.is_static(hq) and X.is_static(hkv) and hq % hkv:
+            problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+    if op.causal and sq != skv and X.upper(sq, ranges) > X.lower(skv, ranges):
+        problems.add(("op", "causal"),
+                     f"causal attention aligns the last query with the last key; it needs Sq <= Skv at every call, but "
+                     f"Sq ({sq}) reaches {X.upper(sq, ranges)} and Skv ({skv}) may be {X.lower(skv, ranges)}: use one "
+                     f"size for both, or ranges that cannot cross")
 
 
 def _check_dtypes(op, names: Names, dims: Dims, problems: Problems) -> None:
@@ -166,7 +233,7 @@ def _check_dtypes(op, names: Names, dims: Dims, problems: Problems) -> None:
     if names.lse is not None:
         want = (dims.b, dims.hq, dims.sq)
         if dims.shapes[names.lse] != want or op.outputs[names.lse].dtype != "f32":
-            problems.add(("op", "outputs", names.lse), f"the log-sum-exp output is f32 [B, Hq, Sq] = {list(want)}")
+            problems.add(("op", "outputs", names.lse), f"the log-sum-exp output is f32 [B, Hq, Sq] = {_shown(want)}")
 
 
 def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
@@ -211,18 +278,44 @@ def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
 
 
 def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
-    """The CUDA kernel clips / masks ragged last blocks; the Pallas one needs whole blocks."""
+    """The CUDA kernel clips / masks ragged last blocks; the Pallas one needs whole blocks (a dynamic sequence
+    length: at every call, so its multiple_of must be one of the block's)."""
     sq, skv, block_q, block_kv = dims.sq, dims.skv, blocks.block_q, blocks.block_kv
-    if sq % block_q:
+    for seq, block, what in ((sq, block_q, "q"), (skv, block_kv, "kv")):
+        if not X.is_static(seq) and not X.divisible(seq, block, dims.ranges):
+            r = dims.ranges[_size_name(seq)]
+            problems.add(("op", "sizes", r.name, "multiple_of"),
+                         f"S{what} ({r.name}: {r.describe()}) is not always a multiple of block_{what} = {block}: the "
+                         f"CUDA kernel {'clips a ragged last query' if what == 'q' else 'masks a ragged last key'} "
+                         f"block, the Pallas one does not yet; set {r.name}'s multiple_of to a multiple of {block}, "
+                         f"or set schedule.backends: [cuda]")
+    if X.is_static(sq) and sq % block_q:
         problems.add(("op", "inputs", names.q, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}: the "
                                                          f"CUDA kernel clips a ragged last query block, the Pallas one "
                                                          f"does not yet; pad the sequence, pick a block_q that divides "
                                                          f"{sq}, or set schedule.backends: [cuda]")
-    if skv % block_kv:
+    if X.is_static(skv) and skv % block_kv:
         problems.add(("op", "inputs", names.k, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}: "
                                                          f"the CUDA kernel masks a ragged last key block, the Pallas "
                                                          f"one does not yet; pad the keys, pick a block_kv that "
                                                          f"divides {skv}, or set schedule.backends: [cuda]")
+
+
+def _check_counts(dims: Dims, blocks: Blocks, problems: Problems) -> None:
+    """The kernel counts its tiles and blocks in 32-bit ints from the sz_ arguments (the grid's x extent is at
+    most 2^31 - 1 too): at the largest call, a sequence plus a block and the tile count must fit."""
+    limit = (1 << 31) - 1
+    for seq, block in ((dims.sq, blocks.block_q), (dims.skv, blocks.block_kv)):
+        if not X.is_static(seq) and X.upper(seq, dims.ranges) + block > limit:
+            r = dims.ranges[_size_name(seq)]
+            problems.add(("op", "sizes", r.name, "max"), f"{r.name} up to {r.max} overflows the kernel's 32-bit block "
+                                                         f"counts (max + {block} must stay under 2^31); lower max")
+    tiles = X.cdiv(dims.sq, blocks.block_q) * dims.hq * dims.b
+    if X.upper(tiles, dims.ranges) > limit:
+        names = ", ".join(sorted(X.sizes_of(tiles)))
+        problems.add(("op", "sizes", sorted(X.sizes_of(tiles))[0], "max"),
+                     f"the largest call has {X.upper(tiles, dims.ranges)} tiles (query blocks x heads x batch), over "
+                     f"the 2^31 - 1 of the grid and the kernel's 32-bit tile index; lower the max of {names}")
 
 
 def _grid(sch) -> Grid:
@@ -310,17 +403,23 @@ def _check_sync(sch, nc: int, problems: Problems) -> bool:
 def _tile_order(op, sch, dims: Dims, hw: Hardware, problems: Problems) -> Order:
     """row_major or lpt (the default when causal), and lpt's sections: whole kv-head groups (the q heads that read
     one K/V) whose K and V fit in L2_SECTION of the L2, as few sections as that allows, of equal size (a short last
-    section would start its long tiles late)."""
+    section would start its long tiles late). A dynamic Skv sizes the sections at its max (they fit the L2 at every
+    call); with a dynamic batch or head count a section holds as many groups as fit, and the last one (shorter)
+    is counted at the call."""
     order = sch.persistent.tile_order if "tile_order" in sch.persistent.model_fields_set else \
         ("lpt" if op.causal else "row_major")
     if order == "planar_snake":
         problems.add(("schedule", "persistent", "tile_order"), "attention tiles go row_major (query blocks fastest) or "
                                                                "lpt (longest first, heads fastest in L2-sized sections); "
                                                                "planar_snake orders a 2-D grid of like tiles")
-    groups = dims.b * dims.hkv
-    fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * dims.skv * dims.d * ITEMSIZE[dims.dtype]))
-    sections = -(-groups // fit)
-    return Order(order, -(-groups // sections) * (dims.hq // dims.hkv))
+    groups = X.upper(dims.b * dims.hkv, dims.ranges)
+    skv = X.upper(dims.skv, dims.ranges)
+    fit = max(1, int(hw.l2_bytes * L2_SECTION) // (2 * skv * dims.d * ITEMSIZE[dims.dtype]))
+    group = dims.hq // dims.hkv if X.is_static(dims.hq) else 1   # dynamic heads: one size for q and kv
+    if X.is_static(dims.b * dims.hkv):
+        sections = -(-groups // fit)
+        return Order(order, -(-groups // sections) * group)
+    return Order(order, min(fit, groups) * group)
 
 
 def _backend_limits(sch, names: Names, blocks: Blocks, grid: Grid, regs: Regs, smem: Smem, hw: Hardware,
@@ -343,9 +442,12 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
     nc, block_q, block_kv, stages = blocks.nc, blocks.block_q, blocks.block_kv, smem.stages
     inputs, outputs = _operands(op, names, dims)
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
-    q_blocks, kv_blocks = -(-sq // block_q), -(-skv // block_kv)   # ragged last blocks: clipped / masked
-    flops = 4 * b * hq * sq * skv * d // (2 if op.causal else 1)
-    bytes_moved = sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs)
+    q_blocks, kv_blocks = X.cdiv(sq, block_q), X.cdiv(skv, block_kv)   # ragged last blocks: clipped / masked
+    # at the largest call when sizes are dynamic (the benchmark and the reports time a build at fixed sizes)
+    at_max = max_sizes(op.sizes)
+    flops = X.evaluate(4 * b * hq * sq * skv * d, at_max) // (2 if op.causal else 1)
+    bytes_moved = sum(math.prod(X.evaluate(x, at_max) for x in o.shape) * o.itemsize for o in inputs + outputs)
+    ranges = dims.ranges
     kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(
         spec.name, dtype, d, block_q, block_kv, stages, nc, "_pp" if pingpong else "",
         ("_dyn" if grid.dynamic else "_persist") if grid.persistent else "")
@@ -359,11 +461,12 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
         q_bytes=smem.q_bytes, kv_stage_bytes=smem.kv_bytes, s_regs=regs.s_regs, o_regs=regs.o_regs,
         producer_regs=regs.preg, consumer_regs=regs.creg, threads=128 * (1 + nc),
         smem_buffers=tuple(smem.map.buffers), smem_bytes=smem.bytes,
-        kernel_args=_kernel_args(op.layout, names, dims, block_kv, grid.dynamic),
+        kernel_args=_kernel_args(op.layout, names, dims, block_kv, grid.dynamic, tuple(ranges)),
         num_blocks=q_blocks * hq * b, auto_blocks=grid.persistent, persistent=grid.persistent, dynamic=grid.dynamic,
         o_staging=smem.o_staging, row_chains=max(1, min(ROW_CHAINS, block_kv // 8)),
         skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
+        dynamic_sizes=tuple(ranges.values()),
     )
 
 
@@ -377,10 +480,12 @@ def _operands(op, names: Names, dims: Dims) -> tuple[tuple[AttnOperand, ...], tu
     return inputs, tuple(outputs)
 
 
-def _kernel_args(layout: str, names: Names, dims: Dims, block_kv: int, dynamic: bool) -> tuple[KernelArg, ...]:
+def _kernel_args(layout: str, names: Names, dims: Dims, block_kv: int, dynamic: bool,
+                 sizes: tuple[str, ...]) -> tuple[KernelArg, ...]:
     """Tensor maps: 3-D views [batch, sequence, columns] of the 4-D arrays, so that TMA zero-fills a ragged last
     block on load and clips it on store at each sequence's end (bshd: [B, S, H*D]; bhsd: [B*H, S, D]); the
-    log-sum-exp pointer; the dynamic grid's tile counter."""
+    log-sum-exp pointer; the dynamic grid's tile counter; each dynamic size (`int sz_<name>`, spec order), from
+    which the kernel counts its tiles and blocks at entry."""
     isz = ITEMSIZE[dims.dtype]
 
     def tmap(i: int, shape, rows: int) -> KernelArg:
@@ -395,6 +500,7 @@ def _kernel_args(layout: str, names: Names, dims: Dims, block_kv: int, dynamic: 
         args.append(KernelArg("ptr", 4))
     if dynamic:
         args.append(KernelArg("counter", -1))   # 2 u32: the next tile to claim, CTAs done (zero between launches)
+    args += [KernelArg("i32", -1, value=X.size(n)) for n in sizes]
     return tuple(args)
 
 

@@ -3,9 +3,11 @@ plan itself (AttentionPlan, with the numbers the templates print derived as prop
 and the phases' small typed values."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import Mapping, NamedTuple
 
+from ...plan import dims as X
+from ...plan.dims import DimLike, SizeRange
 from ...plan.common import (
     KernelArg,
     SmemBuffer,
@@ -33,7 +35,7 @@ DYNAMIC_PRODUCER_REGS = 32
 SLAB_ROW_BYTES = 128
 # non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
 OPAQUE_KV_BLOCKS = 4
-MODULE_NAMES = frozenset({"make", "run_into"})
+MODULE_NAMES = frozenset({"make", "run_into", "sizes_of"})
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class AttnOperand:
     dtype: str
     ctype: str
     itemsize: int
-    shape: tuple[int, ...]
+    shape: tuple[DimLike, ...]   # a dynamic dimension is the extent size(name)
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,11 @@ class AttentionPlan:
     sizes: dict
     constants: dict
     backends: tuple[str, ...]
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seq_q: int
-    seq_kv: int
+    batch: DimLike             # an int, or the extent of a dynamic size (plan/dims.py) known at the call
+    heads_q: DimLike
+    heads_kv: DimLike
+    seq_q: DimLike
+    seq_kv: DimLike
     head_dim: int
     layout: str
     causal: bool
@@ -74,9 +76,9 @@ class AttentionPlan:
     stages: int
     num_consumers: int
     pingpong: bool
-    q_blocks: int
-    kv_blocks: int
-    num_tiles: int             # q blocks x heads x batch
+    q_blocks: DimLike
+    kv_blocks: DimLike
+    num_tiles: DimLike         # q blocks x heads x batch
     persistent: bool           # a grid of one CTA per SM walking the tiles (else one CTA a tile)
     dynamic: bool              # persistent, each CTA claiming its next tile from a GMEM counter (else t += grid)
     row_chains: int            # independent accumulator chains of the softmax's row max and row sum
@@ -96,37 +98,72 @@ class AttentionPlan:
     smem_buffers: tuple[SmemBuffer, ...]
     smem_bytes: int
     kernel_args: tuple[KernelArg, ...]
-    num_blocks: int
+    num_blocks: DimLike
     auto_blocks: bool
     blocks_per_sm: int
     cluster_dims: tuple[int, int, int]
     approx_math: bool
-    flops: int
+    flops: int                 # at the largest sizes when some are dynamic
     bytes_moved: int
+    dynamic_sizes: tuple[SizeRange, ...] = ()   # the op's dynamic sizes, in spec order (the kernel's sz_ arguments)
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:
         return self.inputs + self.outputs
 
-    @property
-    def sections(self) -> int:
-        """lpt: sections of (batch, q head) pairs; the last one may hold fewer (last_section_heads)."""
-        return -(-(self.batch * self.heads_q) // self.section_heads)
+    def at(self, sizes: Mapping[str, int]) -> "AttentionPlan":
+        """This plan at one call's dynamic sizes: every extent evaluated (what the kernel computes at entry from its
+        sz_ arguments), the tile order and everything else as built. A static plan is returned as it is."""
+        if not self.dynamic_sizes:
+            return self
+
+        def ev(x):
+            return X.evaluate(x, sizes)
+
+        def arg(a: KernelArg) -> KernelArg:
+            return replace(a, shape=tuple(map(ev, a.shape)), strides=tuple(map(ev, a.strides)), value=ev(a.value))
+
+        def operands(os):
+            return tuple(replace(o, shape=tuple(map(ev, o.shape))) for o in os)
+
+        return replace(
+            self, sizes={**self.sizes, **{r.name: int(sizes[r.name]) for r in self.dynamic_sizes}},
+            batch=ev(self.batch), heads_q=ev(self.heads_q), heads_kv=ev(self.heads_kv), seq_q=ev(self.seq_q),
+            seq_kv=ev(self.seq_kv), q_blocks=ev(self.q_blocks), kv_blocks=ev(self.kv_blocks),
+            num_tiles=ev(self.num_tiles), num_blocks=ev(self.num_blocks), inputs=operands(self.inputs),
+            outputs=operands(self.outputs), kernel_args=tuple(arg(a) for a in self.kernel_args), dynamic_sizes=())
 
     @property
-    def last_section_heads(self) -> int:
-        return self.batch * self.heads_q - (self.sections - 1) * self.section_heads
+    def ranges(self) -> dict[str, SizeRange]:
+        return {r.name: r for r in self.dynamic_sizes}
+
+    @property
+    def sections(self) -> DimLike:
+        """lpt: sections of (batch, q head) pairs; the last one may hold fewer (last_section_heads)."""
+        return X.cdiv(self.batch * self.heads_q, self.section_heads)
+
+    @property
+    def last_section_heads(self) -> DimLike:
+        total, sh = self.batch * self.heads_q, self.section_heads
+        if X.is_static(total):
+            return total - (self.sections - 1) * sh
+        return (total + (sh - 1)) % sh + 1      # = total - (sections - 1) sh, in the extents' operators
 
     # --- derived numbers the templates print (computed here: the templates do no arithmetic)
     @property
     def group(self) -> int:
-        """q heads per kv head (grouped-query attention)."""
-        return self.heads_q // self.heads_kv
+        """q heads per kv head (grouped-query attention); dynamic heads are one size for q and kv (the planner)."""
+        return 1 if self.heads_q == self.heads_kv else self.heads_q // self.heads_kv
 
     @property
-    def causal_offset(self) -> int:
-        """Skv - Sq: causal query i sees keys j <= i + causal_offset."""
-        return self.seq_kv - self.seq_q
+    def causal_offset(self) -> int | None:
+        """Skv - Sq: causal query i sees keys j <= i + causal_offset; None when known only at the call (the
+        templates take the difference of seq_kv and seq_q there)."""
+        if self.seq_kv == self.seq_q:
+            return 0
+        if X.is_static(self.seq_kv) and X.is_static(self.seq_q):
+            return self.seq_kv - self.seq_q
+        return None
 
     @property
     def p_regs(self) -> int:
@@ -202,12 +239,13 @@ class AttentionPlan:
         return self.num_consumers * 128 if self.dynamic else self.num_consumers
 
     @property
-    def last_q_block(self) -> int:
-        return self.q_blocks - 1
+    def last_q_block(self) -> int | None:
+        """q_blocks - 1 (None when dynamic: the kernel takes it from its q block count)."""
+        return self.q_blocks - 1 if X.is_static(self.q_blocks) else None
 
     @property
-    def last_kv_block(self) -> int:
-        return self.kv_blocks - 1
+    def last_kv_block(self) -> int | None:
+        return self.kv_blocks - 1 if X.is_static(self.kv_blocks) else None
 
     @property
     def kv_block_last_key(self) -> int:
@@ -215,14 +253,24 @@ class AttentionPlan:
         return self.block_kv - 1
 
     @property
-    def ragged_q_rows(self) -> int:
+    def ragged_q_rows(self) -> DimLike:
         """Rows of the ragged last query block (0: none)."""
         return self.seq_q % self.block_q
 
     @property
-    def ragged_kv_keys(self) -> int:
+    def ragged_kv_keys(self) -> DimLike:
         """Keys of the ragged last key block (0: none)."""
         return self.seq_kv % self.block_kv
+
+    @property
+    def may_ragged_q(self) -> bool:
+        """A call may have a ragged last query block (the kernel then checks its rows)."""
+        return not X.divisible(self.seq_q, self.block_q, self.ranges)
+
+    @property
+    def may_ragged_kv(self) -> bool:
+        """A call may have a ragged last key block (the kernel then masks its keys past Skv)."""
+        return not X.divisible(self.seq_kv, self.block_kv, self.ranges)
 
     @property
     def section_tiles(self) -> int:
@@ -230,17 +278,19 @@ class AttentionPlan:
         return self.section_heads * self.q_blocks
 
     @property
-    def last_section(self) -> int:
-        return self.sections - 1
+    def last_section(self) -> int | None:
+        return self.sections - 1 if X.is_static(self.sections) else None
 
     @property
     def short_last_section(self) -> bool:
-        return self.last_section_heads != self.section_heads
+        """The last section may hold fewer heads (always possible when the batch or the heads are dynamic)."""
+        last = self.last_section_heads
+        return not X.is_static(last) or last != self.section_heads
 
     @property
     def opaque_kv_end(self) -> bool:
         """Non-causal with few key blocks: the CUDA kernel hides the trip count from ptxas (see the template)."""
-        return not self.causal and self.kv_blocks <= OPAQUE_KV_BLOCKS
+        return not self.causal and X.is_static(self.kv_blocks) and self.kv_blocks <= OPAQUE_KV_BLOCKS
 
     @property
     def pp_sums_before_turn(self) -> bool:
@@ -317,6 +367,7 @@ class Dims(NamedTuple):
     d: int
     dtype: str
     shapes: dict
+    ranges: dict = {}    # the dynamic sizes' SizeRanges by name ({} when none)
 
 
 class Blocks(NamedTuple):

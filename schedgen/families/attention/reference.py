@@ -80,7 +80,11 @@ def attention_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """Attention sizes of a few blocks: Sq and Skv of `tiles` blocks (Skv - Sq kept for causal alignment), one
-    batch, two kv heads (q heads keep their group size)."""
+    batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
+    (the plan is taken at the largest sizes, the result rounded up to the size's multiple_of within min..max)."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    if ranges:
+        plan = plan.at({n: r.max for n, r in ranges.items()})
     op = spec.op
     qn, kn, _ = list(op.inputs)
     qs, ks = list(op.inputs[qn].shape), list(op.inputs[kn].shape)
@@ -94,5 +98,6 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
             qs[2]: min(plan.heads_q, 2 * (plan.heads_q // plan.heads_kv)), ks[2]: min(plan.heads_kv, 2)}
     for dim, value in want.items():
         if isinstance(dim, str) and dim not in out:
-            out[dim] = value
+            r = ranges.get(dim)
+            out[dim] = value if r is None else min(r.max, max(r.min, -(-value // r.multiple_of) * r.multiple_of))
     return out

@@ -31,6 +31,15 @@ NC3 = {"D": 64, "schedule.in_specs.q.block_shape": [192, 64], "schedule.in_specs
 RAGGED = {"op.sizes": {"B": 2, "S": 1000, "T": 1000, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
           "op.inputs.v.shape": ["B", "T", "H", "D"], "op.causal": True}
 PERSIST = {"schedule.persistent.loop": "nd_loop"}
+# dynamic sizes (launch arguments): any batch and length (ragged last blocks), heads too; Sq and Skv apart, causal
+DYN_BS = {"op.sizes": {"B": {"dynamic": True, "max": 64}, "S": {"dynamic": True, "max": 32768}, "H": 16, "D": 128}}
+DYN_HEADS = {"op.sizes": {"B": 2, "S": 4096, "H": {"dynamic": True, "min": 8, "max": 64, "multiple_of": 8}, "D": 128}}
+DYN_SQ_SKV = {"op.sizes": {"B": 1, "S": {"dynamic": True, "max": 2048}, "T": {"dynamic": True, "min": 2048,
+                                                                                "max": 65536}, "H": 4, "D": 128},
+              "op.inputs.k.shape": ["B", "T", "H", "D"], "op.inputs.v.shape": ["B", "T", "H", "D"], "op.causal": True}
+DYN_GQA = {"op.sizes": {"B": {"dynamic": True, "max": 16}, "S": {"dynamic": True, "max": 32768}, "H": 8, "G": 2,
+                        "D": 128},
+           "op.inputs.k.shape": ["B", "S", "G", "D"], "op.inputs.v.shape": ["B", "S", "G", "D"]}
 DYN = {"schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
        "schedule.pipeline.compute_registers": 232}
 VARIANTS = {
@@ -40,6 +49,16 @@ VARIANTS = {
     "nopp": {"schedule.barriers": {}}, "d64": D64, "d256": D256, "gqa": GQA,
     "one_consumer": {"schedule.barriers": {}, "schedule.pipeline.num_compute_wgs": 1,
                      "schedule.in_specs.q.block_shape": [64, 128]},
+    "dyn_bs": DYN_BS, "dyn_bs_causal_persistent": {**DYN_BS, **PERSIST, "op.causal": True},
+    "dyn_heads_bhsd_lse": {**DYN_HEADS, "op.layout": "bhsd", "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"},
+                           **{f"op.{g}.{n}.shape": ["B", "H", "S", "D"] for g, n in
+                              (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))}},
+    "dyn_sq_skv_causal": DYN_SQ_SKV,
+    # 3 consumers on 160 registers: the epilogue recounts its tile (kept through the loop, its coordinates spilled)
+    "dyn_three_consumers": {**NC3, "op.sizes.S": {"dynamic": True, "min": 256, "max": 4096, "multiple_of": 256},
+                            "op.sizes.B": {"dynamic": True, "max": 8}},
+    "dyn_gqa_causal_dynamic_lse": {**DYN_GQA, **DYN, "op.causal": True,
+                                   "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
 }
 
 
