@@ -13,7 +13,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["DTYPES", "dtype_name", "ArgumentError", "DeviceView", "classify", "describe", "device_view", "check",
-           "same_device", "empty_like_kind", "host_view", "check_meta"]
+           "same_device", "empty_like_kind", "host_view", "check_meta", "torch_view", "torch_dtype_name",
+           "kind_of"]
 
 DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -71,16 +72,52 @@ def _module_root(obj: Any) -> str:
     return type(obj).__module__.split(".", 1)[0]
 
 
+_KIND_OF_TYPE: dict[type, str] = {}   # types whose kind follows from the type alone (not from instance attributes)
+_TORCH_DTYPES: dict[Any, str | None] = {}
+
+
+def kind_of(obj: Any) -> str | None:
+    """classify(obj), cached per type, or None for what classify refuses (the caller's checks then say why)."""
+    kind = _KIND_OF_TYPE.get(type(obj))
+    if kind is None:
+        try:
+            kind = classify(obj)
+        except ArgumentError:
+            return None
+    return kind
+
+
+def torch_dtype_name(dt: Any) -> str | None:
+    """Our dtype name for a torch dtype, read from `tensor.dtype` (never the array-interface typestr: older torch
+    reports bf16 there as '<f2'); cached per dtype object."""
+    try:
+        return _TORCH_DTYPES[dt]
+    except KeyError:
+        name = _TORCH_DTYPES[dt] = _TORCH_REV.get(str(dt))
+        return name
+
+
 def classify(obj: Any, name: str = "argument") -> str:
-    """Which kind of array `obj` is; ArgumentError for anything unsupported."""
+    """Which kind of array `obj` is; ArgumentError for anything unsupported. Cached per type for the framework
+    kinds, whose test reads only the type."""
+    kind = _KIND_OF_TYPE.get(type(obj))
+    if kind is not None:
+        return kind
+    kind = _classify(obj, name)
+    if kind in ("numpy", "torch", "cupy", "jax"):
+        _KIND_OF_TYPE[type(obj)] = kind
+    return kind
+
+
+def _classify(obj: Any, name: str) -> str:
     if isinstance(obj, np.ndarray):
         return "numpy"
     root = _module_root(obj)
-    if root == "torch" and hasattr(obj, "data_ptr"):
+    if root == "torch" and hasattr(type(obj), "data_ptr"):
         return "torch"
-    if root == "cupy" and hasattr(obj, "data"):
+    if root == "cupy" and hasattr(type(obj), "data"):
         return "cupy"
-    if root in ("jax", "jaxlib") and hasattr(obj, "__dlpack__"):
+    if root in ("jax", "jaxlib") and hasattr(type(obj), "__dlpack__"):
         return "jax"
     if _has_cai(obj):
         return "cuda_array_interface"
@@ -212,7 +249,9 @@ def describe(obj: Any, name: str) -> tuple[str, tuple[int, ...], str]:
     kind = classify(obj, name)
     if kind == "numpy":
         return kind, tuple(obj.shape), dtype_name(obj.dtype) or str(obj.dtype)
-    if kind in ("torch", "cupy", "jax"):
+    if kind == "torch":
+        return kind, tuple(int(d) for d in obj.shape), torch_dtype_name(obj.dtype) or str(obj.dtype)
+    if kind in ("cupy", "jax"):
         return kind, tuple(int(d) for d in obj.shape), dtype_name(obj.dtype) or str(obj.dtype)
     if kind == "cuda_array_interface":
         _, shape, _, dt, typestr = _cai(obj, name)
@@ -246,6 +285,8 @@ def device_view(obj: Any, name: str) -> DeviceView:
     if kind == "numpy":
         raise ArgumentError(f"{name}: lives on the CPU (numpy); copy it to the GPU first "
                             f"(schedgen.runtime.driver.Buffer.upload) or pass a device array")
+    if kind == "torch":
+        return torch_view(obj, name)
     dev_type, dev_id = _dlpack_device(obj, name) if hasattr(obj, "__dlpack_device__") else (_KDLCUDA, -1)
     if dev_type != _KDLCUDA:
         raise ArgumentError(f"{name}: lives on {_where(dev_type)} ({kind}); move it to a CUDA device first")
@@ -271,6 +312,23 @@ def device_view(obj: Any, name: str) -> DeviceView:
         raise ArgumentError(f"{name}: unsupported {_dl_dtype_str(info.dtype)}; expected one of {', '.join(DTYPES)}")
     strides = info.strides if info.strides is not None else _c_strides(info.shape, DTYPES[dt].itemsize)
     return DeviceView(info.ptr, info.shape, strides, dt, info.device[1], kind, (obj, capsule))
+
+
+def torch_view(t: Any, name: str) -> DeviceView:
+    """A torch tensor read through its own attributes (data_ptr(), shape, stride(), dtype, device): no
+    __cuda_array_interface__ or __dlpack__ round trip, and bf16 read as bf16."""
+    dev = t.device
+    if dev.type != "cuda":
+        where = "the CPU" if dev.type == "cpu" else f"the {dev.type} device"
+        raise ArgumentError(f"{name}: lives on {where} (torch); move it to a CUDA device first")
+    dt = torch_dtype_name(t.dtype)
+    if dt is None:
+        raise ArgumentError(f"{name}: unsupported dtype {_pretty_dtype(str(t.dtype))}; expected one of "
+                            f"{', '.join(DTYPES)}")
+    item = DTYPES[dt].itemsize
+    index = dev.index
+    return DeviceView(int(t.data_ptr()), tuple(int(d) for d in t.shape), tuple(int(s) * item for s in t.stride()),
+                      dt, -1 if index is None else int(index), "torch", t)
 
 
 def _pointer_device(ptr: int) -> int:

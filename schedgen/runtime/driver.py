@@ -18,7 +18,8 @@ from cuda.bindings import driver as cu
 __all__ = [
     "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
     "validate_tiled", "encode_tiled", "Arg", "validate_launch", "launch", "Buffer", "synchronize", "time_ms",
-    "copy_d2d",
+    "copy_d2d", "Params", "LaunchConfig", "stream_handle", "is_capturing", "CaptureError", "CounterPool",
+    "counter_pool",
 ]
 
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -292,20 +293,81 @@ def encode_tiled(ptr: int, dtype: str, shape: Sequence[int], strides: Sequence[i
                  swizzle: int = 0, oob_nan: bool = False, l2_promotion: int = 256) -> bytes:
     """cuTensorMapEncodeTiled for a numpy-order (outermost first) view; returns the 128 opaque bytes."""
     lay = validate_tiled(ptr, dtype, shape, strides, box, swizzle=swizzle, l2_promotion=l2_promotion)
+    enums = tiled_enums(dtype, swizzle, oob_nan, l2_promotion)
+    global _direct_checked
+    direct = _direct_encoder()
+    if direct is not None:
+        got = _encode_direct(direct, ptr, lay, enums)
+        if _direct_checked:
+            return got
+        # once per process: the direct call must give the bytes cuda.bindings gives, or it is not used again
+        ref = _encode_bindings(ptr, lay, enums)
+        _direct_checked = got == ref
+        if not _direct_checked:
+            _disable_direct()
+        return ref
+    return _encode_bindings(ptr, lay, enums)
+
+
+def tiled_enums(dtype: str, swizzle: int, oob_nan: bool, l2_promotion: int) -> tuple:
+    """(data type, interleave, swizzle, L2 promotion, OOB fill) enums of cuTensorMapEncodeTiled."""
     fill = cu.CUtensorMapFloatOOBfill
+    return (TMA_DTYPES[dtype], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLE[swizzle]}"),
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{_L2[l2_promotion]}"),
+            fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA if oob_nan else fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+def _encode_bindings(ptr: int, lay: TiledLayout, enums: tuple) -> bytes:
+    dt, interleave, swz, l2, oob = enums
     tmap = _call(
-        "cuTensorMapEncodeTiled",
-        TMA_DTYPES[dtype], len(lay.dims), ptr,
+        "cuTensorMapEncodeTiled", dt, len(lay.dims), ptr,
         [cu.cuuint64_t(d) for d in lay.dims],
         [cu.cuuint64_t(s) for s in lay.strides],
         [cu.cuuint32_t(b) for b in lay.box],
         [cu.cuuint32_t(1)] * len(lay.dims),
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLE[swizzle]}"),
-        getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{_L2[l2_promotion]}"),
-        fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA if oob_nan else fill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )
+        interleave, swz, l2, oob)
     return ctypes.string_at(tmap.getPtr(), 128)
+
+
+# cuTensorMapEncodeTiled called through ctypes (a few microseconds cheaper a map than building cuda.bindings'
+# argument objects): used once it has given the same bytes as cuda.bindings for the process's first map.
+_direct: list = []
+_direct_checked = False
+
+
+def _direct_encoder() -> Any:
+    if not _direct:
+        try:
+            f = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+            c = ctypes
+            f.restype = c.c_int
+            f.argtypes = [c.c_void_p, c.c_int, c.c_uint32, c.c_void_p, c.POINTER(c.c_uint64),
+                          c.POINTER(c.c_uint64), c.POINTER(c.c_uint32), c.POINTER(c.c_uint32), c.c_int, c.c_int,
+                          c.c_int, c.c_int]
+            _direct.append(f)
+        except (OSError, AttributeError):
+            _direct.append(None)
+    return _direct[0]
+
+
+def _disable_direct() -> None:
+    _direct[:] = [None]
+
+
+def _encode_direct(f: Any, ptr: int, lay: TiledLayout, enums: tuple) -> bytes:
+    rank = len(lay.dims)
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) // 64 * 64          # CUtensorMap is 64-byte aligned
+    dims = (ctypes.c_uint64 * rank)(*lay.dims)
+    strides = (ctypes.c_uint64 * max(rank - 1, 1))(*lay.strides)
+    box = (ctypes.c_uint32 * rank)(*lay.box)
+    ones = (ctypes.c_uint32 * rank)(*([1] * rank))
+    dt, interleave, swz, l2, oob = (int(e) for e in enums)
+    err = f(addr, dt, rank, ptr, dims, strides, box, ones, interleave, swz, l2, oob)
+    if err != 0:
+        raise CudaError("cuTensorMapEncodeTiled", cu.CUresult(err))
+    return ctypes.string_at(addr, 128)
 
 
 # ---------------------------------------------------------------------------------------------- launches
@@ -421,6 +483,210 @@ def launch(func: Any, *, grid: tuple[int, int, int], block: tuple[int, int, int]
     del keep  # storage must outlive the call only; the driver copies parameters at launch
 
 
+class Params:
+    """Kernel parameters packed once into one aligned buffer, with the `void*[n]` array the driver reads.
+
+    A later call rewrites only the arguments that changed (`set`): the driver copies the parameters at each launch
+    (and into the graph node when a stream is capturing), so rewriting them after a launch is safe."""
+
+    def __init__(self, args: Sequence[Arg]):
+        offsets, end = [], 0
+        for a in args:
+            if not isinstance(a, Arg):
+                raise TypeError(f"kernel arguments must be Arg instances, got {type(a).__name__}")
+            end = (end + a.align - 1) // a.align * a.align
+            offsets.append(end)
+            end += len(a.data)
+        self._buf = ctypes.create_string_buffer(end + 64)
+        base = (ctypes.addressof(self._buf) + 63) // 64 * 64
+        self._addrs = [base + off for off in offsets]
+        self._sizes = [len(a.data) for a in args]
+        self._aligns = [a.align for a in args]
+        self._array = (ctypes.c_void_p * max(len(args), 1))(*self._addrs)
+        self.address = ctypes.addressof(self._array) if args else 0
+        for i, a in enumerate(args):
+            ctypes.memmove(self._addrs[i], a.data, len(a.data))
+
+    def __len__(self) -> int:
+        return len(self._addrs)
+
+    def set(self, i: int, a: Arg) -> None:
+        if len(a.data) != self._sizes[i]:
+            raise ValueError(f"kernel argument {i}: {len(a.data)} bytes where {self._sizes[i]} were packed")
+        ctypes.memmove(self._addrs[i], a.data, len(a.data))
+
+    def get(self, i: int) -> Arg:
+        return Arg(ctypes.string_at(self._addrs[i], self._sizes[i]), self._aligns[i])
+
+
+class LaunchConfig:
+    """A CUlaunchConfig built once (geometry validated, cluster attribute set); `launch` sets only the stream."""
+
+    def __init__(self, func: Any, *, grid: Sequence[int], block: Sequence[int], smem: int,
+                 cluster: Sequence[int] | None = None):
+        g, b, c = validate_launch(grid, block, smem, cluster)
+        self.func, self.grid, self.block, self.smem, self.cluster = func, g, b, int(smem), c
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
+        cfg.sharedMemBytes = int(smem)
+        if c is not None:
+            if c[0] * c[1] * c[2] > 8:
+                _call("cuFuncSetAttribute", func,
+                      cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        else:
+            cfg.numAttrs = 0
+        self._cfg = cfg
+        self._stream = -1
+
+    def launch(self, params: Params, stream: int) -> None:
+        """cuLaunchKernelEx over packed parameters on `stream` (an int handle)."""
+        cfg = self._cfg
+        if stream != self._stream:
+            cfg.hStream = _cu_stream(stream)
+            self._stream = stream
+        err = _launch_ex(cfg, self.func, params.address, 0)
+        if isinstance(err, tuple):
+            err = err[0]
+        if err != _SUCCESS:
+            raise CudaError("cuLaunchKernelEx", err)
+
+
+_SUCCESS = cu.CUresult.CUDA_SUCCESS
+_launch_ex = cu.cuLaunchKernelEx
+_streams: dict[int, Any] = {}
+
+
+def _cu_stream(handle: int) -> Any:
+    s = _streams.get(handle)
+    if s is None:
+        if len(_streams) > 1024:
+            _streams.clear()
+        s = _streams[handle] = cu.CUstream(int(handle))
+    return s
+
+
+# ---------------------------------------------------------------------------------------------- streams / capture
+
+class CaptureError(RuntimeError):
+    """An operation that is illegal while a stream captures a CUDA graph was asked for."""
+
+
+def stream_handle(stream: Any) -> int:
+    """The CUstream handle (an int) of `stream`: an int, an object with the `__cuda_stream__` protocol (returns
+    (version, handle)), a torch.cuda.Stream (`.cuda_stream`), a cupy Stream (`.ptr`) or a cuda.bindings CUstream;
+    TypeError for anything else."""
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise TypeError(f"stream: a stream handle is >= 0, got {stream}")
+        return stream
+    proto = getattr(type(stream), "__cuda_stream__", None)
+    if proto is not None:
+        got = stream.__cuda_stream__
+        got = got() if callable(got) else got
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return (version, handle), "
+                            f"got {got!r}")
+        return stream_handle(int(got[1]))
+    for attr in ("cuda_stream", "ptr"):      # torch.cuda.Stream, cupy.cuda.Stream
+        value = getattr(stream, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return stream_handle(value)
+    if isinstance(stream, cu.CUstream):
+        return int(stream)
+    raise TypeError(f"stream: expected an int handle, a torch.cuda.Stream, a cupy Stream or an object with "
+                    f"__cuda_stream__, got {type(stream).__name__}")
+
+
+_CAPTURING = None
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing). The legacy stream counts as capturing while
+    another stream captures in global mode (the driver says CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: work on it would
+    invalidate that capture)."""
+    global _CAPTURING
+    if _CAPTURING is None:
+        _CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    err, status = cu.cuStreamIsCapturing(_cu_stream(stream))
+    if err == cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+        return True
+    if err != _SUCCESS:
+        raise CudaError("cuStreamIsCapturing", err)
+    return status != _CAPTURING
+
+
+# ---------------------------------------------------------------------------------------------- tile counters
+
+COUNTER_SLOT = 16       # bytes between two counters (each COUNTER_BYTES = 8, 16-byte aligned)
+COUNTER_SLOTS = 4096    # counters per pool chunk (64 KiB)
+
+
+class CounterPool:
+    """The tile counters of dynamic persistent grids on one device: allocated and zeroed once (outside any graph
+    capture), then handed out with no allocation, copy or synchronization.
+
+    Why this is correct: every launch's last CTA re-zeroes its counter, so a counter is zero again when the next
+    launch that uses it starts, provided that no two launches use one counter at the same time. Eager launches take
+    the counter of their stream (launches on one stream run in order, whatever kernel they are; two streams get two
+    counters). A launch captured into a CUDA graph takes a counter of its own, never given to anything else: the
+    graph node keeps that pointer for every replay, and replays of one executable graph run one after the other."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self._chunks: list[Any] = []
+        self._free: list[int] = []
+        self._by_stream: dict[int, int] = {}
+        self._grow()
+
+    def _grow(self) -> None:
+        buf = Buffer(COUNTER_SLOT * COUNTER_SLOTS, self.device)
+        buf.upload(np.zeros(COUNTER_SLOT * COUNTER_SLOTS // 4, np.uint32))
+        self._chunks.append(buf)
+        self._free.extend(reversed([buf.ptr + COUNTER_SLOT * i for i in range(COUNTER_SLOTS)]))
+
+    @property
+    def allocations(self) -> int:
+        return len(self._chunks)
+
+    def for_stream(self, stream: int) -> int:
+        """The counter of eager launches on `stream` (never called while it captures)."""
+        ptr = self._by_stream.get(stream)
+        if ptr is None:
+            if not self._free:
+                self._grow()
+            ptr = self._by_stream[stream] = self._free.pop()
+        return ptr
+
+    def for_graph(self, stream: int, who: str) -> int:
+        """A counter owned by one captured launch for the life of the process."""
+        if not self._free:
+            raise CaptureError(f"{who}: all {len(self._chunks) * COUNTER_SLOTS} tile counters of cuda:{self.device} "
+                               f"are held by captured graphs, and more cannot be allocated while stream {stream:#x} "
+                               f"captures; call the kernel once outside capture first (that grows the pool)")
+        return self._free.pop()
+
+
+_counter_pools: dict[int, CounterPool] = {}
+
+
+def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> CounterPool:
+    """The device's counter pool, allocated on first use; CaptureError when that first use is inside a capture."""
+    pool = _counter_pools.get(device)
+    if pool is None:
+        if is_capturing(stream):
+            raise CaptureError(f"{who}: the first launch of a dynamic-grid kernel on cuda:{device} allocates its "
+                               f"tile counters, which is illegal while stream {stream:#x} captures a CUDA graph; "
+                               f"call the kernel once before capturing (a warm-up call, as torch.cuda.graph asks)")
+        pool = _counter_pools[device] = CounterPool(device)
+    return pool
+
+
 def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cluster: tuple[int, int, int]) -> int:
     """How many clusters of this shape the current GPU holds at once (cuOccupancyMaxActiveClusters).
 
@@ -440,18 +706,18 @@ def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cl
 # ---------------------------------------------------------------------------------------------- memory / timing
 
 class Buffer:
-    """An owned device allocation in the current (primary) context."""
+    """An owned device allocation in `device`'s primary context (made current)."""
 
     # Bound at class creation so __del__ still works while module globals are torn down at exit.
     _finalizing = staticmethod(sys.is_finalizing)
     _mem_free = staticmethod(cu.cuMemFree)
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, device: int = 0):
         if nbytes < 0:
             raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
         self.ptr = 0
         self.nbytes = int(nbytes)
-        ensure_context()
+        ensure_context(device)
         self.ptr = int(_call("cuMemAlloc", max(self.nbytes, 1)))
 
     def _host(self, host: np.ndarray, what: str) -> int:

@@ -8,7 +8,10 @@ kernel's own name and arguments.
 """
 from __future__ import annotations
 
-import math
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -16,9 +19,31 @@ import numpy as np
 
 from ..plan import dims
 from ..plan import launch as launch_record
-from ..plan.launch import COUNTER_BYTES, LaunchRecord, Operand
+from ..plan.launch import LaunchRecord, Operand
 from . import arrays, pallas_call
 from .arrays import ArgumentError
+
+STATE_CACHE = 64     # launch states (one per input shapes and device) kept
+TMAP_CACHE = 256     # tensor maps (one per pointer and extents) kept
+_SLOW = object()     # the torch fast path hands the call to the general one
+
+
+@dataclass(eq=False)
+class _Resolved:
+    """The launch data of one set of sizes on one device, evaluated once; the packed parameters and the launch
+    config are built at its first launch and only the changed pointers re-packed afterwards."""
+    sizes: dict
+    out_shapes: tuple
+    blocks: int                       # num_blocks evaluated (before the persistent-grid clamp)
+    tmaps: dict                       # kernel-arg index -> (dtype, shape, strides, box, swizzle, oob_nan)
+    by_operand: list                  # operand -> the kernel-arg indices (ptr, tmap) over it
+    counters: list                    # kernel-arg indices of the tile counter
+    i32: dict                         # kernel-arg index -> value
+    device: int
+    params: Any = None                # driver.Params
+    config: Any = None                # driver.LaunchConfig
+    ptrs: Any = None                  # the operand pointers packed now
+    counter: int = 0                  # the counter pointer packed now
 
 
 class Kernel:
@@ -29,6 +54,9 @@ class Kernel:
         self._module = None
         self._pallas = pallas_call.PallasCall(self)   # the Pallas call path, its kernels cached per sizes
         self._cache: dict = {}
+        self._states: OrderedDict = OrderedDict()   # (device, input shapes or sizes) -> _Resolved
+        self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
+        self._lock = threading.Lock()
         self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
 
     # ------------------------------------------------------------------ introspection
@@ -45,9 +73,13 @@ class Kernel:
         return f"<schedgen kernel {self.name}({sig}) backends={list(self.launch.backends)}>"
 
     # ------------------------------------------------------------------ calling
-    def __call__(self, *args: Any, out: Any = None, stream: int | None = None, backend: str | None = None,
+    def __call__(self, *args: Any, out: Any = None, stream: Any = None, backend: str | None = None,
                  interpret: Any = None) -> Any:
-        """backend None: "pallas" for jax arrays, tracers and interpret=, else "cuda" (pallas_call.choose_backend)."""
+        """Run the kernel. backend None: "pallas" for jax arrays, tracers and interpret=, else "cuda"
+        (pallas_call.choose_backend). `stream` (CUDA backend): an int handle, a torch.cuda.Stream, a cupy Stream or
+        any object with `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's;
+        the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
+        numpy and jax arrays may not (a CaptureError says so)."""
         if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
             # torch tensors (real, meta or fake, traced by torch.compile) go through the custom op, whose real
             # implementation comes back to _call_cuda; anything else returns NotImplemented
@@ -112,25 +144,95 @@ class Kernel:
                 arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype)
         return sizes
 
-    def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: int = 0) -> Callable[[], None]:
+    def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: Any = 0) -> Callable[[], None]:
         """A zero-argument launcher over fixed device arrays (tensor maps encoded once): for benchmarks."""
+        from . import driver
         ins_v = [arrays.device_view(a, o.name) for a, o in zip(args, self.inputs)]
         outs_v = [arrays.device_view(a, o.name) for a, o in zip(outs, self.outputs)]
         sizes = self.bind([v.shape for v in ins_v])
-        return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], stream, sizes=sizes)
+        device = max(arrays.same_device({f"{i}": v for i, v in enumerate(ins_v + outs_v)}), 0)
+        return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], driver.stream_handle(stream),
+                              device, sizes)
 
-    def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: int,
-                  device: int = 0, sizes: dict[str, int] | None = None) -> Callable[[], None]:
-        from . import driver
+    # ------------------------------------------------------------------ the launch state, cached
+    def _resolved(self, device: int, sizes: dict[str, int], key: Any = None) -> _Resolved:
+        """The launch data of one set of sizes on one device (LRU keyed by the input shapes): evaluated tensor-map
+        extents, i32 values, the block count; the packed parameters and launch config once it has launched."""
+        key = (device, tuple(sorted(sizes.items()))) if key is None else key
+        st = self._states.get(key)
+        if st is not None:
+            self._states.move_to_end(key)
+            return st
         r = self.launch
-        driver.ensure_context(device)
+        tmaps: dict[int, tuple] = {}
+        by_operand: list[list[int]] = [[] for _ in r.operands]
+        i32: dict[int, int] = {}
+        counters: list[int] = []
+        for i, a in enumerate(r.kernel_args):
+            if a.kind == "i32":
+                i32[i] = int(dims.evaluate(a.value, sizes))
+            elif a.kind == "ptr":
+                by_operand[a.operand].append(i)
+            elif a.kind == "counter":
+                counters.append(i)
+            elif a.kind == "tmap":
+                tmaps[i] = (a.dtype, tuple(int(dims.evaluate(d, sizes)) for d in a.shape),
+                            tuple(int(dims.evaluate(d, sizes)) for d in a.strides), tuple(a.box), a.swizzle,
+                            a.oob_nan)
+                by_operand[a.operand].append(i)
+            else:
+                raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
+        st = _Resolved(dict(sizes), self.output_shapes(sizes), int(dims.evaluate(r.num_blocks, sizes)), tmaps,
+                       by_operand, counters, i32, device)
+        self._states[key] = st
+        if len(self._states) > STATE_CACHE:
+            self._states.popitem(last=False)
+        return st
+
+    def _tmap(self, ptr: int, spec: tuple) -> bytes:
+        """A tensor map over `ptr` (LRU keyed by pointer, extents, strides and box)."""
+        from . import driver
+        key = (ptr,) + spec
+        got = self._tmaps.get(key)
+        if got is not None:
+            self._tmaps.move_to_end(key)
+            return got
+        dtype, shape, strides, box, swizzle, oob_nan = spec
+        got = self._tmaps[key] = driver.encode_tiled(ptr, dtype, shape, strides, box, swizzle=swizzle,
+                                                     oob_nan=oob_nan)
+        if len(self._tmaps) > TMAP_CACHE:
+            self._tmaps.popitem(last=False)
+        return got
+
+    def _operand_arg(self, st: _Resolved, i: int, ptr: int):
+        from . import driver
+        spec = st.tmaps.get(i)
+        return driver.Arg.ptr(ptr) if spec is None else driver.Arg.tensor_map(self._tmap(ptr, spec))
+
+    def _args_of(self, st: _Resolved, ptrs: Sequence[int], counter: int) -> list:
+        from . import driver
+        if len(ptrs) != len(self.launch.operands):
+            raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
+        args: list = [None] * len(self.launch.kernel_args)
+        for i, v in st.i32.items():
+            args[i] = driver.Arg.i32(v)
+        for i in st.counters:
+            args[i] = driver.Arg.ptr(counter)
+        for operand, idxs in enumerate(st.by_operand):
+            for i in idxs:
+                args[i] = self._operand_arg(st, i, ptrs[operand])
+        return args
+
+    def _realize(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int) -> None:
+        """First launch of a launch state: the CUfunction, the resident-block count, the launch config and the
+        packed parameters, built once."""
+        from . import driver
+        r, device = self.launch, st.device
         if self._module is None:
             self._module = driver.Module((self.root / "kernel.cubin").read_bytes())
         func = self._module.function(r.kernel_name, dynamic_smem=r.smem_bytes)  # cached per context
-        sizes = sizes or {}
-        args = self._arguments(list(in_ptrs) + list(out_ptrs), device, stream, sizes)
         cluster = r.cluster
-        blocks = dims.evaluate(r.num_blocks, sizes)
+        blocks = st.blocks
         if r.auto_blocks:
             key = ("blocks", device)
             if key not in self._cache:
@@ -141,51 +243,146 @@ class Kernel:
                     fit = driver.device_info()["sm_count"] * r.blocks_per_sm
                 self._cache[key] = max(1, fit)
             blocks = max(1, min(blocks // cluster[0], self._cache[key])) * cluster[0]
-        grid, block, smem = (blocks, 1, 1), (r.threads, 1, 1), r.smem_bytes
-        launch_cluster = cluster if cluster[0] > 1 else None
+        params = driver.Params(self._args_of(st, ptrs, counter))
+        st.config = driver.LaunchConfig(func, grid=(blocks, 1, 1), block=(r.threads, 1, 1), smem=r.smem_bytes,
+                                        cluster=cluster if cluster[0] > 1 else None)
+        st.params, st.ptrs, st.counter = params, list(ptrs), counter
+
+    def _first_launch(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int) -> None:
+        from . import driver
+        try:
+            self._realize(st, ptrs, stream, counter)
+        except driver.CudaError as e:
+            if driver.is_capturing(stream):
+                raise driver.CaptureError(
+                    f"{self.name}: the first launch at these sizes loads the kernel ({e}), which failed while stream "
+                    f"{stream:#x} captures a CUDA graph; call the kernel once at these sizes before capturing "
+                    f"(a warm-up call, as torch.cuda.graph asks)") from e
+            raise
+
+    def _counter_ptr(self, device: int, stream: int) -> int:
+        """A dynamic persistent grid's tile counter from the device's pool (driver.CounterPool: allocated once,
+        outside capture; one per stream for eager launches, one per captured launch)."""
+        driver = _driver()
+        pool = driver.counter_pool(device, stream=stream, who=self.name)
+        if driver.is_capturing(stream):
+            return pool.for_graph(stream, self.name)
+        return pool.for_stream(stream)
+
+    def _go(self, st: _Resolved, ptrs: list[int], stream: int) -> None:
+        """Launch: re-pack only the operands whose pointer changed (and the counter when it did)."""
+        driver = _driver()
+        with self._lock:
+            counter = self._counter_ptr(st.device, stream) if st.counters else 0
+            if st.params is None:
+                self._first_launch(st, ptrs, stream, counter)
+            else:
+                params, cur = st.params, st.ptrs
+                if ptrs != cur:
+                    for operand, (p, c) in enumerate(zip(ptrs, cur)):
+                        if p != c:
+                            for i in st.by_operand[operand]:
+                                params.set(i, self._operand_arg(st, i, p))
+                    st.ptrs = list(ptrs)
+                if counter != st.counter:
+                    for i in st.counters:
+                        params.set(i, driver.Arg.ptr(counter))
+                    st.counter = counter
+            st.config.launch(st.params, stream)
+
+    def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: Any,
+                  device: int = 0, sizes: dict[str, int] | None = None) -> Callable[[], None]:
+        from . import driver
+        driver.ensure_context(device)
+        st = self._resolved(device, sizes or {})
+        ptrs = list(in_ptrs) + list(out_ptrs)
+        if len(ptrs) != len(self.launch.operands):
+            raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
+        stream = driver.stream_handle(stream)
 
         def go() -> None:
-            driver.launch(func, grid=grid, block=block, smem=smem, args=args, stream=stream, cluster=launch_cluster)
+            self._go(st, ptrs, stream)
         return go
 
     def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0,
                    sizes: dict[str, int] | None = None) -> list:
         """The kernel's parameters, in the record's order, over the operands' device pointers (inputs then
         outputs): tensor maps encoded here (driver.encode_tiled checks every rule before the driver sees it)."""
-        from . import driver
-        if len(ptrs) != len(self.launch.operands):
-            raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
-        sizes = sizes or {}
-        args = []
-        for a in self.launch.kernel_args:
-            if a.kind == "i32":
-                args.append(driver.Arg.i32(dims.evaluate(a.value, sizes)))
-            elif a.kind == "ptr":
-                args.append(driver.Arg.ptr(ptrs[a.operand]))
-            elif a.kind == "counter":
-                args.append(driver.Arg.ptr(self._counter(device, stream)))
-            elif a.kind == "tmap":
-                args.append(driver.Arg.tensor_map(driver.encode_tiled(
-                    ptrs[a.operand], a.dtype, [dims.evaluate(d, sizes) for d in a.shape],
-                    [dims.evaluate(d, sizes) for d in a.strides], a.box, swizzle=a.swizzle, oob_nan=a.oob_nan)))
-            else:
-                raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
-        return args
+        st = self._resolved(device, sizes or {})
+        return self._args_of(st, ptrs, self._counter_ptr(device, stream) if st.counters else 0)
 
-    def _counter(self, device: int, stream: int) -> int:
-        """The tile counter of a dynamic persistent grid: zeroed once, zeroed again by each launch's last CTA, and
-        one per stream, since launches on one stream run in order and launches on two would share the claims."""
-        from . import driver
-        key = ("counter", device, stream)
-        if key not in self._cache:
-            buf = driver.Buffer(COUNTER_BYTES)
-            buf.upload(np.zeros(COUNTER_BYTES // 4, np.uint32))
-            self._cache[key] = buf
-        return self._cache[key].ptr
-
-    def _call_cuda(self, args: Sequence[Any], out: Any, stream: int | None) -> Any:
-        from . import driver
+    # ------------------------------------------------------------------ the CUDA call
+    def _call_cuda(self, args: Sequence[Any], out: Any, stream: Any) -> Any:
+        driver = _driver()
         outs = _as_tuple(out)
+        if stream is not None:
+            try:
+                stream = driver.stream_handle(stream)
+            except TypeError as e:
+                raise ArgumentError(str(e)) from None
+        if args and arrays.kind_of(args[0]) == "torch":
+            res = self._call_torch(args, outs, stream)
+            if res is not _SLOW:
+                return res
+        return self._call_any(args, outs, stream)
+
+    def _call_torch(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:
+        """The fast path of torch CUDA tensors: shape, dtype (from tensor.dtype), contiguity, alignment and device
+        read from the tensor itself, the launch state from the shape LRU. Anything unusual goes the general way
+        (_SLOW), which says what is wrong."""
+        torch_t = _torch_ok
+        ptrs: list[int] = []
+        shapes = []
+        dev = -2
+        for a, o in zip(args, self.inputs):
+            if arrays.kind_of(a) != "torch":
+                return _SLOW
+            p = torch_t(a, o.dtype)
+            if p is None:
+                return _SLOW
+            d = a.get_device()
+            if dev != d:
+                if dev != -2:
+                    return _SLOW
+                dev = d
+            ptrs.append(p)
+            shapes.append(a.shape)
+        key = (dev, tuple(shapes))
+        st = self._states.get(key)
+        if st is not None:
+            try:
+                self._states.move_to_end(key)
+            except KeyError:    # another thread evicted it just now: it stays usable for this call
+                pass
+        else:
+            ok, why = _driver().available()
+            if not ok:
+                raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
+            st = self._resolved(dev, self.bind(shapes), key)
+        if outs is None:
+            like = args[0]
+            result = [_empty_torch(shape, o.dtype, like.device) for shape, o in zip(st.out_shapes, self.outputs)]
+            ptrs.extend(t.data_ptr() for t in result)
+        else:
+            if len(outs) != len(self.outputs):
+                return _SLOW
+            for a, o, shape in zip(outs, self.outputs, st.out_shapes):
+                if arrays.kind_of(a) != "torch":
+                    return _SLOW
+                p = torch_t(a, o.dtype)
+                if p is None or a.get_device() != dev or a.shape != shape:
+                    return _SLOW
+                ptrs.append(p)
+            result = list(outs)
+        if stream is None:
+            stream = _torch_stream(dev)
+        _driver().ensure_context(dev)
+        self._go(st, ptrs, stream)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _call_any(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:
+        """Every kind of array (numpy copied in and out, device arrays in place); the argument errors."""
+        from . import driver
         sizes = self.check_args(args, outs)
         ok, why = driver.available()
         if not ok:
@@ -193,55 +390,78 @@ class Kernel:
         kinds = [arrays.classify(a, o.name) for a, o in zip(args, self.inputs)]
         views = {o.name: arrays.device_view(a, o.name) for a, k, o in zip(args, kinds, self.inputs)
                  if k != "numpy"}
-        for a, o in zip(outs or (), self.outputs):
-            if arrays.classify(a) != "numpy":
+        out_kinds = [arrays.classify(a) for a in outs or ()]
+        for a, k, o in zip(outs or (), out_kinds, self.outputs):
+            if k != "numpy":
                 views[f"out[{o.name}]"] = arrays.device_view(a, o.name)
-        device = arrays.same_device(views)   # every device array on one GPU, or a clear error
-        driver.ensure_context(max(device, 0))
+        device = max(arrays.same_device(views), 0)   # every device array on one GPU, or a clear error
+        driver.ensure_context(device)
         like = next((a for a, k in zip(args, kinds) if k != "numpy"), None)
         like_kind = arrays.classify(like) if like is not None else "numpy"
+        if stream is None:
+            stream = _framework_stream(like, like_kind)
+        self._refuse_in_capture(kinds, out_kinds, outs is None and like is None, like_kind, stream)
+        if like_kind == "jax":
+            like.block_until_ready()
         keep: list[Any] = []
-        in_ptrs = []
-        for a, k, o in zip(args, kinds, self.inputs):
-            if k == "numpy":
-                buf = driver.Buffer(max(1, a.nbytes))
-                buf.upload(np.ascontiguousarray(a))
-                keep.append(buf)
-                in_ptrs.append(buf.ptr)
-            else:
-                in_ptrs.append(views[o.name].ptr)
+        in_ptrs = [self._host_copy(a, keep, device=device) if k == "numpy" else views[o.name].ptr
+                   for a, k, o in zip(args, kinds, self.inputs)]
+        st = self._resolved(device, sizes)
+        host_outs: list[tuple[np.ndarray, Any]] = []
         if outs is None:
-            outs_obj, out_ptrs, host_outs = [], [], []
-            for o, shape in zip(self.outputs, self.output_shapes(sizes)):
+            outs_obj, out_ptrs = [], []
+            for o, shape in zip(self.outputs, st.out_shapes):
                 if like is None:
-                    buf = driver.Buffer(max(1, math.prod(shape) * o.itemsize))
-                    keep.append(buf)
-                    host = np.empty(shape, arrays.DTYPES[o.dtype])
-                    host_outs.append((host, buf))
-                    outs_obj.append(host)
-                    out_ptrs.append(buf.ptr)
+                    host_arr = np.empty(shape, arrays.DTYPES[o.dtype])
+                    out_ptrs.append(self._host_copy(host_arr, keep, host_outs, upload=False, device=device))
+                    outs_obj.append(host_arr)
                 else:
                     obj, view = arrays.empty_like_kind(like_kind, like, shape, o.dtype)
                     outs_obj.append(obj)
                     out_ptrs.append(view.ptr)
         else:
-            outs_obj, out_ptrs, host_outs = list(outs), [], []
-            for a, o in zip(outs, self.outputs):
-                if arrays.classify(a) == "numpy":
-                    buf = driver.Buffer(max(1, a.nbytes))
-                    keep.append(buf)
-                    host_outs.append((a, buf))
-                    out_ptrs.append(buf.ptr)
-                else:
-                    out_ptrs.append(arrays.device_view(a, o.name).ptr)
-        if stream is None:
-            stream = _framework_stream(like, like_kind)
-        self._launcher(in_ptrs, out_ptrs, stream, max(device, 0), sizes)()
+            outs_obj = list(outs)
+            out_ptrs = [self._host_copy(a, keep, host_outs, upload=False, device=device) if k == "numpy"
+                        else views[f"out[{o.name}]"].ptr for a, k, o in zip(outs, out_kinds, self.outputs)]
+        self._go(st, in_ptrs + out_ptrs, stream)
         if host_outs or like_kind == "jax":
             driver.synchronize(stream)
-        for host, buf in host_outs:
-            buf.download(host)
+        for host_arr, buf in host_outs:
+            buf.download(host_arr)
         return outs_obj[0] if len(outs_obj) == 1 else tuple(outs_obj)
+
+    @staticmethod
+    def _host_copy(a: np.ndarray, keep: list, host_outs: list | None = None, upload: bool = True,
+                   device: int = 0) -> int:
+        """A device buffer for a numpy array: uploaded (an input) or downloaded after the launch (an output)."""
+        from . import driver
+        buf = driver.Buffer(max(1, a.nbytes), device)
+        keep.append(buf)
+        if upload:
+            buf.upload(np.ascontiguousarray(a))
+        if host_outs is not None:
+            host_outs.append((a, buf))
+        return buf.ptr
+
+    def _refuse_in_capture(self, kinds: Sequence[str], out_kinds: Sequence[str], host_result: bool, like_kind: str,
+                           stream: int) -> None:
+        """numpy arrays (copies, allocations) and jax arrays (waits) cannot be captured: a CaptureError says so
+        before any driver call that would break the capture."""
+        from . import driver
+        host = [o.name for k, o in zip(kinds, self.inputs) if k == "numpy"]
+        host += [f"out[{o.name}]" for k, o in zip(out_kinds, self.outputs) if k == "numpy"]
+        if host_result:
+            host += [f"{o.name} (the output)" for o in self.outputs]
+        if not (host or like_kind == "jax"):
+            return
+        if not driver.is_capturing(stream):
+            stream = _framework_capture()
+            if stream is None:
+                return
+        what = f"{host[0]} is a numpy array: copying it" if host else "jax arrays: ordering jax's work with the launch"
+        raise driver.CaptureError(
+            f"{self.name}: {what} is illegal while stream {stream:#x} captures a CUDA graph (numpy and jax "
+            f"arrays are not capturable); pass torch or cupy device arrays to a captured call")
 
     def pallas_module(self):
         return self._pallas.module()
@@ -261,16 +481,87 @@ def _as_tuple(out: Any) -> tuple | None:
 
 
 def _framework_stream(like: Any, kind: str) -> int:
-    """The stream the caller's framework is using, so our launch is ordered with its work."""
+    """The stream the caller's framework is using, so our launch is ordered with its work (jax: the legacy stream,
+    with jax's work waited for by the caller of this function)."""
     if kind == "torch":
-        import torch
-        return int(torch.cuda.current_stream(like.device).cuda_stream)
+        return _torch_stream(like.get_device())
     if kind == "cupy":
         import cupy
         return int(cupy.cuda.get_current_stream().ptr)
-    if kind == "jax":
-        like.block_until_ready()
     return 0
+
+
+def _framework_capture() -> int | None:
+    """The stream torch or cupy is capturing on this thread (their current stream), None when neither is: a numpy
+    call launches on the legacy stream, which the driver does not report as capturing while a non-blocking stream
+    (torch's, cupy's) captures, yet the copies it needs would break that capture."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        return int(torch.cuda.current_stream().cuda_stream)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            s = cupy.cuda.get_current_stream()
+            if s.is_capturing():
+                return int(s.ptr)
+        except Exception:   # an old cupy without capture support: nothing is capturing through it
+            pass
+    return None
+
+
+_current_raw_stream = None
+
+
+def _torch_stream(device: int) -> int:
+    """torch's current stream on `device` (its raw handle: no Stream object built per call)."""
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        import torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _current_raw_stream = raw if raw is not None else (
+            lambda d: int(torch.cuda.current_stream(d).cuda_stream))
+    return int(_current_raw_stream(device))
+
+
+def _torch_ok(t: Any, dtype: str) -> int | None:
+    """The data pointer of a torch tensor that needs no further check (CUDA, dtype `dtype` read from .dtype,
+    C-contiguous, 16-byte aligned), else None."""
+    if not t.is_cuda or arrays.torch_dtype_name(t.dtype) != dtype or not t.is_contiguous():
+        return None
+    p = t.data_ptr()
+    return None if p % 16 else p
+
+
+_TORCH_DT: dict[str, Any] = {}
+
+
+def _empty_torch(shape: tuple[int, ...], dtype: str, device: Any) -> Any:
+    dt = _TORCH_DT.get(dtype)
+    if dt is None:
+        import torch
+        dt = _TORCH_DT[dtype] = getattr(torch, arrays._TORCH[dtype])
+    return _torch_empty()(shape, dtype=dt, device=device)
+
+
+_EMPTY = []
+
+
+def _torch_empty():
+    if not _EMPTY:
+        import torch
+        _EMPTY.append(torch.empty)
+    return _EMPTY[0]
+
+
+_DRIVER: list = []
+
+
+def _driver():
+    """schedgen.runtime.driver, imported on first use (it needs cuda.bindings), then one list lookup."""
+    if not _DRIVER:
+        from . import driver
+        _DRIVER.append(driver)
+    return _DRIVER[0]
 
 
 def load_package(root: str | Path, torch_op: bool = False) -> Kernel:

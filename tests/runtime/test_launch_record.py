@@ -16,6 +16,8 @@ from schedgen.plan import launch as L
 from schedgen.runtime import driver
 from schedgen.runtime.kernel import load_package
 
+from fake_driver import FakeDriver
+
 
 def _plan(name):
     spec, src = load_spec(str(SPECS_DIR / name))
@@ -118,45 +120,6 @@ def test_missing_record_names_the_file_even_with_plan_json(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the call path
 
-class FakeDriver:
-    """Records what the launcher asks of the driver; encodes tensor maps into their arguments."""
-
-    def __init__(self, monkeypatch, sm_count=132, clusters=66):
-        self.encoded, self.launches, self.functions, self.buffers = [], [], [], []
-        self.sm_count, self.clusters = sm_count, clusters
-        fake = self
-
-        class Module:
-            def __init__(self, cubin):
-                fake.cubin = cubin
-
-            def function(self, name, *, dynamic_smem=0):
-                fake.functions.append((name, dynamic_smem))
-                return "F"
-
-        class Buffer:
-            def __init__(self, nbytes):
-                self.nbytes, self.ptr = nbytes, 0xC0000 + 0x100 * len(fake.buffers)
-                fake.buffers.append(self)
-
-            def upload(self, host):
-                self.uploaded = host.copy()
-
-        def encode_tiled(ptr, dtype, shape, strides, box, *, swizzle, oob_nan):
-            driver.validate_tiled(ptr, dtype, shape, strides, box, swizzle=swizzle)   # the driver's rules
-            fake.encoded.append((ptr, dtype, tuple(shape), tuple(strides), tuple(box), swizzle, oob_nan))
-            return len(fake.encoded).to_bytes(128, "little")
-
-        def launch(func, **kw):
-            fake.launches.append(kw)
-
-        for name, value in {"Module": Module, "Buffer": Buffer, "encode_tiled": encode_tiled, "launch": launch,
-                            "ensure_context": lambda device=0: None,
-                            "device_info": lambda: {"sm_count": fake.sm_count},
-                            "max_active_clusters": lambda func, **kw: fake.clusters}.items():
-            monkeypatch.setattr(driver, name, value)
-
-
 def _kernel(tmp_path, name):
     p = _plan(name)
     folder = _folder(tmp_path, p)
@@ -192,12 +155,15 @@ def test_dynamic_tile_counter_and_pointer_arguments(tmp_path, monkeypatch):
     ptrs = _ptrs(rec)
     for stream in (0, 0, 7):
         kernel._launcher(ptrs[:len(rec.inputs)], ptrs[len(rec.inputs):], stream=stream)()
-    assert [b.nbytes for b in fake.buffers] == [L.COUNTER_BYTES, L.COUNTER_BYTES]     # one per stream, kept
-    assert not fake.buffers[0].uploaded.any()
+    # one pool per device, zeroed once; a counter per stream out of it
+    assert [b.nbytes for b in fake.buffers] == [driver.COUNTER_SLOT * driver.COUNTER_SLOTS]
+    assert not fake.buffers[0].uploaded.any() and driver.COUNTER_SLOT >= L.COUNTER_BYTES
     go = fake.launches[0]
     assert go["grid"] == (min(rec.num_blocks, 100 * rec.blocks_per_sm), 1, 1) and go["cluster"] is None
-    counter = go["args"][kinds.index("counter")]
-    assert counter == driver.Arg.ptr(fake.buffers[0].ptr)
+    counters = [g["args"][kinds.index("counter")] for g in fake.launches]
+    base = fake.buffers[0].ptr
+    assert counters[0] == counters[1] == driver.Arg.ptr(base)
+    assert counters[2] == driver.Arg.ptr(base + driver.COUNTER_SLOT)
 
 
 def test_pointer_argument_of_an_operand(tmp_path, monkeypatch):
