@@ -63,7 +63,7 @@ def unavailable(backend: str, *, interpret: bool = False) -> str:
 def skipped(plan, backend: str, why: str) -> list[Check]:
     """One SKIP row per output of `plan`: `backend` was not run here, and why (never ok, never a failure). The row
     type verify prints and bench can reuse (`Check.row()` is its dict)."""
-    k = families.of(plan).accumulation(plan)
+    k = _depth(plan, {r.name: r.max for r in getattr(plan, "dynamic_sizes", ())})
     return [Check(plan.name, backend, o.name, shown_sizes(plan), o.dtype, math.nan,
                   tolerance(o.dtype, plan.approx_math, k), False, f"not run: {why}", skipped=True)
             for o in plan.outputs]
@@ -206,6 +206,12 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
     return sorted(checks, key=lambda c: order[c.backend])
 
 
+def _depth(plan, sizes: Mapping[str, int]) -> int:
+    """The family's f32 accumulation depth (it sets the tolerance) at a call's sizes (an extent when dynamic)."""
+    from .plan import dims
+    return dims.evaluate(families.of(plan).accumulation(plan), sizes)
+
+
 def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dict[str, int], interpret: bool,
                seed: int | None) -> list[Check]:
     plan = built.plan
@@ -213,7 +219,7 @@ def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dic
     checks = []
     inputs = random_inputs(built.spec, sizes, seed)
     refs = reference(built.spec, sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
-    k = family.accumulation(plan)                            # f32 accumulation depth (tolerance)
+    k = _depth(plan, sizes)                                  # f32 accumulation depth (tolerance)
     for backend in backends:
         note = ""
         try:
