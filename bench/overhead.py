@@ -39,7 +39,10 @@ CASES = [
     ("matmul 256^3", "specs/matmul_bf16_4096.yaml", {"M": 256, "N": 256, "K": 256}),
     ("map 64k", "specs/add_bf16.yaml", {"M": 64, "N": 1024}),
     ("attention B1 H1 S128", "specs/attention_bf16_4096.yaml", {"B": 1, "H": 1, "S": 128}),
+    # the README's first example: a dynamic-size package (M bound from the call), 256 tokens
+    ("linear_gelu M=256 (dynamic M)", "specs/linear_gelu_bf16_dynamic.yaml", {}),
 ]
+CALL_SIZES = {"linear_gelu M=256 (dynamic M)": {"M": 256}}
 RATIO_GOAL, EXTRA_GOAL_US, GRAPH_GOAL = 1.5, 10.0, 1.05   # graph: "equal", read as within 5%
 GRAPH_CALLS = 20                                           # calls captured in one graph
 
@@ -49,6 +52,9 @@ def _peer(label: str, ins: list):
         return lambda: torch.matmul(ins[0], ins[1])
     if label.startswith("map"):
         return lambda: torch.add(ins[0], ins[1])
+    if label.startswith("linear_gelu"):
+        b16 = ins[2].to(ins[0].dtype)
+        return lambda: F.gelu(F.linear(ins[0], ins[1], b16), approximate="tanh")
     q, k, v = (t.transpose(1, 2) for t in ins)                 # bshd -> bhsd views, no copy
     return lambda: F.scaled_dot_product_attention(q, k, v)
 
@@ -87,8 +93,9 @@ def measure(label: str, spec: str, overrides: dict, cache: Cache, out: Path, cal
     built, mod = _load(spec, overrides, cache, out)
     fn, kernel = getattr(mod, built.plan.name), mod.kernel
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-    ins = [torch.randn(o.shape, device="cuda", dtype=dt[o.dtype]) for o in built.plan.inputs]
-    outs = [torch.empty(o.shape, device="cuda", dtype=dt[o.dtype]) for o in built.plan.outputs]
+    call = CALL_SIZES.get(label, {})
+    ins = [torch.randn(kernel.shape_of(o, call), device="cuda", dtype=dt[o.dtype]) for o in kernel.inputs]
+    outs = [torch.empty(kernel.shape_of(o, call), device="cuda", dtype=dt[o.dtype]) for o in kernel.outputs]
     peer = _peer(label, ins)
     ours = (lambda: fn(*ins))
     ours_out = (lambda: fn(*ins, out=outs[0] if len(outs) == 1 else tuple(outs)))
@@ -112,7 +119,7 @@ def measure(label: str, spec: str, overrides: dict, cache: Cache, out: Path, cal
         per = r["time_ms"] * 1e3
         us[n] = per / GRAPH_CALLS if n.startswith("graph") else per   # a graph replay runs GRAPH_CALLS calls
     t, s = us["torch"], us["schedgen"]
-    row = {"case": label, "spec": spec, "sizes": dict(built.plan.sizes), "us": us, "max_abs_diff_vs_torch": check,
+    row = {"case": label, "spec": spec, "sizes": {**dict(built.plan.sizes), **call}, "us": us, "max_abs_diff_vs_torch": check,
            "errors": {**graph_errors, **{n: r["error"] for n, r in res.items() if r.get("error")}}}
     if t and s:
         row["ratio"] = s / t
