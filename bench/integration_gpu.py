@@ -1,9 +1,10 @@
 """Issue 15's GPU run, in steps that fit the device tool's 10-minute calls; a short table last.
 
-    python3 bench/integration_gpu.py [--out DIR] STEP [STEP...]      (steps: tests verify overhead dynamic)
+    python3 bench/integration_gpu.py [--out DIR] STEP [STEP...]   (steps: graphs torch verify overhead dynamic)
 
-- tests:    the GPU tests of the runtime (torch custom op + opcheck, CUDA-graph capture and replay of every bundled
-            kernel, jax/Pallas on the GPU, stream objects): DIR/pytest_gpu.log
+- graphs:   CUDA-graph capture and replay of every bundled kernel, checked against the reference: DIR/graphs.log
+- torch:    the torch custom op (opcheck; eager, compiled and out= results), jax and torch on the Pallas backend,
+            every array kind, the tile counter: DIR/torch.log
 - verify:   every bundled spec on both backends at three sizes each (a dynamic-size package called at three sizes,
             one of them not a multiple of the tile where the spec allows it; a fixed-size spec rebuilt at up to two
             more): DIR/verify.txt
@@ -33,8 +34,12 @@ def _specs() -> list[str]:
 
 def commands(out: Path) -> dict[str, list[str]]:
     return {
-        "tests": [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/runtime",
-                  "tests/regressions"],
+        # the GPU tests issue 15 added: CUDA graphs of every bundled kernel, the torch op (opcheck, eager /
+        # compiled / out= results), jax and torch on the Pallas backend, every array kind and the tile counter
+        "graphs": [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/runtime/test_graphs.py"],
+        "torch": [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/runtime/test_torch_op.py",
+                  "tests/runtime/test_pallas_call.py", "tests/runtime/test_gpu.py", "-k",
+                  "not sanitizer_clean and not spec_verifies"],
         "verify": [PY, "-m", "schedgen", "verify", "--sizes", "3", "--timeout", "300", *_specs()],
         "overhead": [PY, "bench/overhead.py", "--out", str(out)],
         "dynamic": [PY, "bench/dynamic_vs_static.py", "--out", str(out)],
@@ -42,7 +47,7 @@ def commands(out: Path) -> dict[str, list[str]]:
 
 
 def summary(step: str, text: str, rc: int) -> str:
-    if step == "tests":
+    if step in ("graphs", "torch"):
         m = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, re.M)
         return m[-1] if m else f"rc {rc}"
     if step == "verify":
@@ -55,7 +60,7 @@ def summary(step: str, text: str, rc: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("steps", nargs="+", choices=["tests", "verify", "overhead", "dynamic"])
+    ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "overhead", "dynamic"])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/raw/integration"))
     ap.add_argument("--budget", type=float, default=540.0, help="seconds per step")
     args = ap.parse_args(argv)

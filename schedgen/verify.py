@@ -215,7 +215,6 @@ def _depth(plan, sizes: Mapping[str, int]) -> int:
 def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dict[str, int], interpret: bool,
                seed: int | None) -> list[Check]:
     plan = built.plan
-    family = families.of(plan)
     checks = []
     inputs = random_inputs(built.spec, sizes, seed)
     refs = reference(built.spec, sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)

@@ -81,11 +81,18 @@ class Kernel:
         the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
         numpy and jax arrays may not (a CaptureError says so)."""
         if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
-            # torch tensors (real, meta or fake, traced by torch.compile) go through the custom op, whose real
-            # implementation comes back to _call_cuda; anything else returns NotImplemented
-            routed = self.torch_op.dispatch(args, out)
-            if routed is not NotImplemented:
-                return routed
+            if self.torch_op.eager_direct(args, out):
+                # plain eager CUDA tensors: straight to the launch (the per-call cost is the product here)
+                res = self._call_torch(args, _as_tuple(out), None)
+                if res is not _SLOW:
+                    return res
+            else:
+                # torch tensors (meta or fake, traced by torch.compile, under a dispatch mode, needing grad) go
+                # through the custom op, whose real implementation comes back to _call_cuda; anything else
+                # returns NotImplemented
+                routed = self.torch_op.dispatch(args, out)
+                if routed is not NotImplemented:
+                    return routed
         backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
             return self._call_pallas(args, out, interpret)

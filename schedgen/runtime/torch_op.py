@@ -207,12 +207,30 @@ class TorchOp:
         self.out_op = getattr(torch.ops.schedgen, f"{name}_out").default
         self._tensor = torch.Tensor
         self._compiling = torch.compiler.is_compiling
+        self._dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
         self._n_in, self._n_out = n_in, n_out
 
     def __repr__(self) -> str:
         return f"<schedgen torch op torch.ops.{NAMESPACE}.{self.name} (and {self.name}_out)>"
 
     # ------------------------------------------------------------------ routing (Kernel.__call__'s hook)
+    def eager_direct(self, args: Sequence[Any], out: Any) -> bool:
+        """True for plain eager work on real CUDA tensors (exact torch.Tensor, no grad to record, not compiling, no
+        torch dispatch mode): the call may skip the op (EAGER_DIRECT). The cheapest test first: it runs per call."""
+        if not EAGER_DIRECT or len(args) != self._n_in:
+            return False
+        tensor = self._tensor
+        for a in args:
+            if type(a) is not tensor or a.requires_grad or not a.is_cuda:
+                return False
+        if out is not None:
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if type(o) is not tensor or o.requires_grad or not o.is_cuda:
+                    return False
+        if self._compiling():
+            return False
+        return self._dispatch_depth is not None and self._dispatch_depth() == 0
+
     def dispatch(self, args: Sequence[Any], out: Any) -> Any:
         """The call through the ops when every argument is a torch tensor and the counts fit; NotImplemented
         otherwise (the caller takes its ordinary path, which reports a wrong count or a mix of kinds)."""
