@@ -506,3 +506,22 @@ def test_dynamic_size_one_launch_state_per_shape(tmp_path, fakes):
     assert len(fake.encoded) == before and fake.sets == [] and fake.launches[2] == fake.launches[0]
     with pytest.raises(ArgumentError, match=r"\(M\) is"):
         kernel(*ins(m.multiple_of + 1 if m.multiple_of > 1 else m.max + 1))
+
+
+def test_a_launch_without_a_cluster_calls_libcuda_directly(monkeypatch):
+    """cuLaunchKernel through ctypes (fewer microseconds per call than the cuda.bindings wrapper): the function's
+    address, the geometry, the stream handle and the packed parameters' void*[n]; a failure is a CudaError."""
+    seen = []
+
+    def direct(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        seen.append((func, (gx, gy, gz), (bx, by, bz), smem, stream, params, extra))
+        return 0
+    monkeypatch.setattr(driver, "_direct_launch", [direct])
+    monkeypatch.setattr(driver, "_launch_ex", lambda *a: pytest.fail("a launch without a cluster used cuda.bindings"))
+    params = driver.Params([driver.Arg.i32(3), driver.Arg.ptr(0x7F0000001230)])
+    cfg = driver.LaunchConfig(0x5000, grid=(132, 1, 1), block=(256, 1, 1), smem=4096)
+    cfg.launch(params, 7)
+    assert seen == [(0x5000, (132, 1, 1), (256, 1, 1), 4096, 7, params.address, None)]
+    monkeypatch.setattr(driver, "_direct_launch", [lambda *a: 1])       # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(driver.CudaError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
+        cfg.launch(params, 7)
