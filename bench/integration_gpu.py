@@ -63,11 +63,13 @@ def main(argv=None) -> int:
     ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "overhead", "dynamic"])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/raw/integration"))
     ap.add_argument("--budget", type=float, default=540.0, help="seconds per step")
+    ap.add_argument("--budgets", default="", help="per-step limits, e.g. overhead=60,graphs=200 (over --budget)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
     cmds = commands(out)
+    limits = {k: float(v) for k, v in (x.split("=") for x in args.budgets.split(",") if x)}
     results = []
     for step in args.steps:
         t0 = time.time()
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
         with log.open("w") as f:
             try:
                 proc = subprocess.run(cmds[step], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                      timeout=args.budget)
+                                      timeout=limits.get(step, args.budget))
                 rc = proc.returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
