@@ -5,6 +5,7 @@
 - graphs:   CUDA-graph capture and replay of every bundled kernel, checked against the reference: DIR/graphs.log
 - torch:    the torch custom op (opcheck; eager, compiled and out= results), jax and torch on the Pallas backend,
             every array kind, the tile counter: DIR/torch.log
+- verify-dynamic: the dynamic-size specs only (each package at three sizes, both backends): DIR/verify-dynamic.log
 - verify:   every bundled spec on both backends at three sizes each (a dynamic-size package called at three sizes,
             one of them not a multiple of the tile where the spec allows it; a fixed-size spec rebuilt at up to two
             more): DIR/verify.txt
@@ -32,6 +33,18 @@ def _specs() -> list[str]:
                   list((ROOT / "specs").glob("*.toml")) if "_tune" not in p.stem)
 
 
+def _dynamic_specs() -> list[str]:
+    """The bundled specs that declare a dynamic size (read as data: no schedgen import in this process)."""
+    import yaml
+    out = []
+    for path in _specs():
+        if path.endswith(".yaml"):
+            sizes = (yaml.safe_load((ROOT / path).read_text()).get("op") or {}).get("sizes") or {}
+            if any(isinstance(v, dict) for v in sizes.values()):
+                out.append(path)
+    return out
+
+
 def commands(out: Path) -> dict[str, list[str]]:
     return {
         # the GPU tests issue 15 added: CUDA graphs of every bundled kernel, the torch op (opcheck, eager /
@@ -41,6 +54,7 @@ def commands(out: Path) -> dict[str, list[str]]:
                   "tests/runtime/test_pallas_call.py", "tests/runtime/test_gpu.py", "-k",
                   "not sanitizer_clean and not spec_verifies"],
         "verify": [PY, "-m", "schedgen", "verify", "--sizes", "3", "--timeout", "300", *_specs()],
+        "verify-dynamic": [PY, "-m", "schedgen", "verify", "--timeout", "300", *_dynamic_specs()],
         "overhead": [PY, "bench/overhead.py", "--out", str(out)],
         "dynamic": [PY, "bench/dynamic_vs_static.py", "--out", str(out)],
     }
@@ -50,7 +64,7 @@ def summary(step: str, text: str, rc: int) -> str:
     if step in ("graphs", "torch"):
         m = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, re.M)
         return m[-1] if m else f"rc {rc}"
-    if step == "verify":
+    if step.startswith("verify"):
         rows = [ln for ln in text.splitlines() if re.search(r"\s(ok|SKIP|FAIL)(\s|$)", ln)]
         n = {k: sum(1 for ln in rows if re.search(rf"\s{k}(\s|$)", ln)) for k in ("ok", "SKIP", "FAIL")}
         return f"{n['ok']} ok, {n['SKIP']} skipped, {n['FAIL']} failed"
@@ -60,7 +74,7 @@ def summary(step: str, text: str, rc: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "overhead", "dynamic"])
+    ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "verify-dynamic", "overhead", "dynamic"])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/raw/integration"))
     ap.add_argument("--budget", type=float, default=540.0, help="seconds per step")
     ap.add_argument("--budgets", default="", help="per-step limits, e.g. overhead=60,graphs=200 (over --budget)")
