@@ -54,6 +54,8 @@ def commands(out: Path) -> dict[str, list[str]]:
                   "tests/runtime/test_pallas_call.py", "tests/runtime/test_gpu.py", "-k",
                   "not sanitizer_clean and not spec_verifies"],
         "verify": [PY, "-m", "schedgen", "verify", "--sizes", "3", "--timeout", "300", *_specs()],
+        "verify-fixed3": [PY, "-m", "schedgen", "verify", "--sizes", "3", "--timeout", "300", "specs/add_bf16.yaml",
+                          "specs/matmul_bf16_4096.yaml", "specs/attention_bf16_4096.yaml"],
         "verify-dynamic": [PY, "-m", "schedgen", "verify", "--timeout", "300", *_dynamic_specs()],
         "overhead": [PY, "bench/overhead.py", "--out", str(out)],
         "dynamic": [PY, "bench/dynamic_vs_static.py", "--out", str(out)],
@@ -74,7 +76,8 @@ def summary(step: str, text: str, rc: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "verify-dynamic", "overhead", "dynamic"])
+    ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "verify", "verify-dynamic", "verify-fixed3", "overhead",
+                                              "dynamic"])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/raw/integration"))
     ap.add_argument("--budget", type=float, default=540.0, help="seconds per step")
     ap.add_argument("--budgets", default="", help="per-step limits, e.g. overhead=60,graphs=200 (over --budget)")
