@@ -263,25 +263,30 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
 
 
 def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None, count: int) -> list[Built]:
-    """Up to `count - 1` more builds of a fixed-size spec at other sizes (-D overrides): every size halved, then
-    every size at 3/4 of it plus 8 (a multiple of 8 that is not one of the tile where the spec allows ragged edges);
-    a variant the planner refuses (divisibility, limits) is left out."""
+    """Up to `count - 1` more builds of a fixed-size spec at other sizes (-D overrides): every size of 256 or more
+    halved, then at about 3/4 of it, rounded down to the smallest of 8, 16, ..., 512 that the planner accepts (the
+    finest step the spec's tiles and ragged-edge rules allow); a variant no rounding makes legal is left out."""
     from .errors import SpecErrors
     fixed = {n: v for n, v in built.plan.sizes.items() if isinstance(v, int)
              and n not in {r.name for r in getattr(built.plan, "dynamic_sizes", ())}}
     out: list[Built] = []
     seen = [fixed]
-    for scale in (lambda v: max(1, v // 2), lambda v: max(8, (v * 3 // 4) // 8 * 8 + 8)):
+    half = [lambda v: v // 2]
+    three_quarters = [lambda v, m=m: max(m, (v * 3 // 4) // m * m) for m in (8, 16, 32, 64, 128, 256, 512)]
+    for scales in (half, three_quarters):
         if len(out) >= count - 1:
             break
-        sizes = {n: scale(v) for n, v in fixed.items()}
-        if sizes in seen:
-            continue
-        seen.append(sizes)
-        try:
-            out.append(build_spec(path, {**(overrides or {}), **sizes}))
-        except SpecErrors:
-            continue
+        for scale in scales:
+            # the large extents move (rows, columns, sequences); batch, heads and head_dim (< 256) stay
+            sizes = {n: scale(v) if v >= 256 else v for n, v in fixed.items()}
+            if sizes in seen:
+                continue
+            seen.append(sizes)
+            try:
+                out.append(build_spec(path, {**(overrides or {}), **sizes}))
+                break
+            except SpecErrors:
+                continue
     return out
 
 

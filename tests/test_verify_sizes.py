@@ -42,7 +42,8 @@ def test_static_variants_are_rebuilt_where_the_planner_accepts_them():
     built = build_spec(path, {"M": 256, "N": 512})
     others = static_variants(built, path, {"M": 256, "N": 512}, 3)
     sizes = [dict(o.plan.sizes) for o in others]
+    # halved; then 3/4 (192 x 384) rounded down to the finest step the planner accepts: add_bf16's 32 x 256 block
+    # without out_of_bounds: zero refuses 192 x 384 (384 is no multiple of 256) ... until 512 (max(512, 0) = 512)
     assert sizes[0] == {"M": 128, "N": 256}
-    # 3/4 + 8 is 200 x 392: not a multiple of the 32 x 256 block and add_bf16 has no out_of_bounds: zero, so the
-    # planner refuses it and verify leaves it out (it does not fail)
-    assert len(sizes) == 1
+    assert len(sizes) == 2 and sizes[1]["M"] % 32 == 0 and sizes[1]["N"] % 256 == 0
+    assert sizes[1] not in ({"M": 256, "N": 512}, sizes[0])
