@@ -5,7 +5,7 @@ tensors, eager and inside a CUDA graph (issue 15 part 4). Small problems, where 
     map 64k elements (specs/add_bf16.yaml at M=64, N=1024)    vs torch.add
     attention B1 H1 S128 D128 (specs/attention_bf16_4096.yaml) vs F.scaled_dot_product_attention
 
-    python3 bench/overhead.py [--calls N] [--rounds R] [--out bench/results/overhead.json | --out DIR]
+    python3 bench/overhead.py [--calls N] [--rounds R] [--out bench/results/integration/overhead.json | --out DIR]
 
 Per-call wall time: a block of N calls, the device synchronized at both ends, in interleaved rounds (the median
 over rounds), through schedgen/bench/timing.py's `interleaved` with its wall clock. Rows: `torch` (the peer),
@@ -140,7 +140,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200, help="calls (graph replays) per timed block")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--out", default=str(ROOT / "bench/results/overhead.json"),
+    ap.add_argument("--out", default=str(ROOT / "bench/results/integration/overhead.json"),
                     help="the JSON record, or a folder to write overhead.json into (bench/integration_gpu.py)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
