@@ -27,7 +27,12 @@ def mg():
 
 
 def test_imports_without_torch_and_sets_the_env(mg):
-    assert "torch" not in sys.modules
+    # in a fresh interpreter: other tests of this process may have imported torch already
+    probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", probe, str(BENCH)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
     for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}.items():
         assert os.environ[k] == v
     os.environ["NCCL_NVLS_ENABLE"] = "1"          # even if someone turns it back on, children get it off
