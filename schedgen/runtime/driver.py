@@ -441,47 +441,11 @@ def validate_launch(grid: Sequence[int], block: Sequence[int], smem: int,
     return g, b, c
 
 
-def _pack_args(args: Sequence[Arg]) -> tuple[Any, list[Any]]:
-    """ctypes `void*[n]` of addresses of aligned copies of each argument; the list keeps the storage alive."""
-    keep: list[Any] = []
-    addrs: list[int] = []
-    for a in args:
-        if not isinstance(a, Arg):
-            raise TypeError(f"kernel arguments must be Arg instances, got {type(a).__name__}")
-        buf = ctypes.create_string_buffer(len(a.data) + a.align)
-        base = ctypes.addressof(buf)
-        addr = (base + a.align - 1) // a.align * a.align
-        ctypes.memmove(addr, a.data, len(a.data))
-        keep.append(buf)
-        addrs.append(addr)
-    params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
-    keep.append(params)
-    return params, keep
-
-
 def launch(func: Any, *, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int, args: Sequence[Arg],
            stream: int = 0, cluster: tuple[int, int, int] | None = None) -> None:
-    """cuLaunchKernelEx, with a cluster-dimension attribute when `cluster` is non-trivial."""
-    g, b, c = validate_launch(grid, block, smem, cluster)
-    params, keep = _pack_args(args)
-    cfg = cu.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
-    cfg.sharedMemBytes = int(smem)
-    cfg.hStream = cu.CUstream(int(stream))
-    if c is not None:
-        if c[0] * c[1] * c[2] > 8:
-            _call("cuFuncSetAttribute", func,
-                  cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
-        cfg.attrs = [attr]
-        cfg.numAttrs = 1
-    else:
-        cfg.numAttrs = 0
-    _call("cuLaunchKernelEx", cfg, func, ctypes.addressof(params) if args else 0, 0)
-    del keep  # storage must outlive the call only; the driver copies parameters at launch
+    """One launch of `func` over `args`: a LaunchConfig and Params built for it (the multi-device host's path; the
+    single-GPU call path keeps both across calls). Geometry is validated before the driver is touched."""
+    LaunchConfig(func, grid=grid, block=block, smem=smem, cluster=cluster).launch(Params(args), int(stream))
 
 
 class Params:

@@ -127,16 +127,17 @@ def test_arg_packing():
         D.Arg.ptr(-1)
 
 
-def test_pack_args_alignment_and_contents():
+def test_params_alignment_and_contents():
     args = [D.Arg.i32(7), D.Arg.tensor_map(bytes(range(128))), D.Arg.ptr(0xABC), D.Arg.f32(2.0)]
-    params, keep = D._pack_args(args)
+    params = D.Params(args)
     assert len(params) == 4
-    for a, addr in zip(args, params):
-        assert addr % a.align == 0
-        assert ctypes.string_at(addr, len(a.data)) == a.data
-    assert keep  # storage kept alive by the caller
+    addrs = (ctypes.c_void_p * 4).from_address(params.address)   # the void*[n] the driver reads
+    for i, a in enumerate(args):
+        assert addrs[i] % a.align == 0
+        assert ctypes.string_at(addrs[i], len(a.data)) == a.data
+        assert params.get(i) == a
     with pytest.raises(TypeError, match="Arg instances"):
-        D._pack_args([3])
+        D.Params([3])
 
 
 # ---------------------------------------------------------------------------------------------- launch validation
@@ -156,6 +157,8 @@ def test_launch_validation_before_driver(monkeypatch, kw, fragment):
     def boom(*a, **k):
         raise AssertionError("driver must not be called")
     monkeypatch.setattr(D.cu, "cuLaunchKernelEx", boom)
+    monkeypatch.setattr(D, "_launch_ex", boom)
+    monkeypatch.setattr(D, "_direct_launch", [boom])
     monkeypatch.setattr(D.cu, "cuFuncSetAttribute", boom)
     kw = {"smem": 0, **kw}
     with pytest.raises(ValueError) as ei:
@@ -180,7 +183,8 @@ def test_launch_builds_config(monkeypatch):
         seen["args"] = [ctypes.string_at(arr[0], 4), ctypes.string_at(arr[1], 8)]
         return (D.cu.CUresult.CUDA_SUCCESS,)
 
-    monkeypatch.setattr(D.cu, "cuLaunchKernelEx", fake)
+    monkeypatch.setattr(D, "_launch_ex", fake)
+    monkeypatch.setattr(D, "_direct_launch", [None])     # no libcuda: every launch through cuda.bindings
     D.launch("F", grid=(4, 2, 1), block=(256, 1, 1), smem=1024, args=[D.Arg.i32(-2), D.Arg.ptr(5)],
              cluster=(2, 1, 1))
     assert seen == dict(grid=(4, 2, 1), block=(256, 1, 1), smem=1024, n=1, f="F", extra=0, cluster=(2, 1, 1),
