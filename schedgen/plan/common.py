@@ -69,14 +69,15 @@ def shown_sizes(plan) -> dict:
     return {n: (f"{ranges[n].min}..{ranges[n].max}" if n in ranges else v) for n, v in plan.sizes.items()}
 
 
-def static_sizes_only(spec, problems: "Problems", family: str):
-    """For a planner that does not take dynamic sizes: a located problem per dynamic size, and the spec with each
-    at its max so that planning goes on to report everything else."""
+def static_sizes_only(spec, problems: "Problems", family: str, message=None):
+    """For a planner that does not take dynamic sizes: a located problem per dynamic size (`message(name)`, or the
+    default sentence), and the spec with each at its max so that planning goes on to report everything else."""
     sizes = spec.op.sizes
     dyn = [n for n, v in sizes.items() if not isinstance(v, int)]
     for n in dyn:
-        problems.add(("op", "sizes", n), f"the {family} family does not take dynamic sizes yet; give {n} a "
-                                         f"fixed value (one package per size)")
+        problems.add(("op", "sizes", n), message(n) if message else
+                     f"the {family} family does not take dynamic sizes yet; give {n} a fixed value (one package per "
+                     f"size)")
     if not dyn:
         return spec
     op = spec.op.model_copy(update={"sizes": max_sizes(sizes)})

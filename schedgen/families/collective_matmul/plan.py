@@ -169,22 +169,15 @@ class CopyUnits:
     units_per_counter: int
 
 
-def fixed_sizes_only(spec: SpecFile, problems: Problems) -> SpecFile:
-    """Dynamic sizes are refused here (this release): a located problem per dynamic size, and the spec with each at
-    its max so that planning goes on to report everything else."""
-    for nm, v in spec.op.sizes.items():
-        if not isinstance(v, int):
-            problems.add(("op", "sizes", nm),
-                         f"{nm} must be fixed in this release (M per device, like every size of a collective_matmul): "
-                         f"the ring's gather buffers, flags and per-step tensor maps are sized when the package is "
-                         f"built; give {nm} a fixed value (one package per size) or use the matmul family, which "
-                         f"takes dynamic sizes")
-    return static_sizes_only(spec, Problems(), "collective_matmul")
+def _fixed_only(nm: str) -> str:
+    return (f"{nm} must be fixed in this release (M per device, like every size of a collective_matmul): the ring's "
+            f"gather buffers, flags and per-step tensor maps are sized when the package is built; give {nm} a fixed "
+            f"value (one package per size) or use the matmul family, which takes dynamic sizes")
 
 
 def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatmulPlan | None, Problems]:
     problems = Problems()
-    spec = fixed_sizes_only(spec, problems)
+    spec = static_sizes_only(spec, problems, "collective_matmul", _fixed_only)
     op, sch = spec.op, spec.schedule
     out_name = next(iter(op.outputs))
     check_mesh(op, problems)
