@@ -14,6 +14,8 @@
             more): DIR/verify.txt
 - overhead: bench/overhead.py, per-call wall time against torch's own ops, eager and in CUDA graphs
 - dynamic:  bench/dynamic_vs_static.py, runtime extents against the specialized kernel at every bundled shape
+- peers:    each bundled dynamic-size package against its peers (schedgen bench --at) at the shapes of PEER_SHAPES:
+            DIR/peers.json, DIR/peers.md
 Each step runs in its own process under a time limit (--budget seconds per step), so one that hangs cannot take
 the table with it. --parallel runs the listed steps at once (the checking steps are bound by the host's CPUs, not
 the GPU); never list a timing step (overhead, dynamic) with it.
@@ -57,6 +59,18 @@ def _opcheck_ids(shards: int) -> list[list[str]]:
     return [ids[i::shards] for i in range(shards)]
 
 
+# the shapes users bring to each dynamic package (bench's default, every size at its max, is a quarter-hour
+# attention launch): decode-like and prefill-like token counts, a ragged length where the spec allows one
+PEER_SHAPES = {
+    "specs/linear_gelu_bf16_dynamic.yaml": ["M=77", "M=4096", "M=16384"],
+    "specs/matmul_bf16_dynamic.yaml": ["M=512", "M=4096", "M=16384"],
+    "specs/attention_bf16_dynamic.yaml": ["B=1,S=4096", "B=8,S=2048"],
+    "specs/attention_gqa_causal_bf16_dynamic.yaml": ["B=1,S=8192", "B=4,S=2000"],
+    "specs/gelu_bias_bf16_dynamic.yaml": ["M=8192", "M=65536"],
+    "specs/bias_add_bf16_dynamic.yaml": ["M=32768,N=16384", "M=4097,N=4096"],
+}
+
+
 def commands(out: Path, shards: int = 1) -> dict[str, list[str]]:
     pytest = [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--durations=8"]
     opcheck = {f"opcheck-{i}": [*pytest, *ids] for i, ids in enumerate(_opcheck_ids(shards))}
@@ -64,7 +78,9 @@ def commands(out: Path, shards: int = 1) -> dict[str, list[str]]:
     verify_shards = {f"verify-{i}": [*verify, *_specs()[i::shards]] for i in range(shards)}
     readme = ("set -e; rm -rf build/linear_gelu; {py} -m schedgen build specs/linear_gelu_bf16_dynamic.yaml -o build/;"
               " {py} examples/linear_gelu_torch.py").format(py=PY)
-    return {**opcheck, **verify_shards, "readme": ["bash", "-c", readme],
+    peers = "; ".join(f"{PY} -m schedgen bench {spec} " + " ".join(f"--at {a}" for a in ats) +
+                      f" --json {out / 'peers.json'} --markdown {out / 'peers.md'}" for spec, ats in PEER_SHAPES.items())
+    return {**opcheck, **verify_shards, "peers": ["bash", "-c", peers], "readme": ["bash", "-c", readme],
         # the GPU tests issue 15 added: CUDA graphs of every bundled kernel, the torch op (opcheck, eager /
         # compiled / out= results), jax and torch on the Pallas backend, every array kind and the tile counter
         "graphs": [*pytest, "tests/runtime/test_graphs.py"],
@@ -111,14 +127,14 @@ def _finish(step: str, proc: subprocess.Popen, log, t0: float, budget: float) ->
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("steps", nargs="+", choices=["graphs", "torch", "opcheck", "readme", "verify", "verify-dynamic",
-                                              "verify-fixed3", "overhead", "dynamic"])
+                                              "verify-fixed3", "overhead", "dynamic", "peers"])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/raw/integration"))
     ap.add_argument("--budget", type=float, default=540.0, help="seconds per step")
     ap.add_argument("--budgets", default="", help="per-step limits, e.g. overhead=60,graphs=200 (over --budget)")
     ap.add_argument("--shards", type=int, default=1, help="processes the opcheck step is split into")
     ap.add_argument("--parallel", action="store_true", help="run the steps at once (checking steps only)")
     args = ap.parse_args(argv)
-    if args.parallel and {"overhead", "dynamic"} & set(args.steps):
+    if args.parallel and {"overhead", "dynamic", "peers"} & set(args.steps):
         ap.error("--parallel with a timing step: timings must have the GPU to themselves")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

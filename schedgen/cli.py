@@ -91,6 +91,19 @@ def _overrides(args) -> dict:
         raise _usage(str(exc)) from None
 
 
+def _size_set(text: str) -> dict[str, int]:
+    """`B=4,S=4096` as {"B": 4, "S": 4096} (argparse's type for bench --at)."""
+    out = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier() or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=VALUE with a positive integer value, "
+                                             "e.g. --at B=4,S=4096")
+        out[name] = int(value)
+    return out
+
+
 def _add_define(p: argparse.ArgumentParser) -> None:
     p.add_argument("-D", dest="define", action="append", metavar="NAME=VALUE",
                    help="override a size (-D M=8192) or any field (-D schedule.pipeline.max_concurrent_steps=3)")
@@ -284,7 +297,8 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import RecordError, bench_built, environment, markdown, merge_rows, print_skips, read_record, write_record
+    from .bench import (RecordError, bench_built, check_at, environment, markdown, merge_rows, print_skips,
+                        read_record, write_record)
     from .build import build_spec
     from . import families
     try:
@@ -302,7 +316,12 @@ def cmd_bench(args) -> int:
         if families.of(built.plan).multi_device:
             raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.family} family runs on "
                          f"{built.plan.num_devices} GPUs and is timed by bench/multi_gpu.py")
-        rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env)
+        ats = args.at or [{}]
+        problems = [p for at in ats for p in check_at(built.plan, at)] if args.at else []
+        if problems:
+            raise _usage(f"{path}: --at: " + "; ".join(problems))
+        for at in ats:
+            rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env, at=at)
     rows = print_skips(rows)                                   # not run here (no GPU): SKIP and the reason
     merged = rows
     if args.json and rows:
@@ -440,6 +459,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="merge the rows into this benchmark record")
     p.add_argument("--markdown", help="write the whole record as a Markdown table here")
     p.add_argument("--iters", type=_count(1), default=50)
+    p.add_argument("--at", type=_size_set, action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
+                   help="time a dynamic-size package at these sizes (repeat for more shapes; sizes not named: their "
+                        "max, the default for all of them); one package, no rebuild")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
                                                    "shape against the peers, roofline) here")
     _add_define(p)

@@ -18,13 +18,13 @@ from .case import Case, Peer
 from .environment import environment
 from .rows import (RecordError, _markdown_bandwidth, compare, compare_markdown, markdown, markdown_bandwidth,
                    merge_rows, print_skips, read_record, recorded_rows, write_record)
-from .run import bench_built, family_peers, gpu_missing, input_sets
+from .run import bench_built, check_at, family_peers, gpu_missing, input_sets
 from .timing import (MAX_SETS, Contender, _cupti_ext, cupti_ms, interleaved, matmul_sets, ratio_of, sets_for,
                      time_jax_fn, time_stream_fn)
 
 _sets_for = sets_for
 
-__all__ = ["PEAK_TFLOPS", "MAX_SETS", "Case", "Contender", "Peer", "RecordError", "bench_built", "compare", "compare_markdown", "recorded_rows", "cupti_ms",
+__all__ = ["PEAK_TFLOPS", "MAX_SETS", "Case", "Contender", "Peer", "RecordError", "bench_built", "check_at", "compare", "compare_markdown", "recorded_rows", "cupti_ms",
            "environment", "family_peers", "gpu_missing", "input_sets", "interleaved", "markdown", "markdown_bandwidth",
            "matmul_sets", "merge_rows", "print_skips", "ratio_of", "read_record", "sets_for", "time_jax_fn", "time_stream_fn",
            "write_record", "_cupti_ext", "_markdown_bandwidth", "_sets_for"]

@@ -18,7 +18,7 @@ import importlib
 import os
 import tempfile
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .case import OURS, Case, Peer, in_bytes, why
 from .rows import base_row, skip_row
@@ -64,10 +64,27 @@ def gpu_missing() -> str | None:
     return None if ok else reason
 
 
+def check_at(plan, at: Mapping[str, int]) -> list[str]:
+    """What is wrong with `at` as the sizes to time a dynamic package at (each one a phrase), [] when it is legal:
+    every name one of the plan's dynamic sizes, every value in its range."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    if not ranges:
+        return [f"{plan.name} has no dynamic size (its sizes are fixed: -D NAME=VALUE rebuilds it at others)"]
+    problems = []
+    for name, value in at.items():
+        if name not in ranges:
+            problems.append(f"{name} is not a dynamic size of {plan.name} (its dynamic sizes: {', '.join(ranges)})")
+        elif (why := ranges[name].check(value)) is not None:
+            problems.append(f"{name}={value}: {name} {why}")
+    return problems
+
+
 def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int = 10,
-                env: dict | None = None) -> list[dict]:
+                env: dict | None = None, at: Mapping[str, int] | None = None) -> list[dict]:
     """One row per backend of the plan in `backends`: verified, then timed interleaved with the family's peers.
-    Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or timed."""
+    A dynamic-size package is timed at `at` (its dynamic sizes; those not named: their max; check_at says whether
+    `at` is legal). Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or
+    timed."""
     from .. import families
     plan = built.plan
     family = families.of(plan)
@@ -77,10 +94,11 @@ def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int 
     missing = gpu_missing()
     if missing is not None:
         return [skip_row(plan, b, missing) for b in backends]
-    return _bench(built, family, backends, iters=iters, warmup=warmup, env=env)
+    return _bench(built, family, backends, iters=iters, warmup=warmup, env=env, at=at)
 
 
-def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: dict | None) -> list[dict]:
+def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: dict | None,
+           at: Mapping[str, int] | None = None) -> list[dict]:
     from ..build import package
     from ..reference import random_inputs
     from ..runtime.kernel import load_package
@@ -90,8 +108,8 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     mod = family_peers(family)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
-    # a dynamic package is timed (and verified) at its sizes' max: its peers see the spec at those sizes
-    at = {r.name: r.max for r in getattr(built.plan, "dynamic_sizes", ())}
+    # a dynamic package is timed (and verified) at `at`, else its sizes' max: its peers see the spec at those sizes
+    at = {r.name: int((at or {}).get(r.name, r.max)) for r in getattr(built.plan, "dynamic_sizes", ())}
     checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel,
                                                  **({"count": 1, "small": at} if at else {}))}
     if at:

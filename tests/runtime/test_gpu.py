@@ -60,11 +60,19 @@ def add_module(tmp_path_factory, cache):
                        cache=cache)
     dest = package(built, out)
     (dest / "plan.json").unlink()      # the call reads only launch.json (the launch record): prove it on the GPU
-    sys.path.insert(0, str(out))
+    yield import_package(out, "add_bf16"), built
+
+
+def import_package(folder, name: str):
+    """The package `name` that schedgen wrote under `folder`, freshly imported: tests build packages of one name at
+    different sizes in different folders, and `import` alone would hand back the first one from sys.modules."""
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+    sys.path.insert(0, str(folder))
     try:
-        yield importlib.import_module("add_bf16"), built
+        return importlib.import_module(name)
     finally:
-        sys.path.remove(str(out))
+        sys.path.remove(str(folder))
 
 
 def _expected(built, x, y):
@@ -120,11 +128,7 @@ def test_cupy_in_cupy_out(cache, tmp_path):
     built = build_spec(str(ROOT / "specs/scale_f32.toml"), {"B": 2, "M": 64, "N": 256},
                        cache=cache)
     package(built, tmp_path)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        mod = importlib.import_module("scale_f32")
-    finally:
-        sys.path.remove(str(tmp_path))
+    mod = import_package(tmp_path, "scale_f32")
     x = cupy.random.standard_normal((2, 64, 256), dtype=cupy.float32)
     out = mod.scale_f32(x)
     assert isinstance(out, cupy.ndarray)
@@ -145,11 +149,7 @@ def test_largest_map_shape_verifies(cache, tmp_path):
     built = build_spec(str(ROOT / "specs/scale_f32.toml"), {"B": B, "M": M, "N": N},
                        cache=cache)
     package(built, tmp_path)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        mod = importlib.import_module("scale_f32")
-    finally:
-        sys.path.remove(str(tmp_path))
+    mod = import_package(tmp_path, "scale_f32")
     x = cupy.random.standard_normal((B, M, N), dtype=cupy.float32)
     out = cupy.full_like(x, cupy.nan)
     assert mod.scale_f32(x, out=out) is out
@@ -172,11 +172,7 @@ def test_dynamic_grid_counter_is_reset_for_every_launch(cache, tmp_path):
     built = build_spec(str(spec), {"S": 1024, "H": 40, **f16}, cache=cache)
     assert built.plan.dynamic and built.plan.num_tiles == 8 * 40
     package(built, tmp_path)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        mod = importlib.import_module(built.plan.name)
-    finally:
-        sys.path.remove(str(tmp_path))
+    mod = import_package(tmp_path, built.plan.name)
     fn = getattr(mod, built.plan.name)
     q, k, v = (cupy.random.standard_normal((1, 1024, 40, 128), dtype=cupy.float32).astype(cupy.float16)
                for _ in range(3))

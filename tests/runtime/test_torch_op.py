@@ -20,6 +20,7 @@ from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 from schedgen.plan.launch import Ring
 from schedgen.runtime.arrays import ArgumentError
+from schedgen.verify import call_sizes
 
 from schedgen.runtime import torch_op
 
@@ -417,29 +418,20 @@ from schedgen.reference import random_inputs, reference, rel_error, tolerance
 from schedgen.runtime import torch_op
 pkg = importlib.import_module(sys.argv[2])
 spec, _ = load_spec(sys.argv[3])
-fixed, accum, approx = json.loads(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
+picks, accum, approx = json.loads(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 k = pkg.kernel
 op = k.torch_op
 assert op is not None, "no torch op registered"
 fn = getattr(pkg, k.name)
-# every dynamic size at its min, at 3/4 of its max + 1 (rounded down to a legal value: not a multiple of the tile
-# where the range allows it) and at its max (the record's ranges); a static kernel: its one size
-if k.launch.sizes:
-    def legal(r, v):
-        return max(r.min, min(r.max, v // r.multiple_of * r.multiple_of))
-    picks = [{r.name: legal(r, v) for r in k.launch.sizes for v in [pick(r)]}
-             for pick in (lambda r: r.min, lambda r: r.max * 3 // 4 + 1, lambda r: r.max)]
-else:
-    picks = [{}]
 compiled = torch.compile(lambda *a: fn(*a), fullgraph=True, backend="aot_eager", dynamic=bool(k.launch.sizes))
-for dyn in picks:
-    sizes = dict(fixed, **dyn)
+for sizes in picks:
+    dyn = {r.name: sizes[r.name] for r in k.launch.sizes}
     host = random_inputs(spec, sizes, seed=0)
     args = [torch.from_numpy(host[o.name].astype(np.float32)).to("cuda").to(torch_op.torch_dtype(o.dtype))
             for o in k.inputs]
     torch.library.opcheck(op.op, tuple(args))
-    outs = tuple(torch.empty(k.shape_of(o, dyn), dtype=torch_op.torch_dtype(o.dtype), device="cuda")
-                 for o in k.outputs)
+    outs = tuple(torch.full(k.shape_of(o, dyn), float("nan"), dtype=torch_op.torch_dtype(o.dtype), device="cuda")
+                 for o in k.outputs)   # poisoned: out= must write every element
     torch.library.opcheck(op.out_op, tuple(args) + outs)
     refs = reference(spec, sizes, {o.name: host[o.name] for o in k.inputs}, seed=0)
     eager = fn(*args)
@@ -481,9 +473,14 @@ def test_opcheck_and_results_on_gpu(path, tmp_path):
     if "cuda" not in b.plan.backends:
         pytest.skip(f"built for {', '.join(b.plan.backends)} only: the op's implementation is the CUDA path")
     folder = package(b, tmp_path / "out")
-    fixed = {n: v for n, v in b.plan.sizes.items() if isinstance(v, int)}
+    # verify's sizes (a dynamic package: large, about 3/4 of it plus one, small; inputs of a few hundred MiB at
+    # most) and, for a dynamic one, every size at its minimum
+    picks = call_sizes(b.plan)
+    ranges = getattr(b.plan, "dynamic_sizes", ())
+    if ranges:
+        picks.append(dict(picks[0], **{r.name: r.min for r in ranges}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([sys.executable, "-c", GPU_CHECK, str(folder.parent), b.name, str(path), json.dumps(fixed),
+    res = subprocess.run([sys.executable, "-c", GPU_CHECK, str(folder.parent), b.name, str(path), json.dumps(picks),
                           str(family.accumulation(b.plan)), "1" if b.plan.approx_math else "0"],
                          capture_output=True, text=True, env=env, timeout=1200)
     assert res.returncode == 0 and "ok" in res.stdout, (res.stdout[-2000:], res.stderr[-4000:])
