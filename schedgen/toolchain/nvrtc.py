@@ -33,11 +33,14 @@ def _check(result, what: str, log: str = "") -> None:
 
 
 def _get(prog, size_fn, get_fn) -> bytes:
+    """What NVRTC writes into a buffer of the size it reports. The buffer is a bytearray: NVRTC writes into it, and
+    a bytes object must never be written (`b" " * 1` is the interpreter's one shared b" ": an empty log's
+    single NUL went into it, and every b" " of the process read b"\\x00" after the first build)."""
     res = size_fn(prog)
     _check(res, size_fn.__name__)
-    buf = b" " * res[1]
+    buf = bytearray(res[1])
     _check(get_fn(prog, buf), get_fn.__name__)
-    return buf
+    return bytes(buf)
 
 
 def compile_cuda(source: str, name: str = "kernel.cu", *, arch: str = ARCH, max_registers: int | None = None,
