@@ -138,11 +138,16 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| spec | backend | kernel | shape | causal | time (ms) | TFLOP/s | vs torch SDPA | vs JAX attention_mgpu | "
              "verified | rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
+    notes: dict[str, str] = {}
+
     def peer(r: dict, name: str) -> str:
         p = (r.get("peers") or {}).get(name) or {}
         if p.get("ratio"):
             return f"{p['ratio']:.2f}x ({p.get('tflops') or 0:.0f} TFLOP/s)"
-        return "skipped" if p.get("skipped") else "-"
+        if p.get("skipped"):
+            notes.setdefault(f"{r['spec']} {r['backend']} {name}", p["skipped"])
+            return "skipped"
+        return "-"
     for r in rows:
         shape = " ".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
         t = f"{r['time_ms']:.4f}" if r.get("time_ms") else r.get("error", "-")
@@ -150,7 +155,10 @@ def markdown(rows: list[dict]) -> str:
         err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
         lines.append(f"| {r['spec']} | {r['backend']} | `{r['kernel']}` | {shape} | {r.get('causal')} | {t} | {tf} | "
                      f"{peer(r, 'sdpa')} | {peer(r, 'jax_pallas')} | {'yes' if r.get('verified') else 'NO'} | {err} |")
-    return "\n".join(lines) + "\n"
+    out = "\n".join(lines) + "\n"
+    if notes:    # why a peer was not timed (the first reason per spec, backend and peer)
+        out += "\n" + "\n".join(f"- {k}: {v}" for k, v in notes.items()) + "\n"
+    return out
 
 
 attention_markdown = markdown
