@@ -118,7 +118,7 @@ def _finish(step: str, proc: subprocess.Popen, log, t0: float, budget: float) ->
         rc = "timeout"
     log.close()
     text = Path(log.name).read_text(errors="replace")
-    dt = time.time() - t0
+    dt = min(time.time(), Path(log.name).stat().st_mtime) - t0 if rc != "timeout" else time.time() - t0
     print(f"--- {step} (rc {rc}, {dt:.0f} s): last lines of {Path(log.name).name}")
     print("\n".join(text.splitlines()[-(6 if rc == 0 else 25):]), flush=True)
     return step, rc, dt, summary(step, text, rc if isinstance(rc, int) else -1)
@@ -154,6 +154,8 @@ def main(argv=None) -> int:
                                                start_new_session=True), log, time.time()))
         if not args.parallel:
             results.append(_finish(*running.pop(), budget(step)))
+    while any(proc.poll() is None and time.time() - t0 < budget(step) for step, proc, _, t0 in running):
+        time.sleep(0.5)   # each step's own end: _finish reads its time from the log's last write
     results += [_finish(*r, budget(r[0])) for r in running]
     print("\n| step | rc | s | result |\n|---|---|---:|---|")
     for step, rc, dt, what in results:
