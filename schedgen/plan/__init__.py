@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from ..errors import SourceMap, SpecErrors
@@ -26,10 +27,41 @@ def plan(spec, src: SourceMap, hw: Hardware = H200):
                                                  f"{spec.op.kind} family runs on one GPU (multi-device: "
                                                  f"{', '.join(multi)}): remove it")
         raise SpecErrors(problems, src)
+    twice = [i for i, b in enumerate(spec.schedule.backends) if b in spec.schedule.backends[:i]]
     result, problems = family.plan(spec, hw)
+    for n in unused_sizes(spec):
+        if any(tuple(p.path[:3]) == ("op", "sizes", n) for p in problems):
+            continue   # the family said what is wrong with it already
+        problems.add(("op", "sizes", n), f"the size '{n}' is in no operand's shape and no expression, so it changes "
+                                         f"nothing: remove it, or use it in a shape")
+    for i in twice:
+        problems.add(("schedule", "backends", i), f"{spec.schedule.backends[i]} is listed twice; each backend is "
+                                                  f"built once: list it once")
     if problems or result is None:
         raise SpecErrors(problems, src)
     return result
+
+
+def unused_sizes(spec) -> list[str]:
+    """op.sizes entries that no operand's shape names and no expression of the file (a body, an epilogue, an index
+    map, a grid extent, a device id) mentions."""
+    used = {d for group in ("inputs", "outputs") for o in getattr(spec.op, group, {}).values() for d in o.shape}
+    texts = []
+
+    def strings(node):
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            for v in node.values():
+                strings(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                strings(v)
+
+    strings(spec.op.model_dump(exclude={"sizes", "inputs", "outputs"}))
+    strings(spec.schedule.model_dump())
+    used |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(texts)))
+    return [n for n in spec.op.sizes if n not in used]
 
 
 def to_dict(obj: Any) -> Any:

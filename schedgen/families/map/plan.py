@@ -37,6 +37,7 @@ from ...plan.legality import (
 )
 
 from .operands import broadcasts, check_grid, dim_prod, max_sizes_shape, plan_operand
+from .unread import check_unread
 from .records import Body, MapOperand, MapPlan, Space, Sync
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     seen = _check_names(op, problems)
     body = _parse_body(op, problems)
     _check_schedule(op, sch, problems)
+    check_unread(op, sch, problems)
     shapes = _resolve_shapes(op, problems)
     if shapes is None or next(iter(op.outputs)) not in sch.out_specs:
         return None, problems
@@ -224,6 +226,11 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
             problems.add(("schedule", "barriers", "full", "num_barriers"),
                          f"'full' has one barrier per pipeline stage: {stages}, got {bar.num_barriers}")
         full_arrivals = bar.num_arrivals
+        if bar.num_arrivals != 1 and "pallas" in sch.backends:
+            problems.add(("schedule", "barriers", "full", "num_arrivals"),
+                         "the Pallas map kernel's 'full' barriers are emit_pipeline's own (one arrival: the TMA "
+                         "load's), so num_arrivals changes the CUDA kernel only; leave it at 1, or set "
+                         "schedule.backends: [cuda]")
     smem_bytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
                                 "use fewer stages or smaller blocks")
     return Sync(full, full_arrivals, smem_bytes)
@@ -324,6 +331,10 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
                                      f"tanh form) {hint}")
     for o in operands.values():
         path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)
+        if o.role == "in" and o.oob_fill == "nan":
+            problems.add((*path, "out_of_bounds"), f"the Pallas map kernel's TMA loads pad a partial block with zeros "
+                                                   f"(Mosaic GPU has no NaN fill), so nan changes the CUDA kernel "
+                                                   f"only; use zero {hint}")
         if o.minor_bcast:
             problems.add((*path, "block_shape"), f"'{o.name}' broadcasts along the minor dimension (a column); the "
                                                  f"Pallas backend cannot load such blocks by TMA {hint}")
