@@ -56,6 +56,11 @@ PLANAR_SNAKE_ONLY = (
            "leave it out, or set persistent.tile_order: planar_snake"),
 )
 
+ONE_BLOCK_A_TILE = (
+    Unread(("persistent", "num_blocks"), lambda s: s.persistent.loop == "none" and s.persistent.num_blocks != "auto",
+           "with persistent.loop: none the grid is one block a tile", "auto (the default), or a persistent loop"),
+)
+
 OUTPUT_DELAY_RELEASE = (
     Unread(("delay_release",), lambda b: b.delay_release != 0,
            "delay_release keeps an input's pipeline stage for more steps; an output block is written, not released",

@@ -377,13 +377,18 @@ def _built(data, src):
 def check_spec(path: Path):
     """The spec and the outcome of each of its mutations."""
     data, src = load_file(str(path))
+    return check_data(data, src)
+
+
+def check_data(data: dict, src, skip: tuple = ()):
+    """The spec of `data` and the outcome of each of its mutations (but those under the path `skip`)."""
     spec = validate_data(data, src)
     base = products(plan(spec, src))
     outcomes = []
     seen: set = set()
     for m in spec_mutations(spec):
         key = (m.path, repr(m.value))
-        if key in seen:
+        if key in seen or (skip and m.path[:len(skip)] == skip):
             continue
         seen.add(key)
         new = _assign(data, m)
@@ -400,6 +405,25 @@ def check_spec(path: Path):
         same = [b for b in got if b in base and got[b] == base[b]]
         outcomes.append(Outcome(m, "silent" if same else "changed", ", ".join(same), same))
     return spec, outcomes
+
+
+def modes(stem: str) -> list[Mutation]:
+    """The spec's other modes: each schedule switch (a boolean, an enum member) it plans with another value of,
+    e.g. epilogue.store: direct, pipeline.kind: none, persistent.loop: none. A field may be read in one mode and not
+    in another (the epilogue's tile with store: direct), so every field is probed again in each mode."""
+    _, outcomes = all_outcomes()[stem]
+    return [o.mutation for o in outcomes if o.kind == "changed" and o.mutation.path[0] == "schedule"
+            and (isinstance(o.mutation.value, bool) or
+                 (isinstance(o.mutation.value, str) and o.mutation.value not in NAMES))]
+
+
+def mode_failures(path: Path) -> list[str]:
+    data, src = load_file(str(path))
+    out = []
+    for mode in modes(path.stem):
+        spec, outcomes = check_data(_assign(data, mode), src, skip=_group(mode))
+        out += [f"[{mode.field} = {mode.value!r}] {line}" for line in failures_of(path.stem, spec, outcomes)]
+    return out
 
 
 @functools.cache
@@ -462,6 +486,13 @@ def test_every_field_changes_every_backend_or_is_a_located_error(stem):
     assert not bad, "silently accepted (make the field work, or report it where it is set):\n" + "\n".join(bad)
 
 
+@pytest.mark.parametrize("stem", [p.stem for p in SPECS])
+def test_every_field_in_every_mode_of_the_spec(stem):
+    assert modes(stem), "no other mode planned"
+    bad = mode_failures(ROOT / "specs" / next(p.name for p in SPECS if p.stem == stem))
+    assert not bad, "silently accepted in a mode of the spec:\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("kind", sorted(families.kinds()))
 def test_every_field_of_the_schema_is_mutated(kind):
     """The walk reaches every field the schema gives the family (a new field is probed without editing this file)."""
@@ -514,8 +545,8 @@ def test_a_crash_and_an_unlocated_error_are_failures(monkeypatch):
 
 
 if __name__ == "__main__":
-    for stem in (p.stem for p in SPECS):
-        for line in failures(stem):
+    for p in SPECS:
+        for line in failures(p.stem) + mode_failures(p):
             print(line)
 
 

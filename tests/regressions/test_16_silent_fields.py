@@ -31,6 +31,11 @@ CASES = [
      "schedule.compiler_params.unsafe_no_auto_barriers", "the cuda backend does not read"),
     (MAP, {"schedule.backends": ["cuda"], "schedule.compiler_params.lowering_semantics": "lane"},
      "schedule.compiler_params.lowering_semantics", "the cuda backend does not read"),
+    (MAP, {"schedule.pipeline.kind": "none"}, "schedule.pipeline.max_concurrent_steps", "(one stage)"),
+    (MAP, {"schedule.persistent.loop": "none", "schedule.persistent.num_blocks": 66},
+     "schedule.persistent.num_blocks", "one block a tile"),
+    (MATMUL, {"schedule.persistent.loop": "none", "schedule.persistent.num_blocks": 66},
+     "schedule.persistent.num_blocks", "one block a tile"),
     # the Pallas map kernel's barriers are emit_pipeline's
     (MAP, {"schedule.barriers": {"full": {"num_barriers": 4, "num_arrivals": 2}}},
      "schedule.barriers.full.num_arrivals", "emit_pipeline's own"),

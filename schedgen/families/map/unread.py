@@ -4,14 +4,25 @@ delay_release, and the Mosaic GPU compiler parameters when pallas is not built."
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import OUTPUT_DELAY_RELEASE, PALLAS_COMPILER_PARAMS, PLANAR_SNAKE_ONLY, Unread, UnreadTable, \
-    check_unread as _check
+from ...plan.unread import (
+    ONE_BLOCK_A_TILE,
+    OUTPUT_DELAY_RELEASE,
+    PALLAS_COMPILER_PARAMS,
+    PLANAR_SNAKE_ONLY,
+    Unread,
+    UnreadTable,
+    check_unread as _check,
+)
 
 _ROLES = ("every warpgroup of a map kernel loads, computes and stores alike (no producer / consumer split, no "
           "setmaxnreg)")
 _EPILOGUE = "outputs leave in their out_specs blocks, staged in SMEM and stored by TMA (epilogue is the matmul's)"
 
-SCHEDULE = PLANAR_SNAKE_ONLY + (
+SCHEDULE = PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
+    Unread(("pipeline", "max_concurrent_steps"),
+           lambda s: s.pipeline.kind == "none" and s.pipeline.max_concurrent_steps != 2,
+           "with pipeline.kind: none each step loads, computes and stores in turn (one stage)",
+           "leave it out, or pipeline.kind: emit_pipeline"),
     Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None, _ROLES,
            "leave memory_registers out"),
     Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None, _ROLES,

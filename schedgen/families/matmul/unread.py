@@ -3,14 +3,22 @@ matmul's step kernel is this family's, so its planner reports these too."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import NO_GRID, OUTPUT_DELAY_RELEASE, PALLAS_COMPILER_PARAMS, PLANAR_SNAKE_ONLY, Unread, \
-    UnreadTable, check_unread as _check
+from ...plan.unread import (
+    NO_GRID,
+    ONE_BLOCK_A_TILE,
+    OUTPUT_DELAY_RELEASE,
+    PALLAS_COMPILER_PARAMS,
+    PLANAR_SNAKE_ONLY,
+    Unread,
+    UnreadTable,
+    check_unread as _check,
+)
 
 _EPILOGUE = "the output tile leaves through the epilogue (schedule.epilogue: its chunks, buffers and store)"
 
 _DIRECT = "with store: direct each thread stores its accumulator fragment from registers (no SMEM chunks)"
 
-SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + (
+SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1,
            "a block is one TMA producer warpgroup and pipeline.num_compute_wgs consumer warpgroups",
            "1 (the default); set pipeline.num_compute_wgs for more consumers"),
