@@ -29,6 +29,7 @@ class UnreadTable:
     out_spec: tuple[Unread, ...] = ()             # on every output's BlockSpec
     barriers: Mapping[str, tuple[Unread, ...]] = None   # on the barrier of that name
     pallas_only: tuple[Unread, ...] = ()          # read by the Pallas kernel only: errors without pallas
+    pallas_only_block: tuple[Unread, ...] = ()    # the same, on every operand's BlockSpec
 
 
 # ---- entries several families share
@@ -80,21 +81,25 @@ def _field(path: tuple) -> str:
     return ".".join(str(p) for p in path)
 
 
+def _blocks(sch, inputs, outputs):
+    """(group, name, BlockSpec) of every operand's BlockSpec (names that are no operand: the planner's to report)."""
+    for group, names in (("in_specs", inputs), ("out_specs", outputs)):
+        for n, bs in getattr(sch, group).items():
+            if n in names:
+                yield group, n, bs
+
+
 def check_unread(sch, table: UnreadTable, inputs, outputs, problems: Problems) -> None:
-    """Report every field of `table` that the spec sets to a value the kernels would ignore. BlockSpecs of names
-    that are no operand are the planner's to report."""
+    """Report every field of `table` that the spec sets to a value the kernels would ignore."""
     both = f"the cuda and pallas {table.family} kernels do not read"
     for u in table.schedule:
         if u.is_set(sch):
             problems.add(("schedule", *u.path), f"{both} {_field(u.path)}: {u.why}; legal: {u.legal}")
-    for group, names, entries in (("in_specs", inputs, table.in_spec), ("out_specs", outputs, table.out_spec)):
-        for n, bs in getattr(sch, group).items():
-            if n not in names:
-                continue
-            for u in entries:
-                if u.is_set(bs):
-                    problems.add(("schedule", group, n, *u.path),
-                                 f"{both} a block's {_field(u.path)}: {u.why}; legal: {u.legal}")
+    for group, n, bs in _blocks(sch, inputs, outputs):
+        for u in table.in_spec if group == "in_specs" else table.out_spec:
+            if u.is_set(bs):
+                problems.add(("schedule", group, n, *u.path),
+                             f"{both} a block's {_field(u.path)}: {u.why}; legal: {u.legal}")
     for bname, entries in (table.barriers or {}).items():
         bar = sch.barriers.get(bname)
         for u in entries if bar is not None else ():
@@ -102,7 +107,16 @@ def check_unread(sch, table: UnreadTable, inputs, outputs, problems: Problems) -
                 problems.add(("schedule", "barriers", bname, *u.path),
                              f"{both} the {bname} barrier's {_field(u.path)}: {u.why}; legal: {u.legal}")
     if "pallas" not in sch.backends:
-        for u in table.pallas_only:
-            if u.is_set(sch):
-                problems.add(("schedule", *u.path), f"the cuda backend does not read {u.path[-1]}: {u.why}; "
-                                                    f"legal: {u.legal}")
+        _check_pallas_only(sch, table, inputs, outputs, problems)
+
+
+def _check_pallas_only(sch, table: UnreadTable, inputs, outputs, problems: Problems) -> None:
+    for u in table.pallas_only:
+        if u.is_set(sch):
+            problems.add(("schedule", *u.path), f"the cuda backend does not read {u.path[-1]}: {u.why}; "
+                                                f"legal: {u.legal}")
+    for group, n, bs in _blocks(sch, inputs, outputs):
+        for u in table.pallas_only_block:
+            if u.is_set(bs):
+                problems.add(("schedule", group, n, *u.path), f"the cuda backend does not read a block's "
+                                                              f"{_field(u.path)}: {u.why}; legal: {u.legal}")

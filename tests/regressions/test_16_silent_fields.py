@@ -36,6 +36,8 @@ CASES = [
      "schedule.persistent.num_blocks", "one block a tile"),
     (MATMUL, {"schedule.persistent.loop": "none", "schedule.persistent.num_blocks": 66},
      "schedule.persistent.num_blocks", "one block a tile"),
+    (MAP, {"schedule.backends": ["cuda"], "schedule.in_specs.x.transforms": {"tiling": [8, 64]}},
+     "schedule.in_specs.x.transforms.tiling", "the cuda backend does not read a block's transforms.tiling"),
     # the Pallas map kernel's barriers are emit_pipeline's
     (MAP, {"schedule.barriers": {"full": {"num_barriers": 4, "num_arrivals": 2}}},
      "schedule.barriers.full.num_arrivals", "emit_pipeline's own"),

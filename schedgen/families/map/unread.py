@@ -37,7 +37,14 @@ SCHEDULE = PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma", _EPILOGUE, "leave epilogue out"),
 )
 
-TABLE = UnreadTable("map", schedule=SCHEDULE, out_spec=OUTPUT_DELAY_RELEASE, pallas_only=PALLAS_COMPILER_PARAMS)
+PALLAS_ONLY_BLOCK = (
+    Unread(("transforms", "tiling"), lambda b: b.transforms.tiling is not None,
+           "tiling is Mosaic GPU's SMEM tiling (a TilingTransform); the CUDA kernel lays a block out as its TMA boxes",
+           "leave it out, or add pallas to schedule.backends"),
+)
+
+TABLE = UnreadTable("map", schedule=SCHEDULE, out_spec=OUTPUT_DELAY_RELEASE, pallas_only=PALLAS_COMPILER_PARAMS,
+                    pallas_only_block=PALLAS_ONLY_BLOCK)
 
 
 def check_unread(op, sch, problems: Problems) -> None:
