@@ -369,7 +369,7 @@ def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> Non
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
+        _pallas_limits(op, sch, ragged, dims.extra_ops, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -471,13 +471,11 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
     return tuple(out)
 
 
-def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems) -> None:
+def _pallas_limits(op, sch, ragged: bool, extras, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     if ragged:
         problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
-    if batch != 1:
-        problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
     pipe = sch.pipeline
