@@ -191,11 +191,11 @@ def _sizes(path: str, overrides: dict) -> dict:
 
 def cmd_explain(args) -> int:
     from .explain import explain
-    from .plan import plan, to_json
+    from .plan import plan_with_picks, to_json
     from .frontend.validate import load_spec
     spec, src = load_spec(args.file, _overrides(args))
-    p = plan(spec, src)
-    print(to_json(p) if args.json else explain(p))
+    p, picks = plan_with_picks(spec, src)
+    print(to_json(p) if args.json else explain(p, picks))
     if args.draw:
         from .draw import draw
         try:

@@ -66,6 +66,8 @@ class Family:
     tune_aliases: Callable[[Any], dict] | None = None        # spec -> {alias: targets}
     peers: str | None = None                                 # module of its bench peers (schedgen/bench/run.py)
     report: ReportHooks = ReportHooks()                      # what the benchmark report needs of it
+    # (spec, hardware) -> [plan.defaults.Pick] for the schedule fields the user did not write (None: picks nothing)
+    defaults: Callable[[Any, Any], Any] | None = None
 
     def __post_init__(self):
         problems = []
@@ -78,6 +80,8 @@ class Family:
         for name in ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation"):
             if not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable")
+        if self.defaults is not None and not callable(self.defaults):
+            problems.append("defaults must be callable (or None)")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):
             problems.append(f"no backend template ({', '.join(BACKEND_TEMPLATES.values())}) in {self.templates}")
         if problems:

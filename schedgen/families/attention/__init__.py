@@ -8,6 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_attention
 from .model import AttentionOp
 from .report import REPORT
+from .defaults import attention_defaults
 from .plan import plan_attention
 from .reference import attention_reference, small_sizes
 
@@ -15,6 +16,7 @@ FAMILY = register(Family(
     kind="attention",
     op_model=AttentionOp,
     plan=plan_attention,
+    defaults=attention_defaults,
     reference=attention_reference,
     explain=explain_attention,
     small_sizes=small_sizes,

@@ -6,6 +6,7 @@ from pathlib import Path
 from .. import Family, register
 from .explain import explain_collective_matmul
 from .model import CollectiveMatmulOp
+from .defaults import collective_defaults
 from .plan import plan_collective_matmul
 from .reference import collective_matmul_reference, small_sizes
 from .verify import verify_collective
@@ -14,6 +15,7 @@ FAMILY = register(Family(
     kind="collective_matmul",
     op_model=CollectiveMatmulOp,
     plan=plan_collective_matmul,
+    defaults=collective_defaults,
     reference=collective_matmul_reference,
     explain=explain_collective_matmul,
     small_sizes=small_sizes,

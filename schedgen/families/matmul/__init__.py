@@ -8,6 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_matmul
 from .model import MatmulOp
 from .report import REPORT
+from .defaults import matmul_defaults
 from .plan import plan_matmul
 from .tune import matmul_aliases
 from .reference import matmul_reference, small_sizes
@@ -16,6 +17,7 @@ FAMILY = register(Family(
     kind="matmul",
     op_model=MatmulOp,
     plan=plan_matmul,
+    defaults=matmul_defaults,
     reference=matmul_reference,
     explain=explain_matmul,
     small_sizes=small_sizes,
