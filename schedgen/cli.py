@@ -143,6 +143,27 @@ def cmd_schema(args) -> int:
     return EXIT_OK
 
 
+def cmd_new(args) -> int:
+    from .starter import starter_text
+    dest = Path(args.output) if args.output else None
+    try:
+        text = starter_text(args.kind, dest, args.name)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if dest is None:
+        print(text, end="")
+        return EXIT_OK
+    if dest.exists() and not args.force:
+        raise _usage(f"-o {dest}: the file exists; give another name or --force to overwrite it")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    except OSError as exc:
+        raise _os_usage("-o", dest, exc, "the starter spec") from None
+    print(f"wrote {dest} ({args.kind} family; next: schedgen explain {dest})")
+    return EXIT_OK
+
+
 def cmd_build(args) -> int:
     from .build import build_spec, package
     status = EXIT_OK
@@ -413,6 +434,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="schemas/schedgen.schema.json")
     p.add_argument("--check", action="store_true", help="fail if the file differs from the models")
     p.set_defaults(fn=cmd_schema)
+    p = sub.add_parser("new", help="write a commented starter spec of a family (KIND: its op.kind)",
+                       description="Write a starter spec: name and op, commented, with no schedule (the planner "
+                                   "picks one; schedgen explain shows what it picked). KIND is a family's op.kind; "
+                                   "an unknown one lists them.")
+    p.add_argument("kind", metavar="KIND")
+    p.add_argument("-o", "--output", help="the file to write (default: print it)")
+    p.add_argument("--name", help="the spec's name (default: the file's stem, else my_<kind>)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(fn=cmd_new)
     p = sub.add_parser("build", help="render, compile and package kernels")
     p.add_argument("files", nargs="+")
     p.add_argument("-o", "--output", default="build")

@@ -23,6 +23,7 @@ FAMILY = register(Family(
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     report=REPORT,

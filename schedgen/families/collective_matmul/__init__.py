@@ -21,6 +21,7 @@ FAMILY = register(Family(
     small_sizes=small_sizes,
     summary="multi-GPU out = all_gather(lhs) @ rhs over a 1-D mesh, the all-gather overlapped with the matmul",
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     metric="tflops",
     devices=lambda op: op.mesh.num_devices,
     accumulation=lambda plan: plan.k,

@@ -25,6 +25,7 @@ FAMILY = register(Family(
     summary="N-ary elementwise body with numpy broadcasting",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="gbps",
     elementwise=lambda op: op.body,

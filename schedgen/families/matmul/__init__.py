@@ -25,6 +25,7 @@ FAMILY = register(Family(
     summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",
