@@ -110,17 +110,31 @@ def _add_define(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_validate(args) -> int:
+    """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
+    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
     for path in args.files:
         try:
             spec, src = load_spec(path, _overrides(args))
-            plan(spec, src)
-            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
+            continue
+        problems = []
+        try:
+            plan(spec, src)
+        except SpecErrors as exc:
+            problems += exc.problems
+        if spec.tune is not None and spec.tune.params:
+            from .tune.space import tune_section
+            problems += tune_section(spec, src)[2]
+        if problems:
+            print(SpecErrors(problems, src).render(), file=sys.stderr)
+            status = EXIT_SPEC
+        else:
+            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
     return status
 
 

@@ -188,10 +188,13 @@ def test_ragged_map_pads_every_cut_operand(tmp_path):
 
 
 def test_a_written_field_is_honoured(tmp_path):
-    """Written values are planned as written: one consumer stays one (and its register overflow is the error at
-    the field the user wrote), a written pipeline.kind is not replaced."""
+    """Written values are planned as written: one consumer stays one (the picked tile fits its registers; a written
+    tile that does not is the error), a written pipeline.kind is not replaced."""
+    built = build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.num_compute_wgs": 1})
+    assert (built.plan.num_consumers, built.plan.tile_m, built.plan.tile_n) == (1, 128, 128)
     with pytest.raises(SpecErrors) as info:
-        build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.num_compute_wgs": 1})
+        build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.num_compute_wgs": 1,
+                                                "schedule.out_specs": {"out": {"block_shape": [128, 256]}}})
     assert [p.path for p in info.value.problems] == [("schedule", "pipeline", "compute_registers")]
     with pytest.raises(SpecErrors) as info:
         build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.kind": "emit_pipeline"})
@@ -219,3 +222,29 @@ def test_picks_keep_what_was_written(tmp_path):
     done, picks = complete(spec)
     assert done.schedule.pipeline.kind == "warp_specialized"
     assert not written(done, ("schedule", "pipeline", "kind")) and not written(done, ("schedule",))
+
+
+def test_validate_reports_plan_and_tune_problems_in_one_run(tmp_path, capsys):
+    """A file wrong in the plan (a written tile that overflows one consumer) and in its tune constraints (an
+    unknown name, what `schedgen tune` refuses) gets both in one validate run."""
+    from schedgen.cli import main
+    from schedgen.tune import load_space
+    text = BARE["matmul"] + """schedule:
+  pipeline: {num_compute_wgs: 1}
+  out_specs:
+    out: {block_shape: [128, 256]}
+tune:
+  params:
+    stages: [3, 4]
+  constraints:
+    - stages <= tile_q
+"""
+    path = _write(tmp_path, "matmul", text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "schedule.pipeline.compute_registers: each consumer thread holds 256 f32 accumulators" in err
+    assert "tune.constraints[0]: unknown name 'tile_q'" in err
+    with pytest.raises(SpecErrors) as info:        # the same tune problem, as tune reports it
+        load_space(path)
+    assert [p.message for p in info.value.problems] == [line.split("tune.constraints[0]: ")[1]
+                                                        for line in err.splitlines() if "tune.constraints" in line]

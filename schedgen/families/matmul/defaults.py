@@ -15,7 +15,7 @@ from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from ...plan.legality import stages_that_fit
 from .operands import check_names, problem_dims
-from .records import WGMMA_M
+from .records import REG_OVERHEAD, WGMMA_M
 from .schedule import tile_from_block_specs
 
 # (tile_m, tile_n), largest first; a ring depth that suits each (the bundled specs': 4 stages of 128 x 256,
@@ -24,6 +24,7 @@ TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
 STAGES = {256: 4, 128: 6, 64: 6}
 WAVE = 3 / 4          # a tile is small enough once the tiles fill this share of the SMs
 EPI_BUFFERS = 2
+MAX_CONSUMER_REGS = 240   # one consumer's setmaxnreg budget (the planner's default with one consumer)
 
 
 def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
@@ -41,13 +42,14 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     if dims is None or problems:
         return picks                           # the planner reports what is wrong with the op
     tiled = [sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)]
+    nc_written = sch_written("pipeline", "num_compute_wgs")
     if any(tiled):
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
-        (tm, tn, tk), why = _tile(dims, hw)
+        (tm, tn, tk), why = _tile(dims, hw, spec.schedule.pipeline.num_compute_wgs if nc_written else None)
         picks += _block_specs(op, out_name, dims, tm, tn, tk, why)
     nc = 2 if tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0 else 1
-    if not sch_written("pipeline", "num_compute_wgs"):
+    if not nc_written:
         picks.append(Pick(("schedule", "pipeline", "num_compute_wgs"), nc,
                           f"{'two consumers of ' + str(tm // 2) if nc == 2 else 'one consumer of ' + str(tm)} "
                           f"x {tn} (each thread's f32 accumulators fit its registers)"))
@@ -62,14 +64,18 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     return picks
 
 
-def _tile(dims, hw: Hardware) -> tuple[tuple[int, int, int], str]:
-    """The largest tile whose tiles give the SMs most of a wave, preferring tiles that divide M and N."""
+def _tile(dims, hw: Hardware, nc: int | None) -> tuple[tuple[int, int, int], str]:
+    """The largest tile whose tiles give the SMs most of a wave, preferring tiles that divide M and N; with the
+    consumers written (`nc`), only tiles whose accumulators fit that many."""
     ranges = dims.ranges
+    tiles = [t for t in TILES if nc is None or (t[0] % (WGMMA_M * nc) == 0
+                                                and t[0] * t[1] // (128 * nc) + REG_OVERHEAD <= MAX_CONSUMER_REGS)]
+    tiles = tiles or list(TILES)
     tk = 128 // dims.isz                       # one 128-byte swizzle row of K
     while tk > 16 and D.upper(dims.k, ranges) < tk:
         tk //= 2
-    dividing = [t for t in TILES if D.divisible(dims.m, t[0], ranges) and D.divisible(dims.n, t[1], ranges)]
-    pool = dividing or list(TILES)
+    dividing = [t for t in tiles if D.divisible(dims.m, t[0], ranges) and D.divisible(dims.n, t[1], ranges)]
+    pool = dividing or tiles
     batch = D.upper(dims.batch, ranges)
     count = {t: batch * D.upper(D.cdiv(dims.m, t[0]), ranges) * D.upper(D.cdiv(dims.n, t[1]), ranges) for t in pool}
     enough = [t for t in pool if count[t] >= WAVE * hw.sm_count]
