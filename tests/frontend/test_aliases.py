@@ -39,6 +39,8 @@ def test_a_misspelt_dtype_is_still_a_located_error(tmp_path):
     with pytest.raises(SpecErrors) as info:
         _spec(tmp_path, dtype="bfloat61")
     assert [p.path for p in info.value.problems] == [("op", "inputs", "x", "dtype")]
+    assert info.value.problems[0].message.endswith("(got 'bfloat61'); also read as those: bfloat16, float16, half, "
+                                                   "fp16, float32, float, fp32, float8_e4m3fn, float8_e5m2")
 
 
 def test_function_aliases_plan_as_the_functions(tmp_path):

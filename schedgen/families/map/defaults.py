@@ -15,6 +15,7 @@ from ...plan.common import Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from ...plan.legality import stages_that_fit
+from .operands import broadcasts
 
 ROW_BYTES = 512          # the minor block dimension's bytes (bf16: 256 elements)
 ROWS = 32                # the next dimension's block
@@ -32,7 +33,8 @@ def map_defaults(spec, hw: Hardware) -> list[Pick]:
         return []
     out0 = next(iter(op.outputs))
     shapes = _shapes(op)
-    if shapes is None or written(spec, ("schedule", "out_specs", out0)):
+    if shapes is None or written(spec, ("schedule", "out_specs", out0)) or \
+            not all(broadcasts(shapes[n], shapes[out0]) for n in op.inputs) or len(shapes[out0]) > 3:
         return []                               # the planner reports a bad op; a written block is the user's
     ranges = dynamic_ranges(op.sizes)
     iter_shape = shapes[out0]
