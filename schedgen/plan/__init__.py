@@ -56,7 +56,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware = H200):
 def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):
     """Plan again with the CUDA backend only; keep that when it has no problems and the problems it lost (the
     Pallas rendering's) are about the op or fields the user did not write."""
-    cuda, pick = apply(done, [Pick(("schedule", "backends"), ["cuda"], "")])
+    cuda, _ = apply(done, [Pick(("schedule", "backends"), ["cuda"], "")])
     alt, alt_problems = family.plan(cuda, hw)
     if alt_problems or alt is None:
         return result, problems, picks
