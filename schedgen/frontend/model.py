@@ -205,6 +205,13 @@ class CompilerParams(Model):
     lowering_semantics: Literal["lane", "warpgroup"] = "warpgroup"
     unsafe_no_auto_barriers: bool = False
     profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = 0
+    profile_dir: str = Field(
+        default="", max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Pallas backend, with profile_space: the directory Mosaic GPU's in-kernel profiler writes its "
+                    "trace to (`<kernel>-<ns>-trace.json`, one per compiled shape: open it in Perfetto or "
+                    "chrome://tracing). Relative paths are relative to the working directory of the program that "
+                    "calls the kernel; the directory is created when the kernel is built. Both profile_space and "
+                    "profile_dir, or neither.")
 
 
 class Schedule(Model):
