@@ -11,11 +11,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from .expr import check_float32, check_identifier
 
-DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
+# Names users type for the dtypes (numpy / jax / torch spellings): read as the dtype they name.
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f16", "float32": "f32",
+                 "float": "f32", "fp32": "f32", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
+                  BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v)]
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
 
 
