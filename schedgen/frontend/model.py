@@ -11,11 +11,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from .expr import check_float32, check_identifier
 
-DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
+# Names users type for the dtypes (numpy / jax / torch spellings): read as the dtype they name.
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f16", "float32": "f32",
+                 "float": "f32", "fp32": "f32", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
+                  BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v)]
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
 
 
@@ -201,6 +205,13 @@ class CompilerParams(Model):
     lowering_semantics: Literal["lane", "warpgroup"] = "warpgroup"
     unsafe_no_auto_barriers: bool = False
     profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = 0
+    profile_dir: str = Field(
+        default="", max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Pallas backend, with profile_space: the directory Mosaic GPU's in-kernel profiler writes its "
+                    "trace to (`<kernel>-<ns>-trace.json`, one per compiled shape: open it in Perfetto or "
+                    "chrome://tracing). Relative paths are relative to the working directory of the program that "
+                    "calls the kernel; the directory is created when the kernel is built. Both profile_space and "
+                    "profile_dir, or neither.")
 
 
 class Schedule(Model):

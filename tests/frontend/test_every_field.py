@@ -101,8 +101,6 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      "a Mosaic GPU compiler parameter: the Pallas kernel's (an error when pallas is not built)"),
     ("*", "schedule.compiler_params.unsafe_no_auto_barriers", _cuda_only,
      "a Mosaic GPU compiler parameter: the Pallas kernel's (an error when pallas is not built)"),
-    ("*", "schedule.compiler_params.profile_space", _cuda_only,
-     "the Pallas profiler buffer; its CUDA counterpart is the profile_space bullet of issue 16 (the lead's)"),
     ("attention*", "schedule.compiler_params.lowering_semantics", lambda s, m, _: m.value == "lane",
      "the Pallas attention is written for lane semantics: lane restates it"),
     ("attention*", "schedule.persistent.loop", lambda s, m, _: m.value == "none" and
@@ -138,10 +136,13 @@ def _schema() -> dict:
 
 
 def _resolve(node: dict) -> dict:
+    """A subschema with its local $ref ("#/$defs/X", "#/definitions/X") followed, its own keys kept."""
     while "$ref" in node:
-        name = node["$ref"].rsplit("/", 1)[-1]
+        target: Any = _schema()
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
         rest = {k: v for k, v in node.items() if k != "$ref"}
-        node = {**_schema()["$defs"][name], **rest}
+        node = {**target, **rest}
     return node
 
 
@@ -183,7 +184,7 @@ def _op_schema(kind: str) -> dict:
 
     visit(_schema()["properties"]["op"])
     assert seen, f"no op model of kind {kind!r} in the schema"
-    return seen[0]
+    return max(seen, key=lambda n: len(n.get("properties", {})))   # the model, not an if: {kind: const} test
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,11 @@ CASES = [
      "the same out_of_bounds (got zero and reject)"),
     (MATMUL, {"schedule.backends": ["cuda"], "schedule.compiler_params.lowering_semantics": "lane"},
      "schedule.compiler_params.lowering_semantics", "the cuda backend does not read"),
-    (SPECS_DIR / "linear_gelu_bf16_dynamic.yaml", {"schedule.epilogue.store": "direct", "schedule.epilogue.buffers": 1},
+    (SPECS_DIR / "linear_gelu_bf16_dynamic.yaml", {"schedule.epilogue.store": "direct", "schedule.epilogue.buffers": 1,
+                                                    "schedule.backends": ["cuda"]},
      "schedule.epilogue.buffers", "stores its accumulator fragment from registers"),
-    (SPECS_DIR / "linear_gelu_bf16_dynamic.yaml", {"schedule.epilogue.store": "direct", "schedule.epilogue.tile": [64, 32]},
+    (SPECS_DIR / "linear_gelu_bf16_dynamic.yaml", {"schedule.epilogue.store": "direct", "schedule.epilogue.tile": [64, 32],
+                                                    "schedule.backends": ["cuda"]},
      "schedule.epilogue.tile", "leave tile out, or store: tma"),
     # the collective matmul
     (COLLECTIVE, {"schedule.compiler_params.approx_math": True}, "schedule.compiler_params.approx_math",

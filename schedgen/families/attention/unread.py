@@ -71,6 +71,8 @@ BARRIER = (
 PALLAS_ONLY = PALLAS_COMPILER_PARAMS + (
     Unread(("compiler_params", "profile_space"), lambda s: s.compiler_params.profile_space != 0,
            "profile_space is Mosaic GPU's in-kernel profiler buffer", "0 (the default)"),
+    Unread(("compiler_params", "profile_dir"), lambda s: s.compiler_params.profile_dir != "",
+           "profile_dir is where Mosaic GPU's in-kernel profiler writes its trace", "leave it out"),
 )
 
 TABLE = UnreadTable("attention", schedule=SCHEDULE, in_spec=BLOCK_SPEC, barriers={"schedule": BARRIER},

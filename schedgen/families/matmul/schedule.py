@@ -16,6 +16,8 @@ from ...plan.common import (
 from ...plan.dims import DimLike
 from ...plan.hardware import Hardware
 from ...plan.legality import (
+    check_profiler,
+    profiler_smem_bytes,
     check_setmaxnreg,
     check_sizes_int32,
     check_smem_fit,
@@ -327,10 +329,14 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks
     full_arr, empty_arr = barrier_arrivals(sch, stages, nc * csize, problems)
     smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
     smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
+    profile = profiler_smem_bytes(sch.compiler_params.profile_space, nc + 1)
+    if profile:
+        smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
     staging = 0 if chunks.direct else chunks.nbytes * buffers * nc
-    fit = stages_that_fit(hw, staging + 16 * stages, a_stage + b_stage)
+    fit = stages_that_fit(hw, staging + 16 * stages + profile, a_stage + b_stage)
     nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
-                            f"at most {fit} stages fit this tile")
+                            f"at most {fit} stages fit this tile" + (" beside the profiler's "
+                                                                      f"{profile} B" if profile else ""))
     return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage)
 
 
@@ -379,14 +385,15 @@ def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Pr
     return TileLoop(num_tiles, auto, clusters)
 
 
-def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> None:
+def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
     """32-bit coordinates (a dynamic size at its max); what the Pallas rendering can take."""
     check_sizes_int32({nm: v if isinstance(v, int) else v.max for nm, v in op.sizes.items()}, problems)
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
+    check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
+        _pallas_limits(op, sch, _ragged_dims(tile, dims), dims.extra_ops, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -488,17 +495,33 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
     return tuple(out)
 
 
-def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems) -> None:
+def _ragged_dims(tile: Tile, dims: Dims) -> set[str]:
+    """"M", "N", "K": the dimensions that are not a multiple of their tile (at some size in range)."""
+    return {what for what, x, t in (("M", dims.m, tile.tm), ("N", dims.n, tile.tn), ("K", dims.k, tile.tk))
+            if not D.divisible(x, t, dims.ranges)}
+
+
+# the dimensions each kind of epilogue operand is indexed along (records.py: MatOperand.bcast)
+_EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N"}}
+
+
+def _pallas_limits(op, sch, ragged: set[str], extras, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
-    if ragged:
-        problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
-    if batch != 1:
-        problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
     if sch.epilogue.store == "direct":
         problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "
                                                         "CUDA kernel's: use store: tma" + hint)
+    # Ragged edges: TMA zero-fills the lhs / rhs blocks past M, N, K and skips the output's stores there, as on
+    # CUDA; the epilogue operands are read by plgpu.load, which jax 0.11.2 has no masked form of, so an operand
+    # indexed along a ragged dimension would be read past its end
+    for e in extras:
+        over = sorted(_EXTRA_DIMS.get(e.bcast, set()) & ragged)
+        if over:
+            problems.add(("op", "inputs", e.name, "shape"),
+                         f"the Pallas epilogue reads '{e.name}' with plgpu.load, which has no masked form in jax "
+                         f"0.11.2, and {' and '.join(over)} {'is' if len(over) == 1 else 'are'} not a multiple of the "
+                         f"tile here, so the edge tiles would read past its end; use sizes the tile divides" + hint)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
     pipe = sch.pipeline
