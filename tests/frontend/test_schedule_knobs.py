@@ -45,8 +45,10 @@ def test_profile_space_is_pallas_only(tmp_path):
     with pytest.raises(SpecErrors) as err:
         _build(tmp_path, **{"schedule.compiler_params.profile_space": 4096})
     assert "schedule.compiler_params.profile_space: in-kernel profiling is a Pallas" in err.value.render()
-    built = _build(tmp_path, **{"schedule.compiler_params.profile_space": 4096, "schedule.backends": ["pallas"]})
-    assert "profile_space=4096" in built.files["pallas_kernel.py"].decode()
+    built = _build(tmp_path, **{"schedule.compiler_params.profile_space": 512, "schedule.backends": ["pallas"],
+                                "schedule.compiler_params.profile_dir": "prof"})
+    src = built.files["pallas_kernel.py"].decode()
+    assert "profile_space=512" in src and "profile_dir=_profile_dir('prof')" in src   # (jax needs both)
     assert "kernel.cubin" not in built.files
 
 

@@ -73,3 +73,11 @@ def test_batched_pallas_matmul_lowers_for_cuda(tmp_path):
     args = [jax.ShapeDtypeStruct(tuple(o.shape), DTYPES[o.dtype]) for o in kernel.inputs]
     text = jax.jit(kernel._pallas.module().make()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batched_matmul_verifies_on_the_gpu_on_both_backends(case, tmp_path):
+    built = _built(tmp_path, case)
+    checks = verify_built(built, ["cuda", "pallas"])
+    assert len(checks) == 2 and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks]

@@ -43,3 +43,17 @@ def test_an_epilogue_operand_along_a_ragged_dimension_names_the_jax_limit(tmp_pa
                                                                       "schedule.backends": ["cuda"], **LINEAR},
                       cache=Cache(tmp_path / "c"))
     assert cuda.plan.ragged                                   # the CUDA kernel masks its epilogue loads
+
+
+GPU_CASES = {**CASES, "the awkward 3000 x 5000 x 1000 GEMM": ("matmul_bf16_4096.yaml",
+                                                              {"M": 3000, "N": 5000, "K": 1000}, ZERO)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_ragged_matmul_verifies_on_the_gpu_on_both_backends(case, tmp_path):
+    """On the hardware TMA's zero fill and clipped stores are what the interpreter models."""
+    spec, sizes, over = GPU_CASES[case]
+    built = build_spec(str(SPECS_DIR / spec), {"op.sizes": sizes, **over}, cache=Cache(tmp_path / "c"))
+    checks = verify_built(built, ["cuda", "pallas"])
+    assert len(checks) == 2 and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks]
