@@ -409,12 +409,15 @@ def check_data(data: dict, src, skip: tuple = ()):
 
 
 def modes(stem: str) -> list[Mutation]:
-    """The spec's other modes: each schedule switch (a boolean, an enum member) it plans with another value of,
-    e.g. epilogue.store: direct, pipeline.kind: none, persistent.loop: none. A field may be read in one mode and not
+    """The spec's other modes: each scalar field (a boolean, an enum member, a schedule's integer; dtypes and sizes
+    aside) it plans with another value of, e.g. epilogue.store: direct, pipeline.kind: none, persistent.loop: none,
+    op.causal, pipeline.num_compute_wgs: 1. A field may be read in one mode and not
     in another (the epilogue's tile with store: direct), so every field is probed again in each mode."""
     _, outcomes = all_outcomes()[stem]
-    return [o.mutation for o in outcomes if o.kind == "changed" and o.mutation.path[0] == "schedule"
-            and (isinstance(o.mutation.value, bool) or
+    return [o.mutation for o in outcomes if o.kind == "changed" and o.mutation.path[0] in ("schedule", "op")
+            and o.mutation.path[-1] != "dtype"
+            and (isinstance(o.mutation.value, bool) or (isinstance(o.mutation.value, int) and
+                                                        o.mutation.path[0] == "schedule") or
                  (isinstance(o.mutation.value, str) and o.mutation.value not in NAMES))]
 
 

@@ -38,6 +38,8 @@ CASES = [
      "schedule.persistent.num_blocks", "one block a tile"),
     (MAP, {"schedule.backends": ["cuda"], "schedule.in_specs.x.transforms": {"tiling": [8, 64]}},
      "schedule.in_specs.x.transforms.tiling", "the cuda backend does not read a block's transforms.tiling"),
+    (MAP, {"schedule.in_specs.x.delay_release": 1}, "schedule.in_specs.y.delay_release",
+     "so it would hold 'y' for 1 step like 'x', not 0: give every input the same delay_release"),
     # the Pallas map kernel's barriers are emit_pipeline's
     (MAP, {"schedule.barriers": {"full": {"num_barriers": 4, "num_arrivals": 2}}},
      "schedule.barriers.full.num_arrivals", "emit_pipeline's own"),

@@ -261,6 +261,20 @@ def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], prob
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
+    if "cuda" in sch.backends:
+        _cuda_limits(op, operands, problems)
+
+
+def _cuda_limits(op, operands: dict, problems: Problems) -> None:
+    """The CUDA kernel refills one stage, holding a block of every input, at once: a single delay_release."""
+    delays = {n: operands[n].delay_release for n in op.inputs if n in operands}
+    late = max(delays.values(), default=0)
+    for n, d in delays.items():
+        if d != late:
+            problems.add(("schedule", "in_specs", n, "delay_release"),
+                         f"the CUDA map kernel refills a stage (a block of every input) at once, so it would hold "
+                         f"'{n}' for {late} step{'s' if late != 1 else ''} like {', '.join(repr(m) for m, x in delays.items() if x == late)}, "
+                         f"not {d}: give every input the same delay_release, or set schedule.backends: [pallas]")
 
 
 def _body_code(op, body) -> Body:
