@@ -87,7 +87,7 @@ ERRORS = {
                              "op.inputs.q.shape": ["B", "Q", "H", "D"], "op.outputs.o.shape": ["B", "Q", "H", "D"],
                              "op.inputs.k.shape": ["B", "T", "H", "D"], "op.inputs.v.shape": ["B", "T", "H", "D"],
                              "op.causal": True},
-                            ["op.causal: causal attention aligns the last query with the last key; it needs Sq <= Skv "
+                            ["op.causal: causal: true (bottom_right) aligns the last query with the last key; it needs Sq <= Skv "
                              "at every call, but Sq (Q) reaches 4096 and Skv (T) may be 1"]),
     "pallas_ragged": ({"op.sizes.S": {"dynamic": True, "min": 64, "max": 8192, "multiple_of": 64}},
                       ["op.sizes.S.multiple_of: Sq (S: dynamic, 64..8192, a multiple of 64) is not always a multiple "

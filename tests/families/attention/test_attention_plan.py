@@ -79,7 +79,8 @@ def test_plan_numbers():
     assert p.kernel_args[0].shape == (1, 4096, 16 * 128) and p.kernel_args[0].box == (1, 64, 64)
     assert p.kernel_args[0].strides == (4096 * 16 * 128 * 2, 16 * 128 * 2, 2)
     assert p.kernel_args[1].box == (1, 128, 64)
-    assert _plan({"op.causal": True}).flops == p.flops // 2
+    # causal at Sq = Skv: query i sees i + 1 keys, 4096 * 4097 / 2 pairs a head (not half of 4096^2)
+    assert _plan({"op.causal": True}).flops == 4 * 128 * 16 * (4096 * 4097 // 2)
     g = _plan(GQA)
     assert (g.heads_q, g.heads_kv) == (8, 2) and g.kernel_args[1].shape == (1, 1024, 2 * 128)
 
@@ -268,7 +269,8 @@ def test_softmax_code_shape_follows_head_dim():
 def test_explain_names_the_gemms_and_blocks():
     from schedgen.explain import explain
     text = explain(_plan({"op.causal": True}))
-    for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong", "halved for causal"):
+    for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong",
+                   "4 D per unmasked (q, k) pair x H x B, causal bottom_right", "j <= i + Skv - Sq"):
         assert needle in text, (needle, text)
 
 
