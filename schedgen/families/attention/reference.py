@@ -82,9 +82,8 @@ def attention_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.
 
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
-    """Attention sizes of a few blocks: Sq and Skv of `tiles` blocks (Skv - Sq kept for causal alignment; Sq > Skv
-    stays so), one
-    batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
+    """Attention sizes of a few blocks: Sq of `tiles` blocks, Skv keeping Skv - Sq (the bottom-right offset) or, with
+    no offset to keep, in proportion to Sq (so Sq > Skv stays so), one batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
     (the plan is taken at the largest sizes, the result rounded up to the size's multiple_of within min..max)."""
     ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
     if ranges:
@@ -98,9 +97,10 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     out: dict[str, int] = {}
     unit = math.lcm(plan.block_q, plan.block_kv)
     sq = min(plan.seq_q, unit * tiles_per_dim)
-    skv = sq + (plan.seq_kv - plan.seq_q)      # Skv - Sq kept: the bottom-right mask's offset
-    if plan.seq_q > plan.seq_kv and skv < plan.block_kv:   # Sq > Skv (top-left or no mask): still fewer keys than queries
-        skv = max(plan.block_kv, sq * plan.seq_kv // plan.seq_q // plan.block_kv * plan.block_kv)
+    if plan.causal_alignment == "bottom_right" or plan.seq_q == plan.seq_kv:
+        skv = sq + (plan.seq_kv - plan.seq_q)  # Skv - Sq kept: the bottom-right mask's offset
+    else:   # no offset to keep (top-left, no mask): Skv in proportion (Sq > Skv stays so), ragged as it was
+        skv = max(1, sq * plan.seq_kv // plan.seq_q // plan.block_kv) * plan.block_kv + plan.seq_kv % plan.block_kv
     want = {qs[0]: 1, qs[1]: sq, ks[1]: min(plan.seq_kv, skv),
             qs[2]: min(plan.heads_q, 2 * (plan.heads_q // plan.heads_kv)), ks[2]: min(plan.heads_kv, 2)}
     for dim, value in want.items():

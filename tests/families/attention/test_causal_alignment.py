@@ -79,9 +79,11 @@ def test_reference_masks_by_hand(sq, skv, causal, seen):
 
 
 def test_small_sizes_keep_the_shape_of_the_problem():
-    """verify --small shrinks Sq and Skv keeping Skv - Sq (the bottom-right offset) and, top-left, Sq > Skv."""
+    """verify --small shrinks Sq and Skv keeping Skv - Sq (the bottom-right offset), else their proportion (top-left
+    Sq > Skv stays so) and a ragged last key block."""
     for ov, want in ((_sq_skv(1024, 4096, True), (256, 3328)), (_sq_skv(1024, 256, "top_left"), (256, 64)),
-                     (_sq_skv(512, 512, "top_left"), (256, 256))):
+                     (_sq_skv(1024, 4096, "top_left"), (256, 1024)), (_sq_skv(1000, 600, "top_left"), (256, 152)),
+                     (_sq_skv(1024, 4096, False), (256, 1024)), (_sq_skv(512, 512, "top_left"), (256, 256))):
         spec, src = _spec(ov)
         got = small_sizes(spec, plan(spec, src), 2)
         assert (got["SQ"], got["SKV"]) == want, (ov["op.causal"], got)
