@@ -250,3 +250,33 @@ def test_sdpa_with_another_mask_fails_the_check(monkeypatch):
     monkeypatch.setattr(peers, "sdpa_masks", lambda torch, plan, device: [("is_causal", {"is_causal": True})])
     chosen, tried = peers.sdpa_verified(torch, p, views, ref, "cpu")
     assert chosen is None and tried[0]["verified"] is False and tried[0]["rel_error"] > 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [True, "top_left"])
+def test_sdpa_peer_on_gpu_at_the_issues_shape(causal):
+    """The issue's shape on the H200 (Sq = 1024, Skv = 4096, GQA 32 / 8): SDPA's fused kernels with our mask pass the
+    check (bottom-right through causal_lower_right, or the boolean mask where it falls back)."""
+    torch = pytest.importorskip("torch")
+    spec, src = _spec(_sq_skv(1024, 4096, causal, d=128, **{
+        "op.sizes.H": 32, "op.sizes.G": 8, "op.inputs.k.shape": ["B", "SKV", "G", "D"],
+        "op.inputs.v.shape": ["B", "SKV", "G", "D"], "schedule.in_specs.k.block_shape": [128, 128],
+        "schedule.in_specs.v.block_shape": [128, 128]}))
+    p = plan(spec, src)
+    host = random_inputs(spec, p.sizes, seed=4)
+    ref = attention_reference(spec, p.sizes, host, sample=True, seed=2)["o"]
+    to = {o.name: torch.from_numpy(np.asarray(host[o.name], dtype=np.float32)).to("cuda", torch.bfloat16)
+          for o in p.inputs}
+    chosen, tried = peers.sdpa_verified(torch, p, [to[o.name].transpose(1, 2) for o in p.inputs], ref, "cuda")
+    assert chosen is not None, tried
+
+
+def test_report_names_a_top_left_mask():
+    from schedgen.families.attention.report import shape_label
+    shape = {"B": 1, "Hq": 32, "Hkv": 8, "Sq": 1024, "Skv": 4096, "D": 128}
+    row = {"spec": "x", "shape": shape, "causal": True}
+    assert shape_label(row) == "1x32/8x1024/4096x128 causal"
+    assert shape_label({**row, "causal_alignment": "bottom_right"}) == "1x32/8x1024/4096x128 causal"
+    assert shape_label({**row, "causal_alignment": "top_left"}) == "1x32/8x1024/4096x128 causal top-left"
+    assert peers.markdown([{**row, "backend": "cuda", "kernel": "k", "causal_alignment": "top_left"}]).count(
+        "| top_left |") == 1

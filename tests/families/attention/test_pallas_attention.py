@@ -305,7 +305,7 @@ def test_lane_semantics_may_be_named():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["bundled", "causal", "lse", "causal_lse_no_pingpong", "gqa", "bhsd", "one_consumer",
-                                  "d64_kv128", "d256", "f16", "causal_sq_lt_skv"])
+                                  "d64_kv128", "d256", "f16", "causal_sq_lt_skv", "top_left_sq_gt_skv"])
 def test_pallas_attention_on_gpu(case, tmp_path):
     """Compiled by Mosaic GPU and run on the H200 at full size, outputs poisoned, against the (sampled) float64
     reference."""
