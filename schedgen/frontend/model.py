@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from .expr import check_float32, check_identifier
+from .expr import IDENT_RE, RESERVED, check_float32, check_identifier
 
 DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
@@ -43,8 +43,51 @@ def _tune_key(value: str) -> str:
     return value
 
 
-Ident = Annotated[str, AfterValidator(_ident)]
-Float32 = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_f32)]
+class SchemaDef:
+    """A JSON-Schema-only annotation: the exported schema refers to `SCHEMA_DEFINITIONS[name]` here (the same rule
+    as the validator beside it, as `pattern` / bounds); validation is unchanged."""
+
+    def __init__(self, name: str) -> None:
+        assert name in SCHEMA_DEFINITIONS, name
+        self.name = name
+
+    def __get_pydantic_json_schema__(self, core_schema, handler) -> dict:
+        return {**handler(core_schema), "x-schedgen-def": self.name}
+
+
+# Python's `$` also matches before a final newline (jsonschema uses `re.search`): `(?!\n)` rules that out there and
+# is a no-op in ECMA-262, the dialect JSON Schema prescribes.
+_NAME = IDENT_RE.pattern.removeprefix(r"\A").removesuffix(r"\Z")
+_PART = _NAME + r"(\[[0-9]+\])*"
+_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103    # halfway between FLT_MAX and 2^128: this and above round to inf
+_F32_TINY = 2.0 ** -150                 # half the smallest subnormal: this and below (but not 0) round to 0
+_RESERVED_TEXT = ("reserved: C++ and Python keywords, the body functions, names the generated code uses (jnp, "
+                  "threadIdx, min, max, ...), and names starting with 'sg_' or '__'")
+SCHEMA_DEFINITIONS: dict[str, dict] = {
+    "Identifier": {
+        "type": "string", "pattern": "^" + _NAME + r"(?!\n)$",
+        "not": {"anyOf": [{"enum": sorted(RESERVED)}, {"pattern": "^sg_"}]},
+        "description": "a name: 1-63 ASCII letters, digits or '_', starting with a letter; not " + _RESERVED_TEXT,
+        "patternErrorMessage": "names are 1-63 ASCII letters, digits or '_', starting with a letter"},
+    "Float32": {
+        "type": "number", "exclusiveMinimum": -_F32_LIMIT, "exclusiveMaximum": _F32_LIMIT,
+        "not": {"type": "number", "anyOf": [{"exclusiveMinimum": 0, "maximum": _F32_TINY},
+                                            {"minimum": -_F32_TINY, "exclusiveMaximum": 0}]},
+        "description": "a finite number that rounds to a finite float32 (|x| at most 3.4028235e38) and, unless 0, "
+                       "not to 0 (|x| above 2^-150)"},
+    "TuneKey": {
+        "type": "string", "maxLength": 121, "pattern": "^" + _PART + r"(\." + _PART + r")*(?!\n)$",
+        "not": {"anyOf": [{"pattern": r"(^|\.)sg_"},
+                          {"pattern": r"(^|\.)(" + "|".join(sorted(RESERVED)) + r")($|[.\[])"}]},
+        "description": "a tune alias of the family (e.g. tile_n) or a dotted field path with optional [index], "
+                       "e.g. schedule.pipeline.max_concurrent_steps or schedule.in_specs.x.block_shape[0]; each "
+                       "part a name (not " + _RESERVED_TEXT + "); at most 121 characters",
+        "patternErrorMessage": "write dotted names with optional [index], e.g. "
+                               "schedule.pipeline.max_concurrent_steps"},
+}
+
+Ident = Annotated[str, AfterValidator(_ident), SchemaDef("Identifier")]
+Float32 = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_f32), SchemaDef("Float32")]
 Dim = Union[Annotated[int, Field(ge=1, le=1 << 31)], Ident]  # a literal extent or a size name
 IntExpr = Union[Annotated[int, Field(ge=1)], Annotated[str, Field(min_length=1, max_length=200)]]
 
@@ -221,7 +264,8 @@ class Schedule(Model):
 
 class Tune(Model):
     """Values to sweep: dotted field paths into the file -> candidate values; constraints over them."""
-    params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$"), AfterValidator(_tune_key)],
+    params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$"), AfterValidator(_tune_key),
+                           SchemaDef("TuneKey")],
                  list[Union[int, float, str, bool]]] = Field(default_factory=dict)
     constraints: list[Annotated[str, Field(max_length=400)]] = Field(default_factory=list)
 
