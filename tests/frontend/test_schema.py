@@ -344,3 +344,66 @@ def test_known_gaps_are_still_gaps(case, validator):
     mutate(data)
     assert pydantic_fields(data) == fields
     assert schema_fields(validator, data) == set()
+
+
+# ---------------------------------------------------------------------------- descriptions for editors
+
+
+def _models():
+    """Every model class reachable from SpecFile."""
+    import typing
+
+    from pydantic import BaseModel
+    seen, todo = [], [SpecFile]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.append(m)
+        for f in m.model_fields.values():
+            stack = [f.annotation]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    todo.append(t)
+                stack.extend(typing.get_args(t))
+    return seen
+
+
+# fields whose value is an expression (or a set of them): an editor shows the examples
+EXPRESSIONS = {("BlockSpec", "index_map"), ("MapOp", "body"), ("MatmulOp", "epilogue"), ("Tune", "params"),
+               ("Tune", "constraints"), ("Schedule", "grid"), ("RemoteRef", "device_id")}
+
+
+def test_every_field_says_what_it_does():
+    models = _models()
+    assert {m.__name__ for m in models} >= {"SpecFile", "Schedule", "BlockSpec", "MapOp", "MatmulOp", "AttentionOp",
+                                            "CollectiveMatmulOp", "Mesh", "DynamicSize", "Tune"}
+    missing = [f"{m.__name__}.{n}" for m in models for n, f in m.model_fields.items()
+               if len(f.description or "") < 20]
+    assert missing == []
+    for model, field in EXPRESSIONS:
+        f = next(m for m in models if m.__name__ == model).model_fields[field]
+        assert f.examples, f"{model}.{field}"
+
+
+def test_the_schema_carries_descriptions_and_examples():
+    s = schema()
+    defs = s["definitions"]
+    for model, field in EXPRESSIONS:
+        node = defs[model]["properties"][field]
+        assert node["description"] and node["examples"], (model, field)
+    assert "bottom-right" in defs["AttentionOp"]["properties"]["causal"]["description"]
+    assert defs["Schedule"]["properties"]["pipeline"]["allOf"] == [{"$ref": "#/definitions/Pipeline"}]
+    assert defs["Schedule"]["properties"]["pipeline"]["description"]
+
+
+def test_examples_validate(validator):
+    """An example in the schema is a legal value of its field (an editor offers it as one)."""
+    s = schema()
+    for model, body in s["definitions"].items():
+        for field, node in body.get("properties", {}).items():
+            for example in node.get("examples", []):
+                errors = list(jsonschema.Draft7Validator({**node, "definitions": s["definitions"]}).iter_errors(
+                    example))
+                assert errors == [], (model, field, example, [e.message for e in errors])
