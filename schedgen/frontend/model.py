@@ -171,17 +171,16 @@ class Transforms(Model):
 class BlockSpec(Model):
     """Which block of a GMEM array one pipeline step sees, and how it is laid out in SMEM."""
     block_shape: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=5, description=(
-        "the block one pipeline step moves, in elements, one entry per dimension of the operand (map: entries of "
-        "extent 1 may be dropped from the front for broadcast operands). matmul: lhs [tile_m, tile_k], rhs [tile_k, "
+        "the block one pipeline step moves, in elements, one entry per dimension of the operand. matmul: lhs [tile_m, tile_k], rhs [tile_k, "
         "tile_n] as stored (swapped when transposed), out [tile_m, tile_n]; attention: q [block_q, head_dim], k / v "
         "[block_kv, head_dim]; the inner extent in bytes must be a multiple of 16 (TMA)"),
         examples=[[32, 256], [128, 64], [1, 32, 128]])
     index_map: str | None = Field(default=None, max_length=400, description=(
         "map only: the block index of this operand at a grid point, as a tuple of integer expressions over the grid "
-        "names and size names (+ - * // %, min, max; no true division). Default (absent): the operand follows the "
-        "output block (broadcast dimensions at 0). Checked at every grid point: in range, and for outputs one block "
-        "per point. matmul and attention derive their index maps; an index_map there is a located error"),
-        examples=["(i, j)", "(j,)", "(b, i, j)", "(i, 0)", "(N // 256 - 1 - j, i)"])
+        "names and size names (integer literals, + - * // %; no function calls, no true division). Default "
+        "(absent): the operand follows the output block, its broadcast dimensions at block 0. Checked at every "
+        "grid point (by its affine structure, or point by point). matmul and attention derive their index maps; an index_map there is a located error"),
+        examples=["(i, j)", "(j,)", "(b, i, j)", "(0, j)", "(i // 2, j)"])
     memory_space: Literal["smem", "gmem", "regs", "tmem"] = Field(default="smem", description=(
         "where the block lives: smem (the default; TMA into shared memory) is the only value the Hopper kernels "
         "take; gmem and regs are refused by every family, tmem is Blackwell-only (sm_100a)"))
@@ -190,8 +189,7 @@ class BlockSpec(Model):
     delay_release: Annotated[int, Field(ge=0, le=8)] = Field(default=0, description=(
         "emit_pipeline's delay_release: how many later steps a stage stays held after its step (0: released "
         "when the step ends); must be below pipeline.max_concurrent_steps. matmul / collective_matmul: the wgmma "
-        "groups kept in flight before a stage is freed (the CUDA kernel takes 0 or 1; its default there is 1); "
-        "map: the stage is released that many steps late; attention: must be 0"))
+        "groups kept in flight before a stage is freed (the CUDA kernel takes 0 or 1); map: the stage is released that many steps late; attention: must be 0"))
     collective_axes: list[Ident] = Field(default_factory=list, max_length=2, description=(
         "cluster axes over which this block is loaded once and multicast to every CTA. matmul: only the operand "
         "the cluster's CTAs share (rhs with cluster [2, 1], lhs with [1, 2]); the multicast follows "
@@ -238,7 +236,7 @@ class Pipeline(Model):
         "block_q = 64 x this)"))
     wg_axis: Ident | None = Field(default=None, description=(
         "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
-        "the tile has 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
+        "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
         examples=["m", "n"])
 
 
@@ -253,8 +251,8 @@ class Persistent(Model):
         "claims its next tile from a counter (attention, CUDA backend only; map and matmul refuse it: their tiles "
         "are all alike)"))
     num_blocks: Union[Literal["auto"], Annotated[int, Field(ge=1, le=1 << 20)]] = Field(default="auto", description=(
-        "blocks of a persistent grid: auto (the default): as many as the SMs hold at once (matmul: SMs / cluster "
-        "size), capped at the number of tiles; an int caps it (matmul: a multiple of the cluster size). attention "
+        "blocks of a persistent grid: auto (the default): as many as the SMs hold at once (map: SMs x blocks an SM "
+        "holds; matmul: SMs / cluster size), capped at the number of tiles; an int caps it (matmul: a multiple of the cluster size). attention "
         "takes auto only"))
     tile_order: Literal["row_major", "planar_snake", "lpt"] = Field(default="row_major", description=(
         "the order a persistent grid visits tiles: row_major (the default); planar_snake: bands of tile_width "
@@ -291,7 +289,7 @@ class RemoteRef(Model):
     "(x - 1) % 2"; it is evaluated for every device and must name a device of the mesh."""
     device_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(description=(
         "the peer device, as an integer expression in op.mesh.axis_name (this device's index) and integer "
-        "literals (+ - * // %); evaluated for every device, it must give a device of the mesh"),
+        "literals; evaluated for every device, it must give a device of the mesh"),
         examples=["(x - 1) % 2", "(x + 1) % 4"])
 
 
@@ -338,8 +336,9 @@ class Collective(Model):
 class CompilerParams(Model):
     """plgpu.CompilerParams of the Pallas rendering, and the CUDA kernel's equivalents where there is one."""
     approx_math: bool = Field(default=False, description=(
-        "fast approximate transcendental functions (exp2, tanh, reciprocal): plgpu.CompilerParams approx_math on "
-        "Pallas; attention's CUDA kernel uses the approximate exp2 for its softmax too"))
+        "fast approximate math: plgpu.CompilerParams approx_math on Pallas (map, matmul, attention); attention's "
+        "CUDA kernel also takes the approximate exp2 (ex2.approx) for its softmax; collective_matmul does not "
+        "read it"))
     lowering_semantics: Literal["lane", "warpgroup"] = Field(default="warpgroup", description=(
         "Mosaic GPU lowering semantics of the Pallas rendering (no effect on CUDA): warpgroup (the default: array "
         "ops per warpgroup) or lane (per thread). map: both (lane not with broadcast operands); matmul: warpgroup "
@@ -350,8 +349,9 @@ class CompilerParams(Model):
         "unsafe_no_auto_barriers). map only; matmul and attention refuse it (their register reads of SMEM need "
         "those barriers); no effect on the CUDA kernel"))
     profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = Field(default=0, description=(
-        "Pallas: the profiler buffer's size in events (plgpu.CompilerParams profile_space; 0, the default: no "
-        "profiling); the CUDA backend has no profiler (map refuses it with cuda in backends)"))
+        "Pallas: the profiler buffer's size (plgpu.CompilerParams profile_space; 0, the default: no profiling). "
+        "Known defect (issue 16): the Pallas kernel is rendered without a profile_dir, which jax 0.11.2 refuses to "
+        "lower. The CUDA backend has no profiler (map refuses it with cuda in backends)"))
 
 
 class Schedule(Model):
@@ -412,7 +412,7 @@ class Tune(Model):
                   {"tile_m": [128, 256], "tile_n": [128, 256], "stages": [3, 4, 5]},
                   {"schedule.in_specs.a.block_shape[1]": [32, 64]}])
     constraints: list[Annotated[str, Field(max_length=400)]] = Field(default_factory=list, description=(
-        "boolean expressions over the param names (dots as written); a point where any is false is skipped"),
+        "boolean expressions over the param names; a point where any is false is skipped"),
         examples=[["tile_m * tile_n <= 32768"]])
 
 

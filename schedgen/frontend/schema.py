@@ -17,7 +17,11 @@ dynamic size (min <= max, multiples), NaN, and 4.0 for an integer (draft-06 on c
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from .model import SCHEMA_DEFINITIONS
 from .specfile import SpecFile
@@ -31,6 +35,11 @@ _ANNOTATIONS = ("description", "examples", "default")
 def schema() -> dict:
     raw = SpecFile.model_json_schema(ref_template=_PREFIX + "{model}")
     defs = {**raw.pop("$defs", {}), **SCHEMA_DEFINITIONS}
+    for model in models():        # pydantic leaves out what a default_factory makes ([1], [cuda, pallas], {})
+        props = (raw if model is SpecFile else defs[model.__name__]).get("properties", {})
+        for name, field in model.model_fields.items():
+            if field.default_factory is not None:
+                props[name]["default"] = to_jsonable_python(field.get_default(call_default_factory=True))
     out = _rewrite({**raw, "definitions": defs}, defs)
     out.pop("title", None)
     return {"$schema": DRAFT, "$id": SCHEMA_ID, "title": "schedgen spec", **out}
@@ -38,6 +47,25 @@ def schema() -> dict:
 
 def schema_json() -> str:
     return json.dumps(schema(), indent=2, sort_keys=True) + "\n"
+
+
+def models() -> list[type[BaseModel]]:
+    """Every model class a spec file can hold, SpecFile first."""
+    seen: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [SpecFile]
+    while todo:
+        model = todo.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        for field in model.model_fields.values():
+            stack = [field.annotation]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    todo.append(t)
+                stack.extend(typing.get_args(t))
+    return seen
 
 
 def _rewrite(node: Any, defs: dict, key: str = "") -> Any:

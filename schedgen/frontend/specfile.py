@@ -18,10 +18,11 @@ class SpecFile(Model):
     name: Ident = Field(description=(
         "the kernel's name: the package's module and function name (build/<name>/, k.<name>(...)) and part of "
         "the CUDA kernel's name"), examples=["add_bf16", "linear_gelu"])
-    description: str = Field(default="", max_length=2000, description="free text for people; kept in the package, "
-                                                                      "never in generated code")
+    description: str = Field(default="", max_length=2000, description="free text for people (the planner does "
+                                                                      "not read it)")
     op: Op = Field(description="what the kernel computes; op.kind picks the family and so the other op fields")
     schedule: Schedule = Field(default=Schedule(), description=(
         "how the kernel runs; every field has a default, and the planner reports what a family cannot honour"))
-    tune: Tune | None = Field(default=None, description="the search space of `schedgen tune` (ignored by build, "
-                                                        "verify and bench)")
+    tune: Tune | None = Field(default=None, description=(
+        "the search space of `schedgen tune`; `schedgen build` builds the schedule as written (with --tuned: the "
+        "best point tune recorded)"))

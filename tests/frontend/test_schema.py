@@ -350,24 +350,8 @@ def test_known_gaps_are_still_gaps(case, validator):
 
 
 def _models():
-    """Every model class reachable from SpecFile."""
-    import typing
-
-    from pydantic import BaseModel
-    seen, todo = [], [SpecFile]
-    while todo:
-        m = todo.pop()
-        if m in seen:
-            continue
-        seen.append(m)
-        for f in m.model_fields.values():
-            stack = [f.annotation]
-            while stack:
-                t = stack.pop()
-                if isinstance(t, type) and issubclass(t, BaseModel):
-                    todo.append(t)
-                stack.extend(typing.get_args(t))
-    return seen
+    from schedgen.frontend.schema import models
+    return models()
 
 
 # fields whose value is an expression (or a set of them): an editor shows the examples
@@ -407,3 +391,39 @@ def test_examples_validate(validator):
                 errors = list(jsonschema.Draft7Validator({**node, "definitions": s["definitions"]}).iter_errors(
                     example))
                 assert errors == [], (model, field, example, [e.message for e in errors])
+
+
+# ---------------------------------------------------------------------------- the field reference page
+
+REFERENCE = ROOT / "docs" / "spec-reference.md"
+
+
+def test_reference_page_is_generated_and_up_to_date():
+    """docs/spec-reference.md is `schedgen schema --markdown` of the current models (regenerate it with that)."""
+    from schedgen.frontend.schemadoc import reference_markdown
+    assert REFERENCE.read_text() == reference_markdown()
+
+
+def test_reference_page_covers_every_field():
+    text = REFERENCE.read_text()
+    for model in _models():
+        title = "SpecFile" if model is SpecFile else model.__name__
+        section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+        for field in model.model_fields:
+            assert f"| `{field}` |" in section, f"{title}.{field}"
+    for rule in ("Identifier", "Float32", "TuneKey"):
+        assert f"\n## {rule}\n" in text
+    assert "| `causal` | boolean | `false` | mask keys after the query: bottom-right aligned" in text
+
+
+def test_reference_check_cli_and_readme_link(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run([sys.executable, "-m", "schedgen", "schema", "--markdown", "--check"], cwd=ROOT,
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    stale = tmp_path / "ref.md"
+    stale.write_text(REFERENCE.read_text().replace("bottom-right", "top-left"))
+    bad = subprocess.run([sys.executable, "-m", "schedgen", "schema", "--markdown", "--check", "-o", str(stale)],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "schedgen schema --markdown" in bad.stderr
+    assert "](docs/spec-reference.md)" in (ROOT / "README.md").read_text()
