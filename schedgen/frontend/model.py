@@ -55,35 +55,35 @@ class SchemaDef:
         return {**handler(core_schema), "x-schedgen-def": self.name}
 
 
-# Python's `$` also matches before a final newline (jsonschema uses `re.search`): `(?!\n)` rules that out there and
-# is a no-op in ECMA-262, the dialect JSON Schema prescribes.
+# The name rule as one pattern, so that editors show one message (the YAML language server's patternErrorMessage; a
+# `not` schema has a fixed "matches a schema that is not allowed"): reserved words and the sg_ prefix as negative
+# lookaheads. Python's `$` also matches before a final newline (jsonschema uses `re.search`): the trailing `(?!\n)`
+# rules that out there and is a no-op in ECMA-262, the dialect JSON Schema prescribes.
 _NAME = IDENT_RE.pattern.removeprefix(r"\A").removesuffix(r"\Z")
-_PART = _NAME + r"(\[[0-9]+\])*"
+_NOT_RESERVED = r"(?!sg_)(?!(?:" + "|".join(sorted(RESERVED, key=lambda w: (-len(w), w))) + r")(?:$|[.\[]))"
+_PART = _NOT_RESERVED + _NAME + r"(\[[0-9]+\])*"
 _F32_LIMIT = 2.0 ** 128 - 2.0 ** 103    # halfway between FLT_MAX and 2^128: this and above round to inf
 _F32_TINY = 2.0 ** -150                 # half the smallest subnormal: this and below (but not 0) round to 0
-_RESERVED_TEXT = ("reserved: C++ and Python keywords, the body functions, names the generated code uses (jnp, "
-                  "threadIdx, min, max, ...), and names starting with 'sg_' or '__'")
+_LEGAL = ("1-63 ASCII letters, digits or '_', starting with a letter; not a reserved word (a C++ or Python keyword, "
+          "a body function, a name the generated code uses: jnp, threadIdx, min, max, ...) nor starting with 'sg_'")
 SCHEMA_DEFINITIONS: dict[str, dict] = {
     "Identifier": {
-        "type": "string", "pattern": "^" + _NAME + r"(?!\n)$",
-        "not": {"anyOf": [{"enum": sorted(RESERVED)}, {"pattern": "^sg_"}]},
-        "description": "a name: 1-63 ASCII letters, digits or '_', starting with a letter; not " + _RESERVED_TEXT,
-        "patternErrorMessage": "names are 1-63 ASCII letters, digits or '_', starting with a letter"},
+        "type": "string", "pattern": "^" + _NOT_RESERVED + _NAME + r"(?!\n)$",
+        "description": "a name: " + _LEGAL, "patternErrorMessage": "names are " + _LEGAL},
     "Float32": {
         "type": "number", "exclusiveMinimum": -_F32_LIMIT, "exclusiveMaximum": _F32_LIMIT,
-        "not": {"type": "number", "anyOf": [{"exclusiveMinimum": 0, "maximum": _F32_TINY},
-                                            {"minimum": -_F32_TINY, "exclusiveMaximum": 0}]},
+        "if": {"type": "number", "minimum": -_F32_TINY, "maximum": _F32_TINY},
+        "then": {"const": 0, "errorMessage": "underflows to 0 in float32: write 0, or a value above 2^-150 "
+                                             "(about 7.0e-46) in magnitude"},
         "description": "a finite number that rounds to a finite float32 (|x| at most 3.4028235e38) and, unless 0, "
                        "not to 0 (|x| above 2^-150)"},
     "TuneKey": {
         "type": "string", "maxLength": 121, "pattern": "^" + _PART + r"(\." + _PART + r")*(?!\n)$",
-        "not": {"anyOf": [{"pattern": r"(^|\.)sg_"},
-                          {"pattern": r"(^|\.)(" + "|".join(sorted(RESERVED)) + r")($|[.\[])"}]},
         "description": "a tune alias of the family (e.g. tile_n) or a dotted field path with optional [index], "
                        "e.g. schedule.pipeline.max_concurrent_steps or schedule.in_specs.x.block_shape[0]; each "
-                       "part a name (not " + _RESERVED_TEXT + "); at most 121 characters",
+                       "part a name (" + _LEGAL + "); at most 121 characters",
         "patternErrorMessage": "write dotted names with optional [index], e.g. "
-                               "schedule.pipeline.max_concurrent_steps"},
+                               "schedule.pipeline.max_concurrent_steps; each part " + _LEGAL},
 }
 
 Ident = Annotated[str, AfterValidator(_ident), SchemaDef("Identifier")]
