@@ -349,9 +349,17 @@ class CompilerParams(Model):
         "unsafe_no_auto_barriers). map only; matmul and attention refuse it (their register reads of SMEM need "
         "those barriers); no effect on the CUDA kernel"))
     profile_space: Annotated[int, Field(ge=0, le=1 << 20)] = Field(default=0, description=(
-        "Pallas: the profiler buffer's size (plgpu.CompilerParams profile_space; 0, the default: no profiling). "
-        "Known defect (issue 16): the Pallas kernel is rendered without a profile_dir, which jax 0.11.2 refuses to "
-        "lower. The CUDA backend has no profiler (map refuses it with cuda in backends)"))
+        "Pallas backend: Mosaic GPU's in-kernel profiler, in ranges per warpgroup (16 B of SMEM each, counted in "
+        "the SMEM check; plgpu.CompilerParams profile_space); 0, the default: no profiling. Needs profile_dir. "
+        "map, matmul, collective_matmul; the CUDA backend has no in-kernel profiler (a located error when "
+        "backends lists cuda), and attention's Pallas kernel takes no profiler buffer"), examples=[256, 2048])
+    profile_dir: str = Field(
+        default="", max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Pallas backend, with profile_space: the directory Mosaic GPU's in-kernel profiler writes its "
+                    "trace to (`<kernel>-<ns>-trace.json`, one per compiled shape: open it in Perfetto or "
+                    "chrome://tracing). Relative paths are relative to the working directory of the program that "
+                    "calls the kernel; the directory is created when the kernel is built. Both profile_space and "
+                    "profile_dir, or neither.")
 
 
 class Schedule(Model):

@@ -30,6 +30,9 @@ SCHEMA_ID = "https://schedgen.invalid/schedgen.schema.json"
 DRAFT = "http://json-schema.org/draft-07/schema#"
 _PREFIX = "#/definitions/"
 _ANNOTATIONS = ("description", "examples", "default")
+# Python's `$` also matches before a final newline (the jsonschema package uses `re.search`); ECMA-262's and Rust's
+# do not: the lookahead makes every engine end where pydantic's does
+_END = r"(?!\n)$"
 
 
 def schema() -> dict:
@@ -70,6 +73,8 @@ def models() -> list[type[BaseModel]]:
 
 def _rewrite(node: Any, defs: dict, key: str = "") -> Any:
     """`node` rewritten into draft-07, children first (`key`: the keyword `node` is the value of)."""
+    if key == "pattern" and isinstance(node, str) and node.endswith("$") and not node.endswith(("\\$", _END)):
+        return node[:-1] + _END      # pydantic's own patterns (Rust regex: `$` is the end of the text)
     if isinstance(node, list):
         return [_rewrite(item, defs) for item in node]
     if not isinstance(node, dict):

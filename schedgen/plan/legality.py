@@ -45,6 +45,29 @@ def check_sizes_int32(sizes: Mapping[str, int], problems, what: str = "the kerne
 # ---------------------------------------------------------------------------------------------- cluster
 
 
+def check_profiler(compiler_params, backends: Sequence[str], problems) -> None:
+    """compiler_params.profile_space / profile_dir: Mosaic GPU's in-kernel profiler (Pallas only), both or neither."""
+    space, where = compiler_params.profile_space, compiler_params.profile_dir
+    path = ("schedule", "compiler_params")
+    if space and not where:
+        problems.add((*path, "profile_space"), "the profiler needs compiler_params.profile_dir, the directory its "
+                                               "trace is written to (e.g. profile_dir: profiles)")
+    if where and not space:
+        problems.add((*path, "profile_dir"), "profile_dir has no effect without compiler_params.profile_space (the "
+                                             "profiler's events per warpgroup, e.g. 2048); set it or remove "
+                                             "profile_dir")
+    if space and "cuda" in backends:
+        problems.add((*path, "profile_space"), "in-kernel profiling is a Pallas (Mosaic GPU) feature; the CUDA "
+                                               "backend has none in this release (time it with `schedgen bench`, "
+                                               "or Nsight Compute): set schedule.backends: [pallas] to profile")
+
+
+def profiler_smem_bytes(profile_space: int, warpgroups: int) -> int:
+    """The SMEM of Mosaic GPU's profiler (jax 0.11.2: profile_space ranges per warpgroup, 2 events a range, 2 int32
+    entries an event, one buffer per warpgroup of the block); 0 without profiling."""
+    return profile_space * 2 * 2 * 4 * warpgroups
+
+
 def check_no_cluster(cluster: Sequence[int], why: str, problems) -> None:
     """A family whose CTAs share no operand takes no thread-block cluster: `why` says what there is nothing of
     to share, the message ends with the fix."""

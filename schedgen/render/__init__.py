@@ -39,6 +39,14 @@ def _pyfloat(value: float) -> str:
 # ---- expressions: a plan keeps validated trees (a PlanExpr, schedgen/plan/exprs.py, carrying one as `.expr`) over
 # the spec's names, and a {name: role} map; these filters spell them in a template's language.
 
+def _pystr(value: str) -> str:
+    """A string from the spec as a Python string literal (repr: every quote, backslash and control character
+    escaped), so generated code holds it as data."""
+    if not isinstance(value, str):
+        raise TypeError(f"pystr takes a str, got {type(value).__name__}")
+    return repr(value)
+
+
 def _tree(value) -> ex.Expr:
     expr = getattr(value, "expr", value)
     if not isinstance(expr, ex.Expr):
@@ -116,6 +124,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["pyfloat"] = _pyfloat
+    env.filters["pystr"] = _pystr           # a spec's string as a Python literal (never pasted raw)
     env.filters["comment"] = comment_text   # text inside a one-line comment (the banners): it cannot end it
     env.filters["spelled"] = _spelled       # validated expressions (plan/exprs.py PlanExpr) spelled per language
     env.filters["cxx"] = _cxx               # float math

@@ -154,9 +154,41 @@ def ensure_context(device: int = 0) -> None:
         dev = _call("cuDeviceGet", device)
         ctx = _call("cuDevicePrimaryCtxRetain", dev)  # retained for the process lifetime
         _contexts[device] = ctx
-    cur = _call("cuCtxGetCurrent")
-    if cur is None or int(cur) != int(ctx):
-        _call("cuCtxSetCurrent", ctx)
+        _context_ints[device] = int(ctx)
+    get = _current_context()
+    if get is not None:
+        if get() == _context_ints[device]:
+            return
+    else:
+        cur = _call("cuCtxGetCurrent")
+        if cur is not None and int(cur) == int(ctx):
+            return
+    _call("cuCtxSetCurrent", ctx)
+
+
+_context_ints: dict[int, int] = {}
+_ctx_get: list = []
+
+
+def _current_context() -> Any:
+    """A function giving the calling thread's current context as an int (0: none) through libcuda's
+    cuCtxGetCurrent by ctypes (ensure_context runs on every call: the cuda.bindings wrapper costs microseconds),
+    or None where libcuda cannot be loaded that way."""
+    if not _ctx_get:
+        lib = _libcuda()
+        f = getattr(lib, "cuCtxGetCurrent", None) if lib is not None else None
+        get = None
+        if f is not None:
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+
+            def get() -> int:
+                cur = ctypes.c_void_p()      # per call: threads share this function
+                if f(ctypes.byref(cur)) != 0:
+                    return -1                # an error: the caller makes the context current, which reports it
+                return cur.value or 0
+        _ctx_get.append(get)
+    return _ctx_get[0]
 
 
 def _current_device() -> Any:
@@ -469,6 +501,7 @@ class Params:
         self._aligns = [a.align for a in args]
         self._array = (ctypes.c_void_p * max(len(args), 1))(*self._addrs)
         self.address = ctypes.addressof(self._array) if args else 0
+        self.as_void_p = ctypes.c_void_p(self.address or None)   # the address as the direct launch passes it
         for i, a in enumerate(args):
             ctypes.memmove(self._addrs[i], a.data, len(a.data))
 
@@ -508,20 +541,21 @@ class LaunchConfig:
             cfg.numAttrs = 0
         self._cfg = cfg
         self._stream = -1
-        self._func_ptr: int | None = None      # the CUfunction's address, for the ctypes launch
+        self._direct_head: tuple | None = None   # the ctypes launch's leading arguments: function, grid, block, smem
 
     def launch(self, params: Params, stream: int) -> None:
         """Launch over packed parameters on `stream` (an int handle): a launch without a cluster calls libcuda's
         cuLaunchKernel through ctypes (a few microseconds less per call than the cuda.bindings wrapper), else
-        cuLaunchKernelEx through cuda.bindings."""
+        cuLaunchKernelEx through cuda.bindings. The ctypes call declares no argument types: the pointers go as
+        c_void_p objects made once (the function, the parameters) or once per stream, the geometry as plain ints,
+        so no argument is converted per call."""
         if self.cluster is None:
             direct = _direct_launcher()
             if direct is not None:
-                if self._func_ptr is None:
-                    self._func_ptr = int(self.func)
-                g, b = self.grid, self.block
-                err = direct(self._func_ptr, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, params.address,
-                             None)
+                head = self._direct_head
+                if head is None:
+                    head = self._direct_head = (ctypes.c_void_p(int(self.func)), *self.grid, *self.block, self.smem)
+                err = direct(*head, _void_p(stream), params.as_void_p, None)
                 if err != 0:
                     raise CudaError("cuLaunchKernel", cu.CUresult(err))
                 return
@@ -542,21 +576,44 @@ _direct_launch: list = []
 
 
 def _direct_launcher() -> Any:
-    """libcuda's cuLaunchKernel through ctypes (argument types declared), or None where it cannot be loaded.
-    SCHEDGEN_BINDINGS_LAUNCH=1 keeps every launch on cuda.bindings."""
+    """libcuda's cuLaunchKernel through ctypes, or None where it cannot be loaded. No argument types are declared
+    (LaunchConfig.launch passes each argument in its C form: c_void_p pointers, ints below 2**31 for the unsigned
+    geometry); the result is an int. SCHEDGEN_BINDINGS_LAUNCH=1 keeps every launch on cuda.bindings."""
     if not _direct_launch:
         f = None
         if not os.environ.get("SCHEDGEN_BINDINGS_LAUNCH"):
-            try:
-                f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-                c = ctypes
-                f.restype = c.c_int
-                f.argtypes = [c.c_void_p, c.c_uint, c.c_uint, c.c_uint, c.c_uint, c.c_uint, c.c_uint, c.c_uint,
-                              c.c_void_p, c.c_void_p, c.c_void_p]
-            except (OSError, AttributeError):
-                f = None
+            lib = _libcuda()
+            f = getattr(lib, "cuLaunchKernel", None) if lib is not None else None
+            if f is not None:
+                f.restype = ctypes.c_int
         _direct_launch.append(f)
     return _direct_launch[0]
+
+
+_libcuda_handle: list = []
+
+
+def _libcuda() -> Any:
+    """libcuda.so.1 through ctypes (its own CDLL: the function objects' settings are ours), or None."""
+    if not _libcuda_handle:
+        try:
+            _libcuda_handle.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            _libcuda_handle.append(None)
+    return _libcuda_handle[0]
+
+
+_void_ps: dict[int, Any] = {}
+
+
+def _void_p(handle: int) -> Any:
+    """A stream handle as a c_void_p, made once per handle (a bounded cache: handles are few)."""
+    v = _void_ps.get(handle)
+    if v is None:
+        if len(_void_ps) > 1024:
+            _void_ps.clear()
+        v = _void_ps[handle] = ctypes.c_void_p(int(handle) or None)
+    return v
 _streams: dict[int, Any] = {}
 
 

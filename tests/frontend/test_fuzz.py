@@ -299,9 +299,9 @@ def _schema_strategy(node: dict) -> st.SearchStrategy:
     if "allOf" in node:    # the op's if/then per kind, or a $ref with its description beside it
         members = [sub["then"] for sub in node["allOf"] if "then" in sub] or node["allOf"][:1]
         return st.one_of([_schema_strategy(n) for n in members])
-    if "if" in node:       # a union by JSON type: if/then/else chain
+    if "else" in node:     # a union by JSON type: if/then/else chain (an if/then alone is a rule, e.g. float32's)
         members, rest = [], node
-        while "if" in rest:
+        while "else" in rest:
             members, rest = members + [rest["then"]], rest["else"]
         return st.one_of([_schema_strategy(n) for n in members])
     if "const" in node:

@@ -127,6 +127,13 @@ def test_schema_print_is_the_schema(tmp_path):
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr
     assert run.stdout == schema_json() and list(tmp_path.iterdir()) == []
+    both = subprocess.run([sys.executable, "-m", "schedgen", "schema", "--print", "--check"], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert both.returncode == 2 and both.stdout == ""
+    assert both.stderr == "schedgen: --print writes to stdout: it takes neither -o nor --check\n"
+    md = subprocess.run([sys.executable, "-m", "schedgen", "schema", "--print", "--markdown"], cwd=tmp_path,
+                        capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert md.returncode == 0 and md.stdout == (ROOT / "docs" / "spec-reference.md").read_text()
 
 
 # ---------------------------------------------------------------------------- bundled specs and error files
@@ -294,6 +301,11 @@ CASES = {
                           {("schedule", "collective", "transport")}),
     "semaphore-per": ("collective", _set(("schedule", "collective", "semaphores", "done", "per"), "tile"),
                       {("schedule", "collective", "semaphores", "done", "per")}),
+    "profile-dir-ok": ("map", _set(("schedule", "compiler_params", "profile_dir"), "profiles/run 1"), set()),
+    "profile-dir-newline": ("map", _set(("schedule", "compiler_params", "profile_dir"), "profiles\n"),
+                            {("schedule", "compiler_params", "profile_dir")}),
+    "profile-dir-control": ("map", _set(("schedule", "compiler_params", "profile_dir"), "a\x1bb"),
+                            {("schedule", "compiler_params", "profile_dir")}),
     "collective-null": ("collective", _set(("schedule", "collective"), None), set()),
 }
 
@@ -413,7 +425,8 @@ def test_reference_page_covers_every_field():
             assert f"| `{field}` |" in section, f"{title}.{field}"
     for rule in ("Identifier", "Float32", "TuneKey"):
         assert f"\n## {rule}\n" in text
-    assert "| `causal` | boolean | `false` | mask keys after the query: bottom-right aligned" in text
+    causal = next(line for line in text.split("\n## AttentionOp\n", 1)[1].splitlines() if line.startswith("| `causal`"))
+    assert "bottom-right" in causal
 
 
 def test_reference_check_cli_and_readme_link(tmp_path):

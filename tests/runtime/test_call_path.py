@@ -5,6 +5,8 @@ the tile counter is allocated once per device and never on the call path, and wh
 graph says so before touching the driver."""
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -86,12 +88,15 @@ class Torch:
         self.allocs, self.stream, self.blocks = [], 0x77, {}
         monkeypatch.setattr(K, "_EMPTY", [self.empty])
         monkeypatch.setattr(K, "_TORCH_DT", {n: DT[n] for n in arrays._TORCH})
+        monkeypatch.setattr(K, "_TORCH_DEVICES", {i: _Device("cuda", i) for i in range(8)})
         monkeypatch.setattr(K, "_current_raw_stream", lambda device: self.stream)
 
     def empty(self, shape, *, dtype, device):
         name = next(n for n, d in DT.items() if d is dtype)
         self.allocs.append(tuple(shape))
         ptr = self.blocks.setdefault(tuple(shape), 0x7E0000000000 + 0x1000000 * len(self.blocks))
+        # a device object (made once per ordinal: an int device costs torch microseconds per call)
+        assert isinstance(device, _Device) and device.type == "cuda", device
         return Tensor(shape, name, ptr=ptr, device=(device.type, device.index))
 
 
@@ -514,14 +519,21 @@ def test_a_launch_without_a_cluster_calls_libcuda_directly(monkeypatch):
     seen = []
 
     def direct(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        seen.append((func, (gx, gy, gz), (bx, by, bz), smem, stream, params, extra))
+        # ctypes declares no argument types: every argument arrives in its C form, pointers as c_void_p objects
+        # (NULL: value None) and the geometry as ints, so that nothing is converted per call
+        for ptr in (func, stream, params):
+            assert isinstance(ptr, ctypes.c_void_p), ptr
+        assert all(type(v) is int for v in (gx, gy, gz, bx, by, bz, smem)) and extra is None
+        seen.append((func.value, (gx, gy, gz), (bx, by, bz), smem, stream.value or 0, params.value, extra))
         return 0
     monkeypatch.setattr(driver, "_direct_launch", [direct])
     monkeypatch.setattr(driver, "_launch_ex", lambda *a: pytest.fail("a launch without a cluster used cuda.bindings"))
     params = driver.Params([driver.Arg.i32(3), driver.Arg.ptr(0x7F0000001230)])
     cfg = driver.LaunchConfig(0x5000, grid=(132, 1, 1), block=(256, 1, 1), smem=4096)
     cfg.launch(params, 7)
-    assert seen == [(0x5000, (132, 1, 1), (256, 1, 1), 4096, 7, params.address, None)]
+    cfg.launch(params, 0)                                               # the legacy stream: NULL
+    assert seen == [(0x5000, (132, 1, 1), (256, 1, 1), 4096, 7, params.address, None),
+                    (0x5000, (132, 1, 1), (256, 1, 1), 4096, 0, params.address, None)]
     monkeypatch.setattr(driver, "_direct_launch", [lambda *a: 1])       # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(driver.CudaError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
         cfg.launch(params, 7)

@@ -550,6 +550,8 @@ def _pallas_compiler_params(cp, hint: str, problems: Problems) -> None:
         problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
                      "the Pallas attention stages O through the Q tile that its wgmmas read and relies on Mosaic GPU's "
                      "automatic barriers there; remove unsafe_no_auto_barriers" + hint)
-    if cp.profile_space:
-        problems.add(("schedule", "compiler_params", "profile_space"),
-                     "the Pallas attention takes no profiler buffer; remove profile_space" + hint)
+    for name in ("profile_space", "profile_dir"):
+        if getattr(cp, name):
+            problems.add(("schedule", "compiler_params", name),
+                         f"the Pallas attention takes no profiler buffer (its SMEM holds Q, the K/V stages and O's "
+                         f"staging); remove {name}" + hint)

@@ -87,6 +87,8 @@ PALLAS_ONLY = (
            "false (the default)"),
     Unread(("compiler_params", "profile_space"), lambda s: s.compiler_params.profile_space != 0,
            "profile_space is Mosaic GPU's in-kernel profiler buffer", "0 (the default)"),
+    Unread(("compiler_params", "profile_dir"), lambda s: s.compiler_params.profile_dir != "",
+           "profile_dir is where Mosaic GPU's in-kernel profiler writes its trace", "leave it out"),
 )
 
 

@@ -140,6 +140,7 @@ class CollectiveMatmulPlan:
     approx_math: bool
     lowering_semantics: str
     profile_space: int
+    profile_dir: str
     flops: int                 # per device
     bytes_moved: int           # per device: lhs, rhs, out and the gathered chunks read back
     link_bytes: int            # per device: bytes sent to the neighbour over the ring
@@ -454,7 +455,7 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
         num_blocks=blocks, auto_blocks=pers.num_blocks == "auto", blocks_per_sm=1, threads=mm.threads,
         producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes,
         approx_math=False, lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space,
-        flops=2 * d_count * m * n * k,
+        profile_dir=mm.profile_dir, flops=2 * d_count * m * n * k,
         bytes_moved=(m * k + k * n) * isz + d_count * m * n * osz + slots * m * k * isz,
         link_bytes=slots * m * k * isz,
     )

@@ -30,6 +30,8 @@ from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
 from ...plan.legality import (
     check_no_cluster,
+    check_profiler,
+    profiler_smem_bytes,
     check_reserved_names,
     check_sizes_int32,
     check_smem_fit,
@@ -224,8 +226,11 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
             problems.add(("schedule", "barriers", "full", "num_barriers"),
                          f"'full' has one barrier per pipeline stage: {stages}, got {bar.num_barriers}")
         full_arrivals = bar.num_arrivals
+    profile = profiler_smem_bytes(sch.compiler_params.profile_space, 1)   # the Pallas map: one warpgroup
+    if profile:
+        smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
     smem_bytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
-                                "use fewer stages or smaller blocks")
+                                "use fewer stages or smaller blocks" + (", or a smaller profile_space" if profile else ""))
     return Sync(full, full_arrivals, smem_bytes)
 
 
@@ -248,9 +253,7 @@ def _check_int32(op, space: Space, problems: Problems) -> None:
 def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], problems: Problems) -> None:
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
-    if "cuda" in sch.backends and sch.compiler_params.profile_space:
-        problems.add(("schedule", "compiler_params", "profile_space"),
-                     "in-kernel profiling is a Pallas (Mosaic GPU) feature; set schedule.backends: [pallas] to use it")
+    check_profiler(sch.compiler_params, sch.backends, problems)
 
 
 def _body_code(op, body) -> Body:
@@ -300,6 +303,7 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         index_roles={g: "grid" for g in space.grid_names} | {s: "size" for s in space.sizes},
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
+        profile_dir=cp.profile_dir,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
         kernel_args=_kernel_args(inputs + outputs, space.ranges),
         dynamic_sizes=tuple(space.ranges.values()),

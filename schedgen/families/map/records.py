@@ -84,6 +84,7 @@ class MapPlan:
     lowering_semantics: str
     unsafe_no_auto_barriers: bool
     profile_space: int
+    profile_dir: str
     persistent: bool
     bytes_moved: int
     kernel_args: tuple[KernelArg, ...]          # one tensor map per operand, inputs then outputs

@@ -176,7 +176,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
         empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
-        profile_space=sch.compiler_params.profile_space, flops=2 * dims.batch * dims.m * dims.n * dims.k,
+        profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),
     )
 

@@ -150,6 +150,7 @@ class MatmulPlan:
     approx_math: bool
     lowering_semantics: str
     profile_space: int
+    profile_dir: str
     flops: DimLike
     bytes_moved: DimLike
 

@@ -16,6 +16,8 @@ from ...plan.common import (
 from ...plan.dims import DimLike
 from ...plan.hardware import Hardware
 from ...plan.legality import (
+    check_profiler,
+    profiler_smem_bytes,
     check_setmaxnreg,
     check_sizes_int32,
     check_smem_fit,
@@ -303,10 +305,14 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks
     full_arr, empty_arr = barrier_arrivals(sch, stages, nc * csize, problems)
     smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
     smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
+    profile = profiler_smem_bytes(sch.compiler_params.profile_space, nc + 1)
+    if profile:
+        smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
     staging = 0 if chunks.direct else chunks.nbytes * buffers * nc
-    fit = stages_that_fit(hw, staging + 16 * stages, a_stage + b_stage)
+    fit = stages_that_fit(hw, staging + 16 * stages + profile, a_stage + b_stage)
     nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
-                            f"at most {fit} stages fit this tile")
+                            f"at most {fit} stages fit this tile" + (" beside the profiler's "
+                                                                      f"{profile} B" if profile else ""))
     return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage)
 
 
@@ -361,8 +367,9 @@ def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> Non
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
+    check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, ragged, dims.extra_ops, dims.batch, problems)
+        _pallas_limits(op, sch, ragged, dims.extra_ops, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -464,13 +471,11 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
     return tuple(out)
 
 
-def _pallas_limits(op, sch, ragged: bool, extras, batch: int, problems: Problems) -> None:
+def _pallas_limits(op, sch, ragged: bool, extras, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     if ragged:
         problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
-    if batch != 1:
-        problems.add(("schedule", "backends"), "the Pallas matmul is not batched" + hint)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
     pipe = sch.pipeline

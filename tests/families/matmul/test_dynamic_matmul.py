@@ -136,7 +136,7 @@ def _static(path, m, overrides=None):
 @pytest.mark.parametrize("m", [1, 200, 4096, 65536])
 def test_record_extents_match_a_static_build(m, tmp_path, monkeypatch):
     """The dynamic package's tensor maps, grid and scalar arguments at M = m are the static build's at M = m."""
-    from runtime.test_launch_record import FakeDriver
+    from runtime.fake_driver import FakeDriver
     from schedgen.runtime.kernel import load_package
     dyn_p, stat_p = _plan(LINEAR), _static(LINEAR, m)
     for p, sub in ((dyn_p, "dyn"), (stat_p, "static")):
@@ -260,7 +260,7 @@ def test_bundled_dynamic_pallas_interpret_two_sizes(tmp_path):
 def test_package_binds_m_from_the_call_and_refuses_what_is_out_of_range(tmp_path, monkeypatch):
     """The built package's record: any M in range binds (and sizes the output), an M out of range or one that
     breaks multiple_of is an ArgumentError naming the argument, the dimension, the value and what is legal."""
-    from runtime.test_launch_record import FakeDriver
+    from runtime.fake_driver import FakeDriver
     from schedgen.runtime.kernel import ArgumentError, load_package
     FakeDriver(monkeypatch)
     for spec, sub in ((LINEAR, "linear"), (BUNDLED_PALLAS, "plain")):
