@@ -80,7 +80,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster.csize, chunks, hw, problems)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
-    backend_limits(op, sch, tile.ragged, dims, problems)
+    backend_limits(op, sch, tile, dims, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)

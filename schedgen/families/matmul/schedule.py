@@ -361,7 +361,7 @@ def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Pr
     return TileLoop(num_tiles, auto, clusters)
 
 
-def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> None:
+def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
     """32-bit coordinates (a dynamic size at its max); what the Pallas rendering can take."""
     check_sizes_int32({nm: v if isinstance(v, int) else v.max for nm, v in op.sizes.items()}, problems)
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
@@ -369,7 +369,7 @@ def backend_limits(op, sch, ragged: bool, dims: Dims, problems: Problems) -> Non
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, ragged, dims.extra_ops, problems)
+        _pallas_limits(op, sch, _ragged_dims(tile, dims), dims.extra_ops, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -471,11 +471,29 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
     return tuple(out)
 
 
-def _pallas_limits(op, sch, ragged: bool, extras, problems: Problems) -> None:
+def _ragged_dims(tile: Tile, dims: Dims) -> set[str]:
+    """"M", "N", "K": the dimensions that are not a multiple of their tile (at some size in range)."""
+    return {what for what, x, t in (("M", dims.m, tile.tm), ("N", dims.n, tile.tn), ("K", dims.k, tile.tk))
+            if not D.divisible(x, t, dims.ranges)}
+
+
+# the dimensions each kind of epilogue operand is indexed along (records.py: MatOperand.bcast)
+_EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N"}}
+
+
+def _pallas_limits(op, sch, ragged: set[str], extras, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
-    if ragged:
-        problems.add(("schedule", "backends"), "the Pallas matmul needs M, N, K multiples of the tile" + hint)
+    # Ragged edges: TMA zero-fills the lhs / rhs blocks past M, N, K and skips the output's stores there, as on
+    # CUDA; the epilogue operands are read by plgpu.load, which jax 0.11.2 has no masked form of, so an operand
+    # indexed along a ragged dimension would be read past its end
+    for e in extras:
+        over = sorted(_EXTRA_DIMS.get(e.bcast, set()) & ragged)
+        if over:
+            problems.add(("op", "inputs", e.name, "shape"),
+                         f"the Pallas epilogue reads '{e.name}' with plgpu.load, which has no masked form in jax "
+                         f"0.11.2, and {' and '.join(over)} {'is' if len(over) == 1 else 'are'} not a multiple of the "
+                         f"tile here, so the edge tiles would read past its end; use sizes the tile divides" + hint)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
     pipe = sch.pipeline

@@ -220,9 +220,7 @@ def test_interpreter_catches_a_wrong_epilogue(tmp_path):
      "leave num_arrivals at 4"),
     ({"schedule.compiler_params.unsafe_no_auto_barriers": True}, "schedule.compiler_params.unsafe_no_auto_barriers",
      "automatic"),
-    ({"M": 4000, "schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"},
-     "schedule.backends", "multiples of the tile"),
-], ids=["compute_registers", "memory_registers_implies_compute", "barrier_arrivals", "no_auto_barriers", "ragged"])
+], ids=["compute_registers", "memory_registers_implies_compute", "barrier_arrivals", "no_auto_barriers"])
 def test_pallas_limits_are_located_errors(overrides, path, words):
     with pytest.raises(SpecErrors) as info:
         _build(overrides)
