@@ -197,8 +197,8 @@ class BlockSpec(Model):
         examples=[["x"]])
     out_of_bounds: Literal["reject", "zero", "nan"] = Field(default="reject", description=(
         "a block that runs past the array's edge: reject (the default): the extent must be a multiple of the "
-        "block, else a located error; zero: TMA zero-fills loads past the edge and clips the stores (map, matmul "
-        "CUDA); nan: fills with NaN (map). matmul refuses nan (NaN in the K padding would poison whole rows); "
+        "block, else a located error; zero: TMA zero-fills loads past the edge and clips the stores (map; matmul "
+        "on both backends, though on Pallas not with an epilogue operand indexed along the ragged dimension); nan: fills with NaN (map). matmul refuses nan (NaN in the K padding would poison whole rows); "
         "attention takes reject only"))
 
 
