@@ -110,17 +110,31 @@ def _add_define(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_validate(args) -> int:
+    """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
+    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
     for path in args.files:
         try:
             spec, src = load_spec(path, _overrides(args))
-            plan(spec, src)
-            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
+            continue
+        problems = []
+        try:
+            plan(spec, src)
+        except SpecErrors as exc:
+            problems += exc.problems
+        if spec.tune is not None and spec.tune.params:
+            from .tune.space import tune_section
+            problems += tune_section(spec, src)[2]
+        if problems:
+            print(SpecErrors(problems, src).render(), file=sys.stderr)
+            status = EXIT_SPEC
+        else:
+            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
     return status
 
 
@@ -154,6 +168,27 @@ def cmd_schema(args) -> int:
     except OSError as exc:
         raise _os_usage("-o", args.output, exc, "the schema") from None
     print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def cmd_new(args) -> int:
+    from .starter import starter_text
+    dest = Path(args.output) if args.output else None
+    try:
+        text = starter_text(args.kind, dest, args.name)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if dest is None:
+        print(text, end="")
+        return EXIT_OK
+    if dest.exists() and not args.force:
+        raise _usage(f"-o {dest}: the file exists; give another name or --force to overwrite it")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    except OSError as exc:
+        raise _os_usage("-o", dest, exc, "the starter spec") from None
+    print(f"wrote {dest} ({args.kind} family; next: schedgen explain {dest})")
     return EXIT_OK
 
 
@@ -205,11 +240,11 @@ def _sizes(path: str, overrides: dict) -> dict:
 
 def cmd_explain(args) -> int:
     from .explain import explain
-    from .plan import plan, to_json
+    from .plan import plan_with_picks, to_json
     from .frontend.validate import load_spec
     spec, src = load_spec(args.file, _overrides(args))
-    p = plan(spec, src)
-    print(to_json(p) if args.json else explain(p))
+    p, picks = plan_with_picks(spec, src)
+    print(to_json(p) if args.json else explain(p, picks))
     if args.draw:
         from .draw import draw
         try:
@@ -433,6 +468,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the field reference (docs/spec-reference.md) instead "
                                                            "of the JSON Schema")
     p.set_defaults(fn=cmd_schema)
+    p = sub.add_parser("new", help="write a commented starter spec of a family (KIND: its op.kind)",
+                       description="Write a starter spec: name and op, commented, with no schedule (the planner "
+                                   "picks one; schedgen explain shows what it picked). KIND is a family's op.kind; "
+                                   "an unknown one lists them.")
+    p.add_argument("kind", metavar="KIND")
+    p.add_argument("-o", "--output", help="the file to write (default: print it)")
+    p.add_argument("--name", help="the spec's name (default: the file's stem, else my_<kind>)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(fn=cmd_new)
     p = sub.add_parser("build", help="render, compile and package kernels")
     p.add_argument("files", nargs="+")
     p.add_argument("-o", "--output", default="build")

@@ -66,6 +66,9 @@ class Family:
     tune_aliases: Callable[[Any], dict] | None = None        # spec -> {alias: targets}
     peers: str | None = None                                 # module of its bench peers (schedgen/bench/run.py)
     report: ReportHooks = ReportHooks()                      # what the benchmark report needs of it
+    starter: Path | None = None                              # `schedgen new <kind>`'s commented spec (__NAME__, __SCHEMA__, __FILE__)
+    # (spec, hardware) -> [plan.defaults.Pick] for the schedule fields the user did not write (None: picks nothing)
+    defaults: Callable[[Any, Any], Any] | None = None
 
     def __post_init__(self):
         problems = []
@@ -78,6 +81,10 @@ class Family:
         for name in ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation"):
             if not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable")
+        if self.starter is not None and not self.starter.is_file():
+            problems.append(f"starter {self.starter} is not a file")
+        if self.defaults is not None and not callable(self.defaults):
+            problems.append("defaults must be callable (or None)")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):
             problems.append(f"no backend template ({', '.join(BACKEND_TEMPLATES.values())}) in {self.templates}")
         if problems:

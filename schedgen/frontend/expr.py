@@ -10,6 +10,7 @@ generated code either.
 from __future__ import annotations
 
 import ast
+import difflib
 import keyword
 import math
 import operator
@@ -45,6 +46,12 @@ FUNCTIONS: Mapping[str, int] = MappingProxyType(
     {name: 1 for name in ("abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square").split()}
     | {"minimum": 2, "maximum": 2, "clamp": 3}
 )
+
+# Names users type for the functions above (other libraries' spellings): accepted, and read as the function.
+FUNCTION_ALIASES: Mapping[str, str] = MappingProxyType({
+    "swish": "silu", "gelu_tanh": "gelu", "logistic": "sigmoid", "expit": "sigmoid", "min": "minimum",
+    "max": "maximum", "clip": "clamp", "fabs": "abs", "absolute": "abs",
+})
 
 _CXX_KEYWORDS = """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
 char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
@@ -270,8 +277,11 @@ class _Checker:
         if not isinstance(node.func, ast.Name):
             raise self.error(node.func, f"only the allowed functions can be called: {', '.join(FUNCTIONS)}")
         fn = self.name(node.func)
+        if fn in FUNCTION_ALIASES:              # the checked tree holds the function's own name from here on
+            fn = node.func.id = FUNCTION_ALIASES[fn]
         if fn not in FUNCTIONS:
-            raise self.error(node.func, f"function {fn!r} is not allowed; allowed: {', '.join(FUNCTIONS)}")
+            raise self.error(node.func, f"function {fn!r} is not allowed{_did_you_mean(fn)}; allowed: "
+                                        f"{', '.join(FUNCTIONS)}")
         if node.keywords:
             raise self.error(node.keywords[0], f"keyword arguments are not allowed (in {fn}()); "
                                                "pass arguments by position")
@@ -282,6 +292,12 @@ class _Checker:
             raise self.error(node, f"{fn}() takes {FUNCTIONS[fn]} argument(s), got {len(node.args)}")
         terms = sum(self.check(arg, depth + 1) for arg in node.args)
         return 1 + (2 * terms if fn == "square" else terms)
+
+
+def _did_you_mean(fn: str) -> str:
+    """' (did you mean silu?)' for a near miss of a function or alias name, else ''."""
+    close = difflib.get_close_matches(fn.lower(), list(FUNCTIONS) + list(FUNCTION_ALIASES), n=1, cutoff=0.6)
+    return f" (did you mean {FUNCTION_ALIASES.get(close[0], close[0])}?)" if close else ""
 
 
 def _parse(text: str, mode: str) -> ast.AST:

@@ -11,11 +11,29 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from .expr import IDENT_RE, RESERVED, check_float32, check_identifier
 
-DType = Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"]
+
+class SchemaAlsoAccepts:
+    """A JSON-Schema-only annotation: the enum also lists values a BeforeValidator maps onto its members (aliases),
+    so that the schema accepts what the models accept; validation is unchanged."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = values
+
+    def __get_pydantic_json_schema__(self, core_schema, handler) -> dict:
+        out = handler(core_schema)
+        return {**out, "enum": [*out["enum"], *self.values]}
+
+
+# Names users type for the dtypes (numpy / jax / torch spellings): read as the dtype they name.
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f16", "float32": "f32",
+                 "float": "f32", "fp32": "f32", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
+                  BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v),
+                  SchemaAlsoAccepts(*DTYPE_ALIASES)]
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
 
 
@@ -106,7 +124,8 @@ class Operand(Model):
         "1-5 dimensions (what each family accepts per operand is checked by its planner)"),
         examples=[["M", "N"], ["B", "S", "H", "D"], ["N"]])
     dtype: DType = Field(description=(
-        "element type (f8e4m3 / f8e5m2: jnp.float8_e4m3fn / float8_e5m2). What each family takes is checked by its "
+        "element type (f8e4m3 / f8e5m2: jnp.float8_e4m3fn / float8_e5m2; the numpy / torch spellings bfloat16, "
+        "float16, half, fp16, float32, float, fp32, float8_e4m3fn, float8_e5m2 are read as these). What each family takes is checked by its "
         "planner: matmul and collective_matmul bf16 / f16 in, bf16 / f16 / f32 out; attention bf16 / f16, one dtype "
         "for q, k, v and o, the lse output f32"))
 
@@ -218,10 +237,12 @@ class Pipeline(Model):
     kind: Literal["none", "emit_pipeline", "warp_specialized"] = Field(default="emit_pipeline", description=(
         "none: one stage, no overlap; emit_pipeline (the default): plgpu.emit_pipeline, every warp loads and "
         "computes (map); warp_specialized: a TMA producer warpgroup and 1-3 consumer warpgroups "
-        "(emit_pipeline_warp_specialized; matmul, collective_matmul and attention require it, map refuses it)"))
+        "(emit_pipeline_warp_specialized; matmul, collective_matmul and attention take only it and pick it when kind is "
+        "not written; map refuses it)"))
     max_concurrent_steps: Annotated[int, Field(ge=1, le=16)] = Field(default=2, description=(
         "the depth of the SMEM ring: stages in flight at once (each holds one block of every streamed operand); "
-        "deeper hides more latency and costs SMEM (the planner checks the 227 KiB and says how many would fit)"))
+        "deeper hides more latency and costs SMEM (the planner checks the 227 KiB and says how many would fit). "
+        "Not written: map and matmul pick a depth that fits beside the tile"))
     memory_registers: Annotated[int, Field(ge=24, le=256)] | None = Field(default=None, description=(
         "setmaxnreg budget (registers per thread, a multiple of 8) of the producer warpgroup of a warp-specialized "
         "kernel. Default (absent): the planner's (matmul: 40 with two consumers, 56 with one). matmul, "
@@ -233,7 +254,8 @@ class Pipeline(Model):
     num_compute_wgs: Annotated[int, Field(ge=1, le=3)] = Field(default=1, description=(
         "consumer warpgroups of a warp-specialized kernel, each owning a slice of the output tile: matmul / "
         "collective_matmul 1-2 (split along wg_axis); attention 1-3 on CUDA, 1-2 on Pallas (64 query rows each: "
-        "block_q = 64 x this)"))
+        "block_q = 64 x this). Not written: matmul picks 2 when tile_m splits into two 64-row multiples, else 1; "
+        "attention picks its consumer count (both backends render it)"))
     wg_axis: Ident | None = Field(default=None, description=(
         "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
         "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
@@ -257,7 +279,8 @@ class Persistent(Model):
     tile_order: Literal["row_major", "planar_snake", "lpt"] = Field(default="row_major", description=(
         "the order a persistent grid visits tiles: row_major (the default); planar_snake: bands of tile_width "
         "tiles along minor_dim, alternating direction, for L2 reuse (matmul, 2-D map grids); lpt: longest first "
-        "(attention; causal tiles with the most keys first)"))
+        "(attention; causal tiles with the most keys first). Not written: matmul picks planar_snake with "
+        "tile_width 8"))
     minor_dim: Annotated[int, Field(ge=0, le=1)] = Field(default=0, description=(
         "planar_snake: the grid dimension (0 or 1) that runs fastest within a band (map, matmul; attention must "
         "leave it 0)"))
@@ -337,8 +360,8 @@ class CompilerParams(Model):
     """plgpu.CompilerParams of the Pallas rendering, and the CUDA kernel's equivalents where there is one."""
     approx_math: bool = Field(default=False, description=(
         "fast approximate math: plgpu.CompilerParams approx_math on Pallas (map, matmul, attention); attention's "
-        "CUDA kernel also takes the approximate exp2 (ex2.approx) for its softmax; collective_matmul does not "
-        "read it"))
+        "CUDA kernel also takes the approximate exp2 (ex2.approx) for its softmax, and attention picks true when "
+        "it is not written; collective_matmul does not read it"))
     lowering_semantics: Literal["lane", "warpgroup"] = Field(default="warpgroup", description=(
         "Mosaic GPU lowering semantics of the Pallas rendering (no effect on CUDA): warpgroup (the default: array "
         "ops per warpgroup) or lane (per thread). map: both (lane not with broadcast operands); matmul: warpgroup "
@@ -364,8 +387,10 @@ class CompilerParams(Model):
 
 class Schedule(Model):
     """How the kernel runs: grid, blocks, pipeline, warpgroups, tile loop, epilogue, compiler parameters and the
-    backends to render. Every field has a default; the planner reports a located error for a value a family
-    cannot honour."""
+    backends to render. Every field may be left out: the family's planner picks what it has a pick for (blocks,
+    pipeline kind and depth, consumers, tile order, ...: `schedgen explain` lists the picks and why), the rest
+    takes the default shown here. A written value is planned as written, and one a family cannot honour is a
+    located error."""
     grid: list[IntExpr] | None = Field(default=None, min_length=1, max_length=5, description=(
         "map: the grid of blocks, one entry per output dimension: an int or an integer expression over size "
         "names; it must equal the output's block counts at every size in range. Default (absent): the planner's "
@@ -381,17 +406,21 @@ class Schedule(Model):
         "by TMA multicast, [1, 2] the lhs; default [1] (no cluster). map and attention share no operand: [1] "
         "only"), examples=[[1], [2, 1], [1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
-        "map: warpgroups (128 threads each) per block, all running emit_pipeline. Warp-specialized kernels size "
+        "map: warpgroups (128 threads each) per block, all running emit_pipeline (not written: 2 when a block has "
+        "enough elements for 256 threads). Warp-specialized kernels size "
         "themselves from pipeline.num_compute_wgs (attention requires 1 here)"))
     in_specs: dict[Ident, BlockSpec] = Field(default_factory=dict, description=(
-        "BlockSpecs of the inputs, by operand name (plgpu.BlockSpec). Absent ones get the planner's block. "
+        "BlockSpecs of the inputs, by operand name (plgpu.BlockSpec). The planner picks absent ones for the "
+        "shapes (map: 32-row blocks of the output, zero-padded at ragged edges; matmul: the largest tile that "
+        "fills the SMs, delay_release 1); `schedgen explain` lists each pick and why. "
         "matmul: lhs and rhs only (epilogue operands follow the output tile); attention: q, k, v"))
     out_specs: dict[Ident, BlockSpec] = Field(default_factory=dict, description=(
         "BlockSpecs of the outputs, by operand name. matmul: the output's block is the tile [tile_m, tile_n]; "
         "attention takes none (o follows q)"))
     barriers: dict[Ident, Barrier] = Field(default_factory=dict, description=(
         "overrides of the planner's own mbarrier arrays, by name: map 'full'; matmul 'full', 'empty'; attention "
-        "'schedule' (the consumers' ping-pong); another name is a located error"),
+        "'schedule' (the consumers' ping-pong; picked with one arrival per consumer when barriers is not written); "
+        "another name is a located error"),
         examples=[{"schedule": {"num_arrivals": 2}}])
     pipeline: Pipeline = Field(default=Pipeline(), description="how blocks stream through SMEM and which "
                                                                "warpgroups do what")
@@ -405,7 +434,8 @@ class Schedule(Model):
     backends: list[Literal["cuda", "pallas"]] = Field(default_factory=lambda: ["cuda", "pallas"], min_length=1,
                                                       description=(
         "the backends to plan, render and build (default both); a feature one backend lacks is a located error "
-        "only when that backend is listed"), examples=[["cuda"], ["cuda", "pallas"]])
+        "only when that backend is listed. Not written, and only the Pallas rendering fails for reasons the spec "
+        "did not write (the sizes, picked fields): the planner picks [cuda]"), examples=[["cuda"], ["cuda", "pallas"]])
 
 
 class Tune(Model):

@@ -22,7 +22,8 @@ class SpecFile(Model):
                                                                       "not read it)")
     op: Op = Field(description="what the kernel computes; op.kind picks the family and so the other op fields")
     schedule: Schedule = Field(default=Schedule(), description=(
-        "how the kernel runs; every field has a default, and the planner reports what a family cannot honour"))
+        "how the kernel runs; may be left out (the planner picks the schedule for the shapes: the shortest spec "
+        "is name + op), and what a family cannot honour is a located error"))
     tune: Tune | None = Field(default=None, description=(
         "the search space of `schedgen tune`; `schedgen build` builds the schedule as written (with --tuned: the "
         "best point tune recorded)"))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from .. import families
 from ..errors import Problem, SourceMap, SpecErrors, printable, shorten
 from .load import load_file
+from .model import DTYPE_ALIASES
 from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-exported: cli.py and tune import them here)
 from .specfile import SpecFile
 
@@ -95,6 +96,8 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     shown = shorten(value)
     if not isinstance(value, (dict, list)):
         msg += f" (got {shown})"
+    if kind == "literal_error" and loc and loc[-1] == "dtype":
+        msg += f"; also read as those: {', '.join(DTYPE_ALIASES)}"
     return msg
 
 

@@ -7,17 +7,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from ..errors import SourceMap, SpecErrors
 from .. import families
 from . import dims
 from .common import Problems
+from .defaults import Pick, apply, written
 from .hardware import H200, Hardware
 
 
 def plan(spec, src: SourceMap, hw: Hardware = H200):
     """Plan one spec or raise SpecErrors listing every problem."""
+    return plan_with_picks(spec, src, hw)[0]
+
+
+def complete(spec, hw: Hardware = H200):
+    """The spec with the family's picks for the fields the user did not write, and those picks."""
+    family = families.of(spec)
+    if family.defaults is None:
+        return spec, ()
+    return apply(spec, family.defaults(spec, hw))
+
+
+def plan_with_picks(spec, src: SourceMap, hw: Hardware = H200):
+    """(plan, the planner's picks for fields not written), or SpecErrors listing every problem. When `backends` is
+    not written and only the Pallas rendering cannot take the spec for reasons the user did not write (the sizes,
+    or fields the planner picked), the planner picks backends: [cuda] and says why, rather than failing; a schedule
+    field the user wrote that the Pallas backend cannot render stays an error."""
     family = families.of(spec)
     if not family.multi_device and spec.schedule.collective is not None:
         multi = sorted(f.kind for f in families.all_families() if f.multi_device)
@@ -26,10 +44,28 @@ def plan(spec, src: SourceMap, hw: Hardware = H200):
                                                  f"{spec.op.kind} family runs on one GPU (multi-device: "
                                                  f"{', '.join(multi)}): remove it")
         raise SpecErrors(problems, src)
-    result, problems = family.plan(spec, hw)
+    done, picks = complete(spec, hw)
+    result, problems = family.plan(done, hw)
+    if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
+        result, problems, picks = _without_pallas(family, spec, done, hw, result, problems, picks)
     if problems or result is None:
         raise SpecErrors(problems, src)
-    return result
+    return result, picks
+
+
+def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):
+    """Plan again with the CUDA backend only; keep that when it has no problems and the problems it lost (the
+    Pallas rendering's) are about the op or fields the user did not write."""
+    cuda, _ = apply(done, [Pick(("schedule", "backends"), ["cuda"], "")])
+    alt, alt_problems = family.plan(cuda, hw)
+    if alt_problems or alt is None:
+        return result, problems, picks
+    lost = [p for p in problems if p not in alt_problems]
+    if not lost or any(p.path[:1] != ("op",) and written(spec, p.path) for p in lost):
+        return result, problems, picks
+    why = re.sub(r"[;,]? *or set schedule\.backends.*$", "", lost[0].message)
+    return alt, alt_problems, (*picks, Pick(("schedule", "backends"), ["cuda"],
+                                            f"the Pallas backend cannot render this spec: {why}"))
 
 
 def to_dict(obj: Any) -> Any:
@@ -52,4 +88,4 @@ def to_json(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=1, sort_keys=True)
 
 
-__all__ = ["plan", "to_dict", "to_json", "H200", "Hardware"]
+__all__ = ["plan", "plan_with_picks", "complete", "Pick", "to_dict", "to_json", "H200", "Hardware"]

@@ -80,7 +80,9 @@ class Kernel:
         (pallas_call.choose_backend). `stream` (CUDA backend): an int handle, a torch.cuda.Stream, a cupy Stream or
         any object with `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's;
         the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
-        numpy and jax arrays may not (a CaptureError says so)."""
+        numpy and jax arrays may not (a CaptureError says so). `interpret` (Pallas): True or a
+        plgpu.InterpretGPUParams runs jax's Mosaic GPU interpreter (on the CPU too)."""
+        interpret = pallas_call.interpret_params(interpret)
         if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
             if self.torch_op.eager_direct(args, out):
                 # plain eager CUDA tensors: straight to the launch (the per-call cost is the product here)

@@ -83,6 +83,36 @@ def choose_backend(kernel: Kernel, args: Sequence[Any], out: Any, backend: str |
     return backend
 
 
+def interpret_params(interpret: Any) -> Any:
+    """`interpret=` as the generated module takes it: None (compile for the GPU) or a plgpu.InterpretGPUParams.
+    True is jax's Mosaic GPU interpreter with its default parameters; False is None."""
+    if interpret is None or interpret is False:
+        return None
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if interpret is True:
+        return plgpu.InterpretGPUParams()
+    if isinstance(interpret, plgpu.InterpretGPUParams):
+        return interpret
+    raise ArgumentError(f"interpret: give True (run the Pallas kernel in jax's Mosaic GPU interpreter, on the CPU "
+                        f"too), a plgpu.InterpretGPUParams (the interpreter with those parameters), or None / False "
+                        f"(compile for the GPU); got {type(interpret).__name__} {interpret!r}")
+
+
+# jax 0.11.2's error for a Pallas kernel compiled for the GPU on its CPU backend (jax/_src/pallas/pallas_call.py);
+# tests/runtime/test_interpret_true.py pins it, so a jax that words it otherwise shows
+JAX_CPU_ONLY = "Only interpret mode is supported on CPU backend"
+
+
+def cpu_only_error(kernel: Kernel, exc: BaseException) -> ArgumentError | None:
+    """jax's error from deep inside its lowering when a kernel compiled for the GPU meets a CPU-only jax, as one
+    sentence saying what to do (None for any other error)."""
+    if not isinstance(exc, ValueError) or JAX_CPU_ONLY not in str(exc):
+        return None
+    return ArgumentError(f"{kernel.name}: the Pallas backend compiles for an NVIDIA GPU and jax here has only its CPU "
+                         f"backend: pass interpret=True to run the kernel in jax's Mosaic GPU interpreter on the CPU, "
+                         f"or run it on a machine with a GPU")
+
+
 def _reject_jax_out(kernel: Kernel, out: Any) -> None:
     for a, o in zip(_as_tuple(out) or (), kernel.outputs):
         if not isinstance(a, np.ndarray) and arrays.classify(a, f"out[{o.name}]") == "jax":
@@ -198,7 +228,13 @@ class PallasCall:
         if kinds and kinds[0] == "torch":
             res = self._call_torch(args, outs, sizes, interpret)
         else:
-            res = self._call_jax(args, outs, sizes, kinds, interpret)
+            try:
+                res = self._call_jax(args, outs, sizes, kinds, interpret)
+            except ValueError as exc:
+                better = cpu_only_error(self.kernel, exc)
+                if better is None:
+                    raise
+                raise better from None
         return res[0] if len(res) == 1 else tuple(res)
 
     def run_into(self, inputs: Sequence[Any], outputs: Sequence[Any], interpret: Any = None) -> tuple:

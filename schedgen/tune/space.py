@@ -214,6 +214,32 @@ def _spec_key(spec: SpecFile, knobs: Sequence[Knob]) -> str:
     return key_of({"spec": canonical(data)})
 
 
+def tune_section(spec: SpecFile, src: SourceMap, budget: int | None = None
+                 ) -> tuple[list[Knob], list[Constraint], list[Problem]]:
+    """The knobs and constraints of a validated spec's tune section, and every located problem with them (unknown
+    fields, bad values, constraints that do not parse, a space too large without a budget): what `tune` refuses
+    and `validate` reports."""
+    problems: list[Problem] = []
+    knobs = resolve_knobs(spec, problems)
+    int_names = list(spec.op.sizes) + [k.name for k in knobs if k.kind == "int"]
+    str_names = [k.name for k in knobs if k.kind == "str"]
+    constraints = []
+    for i, text in enumerate(spec.tune.constraints):
+        try:
+            constraints.append(parse_constraint(text, int_names, str_names))
+        except ex.ExprError as err:
+            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    size = math.prod(len(k.values) for k in knobs)
+    if budget is None and size > MAX_SPACE:
+        problems.append(Problem(("tune", "params"), pos=src.key_positions.get(("tune", "params")), message=(
+                                f"the space has {size} points ("
+                                f"{' x '.join(f'{k.name} {len(k.values)}' for k in knobs)}), over the {MAX_SPACE} a "
+                                f"run expands and plans; narrow it (fewer values per knob, or a family alias that "
+                                f"ties fields) or pass --budget N (N <= {MAX_SPACE}) to tune a random sample of N "
+                                f"points")))
+    return knobs, constraints, problems
+
+
 def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, budget: int | None = None,
                seed: int = 0) -> Space:
     """Read a spec, its tune section and the user's overrides; raises SpecErrors (located) for any problem. A space
@@ -233,24 +259,7 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
     if spec.tune is None or not spec.tune.params:
         raise NothingToTune([Problem(("tune",) if spec.tune else (), "nothing to tune: add a tune section, e.g. "
                                   "tune: {params: {stages: [3, 4]}} (docs/tuning.md)")], src)
-    problems = []
-    knobs = resolve_knobs(spec, problems)
-    int_names = list(spec.op.sizes) + [k.name for k in knobs if k.kind == "int"]
-    str_names = [k.name for k in knobs if k.kind == "str"]
-    constraints = []
-    for i, text in enumerate(spec.tune.constraints):
-        try:
-            constraints.append(parse_constraint(text, int_names, str_names))
-        except ex.ExprError as err:
-            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
-    size = math.prod(len(k.values) for k in knobs)
-    if budget is None and size > MAX_SPACE:
-        problems.append(Problem(("tune", "params"), pos=src.key_positions.get(("tune", "params")), message=(
-                                f"the space has {size} points ("
-                                f"{' x '.join(f'{k.name} {len(k.values)}' for k in knobs)}), over the {MAX_SPACE} a "
-                                f"run expands and plans; narrow it (fewer values per knob, or a family alias that "
-                                f"ties fields) or pass --budget N (N <= {MAX_SPACE}) to tune a random sample of N "
-                                f"points")))
+    knobs, constraints, problems = tune_section(spec, src, budget)
     if problems:
         raise SpecErrors(problems, src)
     return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed)

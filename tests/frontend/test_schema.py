@@ -210,6 +210,8 @@ def _pop(path):
 # (base, mutation, the fields both must name: empty = both accept[, the schema's when it names them otherwise])
 CASES = {
     "bad-dtype": ("map", _set(("op", "inputs", "y", "dtype"), "bf32"), {("op", "inputs", "y", "dtype")}),
+    "dtype-alias": ("map", _set(("op", "inputs", "y", "dtype"), "bfloat16"), set()),
+    "dtype-alias-case": ("map", _set(("op", "inputs", "y", "dtype"), "BF16"), {("op", "inputs", "y", "dtype")}),
     "bad-kind": ("map", _set(("op", "kind"), "mapp"), {("op", "kind")}),
     # pydantic names the op ("required key 'kind' is missing"), the schema its missing key: the same place
     "missing-kind": ("map", _pop(("op", "kind")), {("op",)}, {("op", "kind")}),
@@ -327,7 +329,7 @@ def test_a_bad_dtype_is_one_error_at_the_dtype(validator):
     errors = list(validator.iter_errors(data))
     assert len(errors) == 1, [e.message for e in errors]
     assert list(errors[0].absolute_path) == ["op", "inputs", "y", "dtype"]
-    assert "'bf32' is not one of ['bf16', 'f16', 'f32', 'f8e4m3', 'f8e5m2']" in errors[0].message
+    assert "'bf32' is not one of ['bf16', 'f16', 'f32', 'f8e4m3', 'f8e5m2', 'bfloat16', " in errors[0].message
 
 
 def test_a_bad_size_is_reported_in_its_own_member(validator):
@@ -440,3 +442,19 @@ def test_reference_check_cli_and_readme_link(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert bad.returncode == 1 and "schedgen schema --markdown" in bad.stderr
     assert "](docs/spec-reference.md)" in (ROOT / "README.md").read_text()
+
+
+def test_starter_specs_conform_and_name_the_schema(tmp_path, validator):
+    """`schedgen new KIND` writes a spec the schema accepts, whose modeline finds the committed schema."""
+    from schedgen import families
+    from schedgen.starter import starter_text
+    for kind in families.kinds():
+        if families.get(kind).starter is None:
+            continue
+        dest = tmp_path / kind / f"my_{kind}.yaml"
+        dest.parent.mkdir()
+        dest.write_text(starter_text(kind, dest))
+        first = dest.read_text().split("\n", 1)[0]
+        assert (dest.parent / first.removeprefix(MODELINE[".yaml"])).resolve() == SCHEMA_FILE
+        data = loaded(dest)
+        assert [e.message for e in validator.iter_errors(data)] == [] and pydantic_fields(data) == set(), kind

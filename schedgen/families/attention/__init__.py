@@ -8,6 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_attention
 from .model import AttentionOp
 from .report import REPORT
+from .defaults import attention_defaults
 from .plan import plan_attention
 from .reference import attention_reference, small_sizes
 
@@ -15,12 +16,14 @@ FAMILY = register(Family(
     kind="attention",
     op_model=AttentionOp,
     plan=plan_attention,
+    defaults=attention_defaults,
     reference=attention_reference,
     explain=explain_attention,
     small_sizes=small_sizes,
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     report=REPORT,

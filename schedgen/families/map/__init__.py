@@ -8,6 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_map
 from .model import MapOp
 from .report import REPORT
+from .defaults import map_defaults
 from .plan import plan_map
 from .tune import map_aliases
 from .reference import map_reference, small_sizes
@@ -16,6 +17,7 @@ FAMILY = register(Family(
     kind="map",
     op_model=MapOp,
     plan=plan_map,
+    defaults=map_defaults,
     reference=map_reference,
     explain=explain_map,
     small_sizes=small_sizes,
@@ -23,6 +25,7 @@ FAMILY = register(Family(
     summary="N-ary elementwise body with numpy broadcasting",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="gbps",
     elementwise=lambda op: op.body,

@@ -8,6 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_matmul
 from .model import MatmulOp
 from .report import REPORT
+from .defaults import matmul_defaults
 from .plan import plan_matmul
 from .tune import matmul_aliases
 from .reference import matmul_reference, small_sizes
@@ -16,6 +17,7 @@ FAMILY = register(Family(
     kind="matmul",
     op_model=MatmulOp,
     plan=plan_matmul,
+    defaults=matmul_defaults,
     reference=matmul_reference,
     explain=explain_matmul,
     small_sizes=small_sizes,
@@ -23,6 +25,7 @@ FAMILY = register(Family(
     summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",
