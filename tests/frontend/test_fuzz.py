@@ -292,10 +292,18 @@ _WORDS = st.sampled_from(_KEYS + ["(i, j)", "(j,)", "(i, 0)", "o = x + y", "o = 
 
 def _schema_strategy(node: dict) -> st.SearchStrategy:
     """A hypothesis strategy for the documents that `node` (a piece of our exported JSON Schema) accepts: the
-    keywords pydantic writes ($ref, anyOf/oneOf, enum/const, objects, arrays, bounded numbers and strings)."""
+    keywords it uses ($ref, allOf, if/then/else, anyOf, enum/const, objects, arrays, bounded numbers and strings)."""
     if "$ref" in node:
         name = node["$ref"].rsplit("/", 1)[-1]
-        return st.deferred(lambda: _schema_strategy(SCHEMA["$defs"][name]))
+        return st.deferred(lambda: _schema_strategy(SCHEMA["definitions"][name]))
+    if "allOf" in node:    # the op's if/then per kind, or a $ref with its description beside it
+        members = [sub["then"] for sub in node["allOf"] if "then" in sub] or node["allOf"][:1]
+        return st.one_of([_schema_strategy(n) for n in members])
+    if "else" in node:     # a union by JSON type: if/then/else chain (an if/then alone is a rule, e.g. float32's)
+        members, rest = [], node
+        while "else" in rest:
+            members, rest = members + [rest["then"]], rest["else"]
+        return st.one_of([_schema_strategy(n) for n in members])
     if "const" in node:
         return st.just(node["const"])
     if "enum" in node:
