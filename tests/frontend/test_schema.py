@@ -391,7 +391,7 @@ def test_the_schema_carries_descriptions_and_examples():
     for model, field in EXPRESSIONS:
         node = defs[model]["properties"][field]
         assert node["description"] and node["examples"], (model, field)
-    assert "bottom-right" in defs["AttentionOp"]["properties"]["causal"]["description"]
+    assert "bottom_right" in defs["AttentionOp"]["properties"]["causal"]["description"]
     assert defs["Schedule"]["properties"]["pipeline"]["allOf"] == [{"$ref": "#/definitions/Pipeline"}]
     assert defs["Schedule"]["properties"]["pipeline"]["description"]
 
@@ -428,7 +428,7 @@ def test_reference_page_covers_every_field():
     for rule in ("Identifier", "Float32", "TuneKey"):
         assert f"\n## {rule}\n" in text
     causal = next(line for line in text.split("\n## AttentionOp\n", 1)[1].splitlines() if line.startswith("| `causal`"))
-    assert "bottom-right" in causal
+    assert "bottom_right" in causal
 
 
 def test_reference_check_cli_and_readme_link(tmp_path):
@@ -437,7 +437,7 @@ def test_reference_check_cli_and_readme_link(tmp_path):
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
     stale = tmp_path / "ref.md"
-    stale.write_text(REFERENCE.read_text().replace("bottom-right", "top-left"))
+    stale.write_text(REFERENCE.read_text().replace("bottom_right", "top-left"))
     bad = subprocess.run([sys.executable, "-m", "schedgen", "schema", "--markdown", "--check", "-o", str(stale)],
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert bad.returncode == 1 and "schedgen schema --markdown" in bad.stderr
