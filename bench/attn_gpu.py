@@ -63,10 +63,13 @@ PERSIST = {"schedule.persistent.loop": "nd_loop", **CUDA_ONLY}
 # a persistent grid claiming tiles from a counter: its producer needs 32 registers, 232 left to each of 2 consumers
 DYN = {"schedule.persistent.loop": "dynamic", **CUDA_ONLY, "schedule.pipeline.memory_registers": 32,
        "schedule.pipeline.compute_registers": 232}
-# q and kv lengths that differ (causal aligns the last query with the last key)
+# q and kv lengths that differ (causal: true is bottom-right, the last query sees the last key; top_left: query i sees
+# keys j <= i, and may have more queries than keys)
 CROSS = {"op.sizes": {"B": 2, "S": 512, "T": 1536, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
          "op.inputs.v.shape": ["B", "T", "H", "D"]}
 CAUSAL = {"op.causal": True}
+TOP_LEFT = {"op.causal": "top_left"}
+FEWER_KEYS = {**CROSS, "op.sizes": {**CROSS["op.sizes"], "S": 1536, "T": 512}}
 # (label, overrides): correctness at small sizes, both backends
 CHECKS = [
     ("c-base", SMALL), ("c-causal", {**SMALL, **CAUSAL}), ("c-nopp", {**SMALL, **NOPP}),
@@ -77,7 +80,10 @@ CHECKS = [
     ("c-1wg", {**SMALL, **NOPP, "schedule.pipeline.num_compute_wgs": 1, "schedule.in_specs.q.block_shape": [64, 128]}),
     ("c-s3", {**SMALL, "schedule.pipeline.max_concurrent_steps": 3}),
     ("c-kv64", {**SMALL, **blocks(128, 128, 64)}),
-    ("c-cross", CROSS), ("c-cross-causal", {**CROSS, **CAUSAL}),
+    ("c-cross", CROSS), ("c-cross-causal", {**CROSS, **CAUSAL}), ("c-cross-top-left", {**CROSS, **TOP_LEFT}),
+    ("c-fewer-keys-top-left", {**FEWER_KEYS, **TOP_LEFT, **LSE}),
+    ("c-fewer-keys-top-left-ragged", {**FEWER_KEYS, "op.sizes": {**FEWER_KEYS["op.sizes"], "S": 1000, "T": 600},
+                                      **TOP_LEFT, **CUDA_ONLY}),
     # a ragged last key block (CUDA masks it): Skv = 1000 with 128-key blocks, and 1536 keys in 176-key blocks
     ("c-ragged-kv", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "T": 1000}, **CUDA_ONLY}),
     ("c-ragged-kv-causal", {**CROSS, "op.sizes": {**CROSS["op.sizes"], "T": 1000}, **CAUSAL, **CUDA_ONLY}),
@@ -215,8 +221,9 @@ def _jax_sweep(p, ins: list, ref: dict, args, row: dict):
     jins16 = [[jax.dlpack.from_dlpack(t) for t in s] for s in j16]
     best, sweep = None, []
     for cfg in jax_attention_configs(p, sweep=not args.no_sweep):
-        fn, _ = jax_attention_peer(p, cfg)
-        if fn is None:
+        fn, note = jax_attention_peer(p, cfg)
+        if fn is None:       # e.g. its causal mask is not ours
+            row["jax_skipped"] = note
             break
         try:
             f = jax.jit(fn)
@@ -246,7 +253,8 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
     p = built.plan
     kern = load_package(package(built, tmp / label))
     row = {"label": label, "kernel": p.kernel_name, "B": p.batch, "Hq": p.heads_q, "Hkv": p.heads_kv, "Sq": p.seq_q,
-           "Skv": p.seq_kv, "D": p.head_dim, "causal": p.causal, "layout": p.layout, "lse": p.with_lse,
+           "Skv": p.seq_kv, "D": p.head_dim, "causal": p.causal, "causal_alignment": p.causal_alignment,
+           "layout": p.layout, "lse": p.with_lse,
            "block_q": p.block_q, "block_kv": p.block_kv, "stages": p.stages, "pingpong": p.pingpong,
            "flops": p.flops, "build_s": round(time.time() - t0, 1)}
     host = random_inputs(built.spec, p.sizes, seed=abs(hash(label)) % (1 << 31))
@@ -287,18 +295,22 @@ def run_case(label: str, ov: dict, perf: bool, args, tmp: Path) -> dict:
         row["total_s"] = round(time.time() - t0, 1)
         return row
 
-    import torch.nn.functional as F
+    from schedgen.families.attention.peers import sdpa_call, sdpa_verified
     bhsd = (lambda t: t.transpose(1, 2)) if p.layout == "bshd" else (lambda t: t)
     views = [[bhsd(t) for t in s] for s in ins]
-    enable_gqa = p.heads_q != p.heads_kv
+    # SDPA with our mask (its alignment included), the first form of it that matches the reference
+    chosen, row["sdpa_masks"] = sdpa_verified(torch, p, views[0], ref[p.outputs[0].name], "cuda")
+    if chosen is None:
+        row["sdpa_error"] = "no form of our mask verified in torch SDPA"
+    else:
+        row["sdpa_mask"], mask = chosen
 
-    def sdpa(i):
-        q, k, v = views[i % sets]
-        return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, scale=p.scale, enable_gqa=enable_gqa)
-    s_out = bhsd(sdpa(0))
-    row["sdpa_err"] = _errors("sdpa", p, [from_torch(torch, s_out, p.dtype)], ref)["sdpa_err"]
-    del s_out
-    contenders.append(Contender("sdpa", sdpa, stream=stream))
+        def sdpa(i):
+            return sdpa_call(torch, p, views[i % sets], mask)
+        s_out = bhsd(sdpa(0))
+        row["sdpa_err"] = _errors("sdpa", p, [from_torch(torch, s_out, p.dtype)], ref)["sdpa_err"]
+        del s_out
+        contenders.append(Contender("sdpa", sdpa, stream=stream))
     if p.layout == "bshd" and not p.with_lse and not args.no_jax and perf != "tune":
         try:
             jax_c = _jax_sweep(p, ins, ref, args, row)

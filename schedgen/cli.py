@@ -138,13 +138,27 @@ def cmd_validate(args) -> int:
     return status
 
 
+SCHEMA_OUT, REFERENCE_OUT = "schemas/schedgen.schema.json", "docs/spec-reference.md"
+
+
 def cmd_schema(args) -> int:
-    from .frontend.schema import schema_json
-    text = schema_json()
+    if args.markdown:
+        from .frontend.schemadoc import reference_markdown
+        text = reference_markdown()
+    else:
+        from .frontend.schema import schema_json
+        text = schema_json()
+    if args.print:
+        if args.check or args.output:
+            raise _usage("--print writes to stdout: it takes neither -o nor --check")
+        sys.stdout.write(text)
+        return EXIT_OK
+    args.output = args.output or (REFERENCE_OUT if args.markdown else SCHEMA_OUT)
     if args.check:
         current = Path(args.output).read_text() if Path(args.output).exists() else ""
         if current != text:
-            print(f"{args.output} is out of date; run: schedgen schema", file=sys.stderr)
+            again = "schedgen schema" + (" --markdown" if args.markdown else "")
+            print(f"{args.output} is out of date; run: {again}", file=sys.stderr)
             return EXIT_FAIL
         print(f"{args.output}: up to date")
         return EXIT_OK
@@ -444,9 +458,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     _add_define(p)
     p.set_defaults(fn=cmd_validate)
-    p = sub.add_parser("schema", help="write the JSON Schema of specs")
-    p.add_argument("-o", "--output", default="schemas/schedgen.schema.json")
+    p = sub.add_parser("schema", help="write the JSON Schema of specs (draft-07: YAML language server, taplo) or "
+                                      "the field reference page")
+    p.add_argument("-o", "--output", default=None,
+                   help=f"where to write it (default {SCHEMA_OUT}; with --markdown {REFERENCE_OUT})")
     p.add_argument("--check", action="store_true", help="fail if the file differs from the models")
+    p.add_argument("--print", action="store_true", help="write it to stdout instead of a file (e.g. for an "
+                                                        "installed package: schedgen schema --print > schema.json)")
+    p.add_argument("--markdown", action="store_true", help="the field reference (docs/spec-reference.md) instead "
+                                                           "of the JSON Schema")
     p.set_defaults(fn=cmd_schema)
     p = sub.add_parser("new", help="write a commented starter spec of a family (KIND: its op.kind)",
                        description="Write a starter spec: name and op, commented, with no schedule (the planner "

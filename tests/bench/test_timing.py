@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import SPECS_DIR
+import schedgen.verify  # noqa: F401  (imported before any test patches schedgen.runtime.kernel.load_package:
+#                          imported first under the patch, verify kept the fake for the rest of the session)
 from schedgen import bench
 from schedgen.bench import run, timing
 from schedgen.bench.case import Peer

@@ -292,10 +292,18 @@ _WORDS = st.sampled_from(_KEYS + ["(i, j)", "(j,)", "(i, 0)", "o = x + y", "o = 
 
 def _schema_strategy(node: dict) -> st.SearchStrategy:
     """A hypothesis strategy for the documents that `node` (a piece of our exported JSON Schema) accepts: the
-    keywords pydantic writes ($ref, anyOf/oneOf, enum/const, objects, arrays, bounded numbers and strings)."""
+    keywords it uses ($ref, allOf, if/then/else, anyOf, enum/const, objects, arrays, bounded numbers and strings)."""
     if "$ref" in node:
         name = node["$ref"].rsplit("/", 1)[-1]
-        return st.deferred(lambda: _schema_strategy(SCHEMA["$defs"][name]))
+        return st.deferred(lambda: _schema_strategy(SCHEMA["definitions"][name]))
+    if "allOf" in node:    # the op's if/then per kind, or a $ref with its description beside it
+        members = [sub["then"] for sub in node["allOf"] if "then" in sub] or node["allOf"][:1]
+        return st.one_of([_schema_strategy(n) for n in members])
+    if "else" in node:     # a union by JSON type: if/then/else chain (an if/then alone is a rule, e.g. float32's)
+        members, rest = [], node
+        while "else" in rest:
+            members, rest = members + [rest["then"]], rest["else"]
+        return st.one_of([_schema_strategy(n) for n in members])
     if "const" in node:
         return st.just(node["const"])
     if "enum" in node:
@@ -399,14 +407,15 @@ ATTN_EXAMPLES = 600 if LONG else 12           # each planned one is an NVRTC com
 def attention_schedules(draw):
     """An attention spec over the family's whole schedule space: head_dim, block sizes (ragged or not), stages,
     1-3 consumers with or without the ping-pong barrier, register budgets, a CTA a tile or a static or dynamic
-    persistent grid, tile order, causal, GQA, Sq != Skv, layout, LSE; both backends or CUDA alone."""
+    persistent grid, tile order, causal (either alignment), GQA, Sq != Skv (more keys or fewer), layout, LSE; both
+    backends or CUDA alone."""
     data, src = SPECS["attention_bf16_4096.yaml"]
     data = copy.deepcopy(data)
     op, sch = data["op"], data["schedule"]
     d = draw(st.sampled_from([64, 128, 256]), label="D")
     g = draw(st.sampled_from([1, 2, 4]), label="q heads per kv head")
     sq = draw(st.integers(1, 24), label="q blocks of 64") * 64 - draw(st.sampled_from([0, 0, 1, 37]), label="ragged q")
-    skv = draw(st.sampled_from([sq, sq * 2, sq + 100]), label="Skv")
+    skv = draw(st.sampled_from([sq, sq * 2, sq + 100, max(1, sq // 2)]), label="Skv")   # fewer: top-left only
     op["sizes"] = {"B": draw(st.integers(1, 2)), "S": sq, "T": skv, "H": 2 * g, "G": 2, "D": d}
     lay = draw(st.sampled_from(["bshd", "bhsd"]), label="layout")
     op["layout"] = lay
@@ -417,7 +426,7 @@ def attention_schedules(draw):
     op["outputs"] = {"o": {"shape": q_shape, "dtype": "bf16"}}
     if draw(st.booleans(), label="lse"):
         op["outputs"]["lse"] = {"shape": ["B", "H", "S"], "dtype": "f32"}
-    op["causal"] = draw(st.booleans(), label="causal")
+    op["causal"] = draw(st.sampled_from([False, True, "top_left", "bottom_right"]), label="causal")
     nc = draw(st.integers(1, 3), label="consumers")
     bkv = draw(st.sampled_from([16, 32, 48, 64, 80, 96, 128, 160, 176, 192, 256]), label="block_kv")
     sch["in_specs"] = {"q": {"block_shape": [64 * nc, d]}, "k": {"block_shape": [bkv, d]},

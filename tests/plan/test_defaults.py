@@ -165,25 +165,32 @@ def test_matmul_picks_a_smaller_tile_for_a_small_problem(tmp_path):
     assert (plan.tile_m, plan.tile_n, plan.num_consumers) == (64, 64, 1)
 
 
-def test_ragged_matmul_pads_and_builds_for_both_backends(tmp_path):
+def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5000, "K": 1000})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.backends == ("cuda", "pallas")      # TMA zero-fills the edges on both
+    assert plan.ragged and plan.backends == ("cuda",)    # K = 1000 is off Mosaic GPU's 64-column GMEM tiling
     why = {p.dotted: p.why for p in picks}
-    assert "zero-padded" in why["schedule.in_specs.a"] and "schedule.backends" not in why
+    assert "zero-padded" in why["schedule.in_specs.a"]
+    assert why["schedule.backends"].startswith("the Pallas backend cannot render this spec") and \
+        "cannot round a partial tile up" in why["schedule.backends"]
+
+
+def test_a_ragged_matmul_on_the_tiling_builds_both_backends(tmp_path):
+    spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5056, "K": 1024})
+    plan, picks = plan_with_picks(spec, src)
+    assert plan.ragged and plan.backends == ("cuda", "pallas")
 
 
 def test_a_pallas_limit_of_the_sizes_picks_cuda_saying_why(tmp_path):
-    """A bias along a ragged N: the Pallas epilogue would read it past its end (plgpu.load has no masked form), so
-    with backends not written the planner builds CUDA only and says why."""
+    """N = 5000 with a bias: off Mosaic GPU's 64-column GMEM tiling, and the Pallas epilogue would read the bias past
+    its end (plgpu.load has no masked form), so with backends not written the planner builds CUDA only, saying why."""
     text = BARE["matmul"].replace("  outputs:", "    bias: {shape: [N], dtype: f32}\n  outputs:", 1)
     path = _write(tmp_path, "matmul", text)
     spec, src = load_spec(str(path), {"M": 256, "N": 5000, "K": 256, "op.epilogue": "out = acc + bias"})
     plan, picks = plan_with_picks(spec, src)
     assert plan.ragged and plan.backends == ("cuda",)
-    why = {p.dotted: p.why for p in picks}
-    assert why["schedule.backends"].startswith("the Pallas backend cannot render this spec") and "plgpu.load" in \
-        why["schedule.backends"]
+    why = {p.dotted: p.why for p in picks}["schedule.backends"]
+    assert why.startswith("the Pallas backend cannot render this spec") and "cannot round a partial tile up" in why
 
 
 def test_ragged_map_pads_every_cut_operand(tmp_path):

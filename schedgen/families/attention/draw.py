@@ -152,7 +152,7 @@ def summary(p) -> list[str]:
     return [
         f"kernel {p.kernel_name}",
         f"B {p.batch}, {heads}, Sq {p.seq_q}, Skv {p.seq_kv}, D {p.head_dim} ({p.layout}, {p.dtype})"
-        + (", causal" if p.causal else "") + (", with LSE" if p.with_lse else "") + at,
+        + (f", causal {p.causal_alignment.replace('_', '-')}" if p.causal else "") + (", with LSE" if p.with_lse else "") + at,
         f"block_q {p.block_q} ({p.num_consumers} consumer WG x 64 rows), block_kv {p.block_kv}; "
         f"{p.q_blocks} x {p.kv_blocks} blocks",
         f"{p.num_tiles} tiles" + (" on a persistent grid of one CTA an SM" if p.persistent else ", a CTA each")

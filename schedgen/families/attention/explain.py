@@ -4,6 +4,10 @@ from __future__ import annotations
 from ...plan import dims as X
 
 
+_MASKS = {"top_left": "top-left: query i sees keys j <= i",
+          "bottom_right": "bottom-right: query i sees keys j <= i + Skv - Sq"}
+
+
 def _ragged(p, what: str) -> str:
     """The ragged last query / key block: its size when the sizes are fixed, when it happens when they are not."""
     if what == "q":
@@ -25,14 +29,17 @@ def explain_attention(p) -> str:
     at_max = " at the largest sizes" if p.dynamic_sizes else ""
     lines = [
         f"kernel {p.kernel_name}  (family attention, backends: {', '.join(p.backends)})",
-        f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v;  B={p.batch} "
+        f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v"
+        + (f" ({_MASKS[p.causal_alignment]})" if p.causal else "") + f";  B={p.batch} "
         f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
         + (f"; GQA groups of {p.group}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
         *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
            + " (launch arguments: one cubin serves the range; counts below are extents of them)"]
           if p.dynamic_sizes else []),
-        f"  FLOPs      {p.flops / 1e9:.1f} G{at_max} (4 B H Sq Skv D{', halved for causal' if p.causal else ''})",
+        f"  FLOPs      {p.flops / 1e9:.1f} G{at_max} ("
+        + (f"4 D per unmasked (q, k) pair x H x B, causal {p.causal_alignment}" if p.causal else "4 B H Sq Skv D")
+        + ")",
         (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
          if p.dynamic else f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
          f"  grid       {p.num_blocks} CTAs") +

@@ -14,12 +14,25 @@ class AttentionOp(Model):
     `q` [B, Sq, Hq, D], `k` and `v` [B, Skv, Hkv, D] (layout bshd; bhsd puts the heads before the sequence),
     `o` like `q`; Hq a multiple of Hkv (grouped-query attention). The optional second output holds the
     log-sum-exp of each score row, [B, Hq, Sq] in f32 (natural log). `scale` defaults to 1/sqrt(D).
-    Causal masking aligns the last query with the last key (Sq <= Skv).
+    `causal` masks the scores of keys after each query; with Sq != Skv its alignment matters (the field says how).
     """
-    kind: Literal["attention"]
+    kind: Literal["attention"] = Field(description="flash-attention forward")
     sizes: Sizes = Field(default_factory=dict)
-    inputs: dict[Ident, Operand] = Field(min_length=3, max_length=3)
-    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=2)
-    layout: Literal["bshd", "bhsd"] = "bshd"
-    causal: bool = False
-    scale: Float32 | None = None
+    inputs: dict[Ident, Operand] = Field(min_length=3, max_length=3, description=(
+        "q, k, v in that order (any names): q [B, Sq, Hq, D], k and v [B, Skv, Hkv, D] in layout bshd"))
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=2, description=(
+        "o (like q, the inputs' dtype) and optionally the log-sum-exp [B, Hq, Sq] in f32 (natural log)"))
+    layout: Literal["bshd", "bhsd"] = Field(default="bshd", description=(
+        "the operands' dimension order: bshd (the default: batch, sequence, heads, head_dim) or bhsd (heads "
+        "before the sequence, torch SDPA's order)"))
+    causal: bool | Literal["top_left", "bottom_right"] = Field(
+        False,
+        description="The causal mask, and how it aligns queries with keys when Sq != Skv. `false`: no mask. "
+                    "`bottom_right` (what `true` means): query i sees keys j <= i + Skv - Sq, so the last query sees "
+                    "the last key (a decode / chunked-prefill step appending Sq queries to a cache of Skv keys); it "
+                    "needs Sq <= Skv. `top_left`: query i sees keys j <= i, the first query the first key (torch "
+                    "SDPA's `is_causal=True`, JAX's attention_mgpu); Sq may exceed Skv, the rows from Skv on seeing "
+                    "every key. The two agree when Sq = Skv. Both backends honour it.",
+        examples=[True, "top_left"])
+    scale: Float32 | None = Field(default=None, description=(
+        "the factor on q k^T, positive. Default (absent): 1/sqrt(head_dim)"), examples=[0.125])

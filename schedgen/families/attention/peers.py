@@ -1,6 +1,8 @@
 """The attention family's benchmark peers: `sdpa` (torch's scaled_dot_product_attention) and `jax_pallas` (JAX's
-own Pallas flash attention, attention_mgpu, at the best of a small verified sweep of its tuning). FLOPs =
-4 B H Sq Skv D (halved for causal); rows add flops, causal, sets and iters."""
+own Pallas flash attention, attention_mgpu, at the best of a small verified sweep of its tuning). Each peer runs with
+our causal mask (its alignment included) and is checked against the float64 reference before it is timed; one that
+cannot take our mask, or fails the check, is skipped with the reason. FLOPs = 4 D per unmasked (q, k) pair per head
+and batch (the plan's `flops`); rows add flops, causal, its alignment, sets and iters."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +10,7 @@ import types
 
 import numpy as np
 
-from ...bench.case import Peer, guard, out_bytes, to_torch, why
+from ...bench.case import Peer, from_torch, guard, out_bytes, to_torch, why
 from ...bench.timing import Contender, jax_contender, matmul_sets, time_jax_fn
 
 sets = matmul_sets
@@ -16,33 +18,99 @@ sets = matmul_sets
 
 def row_fields(case) -> dict:
     p = case.plan
-    return {"dtype": p.dtype, "flops": p.flops, "causal": p.causal, "sets": case.sets, "iters": case.iters}
+    return {"dtype": p.dtype, "flops": p.flops, "causal": p.causal, "causal_alignment": p.causal_alignment,
+            "sets": case.sets, "iters": case.iters}
 
 
 def peers(case) -> dict[str, Peer]:
     return {"sdpa": guard("torch", lambda: sdpa_peer(case)), "jax_pallas": guard("jax", lambda: jax_peer(case))}
 
 
-def sdpa_peer(case) -> Peer:
-    import torch
+def _checked(err: float, plan) -> bool:
+    from ...reference import tolerance
+    return err <= tolerance(plan.dtype, True)   # the tolerance verify gives our approx_math kernels
+
+
+def sdpa_masks(torch, plan, device) -> list[tuple[str, dict]]:
+    """The ways to give torch SDPA our mask, in the order to try them: (label, keyword arguments). No mask: none.
+    Top-left (or Sq = Skv, where the alignments agree): `is_causal=True` (torch's causal is top-left). Bottom-right:
+    torch's `causal_lower_right` bias (its fused kernels where they take it), then an explicit boolean mask (key j
+    visible to query i iff j <= i + Skv - Sq)."""
+    if not plan.causal:
+        return [("no mask", {})]
+    sq, skv = plan.seq_q, plan.seq_kv
+    if plan.causal_alignment == "top_left" or sq == skv:
+        return [("is_causal=True (top-left)", {"is_causal": True})]
+    out = []
+    try:
+        from torch.nn.attention.bias import causal_lower_right
+        out.append(("causal_lower_right (bottom-right)", {"attn_mask": causal_lower_right(sq, skv)}))
+    except ImportError:
+        pass
+    rows = torch.arange(sq, device=device)[:, None] + (skv - sq)
+    out.append(("boolean bottom-right mask", {"attn_mask": torch.arange(skv, device=device)[None, :] <= rows}))
+    return out
+
+
+def sdpa_call(torch, plan, views, kwargs: dict):
+    """SDPA on [B, H, S, D] views of q, k, v with our scale, GQA and `kwargs` (the mask)."""
     import torch.nn.functional as F
+    q, k, v = views
+    return F.scaled_dot_product_attention(q, k, v, scale=plan.scale, enable_gqa=plan.heads_q != plan.heads_kv,
+                                          **kwargs)
+
+
+def sdpa_verified(torch, plan, views, ref, device) -> tuple[tuple[str, dict] | None, list[dict]]:
+    """The first of sdpa_masks whose output matches the float64 reference `ref` of our op (mask included), and what
+    each try gave: [{mask, rel_error, verified} or {mask, error}]."""
+    from ...reference import rel_error
+    tried = []
+    for label, kwargs in sdpa_masks(torch, plan, device):
+        try:
+            out = sdpa_call(torch, plan, views, kwargs)
+            if plan.layout == "bshd":
+                out = out.transpose(1, 2)
+            err = rel_error(from_torch(torch, out, plan.dtype), ref)
+        except Exception as exc:
+            tried.append({"mask": label, "error": why(exc)})
+            continue
+        ok = _checked(err, plan)
+        tried.append({"mask": label, "rel_error": err, "verified": ok})
+        if ok:
+            return (label, kwargs), tried
+    return None, tried
+
+
+def sdpa_peer(case) -> Peer:
+    """torch SDPA with our mask, the first form of it (sdpa_masks) that passes the check, timed; else skipped."""
+    import torch
+
+    from ...reference import reference
     plan = case.plan
     dev = [[to_torch(torch, case.host[o.name], o.dtype) for o in plan.inputs]]
     dev += [[t.clone() for t in dev[0]] for _ in range(case.sets - 1)]
     held = {"views": [[t.transpose(1, 2) if plan.layout == "bshd" else t for t in s] for s in dev]}
     del dev
-    gqa = plan.heads_q != plan.heads_kv
+    ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
+    chosen, tried = sdpa_verified(torch, plan, held["views"][0], ref, "cuda")
+    if chosen is None:
+        held.clear()
+        torch.cuda.empty_cache()
+        return Peer.skipped("no form of our mask verified in torch SDPA: " + "; ".join(
+            f"{t['mask']}: " + (t["error"] if "error" in t else f"rel. error {t['rel_error']:.2e}") for t in tried),
+            sweep=tried)
+    label, kwargs = chosen
 
     def call(i: int) -> None:
-        q, k, v = held["views"][i % len(held["views"])]
-        F.scaled_dot_product_attention(q, k, v, is_causal=plan.causal, scale=plan.scale, enable_gqa=gqa)
+        sdpa_call(torch, plan, held["views"][i % len(held["views"])], kwargs)
     call(0)
 
     def close() -> None:
         held.clear()
         torch.cuda.empty_cache()
-    return Peer(Contender("sdpa", call, stream=int(torch.cuda.current_stream().cuda_stream)),
-                {"note": f"torch {torch.__version__}"}, close)
+    info = {"note": f"torch {torch.__version__}, mask: {label}", "rel_error": tried[-1]["rel_error"],
+            "verified": True, "sweep": tried}
+    return Peer(Contender("sdpa", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
 
 
 def jax_peer(case) -> Peer:
@@ -50,7 +118,7 @@ def jax_peer(case) -> Peer:
     ones timed briefly, the fastest timed in full (side by side with ours)."""
     import jax
 
-    from ...reference import reference, rel_error, tolerance
+    from ...reference import reference, rel_error
     plan = case.plan
     fn, note = jax_attention_peer(plan)
     if fn is None and "2 consumers" not in note:
@@ -68,7 +136,7 @@ def jax_peer(case) -> Peer:
         except Exception as exc:
             tried.append({"config": list(cfg), "error": why(exc)})
             continue
-        ok = err <= tolerance(plan.dtype, True)   # the tolerance verify gives our approx_math kernels
+        ok = _checked(err, plan)
         tried.append({"config": list(cfg), "rel_error": err, "verified": ok, "time_ms": quick})
         if ok and quick is not None and (best is None or quick < best[0]):
             best = (quick, f, cnote, err)
@@ -91,6 +159,21 @@ def _attention_mgpu():
     return am
 
 
+def jax_mask_mismatch(plan) -> str | None:
+    """Why attention_mgpu cannot run our mask, or None. jax 0.11.2's causal mask is top-left (query i sees keys
+    j <= i: `(q_ids + q_seq_base) >= (kv_ids + kv_step * block_kv)`), and its causal key-block count,
+    cdiv(query block end, block_kv), is not capped at Skv (Sq > Skv would read keys past the end)."""
+    if not plan.causal or plan.seq_q == plan.seq_kv:
+        return None
+    if plan.causal_alignment == "bottom_right":
+        return (f"attention_mgpu's causal mask is top-left (query i sees keys j <= i); ours is bottom-right (j <= i "
+                f"+ Skv - Sq) and Sq = {plan.seq_q} != Skv = {plan.seq_kv}")
+    if plan.seq_q > plan.seq_kv:
+        return (f"attention_mgpu's causal loop runs past the keys when Sq > Skv ({plan.seq_q} > {plan.seq_kv}): its key "
+                f"block count is not capped at Skv")
+    return None
+
+
 def jax_attention_configs(plan, sweep: bool = True) -> list[tuple[int, int, int]]:
     """(block_q, block_kv, stages) of attention_mgpu to try: the plan's own tuning first (where it has one), then
     with `sweep` every other block_kv (64, 128) x stages (2, 3) whose Q, K and V tiles fit the SMEM."""
@@ -109,6 +192,8 @@ def jax_attention_peer(plan, config: tuple[int, int, int] | None = None):
     plan's tuning), as a jitted f(q, k, v) on bshd arrays; (None, note) where the plan has no equivalent."""
     if plan.layout != "bshd":
         return None, "attention_mgpu takes [B, S, H, D] only"
+    if (why_not := jax_mask_mismatch(plan)) is not None:
+        return None, why_not
     if plan.with_lse:
         return None, "timed without the log-sum-exp output"
     if plan.seq_q % 128 or plan.seq_kv % 64:
@@ -133,8 +218,13 @@ def jax_attention_inputs(plan, host: dict) -> list:
     return [a.astype(np.float16) for a in arrs]
 
 
+def _mask(row: dict) -> str:
+    """The causal column: False, or the alignment (True in records made before it was recorded)."""
+    return str(row.get("causal_alignment") or row.get("causal"))
+
+
 def markdown(rows: list[dict]) -> str:
-    """Attention rows: time, TFLOP/s (4 B H Sq Skv D, halved for causal) and the ratio to each peer."""
+    """Attention rows: time, TFLOP/s (4 D per unmasked (q, k) pair per head and batch) and the ratio to each peer."""
     lines = ["| spec | backend | kernel | shape | causal | time (ms) | TFLOP/s | vs torch SDPA | vs JAX attention_mgpu | "
              "verified | rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
@@ -153,7 +243,7 @@ def markdown(rows: list[dict]) -> str:
         t = f"{r['time_ms']:.4f}" if r.get("time_ms") else r.get("error", "-")
         tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
         err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
-        lines.append(f"| {r['spec']} | {r['backend']} | `{r['kernel']}` | {shape} | {r.get('causal')} | {t} | {tf} | "
+        lines.append(f"| {r['spec']} | {r['backend']} | `{r['kernel']}` | {shape} | {_mask(r)} | {t} | {tf} | "
                      f"{peer(r, 'sdpa')} | {peer(r, 'jax_pallas')} | {'yes' if r.get('verified') else 'NO'} | {err} |")
     out = "\n".join(lines) + "\n"
     if notes:    # why a peer was not timed (the first reason per spec, backend and peer)

@@ -48,6 +48,8 @@ from .records import (
     SKIP_RESCALE_MIN_D,
     WGMMA_M,
     AttentionPlan,
+    attention_flops,
+    causal_alignment,
     AttnOperand,
     Blocks,
     Dims,
@@ -168,9 +170,11 @@ def _check_problem(op, names: Names, shapes: dict, problems: Problems, pinned: d
     else:
         if hkv and hq % hkv:
             problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
-        if op.causal and sq > skv:
-            problems.add(("op", "causal"), f"causal attention aligns the last query with the last key; it needs "
-                                           f"Sq <= Skv, got Sq = {sq}, Skv = {skv}")
+        if causal_alignment(op.causal) == "bottom_right" and sq > skv:
+            problems.add(("op", "causal"), f"causal: {_spelled(op.causal)} aligns the last query with the last key "
+                                           f"(query i sees keys j <= i + Skv - Sq); it needs Sq <= Skv, got Sq = "
+                                           f"{sq}, Skv = {skv} (the first {sq - skv} queries would see no key); "
+                                           f"{TOP_LEFT_HINT}")
     if X.is_static(d) and d not in HEAD_DIMS:
         problems.add(("op", "inputs", names.q, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
     if op.scale is not None and op.scale <= 0:
@@ -179,6 +183,14 @@ def _check_problem(op, names: Names, shapes: dict, problems: Problems, pinned: d
     dims = Dims(b, sq, hq, skv, hkv, d, op.inputs[names.q].dtype, shapes, ranges)
     _check_dtypes(op, names, dims, problems)
     return dims
+
+
+TOP_LEFT_HINT = "causal: top_left (query i sees keys j <= i) takes any Sq, the rows past Skv seeing every key"
+
+
+def _spelled(causal) -> str:
+    """How the spec wrote a bottom-right mask."""
+    return "true (bottom_right)" if causal is True else "bottom_right"
 
 
 def _shown(shape) -> str:
@@ -193,7 +205,7 @@ def _size_name(d) -> str:
 def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Problems) -> None:
     """Dynamic sizes: B, Sq, Skv and the heads may be; head_dim may not (it shapes the wgmma instructions and the
     registers); the GQA ratio is built into the kernel, so dynamic heads are one size for q and kv (grouped heads
-    are fixed); causal needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
+    are fixed); bottom-right causal needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
     sq, hq, d, skv, hkv = extents
     k_path = ("op", "inputs", names.k, "shape")
     bound = {x for n in names.inputs for x in op.inputs[n].shape if isinstance(x, str)}
@@ -214,11 +226,11 @@ def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Pro
                              f"built into the kernel; give {_size_name(heads)} a fixed value")
         if X.is_static(hq) and X.is_static(hkv) and hq % hkv:
             problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
-    if op.causal and sq != skv and X.upper(sq, ranges) > X.lower(skv, ranges):
+    if causal_alignment(op.causal) == "bottom_right" and sq != skv and X.upper(sq, ranges) > X.lower(skv, ranges):
         problems.add(("op", "causal"),
-                     f"causal attention aligns the last query with the last key; it needs Sq <= Skv at every call, but "
-                     f"Sq ({sq}) reaches {X.upper(sq, ranges)} and Skv ({skv}) may be {X.lower(skv, ranges)}: use one "
-                     f"size for both, or ranges that cannot cross")
+                     f"causal: {_spelled(op.causal)} aligns the last query with the last key; it needs Sq <= Skv at "
+                     f"every call, but Sq ({sq}) reaches {X.upper(sq, ranges)} and Skv ({skv}) may be "
+                     f"{X.lower(skv, ranges)}: use one size for both, or ranges that cannot cross; {TOP_LEFT_HINT}")
 
 
 def _check_dtypes(op, names: Names, dims: Dims, problems: Problems) -> None:
@@ -445,7 +457,8 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
     q_blocks, kv_blocks = X.cdiv(sq, block_q), X.cdiv(skv, block_kv)   # ragged last blocks: clipped / masked
     # at the largest call when sizes are dynamic (the benchmark and the reports time a build at fixed sizes)
     at_max = max_sizes(op.sizes)
-    flops = X.evaluate(4 * b * hq * sq * skv * d, at_max) // (2 if op.causal else 1)
+    alignment = causal_alignment(op.causal)
+    flops = attention_flops(*(X.evaluate(x, at_max) for x in (b, hq, sq, skv)), d, alignment)
     bytes_moved = sum(math.prod(X.evaluate(x, at_max) for x in o.shape) * o.itemsize for o in inputs + outputs)
     ranges = dims.ranges
     kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_wg{}{}{}".format(
@@ -454,7 +467,7 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
     return AttentionPlan(
         family="attention", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
         backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=dims.hkv, seq_q=sq, seq_kv=skv, head_dim=d,
-        layout=op.layout, causal=op.causal, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
+        layout=op.layout, causal=alignment is not None, causal_alignment=alignment, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
         with_lse=names.lse is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
         stages=stages, num_consumers=nc, pingpong=pingpong, q_blocks=q_blocks, kv_blocks=kv_blocks,
         num_tiles=q_blocks * hq * b, tile_order=order.order, section_heads=order.section_heads, slabs=smem.slabs,

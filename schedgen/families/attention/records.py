@@ -36,6 +36,40 @@ SLAB_ROW_BYTES = 128
 # non-causal kernels of at most this many key blocks hide the trip count from ptxas (cuda.cu.j2's sg_tile)
 OPAQUE_KV_BLOCKS = 4
 MODULE_NAMES = frozenset({"make", "run_into", "sizes_of"})
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def causal_alignment(causal: bool | str) -> str | None:
+    """The op's `causal` as an alignment: None (no mask), "top_left" or "bottom_right" (`causal: true`)."""
+    if causal is False:
+        return None
+    return "bottom_right" if causal is True else causal
+
+
+def causal_offset_of(alignment: str | None, seq_q, seq_kv):
+    """The causal mask's offset: query i sees keys j <= i + offset (top_left: 0; bottom_right: Skv - Sq, the last
+    query sees the last key). An extent when a sequence length is dynamic; None without a mask."""
+    if alignment is None:
+        return None
+    return 0 if alignment == "top_left" else seq_kv - seq_q
+
+
+def score_pairs(seq_q: int, seq_kv: int, offset: int | None) -> int:
+    """Unmasked (query, key) pairs of one (batch, head): query i sees keys 0 <= j < Skv with j <= i + offset
+    (every key without a mask, offset None). Closed form: rows before -offset see no key, rows from Skv - offset
+    on see all Skv, the rows between see i + offset + 1."""
+    if offset is None:
+        return seq_q * seq_kv
+    lo = min(seq_q, max(0, -offset))              # first row that sees a key
+    hi = max(lo, min(seq_q, seq_kv - offset))     # first row that sees every key
+    first, last = lo + offset + 1, hi + offset    # keys seen by rows lo .. hi - 1
+    return (first + last) * (hi - lo) // 2 + (seq_q - hi) * seq_kv
+
+
+def attention_flops(batch: int, heads_q: int, seq_q: int, seq_kv: int, head_dim: int, alignment: str | None) -> int:
+    """4 D flops (2 D for S = Q K^T, 2 D for O += P V) per unmasked (query, key) pair, per head and batch."""
+    pairs = score_pairs(seq_q, seq_kv, causal_offset_of(alignment, seq_q, seq_kv))
+    return 4 * head_dim * pairs * heads_q * batch
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,8 @@ class AttentionPlan:
     head_dim: int
     layout: str
     causal: bool
+    causal_alignment: str | None   # None (no mask), "top_left" (query i sees keys j <= i) or "bottom_right"
+                                   # (j <= i + Skv - Sq: the last query sees the last key; `causal: true`)
     scale: float
     scale_log2: float          # scale * log2(e): the softmax runs in base 2
     dtype: str
@@ -103,7 +139,7 @@ class AttentionPlan:
     blocks_per_sm: int
     cluster_dims: tuple[int, int, int]
     approx_math: bool
-    flops: int                 # at the largest sizes when some are dynamic
+    flops: int                 # 4 D per unmasked (q, k) pair (attention_flops), at the largest sizes when dynamic
     bytes_moved: int
     dynamic_sizes: tuple[SizeRange, ...] = ()   # the op's dynamic sizes, in spec order (the kernel's sz_ arguments)
 
@@ -126,8 +162,10 @@ class AttentionPlan:
         def operands(os):
             return tuple(replace(o, shape=tuple(map(ev, o.shape))) for o in os)
 
+        b, hq, sq, skv = ev(self.batch), ev(self.heads_q), ev(self.seq_q), ev(self.seq_kv)
         return replace(
             self, sizes={**self.sizes, **{r.name: int(sizes[r.name]) for r in self.dynamic_sizes}},
+            flops=attention_flops(b, hq, sq, skv, self.head_dim, self.causal_alignment),
             batch=ev(self.batch), heads_q=ev(self.heads_q), heads_kv=ev(self.heads_kv), seq_q=ev(self.seq_q),
             seq_kv=ev(self.seq_kv), q_blocks=ev(self.q_blocks), kv_blocks=ev(self.kv_blocks),
             num_tiles=ev(self.num_tiles), num_blocks=ev(self.num_blocks), inputs=operands(self.inputs),
@@ -157,13 +195,22 @@ class AttentionPlan:
 
     @property
     def causal_offset(self) -> int | None:
-        """Skv - Sq: causal query i sees keys j <= i + causal_offset; None when known only at the call (the
-        templates take the difference of seq_kv and seq_q there)."""
-        if self.seq_kv == self.seq_q:
+        """Causal query i sees keys j <= i + causal_offset: 0 top-left, Skv - Sq bottom-right (also 0 without a
+        mask, where the templates do not read it); None when known only at the call (the templates take the
+        difference of seq_kv and seq_q there)."""
+        if self.causal_alignment != "bottom_right" or self.seq_kv == self.seq_q:
             return 0
         if X.is_static(self.seq_kv) and X.is_static(self.seq_q):
             return self.seq_kv - self.seq_q
         return None
+
+    @property
+    def causal_past_keys(self) -> bool:
+        """Top-left causal where Sq may exceed Skv: the rows past Skv see every key, so a block's causal key count
+        is capped at the key blocks there are (the Pallas kernel takes the min; the CUDA kernel always does)."""
+        if self.causal_alignment != "top_left" or self.seq_q == self.seq_kv:
+            return False
+        return X.upper(self.seq_q, self.ranges) > X.lower(self.seq_kv, self.ranges)
 
     @property
     def p_regs(self) -> int:
@@ -315,11 +362,12 @@ class AttentionPlan:
         return tuple((sl * self.q_slab_bytes, sl * 64) for sl in range(self.slabs))
 
     def kv_end(self, qb: int) -> int:
-        """Key blocks that query block qb reads (causal: up to the diagonal of its last row)."""
+        """Key blocks that query block qb reads (causal: up to the diagonal of its last row, at the alignment's
+        offset; the lpt order's and the drawings' work estimate)."""
         if not self.causal:
             return self.kv_blocks
-        return min(self.kv_blocks, ((qb + 1) * self.block_q + self.seq_kv - self.seq_q + self.block_kv - 1)
-                   // self.block_kv)
+        offset = causal_offset_of(self.causal_alignment, self.seq_q, self.seq_kv)
+        return min(self.kv_blocks, ((qb + 1) * self.block_q + offset + self.block_kv - 1) // self.block_kv)
 
 
 def tile_of(p: AttentionPlan, t: int) -> tuple[int, int, int]:

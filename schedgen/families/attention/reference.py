@@ -8,11 +8,14 @@ import numpy as np
 
 from ... import reference as shared
 from ...reference import Sampled, sample_rows, shape_of
+from .records import causal_alignment, causal_offset_of
 
 
 def attention_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray], *,
                         sample: bool | None = None, seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
     """float64 softmax(scale q k^T [+ causal mask]) v, and the natural-log log-sum-exp of each score row.
+
+    The causal mask lets query i see keys j <= i (top_left) or j <= i + Skv - Sq (bottom_right, `causal: true`).
 
     Full arrays unless the problem has more than SAMPLE_ABOVE multiply-adds (or `sample=True`): then the
     output is a `Sampled` reference of SAMPLE_ROWS (batch, query, head) rows — each row one query's D values,
@@ -31,13 +34,13 @@ def attention_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.
     skv, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
-    offset = skv - sq
+    offset = causal_offset_of(causal_alignment(op.causal), sq, skv)
 
     def rows_of(bi: int, hi: int, qi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(out [len(qi), D], lse [len(qi)]) for queries qi of batch bi, head hi."""
         kk, vv = k[bi, :, hi // group], v[bi, :, hi // group]
         s = (q[bi, qi, hi] @ kk.T) * scale
-        if op.causal:
+        if offset is not None:
             s = np.where(np.arange(skv)[None, :] > (qi[:, None] + offset), -np.inf, s)
         mx = s.max(axis=1, keepdims=True)
         p = np.exp(s - mx)
@@ -79,8 +82,8 @@ def attention_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.
 
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
-    """Attention sizes of a few blocks: Sq and Skv of `tiles` blocks (Skv - Sq kept for causal alignment), one
-    batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
+    """Attention sizes of a few blocks: Sq of `tiles` blocks, Skv keeping Skv - Sq (the bottom-right offset) or, with
+    no offset to keep, in proportion to Sq (so Sq > Skv stays so), one batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
     (the plan is taken at the largest sizes, the result rounded up to the size's multiple_of within min..max)."""
     ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
     if ranges:
@@ -94,7 +97,11 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     out: dict[str, int] = {}
     unit = math.lcm(plan.block_q, plan.block_kv)
     sq = min(plan.seq_q, unit * tiles_per_dim)
-    want = {qs[0]: 1, qs[1]: sq, ks[1]: min(plan.seq_kv, sq + (plan.seq_kv - plan.seq_q)),
+    if plan.causal_alignment == "bottom_right" or plan.seq_q == plan.seq_kv:
+        skv = sq + (plan.seq_kv - plan.seq_q)  # Skv - Sq kept: the bottom-right mask's offset
+    else:   # no offset to keep (top-left, no mask): Skv in proportion (Sq > Skv stays so), ragged as it was
+        skv = max(1, sq * plan.seq_kv // plan.seq_q // plan.block_kv) * plan.block_kv + plan.seq_kv % plan.block_kv
+    want = {qs[0]: 1, qs[1]: sq, ks[1]: min(plan.seq_kv, skv),
             qs[2]: min(plan.heads_q, 2 * (plan.heads_q // plan.heads_kv)), ks[2]: min(plan.heads_kv, 2)}
     for dim, value in want.items():
         if isinstance(dim, str) and dim not in out:

@@ -20,9 +20,11 @@ RECORD_DTYPE = "bf16"          # bench/attn_gpu.py times bf16 inputs only (its r
 
 
 def shape_label(row: dict) -> str:
-    """B x H x S x D (H as Hq/Hkv under GQA) and 'causal' for the record's shapes; else the spec and its sizes."""
+    """B x H x S x D (H as Hq/Hkv under GQA) and 'causal' (naming a top-left mask) for the record's shapes; else the
+    spec and its sizes."""
     s = row["shape"]
-    causal = " causal" if row.get("causal") else ""
+    causal = (" causal top-left" if row.get("causal_alignment") == "top_left" else " causal") if row.get("causal") \
+        else ""
     if all(k in s for k in RECORD_SHAPE):
         heads = f"{s['Hq']}/{s['Hkv']}" if s["Hq"] != s["Hkv"] else str(s["Hq"])
         seq = str(s["Sq"]) if s["Sq"] == s["Skv"] else f"{s['Sq']}/{s['Skv']}"
@@ -60,7 +62,8 @@ def record_rows(record: Any) -> list[dict] | None:
         label = str(r["label"])
         base = {"family": "attention", "spec": label.removeprefix("p-"), "kernel": r.get("kernel", ""),
                 "shape": {k: r[k] for k in RECORD_SHAPE}, "dtype": r.get("dtype", RECORD_DTYPE),
-                "flops": r.get("flops"), "causal": bool(r.get("causal")), "date": record.get("date"), "env": env,
+                "flops": r.get("flops"), "causal": bool(r.get("causal")),
+                "causal_alignment": r.get("causal_alignment"), "date": record.get("date"), "env": env,
                 "variant": "default" if label.startswith("p-") else label}
         for backend, ms in ours.items():
             peers = {}

@@ -16,13 +16,21 @@ class MatmulOp(Model):
     accumulator as `acc` and assigns the single output, e.g. `out = gelu(acc + bias)` or
     `out = alpha * acc + beta * c`. `transpose_lhs` stores lhs as [K, M]; `transpose_rhs` stores rhs as [N, K].
     """
-    kind: Literal["matmul"]
+    kind: Literal["matmul"] = Field(description="a (batched) matrix product with an elementwise epilogue")
     sizes: Sizes = Field(default_factory=dict)
-    constants: dict[Ident, Float32] = Field(default_factory=dict)
-    inputs: dict[Ident, Operand] = Field(min_length=2, max_length=8)
-    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1)
-    lhs: Ident = "a"
-    rhs: Ident = "b"
-    transpose_lhs: bool = False
-    transpose_rhs: bool = False
-    epilogue: str | None = Field(default=None, min_length=1, max_length=4000)
+    constants: dict[Ident, Float32] = Field(default_factory=dict, description=(
+        "named float32 constants the epilogue may use"), examples=[{"alpha": 1.0, "beta": 0.5}])
+    inputs: dict[Ident, Operand] = Field(min_length=2, max_length=8, description=(
+        "lhs and rhs ([M, K] and [K, N] as stored, [B, ...] when batched) and the epilogue's operands (a bias row "
+        "[N], a column [M, 1], a full [M, N] / [B, M, N] matrix)"))
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1, description="the one output, [M, N] "
+                                                                                  "([B, M, N] when batched)")
+    lhs: Ident = Field(default="a", description="the name of the left matrix input (default a)")
+    rhs: Ident = Field(default="b", description="the name of the right matrix input (default b)")
+    transpose_lhs: bool = Field(default=False, description="lhs is stored [K, M] (column-major A); default [M, K]")
+    transpose_rhs: bool = Field(default=False, description=(
+        "rhs is stored [N, K] (torch.nn.Linear's weight layout); default [K, N]"))
+    epilogue: str | None = Field(default=None, min_length=1, max_length=4000, description=(
+        "statements like a map body reading the f32 accumulator as `acc`, the epilogue operands and constants, "
+        "and assigning the output. Default (absent): `<output> = acc`, cast to the output dtype"),
+        examples=["out = acc", "out = gelu(acc + bias)", "out = alpha * acc + beta * c"])

@@ -393,7 +393,7 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, _ragged_dims(tile, dims), dims.extra_ops, problems)
+        _pallas_limits(op, sch, _ragged_dims(tile, dims), dims, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -501,11 +501,23 @@ def _ragged_dims(tile: Tile, dims: Dims) -> set[str]:
             if not D.divisible(x, t, dims.ranges)}
 
 
+def _tiling_quanta(op, dims: Dims) -> dict[str, int]:
+    """The multiple each of M, N, K must be of for Mosaic GPU's tiled GMEM views: 8 where it is an operand's row
+    dimension, 128 B of elements where it is the minor one (lhs [M, K] or [K, M], rhs [K, N] or [N, K], out
+    [M, N]); the largest over the operands it spans."""
+    rows, cols_in, cols_out = 8, 128 // ITEMSIZE[dims.in_dtype], 128 // ITEMSIZE[dims.out_dtype]
+    lhs_minor, rhs_minor = ("M" if op.transpose_lhs else "K"), ("K" if op.transpose_rhs else "N")
+    q = {"M": rows, "N": cols_out, "K": rows}
+    for what in (lhs_minor, rhs_minor):
+        q[what] = max(q[what], cols_in)
+    return q
+
+
 # the dimensions each kind of epilogue operand is indexed along (records.py: MatOperand.bcast)
 _EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N"}}
 
 
-def _pallas_limits(op, sch, ragged: set[str], extras, problems: Problems) -> None:
+def _pallas_limits(op, sch, ragged: set[str], dims: Dims, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     if sch.epilogue.store == "direct":
@@ -513,9 +525,23 @@ def _pallas_limits(op, sch, ragged: set[str], extras, problems: Problems) -> Non
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "
                                                         "CUDA kernel's: use store: tma" + hint)
     # Ragged edges: TMA zero-fills the lhs / rhs blocks past M, N, K and skips the output's stores there, as on
-    # CUDA; the epilogue operands are read by plgpu.load, which jax 0.11.2 has no masked form of, so an operand
-    # indexed along a ragged dimension would be read past its end
-    for e in extras:
+    # CUDA. But Mosaic GPU (jax 0.11.2) views each GMEM operand through its SMEM tiling (8 rows x up to 128 B) and
+    # cannot round a partial tile up (TileTransform: "When no rounding mode is specified, dimension d must have size
+    # smaller or a multiple of its tiling"; Rounding.UP is NotImplemented: seen on the H200, 2026-12-04), so a
+    # ragged dimension must still be a multiple of that tiling in every operand it spans
+    quanta = _tiling_quanta(op, dims)
+    sizes = {"M": dims.m, "N": dims.n, "K": dims.k}
+    for what in sorted(ragged):
+        q = quanta[what]
+        if not D.divisible(sizes[what], q, dims.ranges):
+            problems.add(("schedule", "backends"),
+                         f"{what} = {sizes[what]} is not a multiple of the tile; the Pallas matmul takes that only "
+                         f"for {what} a multiple of {q} (Mosaic GPU in jax 0.11.2 views each operand in GMEM through "
+                         f"its SMEM tiling, 8 rows x 128 B, and cannot round a partial tile up); use {what} a "
+                         f"multiple of {q}" + (" (multiple_of)" if isinstance(sizes[what], D.Dim) else "") + hint)
+    # the epilogue operands are read by plgpu.load, which jax 0.11.2 has no masked form of, so an operand indexed
+    # along a ragged dimension would be read past its end
+    for e in dims.extra_ops:
         over = sorted(_EXTRA_DIMS.get(e.bcast, set()) & ragged)
         if over:
             problems.add(("op", "inputs", e.name, "shape"),

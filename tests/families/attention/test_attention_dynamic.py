@@ -87,7 +87,7 @@ ERRORS = {
                              "op.inputs.q.shape": ["B", "Q", "H", "D"], "op.outputs.o.shape": ["B", "Q", "H", "D"],
                              "op.inputs.k.shape": ["B", "T", "H", "D"], "op.inputs.v.shape": ["B", "T", "H", "D"],
                              "op.causal": True},
-                            ["op.causal: causal attention aligns the last query with the last key; it needs Sq <= Skv "
+                            ["op.causal: causal: true (bottom_right) aligns the last query with the last key; it needs Sq <= Skv "
                              "at every call, but Sq (Q) reaches 4096 and Skv (T) may be 1"]),
     "pallas_ragged": ({"op.sizes.S": {"dynamic": True, "min": 64, "max": 8192, "multiple_of": 64}},
                       ["op.sizes.S.multiple_of: Sq (S: dynamic, 64..8192, a multiple of 64) is not always a multiple "
@@ -317,6 +317,32 @@ def test_one_pallas_package_serves_several_sizes_in_the_interpreter(tmp_path):
             out = np.asarray(out)
             assert out.shape == o.shape and not np.isnan(out.astype(np.float32)).any(), (sizes, o.name)
             assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, p.approx_math), (sizes, o.name)
+
+
+def test_top_left_pallas_package_with_lengths_that_cross(tmp_path):
+    """Top-left causal with separate dynamic Sq and Skv (ranges that cross, legal top-left only): one package at more
+    keys than queries, as many, and fewer (rows past Skv see every key: the causal key-block counts are capped at
+    the call's key blocks), each against the float64 reference."""
+    from schedgen.families.attention.reference import attention_reference
+    from schedgen.reference import rel_error, tolerance
+    from schedgen.verify import interpret_params, races_found
+    ov = {**SMALL, "op.causal": "top_left", "op.sizes.B": 1,
+          "op.sizes.T": {"dynamic": True, "min": 64, "max": 512, "multiple_of": 64},
+          "op.inputs.k.shape": ["B", "T", "H", "D"], "op.inputs.v.shape": ["B", "T", "H", "D"]}
+    built = build_spec(str(DYN), ov)
+    mod = _module(built, tmp_path)
+    spec, p = built.spec, built.plan
+    assert p.causal_past_keys and "jnp.minimum(" in built.files["pallas_kernel.py"].decode()
+    rng = np.random.default_rng(1)
+    for sizes in ({"S": 128, "T": 320}, {"S": 256, "T": 256}, {"S": 384, "T": 128}, {"S": 512, "T": 64}):
+        pa = p.at(sizes)
+        ins = {o.name: rng.standard_normal(o.shape, dtype=np.float32).astype(ml_dtypes.bfloat16) for o in pa.inputs}
+        poisoned = [jnp.full(o.shape, jnp.nan, mod._DTYPES[o.dtype]) for o in pa.outputs]
+        outs = mod.run_into([jnp.asarray(ins[o.name]) for o in pa.inputs], poisoned, interpret=interpret_params())
+        assert races_found() is not True
+        ref = attention_reference(spec, {**pa.sizes}, ins, sample=False)
+        for o, out in zip(pa.outputs, outs):
+            assert rel_error(np.asarray(out), ref[o.name]) <= tolerance(o.dtype, p.approx_math), (sizes, o.name)
 
 
 BHSD_HEADS = {"op.layout": "bhsd", "op.causal": True, "op.sizes.H": {"dynamic": True, "min": 4, "max": 64,

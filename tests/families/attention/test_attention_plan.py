@@ -30,6 +30,8 @@ NC3 = {"D": 64, "schedule.in_specs.q.block_shape": [192, 64], "schedule.in_specs
        "schedule.pipeline.compute_registers": 160, "schedule.barriers.schedule.num_arrivals": 3}
 RAGGED = {"op.sizes": {"B": 2, "S": 1000, "T": 1000, "H": 4, "D": 128}, "op.inputs.k.shape": ["B", "T", "H", "D"],
           "op.inputs.v.shape": ["B", "T", "H", "D"], "op.causal": True}
+# top-left causal with more queries than keys (rows 600..999 see every key), both ragged
+TOP_LEFT = {**RAGGED, "op.sizes": {"B": 2, "S": 1000, "T": 600, "H": 4, "D": 128}, "op.causal": "top_left"}
 PERSIST = {"schedule.persistent.loop": "nd_loop"}
 # dynamic sizes (launch arguments): any batch and length (ragged last blocks), heads too; Sq and Skv apart, causal
 DYN_BS = {"op.sizes": {"B": {"dynamic": True, "max": 64}, "S": {"dynamic": True, "max": 32768}, "H": 16, "D": 128}}
@@ -43,7 +45,7 @@ DYN_GQA = {"op.sizes": {"B": {"dynamic": True, "max": 16}, "S": {"dynamic": True
 DYN = {"schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
        "schedule.pipeline.compute_registers": 232}
 VARIANTS = {
-    "base": {}, "three_consumers": NC3, "ragged_causal": RAGGED, "persistent": PERSIST,
+    "base": {}, "three_consumers": NC3, "ragged_causal": RAGGED, "top_left_sq_gt_skv": TOP_LEFT, "persistent": PERSIST,
     "persistent_d256": {**PERSIST, **D256}, "dynamic_causal": {**DYN, "op.causal": True},
     "dynamic_gqa_lse": {**DYN, **GQA, "op.causal": True, "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}, "causal": {"op.causal": True}, "lse": {"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}},
     "nopp": {"schedule.barriers": {}}, "d64": D64, "d256": D256, "gqa": GQA,
@@ -79,7 +81,8 @@ def test_plan_numbers():
     assert p.kernel_args[0].shape == (1, 4096, 16 * 128) and p.kernel_args[0].box == (1, 64, 64)
     assert p.kernel_args[0].strides == (4096 * 16 * 128 * 2, 16 * 128 * 2, 2)
     assert p.kernel_args[1].box == (1, 128, 64)
-    assert _plan({"op.causal": True}).flops == p.flops // 2
+    # causal at Sq = Skv: query i sees i + 1 keys, 4096 * 4097 / 2 pairs a head (not half of 4096^2)
+    assert _plan({"op.causal": True}).flops == 4 * 128 * 16 * (4096 * 4097 // 2)
     g = _plan(GQA)
     assert (g.heads_q, g.heads_kv) == (8, 2) and g.kernel_args[1].shape == (1, 1024, 2 * 128)
 
@@ -268,7 +271,8 @@ def test_softmax_code_shape_follows_head_dim():
 def test_explain_names_the_gemms_and_blocks():
     from schedgen.explain import explain
     text = explain(_plan({"op.causal": True}))
-    for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong", "halved for causal"):
+    for needle in ("wgmma m64n128k16 x 8", "P from registers", "512 CTAs", "ping-pong",
+                   "4 D per unmasked (q, k) pair x H x B, causal bottom_right", "j <= i + Skv - Sq"):
         assert needle in text, (needle, text)
 
 

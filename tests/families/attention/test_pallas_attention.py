@@ -63,6 +63,12 @@ INTERPRET_CASES = {
     "causal_one_consumer": {**SMALL, **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 64], "op.causal": True},
     "causal_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 128, "SKV": 320, "H": 2, "D": 64}),
                              "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": True},
+    # top-left (query i sees keys j <= i) against more keys, and against fewer: rows 192..383 see all 3 key blocks
+    # (one consumer's rows before Skv, the other's past it; the causal key-block counts capped at Skv)
+    "top_left_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 128, "SKV": 320, "H": 2, "D": 64}),
+                               "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": "top_left"},
+    "top_left_sq_gt_skv": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 384, "SKV": 192, "H": 1, "D": 64}),
+                           "op.causal": "top_left"},
     "gqa": {**_blocks(64), **_gqa({"B": 2, "S": 128, "H": 4, "G": 2, "D": 64})},
     "bhsd": {**SMALL, **BHSD},
     "f16_exact_scale_stages3": {**SMALL, **{f"op.{g}.{n}.dtype": "f16" for g, n in
@@ -85,6 +91,7 @@ LOWER_CASES = {
     "d256": _blocks(256),
     "f16": {f"op.{g}.{n}.dtype": "f16" for g, n in (("inputs", "q"), ("inputs", "k"), ("inputs", "v"), ("outputs", "o"))},
     "causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1024, "SKV": 4096, "H": 16, "D": 128}), "op.causal": True},
+    "top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4096, "SKV": 1024, "H": 16, "D": 128}), "op.causal": "top_left"},
     "stages3_exact": {"schedule.pipeline.max_concurrent_steps": 3, "schedule.compiler_params.approx_math": False},
 }
 
@@ -245,6 +252,17 @@ def test_interpreter_catches_a_wrong_mask(tmp_path):
     assert rel_error(out, ref["o"]) > 1e-1
 
 
+def test_interpreter_catches_the_other_alignment(tmp_path):
+    """Not vacuous either: at Sq != Skv the top-left kernel's output fails against the bottom-right reference (and
+    the bottom-right kernel's against the top-left one)."""
+    tl, inputs, (out, _), _ = _interpret("top_left_sq_lt_skv_lse", tmp_path)
+    br_spec = build_spec(str(SPEC), {"schedule.backends": ["pallas"], **INTERPRET_CASES["top_left_sq_lt_skv_lse"],
+                                     "op.causal": "bottom_right"}).spec
+    assert rel_error(out, attention_reference(br_spec, tl.plan.sizes, inputs, sample=False)["o"]) > 1e-1
+    br, inputs, (out, _), _ = _interpret("causal_sq_lt_skv_lse", tmp_path)
+    assert rel_error(out, attention_reference(tl.spec, br.plan.sizes, inputs, sample=False)["o"]) > 1e-1
+
+
 # ------------------------------------------------------------------------------------ what Pallas cannot express
 
 @pytest.mark.parametrize("overrides, path, words", [
@@ -287,7 +305,7 @@ def test_lane_semantics_may_be_named():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["bundled", "causal", "lse", "causal_lse_no_pingpong", "gqa", "bhsd", "one_consumer",
-                                  "d64_kv128", "d256", "f16", "causal_sq_lt_skv"])
+                                  "d64_kv128", "d256", "f16", "causal_sq_lt_skv", "top_left_sq_gt_skv"])
 def test_pallas_attention_on_gpu(case, tmp_path):
     """Compiled by Mosaic GPU and run on the H200 at full size, outputs poisoned, against the (sampled) float64
     reference."""

@@ -218,10 +218,10 @@ def test_schema_says_multimem_cannot_run_here():
     import json
     from conftest import ROOT
     s = json.loads((ROOT / "schemas" / "schedgen.schema.json").read_text())
-    transport = s["$defs"]["Collective"]["properties"]["transport"]
+    transport = s["definitions"]["Collective"]["properties"]["transport"]
     assert transport["enum"] == ["remote_ref", "multimem_store", "multimem_load_reduce"]
     assert "NVLink multicast, which is not supported by this release" in transport["description"]
-    assert "are NOT\nSUPPORTED by this release" in s["$defs"]["Collective"]["description"]
+    assert "are NOT\nSUPPORTED by this release" in s["definitions"]["Collective"]["description"]
 
 
 def test_explain_names_the_ring_semaphores_and_the_step_plan(capsys):
