@@ -114,6 +114,8 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
     ("matmul*", "schedule.in_specs.*.collective_axes", lambda s, m, _: m.value == [],
      "a 2-CTA cluster multicasts the operand its CTAs share: collective_axes: [cluster] restates it (the name "
      "and the operand are checked)"),
+    ("attention*", "op.causal", lambda s, m, _: {repr(m.value), repr(s.op.causal)} == {"True", "'bottom_right'"},
+     "causal: true means bottom_right (the last query sees the last key)"),
     ("collective_matmul*", "schedule.collective", lambda s, m, _: m.value is None,
      "the spec's collective section restates the defaults (the gather ring, its semaphores)"),
 ]
@@ -147,11 +149,17 @@ def _resolve(node: dict) -> dict:
 
 
 def _alternatives(node: dict) -> list[dict]:
-    """The schemas a value may match: the members of anyOf / oneOf, each resolved (allOf merged)."""
+    """The schemas a value may match: the members of anyOf / oneOf, or the branches of a draft-07 type union
+    (if {type: A} then ... else if {type: B} then ... else {type: [A, B]}: the last, the catch-all that reports a
+    wrong type, matches nothing legal), each resolved (allOf merged)."""
     node = _resolve(node)
     members = node.get("anyOf") or node.get("oneOf")
     if members:
         return [alt for m in members for alt in _alternatives(m)]
+    if "if" in node and "then" in node:
+        return _alternatives(node["then"]) + (_alternatives(node["else"]) if "else" in node else [])
+    if isinstance(node.get("type"), list):
+        return []
     for part in node.get("allOf", ()):
         node = {**node, **_resolve(part)}
     return [node]
@@ -365,14 +373,14 @@ def products(p) -> dict[str, str]:
 @dataclass
 class Outcome:
     mutation: Mutation
-    kind: str                  # "changed" | "problems" | "silent" | "crash" | "unlocated"
+    kind: str                  # "changed" | "problems" | "alias" | "silent" | "crash" | "unlocated"
     detail: str = ""
     same: tuple = ()           # a silent one: the backends whose products did not change
 
 
 def _built(data, src):
     spec = validate_data(data, src)
-    return products(plan(spec, src))
+    return spec, products(plan(spec, src))
 
 
 def check_spec(path: Path):
@@ -385,6 +393,7 @@ def check_data(data: dict, src, skip: tuple = ()):
     """The spec of `data` and the outcome of each of its mutations (but those under the path `skip`)."""
     spec = validate_data(data, src)
     base = products(plan(spec, src))
+    dump = spec.model_dump()
     outcomes = []
     seen: set = set()
     for m in spec_mutations(spec):
@@ -394,7 +403,7 @@ def check_data(data: dict, src, skip: tuple = ()):
         seen.add(key)
         new = _assign(data, m)
         try:
-            got = _built(new, src)
+            new_spec, got = _built(new, src)
         except SpecErrors as exc:
             unlocated = not exc.problems or any(not p.path and p.pos is None for p in exc.problems)
             outcomes.append(Outcome(m, "unlocated" if unlocated else "problems",
@@ -404,6 +413,9 @@ def check_data(data: dict, src, skip: tuple = ()):
             outcomes.append(Outcome(m, "crash", f"{type(exc).__name__}: {exc}"))
             continue
         same = [b for b in got if b in base and got[b] == base[b]]
+        if same and _at(new_spec.model_dump(), _group(m)) == _at(dump, _group(m)):
+            outcomes.append(Outcome(m, "alias"))    # a spelling the model reads as the current value (bfloat16)
+            continue
         outcomes.append(Outcome(m, "silent" if same else "changed", ", ".join(same), same))
     return spec, outcomes
 
@@ -460,12 +472,12 @@ def failures(stem: str) -> list[str]:
 def failures_of(stem: str, spec, outcomes: list[Outcome]) -> list[str]:
     """Each mutation the test fails on: silent and not allowed, a crash, or problems with no location."""
     dump = spec.model_dump()
-    effective = {_group(o.mutation) for o in outcomes if o.kind != "silent"}
+    effective = {_group(o.mutation) for o in outcomes if o.kind in ("changed", "problems")}
     picks: dict[tuple, int] = {}    # silent values of a field the planner picks: the pick is one of them
     out = []
     for o in outcomes:
         m = o.mutation
-        if o.kind in ("changed", "problems"):
+        if o.kind in ("changed", "problems", "alias"):
             continue
         if o.kind == "silent":
             if allowed(stem, spec, m, list(o.same)):
@@ -579,6 +591,10 @@ def _generic(path: tuple, spec) -> tuple:
     """A mutation's path with mapping keys as '*' (the keys of in_specs, sizes, ...: whatever the spec names)."""
     out, node = [], _schema()
     for part in path:
+        if not out and part == "op":
+            out.append(part)
+            node = _op_schema(spec.op.kind)
+            continue
         alts = _alternatives(node) if node else []
         props = next((a["properties"] for a in alts if a.get("properties") and part in a["properties"]), None)
         if props is not None:
@@ -590,10 +606,6 @@ def _generic(path: tuple, spec) -> tuple:
         if extra is not None:
             out.append("*")
             node = extra
-            continue
-        if part == "op" or (not out and part in _schema()["properties"]):
-            node = _op_schema(spec.op.kind) if part == "op" else _schema()["properties"][part]
-            out.append(part)
             continue
         out.append(part)
         node = None
