@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,6 +25,7 @@ from .arrays import ArgumentError
 
 STATE_CACHE = 64     # launch states (one per input shapes and device) kept
 TMAP_CACHE = 256     # tensor maps (one per pointer and extents) kept
+ARGS_BY_PTR = 256    # packed operand arguments kept per launch state (by kernel-arg index and pointer)
 _SLOW = object()     # the torch fast path hands the call to the general one
 
 
@@ -44,6 +45,9 @@ class _Resolved:
     config: Any = None                # driver.LaunchConfig
     ptrs: Any = None                  # the operand pointers packed now
     counter: int = 0                  # the counter pointer packed now
+    # (kernel-arg index, pointer) -> its packed Arg (a tensor map encoded once): torch's caching allocator hands
+    # an output a few blocks in turn, so a new call's pointer is usually one seen before
+    args_by_ptr: dict = field(default_factory=dict)
 
 
 class Kernel:
@@ -230,7 +234,7 @@ class Kernel:
             args[i] = driver.Arg.ptr(counter)
         for operand, idxs in enumerate(st.by_operand):
             for i in idxs:
-                args[i] = self._operand_arg(st, i, ptrs[operand])
+                args[i] = st.args_by_ptr[(i, ptrs[operand])] = self._operand_arg(st, i, ptrs[operand])
         return args
 
     def _realize(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int) -> None:
@@ -289,10 +293,16 @@ class Kernel:
             else:
                 params, cur = st.params, st.ptrs
                 if ptrs != cur:
+                    seen = st.args_by_ptr
                     for operand, (p, c) in enumerate(zip(ptrs, cur)):
                         if p != c:
                             for i in st.by_operand[operand]:
-                                params.set(i, self._operand_arg(st, i, p))
+                                arg = seen.get((i, p))
+                                if arg is None:
+                                    if len(seen) >= ARGS_BY_PTR:
+                                        seen.clear()
+                                    arg = seen[(i, p)] = self._operand_arg(st, i, p)
+                                params.set(i, arg)
                     st.ptrs = list(ptrs)
                 if counter != st.counter:
                     for i in st.counters:

@@ -156,6 +156,24 @@ def test_changed_pointer_reencodes_only_that_operands_maps(tmp_path, fakes):
     assert len(fake.encoded) == before + len(new) and fake.launches[2]["args"] == first
 
 
+def test_alternating_pointers_reuse_their_packed_arguments(tmp_path, fakes, monkeypatch):
+    """torch's caching allocator gives a new output one of a few blocks in turn: a pointer seen before by this
+    launch state re-packs its stored argument, with no tensor-map lookup or encode."""
+    fake, _ = fakes
+    kernel, rec = _kernel(tmp_path, "matmul_bf16_4096.yaml")
+    ins = _inputs(rec)
+    outs = [Tensor(rec.outputs[0].shape, rec.outputs[0].dtype, ptr=0x7C0000000000 + k * 0x100000000) for k in range(2)]
+    kernel(*ins, out=outs[0])
+    kernel(*ins, out=outs[1])
+    built = []
+    real = kernel._operand_arg
+    monkeypatch.setattr(kernel, "_operand_arg", lambda st, i, p: built.append((i, p)) or real(st, i, p))
+    for k in (0, 1, 0, 1):
+        kernel(*ins, out=outs[k])
+    assert built == []                                        # every argument came from the launch state's store
+    assert fake.launches[-1]["args"] == fake.launches[1]["args"] and fake.launches[-2]["args"] == fake.launches[0]["args"]
+
+
 def test_prepared_launcher_packs_once(tmp_path, fakes):
     fake, _ = fakes
     kernel, rec = _kernel(tmp_path, "add_bf16.yaml")
@@ -410,6 +428,7 @@ def test_tensor_map_and_launch_state_caches_are_bounded(tmp_path, fakes, monkeyp
     fake, _ = fakes
     monkeypatch.setattr(K, "TMAP_CACHE", 3)
     monkeypatch.setattr(K, "STATE_CACHE", 2)
+    monkeypatch.setattr(K, "ARGS_BY_PTR", 2)       # the launch state's own store of packed arguments, bounded too
     kernel, rec = _kernel(tmp_path, "add_bf16.yaml")
     ins = _inputs(rec)
     x = rec.inputs[0]

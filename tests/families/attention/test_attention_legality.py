@@ -24,26 +24,26 @@ def _lines(ov):
 @pytest.mark.parametrize("ov, want", [
     # the shared SMEM wording: every buffer of the SMEM map (they add up, with the 1 KiB slack, to the total)
     ({**CUDA, "schedule.pipeline.max_concurrent_steps": 4},
-     ["25:60: schedule.pipeline.max_concurrent_steps: SMEM needed is 296080 B (q 32768 B, k 131072 B, v 131072 B, "
+     ["26:60: schedule.pipeline.max_concurrent_steps: SMEM needed is 296080 B (q 32768 B, k 131072 B, v 131072 B, "
       "q_full 8 B, q_empty 8 B, k_full 32 B, k_empty 32 B, v_full 32 B, v_empty 32 B), over the NVIDIA H200's "
       "232448 B per block; use fewer stages or a smaller block_kv"]),
     # setmaxnreg with the two nearest legal counts; the Pallas kernel's plgpu.set_max_registers says its own
     ({"schedule.backends": ["cuda", "pallas"], "schedule.pipeline.compute_registers": 236},
-     ["25:124: schedule.pipeline.compute_registers: setmaxnreg takes a multiple of 8 registers, got 236; use 232 or 240",
-      "25:124: schedule.pipeline.compute_registers: plgpu.set_max_registers takes a multiple of 8 registers, got 236; "
+     ["26:124: schedule.pipeline.compute_registers: setmaxnreg takes a multiple of 8 registers, got 236; use 232 or 240",
+      "26:124: schedule.pipeline.compute_registers: plgpu.set_max_registers takes a multiple of 8 registers, got 236; "
       "use 232 or 240; or set schedule.backends: [cuda]"]),
     ({**CUDA, "schedule.pipeline.compute_registers": 256},
-     ["25:124: schedule.pipeline.compute_registers: register budgets 24 + 2 x 256 need 68608 registers; a block of "
+     ["26:124: schedule.pipeline.compute_registers: register budgets 24 + 2 x 256 need 68608 registers; a block of "
       "384 threads holds 64512 (at most 240 per consumer with 24 for the producer)"]),
     ({**CUDA, "schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 24},
-     ["25:101: schedule.pipeline.memory_registers: the producer of a dynamic persistent grid claims its tiles from a "
+     ["26:101: schedule.pipeline.memory_registers: the producer of a dynamic persistent grid claims its tiles from a "
       "counter and needs 32 registers (24 spill); give memory_registers: 32 and at most 232 compute_registers"]),
     ({**CUDA, "schedule.cluster": [2]},
-     ["21:3: schedule.cluster: attention CTAs share no operand here; use cluster: [1]"]),
+     ["22:3: schedule.cluster: attention CTAs share no operand here; use cluster: [1]"]),
     ({**CUDA, "op.sizes": {**SIZES, "make": 3}},
-     ["12:10: op.sizes.make: 'make' is reserved by the generated module; choose another name"]),
+     ["13:10: op.sizes.make: 'make' is reserved by the generated module; choose another name"]),
     ({**CUDA, "op.outputs": {"S": {"shape": ["B", "S", "H", "D"], "dtype": "bf16"}}},
-     ["18:5: op.outputs.S: name 'S' is already used in op.sizes"]),
+     ["19:5: op.outputs.S: name 'S' is already used in op.sizes"]),
 ])
 def test_shared_rules_located(ov, want):
     assert _lines(ov) == want

@@ -1,0 +1,74 @@
+"""Every Pallas kernel schedgen accepts lowers through Mosaic GPU for CUDA on the CPU (jax's lowering runs Mosaic
+GPU's checks: tilings, layouts, SMEM), at the bundled shapes and at the holdout-style shapes a user writes; and what
+the planner refuses because jax 0.11.2 cannot lower it still fails to lower (a pin: when a jax upgrade lifts the
+limit, this test says so and the planner's check can go).
+
+The interpreter does not run those checks: a ragged Pallas matmul verified in interpret mode while Mosaic GPU
+refused it on the H200 (2026-12-04), which this test would have caught on the CPU."""
+from __future__ import annotations
+
+import jax
+import pytest
+
+from conftest import SPECS_DIR, spec_files
+from schedgen import families
+from schedgen.build import build_spec, package
+from schedgen.cache import Cache
+from schedgen.runtime.arrays import DTYPES
+from schedgen.runtime.kernel import load_package
+
+ZERO = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero",
+        "schedule.backends": ["cuda", "pallas"]}
+HOLDOUTS = {   # spec, overrides
+    "GEMM 3000x5056x1024 (ragged M and N)": ("matmul_bf16_4096.yaml", {"op.sizes": {"M": 3000, "N": 5056, "K": 1024},
+                                                                        **ZERO}),
+    "batched GEMM": ("matmul_bf16_4096.yaml", {"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 4},
+                                               "op.inputs.a.shape": ["B", "M", "K"], "op.inputs.b.shape": ["B", "K", "N"],
+                                               "op.outputs.out.shape": ["B", "M", "N"]}),
+}
+
+
+def _lower(built, tmp_path):
+    kernel = load_package(package(built, tmp_path / "out"))
+    sizes = {r.name: r.max for r in kernel.launch.sizes}
+    args = [jax.ShapeDtypeStruct(kernel.shape_of(o, sizes), DTYPES[o.dtype]) for o in kernel.inputs]
+    return jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def _pallas_specs():
+    """The bundled one-GPU specs whose plan builds the Pallas backend (a multi-device one lowers under shard_map:
+    tests/families/collective_matmul)."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    out = []
+    for path in spec_files():
+        p = plan(*load_spec(str(path)))
+        if "pallas" in p.backends and not families.of(p).multi_device:
+            out.append(path)
+    return out
+
+
+@pytest.mark.parametrize("path", _pallas_specs(), ids=lambda p: p.stem)
+def test_bundled_pallas_kernels_lower_for_cuda(path, tmp_path):
+    built = build_spec(str(path), cache=Cache(tmp_path / "c"))
+    assert "mosaic_gpu" in _lower(built, tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(HOLDOUTS))
+def test_holdout_shapes_lower_for_cuda(case, tmp_path):
+    spec, over = HOLDOUTS[case]
+    built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
+    assert "pallas" in built.plan.backends
+    assert "mosaic_gpu" in _lower(built, tmp_path)
+
+
+def test_the_refused_ragged_sizes_still_fail_to_lower(tmp_path, monkeypatch):
+    """M = 3073 is off Mosaic GPU's 8-row GMEM tiling: the planner refuses it for Pallas; with that check turned
+    off, jax 0.11.2 refuses it while lowering (TileTransform cannot round a partial tile up)."""
+    from schedgen.families.matmul import schedule
+    monkeypatch.setattr(schedule, "_tiling_quanta", lambda op, dims: {"M": 1, "N": 1, "K": 1})
+    built = build_spec(str(SPECS_DIR / "matmul_bf16_4096.yaml"), {"op.sizes": {"M": 3073, "N": 512, "K": 128}, **ZERO},
+                       cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 0 must have size smaller or "
+                                         "a multiple of its tiling 8, but got 3073"):
+        _lower(built, tmp_path)
