@@ -48,6 +48,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware = H200):
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
         result, problems, picks = _without_pallas(family, spec, done, hw, result, problems, picks)
+    _said_nothing(spec, problems)
     if problems or result is None:
         raise SpecErrors(problems, src)
     return result, picks
@@ -66,6 +67,40 @@ def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):
     why = re.sub(r"[;,]? *or set schedule\.backends.*$", "", lost[0].message)
     return alt, alt_problems, (*picks, Pick(("schedule", "backends"), ["cuda"],
                                             f"the Pallas backend cannot render this spec: {why}"))
+
+
+def _said_nothing(spec, problems: Problems) -> None:
+    """What no family's kernel can read: a backend listed twice, a size in no shape and no expression."""
+    backends = spec.schedule.backends
+    for i in (i for i, b in enumerate(backends) if b in backends[:i]):
+        problems.add(("schedule", "backends", i), f"{backends[i]} is listed twice; each backend is built once: list "
+                                                  f"it once")
+    for n in unused_sizes(spec):
+        if not any(tuple(p.path[:3]) == ("op", "sizes", n) for p in problems):   # (unless the family said why)
+            problems.add(("op", "sizes", n), f"the size '{n}' is in no operand's shape and no expression, so it "
+                                             f"changes nothing: remove it, or use it in a shape")
+
+
+def unused_sizes(spec) -> list[str]:
+    """op.sizes entries that no operand's shape names and no expression of the file (a body, an epilogue, an index
+    map, a grid extent, a device id) mentions."""
+    used = {d for group in ("inputs", "outputs") for o in getattr(spec.op, group, {}).values() for d in o.shape}
+    texts = []
+
+    def strings(node):
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            for v in node.values():
+                strings(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                strings(v)
+
+    strings(spec.op.model_dump(exclude={"sizes", "inputs", "outputs"}))
+    strings(spec.schedule.model_dump())
+    used |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(texts)))
+    return [n for n in spec.op.sizes if n not in used]
 
 
 def to_dict(obj: Any) -> Any:

@@ -18,15 +18,23 @@ def _build(tmp_path, **defines):
 
 
 def test_delay_release_renders_in_both_backends_and_runs_interpreted(tmp_path):
-    built = _build(tmp_path, **{"schedule.in_specs.x.delay_release": 1, "schedule.in_specs.y.delay_release": 2})
+    built = _build(tmp_path, **{"schedule.in_specs.x.delay_release": 2, "schedule.in_specs.y.delay_release": 2})
     assert built.plan.delay_release == 2
     cu = built.files["kernel.cu"].decode()
     assert "issue_loads(k - 2 + kStages, (k - 2) % kStages)" in cu       # the CUDA ring refills two steps late
     assert len(built.files["kernel.cubin"]) > 0
     py = built.files["pallas_kernel.py"].decode()
-    assert "delay_release=1" in py and "delay_release=2" in py
+    assert py.count("delay_release=2") == 2
     (check,) = verify_built(built, ["pallas"], interpret=True, seed=5)
     assert check.ok, check
+    # one delay_release per input is the Pallas kernel's (the CUDA one refills a stage of every input at once)
+    built = _build(tmp_path, **{"schedule.in_specs.x.delay_release": 1, "schedule.in_specs.y.delay_release": 2,
+                                "schedule.backends": ["pallas"]})
+    py = built.files["pallas_kernel.py"].decode()
+    assert "delay_release=1" in py and "delay_release=2" in py
+    with pytest.raises(SpecErrors) as err:
+        _build(tmp_path, **{"schedule.in_specs.x.delay_release": 1, "schedule.in_specs.y.delay_release": 2})
+    assert "schedule.in_specs.x.delay_release: the CUDA map kernel refills a stage" in err.value.render()
 
 
 def test_delay_release_must_leave_a_stage_to_fill(tmp_path):

@@ -7,19 +7,8 @@ the Pallas rendering reads, reported when schedule.backends has no pallas. What 
 cannot express is _pallas_limits' (plan.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
-
 from ...plan.common import Problems
-
-BOTH = "the cuda and pallas attention kernels do not read"
-
-
-class Unread(NamedTuple):
-    path: tuple                       # under schedule
-    is_set: Callable[[Any], bool]     # the field's owner (schedule, a BlockSpec, ...) -> a non-default value
-    why: str                          # what the kernels do instead
-    legal: str
-
+from ...plan.unread import PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
 
 SCHEDULE = (
     Unread(("grid",), lambda s: s.grid is not None,
@@ -79,43 +68,17 @@ BARRIER = (
 )
 
 # Mosaic GPU compiler parameters: the Pallas kernel reads them (or rejects them, _pallas_limits); CUDA C++ has none
-PALLAS_ONLY = (
-    Unread(("compiler_params", "lowering_semantics"), lambda s: s.compiler_params.lowering_semantics != "warpgroup",
-           "lowering_semantics is Mosaic GPU's lowering mode", "leave it out, or add pallas to schedule.backends"),
-    Unread(("compiler_params", "unsafe_no_auto_barriers"), lambda s: s.compiler_params.unsafe_no_auto_barriers,
-           "unsafe_no_auto_barriers turns off Mosaic GPU's automatic barriers; the CUDA kernel places its own",
-           "false (the default)"),
+PALLAS_ONLY = PALLAS_COMPILER_PARAMS + (
     Unread(("compiler_params", "profile_space"), lambda s: s.compiler_params.profile_space != 0,
            "profile_space is Mosaic GPU's in-kernel profiler buffer", "0 (the default)"),
     Unread(("compiler_params", "profile_dir"), lambda s: s.compiler_params.profile_dir != "",
            "profile_dir is where Mosaic GPU's in-kernel profiler writes its trace", "leave it out"),
 )
 
-
-def _field(path: tuple) -> str:
-    return ".".join(str(p) for p in path)
+TABLE = UnreadTable("attention", schedule=SCHEDULE, in_spec=BLOCK_SPEC, barriers={"schedule": BARRIER},
+                    pallas_only=PALLAS_ONLY)
 
 
 def check_unread(sch, inputs: tuple[str, ...], problems: Problems) -> None:
     """Report every field in the tables above that the spec sets to a value the kernels would ignore."""
-    for u in SCHEDULE:
-        if u.is_set(sch):
-            problems.add(("schedule", *u.path), f"{BOTH} {_field(u.path)}: {u.why}; legal: {u.legal}")
-    for n, bs in sch.in_specs.items():
-        if n not in inputs:
-            continue   # reported by the planner (no input of that name)
-        for u in BLOCK_SPEC:
-            if u.is_set(bs):
-                problems.add(("schedule", "in_specs", n, *u.path),
-                             f"{BOTH} a block's {_field(u.path)}: {u.why}; legal: {u.legal}")
-    bar = sch.barriers.get("schedule")
-    if bar is not None:
-        for u in BARRIER:
-            if u.is_set(bar):
-                problems.add(("schedule", "barriers", "schedule", *u.path),
-                             f"{BOTH} the schedule barrier's {_field(u.path)}: {u.why}; legal: {u.legal}")
-    if "pallas" not in sch.backends:
-        for u in PALLAS_ONLY:
-            if u.is_set(sch):
-                problems.add(("schedule", *u.path), f"the cuda backend does not read {u.path[-1]}: {u.why}; "
-                                                    f"legal: {u.legal}")
+    _check(sch, TABLE, inputs, (), problems)

@@ -241,8 +241,9 @@ def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -
     mm, mm_problems = plan_matmul(step_spec, hw)
     # the step's output shape is ours to derive (its problems are reported against the real output below), and the
     # matmul family's way out of ragged sizes (out_of_bounds: zero) is not one here (checked below)
-    problems.extend(p for p in mm_problems if tuple(p.path[:3]) != ("op", "outputs", out_name)
-                    and p.path[-1:] != ("out_of_bounds",))
+    # (out_of_bounds on an input is reported by check_schedule_subset: it has no effect here)
+    problems.extend(p for p in mm_problems if tuple(p.path[:4]) != ("op", "outputs", out_name, "shape")
+                    and not (tuple(p.path[:2]) == ("schedule", "in_specs") and p.path[-1:] == ("out_of_bounds",)))
     return step_op, mm
 
 
@@ -283,6 +284,14 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
         if bs.collective_axes:
             problems.add(("schedule", "in_specs", nm, "collective_axes"), "no cluster multicast in the collective "
                                                                           "matmul; remove collective_axes")
+        if bs.out_of_bounds != "reject":
+            problems.add(("schedule", "in_specs", nm, "out_of_bounds"),
+                         f"out_of_bounds: {bs.out_of_bounds} has no effect here: the collective matmul moves whole "
+                         f"row blocks and its sizes must divide by the tile (no ragged edges); leave it out (reject)")
+    if sch.compiler_params.approx_math:
+        problems.add(("schedule", "compiler_params", "approx_math"),
+                     "approx_math has no effect here: the collective matmul's epilogue is out = acc, with no "
+                     "transcendental for fast math to approximate; leave it out (false)")
     if sch.persistent.loop != "nd_loop":
         problems.add(("schedule", "persistent", "loop"),
                      "the collective matmul's blocks wait for data from the peer device: every block must be resident "

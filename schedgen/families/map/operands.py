@@ -146,7 +146,7 @@ def plan_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bs: B
                   space: Space, problems: Problems, hw: Hardware, smem: SmemMap) -> MapOperand | None:
     """Block, index map, TMA boxes and SMEM buffer of one operand; None (reported) when any of them is wrong."""
     before = len(problems)
-    blk = _operand_block(name, shape, bs, path, space, problems)
+    blk = _operand_block(name, role, shape, bs, path, space, problems)
     if blk is None:
         return None
     parsed = _operand_index_map(name, shape, blk, path, space, problems, check=len(problems) == before)
@@ -159,7 +159,7 @@ def plan_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bs: B
     return _operand(name, role, dtype, shape, blk, text, imap, tma, space, smem)
 
 
-def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple, space: Space,
+def _operand_block(name: str, role: str, shape: tuple[int, ...], bs: BlockSpec | None, path: tuple, space: Space,
                    problems: Problems) -> Block | None:
     """The block (default: the broadcast of the output block) and the BlockSpec fields elementwise blocks allow."""
     iblock, rank = space.block, len(shape)
@@ -178,6 +178,10 @@ def _operand_block(name: str, shape: tuple[int, ...], bs: BlockSpec | None, path
             problems.add((*path, "block_shape", d),
                          f"block dimension {d} of '{name}' is {block[d]}; elementwise blocks follow the output block: {legal}")
     _check_block_spec(bs, path, space.stages, problems)
+    if role == "out" and bs.out_of_bounds == "nan":
+        problems.add((*path, "out_of_bounds"), "an output block is stored, never loaded: the TMA store clips a partial "
+                                               "block at the array's edge and nothing is filled; use zero (a partial "
+                                               "last block) or reject")
     for d in range(rank):
         if bs.out_of_bounds != "reject" or dims.divisible(shape[d], block[d], space.ranges):
             continue

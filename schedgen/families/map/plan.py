@@ -39,6 +39,7 @@ from ...plan.legality import (
 )
 
 from .operands import broadcasts, check_grid, dim_prod, max_sizes_shape, plan_operand
+from .unread import check_unread
 from .records import Body, MapOperand, MapPlan, Space, Sync
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     seen = _check_names(op, problems)
     body = _parse_body(op, problems)
     _check_schedule(op, sch, problems)
+    check_unread(op, sch, problems)
     shapes = _resolve_shapes(op, problems)
     if shapes is None or next(iter(op.outputs)) not in sch.out_specs:
         return None, problems
@@ -226,6 +228,11 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
             problems.add(("schedule", "barriers", "full", "num_barriers"),
                          f"'full' has one barrier per pipeline stage: {stages}, got {bar.num_barriers}")
         full_arrivals = bar.num_arrivals
+        if bar.num_arrivals != 1 and "pallas" in sch.backends:
+            problems.add(("schedule", "barriers", "full", "num_arrivals"),
+                         "the Pallas map kernel's 'full' barriers are emit_pipeline's own (one arrival: the TMA "
+                         "load's), so num_arrivals changes the CUDA kernel only; leave it at 1, or set "
+                         "schedule.backends: [cuda]")
     profile = profiler_smem_bytes(sch.compiler_params.profile_space, 1)   # the Pallas map: one warpgroup
     if profile:
         smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
@@ -254,6 +261,20 @@ def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], prob
     if "pallas" in sch.backends and body is not None:
         _pallas_limits(op, sch, body, operands, iblock, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
+    if "cuda" in sch.backends:
+        _cuda_limits(op, operands, problems)
+
+
+def _cuda_limits(op, operands: dict, problems: Problems) -> None:
+    """The CUDA kernel refills one stage, holding a block of every input, at once: a single delay_release."""
+    delays = {n: operands[n].delay_release for n in op.inputs if n in operands}
+    late = max(delays.values(), default=0)
+    for n, d in delays.items():
+        if d != late:
+            problems.add(("schedule", "in_specs", n, "delay_release"),
+                         f"the CUDA map kernel refills a stage (a block of every input) at once, so it would hold "
+                         f"'{n}' for {late} step{'s' if late != 1 else ''} like {', '.join(repr(m) for m, x in delays.items() if x == late)}, "
+                         f"not {d}: give every input the same delay_release, or set schedule.backends: [pallas]")
 
 
 def _body_code(op, body) -> Body:
@@ -328,6 +349,10 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
                                      f"tanh form) {hint}")
     for o in operands.values():
         path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)
+        if o.role == "in" and o.oob_fill == "nan":
+            problems.add((*path, "out_of_bounds"), f"the Pallas map kernel's TMA loads pad a partial block with zeros "
+                                                   f"(Mosaic GPU has no NaN fill), so nan changes the CUDA kernel "
+                                                   f"only; use zero {hint}")
         if o.minor_bcast:
             problems.add((*path, "block_shape"), f"'{o.name}' broadcasts along the minor dimension (a column); the "
                                                  f"Pallas backend cannot load such blocks by TMA {hint}")

@@ -18,6 +18,7 @@ from ...plan.common import (
     Problems,
 )
 from ...plan.hardware import Hardware
+from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
 from .records import (
     WGMMA_K_BYTES,
@@ -72,6 +73,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if dims is None:
         return None, problems
     tile = block_tile(op, sch, out_name, dims, problems)
+    check_unread(op, sch, out_name, problems)
     wg = warpgroups(op, sch.pipeline, tile, dims, problems)
     layout = smem_layouts(op, tile, wg, dims.isz, hw, problems)
     cluster = cluster_shape(op, sch, tile, dims, layout, problems)

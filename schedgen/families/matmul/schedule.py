@@ -47,6 +47,14 @@ from .records import (
 if TYPE_CHECKING:
     pass
 
+# why a BlockSpec's memory_space other than smem cannot be a matmul block
+MEMORY_SPACE_WHY = {
+    "gmem": "gmem would leave the block in global memory, which wgmma cannot read",
+    "regs": "regs would load the block into registers, and the kernel's wgmma takes both operands from SMEM "
+            "(only the accumulator lives in registers)",
+    "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only; this is a Hopper kernel",
+}
+CLUSTER_AXIS = "cluster"       # the cluster's one axis name (plgpu.kernel(cluster_names=("cluster",)))
 GRID_X_MAX = (1 << 31) - 1     # a launch's gridDim.x
 INT32_MAX = (1 << 31) - 1
 TMA_STRIDE_BYTES = 16          # a tiled tensor map's global strides are multiples of this
@@ -66,7 +74,8 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
         group = "in_specs" if nm in op.inputs else "out_specs"
         if bs.memory_space != "smem":
             problems.add(("schedule", group, nm, "memory_space"),
-                         "matmul operands are staged in smem (wgmma reads SMEM descriptors); tmem is Blackwell-only")
+                         f"matmul blocks are staged in smem (wgmma reads SMEM descriptors); {MEMORY_SPACE_WHY[bs.memory_space]}"
+                         f"; legal: smem (the default)")
         if bs.index_map is not None:
             problems.add(("schedule", group, nm, "index_map"),
                          "the matmul family derives its index maps from the tile order (persistent.tile_order); "
@@ -78,6 +87,10 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
     if "nan" in oob:
         problems.add(("schedule", "in_specs", op.lhs if a_spec and a_spec.out_of_bounds == "nan" else op.rhs,
                       "out_of_bounds"), "NaN padding would poison whole output rows; use zero (K padding must add 0)")
+    if a_spec is not None and b_spec is not None and a_spec.out_of_bounds != b_spec.out_of_bounds:
+        problems.add(("schedule", "in_specs", op.rhs, "out_of_bounds"),
+                     f"the lhs and rhs edges are padded together (a ragged K pads both): give '{op.lhs}' and "
+                     f"'{op.rhs}' the same out_of_bounds (got {a_spec.out_of_bounds} and {b_spec.out_of_bounds})")
     if ragged and "zero" not in oob:
         problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
                      f"M, N, K = {m}, {n}, {k} are not all multiples of the tile {tm} x {tn} x {tk}"
@@ -204,6 +217,12 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         check_dynamic_cluster(cm, cn, dims, tile, problems)
     shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
     for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
+        wrong = [a for a in (bs.collective_axes if bs is not None else ()) if a != CLUSTER_AXIS]
+        if wrong or (bs is not None and len(bs.collective_axes) > 1):
+            problems.add(("schedule", "in_specs", nm, "collective_axes"),
+                         f"the cluster has one axis, '{CLUSTER_AXIS}'; got {list(bs.collective_axes)}: write "
+                         f"collective_axes: [{CLUSTER_AXIS}] on the operand the cluster shares, or leave it out")
+    for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
             problems.add(("schedule", "in_specs", nm, "collective_axes"),
                          "only the operand the cluster's CTAs share is multicast: rhs with cluster [2, 1], lhs with "
@@ -282,6 +301,11 @@ def pipeline(op, pipe, tile: Tile, k: DimLike, problems: Problems) -> Pipeline:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"), "the TMA ring needs at least 2 stages")
     specs = [bs for bs in (tile.a_spec, tile.b_spec) if bs is not None]
     delay = max((bs.delay_release for bs in specs), default=1)
+    if len(specs) == 2 and specs[0].delay_release != specs[1].delay_release:
+        problems.add(("schedule", "in_specs", op.rhs, "delay_release"),
+                     f"one pipeline stage holds the lhs and the rhs block and is released once for both: give "
+                     f"'{op.lhs}' and '{op.rhs}' the same delay_release (got {specs[0].delay_release} and "
+                     f"{specs[1].delay_release})")
     if delay > 1:
         problems.add(("schedule", "in_specs", op.lhs, "delay_release"),
                      "the CUDA kernel keeps at most one wgmma group in flight (delay_release 0 or 1)")
@@ -496,6 +520,10 @@ _EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N
 def _pallas_limits(op, sch, ragged: set[str], dims: Dims, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
+    if sch.epilogue.store == "direct":
+        problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
+                                                        "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "
+                                                        "CUDA kernel's: use store: tma" + hint)
     # Ragged edges: TMA zero-fills the lhs / rhs blocks past M, N, K and skips the output's stores there, as on
     # CUDA. But Mosaic GPU (jax 0.11.2) views each GMEM operand through its SMEM tiling (8 rows x up to 128 B) and
     # cannot round a partial tile up (TileTransform: "When no rounding mode is specified, dimension d must have size

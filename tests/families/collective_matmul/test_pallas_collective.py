@@ -40,7 +40,7 @@ VARIANTS = {
     "wg_n_f32": {"schedule.pipeline.wg_axis": "n", "op.outputs.out.dtype": "f32", "schedule.epilogue.tile": [64, 32]},
     "one_consumer_row_major": {"schedule.pipeline.num_compute_wgs": 1, "schedule.in_specs.a.block_shape": [64, 64],
                                "schedule.out_specs.out.block_shape": [64, 256], "schedule.pipeline.memory_registers": 56,
-                               "schedule.pipeline.compute_registers": 256, "schedule.persistent.tile_order": "row_major"},
+                               "schedule.pipeline.compute_registers": 256, "schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 1},
 }
 
 

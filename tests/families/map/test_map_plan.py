@@ -292,9 +292,21 @@ def test_out_of_bounds_zero_allows_non_divisible_shapes(tmp_path):
 
 
 def test_out_of_bounds_nan_fill(tmp_path):
+    """NaN fill is the CUDA kernel's (its input tensor maps); outputs are stored, never filled (issue 16: nan on an
+    output, and nan with the Pallas backend, changed nothing and are located errors)."""
     path = tmp_path / "add_bf16.yaml"
-    path.write_text(OOB.replace("out_of_bounds: zero", "out_of_bounds: nan"))
-    assert {o.oob_fill for o in _plan_file(path, {"M": 100}).operands} == {"nan"}
+    path.write_text(OOB.replace("out_of_bounds: zero", "out_of_bounds: nan")   # inputs nan, the output zero
+                    .replace('o: {block_shape: [32, 256], index_map: "(i, j)", out_of_bounds: nan}',
+                             'o: {block_shape: [32, 256], index_map: "(i, j)", out_of_bounds: zero}'))
+    p = _plan_file(path, {"M": 100, "schedule.backends": ["cuda"]})
+    assert [o.oob_fill for o in p.operands] == ["nan", "nan", "zero"]
+    assert [a.oob_nan for a in p.kernel_args] == [True, True, False]
+    lines = _errors(tmp_path, path.read_text(), {"M": 100, "schedule.backends": ["cuda", "pallas"]})
+    assert sum("the Pallas map kernel's TMA loads pad a partial block with zeros" in line for line in lines) == 2
+    lines = _errors(tmp_path, OOB.replace("out_of_bounds: zero", "out_of_bounds: nan"),
+                    {"M": 100, "schedule.backends": ["cuda"]})
+    assert [line.split(": ")[1] for line in lines] == ["schedule.out_specs.o.out_of_bounds"], lines
+    assert "an output block is stored, never loaded" in lines[0]
 
 
 def test_rows_not_16B_apart_rejected_even_with_oob_zero(tmp_path):

@@ -327,7 +327,7 @@ def test_jax_tuning_of_the_bundled_spec(spec_path):
 
 
 def test_jax_tuning_variants(spec_path):
-    _, p = spec_and_plan(spec_path, {"schedule.pipeline.wg_axis": "n", "schedule.persistent.tile_order": "row_major",
+    _, p = spec_and_plan(spec_path, {"schedule.pipeline.wg_axis": "n", "schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 1,
                                 "schedule.cluster": [1, 2], "schedule.in_specs.b.collective_axes": [],
                                 "schedule.pipeline.memory_registers": 56, "schedule.pipeline.compute_registers": 224})
     cfg, notes = mm_peers.jax_tuning(p)

@@ -153,7 +153,24 @@ def test_plan_expressions_pickle_with_their_trees():
     ({"schedule.epilogue.tile": [64, 128]}, "at most 64 columns"),
     ({"op.lhs": "x"}, "op.lhs: op.lhs names input 'x', which is not among the inputs (a, b)"),
     ({"schedule.in_specs.a.delay_release": 2}, "delay_release 0 or 1"),
-    ({"schedule.in_specs.a.memory_space": "tmem"}, "tmem is Blackwell-only"),
+    ({"schedule.in_specs.a.memory_space": "tmem"}, "tmem (tensor memory) exists on Blackwell (sm_100a) only"),
+    ({"schedule.in_specs.a.memory_space": "gmem"}, "wgmma cannot read"),
+    ({"schedule.in_specs.a.memory_space": "regs"}, "takes both operands from SMEM"),
+    # issue 16: fields the matmul kernels do not read are located errors
+    ({"schedule.grid": [256]}, "schedule.grid: the cuda and pallas matmul kernels do not read grid"),
+    ({"schedule.grid_names": ["m", "n"]}, "schedule.grid_names: the cuda and pallas matmul kernels do not read"),
+    ({"schedule.num_warpgroups": 3}, "set pipeline.num_compute_wgs"),
+    ({"schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 8},
+     "schedule.persistent.tile_width: the cuda and pallas matmul kernels do not read"),
+    ({"schedule.out_specs.out.transforms": {"swizzle": 64}}, "schedule.out_specs.out.transforms.swizzle: the cuda"),
+    ({"schedule.out_specs.out.delay_release": 1}, "an output block is written, not released"),
+    ({"schedule.out_specs.out.collective_axes": ["cluster"]}, "each CTA stores its own output tile"),
+    ({"schedule.out_specs.out.out_of_bounds": "zero"}, "a TMA store clips a ragged edge"),
+    # the cluster's axis is named, and the name is checked
+    ({"schedule.in_specs.b.collective_axes": ["x"]}, "the cluster has one axis, 'cluster'; got ['x']"),
+    ({"schedule.in_specs.b.collective_axes": ["cluster", "cluster"]}, "the cluster has one axis"),
+    # one stage holds both blocks: their delay_release must agree
+    ({"schedule.in_specs.a.delay_release": 0}, "give 'a' and 'b' the same delay_release (got 0 and 1)"),
 ])
 def test_illegal_schedules_are_located(overrides, needle):
     if needle is None:
@@ -223,3 +240,13 @@ def test_derived_numbers_the_templates_print_come_from_the_plan():
     # K-major multicast: every box, each CTA half of its rows (128 of 256, 128 x 128 B into the stage)
     assert (q.mc_rank_boxes, q.mc_rank_bytes, q.mc_rank_elems) == (0, 128 * 128, 128)
     assert q.b_boxes == ((0, 0),) and q.epi_uneven      # 4 chunks a tile through 3 buffers
+
+
+def test_direct_store_is_cuda_only():
+    """issue 16: store: direct changed the CUDA kernel only (the Pallas one kept its TMA stores)."""
+    spec, src = load_spec(str(BASE), {"schedule.epilogue": {"store": "direct"}, "schedule.backends": ["cuda", "pallas"]})
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    assert any("schedule.epilogue.store: the Pallas matmul stages its output through SMEM" in line
+               for line in info.value.lines()), info.value.lines()
+    assert _plan({"schedule.epilogue": {"store": "direct"}}).epi_store == "direct"    # cuda only: fine

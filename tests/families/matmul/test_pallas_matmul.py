@@ -43,7 +43,7 @@ CLUSTER_1X2 = {"N": 512, "schedule.cluster": [1, 2], "schedule.in_specs.b.collec
 COL_ROW_F32 = {"op.inputs.s": {"shape": ["M", 1], "dtype": "f32"}, "op.inputs.bias": {"shape": [1, "N"], "dtype": "f32"},
                "op.epilogue": "out = relu(acc * s + bias)"}
 # several tiles per block and a K loop longer than the ring: the stage ring and epilogue buffers wrap around
-PERSISTENT = {"M": 512, "N": 512, "K": 512, "schedule.persistent.num_blocks": 2, "schedule.persistent.tile_order": "row_major",
+PERSISTENT = {"M": 512, "N": 512, "K": 512, "schedule.persistent.num_blocks": 2, "schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 1,
               "schedule.pipeline.max_concurrent_steps": 3, "schedule.epilogue.buffers": 3,
               "schedule.in_specs.a.delay_release": 0, "schedule.in_specs.b.delay_release": 0}
 SWIZZLE_64 = {"schedule.in_specs.a.block_shape": [128, 32], "schedule.in_specs.a.transforms.swizzle": 64,
@@ -77,7 +77,7 @@ LOWER_CASES = {
     "wg1_no_cluster": ONE_WG,
     "cluster_1x2_lhs_multicast": CLUSTER_1X2,
     "col_and_row_f32": COL_ROW_F32,
-    "row_major_no_delay": {"schedule.persistent.tile_order": "row_major", "schedule.in_specs.a.delay_release": 0,
+    "row_major_no_delay": {"schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 1, "schedule.in_specs.a.delay_release": 0,
                            "schedule.in_specs.b.delay_release": 0},
     "swizzle_64": SWIZZLE_64,
     "loop_none": {"schedule.persistent.loop": "none"},
@@ -166,7 +166,7 @@ def test_rendered_module_reflects_the_plan():
     assert "plgpu.wait_smem_to_gmem(0, wait_read_only=True)" in _build(LOWER_CASES["epi_3_buffers"]).files[
         "pallas_kernel.py"].decode()
     # no cluster, row-major: neither multicast nor snake
-    plain = _build({**ONE_WG, "schedule.persistent.tile_order": "row_major"}).files["pallas_kernel.py"].decode()
+    plain = _build({**ONE_WG, "schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 1}).files["pallas_kernel.py"].decode()
     assert "cluster=(" not in plain and 'collective_axes=("cluster",)' not in plain and "planar_snake" not in plain
 
 
