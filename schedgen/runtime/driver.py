@@ -371,16 +371,15 @@ _direct_checked = False
 
 def _direct_encoder() -> Any:
     if not _direct:
-        try:
-            f = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+        lib = _libcuda()
+        f = getattr(lib, "cuTensorMapEncodeTiled", None) if lib is not None else None
+        if f is not None:
             c = ctypes
             f.restype = c.c_int
             f.argtypes = [c.c_void_p, c.c_int, c.c_uint32, c.c_void_p, c.POINTER(c.c_uint64),
                           c.POINTER(c.c_uint64), c.POINTER(c.c_uint32), c.POINTER(c.c_uint32), c.c_int, c.c_int,
                           c.c_int, c.c_int]
-            _direct.append(f)
-        except (OSError, AttributeError):
-            _direct.append(None)
+        _direct.append(f)
     return _direct[0]
 
 
@@ -594,7 +593,8 @@ _libcuda_handle: list = []
 
 
 def _libcuda() -> Any:
-    """libcuda.so.1 through ctypes (its own CDLL: the function objects' settings are ours), or None."""
+    """libcuda.so.1 through ctypes (schedgen's own CDLL, shared by its ctypes calls: the function objects' argument
+    settings are ours), or None."""
     if not _libcuda_handle:
         try:
             _libcuda_handle.append(ctypes.CDLL("libcuda.so.1"))

@@ -234,7 +234,11 @@ class Tile:
     tk: int
     a_spec: BlockSpec | None
     b_spec: BlockSpec | None
-    ragged: bool
+    ragged_dims: frozenset = frozenset()   # "M", "N", "K": those the tile does not divide (at some size in range)
+
+    @property
+    def ragged(self) -> bool:
+        return bool(self.ragged_dims)
 
 
 @dataclass(frozen=True)

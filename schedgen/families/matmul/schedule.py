@@ -83,7 +83,9 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
     a_spec, b_spec = sch.in_specs.get(op.lhs), sch.in_specs.get(op.rhs)
     oob = {bs.out_of_bounds for bs in (a_spec, b_spec) if bs is not None}
     m, n, k = dims.m, dims.n, dims.k
-    ragged = not all(D.divisible(x, t, dims.ranges) for x, t in ((m, tm), (n, tn), (k, tk)))
+    ragged_dims = frozenset(what for what, x, t in (("M", m, tm), ("N", n, tn), ("K", k, tk))
+                            if not D.divisible(x, t, dims.ranges))
+    ragged = bool(ragged_dims)
     if "nan" in oob:
         problems.add(("schedule", "in_specs", op.lhs if a_spec and a_spec.out_of_bounds == "nan" else op.rhs,
                       "out_of_bounds"), "NaN padding would poison whole output rows; use zero (K padding must add 0)")
@@ -102,7 +104,7 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
             problems.add(("op", "sizes", x.args[0] if x.op == "size" else what),
                          f"{what} = {x} may be {D.upper(x, dims.ranges)}; the kernel's 32-bit tile math (the tile count "
                          f"cdiv({what}, {t})) needs max at most {INT32_MAX - t + 1}")
-    return Tile(tm, tn, tk, a_spec, b_spec, ragged)
+    return Tile(tm, tn, tk, a_spec, b_spec, ragged_dims)
 
 
 def _dynamic_why(extents, ranges) -> str:
@@ -393,7 +395,7 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends:
-        _pallas_limits(op, sch, _ragged_dims(tile, dims), dims, problems)
+        _pallas_limits(op, sch, tile.ragged_dims, dims, problems)
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
@@ -495,12 +497,6 @@ def tile_from_block_specs(op, sch, out_name: str, problems: Problems) -> tuple[i
     return tuple(out)
 
 
-def _ragged_dims(tile: Tile, dims: Dims) -> set[str]:
-    """"M", "N", "K": the dimensions that are not a multiple of their tile (at some size in range)."""
-    return {what for what, x, t in (("M", dims.m, tile.tm), ("N", dims.n, tile.tn), ("K", dims.k, tile.tk))
-            if not D.divisible(x, t, dims.ranges)}
-
-
 def _tiling_quanta(op, dims: Dims) -> dict[str, int]:
     """The multiple each of M, N, K must be of for Mosaic GPU's tiled GMEM views: 8 where it is an operand's row
     dimension, 128 B of elements where it is the minor one (lhs [M, K] or [K, M], rhs [K, N] or [N, K], out
@@ -517,7 +513,7 @@ def _tiling_quanta(op, dims: Dims) -> dict[str, int]:
 _EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N"}}
 
 
-def _pallas_limits(op, sch, ragged: set[str], dims: Dims, problems: Problems) -> None:
+def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     if sch.epilogue.store == "direct":
