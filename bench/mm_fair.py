@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("specs", nargs="*")
     ap.add_argument("--out", default=os.environ.get("OUT", "fair-out"))
     ap.add_argument("--iters", type=int, default=45, help="launches of each contender (in 5 rounds)")
+    ap.add_argument("--backends", default="cuda,pallas", help="our backends to time (comma-separated)")
     args = ap.parse_args()
     from schedgen.bench import bench_built, environment, print_skips
     from schedgen.build import build_spec
@@ -61,7 +62,12 @@ def main() -> int:
     env = environment()
     rows = []
     for spec in specs:
-        got = print_skips(bench_built(build_spec(spec), ["cuda", "pallas"], iters=args.iters, env=env))
+        try:
+            built = build_spec(spec)
+        except Exception as exc:  # one spec that does not build is reported; the others still run
+            print(f"{spec}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
+            continue
+        got = print_skips(bench_built(built, args.backends.split(","), iters=args.iters, env=env))
         if not got:
             continue
         rows.append(fair_row(got))
