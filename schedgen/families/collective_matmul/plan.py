@@ -307,6 +307,10 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
                      f"{mm.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
+    if sch.pipeline.consumer_schedule != "cooperative":
+        problems.add(("schedule", "pipeline", "consumer_schedule"),
+                     "the collective matmul's consumers share each tile (cooperative): its copy and signalling follow "
+                     "the tile rows both consumers finish together; use consumer_schedule: cooperative (the default)")
 
 
 def check_whole_tiles(op, sch, step_op: MatmulOp, out_name: str, m: int | None, n: int | None,
