@@ -156,8 +156,8 @@ def pingpong_warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) ->
     if pipe.num_compute_wgs != 2:
         problems.add(("schedule", "pipeline", "num_compute_wgs"),
                      f"consumer_schedule: {what} alternates tiles between two consumer warpgroups; got "
-                     f"{pipe.num_compute_wgs} (the planner picks 1 for a 64-row tile): write num_compute_wgs: 2, or "
-                     f"use consumer_schedule: cooperative")
+                     f"{pipe.num_compute_wgs}: write num_compute_wgs: 2 (left out, the planner picks 1 for a 64-row "
+                     f"tile), or use consumer_schedule: cooperative")
     if pipe.wg_axis is not None:
         problems.add(("schedule", "pipeline", "wg_axis"),
                      f"with consumer_schedule: {what} each consumer owns a whole {tm} x {tn} tile: nothing is split "
