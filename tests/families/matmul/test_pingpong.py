@@ -296,3 +296,113 @@ def test_explain_draw_model_gives_alternate_tiles_to_the_consumers():
     assert "ping-pong (pingpong)" in " ".join(summary(p))
     coop_spans, coop_k = simulate_matmul(_plan(BASE, CUDA))
     assert sum(s.row == "consumer 1" and s.kind == "mma" for s in coop_spans) == 2 * coop_k
+
+
+# ------------------------------------------------------------------- the barrier protocol, as a model on the CPU
+
+class _Mbar:
+    """An mbarrier: `count` arrivals complete a phase; wait(parity) passes once the phase of that parity is done
+    (the current phase's parity differs), as PTX's mbarrier.try_wait.parity."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.phases = count, 0, 0
+
+    def arrive(self):
+        self.pending += 1
+        if self.pending == self.count:
+            self.pending, self.phases = 0, self.phases + 1
+
+    def done(self, parity: int) -> bool:
+        return (self.phases & 1) != parity
+
+
+def _run_protocol(seed: int, num_tiles: int, cluster_id: int, num_clusters: int, k_iters: int, stages: int,
+                  delay: int, ordered: bool, mutant: str = "") -> dict[int, list[int]]:
+    """The rendered kernel's producer and two ping-pong consumers of one CTA (the loops of templates/cuda.cu.j2:
+    ring positions, full/empty parities, delay_release, the named-barrier handshake), run in a random interleaving.
+    Checks that every read finds the ring position it expects, that a named barrier never holds two arrivals nor
+    one left over at exit, and that nothing deadlocks; returns the tiles each consumer computed. `mutant` breaks
+    one rule (to show the checks can fail)."""
+    import random
+    rng = random.Random(seed)
+    full = [_Mbar(1) for _ in range(stages)]
+    empty = [_Mbar(1) for _ in range(stages)]
+    slot = [None] * stages            # what a stage holds once landed: (ring position, tile, k-step)
+    named = {4: 0, 5: 0}              # bar.arrive tokens not yet taken by a bar.sync
+    done: dict[int, list[int]] = {0: [], 1: []}
+
+    def producer():
+        it = 0
+        for t in range(cluster_id, num_tiles, num_clusters):
+            for kb in range(k_iters):
+                s, phase = it % stages, (it // stages) & 1
+                yield lambda s=s, phase=phase: empty[s].done(phase ^ 1)
+                slot[s] = (it, t, kb)         # the TMA lands (expect_tx + complete_tx: the one arrival)
+                full[s].arrive()
+                it += 1
+
+    def release(q):
+        assert slot[q % stages][0] == q, "a stage refilled before its release"
+        empty[q % stages].arrive()
+
+    def consumer(w):
+        lt, it = w, 0
+        for t in range(cluster_id + w * num_clusters, num_tiles, 2 * num_clusters):
+            it = it if mutant == "cooperative_it" else lt * k_iters
+            if ordered and (lt > 0 or mutant == "sync_first"):
+                yield lambda: named[4 + w] > 0
+                named[4 + w] -= 1
+            for kb in range(k_iters):
+                s = it % stages
+                yield lambda s=s, it=it: full[s].done((it // stages) & 1)
+                assert slot[s][1:] == (t, kb), f"consumer {w} read {slot[s]} for tile {t} k-step {kb}"
+                if delay:
+                    if kb > 0:
+                        release(it - 1)
+                else:
+                    release(it)
+                it += 1
+            if ordered and (t + num_clusters < num_tiles or mutant == "arrive_last"):
+                assert named[5 - w] == 0, "a second arrival on a named barrier before its sync"
+                named[5 - w] += 1
+            if delay:
+                release(it - 1)
+            yield lambda: True                # the epilogue: any length
+            done[w].append(t)
+            lt += 2
+
+    agents = [producer(), consumer(0), consumer(1)]
+    waits = [lambda: True] * 3
+    while agents:
+        ready = [i for i, a in enumerate(agents) if waits[i]()]
+        assert ready, "deadlock"
+        i = rng.choice(ready)
+        try:
+            waits[i] = next(agents[i])
+        except StopIteration:
+            del agents[i], waits[i]
+    assert named == {4: 0, 5: 0}, "an arrival left on a named barrier at exit"
+    return done
+
+
+CASES = [(seed, 1 + seed % 11, seed % (1 + seed % 4), 1 + seed % 4, 1 + seed % 5, 2 + seed % 5) for seed in range(40)]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.parametrize("delay", [0, 1])
+def test_pingpong_protocol_never_deadlocks_and_reads_the_right_stages(ordered, delay):
+    for seed, num_tiles, cluster_id, num_clusters, k_iters, stages in CASES:
+        done = _run_protocol(seed, num_tiles, cluster_id, num_clusters, k_iters, stages, delay, ordered)
+        mine = list(range(cluster_id, num_tiles, num_clusters))
+        assert done[0] == mine[0::2] and done[1] == mine[1::2]
+
+
+@pytest.mark.parametrize("mutant, message", [
+    ("cooperative_it", "consumer 1 read|deadlock"),  # each consumer counting its own ring position from 0
+    ("sync_first", "deadlock"),                    # consumer 0 waiting for a turn before its first tile
+    ("arrive_last", "left on a named barrier"),    # the last tile's consumer handing a turn to nobody
+])
+def test_the_protocol_model_catches_a_broken_rule(mutant, message):
+    with pytest.raises(AssertionError, match=message):
+        for seed, num_tiles, cluster_id, num_clusters, k_iters, stages in CASES:
+            _run_protocol(seed, num_tiles, cluster_id, num_clusters, k_iters, stages, 1, True, mutant)
