@@ -48,6 +48,9 @@ def _jax_incompatible(plan) -> list[str]:
     why_not = []
     if plan.num_consumers != 2:
         why_not.append(f"JAX's kernel runs 2 consumer warpgroups, the plan {plan.num_consumers}")
+    if plan.pingpong:
+        why_not.append(f"JAX's kernel's consumers split each tile (cooperative), the plan's {plan.consumer_schedule} "
+                       f"consumers take whole tiles in turn")
     if plan.batch > 1:
         why_not.append("JAX's kernel is not batched")
     if plan.transpose_lhs or plan.transpose_rhs:
