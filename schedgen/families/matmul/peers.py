@@ -285,6 +285,7 @@ def cublas_peer(plan, host: dict, sets: int, product_ref) -> Peer:
     driver.ensure_context()
     info = check_peer(result, product_ref, out_dtype, plan.k)
     info["note"] = "; ".join(notes + [f"torch {torch.__version__}"])
+    info.update(backend="cuBLAS (torch.matmul)", config={"output": out_dtype, "epilogue": "none (the bare product)"})
 
     def close() -> None:
         held.clear()
@@ -320,6 +321,7 @@ def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
         notes.append(f"delay_release {used_delay} (the plan's {plan.delay_release} failed: {err})")
     info = check_peer(np.asarray(out), full_ref if c_name is not None else product_ref, plan.out_dtype, plan.k)
     info["note"] = "; ".join(notes)
+    info["backend"] = "jax hopper_matmul_mgpu"
     info["config"] = {k: (str(v) if v is not None else None) for k, v in vars(cfg).items()}
     return Peer(jax_contender("jax_pallas", fn, arg_sets), info, close=arg_sets.clear)
 
