@@ -68,8 +68,8 @@ def plot(data: dict[str, dict[str, float]], path: Path) -> Path:
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("TFLOP/s (4 D per unmasked (q, k) pair per head and batch)")
-    ax.set_title("Flash attention forward, bf16, H200: schedgen against torch SDPA (cuDNN and flash backends) and "
-                 "JAX's attention_mgpu, each verified, timed interleaved", fontsize=10)
+    ax.set_title("Attention forward, bf16, H200: schedgen vs torch SDPA (cuDNN, flash) and JAX attention_mgpu\n"
+                 "each verified against float64 first, timed interleaved", fontsize=10)
     top = max((v for cell in data.values() for v in cell.values()), default=800.0)
     ax.set_ylim(0, top * 1.25)
     ax.legend(fontsize=8, ncol=3, loc="upper left", frameon=False)

@@ -229,13 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
             continue
         rows += new
-        print(short_table(new).split("\n", 1)[-1], f"\n    ({time.time() - ts:.0f} s; {time.time() - t0:.0f} s in all)",
-              flush=True)
+        body = short_table(new).split("\n")[1:]
+        print("\n".join(body + [f"    ({time.time() - ts:.0f} s; {time.time() - t0:.0f} s in all)"]), flush=True)
         write_record(record, merge_rows(record, rows, old))
     rows_all = merge_rows(record, rows, old)
     write_record(record, rows_all)
     (out / f"{args.family}.md").write_text(record_markdown(args.family, rows_all, env, args))
-    plot = None if args.no_plot else write_plot(args.family, rows_all, out)
+    plot = None if args.no_plot or not rows_all else write_plot(args.family, rows_all, out)
     print(f"\nwrote {record}, {out / (args.family + '.md')}" + (f", {plot}" if plot else "") +
           f" ({len(rows)} rows this run, {len(rows_all)} in the record; {time.time() - t0:.0f} s)")
     if left:
