@@ -5,14 +5,15 @@ against float64 and timed interleaved with the family's peers (`schedgen.bench.b
 rounds of blocks of launches, the median over rounds, the SM clock and power limit read before and after).
 
     python3 bench/record17.py --family map|matmul|attention [--out DIR] [--iters N] [--budget S] [--set all|bundled|user]
-                              [--only NAME...] [--no-compile] [--append] [--no-plot]
+                              [--only NAME...] [--no-compile] [--append [RECORD]] [--no-plot]
 
 Writes DIR/<family>.json (the run's rows, the format bench/plot_*.py and `python -m schedgen.report` read),
 DIR/<family>.md (the method, the environment, the family's table, the GPU's clock and power per spec) and, for
 matmul and attention, DIR/<family>_tflops.png; prints progress per spec (flushed) and a short table last. DIR is
-$OUT when it is set (the device tool brings it back), else bench/results/. `--append` merges into an existing
-DIR/<family>.json (a family split over two calls of the device tool's 10-minute limit; the record says which rows
-came from which call by their `run` field). Peers: map: a device copy of the same bytes, torch's eager op on the
+$OUT when it is set (the device tool brings it back), else bench/results/. `--append [RECORD]` merges into the rows
+of RECORD (default DIR/<family>.json): a family split over two calls of the device tool's 10-minute limit, e.g.
+`--set bundled`, then `--set user --append bench/results/matmul.json` with the first call's record put there; the
+rows say which call made them (their `run` field). Peers: map: a device copy of the same bytes, torch's eager op on the
 same tensors; matmul: cuBLAS, JAX's hopper_matmul_mgpu, and for fused epilogues torch eager and torch.compile
 (max-autotune-no-cudagraphs; `--no-compile` skips it, saying so); attention: SDPA cuDNN, SDPA flash, JAX
 attention_mgpu (best of its sweep).
@@ -194,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="only specs whose file name contains one of these")
     ap.add_argument("--backends", default="cuda,pallas")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer (matmul)")
-    ap.add_argument("--append", action="store_true", help="merge into an existing DIR/<family>.json")
+    ap.add_argument("--append", nargs="?", const="", default=None, metavar="RECORD",
+                    help="merge this run's rows into the rows of RECORD (default DIR/<family>.json): a family split "
+                         "over two device calls, the first call's record carried in the tree")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--run", default=None, help="a name for this call in the rows' `run` field (default: a timestamp)")
     args = ap.parse_args(argv)
@@ -208,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         from schedgen.families.matmul import peers as mm_peers
         mm_peers.TORCH_COMPILE_MODE = None
     record = out / f"{args.family}.json"
-    old = read_record(record) if args.append else []   # a file that is not a record fails here, before any timing
+    # a file that is not a record fails here, before any timing
+    old = read_record(Path(args.append) if args.append else record) if args.append is not None else []
     env = environment()
     print("env:", json.dumps(env), flush=True)
     runs = planned_runs(args.family, args.which, args.only)
@@ -231,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += new
         body = short_table(new).split("\n")[1:]
         print("\n".join(body + [f"    ({time.time() - ts:.0f} s; {time.time() - t0:.0f} s in all)"]), flush=True)
-        write_record(record, merge_rows(record, rows, old))
+        so_far = merge_rows(record, rows, old)     # written after each spec: a run cut short keeps what it timed
+        write_record(record, so_far)
+        (out / f"{args.family}.md").write_text(record_markdown(args.family, so_far, env, args))
     rows_all = merge_rows(record, rows, old)
     write_record(record, rows_all)
     (out / f"{args.family}.md").write_text(record_markdown(args.family, rows_all, env, args))

@@ -112,3 +112,21 @@ def test_a_run_without_a_gpu_writes_the_files_and_times_nothing(tmp_path, capsys
     assert "SKIP add_bf16_swizzled cuda:" in out
     assert json.loads((tmp_path / "map.json").read_text()) == []
     assert (tmp_path / "map.md").read_text().startswith("# map: the issue 17 record")
+
+
+def test_append_merges_into_a_record_carried_in_the_tree(tmp_path, capsys, monkeypatch):
+    """A family split over two device calls: the second merges into the first call's rows (read from the path it is
+    given, since the device's OUT starts empty); a file that is not a record stops the run before anything is timed."""
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps([{**MM_ROW, "family": "map", "spec": "gelu_bias_bf16", "shape": {"M": 1}}]))
+    out = tmp_path / "out"
+    assert record17.main(["--family", "map", "--out", str(out), "--only", "add_bf16_swizzled", "--no-plot",
+                          "--append", str(first)]) == 0
+    assert [r["spec"] for r in json.loads((out / "map.json").read_text())] == ["gelu_bias_bf16"]
+    capsys.readouterr()
+    first.write_text("{not json")
+    from schedgen.bench import RecordError
+    with pytest.raises(RecordError, match="not a benchmark record"):
+        record17.main(["--family", "map", "--out", str(out), "--append", str(first)])
+    assert capsys.readouterr().out == ""                                     # nothing planned, built or timed
