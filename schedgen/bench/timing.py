@@ -61,7 +61,7 @@ class Contender:
     scope: Callable[[], contextlib.AbstractContextManager] | None = None
 
     def within(self) -> contextlib.AbstractContextManager:
-        """Its scope, entered (a no-op context where it has none)."""
+        """Its scope as a context manager to enter (a no-op one where it has none)."""
         return self.scope() if self.scope is not None else contextlib.nullcontext()
 
     @property
