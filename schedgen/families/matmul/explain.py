@@ -29,11 +29,9 @@ def _consumers(p) -> str:
     if not p.pingpong:
         return (f"  consumers  {p.num_consumers} warpgroup{'s' if p.num_consumers > 1 else ''} split the tile along "
                 f"{p.wg_axis}: each owns {p.wg_tile_m} x {p.wg_tile_n}")
-    turns = ("an ordering barrier makes their k-loops take turns on the tensor cores" if p.ordered else
-             "their k-loops may overlap (no ordering barrier)")
     return (f"  consumers  {p.num_consumers} warpgroups ping-pong ({p.consumer_schedule}): each owns whole "
             f"{p.wg_tile_m} x {p.wg_tile_n} tiles, the two take alternate tiles of the block's sequence, so one's "
-            f"epilogue runs under the other's wgmma; {turns}")
+            f"epilogue runs under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores")
 
 
 def _explain(p) -> str:

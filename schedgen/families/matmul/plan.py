@@ -148,7 +148,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
                                                            cl.cm, cl.cn)
     if wg.pingpong:
-        kname += "_pp" if wg.schedule == "pingpong" else "_ppu"
+        kname += "_pp"
     return MatmulPlan(
         family="matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants=dict(op.constants),
         backends=tuple(sch.backends), batch=dims.batch, m=dims.m, n=dims.n, k=dims.k, lhs_batched=dims.lhs_batched,

@@ -69,9 +69,9 @@ class MatmulPlan:
     stages: int
     delay_release: int         # wgmma groups kept in flight before a stage is released (0 or 1)
     num_consumers: int
-    consumer_schedule: str     # "cooperative": the consumers split one tile along wg_axis; "pingpong" /
-                               # "pingpong_unordered": each owns a whole tile, the two take alternate tiles (ordered:
-                               # their k-loops take turns through a named-barrier handshake)
+    consumer_schedule: str     # "cooperative": the consumers split one tile along wg_axis; "pingpong": each
+                               # owns a whole tile, the two take alternate tiles, their k-loops taking turns through a
+                               # named-barrier handshake
     wg_axis: str               # "m" | "n": how the consumers split the tile
     wg_tile_m: int
     wg_tile_n: int
@@ -170,11 +170,6 @@ class MatmulPlan:
     def pingpong(self) -> bool:
         """Each consumer warpgroup owns whole tiles, taking alternate tiles of the block's sequence."""
         return self.consumer_schedule != "cooperative"
-
-    @property
-    def ordered(self) -> bool:
-        """Ping-pong with the ordering barrier: the consumers' k-loops take turns."""
-        return self.consumer_schedule == "pingpong"
 
     @property
     def batched(self) -> bool:

@@ -54,12 +54,11 @@ def _errors(path, overrides) -> list[str]:
 
 def test_each_consumer_owns_the_whole_tile():
     p = _plan(BASE, PP)
-    assert p.consumer_schedule == "pingpong" and p.pingpong and p.ordered
+    assert p.consumer_schedule == "pingpong" and p.pingpong
     assert (p.num_consumers, p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (2, 128, 128, 2, 64, 128)
     # a stage is read by one consumer in each CTA of the 2-CTA cluster (cooperative: both consumers of both)
     assert p.empty_arrivals == 2 and _plan(BASE, CUDA).empty_arrivals == 4
-    assert p.kernel_name.endswith("_c2x1_pp") and _plan(BASE, {**PP, "schedule.pipeline.consumer_schedule":
-                                                              "pingpong_unordered"}).kernel_name.endswith("_ppu")
+    assert p.kernel_name.endswith("_c2x1_pp")
     # each consumer has its own epilogue staging buffers
     (epi,) = [b for b in p.smem_buffers if b.name == "epi"]
     assert epi.count == 2 * p.epi_buffers
@@ -99,9 +98,15 @@ def test_explain_says_pingpong():
     text = explain(_plan(BASE, PP))
     assert "ping-pong (pingpong)" in text and "alternate tiles" in text and "take turns" in text
     assert "one consumer reads a stage" in text
-    unordered = explain(_plan(BASE, {**PP, "schedule.pipeline.consumer_schedule": "pingpong_unordered"}))
-    assert "no ordering barrier" in unordered
     assert "ping-pong" not in explain(_plan(BASE, CUDA))
+
+
+def test_no_unordered_pingpong():
+    """Regression (H200, 2026-12-04): ping-pong without the ordering barrier failed at launch (unspecified launch
+    failure): a consumer a ring round ahead of the other waits on a stage's full-barrier parity that an earlier
+    round already completed. The value is gone; it is a validation error naming the legal ones."""
+    with pytest.raises(SpecErrors, match="cooperative.*pingpong"):
+        _plan(BASE, {**PP, "schedule.pipeline.consumer_schedule": "pingpong_unordered"})
 
 
 def test_tune_knob_sets_the_field():
@@ -114,9 +119,7 @@ def test_tune_knob_sets_the_field():
 
 def test_rendered_pingpong_cuda_matches_golden(update_golden):
     for stem, overrides in (("matmul_pingpong", {}),
-                            ("matmul_pingpong_unordered_direct", {**RAGGED, "schedule.epilogue.store": "direct",
-                                                                  "schedule.pipeline.consumer_schedule":
-                                                                      "pingpong_unordered"})):
+                            ("matmul_pingpong_direct", {**RAGGED, "schedule.epilogue.store": "direct"})):
         text = render(_plan(PINGPONG, overrides), "cuda")
         golden = GOLDEN / f"{stem}.cu"
         if update_golden:
@@ -133,8 +136,6 @@ def test_consumers_take_alternate_tiles_and_the_ordered_form_takes_turns():
     assert "int it = lt * 64;" in cu and "const int m_off = 0, n_off = 0;" in cu
     assert "if (lt > 0) sg_named_sync(4 + w, 256);" in cu
     assert "if (t + num_clusters < 512) sg_named_arrive(5 - w, 256);" in cu
-    unordered = render(_plan(BASE, {**PP, "schedule.pipeline.consumer_schedule": "pingpong_unordered"}), "cuda")
-    assert "sg_named_sync(4 + w" not in unordered and "sg_named_arrive(5 - w" not in unordered
     # dynamic sizes: the ring position uses the call's k-steps
     dyn = render(_plan(BASE, {**PP, "op.sizes.K": {"dynamic": True, "max": 8192, "multiple_of": 64}}), "cuda")
     assert "int it = lt * k_iters;" in dyn and "const int k_iters = " in dyn
@@ -147,7 +148,6 @@ def test_consumers_take_alternate_tiles_and_the_ordered_form_takes_turns():
 VARIANTS = {
     "cluster2x1_multicast": {},
     "nocluster": NOCLUSTER,
-    "unordered": {"schedule.pipeline.consumer_schedule": "pingpong_unordered"},
     "tile64x256": {"schedule.in_specs.a.block_shape": [64, 64], "schedule.in_specs.b.block_shape": [64, 256],
                    "schedule.out_specs.out.block_shape": [64, 256], "schedule.pipeline.max_concurrent_steps": 4},
     "dynamic_m": {"op.sizes.M": {"dynamic": True, "max": 8192, "multiple_of": 256}},
@@ -188,7 +188,7 @@ def test_sass_has_the_tiles_wgmma_and_no_spills(built, name):
     usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0 and usage["REG"] <= 65536 // p.threads
     # the ordering barrier's arrive (bar.arrive) is the ordered form's only
-    assert ("BAR.ARV" in ops) == p.ordered
+    assert "BAR.ARV" in ops                  # the ordering handshake
     assert ("UTMALDG.%dD.MULTICAST" % len(p.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
     assert any(op.startswith("UTMASTG") for op in ops) == (p.epi_store == "tma")
 
@@ -215,8 +215,6 @@ GPU_CASES = {
     "ragged_3000x5000x1000": (BASE, {**PP, **RAGGED}),
     # f16 in, f32 out, gelu(acc + bias), 4096 x 4096 x 1024: Linear with a heavy epilogue
     "gelu_bias_f16_f32": (ROOT / "bench/user_shapes/pingpong/linear_bias_gelu_f16_4096x4096x1024_pp.yaml", {}),
-    "gelu_bias_f16_f32_unordered": (ROOT / "bench/user_shapes/pingpong/linear_bias_gelu_f16_4096x4096x1024_pp.yaml",
-                                    {"schedule.pipeline.consumer_schedule": "pingpong_unordered"}),
     # 2-CTA cluster multicasting rhs, 4096^3
     "cluster2x1": (BASE, PP),
     # 15 tiles over 2 blocks: 8 and 7 local tiles (an odd count: the last tile's handshake has no partner)
@@ -267,16 +265,16 @@ def test_tuner_sweeps_consumer_schedule(tmp_path):
                                                                             "  cluster: [1, 1]\n  backends: [cuda]\n")
     spec = tmp_path / "sweep.yaml"
     spec.write_text(text + "tune:\n  params:\n    tile_n: [128, 256]\n"
-                           "    consumer_schedule: [cooperative, pingpong, pingpong_unordered]\n")
+                           "    consumer_schedule: [cooperative, pingpong]\n")
     space = T.load_space(spec)
     (knob,) = [k for k in space.knobs if k.name == "consumer_schedule"]
     assert [str(t) for t in knob.targets] == ["schedule.pipeline.consumer_schedule"]
     pruning = T.prune(space)
-    assert pruning.total == 6 and len(pruning.kept) == 4
+    assert pruning.total == 4 and len(pruning.kept) == 3
     (group,) = pruning.groups
-    assert group.field == "schedule.pipeline.compute_registers" and group.count == 2
+    assert group.field == "schedule.pipeline.compute_registers" and group.count == 1
     assert {(c.plan.tile_n, c.plan.consumer_schedule) for c in pruning.kept} == {
-        (128, "cooperative"), (256, "cooperative"), (128, "pingpong"), (128, "pingpong_unordered")}
+        (128, "cooperative"), (256, "cooperative"), (128, "pingpong")}
 
 
 def test_explain_draw_model_gives_alternate_tiles_to_the_consumers():
