@@ -77,6 +77,31 @@ INTERPRET_CASES = {
                                 "schedule.pipeline.max_concurrent_steps": 3},
     "d128_kv128_stages1": {"S": 256, "H": 2, "schedule.pipeline.max_concurrent_steps": 1},
     "d256": {"S": 128, "H": 1, **_blocks(256)},
+    # ragged: S = 200 is 1 full 128-row query block and 72 rows (the second consumer's 8 rows before Sq, 56 past),
+    # 3 full 64-key blocks and 8 keys; S = 136 leaves the second consumer of the last block wholly past Sq
+    "ragged": {**SMALL, "S": 200},
+    "ragged_causal": {**SMALL, "S": 200, "op.causal": True},
+    "ragged_causal_no_pingpong_136": {**SMALL, **NO_PINGPONG, "S": 136, "op.causal": True},
+    "ragged_causal_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 136, "SKV": 200, "H": 2, "D": 64}),
+                                    "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": True},
+    # top-left, rows 136..263 past Skv see every key, the last (8-key) block masked to Skv
+    "ragged_top_left_sq_gt_skv": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 264, "SKV": 136, "H": 1, "D": 64}),
+                                  "op.causal": "top_left"},
+    "ragged_gqa_causal": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), "op.causal": True},
+    "ragged_bhsd_one_consumer": {**SMALL, **BHSD, **ONE_CONSUMER, "S": 200, "schedule.in_specs.q.block_shape": [64, 64]},
+}
+# the persistent grid in the interpreter: SM_COUNT (the grid where jax sees no GPU) set to PERSISTENT_SMS, fewer than
+# the tiles, so each block walks several tiles and the K/V ring runs on across them
+PERSISTENT_SMS = 3
+NDLOOP = {"schedule.persistent.loop": "nd_loop"}
+PERSISTENT_CASES = {
+    "row_major": {**SMALL, **NDLOOP, "H": 4},                                    # 8 tiles on 3 blocks
+    "causal_lpt": {**SMALL, **NDLOOP, "H": 4, "op.causal": True},               # lpt, the default when causal
+    "causal_row_major_ragged_lse": {**SMALL, **NDLOOP, **LSE, "H": 3, "S": 200, "op.causal": True,
+                                    "schedule.persistent.tile_order": "row_major"},
+    "one_consumer_stages3_gqa": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), **NDLOOP,
+                                 **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 64],
+                                 "schedule.pipeline.max_concurrent_steps": 3},
 }
 LOWER_CASES = {
     "bundled": {},
@@ -93,6 +118,19 @@ LOWER_CASES = {
     "causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1024, "SKV": 4096, "H": 16, "D": 128}), "op.causal": True},
     "top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4096, "SKV": 1024, "H": 16, "D": 128}), "op.causal": "top_left"},
     "stages3_exact": {"schedule.pipeline.max_concurrent_steps": 3, "schedule.compiler_params.approx_math": False},
+    # ragged sequences (multiples of 8, of no block) and the persistent grid
+    "ragged_1000": {"S": 1000},
+    "ragged_1000_causal_lse": {"S": 1000, "op.causal": True, **LSE},
+    "ragged_4000_causal_gqa": {**_gqa({"B": 1, "S": 4000, "H": 16, "G": 4, "D": 128}), "op.causal": True},
+    "ragged_causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1000, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
+    "ragged_top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4000, "SKV": 1000, "H": 16, "D": 128}),
+                                  "op.causal": "top_left"},
+    "ragged_d64_bhsd": {**BHSD, **_blocks(64), "S": 1000},
+    "persistent_16k": {"S": 16384, **NDLOOP},
+    "persistent_causal_lpt": {"op.causal": True, **NDLOOP, **LSE},
+    "persistent_ragged_causal_row_major": {"S": 4000, "op.causal": True, **NDLOOP,
+                                           "schedule.persistent.tile_order": "row_major"},
+    "persistent_one_consumer": {**NDLOOP, **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 128]},
 }
 
 
@@ -210,6 +248,76 @@ def test_pallas_attention_interpret_matches_reference(case, tmp_path):
         err = rel_error(out, ref[o.name])
         assert err <= tolerance(o.dtype, plan.approx_math), (case, o.name, err)
     assert raced is False
+
+
+def _run_persistent(case, tmp_path, sms=PERSISTENT_SMS):
+    """(built, inputs, output arrays, races found) of PERSISTENT_CASES[case] interpreted on a grid of `sms` blocks."""
+    from schedgen.verify import interpret_params, races_found
+    built = _build(PERSISTENT_CASES[case])
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    mod.SM_COUNT = sms
+    assert plan.persistent and mod._sm_count() == sms < plan.num_tiles     # each block takes more than one tile
+    inputs = _inputs(plan, seed=2)
+    outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                        [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+    return built, inputs, [np.asarray(x) for x in outs], races_found()
+
+
+@pytest.mark.parametrize("case", list(PERSISTENT_CASES))
+def test_pallas_attention_persistent_grid_interpret(case, tmp_path):
+    """The persistent grid (nd_loop over the tiles, the K/V ring and its barrier phases running on from tile to
+    tile, Q reloaded after each O store), row_major and lpt, ragged, GQA, one consumer: every tile's output against
+    the float64 reference, outputs poisoned first."""
+    built, inputs, outs, raced = _run_persistent(case, tmp_path)
+    plan = built.plan
+    assert plan.tile_order == ("lpt" if case == "causal_lpt" else "row_major")
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    for o, out in zip(plan.outputs, outs):
+        assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, plan.approx_math), (case, o.name)
+    assert raced is False
+
+
+def test_persistent_grid_is_rendered_as_nd_loop():
+    """The grid is min(tiles, the device's SMs), each block walking its tiles with nd_loop; the bundled spec, a block
+    a tile, keeps its grid of tiles."""
+    src = _build(PERSISTENT_CASES["row_major"]).files["pallas_kernel.py"].decode()
+    assert "grid=(min(NUM_TILES, _sm_count()),)" in src and 'grid_names=("blocks",)' in src
+    assert src.count('@plgpu.nd_loop((NUM_TILES,), collective_axes="blocks", init_carry=0)') == 2   # consumers, producer
+    assert 'jax.devices("gpu")[0].core_count' in src and "SM_COUNT = 132" in src
+    plain = _build({}).files["pallas_kernel.py"].decode()
+    assert "nd_loop" not in plain and "grid=(NUM_TILES,)" in plain and "_sm_count" not in plain
+
+
+def test_ragged_masks_are_rendered_where_needed():
+    """The key mask (c + j * BLOCK_KV < Skv) only where Skv is ragged; the causal key-block counts capped only where
+    rows can reach past the keys."""
+    ragged = _build(INTERPRET_CASES["ragged"]).files["pallas_kernel.py"].decode()
+    assert "seen = c + j * BLOCK_KV < SEQ_KV" in ragged and "lax.fori_loop(0, SEQ_KV // BLOCK_KV, kv_step" in ragged
+    causal = _build(INTERPRET_CASES["ragged_causal"]).files["pallas_kernel.py"].decode()
+    assert "& (c + j * BLOCK_KV < SEQ_KV)" in causal and "jnp.minimum(kv_steps, SEQ_KV // BLOCK_KV)" in causal
+    assert "jnp.minimum(lax.div(q_base + ROWS + CAUSAL_OFFSET + BLOCK_KV - 1, BLOCK_KV), KV_BLOCKS)" in causal
+    whole = _build(INTERPRET_CASES["causal"]).files["pallas_kernel.py"].decode()
+    assert "SEQ_KV // BLOCK_KV" not in whole and "< SEQ_KV" not in whole and "jnp.minimum(" not in whole
+
+
+def test_interpreter_catches_a_missing_key_mask(tmp_path, monkeypatch):
+    """Not vacuous: with the ragged key mask left out (the plan told Skv divides), the 8 zero-filled keys of the last
+    block enter the softmax and the output fails against the reference."""
+    from schedgen.families.attention import records
+    from schedgen.verify import interpret_params
+    from schedgen.cache import Cache
+    monkeypatch.setattr(records.AttentionPlan, "may_ragged_kv", property(lambda self: False))
+    built = build_spec(str(SPEC), {"schedule.backends": ["pallas"], **INTERPRET_CASES["ragged"]},
+                       cache=Cache(tmp_path / "cache"))      # not the shared one: the render differs, the plan not
+    assert "< SEQ_KV" not in built.files["pallas_kernel.py"].decode()
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    inputs = _inputs(plan)
+    (out,) = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                          [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    assert rel_error(np.asarray(out), ref["o"]) > 1e-1
 
 
 def test_pallas_attention_lpt_sections_interpret(tmp_path, monkeypatch):
