@@ -322,6 +322,35 @@ def test_one_pallas_package_serves_several_sizes_in_the_interpreter(tmp_path):
             assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, p.approx_math), (sizes, o.name)
 
 
+def test_one_pallas_package_serves_ragged_lengths_in_the_interpreter(tmp_path):
+    """S a multiple of 8 (of no block): one package at S = 136 (the second consumer of the last query block wholly
+    past Sq), 200 (8 keys in the last key block) and 256 (whole blocks: the mask then masks nothing), causal with the
+    LSE, on a persistent grid of 2 blocks, outputs poisoned, each against the float64 reference."""
+    from schedgen.families.attention.reference import attention_reference
+    from schedgen.reference import rel_error, tolerance
+    from schedgen.verify import interpret_params, races_found
+    ov = {**SMALL, "op.sizes.S": {"dynamic": True, "min": 8, "max": 256, "multiple_of": 8},
+          "schedule.persistent.loop": "nd_loop"}
+    built = build_spec(str(DYN), ov)
+    mod = _module(built, tmp_path)
+    mod.SM_COUNT = 2
+    spec, p = built.spec, built.plan
+    assert p.may_ragged_q and p.may_ragged_kv and p.persistent
+    assert "ext.seq_kv // BLOCK_KV" in built.files["pallas_kernel.py"].decode()
+    rng = np.random.default_rng(2)
+    for sizes in ({"B": 2, "S": 136}, {"B": 1, "S": 200}, {"B": 1, "S": 256}, {"B": 1, "S": 8}):
+        pa = p.at(sizes)
+        ins = {o.name: rng.standard_normal(o.shape, dtype=np.float32).astype(ml_dtypes.bfloat16) for o in pa.inputs}
+        poisoned = [jnp.full(o.shape, jnp.nan, mod._DTYPES[o.dtype]) for o in pa.outputs]
+        outs = mod.run_into([jnp.asarray(ins[o.name]) for o in pa.inputs], poisoned, interpret=interpret_params())
+        assert races_found() is not True
+        ref = attention_reference(spec, {**pa.sizes}, ins, sample=False)
+        for o, out in zip(pa.outputs, outs):
+            out = np.asarray(out)
+            assert out.shape == o.shape and not np.isnan(out.astype(np.float32)).any(), (sizes, o.name)
+            assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, p.approx_math), (sizes, o.name)
+
+
 def test_top_left_pallas_package_with_lengths_that_cross(tmp_path):
     """Top-left causal with separate dynamic Sq and Skv (ranges that cross, legal top-left only): one package at more
     keys than queries, as many, and fewer (rows past Skv see every key: the causal key-block counts are capped at

@@ -409,6 +409,56 @@ def test_lane_semantics_may_be_named():
     assert _build({"schedule.compiler_params.lowering_semantics": "lane"}).plan.block_kv == 128
 
 
+def test_dynamic_persistent_grid_stays_cuda_only_while_jax_claims_tiles_by_cluster_launch_control():
+    """A pin: loop: dynamic is refused for Pallas because jax 0.11.2's plgpu.dynamic_scheduling_loop (the Mosaic GPU
+    rendering of a grid that claims its tiles) is cluster launch control: lowering the smallest such kernel puts
+    clusterlaunchcontrol.try_cancel in the module, which ptxas takes only for sm_100 and up. When a jax upgrade
+    claims tiles another way on Hopper, the first assertion fails: then the Pallas attention can render loop:
+    dynamic and plan.py's refusal can go."""
+    from jax.experimental import pallas as pl  # noqa: F401  (plgpu needs pallas imported)
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from schedgen.errors import ToolchainError
+    from schedgen.toolchain.nvrtc import compile_cuda
+
+    def body(x_gmem, o_gmem):
+        @plgpu.dynamic_scheduling_loop(("tiles",))
+        def _(info):
+            (t,) = info.index
+            o_gmem[t] = x_gmem[t]
+
+    kern = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(8,), grid_names=("tiles",))
+    text = jax.jit(kern).trace(jax.ShapeDtypeStruct((8, 128), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
+    assert "clusterlaunchcontrol.try_cancel" in text
+    probe = r"""
+extern "C" __global__ void probe(unsigned long long* out) {
+  __shared__ __align__(16) unsigned int result[4];
+  __shared__ __align__(8) unsigned long long bar;
+  unsigned r = (unsigned)__cvta_generic_to_shared(result), b = (unsigned)__cvta_generic_to_shared(&bar);
+  asm volatile("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], [%1];"
+               :: "r"(r), "r"(b) : "memory");
+  out[0] = bar;
+}
+"""
+    with pytest.raises(ToolchainError, match="requires .target sm_100 or higher"):
+        compile_cuda(probe, arch="sm_90a")
+    compile_cuda(probe, arch="sm_100a")        # the probe itself is sound
+    with pytest.raises(SpecErrors, match="plgpu.dynamic_scheduling_loop is cluster launch control"):
+        build_spec(str(SPEC), {**BOTH, "schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
+                               "schedule.pipeline.compute_registers": 232})
+
+
+def test_unaligned_sequences_are_located_errors():
+    """Ragged lengths off Mosaic GPU's 8-row tiling (tests/build/test_pallas_lowers.py pins the jax failure), both
+    at once, each at its operand's shape."""
+    with pytest.raises(SpecErrors) as info:
+        build_spec(str(SPEC), {**BOTH, **_sq_skv({"B": 1, "SQ": 1001, "SKV": 2050, "H": 16, "D": 128})})
+    lines = info.value.lines()
+    assert len(lines) == 2, lines
+    assert "op.inputs.q.shape: Sq = 1001 is not a multiple of 8" in lines[0] and "block_q = 128" in lines[0]
+    assert "op.inputs.k.shape: Skv = 2050 is not a multiple of 8" in lines[1] and "block_kv = 128" in lines[1]
+    assert all("Mosaic GPU in jax 0.11.2" in x and "schedule.backends: [cuda]" in x for x in lines)
+
+
 # ------------------------------------------------------------------------------------ on the GPU
 
 @pytest.mark.gpu
@@ -417,12 +467,54 @@ def test_lane_semantics_may_be_named():
 def test_pallas_attention_on_gpu(case, tmp_path):
     """Compiled by Mosaic GPU and run on the H200 at full size, outputs poisoned, against the (sampled) float64
     reference."""
-    built = _build(LOWER_CASES[case])
+    _run_on_gpu(LOWER_CASES[case], case, tmp_path)
+
+
+def _run_on_gpu(overrides, case, tmp_path):
+    built = _build(overrides)
     plan = built.plan
     mod = _module(built, tmp_path)
     inputs = _inputs(plan)
     outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs], [jnp.asarray(x) for x in _poisoned(plan)])
     refs = reference(built.spec, plan.sizes, inputs, seed=0)
     for o, out in zip(plan.outputs, outs):
-        err = rel_error(np.asarray(out), refs[o.name])
+        out = np.asarray(out)
+        assert not np.isnan(out.astype(np.float32)).any(), (case, o.name)     # every row written (poisoned first)
+        err = rel_error(out, refs[o.name])
         assert err <= tolerance(o.dtype, plan.approx_math), (case, o.name, err)
+    return built
+
+
+RAGGED_GPU = ["ragged_1000", "ragged_1000_causal_lse", "ragged_4000_causal_gqa", "ragged_causal_sq_lt_skv",
+              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "persistent_16k", "persistent_causal_lpt",
+              "persistent_ragged_causal_row_major", "persistent_one_consumer"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RAGGED_GPU)
+def test_pallas_attention_ragged_and_persistent_on_gpu(case, tmp_path):
+    """Ragged sequences (Sq, Skv = 1000, 4000: multiples of 8, of no block) and the persistent grid (one block an SM,
+    nd_loop, 16k), compiled by Mosaic GPU on the H200, outputs poisoned, against the (sampled) float64 reference."""
+    built = _run_on_gpu(LOWER_CASES[case], case, tmp_path)
+    assert built.plan.persistent == case.startswith("persistent")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["ragged_1000_causal_lse", "persistent_ragged_causal_row_major"])
+def test_pallas_and_cuda_agree_on_ragged_and_persistent(case, tmp_path):
+    """Both backends of one package (schedgen verify's path) on the H200: each against the float64 reference."""
+    from schedgen.cache import Cache
+    from schedgen.build import package
+    from schedgen.runtime.kernel import load_package
+    built = build_spec(str(SPEC), {**BOTH, **LOWER_CASES[case]}, cache=Cache(tmp_path / "c"))
+    kernel = load_package(package(built, tmp_path / "pkg"))
+    plan = built.plan
+    inputs = _inputs(plan)
+    refs = reference(built.spec, plan.sizes, inputs, seed=0)
+    for backend in ("cuda", "pallas"):
+        arrays = [inputs[o.name] if backend == "cuda" else jnp.asarray(inputs[o.name]) for o in plan.inputs]
+        outs = kernel(*arrays, backend=backend)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        for o, out in zip(plan.outputs, outs):
+            err = rel_error(np.asarray(out), refs[o.name])
+            assert err <= tolerance(o.dtype, plan.approx_math), (case, backend, o.name, err)
