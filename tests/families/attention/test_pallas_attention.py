@@ -500,21 +500,11 @@ def test_pallas_attention_ragged_and_persistent_on_gpu(case, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["ragged_1000_causal_lse", "persistent_ragged_causal_row_major"])
-def test_pallas_and_cuda_agree_on_ragged_and_persistent(case, tmp_path):
-    """Both backends of one package (schedgen verify's path) on the H200: each against the float64 reference."""
-    from schedgen.cache import Cache
-    from schedgen.build import package
-    from schedgen.runtime.kernel import load_package
-    built = build_spec(str(SPEC), {**BOTH, **LOWER_CASES[case]}, cache=Cache(tmp_path / "c"))
-    kernel = load_package(package(built, tmp_path / "pkg"))
-    plan = built.plan
-    inputs = _inputs(plan)
-    refs = reference(built.spec, plan.sizes, inputs, seed=0)
-    for backend in ("cuda", "pallas"):
-        arrays = [inputs[o.name] if backend == "cuda" else jnp.asarray(inputs[o.name]) for o in plan.inputs]
-        outs = kernel(*arrays, backend=backend)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        for o, out in zip(plan.outputs, outs):
-            err = rel_error(np.asarray(out), refs[o.name])
-            assert err <= tolerance(o.dtype, plan.approx_math), (case, backend, o.name, err)
+@pytest.mark.parametrize("case", RAGGED_GPU)
+def test_both_backends_verify_ragged_and_persistent_on_gpu(case):
+    """`schedgen verify --backend all` at full size on the H200: the CUDA and the Pallas kernel of one build, each
+    output against the float64 reference."""
+    from schedgen.verify import verify_file
+    checks = verify_file(str(SPEC), ["cuda", "pallas"], {**BOTH, **LOWER_CASES[case]}, seed=0)
+    assert {c.backend for c in checks} == {"cuda", "pallas"}, checks
+    assert all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
