@@ -442,13 +442,17 @@ def _tile_order(op, sch, dims: Dims, hw: Hardware, problems: Problems) -> Order:
 
 def _backend_limits(sch, names: Names, blocks: Blocks, grid: Grid, regs: Regs, smem: Smem, hw: Hardware,
                     problems: Problems) -> None:
+    # jax 0.11.2 claims tiles only by cluster launch control (dynamic_scheduling_loop: clusterlaunchcontrol.try_cancel,
+    # which ptxas takes for sm_100 and up; tests/families/attention/test_pallas_attention.py pins it), and its GMEM
+    # atomics (plgpu.atomic_add, ...) are reductions that return no old value, so no counter can hand out tiles
     if grid.dynamic and "pallas" in sch.backends:
         problems.add(("schedule", "persistent", "loop"), "the Pallas attention's persistent grid is nd_loop (block i "
                                                          "takes tiles i, i + grid, ...); loop: dynamic is the CUDA "
                                                          "kernel's (an atomic tile counter): jax 0.11.2's "
-                                                         "plgpu.dynamic_scheduling_loop is cluster launch control, "
-                                                         "which Hopper does not have (Mosaic GPU lowers it only for "
-                                                         "sm_100); use loop: nd_loop or set schedule.backends: [cuda]")
+                                                         "plgpu.dynamic_scheduling_loop is cluster launch control "
+                                                         "(sm_100 and up, not Hopper) and its atomics return no old "
+                                                         "value to claim a tile with; use loop: nd_loop or set "
+                                                         "schedule.backends: [cuda]")
     if "pallas" in sch.backends:
         _pallas_limits(sch, names, blocks, regs, smem, hw, problems)
 

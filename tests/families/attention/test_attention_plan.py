@@ -246,8 +246,8 @@ def test_dynamic_plan_claims_tiles_from_a_counter():
     ({**DYN, "schedule.backends": ["cuda", "pallas"]},
      "schedule.persistent.loop: the Pallas attention's persistent grid is nd_loop (block i takes tiles i, i + grid, "
      "...); loop: dynamic is the CUDA kernel's (an atomic tile counter): jax 0.11.2's plgpu.dynamic_scheduling_loop "
-     "is cluster launch control, which Hopper does not have (Mosaic GPU lowers it only for sm_100); use loop: "
-     "nd_loop or set schedule.backends: [cuda]"),
+     "is cluster launch control (sm_100 and up, not Hopper) and its atomics return no old value to claim a tile "
+     "with; use loop: nd_loop or set schedule.backends: [cuda]"),
 ])
 def test_register_budgets_and_dynamic_limits_are_located(ov, needle):
     spec, src = load_spec(str(BASE), {**CUDA, **ov})

@@ -442,6 +442,10 @@ extern "C" __global__ void probe(unsigned long long* out) {
     with pytest.raises(ToolchainError, match="requires .target sm_100 or higher"):
         compile_cuda(probe, arch="sm_90a")
     compile_cuda(probe, arch="sm_100a")        # the probe itself is sound
+    # nor can a GMEM counter hand out tiles: Mosaic GPU's atomics are store-reductions that return no old value
+    import inspect
+    assert all(inspect.signature(getattr(plgpu, f"atomic_{op}")).return_annotation in (None, "None")
+               for op in ("add", "max", "min", "and", "or", "xor"))
     with pytest.raises(SpecErrors, match="plgpu.dynamic_scheduling_loop is cluster launch control"):
         build_spec(str(SPEC), {**BOTH, "schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
                                "schedule.pipeline.compute_registers": 232})
