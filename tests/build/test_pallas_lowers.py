@@ -95,3 +95,19 @@ def test_the_refused_ragged_attention_lengths_still_fail_to_lower(tmp_path, monk
     with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 2 must have size smaller or "
                                          "a multiple of its tiling 8, but got 1001"):
         _lower(built, tmp_path)
+
+
+def test_the_refused_log_sum_exp_rows_still_fail_to_lower(tmp_path, monkeypatch):
+    """Sq = 5 is under the 8-row tiling (taken), but the [B, H, Sq] f32 log-sum-exp rows are 20 bytes: the planner
+    refuses it for Pallas (PALLAS_LSE_QUANTUM); with that check off, jax 0.11.2 refuses the TMA store's strides."""
+    from schedgen.families.attention import plan as attention_plan
+    monkeypatch.setattr(attention_plan, "PALLAS_LSE_QUANTUM", 1)
+    sizes = {"B": 1, "SQ": 5, "SKV": 1000, "H": 16, "D": 128}
+    built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"),
+                       {"op.sizes": sizes, "schedule.backends": ["pallas"],
+                        "op.inputs.q.shape": ["B", "SQ", "H", "D"], "op.outputs.o.shape": ["B", "SQ", "H", "D"],
+                        "op.inputs.k.shape": ["B", "SKV", "H", "D"], "op.inputs.v.shape": ["B", "SKV", "H", "D"],
+                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}}, cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="async_copy requires all GMEM strides except the last one to be a multiple "
+                                         "of 16 bytes"):
+        _lower(built, tmp_path)

@@ -292,31 +292,42 @@ def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
 # Mosaic GPU (jax 0.11.2) views each GMEM operand through its SMEM tiling, 8 rows x 64 columns here
 # (TilingTransform((8, 64))), and cannot round a partial tile up (TileTransform: "When no rounding mode is specified,
 # dimension d must have size smaller or a multiple of its tiling 8"; Rounding.UP is NotImplemented): a sequence
-# length must be a multiple of 8 rows; past that, TMA zero-fills the ragged last blocks and clips their stores
+# length must be a multiple of 8 rows, or under 8; past that, TMA zero-fills the ragged last blocks and clips their
+# stores. The log-sum-exp rows [B, Hq, Sq] f32 leave by TMA too, whose GMEM strides are multiples of 16 bytes
+# ("async_copy requires all GMEM strides except the last one to be a multiple of 16 bytes"): Sq a multiple of 4.
+# tests/build/test_pallas_lowers.py pins both.
 PALLAS_SEQ_QUANTUM = 8
+PALLAS_LSE_QUANTUM = 4
 
 
 def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
     """The Pallas kernel takes ragged last blocks as the CUDA one does (a ragged last query block computed on TMA's
     zero fill and its stores clipped, a ragged last key block masked), for sequence lengths that are multiples of
-    PALLAS_SEQ_QUANTUM (a dynamic one: its multiple_of)."""
+    PALLAS_SEQ_QUANTUM or under it (a dynamic one: its multiple_of, or its max), and with the log-sum-exp output
+    Sq a multiple of PALLAS_LSE_QUANTUM."""
     q = PALLAS_SEQ_QUANTUM
     why = (f"Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in GMEM through their SMEM tiling of {q} "
            f"rows and cannot round a partial tile up")
     for seq, block, what, name in ((dims.sq, blocks.block_q, "q", names.q), (dims.skv, blocks.block_kv, "kv", names.k)):
-        if X.divisible(seq, q, dims.ranges):
+        if X.divisible(seq, q, dims.ranges) or X.upper(seq, dims.ranges) < q:
             continue
         if X.is_static(seq):
             problems.add(("op", "inputs", name, "shape"),
                          f"S{what} = {seq} is not a multiple of {q}: the Pallas attention takes a ragged last "
-                         f"block (block_{what} = {block}) only for S{what} a multiple of {q} ({why}); pad the "
-                         f"sequence to a multiple of {q}, or set schedule.backends: [cuda]")
+                         f"block (block_{what} = {block}) only for S{what} a multiple of {q} or under {q} ({why}); "
+                         f"pad the sequence to a multiple of {q}, or set schedule.backends: [cuda]")
         else:
             r = dims.ranges[_size_name(seq)]
             problems.add(("op", "sizes", r.name, "multiple_of"),
                          f"S{what} ({r.name}: {r.describe()}) is not always a multiple of {q}: the Pallas attention "
-                         f"takes a ragged last block only for S{what} a multiple of {q} ({why}); set {r.name}'s "
-                         f"multiple_of to a multiple of {q}, or set schedule.backends: [cuda]")
+                         f"takes a ragged last block only for S{what} a multiple of {q} or under {q} ({why}); set "
+                         f"{r.name}'s multiple_of to a multiple of {q}, or set schedule.backends: [cuda]")
+    lq = PALLAS_LSE_QUANTUM
+    if names.lse is not None and not X.divisible(dims.sq, lq, dims.ranges):
+        problems.add(("op", "outputs", names.lse, "shape"),
+                     f"the Pallas attention stores the log-sum-exp rows [B, Hq, Sq] f32 by TMA, whose GMEM strides "
+                     f"are multiples of 16 bytes (Mosaic GPU's async_copy), so Sq ({dims.sq}) must be a multiple of "
+                     f"{lq}; pad the queries, drop the log-sum-exp output, or set schedule.backends: [cuda]")
 
 
 def _check_counts(dims: Dims, blocks: Blocks, problems: Problems) -> None:

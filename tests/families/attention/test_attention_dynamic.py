@@ -91,10 +91,10 @@ ERRORS = {
                              "at every call, but Sq (Q) reaches 4096 and Skv (T) may be 1"]),
     "pallas_ragged": ({"op.sizes.S": {"dynamic": True, "min": 64, "max": 8192, "multiple_of": 4}},
                       ["op.sizes.S.multiple_of: Sq (S: dynamic, 64..8192, a multiple of 4) is not always a multiple "
-                       "of 8: the Pallas attention takes a ragged last block only for Sq a multiple of 8 (Mosaic GPU "
-                       "in jax 0.11.2 views the q, k, v and output arrays in GMEM through their SMEM tiling of 8 rows "
-                       "and cannot round a partial tile up)", "set S's multiple_of to a multiple of 8, or set "
-                       "schedule.backends: [cuda]",
+                       "of 8: the Pallas attention takes a ragged last block only for Sq a multiple of 8 or under 8 "
+                       "(Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in GMEM through their SMEM "
+                       "tiling of 8 rows and cannot round a partial tile up)", "set S's multiple_of to a multiple of "
+                       "8, or set schedule.backends: [cuda]",
                        "op.sizes.S.multiple_of: Skv (S: dynamic, 64..8192, a multiple of 4) is not always a multiple "
                        "of 8"]),
     "unbound": ({"op.sizes.E": {"dynamic": True, "max": 8}},

@@ -93,9 +93,9 @@ def test_plan_numbers():
     ({"schedule.in_specs.q.block_shape": [64, 128]}, "block_q is 128 with 2 consumer(s), got 64"),
     ({"S": 4001, "schedule.backends": ["cuda", "pallas"]},
      "op.inputs.q.shape: Sq = 4001 is not a multiple of 8: the Pallas attention takes a ragged last block (block_q = "
-     "128) only for Sq a multiple of 8 (Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in GMEM through "
-     "their SMEM tiling of 8 rows and cannot round a partial tile up); pad the sequence to a multiple of 8, or set "
-     "schedule.backends: [cuda]"),
+     "128) only for Sq a multiple of 8 or under 8 (Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in "
+     "GMEM through their SMEM tiling of 8 rows and cannot round a partial tile up); pad the sequence to a multiple of "
+     "8, or set schedule.backends: [cuda]"),
     ({"schedule.pipeline.num_compute_wgs": 3, "schedule.in_specs.q.block_shape": [192, 128],
       "schedule.barriers.schedule.num_arrivals": 3, "schedule.pipeline.compute_registers": 160},
      "holds S (64), O (64) and P (32) registers plus about 32: 192, over its budget of 160"),

@@ -89,6 +89,12 @@ INTERPRET_CASES = {
                                   "op.causal": "top_left"},
     "ragged_gqa_causal": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), "op.causal": True},
     "ragged_bhsd_one_consumer": {**SMALL, **BHSD, **ONE_CONSUMER, "S": 200, "schedule.in_specs.q.block_shape": [64, 64]},
+    # under 8 rows (Mosaic GPU's tiling takes a dimension smaller than its tile): one query against 200 keys (decode,
+    # bottom-right: it sees them all), 5 against 5; 4 queries with the LSE (16-byte rows of [B, H, Sq] f32)
+    "decode_sq1_causal": {**_blocks(64), **_sq_skv({"B": 2, "SQ": 1, "SKV": 200, "H": 2, "D": 64}), "op.causal": True},
+    "sq_skv_5_causal": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 5, "SKV": 5, "H": 2, "D": 64}), "op.causal": True},
+    "sq4_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 4, "SKV": 136, "H": 2, "D": 64}),
+                "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
 }
 # the persistent grid in the interpreter: SM_COUNT (the grid where jax sees no GPU) set to PERSISTENT_SMS, fewer than
 # the tiles, so each block walks several tiles and the K/V ring runs on across them
@@ -126,6 +132,9 @@ LOWER_CASES = {
     "ragged_top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4000, "SKV": 1000, "H": 16, "D": 128}),
                                   "op.causal": "top_left"},
     "ragged_d64_bhsd": {**BHSD, **_blocks(64), "S": 1000},
+    "decode_sq1_skv4000": {**_sq_skv({"B": 8, "SQ": 1, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
+    "sq4_skv1000_lse": {**_sq_skv({"B": 2, "SQ": 4, "SKV": 1000, "H": 16, "D": 128}),
+                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
     "persistent_16k": {"S": 16384, **NDLOOP},
     "persistent_causal_lpt": {"op.causal": True, **NDLOOP, **LSE},
     "persistent_ragged_causal_row_major": {"S": 4000, "op.causal": True, **NDLOOP,
@@ -461,6 +470,12 @@ def test_unaligned_sequences_are_located_errors():
     assert "op.inputs.q.shape: Sq = 1001 is not a multiple of 8" in lines[0] and "block_q = 128" in lines[0]
     assert "op.inputs.k.shape: Skv = 2050 is not a multiple of 8" in lines[1] and "block_kv = 128" in lines[1]
     assert all("Mosaic GPU in jax 0.11.2" in x and "schedule.backends: [cuda]" in x for x in lines)
+    with pytest.raises(SpecErrors) as info:    # 5 rows: under the tiling, but the LSE rows are 20 bytes
+        build_spec(str(SPEC), {**BOTH, **_sq_skv({"B": 1, "SQ": 5, "SKV": 1000, "H": 16, "D": 128}),
+                               "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}})
+    (line,) = info.value.lines()
+    assert "op.outputs.lse.shape: the Pallas attention stores the log-sum-exp rows" in line
+    assert "Sq (5) must be a multiple of 4" in line and "schedule.backends: [cuda]" in line
 
 
 # ------------------------------------------------------------------------------------ on the GPU
@@ -490,7 +505,7 @@ def _run_on_gpu(overrides, case, tmp_path):
 
 
 RAGGED_GPU = ["ragged_1000", "ragged_1000_causal_lse", "ragged_4000_causal_gqa", "ragged_causal_sq_lt_skv",
-              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "persistent_16k", "persistent_causal_lpt",
+              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "decode_sq1_skv4000", "sq4_skv1000_lse", "persistent_16k", "persistent_causal_lpt",
               "persistent_ragged_causal_row_major", "persistent_one_consumer"]
 
 
