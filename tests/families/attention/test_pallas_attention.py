@@ -96,8 +96,8 @@ INTERPRET_CASES = {
     "sq4_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 4, "SKV": 136, "H": 2, "D": 64}),
                 "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
 }
-# the persistent grid in the interpreter: SM_COUNT (the grid where jax sees no GPU) set to PERSISTENT_SMS, fewer than
-# the tiles, so each block walks several tiles and the K/V ring runs on across them
+# the persistent grid in the interpreter: the module's SM count (its grid) set to PERSISTENT_SMS, fewer than the
+# tiles, so each block walks several tiles and the K/V ring runs on across them
 PERSISTENT_SMS = 3
 NDLOOP = {"schedule.persistent.loop": "nd_loop"}
 PERSISTENT_CASES = {
@@ -265,8 +265,8 @@ def _run_persistent(case, tmp_path, sms=PERSISTENT_SMS):
     built = _build(PERSISTENT_CASES[case])
     plan = built.plan
     mod = _module(built, tmp_path)
-    mod.SM_COUNT = sms
-    assert plan.persistent and mod._sm_count() == sms < plan.num_tiles     # each block takes more than one tile
+    mod._sm_count = lambda: sms      # (on a GPU host too, where the module would count the device's SMs)
+    assert plan.persistent and sms < plan.num_tiles     # each block takes more than one tile
     inputs = _inputs(plan, seed=2)
     outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
                         [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
@@ -296,6 +296,16 @@ def test_persistent_grid_is_rendered_as_nd_loop():
     assert 'jax.devices("gpu")[0].core_count' in src and "SM_COUNT = 132" in src
     plain = _build({}).files["pallas_kernel.py"].decode()
     assert "nd_loop" not in plain and "grid=(NUM_TILES,)" in plain and "_sm_count" not in plain
+
+
+def test_persistent_grid_counts_the_sms_or_falls_back_to_the_plan(tmp_path):
+    """make() sizes the grid by the GPU's SM count; where jax sees no GPU (here), by SM_COUNT, the H200's."""
+    mod = _module(_build(PERSISTENT_CASES["row_major"]), tmp_path)
+    try:
+        want = jax.devices("gpu")[0].core_count
+    except RuntimeError:
+        want = 132
+    assert mod._sm_count() == want and mod.SM_COUNT == 132
 
 
 def test_ragged_masks_are_rendered_where_needed():
