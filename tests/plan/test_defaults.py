@@ -69,6 +69,9 @@ op:
 # the bundled spec whose schedule the planner's picks must reproduce for the same op (all but the kernel's name)
 SAME_AS = {"map": "add_bf16.yaml", "matmul": "matmul_bf16_4096.yaml", "attention": "attention_bf16_4096.yaml",
            "collective_matmul": "collective_matmul_bf16_1024x4096.yaml"}
+# the bundled 4096^3 runs one CTA per tile; the planner pairs them in a 2-CTA cluster sharing the rhs (measured
+# equal there on the H200, 2026-12-04, and 1.02-1.3x faster at ragged / short-K shapes)
+SAME_AS_BUT = {"matmul": {"schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}}
 INTERPRETABLE = ("map", "matmul", "attention")   # collective: jax 0.11.2 interprets no remote refs (its own test)
 
 
@@ -99,7 +102,7 @@ def test_bare_spec_plans_like_the_bundled_one(kind, tmp_path):
     """The picks for the bundled specs' shapes are the bundled specs' schedules: the same plan but for names."""
     bare, src = load_spec(str(_write(tmp_path, kind)))
     mine = to_dict(plan_with_picks(bare, src)[0])
-    spec, src2 = load_spec(str(SPECS_DIR / SAME_AS[kind]))
+    spec, src2 = load_spec(str(SPECS_DIR / SAME_AS[kind]), SAME_AS_BUT.get(kind))
     theirs = to_dict(plan_with_picks(spec, src2)[0])
     for d in (mine, theirs):
         d.pop("name"), d.pop("kernel_name")
@@ -163,6 +166,51 @@ def test_matmul_picks_a_smaller_tile_for_a_small_problem(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 64, "N": 64, "K": 64})
     plan, _ = plan_with_picks(spec, src)
     assert (plan.tile_m, plan.tile_n, plan.num_consumers) == (64, 64, 1)
+
+
+def _picked(tmp_path, sizes: dict, transpose_rhs: bool = False):
+    text = BARE["matmul"]
+    if transpose_rhs:
+        text = text.replace("b: {shape: [K, N]", "b: {shape: [N, K]").replace("  outputs:", "  transpose_rhs: true\n  outputs:", 1)
+    spec, src = load_spec(str(_write(tmp_path, "matmul", text)), sizes)
+    plan, picks = plan_with_picks(spec, src)
+    return plan, {p.dotted: p for p in picks}
+
+
+def test_matmul_tile_by_wave_quantization(tmp_path):
+    """Whole waves of tiles: 144 tiles of 128 x 256 are 1.09 waves at 1536 x 3072; 192 of 128 x 192 are 1.45 (the
+    H200 ran them 1.23x faster, 2026-12-04). 5000 x 4096 keeps 128 x 256 (7 waves of 128 x 192 cost more)."""
+    plan, picks = _picked(tmp_path, {"M": 1536, "N": 3072, "K": 1536})
+    assert (plan.tile_m, plan.tile_n, plan.cluster_size) == (128, 192, 1)   # N-major halves of 96: no cluster
+    assert "1.45 waves" in picks["schedule.in_specs.a"].why
+    plan, _ = _picked(tmp_path, {"M": 5000, "N": 4096, "K": 4096})
+    assert (plan.tile_m, plan.tile_n, plan.cluster_size) == (128, 256, 2)
+
+
+def test_matmul_clusters_along_m_sharing_the_rhs(tmp_path):
+    plan, picks = _picked(tmp_path, {"M": 3000, "N": 5000, "K": 1000})
+    assert (plan.tile_m, plan.tile_n, plan.cluster_m, plan.multicast) == (128, 256, 2, "rhs")
+    assert picks["schedule.in_specs.b"].value.collective_axes == ["cluster"]
+    assert "multicast" in picks["schedule.cluster"].why
+    # torch.nn.Linear's [N, K] weight: K-major halves of any width, so 128 x 192 keeps its cluster
+    plan, _ = _picked(tmp_path, {"M": 2777, "N": 11008, "K": 4096}, transpose_rhs=True)
+    assert (plan.tile_n, plan.cluster_m) == (192, 2)
+    # an odd number of tile rows (M = 2900: 23 rows of 128), or fewer tiles than SMs: no cluster
+    for sizes in ({"M": 2900, "N": 5000, "K": 1000}, {"M": 512, "N": 1024, "K": 4096}):
+        plan, picks = _picked(tmp_path, sizes)
+        assert plan.cluster_size == 1 and "schedule.cluster" not in picks
+
+
+def test_a_written_cluster_or_tile_is_kept(tmp_path):
+    plan, picks = _picked(tmp_path, {"M": 3000, "N": 5000, "K": 1000, "schedule.cluster": [1, 1]})
+    assert plan.cluster_size == 1 and "schedule.cluster" not in picks
+
+
+def test_skinny_matmul_loads_256_bytes_of_k_a_stage(tmp_path):
+    """Decode shapes (64-row tiles, one consumer): 128 bf16 K columns a stage, so the ring holds more weight bytes
+    in flight (M = 16, N = K = 8192 went from 0.79x to 0.95-1.0x cuBLAS on the H200)."""
+    plan, _ = _picked(tmp_path, {"M": 16, "N": 8192, "K": 8192}, transpose_rhs=True)
+    assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.num_consumers, plan.stages) == (64, 64, 128, 1, 6)
 
 
 def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):

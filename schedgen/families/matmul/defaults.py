@@ -2,9 +2,16 @@
 
 The bundled benchmark specs (specs/matmul_*.yaml, chosen on the H200) are the model: a warp-specialized kernel, a
 TMA producer and two consumer warpgroups of 64 x 256 (a 128 x 256 x 64 tile) for large problems, a 4-stage ring,
-tiles in planar-snake order 8 tiles wide. A problem too small to give the SMs a wave of such tiles gets a smaller
-tile (128 x 128 with a deeper ring, then 64-row tiles with one consumer); a tile that does not divide the problem
-pads the edges with zeros (TMA). A field the spec writes is never replaced.
+tiles in planar-snake order 8 tiles wide. Among the tiles that give the SMs most of a wave, the planner takes the
+one with the least estimated time: whole waves of tiles (the last wave costs as much as a full one) times a tile's
+time at its measured throughput (TILE_RATE), so a 1536 x 3072 problem gets 128 x 192 tiles (192 tiles in 2 waves)
+rather than 144 of 128 x 256 (1.09 waves). A problem too small for a wave of large tiles gets a smaller one (128 x
+128 with a deeper ring, then 64-row tiles with one consumer); a skinny one (64-row tiles: decode) loads 128 K
+columns a stage, so the ring holds more weight bytes in flight. A tile that does not divide the problem pads the
+edges with zeros (TMA). A large problem with an even number of tile rows runs in 2-CTA clusters along M that
+share the rhs tile by multicast (each CTA loads half): measured on the H200 (2026-12-04, bench/sweeps17.sh), a
+3000 x 5000 x 1000 GEMM went from 0.84x to 1.09x cuBLAS and 4000 x 6000 x 3000 (f32 out) from 0.91x to 1.02x.
+A field the spec writes is never replaced.
 """
 from __future__ import annotations
 
@@ -20,7 +27,15 @@ from .schedule import tile_from_block_specs
 
 # (tile_m, tile_n), largest first; a ring depth that suits each (the bundled specs': 4 stages of 128 x 256,
 # 6 of 128 x 128)
-TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
+TILES = ((128, 256), (128, 192), (128, 128), (64, 128), (64, 64))
+# a tile's throughput relative to 128 x 256, the estimate that picks among the tiles (H200, 2026-12-04: 128 x 128
+# ran at 0.72-0.79 of 128 x 256 at the same wave quantization, 128 x 192 at 0.93-0.97 per tile at 1536 x 3072 x 1536
+# and 2777 x 11008 x 4096; the 64-row ones are estimates below them)
+TILE_RATE = {(128, 256): 1.0, (128, 192): 0.96, (128, 128): 0.75, (64, 128): 0.55, (64, 64): 0.4}
+CLUSTER_GAIN = 0.9    # a tile's time in a 2-CTA cluster (H200: 0.77-0.9 at ragged, short-K and f32-out shapes, ~1.0
+                      # at 4096^3): so a tile that loses its cluster must win by more than that
+SWITCH = 0.98         # a tile other than the largest that makes a wave is taken only when estimated 2% faster
+SKINNY_TK_BYTES = 256     # K bytes per stage of a 64-row (skinny) tile: 128 bf16 columns
 STAGES = {256: 4, 128: 6, 64: 6}
 WAVE = 3 / 4          # a tile is small enough once the tiles fill this share of the SMs
 EPI_BUFFERS = 2
@@ -43,20 +58,26 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         return picks                           # the planner reports what is wrong with the op
     tiled = [sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)]
     nc_written = sch_written("pipeline", "num_compute_wgs")
+    # ping-pong: two consumers, each on a whole tile of its own (its accumulators in one warpgroup's registers)
+    pingpong = spec.schedule.pipeline.consumer_schedule != "cooperative"
     if any(tiled):
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
-        (tm, tn, tk), why = _tile(dims, hw, spec.schedule.pipeline.num_compute_wgs if nc_written else None)
+        nc_fit = 1 if pingpong else spec.schedule.pipeline.num_compute_wgs if nc_written else None
+        (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"))
         picks += _block_specs(op, out_name, dims, tm, tn, tk, why)
-    nc = 2 if tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0 else 1
+    nc = 2 if pingpong or (tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0) else 1
     if not nc_written:
         picks.append(Pick(("schedule", "pipeline", "num_compute_wgs"), nc,
+                          f"two consumers on alternate tiles of {tm} x {tn} (ping-pong)" if pingpong else
                           f"{'two consumers of ' + str(tm // 2) if nc == 2 else 'one consumer of ' + str(tm)} "
                           f"x {tn} (each thread's f32 accumulators fit its registers)"))
     else:
         nc = spec.schedule.pipeline.num_compute_wgs
     if not sch_written("pipeline", "max_concurrent_steps"):
         picks.append(_stages(dims, tm, tn, tk, nc, hw))
+    if not any(tiled) and not sch_written("cluster"):
+        picks += _cluster(op, dims, tm, tn, tk, hw)
     if not sch_written("persistent", "tile_order") and not sch_written("persistent", "tile_width"):
         picks.append(Pick(("schedule", "persistent", "tile_order"), "planar_snake",
                           "bands of tiles that share lhs rows and rhs columns in the L2"))
@@ -64,24 +85,66 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     return picks
 
 
-def _tile(dims, hw: Hardware, nc: int | None) -> tuple[tuple[int, int, int], str]:
-    """The largest tile whose tiles give the SMs most of a wave, preferring tiles that divide M and N; with the
-    consumers written (`nc`), only tiles whose accumulators fit that many."""
+def _tile(op, dims, hw: Hardware, nc: int | None, clusters: bool) -> tuple[tuple[int, int, int], str]:
+    """Among the tiles whose tiles give the SMs most of a wave (preferring tiles that divide M and N; with the
+    consumers written (`nc`), only tiles whose accumulators fit that many), the fastest by the estimate of
+    _fastest (with `clusters`: counting the 2-CTA cluster a tile would get)."""
     ranges = dims.ranges
     tiles = [t for t in TILES if nc is None or (t[0] % (WGMMA_M * nc) == 0
                                                 and t[0] * t[1] // (128 * nc) + REG_OVERHEAD <= MAX_CONSUMER_REGS)]
     tiles = tiles or list(TILES)
-    tk = 128 // dims.isz                       # one 128-byte swizzle row of K
-    while tk > 16 and D.upper(dims.k, ranges) < tk:
-        tk //= 2
     dividing = [t for t in tiles if D.divisible(dims.m, t[0], ranges) and D.divisible(dims.n, t[1], ranges)]
     pool = dividing or tiles
     batch = D.upper(dims.batch, ranges)
     count = {t: batch * D.upper(D.cdiv(dims.m, t[0]), ranges) * D.upper(D.cdiv(dims.n, t[1]), ranges) for t in pool}
     enough = [t for t in pool if count[t] >= WAVE * hw.sm_count]
-    tm, tn = enough[0] if enough else pool[-1]
+    tm, tn = _fastest(enough, count, hw, lambda t: clusters and _clusters(op, dims, *t, hw)) if enough else pool[-1]
+    tk = (SKINNY_TK_BYTES if tm < 2 * WGMMA_M else 128) // dims.isz   # K per stage: 128 (skinny: 256) bytes
+    while tk > 16 and D.upper(dims.k, ranges) < tk:
+        tk //= 2
     size = "M, N = {}, {}".format(*(D.upper(x, ranges) for x in (dims.m, dims.n)))
-    return (tm, tn, tk), f"{size}: {count[(tm, tn)]} tiles of {tm} x {tn} for {hw.sm_count} SMs"
+    waves = count[(tm, tn)] / hw.sm_count
+    return (tm, tn, tk), f"{size}: {count[(tm, tn)]} tiles of {tm} x {tn} for {hw.sm_count} SMs ({waves:.2f} waves)"
+
+
+def _fastest(enough: list[tuple[int, int]], count: dict, hw: Hardware, clustered) -> tuple[int, int]:
+    """Among tiles that make most of a wave (largest first), the one with the least estimated time: whole waves
+    times a tile's time at its throughput (CLUSTER_GAIN faster where it runs in 2-CTA clusters); another than the
+    first only when it is SWITCH faster."""
+    def cost(t: tuple[int, int]) -> float:
+        gain = CLUSTER_GAIN if clustered(t) else 1.0
+        return -(-count[t] // hw.sm_count) * t[0] * t[1] / TILE_RATE.get(t, 0.4) * gain
+    best = min(enough, key=cost)
+    return best if cost(best) < SWITCH * cost(enough[0]) else enough[0]
+
+
+def _clusters(op, dims, tm: int, tn: int, hw: Hardware) -> bool:
+    """Whether a tm x tn tile runs in 2-CTA clusters along M: a problem of at least a wave of two-consumer tiles
+    with an even number of tile rows at every size (a dynamic M: its multiple_of a multiple of 2 x tile_m), and
+    each CTA's half of the rhs tile whole swizzle rows (N-major rhs)."""
+    ranges = dims.ranges
+    rows = D.cdiv(dims.m, tm)
+    even = D.divisible(rows, 2, ranges) if D.is_static(rows) else D.divisible(dims.m, 2 * tm, ranges)
+    count = D.upper(dims.batch, ranges) * D.upper(rows, ranges) * D.upper(D.cdiv(dims.n, tn), ranges)
+    half_rows_ok = op.transpose_rhs or (tn // 2) % (128 // dims.isz) == 0
+    return tm >= 2 * WGMMA_M and even and count >= hw.sm_count and half_rows_ok
+
+
+def _cluster(op, dims, tm: int, tn: int, tk: int, hw: Hardware) -> list[Pick]:
+    """The cluster picks (_clusters says when): [2, 1], and the rhs BlockSpec multicast along it."""
+    ranges = dims.ranges
+    if not _clusters(op, dims, tm, tn, hw):
+        return []
+    rows = D.cdiv(dims.m, tm)
+    count = D.upper(dims.batch, ranges) * D.upper(rows, ranges) * D.upper(D.cdiv(dims.n, tn), ranges)
+    ragged = not all(D.divisible(x, t, ranges) for x, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk)))
+    b = [tn, tk] if op.transpose_rhs else [tk, tn]
+    return [Pick(("schedule", "cluster"), [2, 1],
+                 f"{count} tiles in {D.upper(rows, ranges)} even tile rows: pairs of CTAs along M share the rhs "
+                 "tile, each loading half and multicasting it (half the rhs traffic from L2)"),
+            Pick(("schedule", "in_specs", op.rhs),
+                 BlockSpec(block_shape=b, delay_release=1, out_of_bounds="zero" if ragged else "reject",
+                           collective_axes=["cluster"]), "the rhs tile is the one the cluster shares")]
 
 
 def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str) -> list[Pick]:

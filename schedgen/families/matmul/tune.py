@@ -29,6 +29,7 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "stages": stages,
         "consumers": (target(_bs("pipeline", "num_compute_wgs")),),
         "wg_axis": (target(_bs("pipeline", "wg_axis")),),
+        "consumer_schedule": (target(_bs("pipeline", "consumer_schedule")),),
         "cluster_m": (target(_bs("cluster"), 0),),
         "cluster_n": (target(_bs("cluster"), 1),),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),

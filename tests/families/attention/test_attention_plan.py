@@ -314,7 +314,12 @@ def test_jax_peer_and_markdown_rows():
     assert jax_attention_peer(_plan({"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}))[0] is None
     row = {"family": "attention", "spec": "a", "backend": "cuda", "kernel": "k", "shape": {"S": 4096}, "causal": True,
            "time_ms": 0.25, "tflops": 600.0, "verified": True, "rel_error": 3e-3,
-           "peers": {"sdpa": {"ratio": 1.1, "tflops": 545.0}, "jax_pallas": {"skipped": "timed without the lse"}}}
+           "peers": {"sdpa_cudnn": {"ratio": 1.1, "tflops": 545.0, "note": "SDPBackend.CUDNN_ATTENTION only"},
+                     "sdpa_flash": {"skipped": "no form of our mask verified"},
+                     "jax_pallas": {"skipped": "timed without the lse"}}}
     text = attention_markdown([row])
-    assert "| a | cuda | `k` | S=4096 | True | 0.2500 | 600 | 1.10x (545 TFLOP/s) | skipped | yes | 3.00e-03 |" in text
+    assert "| vs SDPA cuDNN | vs SDPA flash | vs JAX attention_mgpu |" in text
+    assert ("| a | cuda | `k` | S=4096 | True | 0.2500 | 600 | 1.10x (545 TFLOP/s) | skipped | skipped | yes | "
+            "3.00e-03 |") in text
     assert "\n- a cuda jax_pallas: timed without the lse\n" in text      # why a peer is missing, under the table
+    assert "\n- a sdpa_cudnn: SDPBackend.CUDNN_ATTENTION only\n" in text  # what a timed peer is
