@@ -25,6 +25,17 @@ HOLDOUTS = {   # spec, overrides
     "batched GEMM": ("matmul_bf16_4096.yaml", {"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 4},
                                                "op.inputs.a.shape": ["B", "M", "K"], "op.inputs.b.shape": ["B", "K", "N"],
                                                "op.outputs.out.shape": ["B", "M", "N"]}),
+    # attention: ragged sequences (multiples of 8, of no block) and the persistent grid
+    "attention Sq = Skv = 1000, causal, lse (ragged)": (
+        "attention_bf16_4096.yaml", {"S": 1000, "op.causal": True, "schedule.backends": ["cuda", "pallas"],
+                                     "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}),
+    "attention GQA Sq = Skv = 4000, causal (ragged)": ("attention_gqa_causal_bf16_8192.yaml", {"S": 4000}),
+    "attention dynamic S, a multiple of 8 (ragged at the max, 4000)": (
+        "attention_bf16_dynamic.yaml", {"op.sizes.S": {"dynamic": True, "min": 8, "max": 4000, "multiple_of": 8}}),
+    "attention persistent 16k": ("attention_bf16_16384_persistent.yaml", {"schedule.backends": ["cuda", "pallas"]}),
+    "attention persistent causal lpt, ragged 4000": (
+        "attention_bf16_16384_persistent.yaml", {"S": 4000, "op.causal": True, "schedule.backends": ["cuda", "pallas"],
+                                                 "schedule.persistent.tile_order": "lpt"}),
 }
 
 
@@ -71,4 +82,32 @@ def test_the_refused_ragged_sizes_still_fail_to_lower(tmp_path, monkeypatch):
                        cache=Cache(tmp_path / "c"))
     with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 0 must have size smaller or "
                                          "a multiple of its tiling 8, but got 3073"):
+        _lower(built, tmp_path)
+
+
+def test_the_refused_ragged_attention_lengths_still_fail_to_lower(tmp_path, monkeypatch):
+    """Sq = Skv = 1001 is off Mosaic GPU's 8-row GMEM tiling: the planner refuses it for Pallas (PALLAS_SEQ_QUANTUM);
+    with that check turned off, jax 0.11.2 refuses it while lowering."""
+    from schedgen.families.attention import plan as attention_plan
+    monkeypatch.setattr(attention_plan, "PALLAS_SEQ_QUANTUM", 1)
+    built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"), {"S": 1001, "schedule.backends": ["pallas"]},
+                       cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 2 must have size smaller or "
+                                         "a multiple of its tiling 8, but got 1001"):
+        _lower(built, tmp_path)
+
+
+def test_the_refused_log_sum_exp_rows_still_fail_to_lower(tmp_path, monkeypatch):
+    """Sq = 5 is under the 8-row tiling (taken), but the [B, H, Sq] f32 log-sum-exp rows are 20 bytes: the planner
+    refuses it for Pallas (PALLAS_LSE_QUANTUM); with that check off, jax 0.11.2 refuses the TMA store's strides."""
+    from schedgen.families.attention import plan as attention_plan
+    monkeypatch.setattr(attention_plan, "PALLAS_LSE_QUANTUM", 1)
+    sizes = {"B": 1, "SQ": 5, "SKV": 1000, "H": 16, "D": 128}
+    built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"),
+                       {"op.sizes": sizes, "schedule.backends": ["pallas"],
+                        "op.inputs.q.shape": ["B", "SQ", "H", "D"], "op.outputs.o.shape": ["B", "SQ", "H", "D"],
+                        "op.inputs.k.shape": ["B", "SKV", "H", "D"], "op.inputs.v.shape": ["B", "SKV", "H", "D"],
+                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}}, cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="async_copy requires all GMEM strides except the last one to be a multiple "
+                                         "of 16 bytes"):
         _lower(built, tmp_path)
