@@ -49,6 +49,9 @@ def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problem
                      f"of {quantum}: use {_suggest(rows, quantum)} {HINT}")
     for o in columns:
         _check_column(o, space, problems)
+    for o in operands.values():
+        if not o.minor_bcast:
+            _check_smem_tiling(o, space, problems)
     if len(problems) != before:
         return None
     views = tuple(_view(o, len(iblock)) for o in inputs)
@@ -104,6 +107,43 @@ def _check_column(o: MapOperand, space: Space, problems: Problems) -> None:
     if o.tma.swizzle or o.tiling:
         problems.add((*path, "transforms"), f"{NO_TMA}, so the Pallas kernel reads '{o.name}' straight from GMEM "
                                             f"(no SMEM block to tile or swizzle); leave transforms out {HINT}")
+
+
+def inferred_tiling(o: MapOperand) -> tuple[int, int] | None:
+    """(tiling's minor extent, swizzle) that jax 0.11.2's layout inference gives an SMEM block read or written in a
+    named TiledLayout and left without transforms (layout_inference._conjure_transforms_for_smem_ref: rows a multiple
+    of 8, the widest swizzle whose row of elements divides the block's columns); None where it leaves it untiled."""
+    if len(o.block) < 2 or o.block[-2] % 8 or o.tma.swizzle or o.tiling:
+        return None
+    for swizzle in (128, 64, 32):
+        if o.block[-1] % (swizzle // o.itemsize) == 0:
+            return swizzle // o.itemsize, swizzle
+    return None
+
+
+def _check_smem_tiling(o: MapOperand, space: Space, problems: Problems) -> None:
+    """Mosaic GPU tiles the SMEM block of an operand read or written in a named layout (inferred_tiling) whatever
+    the array's extents, and its TMA then needs the array's last two dimensions to be whole numbers of tiles."""
+    tiling = inferred_tiling(o)
+    if tiling is None:
+        return
+    elems, swizzle = tiling
+    rank = len(o.block)
+    for d, quantum in ((rank - 2, 8), (rank - 1, elems)):
+        extent = o.shape[d]
+        if dims.divisible(extent, quantum, space.ranges):
+            continue
+        at = f"{extent}" if isinstance(extent, int) else f"the dynamic {extent}, multiple_of " + ", ".join(
+            str(space.ranges[n].multiple_of) for n in sorted(dims.sizes_of(extent)))
+        group = "in_specs" if o.role == "in" else "out_specs"
+        problems.add(("schedule", group, o.name, "block_shape", rank - 2),
+                     f"with a column in the body the Pallas kernel reads and writes blocks in a named register "
+                     f"layout, and jax 0.11.2's Mosaic GPU then tiles the SMEM block of '{o.name}' ({o.block[-2]} "
+                     f"rows, a multiple of 8) by (8, {elems}) with a {swizzle} B swizzle without looking at the "
+                     f"array, whose dimension {d} ({at}) is not a multiple of {quantum}: lowering fails ('When no "
+                     f"rounding mode is specified, dimension ... must have size smaller or a multiple of its tiling "
+                     f"{quantum}'); use block rows that are not a multiple of 8 (Mosaic GPU leaves such a block "
+                     f"untiled), or a dimension that is a multiple of {quantum}, {HINT}")
 
 
 def _view(o: MapOperand, rank: int) -> RegisterView:
