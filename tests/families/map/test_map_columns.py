@@ -119,6 +119,15 @@ def test_rendered_kernel_reads_the_column_from_gmem(cache):
     assert "plgpu.BlockSpec([40, 1]" not in src
 
 
+def test_explain_names_the_layout_and_the_columns():
+    from schedgen.families.map.explain import explain_map
+    text = explain_map(_plan(MIXED))
+    assert ("  pallas     every value in one register layout of 8 x 128 tiles (4 warps x 2 rows, 16 lanes x 8 "
+            "elements); columns read from GMEM into registers: s (Mosaic GPU infers no layout for a column, nor can "
+            "its TMA load one)") in text.splitlines()
+    assert "  pallas " not in explain_map(_plan(MIXED, {"schedule.backends": ["cuda"]}))
+
+
 # ------------------------------------------------------------------------------------------------ interpreted
 
 @pytest.mark.parametrize("path, ov", [   # (col_scale and col_row_full as they are: test_map_edge_shapes.py)
