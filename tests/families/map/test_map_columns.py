@@ -112,10 +112,13 @@ def test_no_column_no_layout():
 def test_rendered_kernel_reads_the_column_from_gmem(cache):
     src = build_spec(str(MIXED), cache=cache).files["pallas_kernel.py"].decode()
     assert "_LAYOUT = plgpu.Layout.TILED(plgpu.Tiling(((8, 128), (2, 128), (8,))), warp_dims=(-5,)" in src
-    assert "v_s = plgpu.load(in_s_gmem.at[pl.ds(c_in_s[0] * 40, 40), 0],\n" \
-           "                             layout=_LAYOUT.reduce((1,)), optimized=False)" in src
+    assert "            return plgpu.load(in_s_gmem.at[pl.ds(c[0] * 40, 40), 0],\n" \
+           "                              layout=_LAYOUT.reduce((1,)), optimized=False)" in src
     assert "v_b = lax.broadcast_in_dim(v_b, (40, 128), (1,))" in src
-    assert "def step(indices, in_x_s, in_b_s, in_w_s):" in src     # no SMEM stage for the column
+    # no SMEM stage for the column: its block comes in the carry, loaded a step ahead
+    assert "def step(indices, in_x_s, in_b_s, in_w_s, columns):" in src
+    assert "nxt = (_col_in_s(jnp.minimum(k + 1, my_tiles - 1)), )" in src and "return nxt" in src
+    assert "v_s = columns[0].astype(jnp.float32)" in src and "init_carry=(_col_in_s(0), )," in src
     assert "plgpu.BlockSpec([40, 1]" not in src
 
 
@@ -135,7 +138,9 @@ def test_explain_names_the_layout_and_the_columns():
              "op.inputs.w.shape": [1, "M", 1], "op.outputs.o.shape": ["B", "M", "N"],
              "op.outputs.r.shape": ["B", "M", "N"], "schedule.out_specs.o.block_shape": [2, 8, 64],
              "schedule.out_specs.r.block_shape": [2, 8, 64]}),
-], ids=["mixed_rank3"])
+    (EDGE / "col_scale.yaml", {"op.sizes.M": {"dynamic": True, "max": 1024, "multiple_of": 32}}),
+    (MIXED, {"schedule.persistent.num_blocks": 3}),    # 25 tiles on 3 blocks: the carried columns, tile after tile
+], ids=["mixed_rank3", "dynamic_m", "three_blocks"])
 def test_interpreted_against_float64(path, ov, cache):
     built = build_spec(str(path), ov, cache=cache)
     assert "pallas" in built.plan.backends and built.plan.registers is not None
