@@ -7,12 +7,15 @@ jax 0.11.2's Mosaic GPU takes such an input in neither of the ways the other inp
 - its layout inference finds no register layout for a broadcast along the minor dimension (the WG_STRIDED layout it
   picks for elementwise blocks broadcasts leading dimensions only).
 So the kernel reads a column straight from GMEM into registers (`plgpu.load`, no bounds handling: its dimensions must
-divide into whole blocks) and names one TiledLayout for every value of the block: the warpgroup's 4 warps split the
+divide into whole blocks; each step loads the next tile's into the pipeline's carry, so the load's latency hides under
+a step's work) and names one TiledLayout for every value of the block: the warpgroup's 4 warps split the
 rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec` elements, so the block's rows must be a
 multiple of 4 * lane_rows. A column's value is that layout reduced along the minor dimension (one value per row,
 replicated over the lanes of the row), broadcast in registers; a row or a full input is read from its SMEM stage in
-the layout reduced along the dimensions it lacks. tests/build/test_pallas_lowers.py lowers both kinds of block for
-CUDA on the CPU (the interpreter does not check layouts).
+the layout reduced along the dimensions it lacks. With that named layout, layout inference tiles an SMEM block of
+8k rows by (8, 128 B) whatever the array's extents, which a ragged array's TMA then refuses (_check_smem_tiling).
+tests/build/test_pallas_lowers.py lowers such kernels for CUDA on the CPU (the interpreter does not check layouts);
+tests/families/map/test_map_columns.py pins each jax limit named here.
 """
 from __future__ import annotations
 
