@@ -16,7 +16,7 @@ from schedgen.plan import launch as L
 from schedgen.runtime import driver
 from schedgen.runtime.kernel import load_package
 
-from fake_driver import FakeDriver
+from runtime.fake_driver import FakeDriver   # (tests/ is on the path: runs alone or imported by other tests)
 
 
 def _plan(name):
