@@ -1,0 +1,11 @@
+# The session's last H200 call (2026-12-04): the GPU tests of what landed today (ping-pong, Pallas ragged and
+# persistent attention, Pallas column-broadcast maps), each in its own process (one kernel fault cannot take the
+# others with it), then the fused Linear against torch eager and torch.compile(max-autotune).
+set -u
+O=$OUT/l; mkdir -p $O
+t() { local name=$1 lim=$2; shift 2; timeout $lim python3 -m pytest -q -m gpu -p no:cacheprovider "$@" > $O/$name.log 2>&1; echo "$name: $(tail -1 $O/$name.log)"; }
+t pingpong 100 tests/families/matmul/test_pingpong.py
+t pattn 170 tests/families/attention/test_pallas_attention.py
+t pbcast 80 tests/families/map/test_map_columns.py
+timeout 150 python3 -m schedgen bench bench/user_shapes/linear_bias_gelu_f16_4096x4096x1024.yaml --backend cuda --json $O/fused.json > $O/fused.out 2>&1; grep -E "^\| linear|torch_" $O/fused.out | cut -c1-260
+cd $OUT && tar czf l.tgz l
