@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -85,9 +85,13 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:  # noq
             wanted, name, alias = (Target(*parsed),), _short_name(key), False
             if short.count(name) > 1:
                 name = key  # ambiguous short name: tables show the path; constraints cannot name it
-        targets = []
+        targets, follow = [], []
         for t in wanted:
             found, value = _lookup(base, t.path)
+            if t.follows:
+                if found:
+                    follow.append(t)            # kept unless another knob sets the field (_unshadowed)
+                continue
             if not found and alias and t.path[1] in ("in_specs", "out_specs"):
                 continue  # an absent BlockSpec: the planner's default, nothing to keep in step
             if not found:
@@ -122,8 +126,13 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:  # noq
         if not targets and not any(p.path == where for p in problems):
             problems.append(Problem(where, f"{key}: no field of this spec to set (write the BlockSpecs it ties)"))
             continue
-        knobs.append(Knob(key, name, values, tuple(targets), alias))
-    return knobs
+        knobs.append(Knob(key, name, values, tuple(targets + follow), alias))
+    return _unshadowed(knobs, {p for p, _ in owner})
+
+
+def _unshadowed(knobs: list[Knob], owned: set) -> list[Knob]:
+    """The knobs without the following fields (Target.values) that another knob sets: that knob's value wins."""
+    return [replace(k, targets=tuple(t for t in k.targets if not (t.follows and t.path in owned))) for k in knobs]
 
 
 def _max_length(spec: SpecFile, path: Sequence[str]) -> int | None:
@@ -146,15 +155,18 @@ def field_overrides(base: Mapping, knobs: Sequence[Knob], values: Sequence[Any])
     out: dict[tuple, Any] = {}
     for knob, value in zip(knobs, values):
         for t in knob.targets:
+            sets, v = t.value_for(value)
+            if not sets:
+                continue
             if t.index is None:
-                out[t.path] = value
+                out[t.path] = v
                 continue
             if t.path not in out:
                 out[t.path] = list(_lookup(base, t.path)[1])
             lst = out[t.path]
             while len(lst) <= t.index:
                 lst.append(1)
-            lst[t.index] = value
+            lst[t.index] = v
     return {".".join(p): v for p, v in out.items()}
 
 # ============================================================================================== the space

@@ -1,15 +1,22 @@
 """The matmul family's tune aliases: short knob names for fields that move together. Each alias maps to the
-(field path, list index or None) pairs it sets; `schedgen.tune.aliases` turns them into knobs."""
+(field path, list index or None[, values]) targets it sets; `schedgen.tune.aliases` turns them into knobs."""
 from __future__ import annotations
+
+from .schedule import CLUSTER_AXIS
 
 
 def _bs(*parts: str) -> tuple[str, ...]:
     return ("schedule", *parts)
 
 
-def target(path: tuple[str, ...], index: int | None = None) -> tuple[tuple[str, ...], int | None]:
-    """One field an alias sets (plain data; the tuner makes a `Target` of it)."""
-    return (path, index)
+def target(path: tuple[str, ...], index: int | None = None, values: tuple | None = None) -> tuple:
+    """One field an alias sets (plain data; the tuner makes a `Target` of it); with `values`, (knob value, field
+    value) pairs: the field follows the knob (knobs.Target)."""
+    return (path, index) if values is None else (path, index, values)
+
+
+# the operand a 2-CTA cluster shares is multicast (collective_axes: [cluster]); on a 1-CTA launch nothing is
+SHARED = ((1, []), (2, [CLUSTER_AXIS]))
 
 
 def matmul_aliases(spec) -> dict[str, tuple]:
@@ -29,8 +36,8 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "stages": stages,
         "consumers": (target(_bs("pipeline", "num_compute_wgs")),),
         "wg_axis": (target(_bs("pipeline", "wg_axis")),),
-        "cluster_m": (target(_bs("cluster"), 0),),
-        "cluster_n": (target(_bs("cluster"), 1),),
+        "cluster_m": (target(_bs("cluster"), 0), target(_bs("in_specs", op.rhs, "collective_axes"), None, SHARED)),
+        "cluster_n": (target(_bs("cluster"), 1), target(_bs("in_specs", op.lhs, "collective_axes"), None, SHARED)),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),
                           target(_bs("in_specs", op.rhs, "delay_release"))),
         "epilogue_m": (target(_bs("epilogue", "tile"), 0),),
