@@ -1,16 +1,19 @@
 """The search space: a spec's tune.params resolved into knobs (field paths or family aliases, checked against the
-spec), counted without expanding, and enumerated lazily (every point, or a seeded random sample of them)."""
+spec), counted without expanding, and enumerated lazily (every point, or a seeded random sample of them). A spec
+with no tune section gets its family's default space around the planner's picks (picked.py)."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..cache import key_of
 from ..errors import Problem, SourceMap, SpecErrors, format_path
+from ..families import TuneSpace
 from ..frontend import expr as ex
 from ..frontend.load import load_file
 from ..frontend.specfile import SpecFile
@@ -19,6 +22,7 @@ from .aliases import aliases_for
 from .constraints import Constraint, parse_constraint
 from .db import canonical
 from .knobs import Knob, Target
+from .picked import default_space, nothing_to_tune
 
 # The most points a run expands and plans (planning takes about 0.5 ms a point, so ~10 s); a larger space is
 # refused with a located error unless a random sample is asked for (`schedgen tune --budget N`, N <= this).
@@ -184,6 +188,8 @@ class Space:
     spec_key: str
     budget: int | None = None   # with a space larger than this: a random sample of this many points
     seed: int = 0               # the sample's seed
+    picked: dict = field(default_factory=dict)   # a spec with no tune section: the planner's picks, as overrides
+    default: TuneSpace | None = None             # ... and the family's default space (its tune section, in `spec`)
 
     @property
     def size(self) -> int:
@@ -202,10 +208,6 @@ class Space:
     @property
     def sizes(self) -> dict:
         return dict(self.spec.op.sizes)
-
-
-class NothingToTune(SpecErrors):
-    """The spec has no tune section (or no params in it)."""
 
 
 def config_key(spec: SpecFile) -> str:
@@ -268,13 +270,16 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
         raise SpecErrors(problems + exc.problems, src) from None
     if problems:
         raise SpecErrors(problems, src)
-    if spec.tune is None or not spec.tune.params:
-        raise NothingToTune([Problem(("tune",) if spec.tune else (), "nothing to tune: add a tune section, e.g. "
-                                  "tune: {params: {stages: [3, 4]}} (docs/tuning.md)")], src)
+    picked, default = {}, None
+    if spec.tune is None:       # tuned around the planner's picks, written in as fields (picked.py)
+        spec, picked, default = default_space(spec, data, src, overrides)
+    elif not spec.tune.params:
+        raise nothing_to_tune(spec, src, "the tune section has no params")
     knobs, constraints, problems = tune_section(spec, src, budget)
     if problems:
         raise SpecErrors(problems, src)
-    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed)
+    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed, picked,
+                 default)
 
 
 # ============================================================================================== candidates
@@ -322,4 +327,5 @@ def expand(space: Space) -> Iterator[Candidate]:
     for i in indices(space):
         combo = point(space, i)
         fields = field_overrides(base, space.knobs, combo)
-        yield Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)}, {**space.user_overrides, **fields})
+        yield Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)},
+                        {**space.user_overrides, **copy.deepcopy(space.picked), **fields})
