@@ -14,14 +14,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SERIES = [("cuda", "schedgen CUDA"), ("pallas", "schedgen Pallas"), ("cublas", "cuBLAS (torch.matmul)"),
-          ("jax_pallas", "JAX Pallas hopper_matmul_mgpu")]
-COLORS = {"cuda": "#1f77b4", "pallas": "#2ca02c", "cublas": "#7f7f7f", "jax_pallas": "#ff7f0e"}
+SERIES = [("cuda", "schedgen CUDA"), ("pallas", "schedgen Pallas"), ("cublas", "cuBLAS (torch.matmul, the bare product)"),
+          ("jax_pallas", "JAX Pallas hopper_matmul_mgpu"), ("torch_eager", "torch.matmul + eager epilogue"),
+          ("torch_compile", "torch.compile max-autotune-no-cudagraphs")]
+COLORS = {"cuda": "#1f77b4", "pallas": "#2ca02c", "cublas": "#7f7f7f", "jax_pallas": "#ff7f0e",
+          "torch_eager": "#8c564b", "torch_compile": "#9467bd"}
 
 
 def table(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """spec label -> {series: TFLOP/s}."""
+    """spec label -> {series: TFLOP/s}: the shape and dtype, and the spec's name where it is not a plain
+    matmul_* product or another spec has that shape already (the tuned and fused 4096^3 specs are separate bars)."""
     out: dict[str, dict[str, float]] = {}
+    owner: dict[str, str] = {}
     for r in rows:
         if "tflops" in r and isinstance(r["tflops"], dict):      # mm_fair.py
             label = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}"
@@ -30,11 +34,14 @@ def table(rows: list[dict]) -> dict[str, dict[str, float]]:
         if r.get("family") != "matmul" or r.get("variant", "default") != "default":
             continue
         s = r["shape"]
-        label = f"{s.get('M')}x{s.get('N')}x{s.get('K')} {r['dtype']}" + ("" if r["spec"].startswith("matmul_") else f" ({r['spec']})")
+        label = f"{s.get('M')}x{s.get('N')}x{s.get('K')} {r['dtype']}"
+        if not r["spec"].startswith("matmul_bf16_") and not r["spec"].startswith("matmul_f16_") \
+                or owner.setdefault(label, r["spec"]) != r["spec"]:
+            label += f" ({r['spec']})"
         cell = out.setdefault(label, {})
         cell[r["backend"]] = r["tflops"]
         for peer, info in (r.get("peers") or {}).items():
-            if info.get("tflops"):
+            if info.get("tflops") and info.get("verified", True):
                 cell.setdefault(peer, info["tflops"])
     return out
 
@@ -44,10 +51,11 @@ def plot(data: dict[str, dict[str, float]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = list(data)
-    width = 0.2
+    series = [(k, n) for k, n in SERIES if any(k in data[lb] for lb in labels)]
+    width = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels)), 5.2))
-    for i, (key, name) in enumerate(SERIES):
-        xs = [j + (i - 1.5) * width for j in range(len(labels))]
+    for i, (key, name) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(labels))]
         ys = [data[l].get(key, 0.0) for l in labels]
         ax.bar(xs, ys, width, label=name, color=COLORS[key])
     from schedgen.plan.hardware import PEAK_TFLOPS
@@ -59,11 +67,12 @@ def plot(data: dict[str, dict[str, float]], path: Path, title: str) -> None:
     ax.set_ylabel("TFLOP/s")
     ax.set_ylim(0, 1180)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", ncol=4, frameon=False)
+    ax.legend(fontsize=8, loc="upper left", ncol=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> int:

@@ -5,11 +5,14 @@ dtype, time_ms with how it was measured (timing, events_ms / cupti_ms / wall_ms,
 tflops, verified, rel_error, date, env; a family's own fields (matmul: flops, pct_peak of the datasheet peak,
 sets, iters); `peers`: for each of the family's peers its time_ms, rate, ratio (peer time / our time: above 1
 means ours is faster), ratio_basis, verified, rel_error and a note, or `skipped` with the reason; and the flat
-peer / peer_time_ms / ratio fields naming the family's main peer (map: `copy`, matmul: `cublas`).
+peer / peer_time_ms / ratio fields naming the family's main peer (map: `copy`, matmul: `cublas`); gpu_before and
+gpu_after: the SM clock, power limit and draw and temperature read just before and just after the timing
+(`environment.gpu_state`, {"error": why} where nothing answers).
 
 The package: `timing` (the one interleaved-rounds timing primitive), `environment` (the machine record), `rows`
 (row building, the record file, Markdown), `case` (what peers get and give, our kernels as contenders), `run`
-(`bench_built`, looking the family's peers up in its manifest: `schedgen/families/<kind>/peers.py`).
+(`bench_built`, looking the family's peers up in its manifest: `schedgen/families/<kind>/peers.py`), `torch_expr`
+(a checked body as eager torch ops: the torch peers' function).
 """
 from __future__ import annotations
 

@@ -62,13 +62,30 @@ def guard(label: str, make: Callable[[], Peer]) -> Peer:
         return Peer.skipped(f"{label} failed: {why(exc)}")
 
 
-def to_torch(torch, x, dtype: str):
+def to_torch(torch, x, dtype: str, device: str = "cuda"):
     x = np.ascontiguousarray(x)
     if dtype == "bf16":
         t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
     else:
         t = torch.from_numpy(x)
-    return t.to("cuda")
+    return t.to(device)
+
+
+def torch_sync(torch, device: str) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def torch_stream(torch, device: str) -> int:
+    """torch's current CUDA stream as a raw handle (0, the legacy stream's, on the CPU: nothing is timed there)."""
+    return int(torch.cuda.current_stream().cuda_stream) if device != "cpu" else 0
+
+
+def torch_release(torch, device: str) -> None:
+    """Give torch's cached device memory back once a peer's tensors are gone."""
+    if device != "cpu":
+        torch.cuda.empty_cache()
 
 
 def from_torch(torch, t, dtype: str):

@@ -1,6 +1,9 @@
-"""What a benchmark row records of the machine it ran on: GPU, driver, clocks, power, temperature, versions."""
+"""What a benchmark row records of the machine it ran on: GPU, driver, clocks, power, temperature, versions; and
+`gpu_state()`, the SM clock, power limit and draw and temperature at one moment (each row has them from just
+before and just after its timing: `gpu_before`, `gpu_after`)."""
 from __future__ import annotations
 
+import os
 import subprocess
 from importlib import metadata
 from typing import Any
@@ -58,3 +61,65 @@ def environment() -> dict[str, Any]:
     env["jax"] = env["toolchain"].get("jax")
     env["versions"] = versions()
     return env
+
+
+# ---------------------------------------------------------------------------------------------- the GPU's state now
+
+# nvidia-smi --query-gpu fields -> gpu_state keys (numbers: MHz, W, degrees C)
+_STATE = {"clocks.sm": "sm_clock_mhz", "clocks.max.sm": "sm_clock_max_mhz", "power.limit": "power_limit_w",
+          "power.draw": "power_draw_w", "temperature.gpu": "temperature_c"}
+
+
+def _gpu_index() -> int:
+    """The GPU the process uses, as NVML / nvidia-smi number it: CUDA_VISIBLE_DEVICES' first entry when it is a
+    number, else 0 (CUDA's device 0; NVML and CUDA agree on a machine of one GPU model in PCI order)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def _number(text: str) -> float | None:
+    head = text.strip().split(" ")[0]
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+def _state_nvml(index: int) -> dict:
+    import pynvml
+    pynvml.nvmlInit()
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return {"sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                "sm_clock_max_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+                "power_draw_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "temperature_c": float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                "source": "nvml"}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _state_smi(index: int) -> dict:
+    q = subprocess.run(["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(_STATE)}", "--format=csv,noheader"],
+                       capture_output=True, text=True, timeout=20)
+    lines = q.stdout.strip().splitlines()
+    values = [x.strip() for x in lines[0].split(",")] if lines else []
+    if q.returncode != 0 or len(values) != len(_STATE):
+        raise RuntimeError(f"nvidia-smi: {(q.stderr.strip() or q.stdout.strip() or 'no output').splitlines()[0]}")
+    out: dict = {key: _number(v) for key, v in zip(_STATE.values(), values) if _number(v) is not None}
+    return {**out, "source": "nvidia-smi"}
+
+
+def gpu_state() -> dict:
+    """The SM clock (and its max), the power limit and draw and the temperature of the GPU in use now, through NVML
+    (pynvml) where it is installed, else nvidia-smi; where neither answers, {"error": why} (never raises)."""
+    index = _gpu_index()
+    errors = []
+    for probe in (_state_nvml, _state_smi):
+        try:
+            return probe(index)
+        except Exception as exc:
+            errors.append(f"{probe.__name__.removeprefix('_state_')}: {type(exc).__name__}: "
+                          f"{(str(exc).strip().splitlines() or [''])[0]}")
+    return {"error": "; ".join(errors)}

@@ -15,6 +15,7 @@ alone). A block is timed by each of the contender's clocks:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -50,11 +51,18 @@ def matmul_sets(in_bytes: int) -> int:
 @dataclass
 class Contender:
     """One thing to time. `call(i)` launches call i (it picks input set i % sets itself); `stream` is the CUDA
-    stream it launches on, None where jax launches it (on XLA's streams); `sync()` waits for its last call."""
+    stream it launches on, None where jax launches it (on XLA's streams); `sync()` waits for its last call;
+    `scope()`, where given, a context entered around its warm-up and around each of its blocks, outside every
+    clock (torch's SDPA backend choice, say: set once per block, not once per launch)."""
     name: str
     call: Callable[[int], Any]
     stream: int | None = 0
     sync: Callable[[], None] | None = None
+    scope: Callable[[], contextlib.AbstractContextManager] | None = None
+
+    def within(self) -> contextlib.AbstractContextManager:
+        """Its scope as a context manager to enter (a no-op one where it has none)."""
+        return self.scope() if self.scope is not None else contextlib.nullcontext()
 
     @property
     def clocks(self) -> tuple[str, ...]:
@@ -152,9 +160,10 @@ def interleaved(contenders: Sequence[Contender], *, block: int, rounds: int = RO
     unavailable: set[tuple[str, str]] = set()
     for c in contenders:
         try:
-            for i in range(warmup):
-                c.call(i)
-            c.wait()
+            with c.within():
+                for i in range(warmup):
+                    c.call(i)
+                c.wait()
         except Exception as exc:
             dead[c.name] = _why(exc)
     start = warmup
@@ -166,7 +175,8 @@ def interleaved(contenders: Sequence[Contender], *, block: int, rounds: int = RO
                 if (c.name, name) in unavailable:
                     continue
                 try:
-                    ms = clocks[name](c, start, block)
+                    with c.within():
+                        ms = clocks[name](c, start, block)
                 except Exception as exc:
                     if name != "cupti":          # CUPTI failing is CUPTI missing; the launch's own error is real
                         dead[c.name] = _why(exc)

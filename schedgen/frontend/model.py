@@ -260,6 +260,17 @@ class Pipeline(Model):
         "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
         "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
         examples=["m", "n"])
+    consumer_schedule: Literal["cooperative", "pingpong"] = Field(
+        default="cooperative", description=(
+            "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "
+            "default): both work on one tile, split along wg_axis, and both wait through its epilogue; pingpong: each "
+            "owns a whole tile (tile_m x tile_n, tile_m / 64 wgmma M-blocks; its accumulators are tile_m x tile_n / "
+            "128 f32 a thread) and they take alternate tiles of the block's persistent sequence, so one's epilogue runs "
+            "under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores "
+            "(CUTLASS's ping-pong; without it a consumer a ring round ahead of the other would read a stage of the "
+            "wrong round). pingpong needs num_compute_wgs: 2 and no wg_axis; the "
+            "Pallas rendering and collective_matmul take cooperative only; map and attention take none"),
+        examples=["cooperative", "pingpong"])
 
 
 class Persistent(Model):

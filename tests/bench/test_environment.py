@@ -6,6 +6,8 @@ import importlib
 import subprocess
 import types
 
+import pytest
+
 # the module (schedgen.bench's attribute `environment` is its function)
 E = importlib.import_module("schedgen.bench.environment")
 
@@ -40,3 +42,51 @@ def test_without_nvidia_smi_or_a_gpu_the_record_says_so(monkeypatch):
     monkeypatch.setattr(driver, "device_info", lambda: (_ for _ in ()).throw(RuntimeError("no CUDA device")))
     env = E.environment()
     assert env["gpu"] is None and env["note"] == "no GPU: RuntimeError"
+
+
+# ---------------------------------------------------------------------------------------------- gpu_state
+
+
+def test_gpu_state_reads_nvidia_smi_for_the_gpu_in_use(monkeypatch):
+    """Without pynvml: nvidia-smi for the GPU CUDA_VISIBLE_DEVICES names first; numbers, not text."""
+    import sys
+    monkeypatch.setitem(sys.modules, "pynvml", None)             # import pynvml fails
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    asked = []
+
+    def smi(cmd, **kw):
+        asked.append(cmd)
+        return types.SimpleNamespace(stdout="1755 MHz, 1980 MHz, 700.00 W, 512.30 W, 58\n", stderr="", returncode=0)
+    monkeypatch.setattr(subprocess, "run", smi)
+    got = E.gpu_state()
+    assert got == {"sm_clock_mhz": 1755.0, "sm_clock_max_mhz": 1980.0, "power_limit_w": 700.0,
+                   "power_draw_w": 512.3, "temperature_c": 58.0, "source": "nvidia-smi"}
+    assert asked[0][:2] == ["nvidia-smi", "--id=3"]
+
+
+def test_gpu_state_prefers_nvml(monkeypatch):
+    import sys
+    calls = []
+    nvml = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0, nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"), nvmlDeviceGetHandleByIndex=lambda i: calls.append(i) or "h",
+        nvmlDeviceGetClockInfo=lambda h, c: 1980, nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000, nvmlDeviceGetPowerUsage=lambda h: 95500,
+        nvmlDeviceGetTemperature=lambda h, t: 33)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("nvidia-smi asked although NVML answered"))
+    got = E.gpu_state()
+    assert got["sm_clock_mhz"] == 1980.0 and got["power_limit_w"] == 700.0 and got["power_draw_w"] == 95.5
+    assert got["source"] == "nvml" and calls == ["init", 0, "shutdown"]
+
+
+def test_gpu_state_fails_soft(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+    def missing(*a, **kw):
+        raise FileNotFoundError("nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", missing)
+    got = E.gpu_state()
+    assert list(got) == ["error"] and "nvml: ModuleNotFoundError" in got["error"] and "smi: FileNotFoundError" in got["error"]

@@ -74,6 +74,31 @@ def test_a_contender_that_raises_leaves_and_the_others_go_on():
     assert got["b"]["time_ms"] == 1.0 and got["b"]["rounds"] == 3
 
 
+def test_a_contenders_scope_is_entered_once_per_block_outside_its_clocks():
+    """A scope (SDPA's backend restriction) is entered around the warm-up and around each block of each clock, not
+    per launch, and every launch of the contender runs inside it; a contender without one runs outside any."""
+    import contextlib
+    state = {"inside": False, "entered": 0}
+
+    @contextlib.contextmanager
+    def scope():
+        state["entered"] += 1
+        state["inside"] = True
+        try:
+            yield
+        finally:
+            state["inside"] = False
+    seen = {"a": [], "b": []}
+    a = Contender("a", lambda i: seen["a"].append(state["inside"]), stream=0, sync=lambda: None, scope=scope)
+    b = Contender("b", lambda i: seen["b"].append(state["inside"]), stream=0, sync=lambda: None)
+    times = {(k, n): [1.0] * 3 for k in ("cuda-events", "cupti") for n in "ab"}
+    got = interleaved([a, b], block=4, rounds=3, warmup=2, clocks=_clocks([], times))
+    assert got["a"]["time_ms"] == 1.0 and got["b"]["time_ms"] == 1.0
+    assert len(seen["a"]) == 2 + 3 * 2 * 4 and all(seen["a"])         # every launch inside its scope
+    assert state["entered"] == 1 + 3 * 2                              # warm-up, then once per block and clock
+    assert seen["b"] and not any(seen["b"])
+
+
 def test_time_stream_fn_is_the_primitive_with_one_contender(monkeypatch):
     seen = {}
 
@@ -130,8 +155,14 @@ def test_bench_built_rows_from_the_family_peers(monkeypatch, tmp_path):
         seen.append([c.name for c in contenders])
         return {c.name: timed[c.name] for c in contenders}
     monkeypatch.setattr(run, "interleaved", fake_interleaved)
+    states = iter([{"sm_clock_mhz": 1980.0, "power_limit_w": 700.0}, {"sm_clock_mhz": 1755.0, "power_limit_w": 700.0}])
+    import importlib
+    monkeypatch.setattr(importlib.import_module("schedgen.bench.environment"), "gpu_state", lambda: next(states))
     rows = bench.bench_built(built, ["cuda", "pallas"], iters=20, env={"gpu": "fake"})
     assert seen == [["cuda", "copy"]] and closed == ["copy"]
+    # the SM clock and power limit read just before and just after the timing, in every row
+    assert all(r["gpu_before"] == {"sm_clock_mhz": 1980.0, "power_limit_w": 700.0} for r in rows)
+    assert all(r["gpu_after"] == {"sm_clock_mhz": 1755.0, "power_limit_w": 700.0} for r in rows)
     cuda, pallas = rows
     plan = built.plan
     assert cuda["family"] == "map" and cuda["sets"] == 3 and cuda["verified"] and cuda["env"] == {"gpu": "fake"}

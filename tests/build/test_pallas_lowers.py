@@ -10,12 +10,22 @@ from __future__ import annotations
 import jax
 import pytest
 
-from conftest import SPECS_DIR, spec_files
+from conftest import ROOT, SPECS_DIR, spec_files
 from schedgen import families
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 from schedgen.runtime.arrays import DTYPES
 from schedgen.runtime.kernel import load_package
+
+COL_ROW_FULL = ROOT / "tests" / "data" / "edge" / "col_row_full.yaml"
+
+
+def COL_RAGGED_N(rows):   # noqa: N802 (a table entry)
+    """col_row_full at M = 1000, N = 600 (not a multiple of the 128 columns of a block) in blocks of `rows` rows."""
+    zero = {"block_shape": [rows, 128], "out_of_bounds": "zero"}
+    return {"op.sizes": {"M": 1000, "N": 600}, "schedule.out_specs.o": zero, "schedule.out_specs.r": zero,
+            "schedule.in_specs": {"x": zero, "w": zero, "b": {"block_shape": [128], "out_of_bounds": "zero"}}}
+
 
 ZERO = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero",
         "schedule.backends": ["cuda", "pallas"]}
@@ -25,6 +35,32 @@ HOLDOUTS = {   # spec, overrides
     "batched GEMM": ("matmul_bf16_4096.yaml", {"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 4},
                                                "op.inputs.a.shape": ["B", "M", "K"], "op.inputs.b.shape": ["B", "K", "N"],
                                                "op.outputs.out.shape": ["B", "M", "N"]}),
+    # attention: ragged sequences (multiples of 8, of no block) and the persistent grid
+    "attention Sq = Skv = 1000, causal, lse (ragged)": (
+        "attention_bf16_4096.yaml", {"S": 1000, "op.causal": True, "schedule.backends": ["cuda", "pallas"],
+                                     "op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}),
+    "attention GQA Sq = Skv = 4000, causal (ragged)": ("attention_gqa_causal_bf16_8192.yaml", {"S": 4000}),
+    "attention dynamic S, a multiple of 8 (ragged at the max, 4000)": (
+        "attention_bf16_dynamic.yaml", {"op.sizes.S": {"dynamic": True, "min": 8, "max": 4000, "multiple_of": 8}}),
+    "attention persistent 16k": ("attention_bf16_16384_persistent.yaml", {"schedule.backends": ["cuda", "pallas"]}),
+    "attention persistent causal lpt, ragged 4000": (
+        "attention_bf16_16384_persistent.yaml", {"S": 4000, "op.causal": True, "schedule.backends": ["cuda", "pallas"],
+                                                 "schedule.persistent.tile_order": "lpt"}),
+    # map: a column broadcast ([M, 1]) is read from GMEM into a named register layout (families/map/columns.py)
+    "map: [M, 1] column": ("add_bf16.yaml", {"op.inputs.y.shape": ["M", 1],
+                                             "schedule.in_specs.y": {"block_shape": [32, 1], "index_map": "(i, 0)"}}),
+    "map: column + row + full": ("gelu_bias_bf16.yaml", {"op.inputs.w.shape": ["M", 1],
+                                                         "schedule.in_specs.w": {"block_shape": [32, 1],
+                                                                                 "index_map": "(i, 0)"}}),
+    "map: column, 20-row blocks, ragged N": (COL_ROW_FULL, COL_RAGGED_N(20)),
+    "map: batched, [1, M, 1] and [M, 1] columns": (COL_ROW_FULL, {
+        "op.sizes": {"B": 4, "M": 200, "N": 640}, "op.inputs.x.shape": ["B", "M", "N"],
+        "op.inputs.w.shape": [1, "M", 1], "op.outputs.o.shape": ["B", "M", "N"], "op.outputs.r.shape": ["B", "M", "N"],
+        "schedule.out_specs.o.block_shape": [2, 8, 64], "schedule.out_specs.r.block_shape": [2, 8, 64]}),
+    "map: [M, 1] column, 4-row blocks of bf16": ("add_bf16.yaml", {"op.inputs.y.shape": ["M", 1],
+                                                                  "op.inputs.y.dtype": "f32",
+                                                                  "schedule.in_specs": {},
+                                                                  "schedule.out_specs.o.block_shape": [4, 128]}),
 }
 
 
@@ -71,4 +107,45 @@ def test_the_refused_ragged_sizes_still_fail_to_lower(tmp_path, monkeypatch):
                        cache=Cache(tmp_path / "c"))
     with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 0 must have size smaller or "
                                          "a multiple of its tiling 8, but got 3073"):
+        _lower(built, tmp_path)
+
+
+def test_the_refused_ragged_attention_lengths_still_fail_to_lower(tmp_path, monkeypatch):
+    """Sq = Skv = 1001 is off Mosaic GPU's 8-row GMEM tiling: the planner refuses it for Pallas (PALLAS_SEQ_QUANTUM);
+    with that check turned off, jax 0.11.2 refuses it while lowering."""
+    from schedgen.families.attention import plan as attention_plan
+    monkeypatch.setattr(attention_plan, "PALLAS_SEQ_QUANTUM", 1)
+    built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"), {"S": 1001, "schedule.backends": ["pallas"]},
+                       cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 2 must have size smaller or "
+                                         "a multiple of its tiling 8, but got 1001"):
+        _lower(built, tmp_path)
+
+
+def test_the_refused_log_sum_exp_rows_still_fail_to_lower(tmp_path, monkeypatch):
+    """Sq = 5 is under the 8-row tiling (taken), but the [B, H, Sq] f32 log-sum-exp rows are 20 bytes: the planner
+    refuses it for Pallas (PALLAS_LSE_QUANTUM); with that check off, jax 0.11.2 refuses the TMA store's strides."""
+    from schedgen.families.attention import plan as attention_plan
+    monkeypatch.setattr(attention_plan, "PALLAS_LSE_QUANTUM", 1)
+    sizes = {"B": 1, "SQ": 5, "SKV": 1000, "H": 16, "D": 128}
+    built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"),
+                       {"op.sizes": sizes, "schedule.backends": ["pallas"],
+                        "op.inputs.q.shape": ["B", "SQ", "H", "D"], "op.outputs.o.shape": ["B", "SQ", "H", "D"],
+                        "op.inputs.k.shape": ["B", "SKV", "H", "D"], "op.inputs.v.shape": ["B", "SKV", "H", "D"],
+                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}}, cache=Cache(tmp_path / "c"))
+    with pytest.raises(ValueError, match="async_copy requires all GMEM strides except the last one to be a multiple "
+                                         "of 16 bytes"):
+        _lower(built, tmp_path)
+
+
+def test_the_refused_column_tilings_still_fail_to_lower(tmp_path, monkeypatch):
+    """40-row blocks at N = 600 with a column: the planner refuses them for Pallas (columns._check_smem_tiling);
+    with that check turned off, jax 0.11.2 refuses them while lowering (layout inference tiles the SMEM blocks by
+    (8, 64) without looking at the array's 600 columns)."""
+    from schedgen.families.map import columns
+    monkeypatch.setattr(columns, "_check_smem_tiling", lambda o, space, problems: None)
+    built = build_spec(str(COL_ROW_FULL), COL_RAGGED_N(40), cache=Cache(tmp_path / "c"))
+    assert "pallas" in built.plan.backends
+    with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 1 must have size smaller or "
+                                         "a multiple of its tiling (64|32), but got 600"):
         _lower(built, tmp_path)

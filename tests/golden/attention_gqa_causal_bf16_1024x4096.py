@@ -52,12 +52,16 @@ def _tile(t):
     return lax.div(u, HEADS_Q), lax.rem(u, HEADS_Q), qb
 
 
-def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
-    b, h, qb = _tile(lax.axis_index("tiles"))
-    hk = lax.div(h, GROUP)
+def _where(t):
+    """Tile t's batch, q head, kv head, first query row and key blocks (the producer loads each once)."""
+    b, h, qb = _tile(t)
     q0 = qb * BLOCK_Q
     # the block's last row sees keys up to q0 + BLOCK_Q - 1 + CAUSAL_OFFSET
-    block_kv_steps = lax.div(q0 + BLOCK_Q + CAUSAL_OFFSET + BLOCK_KV - 1, BLOCK_KV)
+    steps = lax.div(q0 + BLOCK_Q + CAUSAL_OFFSET + BLOCK_KV - 1, BLOCK_KV)
+    return b, h, lax.div(h, GROUP), q0, steps
+
+
+def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
     scratch = {
         "qo_smem": plgpu.SMEM((NUM_CONSUMERS, ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),  # Q, then O for the store
         "k_smem": plgpu.SMEM((STAGES, BLOCK_KV, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
@@ -80,9 +84,9 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
             plgpu.barrier_arrive(schedule)
             plgpu.barrier_wait(schedule)
 
-        @pl.when(wg < NUM_CONSUMERS)
-        def _consumer():
-            plgpu.set_max_registers(CONSUMER_REGS, action="increase")
+        def consumer_tile(t, base):
+            """This consumer's rows of tile t; K/V block j of the tile is ring step base + j. Returns the next base."""
+            b, h, _, q0, block_kv_steps = _where(t)
             q_base = q0 + wg * ROWS
             qo = qo_smem.at[wg]
             plgpu.copy_gmem_to_smem(_rows(q_gmem, b, h, q_base, ROWS), qo, q_full.at[wg])
@@ -91,12 +95,12 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
             l_i = plgpu.layout_cast(jnp.full((ROWS,), 0.0, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
             acc = plgpu.layout_cast(jnp.full((ROWS, HEAD_DIM), 0.0, jnp.float32), plgpu.Layout.WGMMA)
             plgpu.barrier_wait(q_full.at[wg])
-            plgpu.barrier_wait(k_full.at[0])
+            plgpu.barrier_wait(k_full.at[lax.rem(base, STAGES)])
             pl.when(wg == 1)(take_turn)   # consumer 0 issues first
 
             def kv_step(j, carry, masked=False):
                 acc, m_i, l_i = carry
-                slot = lax.rem(j, STAGES)
+                slot = lax.rem(base + j, STAGES)
 
                 def qk(s_ref):
                     plgpu.wgmma(s_ref, qo, k_smem.at[slot].transpose((1, 0)))
@@ -105,10 +109,11 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
 
                 s = pl.run_scoped(qk, plgpu.ACC((ROWS, BLOCK_KV), jnp.float32))
                 plgpu.barrier_arrive(k_free.at[slot])
-                if masked:   # this block crosses the diagonal: query q_base + r sees key j * BLOCK_KV + c iff c <= r + ...
+                if masked:   # query q_base + r sees key j * BLOCK_KV + c iff c <= r + ...
                     r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 0, layout=plgpu.Layout.WGMMA)
                     c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 1, layout=plgpu.Layout.WGMMA)
-                    s = jnp.where(r + (q_base + CAUSAL_OFFSET) >= c + j * BLOCK_KV, s, -jnp.inf)
+                    seen = r + (q_base + CAUSAL_OFFSET) >= c + j * BLOCK_KV
+                    s = jnp.where(seen, s, -jnp.inf)
 
                 # online softmax in base 2 (m is kept scaled by SCALE_LOG2)
                 m_new = jnp.maximum(m_i, s.max(axis=1) * SCALE_LOG2)
@@ -125,7 +130,7 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
                 def wait_next_k():   # while the P V wgmma runs
                     @pl.when(j + 1 < kv_steps)
                     def _():
-                        plgpu.barrier_wait(k_full.at[lax.rem(j + 1, STAGES)])
+                        plgpu.barrier_wait(k_full.at[lax.rem(base + j + 1, STAGES)])
 
                 if staged_p:   # interpret mode: P through SMEM, O += (P V) accumulated here
                     p_ref = p_smem.at[wg]
@@ -155,7 +160,7 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
             @pl.loop(kv_steps, block_kv_steps)
             def _drain(j):
                 """Blocks only the other consumer needs: release them (and keep taking turns)."""
-                slot = lax.rem(j, STAGES)
+                slot = lax.rem(base + j, STAGES)
                 plgpu.barrier_wait(k_full.at[slot])
                 plgpu.barrier_arrive(k_free.at[slot])
                 take_turn()
@@ -169,32 +174,45 @@ def _body(q_gmem, k_gmem, v_gmem, o_gmem, *, staged_p):
             qo[...] = acc.astype(DTYPE)
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(qo, _rows(o_gmem, b, h, q_base, ROWS))
-            plgpu.wait_smem_to_gmem(0)
+            plgpu.wait_smem_to_gmem(0)   # before the block exits
+            return base + block_kv_steps
 
-        @pl.when(wg == NUM_CONSUMERS)
-        def _producer():
-            plgpu.set_max_registers(PRODUCER_REGS, action="decrease")
+        def producer_tile(t, base):
+            """Stream tile t's K and V blocks into the ring from step base on; returns the next base."""
+            b, _, hk, _, block_kv_steps = _where(t)
 
             @pl.loop(0, block_kv_steps)
             def _load(j):
-                slot = lax.rem(j, STAGES)
+                slot = lax.rem(base + j, STAGES)
 
-                @pl.when(j >= STAGES)
+                @pl.when(base + j >= STAGES)
                 def _():
                     plgpu.barrier_wait(k_free.at[slot])
 
                 plgpu.copy_gmem_to_smem(_rows(k_gmem, b, hk, j * BLOCK_KV, BLOCK_KV), k_smem.at[slot], k_full.at[slot])
 
-                @pl.when(j >= STAGES)
+                @pl.when(base + j >= STAGES)
                 def _():
                     plgpu.barrier_wait(v_free.at[slot])
 
                 plgpu.copy_gmem_to_smem(_rows(v_gmem, b, hk, j * BLOCK_KV, BLOCK_KV), v_smem.at[slot], v_full.at[slot])
 
-            @pl.loop(jnp.maximum(block_kv_steps - STAGES, 0), block_kv_steps)
-            def _last_releases(j):
+            return base + block_kv_steps
+
+        @pl.when(wg < NUM_CONSUMERS)
+        def _consumer():
+            plgpu.set_max_registers(CONSUMER_REGS, action="increase")
+            consumer_tile(lax.axis_index("tiles"), 0)
+
+        @pl.when(wg == NUM_CONSUMERS)
+        def _producer():
+            plgpu.set_max_registers(PRODUCER_REGS, action="decrease")
+            total = producer_tile(lax.axis_index("tiles"), 0)
+
+            @pl.loop(jnp.maximum(total - STAGES, 0), total)
+            def _last_releases(g):
                 """Observe the releases of the last blocks too: every phase of the free barriers is waited once."""
-                slot = lax.rem(j, STAGES)
+                slot = lax.rem(g, STAGES)
                 plgpu.barrier_wait(k_free.at[slot])
                 plgpu.barrier_wait(v_free.at[slot])
 

@@ -275,11 +275,21 @@ def test_a_written_field_pallas_cannot_render_stays_an_error(tmp_path):
     """backends is picked ([cuda]) only for what the user did not write: a written schedule field the Pallas
     backend cannot render keeps its located error."""
     with pytest.raises(SpecErrors) as info:
-        build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "nd_loop"})
+        build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "dynamic"})
     assert ("schedule", "persistent", "loop") in [p.path for p in info.value.problems]
-    built = build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "nd_loop",
+    built = build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "dynamic",
                                                        "schedule.backends": ["cuda"]})
     assert built.plan.backends == ("cuda",)
+    # the static persistent grid is both backends' (the Pallas attention's nd_loop)
+    assert build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "nd_loop"}).plan.backends == \
+        ("cuda", "pallas")
+
+
+def test_ragged_attention_builds_both_backends_where_pallas_can(tmp_path):
+    """A spec without backends at S = 1000 (a multiple of 8, of no block) builds both backends; at S = 1001 (off
+    Mosaic GPU's 8-row tiling) the planner picks [cuda], the sizes being what keeps Pallas out."""
+    assert build_spec(_write(tmp_path, "attention"), {"S": 1000}).plan.backends == ("cuda", "pallas")
+    assert build_spec(_write(tmp_path, "attention"), {"S": 1001}).plan.backends == ("cuda",)
 
 
 def test_picks_keep_what_was_written(tmp_path):

@@ -1,12 +1,18 @@
-"""The attention family's benchmark peers: `sdpa` (torch's scaled_dot_product_attention) and `jax_pallas` (JAX's
-own Pallas flash attention, attention_mgpu, at the best of a small verified sweep of its tuning). Each peer runs with
+"""The attention family's benchmark peers: torch's scaled_dot_product_attention with one backend each, `sdpa_cudnn`
+(SDPBackend.CUDNN_ATTENTION) and `sdpa_flash` (SDPBackend.FLASH_ATTENTION, FA2-class), and `jax_pallas` (JAX's own
+Pallas flash attention, attention_mgpu, at the best of a small verified sweep of its tuning). Each peer runs with
 our causal mask (its alignment included) and is checked against the float64 reference before it is timed; one that
-cannot take our mask, or fails the check, is skipped with the reason. FLOPs = 4 D per unmasked (q, k) pair per head
-and batch (the plan's `flops`); rows add flops, causal, its alignment, sets and iters."""
+cannot take our mask, cannot run the case (torch's reason: its error and the warnings that say why each kernel was
+not used), or fails the check, is skipped with the reason. Each timed peer's info says what it is: backend, config
+and mask. FLOPs = 4 D per unmasked (q, k) pair per head and batch (the plan's `flops`); rows add flops, causal, its
+alignment, sets and iters."""
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 import types
+import warnings
 
 import numpy as np
 
@@ -15,6 +21,11 @@ from ...bench.timing import Contender, jax_contender, matmul_sets, time_jax_fn
 
 sets = matmul_sets
 
+# peer name -> the torch.nn.attention.SDPBackend member its SDPA calls are restricted to
+SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}
+PEER_LABELS = {"sdpa_cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash", "jax_pallas": "JAX attention_mgpu"}
+_LABELS = {**PEER_LABELS, "sdpa": "torch SDPA"}     # `sdpa`: records made before the backends were separate
+
 
 def row_fields(case) -> dict:
     p = case.plan
@@ -22,13 +33,44 @@ def row_fields(case) -> dict:
             "sets": case.sets, "iters": case.iters}
 
 
+def peer_names() -> list[str]:
+    """The peers every attention row is timed against, in the table's order."""
+    return [*SDPA_BACKENDS, "jax_pallas"]
+
+
 def peers(case) -> dict[str, Peer]:
-    return {"sdpa": guard("torch", lambda: sdpa_peer(case)), "jax_pallas": guard("jax", lambda: jax_peer(case))}
+    ref = _ReferenceOnce(case)
+    out = {name: guard("torch", lambda b=backend: sdpa_peer(case, b, ref)) for name, backend in SDPA_BACKENDS.items()}
+    out["jax_pallas"] = guard("jax", lambda: jax_peer(case, ref))
+    return out
+
+
+class _ReferenceOnce:
+    """The float64 reference of the case's output (sampled rows), computed on first use and shared by the peers."""
+
+    def __init__(self, case):
+        self.case, self.value = case, None
+
+    def __call__(self):
+        if self.value is None:
+            from ...reference import reference
+            plan = self.case.plan
+            self.value = reference(self.case.spec, plan.sizes, self.case.host, sample=True, seed=2)[plan.outputs[0].name]
+        return self.value
 
 
 def _checked(err: float, plan) -> bool:
     from ...reference import tolerance
     return err <= tolerance(plan.dtype, True)   # the tolerance verify gives our approx_math kernels
+
+
+def sdpa_scope(torch, backend: str | None):
+    """A context factory restricting SDPA to `backend` (an SDPBackend member's name), or None for torch's own pick."""
+    if backend is None:
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    member = getattr(SDPBackend, backend)
+    return lambda: sdpa_kernel(member)
 
 
 def sdpa_masks(torch, plan, device) -> list[tuple[str, dict]]:
@@ -60,19 +102,53 @@ def sdpa_call(torch, plan, views, kwargs: dict):
                                           **kwargs)
 
 
-def sdpa_verified(torch, plan, views, ref, device) -> tuple[tuple[str, dict] | None, list[dict]]:
-    """The first of sdpa_masks whose output matches the float64 reference `ref` of our op (mask included), and what
-    each try gave: [{mask, rel_error, verified} or {mask, error}]."""
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?\s*$")
+
+
+def _torch_says(caught) -> list[str]:
+    """The distinct warnings torch gave (why a backend's kernel was not used), without its source locations."""
+    out: list[str] = []
+    for w in caught:
+        text = _TRIGGERED.sub("", str(w.message).strip()).strip()
+        if text and text not in out:
+            out.append(text)
+    return out
+
+
+def sdpa_try(torch, plan, views, kwargs: dict, scope=None):
+    """One SDPA call with `kwargs` (the mask) inside `scope()` (a backend restriction, or none); its output as
+    [B, S, H, D] where our layout is bshd, and torch's warnings while it ran (raised errors carry them: see
+    `SdpaError`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with scope() if scope is not None else contextlib.nullcontext():
+                out = sdpa_call(torch, plan, views, kwargs)
+        except Exception as exc:
+            raise SdpaError(why(exc), _torch_says(caught)) from exc
+    return (out.transpose(1, 2) if plan.layout == "bshd" else out), _torch_says(caught)
+
+
+class SdpaError(RuntimeError):
+    """SDPA refused or failed: torch's error and the warnings it gave saying why (each backend's reason)."""
+
+    def __init__(self, error: str, said: list[str]):
+        super().__init__(error + (f" (torch: {'; '.join(said)})" if said else ""))
+        self.error, self.said = error, said
+
+
+def sdpa_verified(torch, plan, views, ref, device, scope=None) -> tuple[tuple[str, dict] | None, list[dict]]:
+    """The first of sdpa_masks whose output (SDPA inside `scope()`: one backend, or torch's pick without it) matches
+    the float64 reference `ref` of our op (mask included), and what each try gave: [{mask, rel_error, verified} or
+    {mask, error}]."""
     from ...reference import rel_error
     tried = []
     for label, kwargs in sdpa_masks(torch, plan, device):
         try:
-            out = sdpa_call(torch, plan, views, kwargs)
-            if plan.layout == "bshd":
-                out = out.transpose(1, 2)
+            out, _ = sdpa_try(torch, plan, views, kwargs, scope)
             err = rel_error(from_torch(torch, out, plan.dtype), ref)
         except Exception as exc:
-            tried.append({"mask": label, "error": why(exc)})
+            tried.append({"mask": label, "error": str(exc) if isinstance(exc, SdpaError) else why(exc)})
             continue
         ok = _checked(err, plan)
         tried.append({"mask": label, "rel_error": err, "verified": ok})
@@ -81,51 +157,70 @@ def sdpa_verified(torch, plan, views, ref, device) -> tuple[tuple[str, dict] | N
     return None, tried
 
 
-def sdpa_peer(case) -> Peer:
-    """torch SDPA with our mask, the first form of it (sdpa_masks) that passes the check, timed; else skipped."""
+def sdpa_skip_reason(backend: str | None, tried: list[dict]) -> str:
+    """Why no form of our mask ran and verified in SDPA (with `backend` only): each form's error or error."""
+    who = f"torch SDPA with SDPBackend.{backend} only" if backend else "torch SDPA"
+    return f"no form of our mask verified in {who}: " + "; ".join(
+        f"{t['mask']}: " + (t["error"] if "error" in t else f"rel. error {t['rel_error']:.2e}") for t in tried)
+
+
+def sdpa_info(torch, plan, backend: str | None, label: str, tried: list[dict]) -> dict:
+    """What a timed SDPA peer is: backend, config, mask, and the check it passed."""
+    gqa = plan.heads_q != plan.heads_kv
+    config = {"scale": plan.scale, "enable_gqa": gqa, "layout": "[B, H, S, D] views of our "
+              f"{plan.layout} tensors", "dtype": plan.dtype}
+    where = f"SDPBackend.{backend} only (sdpa_kernel, entered once per timed block)" if backend else "torch's pick"
+    return {"backend": f"SDPBackend.{backend}" if backend else "torch's pick", "mask": label, "config": config,
+            "note": f"torch {torch.__version__}, {where}, mask: {label}" + (", enable_gqa" if gqa else ""),
+            "rel_error": tried[-1]["rel_error"], "verified": True, "sweep": tried}
+
+
+def sdpa_peer(case, backend: str | None = None, ref=None) -> Peer:
+    """torch SDPA restricted to `backend` (an SDPBackend member's name; None: torch's own pick) with our mask, the
+    first form of it (sdpa_masks) that runs and passes the check, timed; else skipped with torch's reasons."""
     import torch
 
-    from ...reference import reference
     plan = case.plan
+    name = next((n for n, b in SDPA_BACKENDS.items() if b == backend), "sdpa")
+    scope = sdpa_scope(torch, backend)
     dev = [[to_torch(torch, case.host[o.name], o.dtype) for o in plan.inputs]]
     dev += [[t.clone() for t in dev[0]] for _ in range(case.sets - 1)]
     held = {"views": [[t.transpose(1, 2) if plan.layout == "bshd" else t for t in s] for s in dev]}
     del dev
-    ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
-    chosen, tried = sdpa_verified(torch, plan, held["views"][0], ref, "cuda")
+    ref = (ref or _ReferenceOnce(case))()
+    chosen, tried = sdpa_verified(torch, plan, held["views"][0], ref, "cuda", scope)
     if chosen is None:
         held.clear()
         torch.cuda.empty_cache()
-        return Peer.skipped("no form of our mask verified in torch SDPA: " + "; ".join(
-            f"{t['mask']}: " + (t["error"] if "error" in t else f"rel. error {t['rel_error']:.2e}") for t in tried),
-            sweep=tried)
+        return Peer.skipped(sdpa_skip_reason(backend, tried), backend=f"SDPBackend.{backend}" if backend else None,
+                            sweep=tried)
     label, kwargs = chosen
 
     def call(i: int) -> None:
         sdpa_call(torch, plan, held["views"][i % len(held["views"])], kwargs)
-    call(0)
+    with scope() if scope is not None else contextlib.nullcontext():
+        call(0)
 
     def close() -> None:
         held.clear()
         torch.cuda.empty_cache()
-    info = {"note": f"torch {torch.__version__}, mask: {label}", "rel_error": tried[-1]["rel_error"],
-            "verified": True, "sweep": tried}
-    return Peer(Contender("sdpa", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
+    return Peer(Contender(name, call, stream=int(torch.cuda.current_stream().cuda_stream), scope=scope),
+                sdpa_info(torch, plan, backend, label, tried), close)
 
 
-def jax_peer(case) -> Peer:
+def jax_peer(case, ref=None) -> Peer:
     """attention_mgpu at the best of its sweep: each config checked against the float64 reference, the verified
     ones timed briefly, the fastest timed in full (side by side with ours)."""
     import jax
 
-    from ...reference import reference, rel_error
+    from ...reference import rel_error
     plan = case.plan
     fn, note = jax_attention_peer(plan)
     if fn is None and "2 consumers" not in note:
         return Peer.skipped(note)
     base = [jax.device_put(x) for x in jax_attention_inputs(plan, case.host)]
     arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(case.sets - 1)]
-    ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
+    ref = (ref or _ReferenceOnce(case))()
     tried, best = [], None
     for cfg in jax_attention_configs(plan):
         f, cnote = jax_attention_peer(plan, cfg)
@@ -139,11 +234,21 @@ def jax_peer(case) -> Peer:
         ok = _checked(err, plan)
         tried.append({"config": list(cfg), "rel_error": err, "verified": ok, "time_ms": quick})
         if ok and quick is not None and (best is None or quick < best[0]):
-            best = (quick, f, cnote, err)
+            best = (quick, f, cnote, err, cfg)
     if best is None:
         return Peer.skipped("no attention_mgpu config verified", sweep=tried)
-    info = {"note": best[2] + " (best of its sweep)", "rel_error": best[3], "verified": True, "sweep": tried}
+    bq, bkv, st = best[4]
+    info = {"backend": "jax attention_mgpu", "mask": jax_mask_label(plan),
+            "config": {"block_q": bq, "block_kv": bkv, "max_concurrent_steps": st, "consumers": 2},
+            "note": best[2] + " (best of its sweep)", "rel_error": best[3], "verified": True, "sweep": tried}
     return Peer(jax_contender("jax_pallas", best[1], arg_sets), info, close=arg_sets.clear)
+
+
+def jax_mask_label(plan) -> str:
+    """The mask attention_mgpu runs for the plan (its causal flag: top-left, which is ours where it is timed)."""
+    if not plan.causal:
+        return "no mask"
+    return "causal=True (top-left; Sq = Skv)" if plan.seq_q == plan.seq_kv else "causal=True (top-left)"
 
 
 def _attention_mgpu():
@@ -223,30 +328,47 @@ def _mask(row: dict) -> str:
     return str(row.get("causal_alignment") or row.get("causal"))
 
 
+def _names(rows: list[dict]) -> list[str]:
+    """The peers of the table: ours in order, then any other a row holds (the single `sdpa` of older records)."""
+    names = peer_names()
+    for r in rows:
+        names += [n for n in (r.get("peers") or {}) if n not in names]
+    return names
+
+
+def _peer_cell(r: dict, name: str, notes: dict[str, str]) -> str:
+    p = (r.get("peers") or {}).get(name) or {}
+    if p.get("ratio"):
+        bad = "" if p.get("verified", True) else ", UNVERIFIED"
+        if p.get("note"):
+            notes.setdefault(f"{r['spec']} {name}", p["note"])
+        return f"{p['ratio']:.2f}x ({p.get('tflops') or 0:.0f} TFLOP/s{bad})"
+    if p.get("skipped"):
+        notes.setdefault(f"{r['spec']} {r['backend']} {name}", p["skipped"])
+        return "skipped"
+    return "-"
+
+
 def markdown(rows: list[dict]) -> str:
-    """Attention rows: time, TFLOP/s (4 D per unmasked (q, k) pair per head and batch) and the ratio to each peer."""
-    lines = ["| spec | backend | kernel | shape | causal | time (ms) | TFLOP/s | vs torch SDPA | vs JAX attention_mgpu | "
-             "verified | rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-
+    """Attention rows: time, TFLOP/s (4 D per unmasked (q, k) pair per head and batch) and the ratio to each peer
+    (its time / ours: above 1, ours is faster); under the table what each peer is (backend, config, mask) and why a
+    peer was not timed."""
+    names = _names(rows)
+    head = (["spec", "backend", "kernel", "shape", "causal", "time (ms)", "TFLOP/s"]
+            + [f"vs {_LABELS.get(n, n)}" for n in names]
+            + ["verified", "rel. error"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     notes: dict[str, str] = {}
-
-    def peer(r: dict, name: str) -> str:
-        p = (r.get("peers") or {}).get(name) or {}
-        if p.get("ratio"):
-            return f"{p['ratio']:.2f}x ({p.get('tflops') or 0:.0f} TFLOP/s)"
-        if p.get("skipped"):
-            notes.setdefault(f"{r['spec']} {r['backend']} {name}", p["skipped"])
-            return "skipped"
-        return "-"
     for r in rows:
         shape = " ".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
         t = f"{r['time_ms']:.4f}" if r.get("time_ms") else r.get("error", "-")
         tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
         err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
-        lines.append(f"| {r['spec']} | {r['backend']} | `{r['kernel']}` | {shape} | {_mask(r)} | {t} | {tf} | "
-                     f"{peer(r, 'sdpa')} | {peer(r, 'jax_pallas')} | {'yes' if r.get('verified') else 'NO'} | {err} |")
+        cells = [_peer_cell(r, n, notes) for n in names]
+        lines.append("| " + " | ".join([r["spec"], r["backend"], f"`{r['kernel']}`", shape, _mask(r), t, tf, *cells,
+                                        "yes" if r.get("verified") else "NO", err]) + " |")
     out = "\n".join(lines) + "\n"
-    if notes:    # why a peer was not timed (the first reason per spec, backend and peer)
+    if notes:    # what each peer is (per spec), why a peer was not timed (the first reason per spec, backend, peer)
         out += "\n" + "\n".join(f"- {k}: {v}" for k, v in notes.items()) + "\n"
     return out
 

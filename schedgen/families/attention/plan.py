@@ -289,28 +289,45 @@ def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
     return blocks
 
 
+# Mosaic GPU (jax 0.11.2) views each GMEM operand through its SMEM tiling, 8 rows x 64 columns here
+# (TilingTransform((8, 64))), and cannot round a partial tile up (TileTransform: "When no rounding mode is specified,
+# dimension d must have size smaller or a multiple of its tiling 8"; Rounding.UP is NotImplemented): a sequence
+# length must be a multiple of 8 rows, or under 8; past that, TMA zero-fills the ragged last blocks and clips their
+# stores. The log-sum-exp rows [B, Hq, Sq] f32 leave by TMA too, whose GMEM strides are multiples of 16 bytes
+# ("async_copy requires all GMEM strides except the last one to be a multiple of 16 bytes"): Sq a multiple of 4.
+# tests/build/test_pallas_lowers.py pins both.
+PALLAS_SEQ_QUANTUM = 8
+PALLAS_LSE_QUANTUM = 4
+
+
 def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
-    """The CUDA kernel clips / masks ragged last blocks; the Pallas one needs whole blocks (a dynamic sequence
-    length: at every call, so its multiple_of must be one of the block's)."""
-    sq, skv, block_q, block_kv = dims.sq, dims.skv, blocks.block_q, blocks.block_kv
-    for seq, block, what in ((sq, block_q, "q"), (skv, block_kv, "kv")):
-        if not X.is_static(seq) and not X.divisible(seq, block, dims.ranges):
+    """The Pallas kernel takes ragged last blocks as the CUDA one does (a ragged last query block computed on TMA's
+    zero fill and its stores clipped, a ragged last key block masked), for sequence lengths that are multiples of
+    PALLAS_SEQ_QUANTUM or under it (a dynamic one: its multiple_of, or its max), and with the log-sum-exp output
+    Sq a multiple of PALLAS_LSE_QUANTUM."""
+    q = PALLAS_SEQ_QUANTUM
+    why = (f"Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in GMEM through their SMEM tiling of {q} "
+           f"rows and cannot round a partial tile up")
+    for seq, block, what, name in ((dims.sq, blocks.block_q, "q", names.q), (dims.skv, blocks.block_kv, "kv", names.k)):
+        if X.divisible(seq, q, dims.ranges) or X.upper(seq, dims.ranges) < q:
+            continue
+        if X.is_static(seq):
+            problems.add(("op", "inputs", name, "shape"),
+                         f"S{what} = {seq} is not a multiple of {q}: the Pallas attention takes a ragged last "
+                         f"block (block_{what} = {block}) only for S{what} a multiple of {q} or under {q} ({why}); "
+                         f"pad the sequence to a multiple of {q}, or set schedule.backends: [cuda]")
+        else:
             r = dims.ranges[_size_name(seq)]
             problems.add(("op", "sizes", r.name, "multiple_of"),
-                         f"S{what} ({r.name}: {r.describe()}) is not always a multiple of block_{what} = {block}: the "
-                         f"CUDA kernel {'clips a ragged last query' if what == 'q' else 'masks a ragged last key'} "
-                         f"block, the Pallas one does not yet; set {r.name}'s multiple_of to a multiple of {block}, "
-                         f"or set schedule.backends: [cuda]")
-    if X.is_static(sq) and sq % block_q:
-        problems.add(("op", "inputs", names.q, "shape"), f"Sq = {sq} is not a multiple of block_q = {block_q}: the "
-                                                         f"CUDA kernel clips a ragged last query block, the Pallas one "
-                                                         f"does not yet; pad the sequence, pick a block_q that divides "
-                                                         f"{sq}, or set schedule.backends: [cuda]")
-    if X.is_static(skv) and skv % block_kv:
-        problems.add(("op", "inputs", names.k, "shape"), f"Skv = {skv} is not a multiple of block_kv = {block_kv}: "
-                                                         f"the CUDA kernel masks a ragged last key block, the Pallas "
-                                                         f"one does not yet; pad the keys, pick a block_kv that "
-                                                         f"divides {skv}, or set schedule.backends: [cuda]")
+                         f"S{what} ({r.name}: {r.describe()}) is not always a multiple of {q}: the Pallas attention "
+                         f"takes a ragged last block only for S{what} a multiple of {q} or under {q} ({why}); set "
+                         f"{r.name}'s multiple_of to a multiple of {q}, or set schedule.backends: [cuda]")
+    lq = PALLAS_LSE_QUANTUM
+    if names.lse is not None and not X.divisible(dims.sq, lq, dims.ranges):
+        problems.add(("op", "outputs", names.lse, "shape"),
+                     f"the Pallas attention stores the log-sum-exp rows [B, Hq, Sq] f32 by TMA, whose GMEM strides "
+                     f"are multiples of 16 bytes (Mosaic GPU's async_copy), so Sq ({dims.sq}) must be a multiple of "
+                     f"{lq}; pad the queries, drop the log-sum-exp output, or set schedule.backends: [cuda]")
 
 
 def _check_counts(dims: Dims, blocks: Blocks, problems: Problems) -> None:
@@ -436,12 +453,17 @@ def _tile_order(op, sch, dims: Dims, hw: Hardware, problems: Problems) -> Order:
 
 def _backend_limits(sch, names: Names, blocks: Blocks, grid: Grid, regs: Regs, smem: Smem, hw: Hardware,
                     problems: Problems) -> None:
-    if grid.persistent and "pallas" in sch.backends:
-        problems.add(("schedule", "persistent", "loop"), f"the Pallas attention launches a block a tile; the "
-                                                         f"persistent grid ({sch.persistent.loop}) is the CUDA "
-                                                         f"kernel's (Mosaic GPU's dynamic_scheduling_loop needs "
-                                                         f"Blackwell's cluster launch control): remove persistent.loop "
-                                                         f"or set schedule.backends: [cuda]")
+    # jax 0.11.2 claims tiles only by cluster launch control (dynamic_scheduling_loop: clusterlaunchcontrol.try_cancel,
+    # which ptxas takes for sm_100 and up; tests/families/attention/test_pallas_attention.py pins it), and its GMEM
+    # atomics (plgpu.atomic_add, ...) are reductions that return no old value, so no counter can hand out tiles
+    if grid.dynamic and "pallas" in sch.backends:
+        problems.add(("schedule", "persistent", "loop"), "the Pallas attention's persistent grid is nd_loop (block i "
+                                                         "takes tiles i, i + grid, ...); loop: dynamic is the CUDA "
+                                                         "kernel's (an atomic tile counter): jax 0.11.2's "
+                                                         "plgpu.dynamic_scheduling_loop is cluster launch control "
+                                                         "(sm_100 and up, not Hopper) and its atomics return no old "
+                                                         "value to claim a tile with; use loop: nd_loop or set "
+                                                         "schedule.backends: [cuda]")
     if "pallas" in sch.backends:
         _pallas_limits(sch, names, blocks, regs, smem, hw, problems)
 

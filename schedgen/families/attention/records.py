@@ -8,6 +8,7 @@ from typing import Mapping, NamedTuple
 
 from ...plan import dims as X
 from ...plan.dims import DimLike, SizeRange
+from ...plan.hardware import SM_COUNT
 from ...plan.common import (
     KernelArg,
     SmemBuffer,
@@ -338,6 +339,18 @@ class AttentionPlan:
     def opaque_kv_end(self) -> bool:
         """Non-causal with few key blocks: the CUDA kernel hides the trip count from ptxas (see the template)."""
         return not self.causal and X.is_static(self.kv_blocks) and self.kv_blocks <= OPAQUE_KV_BLOCKS
+
+    @property
+    def causal_capped(self) -> bool:
+        """The Pallas kernel caps a query block's causal key-block count at the key blocks there are: where rows
+        past Skv see every key (top-left), or where a ragged last query block's rows past Sq reach past them."""
+        return self.causal and (self.causal_past_keys or self.may_ragged_q)
+
+    @property
+    def sm_count(self) -> int:
+        """The H200's SMs (plan/hardware.py): the Pallas persistent grid's blocks when no GPU is visible to jax (the
+        generated module counts the device's at make() otherwise, as the CUDA launch does)."""
+        return SM_COUNT
 
     @property
     def pp_sums_before_turn(self) -> bool:

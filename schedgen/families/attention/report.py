@@ -82,4 +82,6 @@ def record_rows(record: Any) -> list[dict] | None:
 
 REPORT = ReportHooks(shape_label=shape_label, row_bytes=row_bytes, order=1, marker="^", record_rows=record_rows,
                      series_labels={"jax_pallas": "JAX attention_mgpu (best of its sweep)",
+                                    "sdpa_cudnn": "torch SDPA, cuDNN backend", "sdpa_flash": "torch SDPA, flash backend",
+                                    "sdpa": "torch SDPA (torch's backend pick)",
                                     "cuda_same": "schedgen CUDA at the Pallas kernel's schedule"})

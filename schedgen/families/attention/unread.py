@@ -12,7 +12,8 @@ from ...plan.unread import PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_un
 
 SCHEDULE = (
     Unread(("grid",), lambda s: s.grid is not None,
-           "the planner launches one block a (query block, head, batch) tile", "leave grid out"),
+           "the planner launches one block a (query block, head, batch) tile, or one an SM with persistent.loop",
+           "leave grid out"),
     Unread(("grid_names",), lambda s: s.grid_names is not None,
            "tiles are indexed in the tile order (persistent.tile_order), not by named grid dimensions",
            "leave grid_names out"),
@@ -32,6 +33,9 @@ SCHEDULE = (
            "tma (the default)"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None,
            "each consumer warpgroup owns 64 query rows", "leave wg_axis out"),
+    Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative",
+           "the consumer warpgroups share each (query block, head) tile, 64 query rows each",
+           "cooperative (the default)"),
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
            "a persistent attention grid is one CTA an SM, counted at launch", "auto (the default)"),
     Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
@@ -58,8 +62,8 @@ BLOCK_SPEC = (
     Unread(("collective_axes",), lambda b: bool(b.collective_axes),
            "attention CTAs share no operand (cluster: [1]), so nothing is multicast", "leave collective_axes out"),
     Unread(("out_of_bounds",), lambda b: b.out_of_bounds != "reject",
-           "the cuda kernel zero-fills and masks ragged last blocks itself, the pallas one needs whole blocks",
-           "reject (the default)"),
+           "both kernels take ragged last blocks themselves: TMA zero-fills the loads past the end and clips the "
+           "stores there, and the last key block's scores past Skv are masked", "reject (the default)"),
 )
 
 BARRIER = (

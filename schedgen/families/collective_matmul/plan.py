@@ -237,7 +237,11 @@ def step_op_of(op, out_name: str) -> MatmulOp:
 def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -> tuple[MatmulOp, MatmulPlan | None]:
     """One step's matmul planned by the matmul family (tiles, wgmma, swizzles, SMEM, registers, Pallas limits)."""
     step_op = step_op_of(spec.op, out_name)
-    step_spec = spec.model_copy(update={"op": step_op, "schedule": spec.schedule.model_copy(update={"collective": None})})
+    # (a ping-pong consumer_schedule is the collective's own error, check_schedule_subset: the step is planned
+    # cooperative, so the matmul family's ping-pong rules do not pile up beside it)
+    pipe = spec.schedule.pipeline.model_copy(update={"consumer_schedule": "cooperative"})
+    step_spec = spec.model_copy(update={"op": step_op, "schedule": spec.schedule.model_copy(
+        update={"collective": None, "pipeline": pipe})})
     mm, mm_problems = plan_matmul(step_spec, hw)
     # the step's output shape is ours to derive (its problems are reported against the real output below), and the
     # matmul family's way out of ragged sizes (out_of_bounds: zero) is not one here (checked below)
@@ -307,6 +311,11 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
                      f"{mm.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
+    if sch.pipeline.consumer_schedule != "cooperative":
+        problems.add(("schedule", "pipeline", "consumer_schedule"),
+                     "the collective matmul's kernels render cooperative consumers only (both split each tile: its "
+                     "CUDA step loop has no ping-pong form, and its Pallas one is emit_pipeline_warp_specialized's, "
+                     "which hands every step to all consumers); use consumer_schedule: cooperative (the default)")
 
 
 def check_whole_tiles(op, sch, step_op: MatmulOp, out_name: str, m: int | None, n: int | None,

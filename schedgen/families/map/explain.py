@@ -32,6 +32,12 @@ def explain_map(p) -> str:
         lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {'[' + ', '.join(map(str, o.shape)) + ']':18} block {list(o.block)} "
                      f"index_map {o.index_map}  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
                      f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
+    reg = getattr(p, "registers", None)
+    if reg is not None:
+        cols = ", ".join(v.name for v in reg.views if v.gmem)
+        lines.append(f"  pallas     every value in one register layout of {reg.rows} x {reg.cols} tiles (4 warps x "
+                     f"{reg.lane_rows} rows, {reg.lane_cols} lanes x {reg.vec} elements); columns read from GMEM into "
+                     f"registers: {cols} (Mosaic GPU infers no layout for a column, nor can its TMA load one)")
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")

@@ -229,7 +229,7 @@ def _operand_index_map(name: str, shape: tuple[int, ...], blk: Block, path: tupl
     default_map = "(" + ", ".join(grid_names[off:]) + ("," if rank == 1 else "") + ")"
     if blk.spec.index_map is None:
         # broadcast dims index block 0
-        parts = [grid_names[off + d] if block[d] == space.block[off + d] or shape[d] != 1 else "0"
+        parts = ["0" if block[d] == 1 and shape[d] == 1 else grid_names[off + d]
                  for d in range(rank)]
         text = "(" + ", ".join(parts) + ("," if rank == 1 else "") + ")"
     else:

@@ -38,6 +38,7 @@ from ...plan.legality import (
     check_unique_names,
 )
 
+from .columns import plan_columns
 from .operands import broadcasts, check_grid, dim_prod, max_sizes_shape, plan_operand
 from .unread import check_unread
 from .records import Body, MapOperand, MapPlan, Space, Sync
@@ -71,9 +72,10 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     sync = _plan_sync(sch, space.stages, smem, hw, problems)
     _check_int32(op, space, problems)
     _backend_limits(op, sch, body, operands, space.block, problems)
+    registers = plan_columns(op, sch, operands, space, problems)
     if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
         return None, problems
-    return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw), problems
+    return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw, registers), problems
 
 
 def _check_names(op, problems: Problems) -> dict[str, str]:
@@ -298,7 +300,7 @@ def _launch(sch, num_tiles: DimLike, smem_bytes: int, threads: int, hw: Hardware
 
 
 def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: SmemMap, sync: Sync, body: Body,
-              hw: Hardware) -> MapPlan:
+              hw: Hardware, registers) -> MapPlan:
     """The plan: every number the templates print."""
     op, sch = spec.op, spec.schedule
     iblock, grid, stages = space.block, space.grid, space.stages
@@ -327,7 +329,7 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         profile_dir=cp.profile_dir,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
         kernel_args=_kernel_args(inputs + outputs, space.ranges),
-        dynamic_sizes=tuple(space.ranges.values()),
+        dynamic_sizes=tuple(space.ranges.values()), registers=registers,
     )
 
 
@@ -353,10 +355,8 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
             problems.add((*path, "out_of_bounds"), f"the Pallas map kernel's TMA loads pad a partial block with zeros "
                                                    f"(Mosaic GPU has no NaN fill), so nan changes the CUDA kernel "
                                                    f"only; use zero {hint}")
-        if o.minor_bcast:
-            problems.add((*path, "block_shape"), f"'{o.name}' broadcasts along the minor dimension (a column); the "
-                                                 f"Pallas backend cannot load such blocks by TMA {hint}")
-        broadcast = len(o.block) < len(iblock) or any(s == 0 for s in o.row_strides[len(iblock) - 1 - len(o.block) + 1:])
+        broadcast = len(o.block) < len(iblock) or any(s == 0 for s in o.row_strides[len(iblock) - 1 - len(o.block) + 1:]) \
+            or o.minor_bcast
         if broadcast and sch.compiler_params.lowering_semantics == "lane":
             problems.add(("schedule", "compiler_params", "lowering_semantics"),
                          f"'{o.name}' is broadcast, which Mosaic GPU's lane semantics cannot lay out; use warpgroup {hint}")

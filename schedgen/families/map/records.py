@@ -47,6 +47,35 @@ class MapOperand:
 
 
 @dataclass(frozen=True)
+class RegisterView:
+    """How the Pallas kernel's column path reads one input into the block's register layout."""
+    name: str
+    gmem: bool                     # straight from GMEM into registers (a column: Mosaic GPU's TMA cannot load it),
+                                   # else from its TMA-filled SMEM stage
+    squeezed: tuple[int, ...]      # the operand's broadcast dimensions, indexed at 0 when it is read
+    kept: tuple[int, ...]          # the iteration dimensions its value holds (broadcast_in_dim's dimensions)
+    reduced: tuple[int, ...]       # the iteration dimensions it lacks (the layout's reduce axes)
+
+
+@dataclass(frozen=True)
+class RegisterLayout:
+    """The one Mosaic GPU TiledLayout every [.., rows, cols] value of a Pallas block takes when an input is a column:
+    jax 0.11.2's layout inference finds none for a broadcast along the minor dimension, so the kernel names one. A
+    warpgroup's 4 warps split the rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec`
+    elements; (tiles, warp_dims, lane_dims, vector_dim) is that layout in jax's canonical form."""
+    rows: int                      # the base tile: 4 * lane_rows rows ...
+    cols: int                      # ... by lane_cols * vec columns
+    lane_rows: int
+    lane_cols: int
+    vec: int
+    tiles: tuple[tuple[int, ...], ...]
+    warp_dims: tuple[int, ...]
+    lane_dims: tuple[int, ...]
+    vector_dim: int
+    views: tuple[RegisterView, ...]    # one per input, in input order
+
+
+@dataclass(frozen=True)
 class MapPlan:
     family: str
     name: str
@@ -91,6 +120,7 @@ class MapPlan:
     dynamic_sizes: tuple[SizeRange, ...] = ()            # the op's dynamic sizes, spec order (launch record `sizes`)
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
     auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
+    registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is a column
 
     @property
     def operands(self) -> tuple[MapOperand, ...]:

@@ -58,15 +58,18 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         return picks                           # the planner reports what is wrong with the op
     tiled = [sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)]
     nc_written = sch_written("pipeline", "num_compute_wgs")
+    # ping-pong: two consumers, each on a whole tile of its own (its accumulators in one warpgroup's registers)
+    pingpong = spec.schedule.pipeline.consumer_schedule != "cooperative"
     if any(tiled):
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
-        (tm, tn, tk), why = _tile(op, dims, hw, spec.schedule.pipeline.num_compute_wgs if nc_written else None,
-                                  clusters=not sch_written("cluster"))
+        nc_fit = 1 if pingpong else spec.schedule.pipeline.num_compute_wgs if nc_written else None
+        (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"))
         picks += _block_specs(op, out_name, dims, tm, tn, tk, why)
-    nc = 2 if tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0 else 1
+    nc = 2 if pingpong or (tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0) else 1
     if not nc_written:
         picks.append(Pick(("schedule", "pipeline", "num_compute_wgs"), nc,
+                          f"two consumers on alternate tiles of {tm} x {tn} (ping-pong)" if pingpong else
                           f"{'two consumers of ' + str(tm // 2) if nc == 2 else 'one consumer of ' + str(tm)} "
                           f"x {tn} (each thread's f32 accumulators fit its registers)"))
     else:

@@ -48,17 +48,20 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
     a stage's TMA load lands TMA_LATENCY + bytes / L2_RATE after issue (loads overlap but stream one after another),
     a k-step of wgmma takes its FLOPs at the tensor rate, the epilogue writes the tile at SMEM_RATE; the producer
     waits for a slot's `empty` barrier, the consumers for its `full` barrier; a stage is released when its wgmma is
-    done (with delay_release 1, when the next step's wgmma has been issued)."""
+    done (with delay_release 1, when the next step's wgmma has been issued). Ping-pong: tile t is consumer t % 2's,
+    whose epilogue (the whole tile's) holds only that consumer; the tensor cores run one k-step at a time."""
     S = p.stages
     k_shown = k_shown or min(p.k_iters, S + 3)
     load = p.stage_tx_bytes / L2_RATE
     mma = 2.0 * p.tile_m * p.tile_n * p.tile_k / TENSOR_RATE
-    epi = p.tile_m * p.tile_n * p.outputs[0].itemsize / SMEM_RATE / max(1, p.num_consumers)
+    pingpong = getattr(p, "pingpong", False)
+    epi = p.tile_m * p.tile_n * p.outputs[0].itemsize / SMEM_RATE / (1 if pingpong else max(1, p.num_consumers))
     issue_gap = 0.02e-6
     steps = tiles * k_shown
     spans: list[Span] = []
     landed, start, end, release = [0.0] * steps, [0.0] * steps, [0.0] * steps, [0.0] * steps
     issue_t, land_t, cons_free = 0.0, 0.0, 0.0
+    own_free = [0.0, 0.0]             # ping-pong: when each consumer is done with its last tile's epilogue
     for i in range(steps):
         s = i % S
         tile, k = divmod(i, k_shown)
@@ -72,11 +75,16 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
         land_t = land
         landed[i] = land
         spans.append(Span(f"stage {s}", issue, land, f"t{tile} k{k}", "load", s))
-        start[i] = max(land, cons_free)
-        end[i] = start[i] + mma
-        cons_free = end[i]
-        if k == k_shown - 1:
-            cons_free = end[i] + epi
+        if pingpong:
+            start[i] = max(land, cons_free, own_free[tile % 2])
+            end[i] = cons_free = start[i] + mma                     # cons_free: the tensor cores
+            own_free[tile % 2] = end[i] + (epi if k == k_shown - 1 else 0.0)
+        else:
+            start[i] = max(land, cons_free)
+            end[i] = start[i] + mma
+            cons_free = end[i]
+            if k == k_shown - 1:
+                cons_free = end[i] + epi
         if i >= 1:
             prev = i - 1
             release[prev] = end[prev] if (p.delay_release == 0 or (prev % k_shown) == k_shown - 1) else max(
@@ -86,10 +94,11 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
         s = i % S
         tile, k = divmod(i, k_shown)
         spans.append(Span(f"stage {s}", landed[i], release[i], f"t{tile} k{k}", "hold", s))
-        for c in range(p.num_consumers):
+        takers = (tile % 2,) if pingpong else range(p.num_consumers)
+        for c in takers:
             spans.append(Span(f"consumer {c}", start[i], end[i], f"k{k}", "mma", s))
         if k == k_shown - 1:
-            for c in range(p.num_consumers):
+            for c in takers:
                 spans.append(Span(f"consumer {c}", end[i], end[i] + epi, f"epilogue t{tile}", "epilogue"))
     return spans, k_shown
 
@@ -115,7 +124,9 @@ def summary(p) -> list[str]:
         f"M x N x K = {p.m} x {p.n} x {p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")
         + f"; {p.in_dtype} in, {p.out_dtype} out",
         f"tile {p.tile_m} x {p.tile_n} x {p.tile_k}; {p.tiles_m} x {p.tiles_n} tiles, {p.k_iters} k-steps each",
-        f"{p.num_consumers} consumer warpgroup(s) split along {p.wg_axis}: {p.wg_tile_m} x {p.wg_tile_n} each",
+        (f"{p.num_consumers} consumer warpgroups ping-pong ({p.consumer_schedule}): whole {p.wg_tile_m} x "
+         f"{p.wg_tile_n} tiles, alternating" if getattr(p, "pingpong", False) else
+         f"{p.num_consumers} consumer warpgroup(s) split along {p.wg_axis}: {p.wg_tile_m} x {p.wg_tile_n} each"),
         f"cluster {p.cluster_m} x {p.cluster_n}" + (f" (multicast {p.multicast})" if p.multicast else "")
         + f"; {p.num_blocks} blocks = {clusters} clusters" + (" (at most; the runtime keeps what fits)"
                                                              if p.auto_blocks else ""),

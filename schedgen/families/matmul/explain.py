@@ -24,6 +24,16 @@ def explain_matmul(p) -> str:
     return _explain(p)
 
 
+def _consumers(p) -> str:
+    """How the consumer warpgroups share the tiles (pipeline.consumer_schedule)."""
+    if not p.pingpong:
+        return (f"  consumers  {p.num_consumers} warpgroup{'s' if p.num_consumers > 1 else ''} split the tile along "
+                f"{p.wg_axis}: each owns {p.wg_tile_m} x {p.wg_tile_n}")
+    return (f"  consumers  {p.num_consumers} warpgroups ping-pong ({p.consumer_schedule}): each owns whole "
+            f"{p.wg_tile_m} x {p.wg_tile_n} tiles, the two take alternate tiles of the block's sequence, so one's "
+            f"epilogue runs under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores")
+
+
 def _explain(p) -> str:
     lhs = next(o for o in p.inputs if o.role == "lhs")
     rhs = next(o for o in p.inputs if o.role == "rhs")
@@ -50,8 +60,7 @@ def _explain(p) -> str:
         f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
         f"tiles" + (" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
-        f"  consumers  {p.num_consumers} warpgroup{'s' if p.num_consumers > 1 else ''} split the tile along "
-        f"{p.wg_axis}: each owns {p.wg_tile_m} x {p.wg_tile_n}; wgmma m64n{p.wg_tile_n}k{wg_k} "
+        _consumers(p) + f"; wgmma m64n{p.wg_tile_n}k{wg_k} "
         f"({p.in_dtype}, f32 acc) x {p.m_blocks} M-block{'s' if p.m_blocks > 1 else ''} x {p.tile_k // wg_k} "
         f"per k-step = {p.m_blocks * (p.tile_k // wg_k)} wgmma per consumer per stage; "
         f"{p.delay_release} wgmma group{'s' if p.delay_release != 1 else ''} kept in flight before a stage is released",
@@ -79,7 +88,8 @@ def _explain(p) -> str:
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")
     lines.append(f"  barriers   full[{p.stages}] {p.full_arrivals} arrival + {p.stage_tx_bytes} B of TMA transactions; "
-                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs in the cluster)")
+                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs in the cluster"
+                 + (", one consumer reads a stage" if p.pingpong else "") + ")")
     if p.cluster_size > 1:
         shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
             ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")

@@ -1,20 +1,29 @@
-"""The matmul family's benchmark peers: `cublas` (torch.matmul) and `jax_pallas` (JAX's own Pallas Hopper matmul,
-hopper_matmul_mgpu, at the plan's tuning), each checked against the float64 reference on sampled rows (the whole
-epilogue, or the product where the peer times only that). Rows add flops, tflops, pct_peak (of the datasheet
-dense peak, schedgen/plan/hardware.py), sets and iters; the flat peer / peer_time_ms / ratio fields name cuBLAS."""
+"""The matmul family's benchmark peers: `cublas` (torch.matmul, the bare product) and `jax_pallas` (JAX's own Pallas
+Hopper matmul, hopper_matmul_mgpu, at the plan's tuning); for a spec whose epilogue is not `out = acc`, also
+`torch_eager` (torch.matmul, then the same epilogue in eager torch ops, rendered from the spec's parsed epilogue:
+schedgen/bench/torch_expr.py) and `torch_compile` (torch.compile(mode="max-autotune-no-cudagraphs") of that same
+function; compiling and autotuning are not timed; a compile that fails is a skipped peer with the reason). Each is
+checked against the float64 reference on sampled rows (the whole epilogue, or the product where the peer times only
+that). Rows add flops, tflops, pct_peak (of the datasheet dense peak, schedgen/plan/hardware.py), sets and iters;
+the flat peer / peer_time_ms / ratio fields name cuBLAS."""
 from __future__ import annotations
 
 import sys
+import time
 import types
 
 import numpy as np
 
-from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes, why
+from ...bench.case import (Peer, from_torch, guard, to_torch, torch_dtypes, torch_release, torch_stream, torch_sync,
+                           why)
 from ...bench.timing import Contender, jax_contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
 
 FLAT_PEER = "cublas"
-PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas"}
+PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas", "torch_eager": "torch eager",
+               "torch_compile": "torch.compile"}
+# the torch_compile peer's mode; None: that peer is skipped, saying so (bench/record17.py --no-compile)
+TORCH_COMPILE_MODE: str | None = "max-autotune-no-cudagraphs"
 sets = matmul_sets
 
 
@@ -30,15 +39,24 @@ def row_fields(case) -> dict:
     return {"dtype": p.out_dtype, "flops": p.flops, "peak_tflops": PEAK_TFLOPS, "sets": case.sets, "iters": case.iters}
 
 
+def peer_names(plan) -> list[str]:
+    """The peers of a plan: cuBLAS and JAX's kernel always; torch eager and torch.compile of the same function
+    where the epilogue is not `out = acc` (the bare product is cuBLAS there)."""
+    return ["cublas", "jax_pallas"] + ([] if plan.identity_epilogue else ["torch_eager", "torch_compile"])
+
+
 def peers(case) -> dict[str, Peer]:
     from ...reference import reference
     plan = case.plan
     full_ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
     # peers are checked on the same sampled rows: against the whole epilogue, or the product where they time only that
     product_ref = reference(product_only(case.spec), plan.sizes, case.host, rows=full_ref.rows)[plan.outputs[0].name]
-    return {"cublas": guard("torch", lambda: cublas_peer(plan, case.host, case.sets, product_ref)),
-            "jax_pallas": guard("jax hopper_matmul_mgpu",
-                                lambda: jax_pallas_peer(plan, case.host, case.sets, full_ref, product_ref))}
+    make = {"cublas": lambda: guard("torch", lambda: cublas_peer(plan, case.host, case.sets, product_ref)),
+            "jax_pallas": lambda: guard("jax hopper_matmul_mgpu",
+                                        lambda: jax_pallas_peer(plan, case.host, case.sets, full_ref, product_ref)),
+            "torch_eager": lambda: guard("torch", lambda: torch_epilogue_peer(case, full_ref, compiled=False)),
+            "torch_compile": lambda: guard("torch", lambda: torch_epilogue_peer(case, full_ref, compiled=True))}
+    return {name: make[name]() for name in peer_names(plan)}
 
 
 # ---------------------------------------------------------------------------------------------- JAX's tuning
@@ -48,6 +66,9 @@ def _jax_incompatible(plan) -> list[str]:
     why_not = []
     if plan.num_consumers != 2:
         why_not.append(f"JAX's kernel runs 2 consumer warpgroups, the plan {plan.num_consumers}")
+    if plan.pingpong:
+        why_not.append(f"JAX's kernel's consumers split each tile (cooperative), the plan's {plan.consumer_schedule} "
+                       f"consumers take whole tiles in turn")
     if plan.batch > 1:
         why_not.append("JAX's kernel is not batched")
     if plan.transpose_lhs or plan.transpose_rhs:
@@ -267,6 +288,7 @@ def cublas_peer(plan, host: dict, sets: int, product_ref) -> Peer:
     driver.ensure_context()
     info = check_peer(result, product_ref, out_dtype, plan.k)
     info["note"] = "; ".join(notes + [f"torch {torch.__version__}"])
+    info.update(backend="cuBLAS (torch.matmul)", config={"output": out_dtype, "epilogue": "none (the bare product)"})
 
     def close() -> None:
         held.clear()
@@ -302,17 +324,157 @@ def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
         notes.append(f"delay_release {used_delay} (the plan's {plan.delay_release} failed: {err})")
     info = check_peer(np.asarray(out), full_ref if c_name is not None else product_ref, plan.out_dtype, plan.k)
     info["note"] = "; ".join(notes)
+    info["backend"] = "jax hopper_matmul_mgpu"
     info["config"] = {k: (str(v) if v is not None else None) for k, v in vars(cfg).items()}
     return Peer(jax_contender("jax_pallas", fn, arg_sets), info, close=arg_sets.clear)
+
+
+# ---------------------------------------------------------------------------------------------- torch eager / compile
+
+def epilogue_body(spec):
+    """The spec's epilogue parsed and checked as the float64 reference parses it (`out = acc` where it has none)."""
+    from ...frontend import expr as ex
+    op = spec.op
+    out_name = next(iter(op.outputs))
+    return ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *epilogue_operands(spec)],
+                         outputs=[out_name], constants=list(op.constants))
+
+
+def epilogue_source(spec) -> str:
+    """The epilogue's statements as its checked trees read (the spec's function names; for records and notes)."""
+    import ast
+    return "; ".join(f"{target} = {ast.unparse(value.tree)}" for target, value in epilogue_body(spec).statements)
+
+
+def epilogue_operands(spec) -> list[str]:
+    """The epilogue's operands (every input but lhs and rhs), in the spec's order: the function's arguments."""
+    op = spec.op
+    return [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
+
+
+def torch_product(torch, out_dtype=None):
+    """The product as a torch user writes it: torch.matmul (its output in the input dtype), or with `out_dtype`
+    (a torch dtype) cuBLAS writing that dtype straight (torch.mm / torch.bmm's out_dtype: f16 / bf16 in, f32 out)."""
+    if out_dtype is None:
+        return torch.matmul
+
+    def mixed(a, b):
+        if a.dim() == 2 and b.dim() == 2:
+            return torch.mm(a, b, out_dtype=out_dtype)
+        batch = a.shape[0] if a.dim() == 3 else b.shape[0]
+        return torch.bmm(a.expand(batch, *a.shape[-2:]), b.expand(batch, *b.shape[-2:]), out_dtype=out_dtype)
+    return mixed
+
+
+def torch_epilogue_fn(torch, spec, out_dtype, product=None):
+    """f(lhs, rhs, *epilogue operands) -> out: `product` (default torch.matmul), then the spec's epilogue in eager
+    torch ops (schedgen/bench/torch_expr.py: the checked tree walked, nothing eval'ed), cast to `out_dtype`."""
+    from ...bench.torch_expr import as_output, torch_body
+    op = spec.op
+    out_name = next(iter(op.outputs))
+    run = torch_body(torch, epilogue_body(spec), {c: float(v) for c, v in op.constants.items()})
+    names = epilogue_operands(spec)
+    product = product or torch.matmul
+
+    def fn(a, b, *operands):
+        acc = product(a, b)
+        env = dict(zip(names, operands))
+        env["acc"] = acc
+        return as_output(torch, run(env)[out_name], acc.shape, out_dtype, acc.device)
+    return fn
+
+
+def torch_operands(torch, plan, host: dict, sets: int, device: str = "cuda") -> list[list]:
+    """`sets` device copies of every input, as the function takes them: lhs, rhs (transposed views per the plan's
+    flags), then the epilogue operands in the spec's order."""
+    lhs = next(o for o in plan.inputs if o.role == "lhs")
+    rhs = next(o for o in plan.inputs if o.role == "rhs")
+    extras = [o for o in plan.inputs if o.role not in ("lhs", "rhs")]
+    first = [to_torch(torch, host[o.name], o.dtype, device) for o in [lhs, rhs, *extras]]
+    out = []
+    for i in range(sets):
+        ts = first if i == 0 else [t.clone() for t in first]
+        a, b = ts[0], ts[1]
+        out.append([a.transpose(-1, -2) if plan.transpose_lhs else a, b.transpose(-1, -2) if plan.transpose_rhs
+                    else b, *ts[2:]])
+    return out
+
+
+def _torch_function(torch, case, args0: list) -> tuple:
+    """(the eager function, the dtype its output is checked at, how it computes the product): the product in the
+    output dtype where cuBLAS writes it, else in the input dtype (checked at that dtype's tolerance, as the cuBLAS
+    peer is)."""
+    plan = case.plan
+    tdt = torch_dtypes(torch)
+    if plan.out_dtype == plan.in_dtype:
+        return torch_epilogue_fn(torch, case.spec, tdt[plan.out_dtype]), plan.out_dtype, "torch.matmul (cuBLAS)"
+    product = torch_product(torch, tdt[plan.out_dtype])
+    try:
+        product(args0[0], args0[1])
+    except (TypeError, RuntimeError) as exc:
+        return (torch_epilogue_fn(torch, case.spec, tdt[plan.out_dtype]), plan.in_dtype,
+                f"torch.matmul in {plan.in_dtype} (no {plan.out_dtype} output: {type(exc).__name__})")
+    return (torch_epilogue_fn(torch, case.spec, tdt[plan.out_dtype], product), plan.out_dtype,
+            f"torch.mm(out_dtype={plan.out_dtype}) (cuBLAS)")
+
+
+def _compiled(torch, fn, args0: list, device: str = "cuda"):
+    """torch.compile(TORCH_COMPILE_MODE, fullgraph, static shapes) of `fn`, compiled and autotuned by a first call
+    (not timed): (the compiled function, its first output, seconds it took)."""
+    torch._dynamo.reset()          # a fresh cache per spec: no recompile limit reached across specs, no stale graph
+    t0 = time.perf_counter()
+    compiled = torch.compile(fn, mode=TORCH_COMPILE_MODE, fullgraph=True, dynamic=False)
+    out = compiled(*args0)
+    torch_sync(torch, device)
+    return compiled, out, time.perf_counter() - t0
+
+
+def torch_epilogue_peer(case, full_ref, *, compiled: bool, device: str = "cuda") -> Peer:
+    """torch.matmul + the epilogue in eager torch ops (`compiled`: torch.compile of that function) on device copies of
+    the same inputs, checked against the float64 reference of the whole epilogue, then timed (`device` "cpu": the
+    same construction on CPU tensors, for the tests)."""
+    import torch
+    plan = case.plan
+    name = "torch_compile" if compiled else "torch_eager"
+    if compiled and TORCH_COMPILE_MODE is None:
+        return Peer.skipped("torch.compile not asked for (bench/record17.py --no-compile)")
+    held = {"args": torch_operands(torch, plan, case.host, case.sets, device)}
+    fn, check_dtype, product = _torch_function(torch, case, held["args"][0])
+    epilogue = epilogue_source(case.spec)
+    what = f"{product}, then `{epilogue}` in eager torch ops"
+    info: dict = {"backend": "torch eager", "product": product, "epilogue": epilogue}
+    if compiled:
+        info.update(backend="torch.compile", config={"mode": TORCH_COMPILE_MODE, "fullgraph": True, "dynamic": False})
+        what = f"torch.compile(mode={TORCH_COMPILE_MODE!r}) of: {what}"
+        try:
+            fn, out, info["compile_s"] = _compiled(torch, fn, held["args"][0], device)
+        except Exception as exc:
+            held.clear()
+            torch_release(torch, device)
+            return Peer.skipped(f"torch.compile(mode={TORCH_COMPILE_MODE!r}) failed: {why(exc)}", **info)
+    else:
+        out = fn(*held["args"][0])
+    torch_sync(torch, device)
+    info.update(check_peer(from_torch(torch, out, plan.out_dtype), full_ref, check_dtype, plan.k))
+    info["note"] = f"{what}; torch {torch.__version__}"
+    n = len(held["args"])
+
+    def call(i: int) -> None:
+        fn(*held["args"][i % n])
+
+    def close() -> None:
+        held.clear()
+        torch_release(torch, device)
+    return Peer(Contender(name, call, stream=torch_stream(torch, device)), info, close)
 
 
 # ---------------------------------------------------------------------------------------------- the table
 
 def markdown(rows: list[dict]) -> str:
     """Matmul rows as a Markdown table (ratio: peer time / our time, above 1 means ours is faster), notes after."""
-    names = list(PEER_LABELS)
-    for r in rows:
-        names += [n for n in (r.get("peers") or {}) if n not in names]
+    found = [n for r in rows for n in (r.get("peers") or {})]
+    names = ["cublas", "jax_pallas"] + [n for n in PEER_LABELS if n in found and n not in ("cublas", "jax_pallas")]
+    names += list(dict.fromkeys(n for n in found if n not in names))
     head = (["spec", "variant", "backend", "kernel", "shape", "time (ms)", "TFLOP/s", "% peak"]
             + [f"vs {PEER_LABELS.get(n, n)}" for n in names] + ["verified", "rel. error"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

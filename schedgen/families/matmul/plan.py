@@ -147,6 +147,8 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     chunks_m, chunks_n = wg.wtm // chunks.rows, wg.wtn // chunks.cols
     kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
                                                            cl.cm, cl.cn)
+    if wg.pingpong:
+        kname += "_pp"
     return MatmulPlan(
         family="matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants=dict(op.constants),
         backends=tuple(sch.backends), batch=dims.batch, m=dims.m, n=dims.n, k=dims.k, lhs_batched=dims.lhs_batched,
@@ -154,7 +156,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         transpose_lhs=op.transpose_lhs, transpose_rhs=op.transpose_rhs,
         inputs=inputs, outputs=outputs, extras=dims.extra_ops,
         tile_m=tm, tile_n=tn, tile_k=tk, stages=pipe.stages, delay_release=pipe.delay, num_consumers=wg.nc,
-        wg_axis=wg.axis, wg_tile_m=wg.wtm, wg_tile_n=wg.wtn, m_blocks=wg.wtm // WGMMA_M, acc_regs=regs.acc_regs,
+        consumer_schedule=wg.schedule, wg_axis=wg.axis, wg_tile_m=wg.wtm, wg_tile_n=wg.wtn, m_blocks=wg.wtm // WGMMA_M, acc_regs=regs.acc_regs,
         wgmma_regs=wg.wtn // 2, k_wgmmas=tk // (WGMMA_K_BYTES // dims.isz),
         swizzle_a=lay.swz_a, swizzle_b=lay.swz_b, atom_a=lay.atom_a, atom_b=lay.atom_b, k_major_a=lay.k_major_a,
         k_major_b=lay.k_major_b, a_stage_bytes=smem.a_stage, b_stage_bytes=smem.b_stage, a_sub_bytes=a_sub,

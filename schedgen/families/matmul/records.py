@@ -69,6 +69,9 @@ class MatmulPlan:
     stages: int
     delay_release: int         # wgmma groups kept in flight before a stage is released (0 or 1)
     num_consumers: int
+    consumer_schedule: str     # "cooperative": the consumers split one tile along wg_axis; "pingpong": each
+                               # owns a whole tile, the two take alternate tiles, their k-loops taking turns through a
+                               # named-barrier handshake
     wg_axis: str               # "m" | "n": how the consumers split the tile
     wg_tile_m: int
     wg_tile_n: int
@@ -164,6 +167,11 @@ class MatmulPlan:
         return tuple(dynamic_ranges(self.sizes).values())
 
     @property
+    def pingpong(self) -> bool:
+        """Each consumer warpgroup owns whole tiles, taking alternate tiles of the block's sequence."""
+        return self.consumer_schedule != "cooperative"
+
+    @property
     def batched(self) -> bool:
         """More than one batch (a dynamic batch counts: it may be)."""
         return _batched(self.batch)
@@ -243,11 +251,16 @@ class Tile:
 
 @dataclass(frozen=True)
 class Warpgroups:
-    """How the consumer warpgroups split the tile."""
+    """How the consumer warpgroups split the tile (cooperative), or that each owns whole tiles (ping-pong)."""
     nc: int
     axis: str
     wtm: int
     wtn: int
+    schedule: str = "cooperative"
+
+    @property
+    def pingpong(self) -> bool:
+        return self.schedule != "cooperative"
 
 
 @dataclass(frozen=True)

@@ -25,5 +25,7 @@ def row_bytes(row: dict) -> float | None:
 
 
 REPORT = ReportHooks(shape_label=shape_label, row_bytes=row_bytes, order=0, marker="o", always_in_legend=True,
-                     series_labels={"jax_pallas": "JAX Pallas hopper_matmul_mgpu"},
+                     series_labels={"jax_pallas": "JAX Pallas hopper_matmul_mgpu",
+                                    "torch_eager": "torch.matmul + the epilogue in eager torch",
+                                    "torch_compile": "torch.compile (max-autotune-no-cudagraphs)"},
                      title="Matmul throughput per shape (M x N x K), each kernel verified against numpy before timing")

@@ -125,6 +125,8 @@ def warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgrou
     if nc > 2:
         problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 or 2 consumer warpgroups, got {nc}")
         nc = 2
+    if pipe.consumer_schedule != "cooperative":
+        return pingpong_warpgroups(op, pipe, tile, dims, problems)
     axis = (pipe.wg_axis or ("m" if tm // nc >= WGMMA_M and tm % (nc * WGMMA_M) == 0 else "n")).lower()
     if axis not in ("m", "n"):
         problems.add(("schedule", "pipeline", "wg_axis"), f"consumers split the tile along m or n, got '{pipe.wg_axis}'")
@@ -144,6 +146,33 @@ def warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgrou
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
                      f"tile_k {tk} must be a multiple of wgmma's K ({WGMMA_K_BYTES // dims.isz} for {dims.in_dtype})")
     return Warpgroups(nc, axis, wtm, wtn)
+
+
+def pingpong_warpgroups(op, pipe, tile: Tile, dims: Dims, problems: Problems) -> Warpgroups:
+    """Ping-pong: two consumer warpgroups, each owning whole tiles (tile_m / 64 wgmma M-blocks of m64n<tile_n>),
+    taking alternate tiles of the block's sequence; nothing splits the tile."""
+    tm, tn, tk = tile.tm, tile.tn, tile.tk
+    what = pipe.consumer_schedule
+    if pipe.num_compute_wgs != 2:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"),
+                     f"consumer_schedule: {what} alternates tiles between two consumer warpgroups; got "
+                     f"{pipe.num_compute_wgs}: write num_compute_wgs: 2 (left out, the planner picks 1 for a 64-row "
+                     f"tile), or use consumer_schedule: cooperative")
+    if pipe.wg_axis is not None:
+        problems.add(("schedule", "pipeline", "wg_axis"),
+                     f"with consumer_schedule: {what} each consumer owns a whole {tm} x {tn} tile: nothing is split "
+                     f"along an axis; leave wg_axis out")
+    if tm % WGMMA_M:
+        problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
+                     f"each consumer warpgroup takes the whole {tm}-row tile in wgmma M-blocks of {WGMMA_M} rows: "
+                     f"tile_m must be a multiple of {WGMMA_M}")
+    if tn % 8 or tn > 256 or tn < 8:
+        problems.add(("schedule", "in_specs", op.rhs, "block_shape"),
+                     f"each consumer's wgmma N is the tile's {tn} columns; it must be a multiple of 8 between 8 and 256")
+    if tk % (WGMMA_K_BYTES // dims.isz):
+        problems.add(("schedule", "in_specs", op.lhs, "block_shape"),
+                     f"tile_k {tk} must be a multiple of wgmma's K ({WGMMA_K_BYTES // dims.isz} for {dims.in_dtype})")
+    return Warpgroups(2, "m", tm, tn, what)
 
 
 def smem_layouts(op, tile: Tile, wg: Warpgroups, isz: int, hw: Hardware, problems: Problems) -> Layout:
@@ -289,10 +318,12 @@ def registers(pipe, wg: Warpgroups, hw: Hardware, problems: Problems) -> Registe
     if (message := register_budget_problem(preg, nc, creg, hw)) is not None:
         problems.add(("schedule", "pipeline", "compute_registers"), message)
     if acc_regs + REG_OVERHEAD > min(creg, 255):
+        how = ("each consumer owns a whole tile in ping-pong: use a tile of at most "
+               f"{(min(creg, 255) - REG_OVERHEAD) * 128} elements (128 x 128 or 64 x 256 fit), or "
+               "consumer_schedule: cooperative") if wg.pingpong else "use a smaller tile or more consumers"
         problems.add(("schedule", "pipeline", "compute_registers"),
                      f"each consumer thread holds {acc_regs} f32 accumulators ({wg.wtm} x {wg.wtn} / 128) plus about "
-                     f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; use a smaller tile or "
-                     f"more consumers")
+                     f"{REG_OVERHEAD} working registers, over its budget of {min(creg, 255)}; {how}")
     return Registers(threads, preg, creg, acc_regs, hw.regs_per_block(threads))
 
 
@@ -328,9 +359,10 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks
     smem.alloc("b", b_stage, stages, note="rhs stage ring")
     if not chunks.direct:
         smem.alloc("epi", chunks.nbytes, buffers * nc, note="output staging per consumer")
-    full_arr, empty_arr = barrier_arrivals(sch, stages, nc * csize, problems)
+    readers = (1 if sch.pipeline.consumer_schedule != "cooperative" else nc) * csize   # consumers reading a stage
+    full_arr, empty_arr = barrier_arrivals(sch, stages, readers, problems)
     smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
-    smem.alloc("empty", 8, stages, align=8, note=f"stage free ({nc * csize} consumer arrivals)")
+    smem.alloc("empty", 8, stages, align=8, note=f"stage free ({readers} consumer arrival{'s' if readers > 1 else ''})")
     profile = profiler_smem_bytes(sch.compiler_params.profile_space, nc + 1)
     if profile:
         smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
@@ -343,8 +375,8 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks
 
 
 def barrier_arrivals(sch, stages: int, consumers: int, problems: Problems) -> tuple[int, int]:
-    """The 'full' and 'empty' rings: one barrier per stage; their arrivals (1 TMA, one per consumer warpgroup of the
-    cluster) unless schedule.barriers says otherwise."""
+    """The 'full' and 'empty' rings: one barrier per stage; their arrivals (1 TMA, one per consumer warpgroup reading
+    the stage, in each CTA of the cluster) unless schedule.barriers says otherwise."""
     full_arr, empty_arr = 1, consumers
     for bname, bar in sch.barriers.items():
         if bname not in ("full", "empty"):
@@ -516,6 +548,13 @@ _EXTRA_DIMS = {"row": {"N"}, "col": {"M"}, "full": {"M", "N"}, "batch": {"M", "N
 def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -> None:
     """What the Pallas (Mosaic GPU) rendering of this family cannot express; each names the way out."""
     hint = "; or set schedule.backends: [cuda]"
+    if sch.pipeline.consumer_schedule != "cooperative":
+        problems.add(("schedule", "pipeline", "consumer_schedule"),
+                     f"consumer_schedule: {sch.pipeline.consumer_schedule} gives each consumer warpgroup its own tiles; "
+                     f"Pallas's emit_pipeline_warp_specialized (jax 0.11.2) hands every pipeline step to all "
+                     f"num_compute_wgs consumers (each stage's consumed barrier counts num_compute_wgs arrivals, and "
+                     f"every consumer runs the same grid steps), so consumers cannot take alternate tiles: use "
+                     f"consumer_schedule: cooperative" + hint)
     if sch.epilogue.store == "direct":
         problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "

@@ -42,6 +42,7 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "stages": stages,
         "consumers": (target(_bs("pipeline", "num_compute_wgs")),),
         "wg_axis": (target(_bs("pipeline", "wg_axis")),),
+        "consumer_schedule": (target(_bs("pipeline", "consumer_schedule")),),
         "cluster_m": (target(_bs("cluster"), 0), target(_bs("in_specs", op.rhs, "collective_axes"), None, SHARED)),
         "cluster_n": (target(_bs("cluster"), 1), target(_bs("in_specs", op.lhs, "collective_axes"), None, SHARED)),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),
@@ -86,7 +87,9 @@ def matmul_space(spec) -> TuneSpace:
     weight bytes in flight) and stages; no cluster (the planner's 2-CTA clusters pair 128-row tiles) and no
     tile_width (one or two tile rows: one band). Every knob also takes the planner's own pick; a tile past the
     problem (the next smaller one already covers it) is left out, and where the picked BlockSpecs reject ragged
-    edges (the tile divides the sizes) only values that divide are tried."""
+    edges (the tile divides the sizes) only values that divide are tried. A written consumer_schedule other than
+    cooperative (ping-pong: each consumer holds a whole tile) drops the accumulator constraint: the planner's
+    register check prunes those tiles, saying why."""
     op, sch = spec.op, spec.schedule
     problems = Problems()
     out_name, extras = check_names(spec, problems)
@@ -125,7 +128,9 @@ def matmul_space(spec) -> TuneSpace:
             params["tile_width"] = widths
     what = ["the tile", "the ring depth"] + ["the 2-CTA cluster"] * ("cluster_m" in params) + \
         ["the band width"] * ("tile_width" in params)
-    return TuneSpace(params, (f"tile_m * tile_n <= {ACC_LIMIT}",),
+    # ping-pong consumers each hold a whole tile: the planner's register check prunes there (its located error)
+    cooperative = sch.pipeline.consumer_schedule == "cooperative"
+    return TuneSpace(params, (f"tile_m * tile_n <= {ACC_LIMIT}",) if cooperative else (),
                      f"M, N, K = {m}, {n}, {k}: {', '.join(what[:-1])} and {what[-1]}")
 
 

@@ -91,9 +91,11 @@ def test_plan_numbers():
     ({"D": 96, "schedule.in_specs.q.block_shape": [128, 96], "schedule.in_specs.k.block_shape": [128, 96],
       "schedule.in_specs.v.block_shape": [128, 96]}, "head_dim 96 is not supported; legal: 64, 128, 256"),
     ({"schedule.in_specs.q.block_shape": [64, 128]}, "block_q is 128 with 2 consumer(s), got 64"),
-    ({"S": 4000, "schedule.backends": ["cuda", "pallas"]},
-     "Sq = 4000 is not a multiple of block_q = 128: the CUDA kernel clips a ragged last query block, the Pallas one "
-     "does not yet"),
+    ({"S": 4001, "schedule.backends": ["cuda", "pallas"]},
+     "op.inputs.q.shape: Sq = 4001 is not a multiple of 8: the Pallas attention takes a ragged last block (block_q = "
+     "128) only for Sq a multiple of 8 or under 8 (Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in "
+     "GMEM through their SMEM tiling of 8 rows and cannot round a partial tile up); pad the sequence to a multiple of "
+     "8, or set schedule.backends: [cuda]"),
     ({"schedule.pipeline.num_compute_wgs": 3, "schedule.in_specs.q.block_shape": [192, 128],
       "schedule.barriers.schedule.num_arrivals": 3, "schedule.pipeline.compute_registers": 160},
      "holds S (64), O (64) and P (32) registers plus about 32: 192, over its budget of 160"),
@@ -242,8 +244,10 @@ def test_dynamic_plan_claims_tiles_from_a_counter():
      "consumer with 32 for the producer)"),
     ({"schedule.pipeline.compute_registers": 236}, "setmaxnreg takes a multiple of 8 registers, got 236; use 232 or 240"),
     ({**DYN, "schedule.backends": ["cuda", "pallas"]},
-     "the persistent grid (dynamic) is the CUDA kernel's (Mosaic GPU's dynamic_scheduling_loop needs Blackwell's "
-     "cluster launch control)"),
+     "schedule.persistent.loop: the Pallas attention's persistent grid is nd_loop (block i takes tiles i, i + grid, "
+     "...); loop: dynamic is the CUDA kernel's (an atomic tile counter): jax 0.11.2's plgpu.dynamic_scheduling_loop "
+     "is cluster launch control (sm_100 and up, not Hopper) and its atomics return no old value to claim a tile "
+     "with; use loop: nd_loop or set schedule.backends: [cuda]"),
 ])
 def test_register_budgets_and_dynamic_limits_are_located(ov, needle):
     spec, src = load_spec(str(BASE), {**CUDA, **ov})
@@ -252,13 +256,18 @@ def test_register_budgets_and_dynamic_limits_are_located(ov, needle):
     assert any(needle in l and l.startswith(str(BASE)) for l in info.value.lines()), info.value.lines()
 
 
-def test_persistent_and_three_consumers_are_cuda_only():
-    for ov, needle in ((PERSIST, "the persistent grid (nd_loop) is the CUDA kernel's"),
-                       (NC3, "the Pallas attention has 1 or 2 consumer warpgroups")):
-        spec, src = load_spec(str(BASE), {**ov, "schedule.backends": ["cuda", "pallas"]})
-        with pytest.raises(SpecErrors) as info:
-            plan(spec, src)
-        assert needle in info.value.render()
+def test_three_consumers_are_cuda_only():
+    spec, src = load_spec(str(BASE), {**NC3, "schedule.backends": ["cuda", "pallas"]})
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    assert "the Pallas attention has 1 or 2 consumer warpgroups" in info.value.render()
+
+
+def test_the_static_persistent_grid_plans_for_both_backends():
+    """persistent.loop: nd_loop is both backends' (the Pallas kernel's nd_loop); only dynamic is the CUDA one's."""
+    spec, src = load_spec(str(BASE), {**PERSIST, "schedule.backends": ["cuda", "pallas"]})
+    p = plan(spec, src)
+    assert p.backends == ("cuda", "pallas") and p.persistent and not p.dynamic
 
 
 def test_softmax_code_shape_follows_head_dim():
@@ -305,7 +314,12 @@ def test_jax_peer_and_markdown_rows():
     assert jax_attention_peer(_plan({"op.outputs.lse": {"shape": ["B", "H", "S"], "dtype": "f32"}}))[0] is None
     row = {"family": "attention", "spec": "a", "backend": "cuda", "kernel": "k", "shape": {"S": 4096}, "causal": True,
            "time_ms": 0.25, "tflops": 600.0, "verified": True, "rel_error": 3e-3,
-           "peers": {"sdpa": {"ratio": 1.1, "tflops": 545.0}, "jax_pallas": {"skipped": "timed without the lse"}}}
+           "peers": {"sdpa_cudnn": {"ratio": 1.1, "tflops": 545.0, "note": "SDPBackend.CUDNN_ATTENTION only"},
+                     "sdpa_flash": {"skipped": "no form of our mask verified"},
+                     "jax_pallas": {"skipped": "timed without the lse"}}}
     text = attention_markdown([row])
-    assert "| a | cuda | `k` | S=4096 | True | 0.2500 | 600 | 1.10x (545 TFLOP/s) | skipped | yes | 3.00e-03 |" in text
+    assert "| vs SDPA cuDNN | vs SDPA flash | vs JAX attention_mgpu |" in text
+    assert ("| a | cuda | `k` | S=4096 | True | 0.2500 | 600 | 1.10x (545 TFLOP/s) | skipped | skipped | yes | "
+            "3.00e-03 |") in text
     assert "\n- a cuda jax_pallas: timed without the lse\n" in text      # why a peer is missing, under the table
+    assert "\n- a sdpa_cudnn: SDPBackend.CUDNN_ATTENTION only\n" in text  # what a timed peer is

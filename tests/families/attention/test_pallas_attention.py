@@ -77,6 +77,37 @@ INTERPRET_CASES = {
                                 "schedule.pipeline.max_concurrent_steps": 3},
     "d128_kv128_stages1": {"S": 256, "H": 2, "schedule.pipeline.max_concurrent_steps": 1},
     "d256": {"S": 128, "H": 1, **_blocks(256)},
+    # ragged: S = 200 is 1 full 128-row query block and 72 rows (the second consumer's 8 rows before Sq, 56 past),
+    # 3 full 64-key blocks and 8 keys; S = 136 leaves the second consumer of the last block wholly past Sq
+    "ragged": {**SMALL, "S": 200},
+    "ragged_causal": {**SMALL, "S": 200, "op.causal": True},
+    "ragged_causal_no_pingpong_136": {**SMALL, **NO_PINGPONG, "S": 136, "op.causal": True},
+    "ragged_causal_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 136, "SKV": 200, "H": 2, "D": 64}),
+                                    "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": True},
+    # top-left, rows 136..263 past Skv see every key, the last (8-key) block masked to Skv
+    "ragged_top_left_sq_gt_skv": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 264, "SKV": 136, "H": 1, "D": 64}),
+                                  "op.causal": "top_left"},
+    "ragged_gqa_causal": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), "op.causal": True},
+    "ragged_bhsd_one_consumer": {**SMALL, **BHSD, **ONE_CONSUMER, "S": 200, "schedule.in_specs.q.block_shape": [64, 64]},
+    # under 8 rows (Mosaic GPU's tiling takes a dimension smaller than its tile): one query against 200 keys (decode,
+    # bottom-right: it sees them all), 5 against 5; 4 queries with the LSE (16-byte rows of [B, H, Sq] f32)
+    "decode_sq1_causal": {**_blocks(64), **_sq_skv({"B": 2, "SQ": 1, "SKV": 200, "H": 2, "D": 64}), "op.causal": True},
+    "sq_skv_5_causal": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 5, "SKV": 5, "H": 2, "D": 64}), "op.causal": True},
+    "sq4_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 4, "SKV": 136, "H": 2, "D": 64}),
+                "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
+}
+# the persistent grid in the interpreter: the module's SM count (its grid) set to PERSISTENT_SMS, fewer than the
+# tiles, so each block walks several tiles and the K/V ring runs on across them
+PERSISTENT_SMS = 3
+NDLOOP = {"schedule.persistent.loop": "nd_loop"}
+PERSISTENT_CASES = {
+    "row_major": {**SMALL, **NDLOOP, "H": 4},                                    # 8 tiles on 3 blocks
+    "causal_lpt": {**SMALL, **NDLOOP, "H": 4, "op.causal": True},               # lpt, the default when causal
+    "causal_row_major_ragged_lse": {**SMALL, **NDLOOP, **LSE, "H": 3, "S": 200, "op.causal": True,
+                                    "schedule.persistent.tile_order": "row_major"},
+    "one_consumer_stages3_gqa": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), **NDLOOP,
+                                 **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 64],
+                                 "schedule.pipeline.max_concurrent_steps": 3},
 }
 LOWER_CASES = {
     "bundled": {},
@@ -93,6 +124,22 @@ LOWER_CASES = {
     "causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1024, "SKV": 4096, "H": 16, "D": 128}), "op.causal": True},
     "top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4096, "SKV": 1024, "H": 16, "D": 128}), "op.causal": "top_left"},
     "stages3_exact": {"schedule.pipeline.max_concurrent_steps": 3, "schedule.compiler_params.approx_math": False},
+    # ragged sequences (multiples of 8, of no block) and the persistent grid
+    "ragged_1000": {"S": 1000},
+    "ragged_1000_causal_lse": {"S": 1000, "op.causal": True, **LSE},
+    "ragged_4000_causal_gqa": {**_gqa({"B": 1, "S": 4000, "H": 16, "G": 4, "D": 128}), "op.causal": True},
+    "ragged_causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1000, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
+    "ragged_top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4000, "SKV": 1000, "H": 16, "D": 128}),
+                                  "op.causal": "top_left"},
+    "ragged_d64_bhsd": {**BHSD, **_blocks(64), "S": 1000},
+    "decode_sq1_skv4000": {**_sq_skv({"B": 8, "SQ": 1, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
+    "sq4_skv1000_lse": {**_sq_skv({"B": 2, "SQ": 4, "SKV": 1000, "H": 16, "D": 128}),
+                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
+    "persistent_16k": {"S": 16384, **NDLOOP},
+    "persistent_causal_lpt": {"op.causal": True, **NDLOOP, **LSE},
+    "persistent_ragged_causal_row_major": {"S": 4000, "op.causal": True, **NDLOOP,
+                                           "schedule.persistent.tile_order": "row_major"},
+    "persistent_one_consumer": {**NDLOOP, **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 128]},
 }
 
 
@@ -212,6 +259,86 @@ def test_pallas_attention_interpret_matches_reference(case, tmp_path):
     assert raced is False
 
 
+def _run_persistent(case, tmp_path, sms=PERSISTENT_SMS):
+    """(built, inputs, output arrays, races found) of PERSISTENT_CASES[case] interpreted on a grid of `sms` blocks."""
+    from schedgen.verify import interpret_params, races_found
+    built = _build(PERSISTENT_CASES[case])
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    mod._sm_count = lambda: sms      # (on a GPU host too, where the module would count the device's SMs)
+    assert plan.persistent and sms < plan.num_tiles     # each block takes more than one tile
+    inputs = _inputs(plan, seed=2)
+    outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                        [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+    return built, inputs, [np.asarray(x) for x in outs], races_found()
+
+
+@pytest.mark.parametrize("case", list(PERSISTENT_CASES))
+def test_pallas_attention_persistent_grid_interpret(case, tmp_path):
+    """The persistent grid (nd_loop over the tiles, the K/V ring and its barrier phases running on from tile to
+    tile, Q reloaded after each O store), row_major and lpt, ragged, GQA, one consumer: every tile's output against
+    the float64 reference, outputs poisoned first."""
+    built, inputs, outs, raced = _run_persistent(case, tmp_path)
+    plan = built.plan
+    assert plan.tile_order == ("lpt" if case == "causal_lpt" else "row_major")
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    for o, out in zip(plan.outputs, outs):
+        assert rel_error(out, ref[o.name]) <= tolerance(o.dtype, plan.approx_math), (case, o.name)
+    assert raced is False
+
+
+def test_persistent_grid_is_rendered_as_nd_loop():
+    """The grid is min(tiles, the device's SMs), each block walking its tiles with nd_loop; the bundled spec, a block
+    a tile, keeps its grid of tiles."""
+    src = _build(PERSISTENT_CASES["row_major"]).files["pallas_kernel.py"].decode()
+    assert "grid=(min(NUM_TILES, _sm_count()),)" in src and 'grid_names=("blocks",)' in src
+    assert src.count('@plgpu.nd_loop((NUM_TILES,), collective_axes="blocks", init_carry=0)') == 2   # consumers, producer
+    assert 'jax.devices("gpu")[0].core_count' in src and "SM_COUNT = 132" in src
+    plain = _build({}).files["pallas_kernel.py"].decode()
+    assert "nd_loop" not in plain and "grid=(NUM_TILES,)" in plain and "_sm_count" not in plain
+
+
+def test_persistent_grid_counts_the_sms_or_falls_back_to_the_plan(tmp_path):
+    """make() sizes the grid by the GPU's SM count; where jax sees no GPU (here), by SM_COUNT, the H200's."""
+    mod = _module(_build(PERSISTENT_CASES["row_major"]), tmp_path)
+    try:
+        want = jax.devices("gpu")[0].core_count
+    except RuntimeError:
+        want = 132
+    assert mod._sm_count() == want and mod.SM_COUNT == 132
+
+
+def test_ragged_masks_are_rendered_where_needed():
+    """The key mask (c + j * BLOCK_KV < Skv) only where Skv is ragged; the causal key-block counts capped only where
+    rows can reach past the keys."""
+    ragged = _build(INTERPRET_CASES["ragged"]).files["pallas_kernel.py"].decode()
+    assert "seen = c + j * BLOCK_KV < SEQ_KV" in ragged and "lax.fori_loop(0, SEQ_KV // BLOCK_KV, kv_step" in ragged
+    causal = _build(INTERPRET_CASES["ragged_causal"]).files["pallas_kernel.py"].decode()
+    assert "& (c + j * BLOCK_KV < SEQ_KV)" in causal and "jnp.minimum(kv_steps, SEQ_KV // BLOCK_KV)" in causal
+    assert "jnp.minimum(lax.div(q_base + ROWS + CAUSAL_OFFSET + BLOCK_KV - 1, BLOCK_KV), KV_BLOCKS)" in causal
+    whole = _build(INTERPRET_CASES["causal"]).files["pallas_kernel.py"].decode()
+    assert "SEQ_KV // BLOCK_KV" not in whole and "< SEQ_KV" not in whole and "jnp.minimum(" not in whole
+
+
+def test_interpreter_catches_a_missing_key_mask(tmp_path, monkeypatch):
+    """Not vacuous: with the ragged key mask left out (the plan told Skv divides), the 8 zero-filled keys of the last
+    block enter the softmax and the output fails against the reference."""
+    from schedgen.families.attention import records
+    from schedgen.verify import interpret_params
+    from schedgen.cache import Cache
+    monkeypatch.setattr(records.AttentionPlan, "may_ragged_kv", property(lambda self: False))
+    built = build_spec(str(SPEC), {"schedule.backends": ["pallas"], **INTERPRET_CASES["ragged"]},
+                       cache=Cache(tmp_path / "cache"))      # not the shared one: the render differs, the plan not
+    assert "< SEQ_KV" not in built.files["pallas_kernel.py"].decode()
+    plan = built.plan
+    mod = _module(built, tmp_path)
+    inputs = _inputs(plan)
+    (out,) = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs],
+                          [jnp.asarray(x) for x in _poisoned(plan)], interpret=interpret_params())
+    ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
+    assert rel_error(np.asarray(out), ref["o"]) > 1e-1
+
+
 def test_pallas_attention_lpt_sections_interpret(tmp_path, monkeypatch):
     """Causal attention in the lpt tile order over sections of unequal size (the L2 share shrunk so that 2 of the 3
     kv heads fill one): every block finds its (batch, head, q block), outputs poisoned first."""
@@ -301,6 +428,66 @@ def test_lane_semantics_may_be_named():
     assert _build({"schedule.compiler_params.lowering_semantics": "lane"}).plan.block_kv == 128
 
 
+def test_dynamic_persistent_grid_stays_cuda_only_while_jax_claims_tiles_by_cluster_launch_control():
+    """A pin: loop: dynamic is refused for Pallas because jax 0.11.2's plgpu.dynamic_scheduling_loop (the Mosaic GPU
+    rendering of a grid that claims its tiles) is cluster launch control: lowering the smallest such kernel puts
+    clusterlaunchcontrol.try_cancel in the module, which ptxas takes only for sm_100 and up. When a jax upgrade
+    claims tiles another way on Hopper, the first assertion fails: then the Pallas attention can render loop:
+    dynamic and plan.py's refusal can go."""
+    from jax.experimental import pallas as pl  # noqa: F401  (plgpu needs pallas imported)
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from schedgen.errors import ToolchainError
+    from schedgen.toolchain.nvrtc import compile_cuda
+
+    def body(x_gmem, o_gmem):
+        @plgpu.dynamic_scheduling_loop(("tiles",))
+        def _(info):
+            (t,) = info.index
+            o_gmem[t] = x_gmem[t]
+
+    kern = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(8,), grid_names=("tiles",))
+    text = jax.jit(kern).trace(jax.ShapeDtypeStruct((8, 128), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
+    assert "clusterlaunchcontrol.try_cancel" in text
+    probe = r"""
+extern "C" __global__ void probe(unsigned long long* out) {
+  __shared__ __align__(16) unsigned int result[4];
+  __shared__ __align__(8) unsigned long long bar;
+  unsigned r = (unsigned)__cvta_generic_to_shared(result), b = (unsigned)__cvta_generic_to_shared(&bar);
+  asm volatile("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], [%1];"
+               :: "r"(r), "r"(b) : "memory");
+  out[0] = bar;
+}
+"""
+    with pytest.raises(ToolchainError, match="requires .target sm_100 or higher"):
+        compile_cuda(probe, arch="sm_90a")
+    compile_cuda(probe, arch="sm_100a")        # the probe itself is sound
+    # nor can a GMEM counter hand out tiles: Mosaic GPU's atomics are store-reductions that return no old value
+    import inspect
+    assert all(inspect.signature(getattr(plgpu, f"atomic_{op}")).return_annotation in (None, "None")
+               for op in ("add", "max", "min", "and", "or", "xor"))
+    with pytest.raises(SpecErrors, match="plgpu.dynamic_scheduling_loop is cluster launch control"):
+        build_spec(str(SPEC), {**BOTH, "schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": 32,
+                               "schedule.pipeline.compute_registers": 232})
+
+
+def test_unaligned_sequences_are_located_errors():
+    """Ragged lengths off Mosaic GPU's 8-row tiling (tests/build/test_pallas_lowers.py pins the jax failure), both
+    at once, each at its operand's shape."""
+    with pytest.raises(SpecErrors) as info:
+        build_spec(str(SPEC), {**BOTH, **_sq_skv({"B": 1, "SQ": 1001, "SKV": 2050, "H": 16, "D": 128})})
+    lines = info.value.lines()
+    assert len(lines) == 2, lines
+    assert "op.inputs.q.shape: Sq = 1001 is not a multiple of 8" in lines[0] and "block_q = 128" in lines[0]
+    assert "op.inputs.k.shape: Skv = 2050 is not a multiple of 8" in lines[1] and "block_kv = 128" in lines[1]
+    assert all("Mosaic GPU in jax 0.11.2" in x and "schedule.backends: [cuda]" in x for x in lines)
+    with pytest.raises(SpecErrors) as info:    # 5 rows: under the tiling, but the LSE rows are 20 bytes
+        build_spec(str(SPEC), {**BOTH, **_sq_skv({"B": 1, "SQ": 5, "SKV": 1000, "H": 16, "D": 128}),
+                               "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}})
+    (line,) = info.value.lines()
+    assert "op.outputs.lse.shape: the Pallas attention stores the log-sum-exp rows" in line
+    assert "Sq (5) must be a multiple of 4" in line and "schedule.backends: [cuda]" in line
+
+
 # ------------------------------------------------------------------------------------ on the GPU
 
 @pytest.mark.gpu
@@ -309,12 +496,44 @@ def test_lane_semantics_may_be_named():
 def test_pallas_attention_on_gpu(case, tmp_path):
     """Compiled by Mosaic GPU and run on the H200 at full size, outputs poisoned, against the (sampled) float64
     reference."""
-    built = _build(LOWER_CASES[case])
+    _run_on_gpu(LOWER_CASES[case], case, tmp_path)
+
+
+def _run_on_gpu(overrides, case, tmp_path):
+    built = _build(overrides)
     plan = built.plan
     mod = _module(built, tmp_path)
     inputs = _inputs(plan)
     outs = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs], [jnp.asarray(x) for x in _poisoned(plan)])
     refs = reference(built.spec, plan.sizes, inputs, seed=0)
     for o, out in zip(plan.outputs, outs):
-        err = rel_error(np.asarray(out), refs[o.name])
+        out = np.asarray(out)
+        assert not np.isnan(out.astype(np.float32)).any(), (case, o.name)     # every row written (poisoned first)
+        err = rel_error(out, refs[o.name])
         assert err <= tolerance(o.dtype, plan.approx_math), (case, o.name, err)
+    return built
+
+
+RAGGED_GPU = ["ragged_1000", "ragged_1000_causal_lse", "ragged_4000_causal_gqa", "ragged_causal_sq_lt_skv",
+              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "decode_sq1_skv4000", "sq4_skv1000_lse", "persistent_16k", "persistent_causal_lpt",
+              "persistent_ragged_causal_row_major", "persistent_one_consumer"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RAGGED_GPU)
+def test_pallas_attention_ragged_and_persistent_on_gpu(case, tmp_path):
+    """Ragged sequences (Sq, Skv = 1000, 4000: multiples of 8, of no block) and the persistent grid (one block an SM,
+    nd_loop, 16k), compiled by Mosaic GPU on the H200, outputs poisoned, against the (sampled) float64 reference."""
+    built = _run_on_gpu(LOWER_CASES[case], case, tmp_path)
+    assert built.plan.persistent == case.startswith("persistent")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RAGGED_GPU)
+def test_both_backends_verify_ragged_and_persistent_on_gpu(case):
+    """`schedgen verify --backend all` at full size on the H200: the CUDA and the Pallas kernel of one build, each
+    output against the float64 reference."""
+    from schedgen.verify import verify_file
+    checks = verify_file(str(SPEC), ["cuda", "pallas"], {**BOTH, **LOWER_CASES[case]}, seed=0)
+    assert {c.backend for c in checks} == {"cuda", "pallas"}, checks
+    assert all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]

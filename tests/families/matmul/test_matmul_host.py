@@ -390,7 +390,7 @@ def test_ratio_uses_one_timing_method():
     assert r == pytest.approx(2.0) and "wall" in basis
 
 
-def test_matmul_markdown_and_map_table_unchanged():
+def test_matmul_markdown_and_the_map_table():
     row = {"family": "matmul", "spec": "matmul_bf16_4096", "backend": "cuda", "kernel": "matmul_k", "shape": {"M": 4096},
            "dtype": "bf16", "time_ms": 0.2, "tflops": 687.2, "pct_peak": 69.5, "verified": True, "rel_error": 2e-3,
            "peers": {"cublas": {"time_ms": 0.21, "tflops": 654.0, "ratio": 1.05, "verified": True,
@@ -402,9 +402,20 @@ def test_matmul_markdown_and_map_table_unchanged():
     maprow = {"family": "map", "spec": "add_bf16", "backend": "cuda", "shape": {"M": 1}, "dtype": "bf16",
               "time_ms": 1.0, "gbps": 4000.0, "peer": "copy", "peer_time_ms": 1.0, "ratio": 1.0, "verified": True,
               "rel_error": 0.0}
-    assert bench.markdown([maprow]) == bench._markdown_bandwidth([maprow])
+    from schedgen.families.map.peers import markdown as map_markdown
+    # map rows have their own table (vs the copy and torch's eager op); a row made before the peers were nested
+    # still shows its flat copy ratio
+    assert bench.markdown([maprow]) == map_markdown([maprow])
+    assert "| add_bf16 | default | cuda | M=1 | bf16 | 1.0000 | 4000 | 1.000 | - | yes | 0.00e+00 |" in map_markdown(
+        [maprow])
     both = bench.markdown([maprow, row])
-    assert both.startswith(bench._markdown_bandwidth([maprow])) and "687" in both
+    assert both.startswith(map_markdown([maprow])) and "687" in both
+    assert "torch" not in text.split("\n")[0]       # no torch eager / compile columns without such peers
+    fused = {**row, "peers": {**row["peers"], "torch_eager": {"ratio": 1.3, "tflops": 500.0, "verified": True},
+                              "torch_compile": {"skipped": "torch.compile(mode='max-autotune-no-cudagraphs') failed: X"}}}
+    text = bench.markdown([row, fused])
+    assert "| vs cuBLAS | vs JAX Pallas | vs torch eager | vs torch.compile |" in text
+    assert "| 1.30x (500 TFLOP/s) | skipped |" in text and "torch_compile: torch.compile(mode=" in text
 
 
 def test_suite_globs_the_matmul_specs():

@@ -1,0 +1,182 @@
+"""The Pallas map kernel's column path: an input broadcast along the minor dimension (an [M, 1] per-row scale).
+
+jax 0.11.2's Mosaic GPU takes such an input in neither of the ways the other inputs go:
+- its TMA cannot load it: a tensor map of an [M, 1] array has a row stride of one element, and Mosaic GPU's
+  async_copy rejects it ("async_copy requires all GMEM strides except the last one to be a multiple of 16 bytes"),
+  even through a `.at[:, 0]` view or a reshape (no non-indexing transforms on GMEM refs);
+- its layout inference finds no register layout for a broadcast along the minor dimension (the WG_STRIDED layout it
+  picks for elementwise blocks broadcasts leading dimensions only).
+So the kernel reads a column straight from GMEM into registers (`plgpu.load`, no bounds handling: its dimensions must
+divide into whole blocks; each step loads the next tile's into the pipeline's carry, so the load's latency hides under
+a step's work) and names one TiledLayout for every value of the block: the warpgroup's 4 warps split the
+rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec` elements, so the block's rows must be a
+multiple of 4 * lane_rows. A column's value is that layout reduced along the minor dimension (one value per row,
+replicated over the lanes of the row), broadcast in registers; a row or a full input is read from its SMEM stage in
+the layout reduced along the dimensions it lacks. With that named layout, layout inference tiles an SMEM block of
+8k rows by (8, 128 B) whatever the array's extents, which a ragged array's TMA then refuses (_check_smem_tiling).
+tests/build/test_pallas_lowers.py lowers such kernels for CUDA on the CPU (the interpreter does not check layouts);
+tests/families/map/test_map_columns.py pins each jax limit named here.
+"""
+from __future__ import annotations
+
+from ...frontend.model import ITEMSIZE
+from ...plan import dims
+from ...plan.common import Problems
+from .records import MapOperand, RegisterLayout, RegisterView, Space
+
+WARPS, LANES = 4, 32
+HINT = "or set schedule.backends: [cuda]"
+NO_TMA = ("jax 0.11.2's TMA cannot load a column (Mosaic GPU: 'async_copy requires all GMEM strides except the last "
+          "one to be a multiple of 16 bytes')")
+
+
+def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problems: Problems) -> RegisterLayout | None:
+    """The register layout and each input's view when the Pallas kernel builds and an input is a column; None when
+    none is (the kernel lets Mosaic GPU infer its layouts), or when a located problem says why it cannot be."""
+    inputs = [operands[n] for n in op.inputs if n in operands]
+    columns = [o for o in inputs if o.minor_bcast]
+    if "pallas" not in sch.backends or not columns or len(inputs) != len(op.inputs):
+        return None
+    before = len(problems)
+    iblock, out0 = space.block, next(iter(op.outputs))
+    min_isz = min(ITEMSIZE[o.dtype] for o in list(op.inputs.values()) + list(op.outputs.values()))
+    layout = pick_layout(iblock[-2], iblock[-1], 16 // min_isz, min_isz)
+    if layout is None:
+        rows, cols = iblock[-2], iblock[-1]
+        quantum, lc, v = min(candidates(cols, 16 // min_isz, min_isz))
+        problems.add(("schedule", "out_specs", out0, "block_shape", len(iblock) - 2),
+                     f"'{columns[0].name}' broadcasts along the minor dimension (a column), which jax 0.11.2's "
+                     f"Mosaic GPU cannot lay out by itself; the Pallas kernel names a register layout whose 4 warps "
+                     f"split the block's rows, each warp {LANES // lc} row{'s' if lc < LANES else ''} of {cols} "
+                     f"columns at a time ({lc} lanes x {v} elements), so the block's rows ({rows}) must be a multiple "
+                     f"of {quantum}: use {_suggest(rows, quantum)} {HINT}")
+    for o in columns:
+        _check_column(o, space, problems)
+    for o in operands.values():
+        if not o.minor_bcast:
+            _check_smem_tiling(o, space, problems)
+    if len(problems) != before:
+        return None
+    views = tuple(_view(o, len(iblock)) for o in inputs)
+    return _layout(len(iblock), *layout, views)
+
+
+def candidates(cols: int, vec: int, min_isz: int) -> list[tuple[int, int, int]]:
+    """(rows of the base tile, lanes along the columns, vector length) for each vector length from `vec` (16 B of
+    the narrowest dtype) down to 4 B of it: as many lanes along the columns as the columns take (a power of two)."""
+    out, v = [], vec
+    while v >= max(1, 4 // min_isz):
+        lc = LANES
+        while cols % (lc * v):
+            lc //= 2
+        if lc:
+            out.append((WARPS * LANES // lc, lc, v))
+        v //= 2
+    return out
+
+
+def pick_layout(rows: int, cols: int, vec: int, min_isz: int) -> tuple[int, int] | None:
+    """(lanes along the columns, vector length) of the widest vectors whose base tile divides the block."""
+    for r, lc, v in candidates(cols, vec, min_isz):
+        if rows % r == 0:
+            return lc, v
+    return None
+
+
+def _suggest(rows: int, quantum: int) -> str:
+    up = -(-rows // quantum) * quantum
+    down = rows // quantum * quantum
+    return f"{down} or {up} rows" if down and down != up else f"{up} rows"
+
+
+def _check_column(o: MapOperand, space: Space, problems: Problems) -> None:
+    """A column is read with plain loads (no TMA, so no bounds handling): every dimension it spans whole blocks, and
+    no SMEM stage of its own, so nothing of its BlockSpec that shapes a stage."""
+    path = ("schedule", "in_specs", o.name)
+    for d, (extent, b) in enumerate(zip(o.shape, o.block)):
+        if b == 1 or dims.divisible(extent, b, space.ranges):
+            continue
+        dynamic = not isinstance(extent, int)
+        at = f"the dynamic {extent}, multiple_of " + ", ".join(
+            str(space.ranges[n].multiple_of) for n in sorted(dims.sizes_of(extent))) if dynamic else f"{extent}"
+        problems.add((*path, "block_shape", d),
+                     f"{NO_TMA}, so the Pallas kernel reads '{o.name}' straight from GMEM into registers, with no "
+                     f"bounds handling: its dimension {d} ({at}) must be a whole number of blocks of {b}; use a "
+                     f"block that divides it{f' (or declare multiple_of: {b})' if dynamic else ''} {HINT}")
+    if o.delay_release:
+        problems.add((*path, "delay_release"), f"{NO_TMA}, so the Pallas kernel reads '{o.name}' straight from GMEM "
+                                               f"(no SMEM stage to hold): delay_release changes the CUDA kernel only; "
+                                               f"leave it at 0 {HINT}")
+    if o.tma.swizzle or o.tiling:
+        problems.add((*path, "transforms"), f"{NO_TMA}, so the Pallas kernel reads '{o.name}' straight from GMEM "
+                                            f"(no SMEM block to tile or swizzle); leave transforms out {HINT}")
+
+
+def inferred_tiling(o: MapOperand) -> tuple[int, int] | None:
+    """(tiling's minor extent, swizzle) that jax 0.11.2's layout inference gives an SMEM block read or written in a
+    named TiledLayout and left without transforms (layout_inference._conjure_transforms_for_smem_ref: rows a multiple
+    of 8, the widest swizzle whose row of elements divides the block's columns); None where it leaves it untiled."""
+    if len(o.block) < 2 or o.block[-2] % 8 or o.tma.swizzle or o.tiling:
+        return None
+    for swizzle in (128, 64, 32):
+        if o.block[-1] % (swizzle // o.itemsize) == 0:
+            return swizzle // o.itemsize, swizzle
+    return None
+
+
+def _check_smem_tiling(o: MapOperand, space: Space, problems: Problems) -> None:
+    """Mosaic GPU tiles the SMEM block of an operand read or written in a named layout (inferred_tiling) whatever
+    the array's extents, and its TMA then needs the array's last two dimensions to be whole numbers of tiles."""
+    tiling = inferred_tiling(o)
+    if tiling is None:
+        return
+    elems, swizzle = tiling
+    rank = len(o.block)
+    for d, quantum in ((rank - 2, 8), (rank - 1, elems)):
+        extent = o.shape[d]
+        if dims.divisible(extent, quantum, space.ranges):
+            continue
+        at = f"{extent}" if isinstance(extent, int) else f"the dynamic {extent}, multiple_of " + ", ".join(
+            str(space.ranges[n].multiple_of) for n in sorted(dims.sizes_of(extent)))
+        group = "in_specs" if o.role == "in" else "out_specs"
+        problems.add(("schedule", group, o.name, "block_shape", rank - 2),
+                     f"with a column in the body the Pallas kernel reads and writes blocks in a named register "
+                     f"layout, and jax 0.11.2's Mosaic GPU then tiles the SMEM block of '{o.name}' ({o.block[-2]} "
+                     f"rows, a multiple of 8) by (8, {elems}) with a {swizzle} B swizzle without looking at the "
+                     f"array, whose dimension {d} ({at}) is not a multiple of {quantum}: lowering fails ('When no "
+                     f"rounding mode is specified, dimension ... must have size smaller or a multiple of its tiling "
+                     f"{quantum}'); use block rows that are not a multiple of 8 (Mosaic GPU leaves such a block "
+                     f"untiled), or a dimension that is a multiple of {quantum}, {HINT}")
+
+
+def _view(o: MapOperand, rank: int) -> RegisterView:
+    """Which dimensions an input's value holds: its own, less the broadcast ones (block 1 against a larger output
+    block), placed at the trailing iteration dimensions (numpy's rule)."""
+    off = rank - len(o.block)
+    squeezed = tuple(d for d in range(len(o.block)) if _broadcast(o, d, off))
+    kept = tuple(off + d for d in range(len(o.block)) if d not in squeezed)
+    return RegisterView(o.name, o.minor_bcast, squeezed, kept, tuple(d for d in range(rank) if d not in kept))
+
+
+def _broadcast(o: MapOperand, d: int, off: int) -> bool:
+    """Operand dimension d is broadcast: block 1 against a larger output block (row_strides 0; the minor one:
+    minor_bcast)."""
+    if d == len(o.block) - 1:
+        return o.minor_bcast
+    return o.row_strides[off + d] == 0
+
+
+def _layout(rank: int, lc: int, v: int, views: tuple[RegisterView, ...]) -> RegisterLayout:
+    """The layout in jax's canonical form (TiledLayout checks it is; tests/families/map/test_map_columns.py compares
+    it with jax's own canonicalize): tiles (rows, cols), then the warp's rows, then the lane's vector, each level left
+    out where it would split nothing."""
+    lr = LANES // lc
+    rows, cols = WARPS * lr, lc * v
+    base = (1,) * (rank - 2) + (rows, cols)
+    if lc == 1:           # a lane a row, its vector the whole width
+        tiles, warp, lanes = (base, (lr, cols)), (-4,), (-2,)
+    elif lr == 1:         # a warp a row
+        tiles, warp, lanes = (base, (v,)), (-3,), (-2,)
+    else:
+        tiles, warp, lanes = (base, (lr, cols), (v,)), (-5,), (-3, -2)
+    return RegisterLayout(rows, cols, lr, lc, v, tiles, warp, lanes, -1, views)
