@@ -47,6 +47,17 @@ class ReportHooks:
 
 
 @dataclass(frozen=True)
+class TuneSpace:
+    """A family's default tune space for a spec with no tune section (the manifest's `tune_space`), searched around
+    the planner's picks: knob (an alias of `tune_aliases` or a field path) -> the values to try, constraints over
+    them (as a tune section's), and `why`: one line saying what it searches and why, or, with no params, why there
+    is nothing to search for this spec."""
+    params: Mapping[str, tuple] = field(default_factory=dict)
+    constraints: tuple[str, ...] = ()
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Family:
     """One kernel family's manifest: validated when registered (at import time)."""
     kind: str                                                # op.kind
@@ -69,6 +80,9 @@ class Family:
     starter: Path | None = None                              # `schedgen new <kind>`'s commented spec (__NAME__, __SCHEMA__, __FILE__)
     # (spec, hardware) -> [plan.defaults.Pick] for the schedule fields the user did not write (None: picks nothing)
     defaults: Callable[[Any, Any], Any] | None = None
+    # spec completed with the planner's picks -> TuneSpace: what `schedgen tune` searches for a spec with no tune
+    # section (None: the family has none, and such a spec has nothing to tune)
+    tune_space: Callable[[Any], TuneSpace] | None = None
 
     def __post_init__(self):
         problems = []
@@ -83,8 +97,9 @@ class Family:
                 problems.append(f"{name} must be callable")
         if self.starter is not None and not self.starter.is_file():
             problems.append(f"starter {self.starter} is not a file")
-        if self.defaults is not None and not callable(self.defaults):
-            problems.append("defaults must be callable (or None)")
+        for name in ("defaults", "tune_aliases", "tune_space"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                problems.append(f"{name} must be callable (or None)")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):
             problems.append(f"no backend template ({', '.join(BACKEND_TEMPLATES.values())}) in {self.templates}")
         if problems:

@@ -7,8 +7,9 @@
 
 A knob is a field path (`schedule.pipeline.max_concurrent_steps`, `schedule.in_specs.b.block_shape[1]`) or an
 alias the family defines for fields that must move together (`tile_n` sets the rhs BlockSpec's N and the output
-BlockSpec's N). Constraints are comparisons over knob names and the op's sizes (`tile_m * tile_n <= 32768`).
-docs/tuning.md has the whole story.
+BlockSpec's N). Constraints are comparisons over knob names and the op's sizes (`tile_m * tile_n <= 32768`). A spec
+with no tune section is tuned around the planner's picks: its family's default space (`Family.tune_space`) over the
+spec with the picks written in as fields (picked.py). docs/tuning.md has the whole story.
 
 Candidates that pass the plan stage are compiled in a pool of processes (NVRTC, CPU only) while the runner
 measures the ones already built, so compiling overlaps measuring. The runner is pluggable: the default one
@@ -16,9 +17,11 @@ measures the ones already built, so compiling overlaps measuring. The runner is 
 a kernel that hangs or faults is recorded as such, the worker is replaced, and tuning goes on. Tests pass a
 runner whose functions return synthetic times, raise, or sleep past the timeout.
 
-One job per module: `space` (knobs, counting, lazy enumeration, sampling), `aliases` (the families' short knob
-names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `progress` (the rich display),
-`driver` (the tune() loop), `results` (best known, export, the final table), `db` (the sqlite tuning database).
+One job per module: `space` (knobs, counting, lazy enumeration, sampling), `picked` (the default space of a spec
+with no tune section: the planner's picks written in, the family's knobs around them), `aliases` (the families'
+short knob names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `progress` (the rich
+display), `driver` (the tune() loop), `results` (best known, export, the final table), `db` (the sqlite tuning
+database).
 """
 from __future__ import annotations
 
@@ -43,7 +46,8 @@ from .measure import (
 from .progress import Progress, RichProgress, best_label, space_text
 from .prune import PruneGroup, Pruning, prune, summarise
 from .results import best_known, current_gpu, export_schedule, summary
-from .space import (MAX_SPACE, Candidate, NothingToTune, Space, config_key, expand, field_overrides, indices,
+from .picked import NothingToTune, picked_overrides
+from .space import (MAX_SPACE, Candidate, Space, config_key, expand, field_overrides, indices,
                     load_space, point, resolve_knobs)
 
 __all__ = ["aliases_for", "compile_candidate", "compile_pool",
@@ -52,5 +56,5 @@ __all__ = ["aliases_for", "compile_candidate", "compile_pool",
            "VERIFY_TIMEOUT", "Result", "Runner", "WorkerRunner", "gpu_environment", "gpu_measure", "gpu_setup",
            "gpu_verify", "Progress", "RichProgress", "best_label", "space_text", "PruneGroup", "Pruning", "prune",
            "summarise", "best_known", "current_gpu", "export_schedule", "summary", "Candidate", "NothingToTune",
-           "Space", "config_key", "expand", "field_overrides", "load_space", "resolve_knobs", "MAX_SPACE", "indices",
+           "Space", "picked_overrides", "config_key", "expand", "field_overrides", "load_space", "resolve_knobs", "MAX_SPACE", "indices",
            "point"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from .prune import Pruning
+from .picked import section_text
 from .space import Candidate, Space, _fmt_value
 
 
@@ -89,6 +90,10 @@ def space_text(space: Space, pruning: Pruning) -> str:
              if space.sampled else f"{pruning.total} candidates")
     lines = [f"{space.path}: {count} ({knobs}) at "
              f"{', '.join(f'{k}={v}' for k, v in space.sizes.items())}"]
+    if space.default is not None:
+        lines[:0] = [f"{space.path}: no tune section: the {space.spec.op.kind} family's default space around the "
+                     f"planner's picks (schedgen explain lists them): {space.default.why}; as a tune section:",
+                     f"  {section_text(space.default)}"]
     if pruning.groups:
         lines.append(f"pruned {pruning.pruned}:")
         lines += [f"  {g.line()}" for g in pruning.groups]

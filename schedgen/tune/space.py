@@ -1,16 +1,19 @@
 """The search space: a spec's tune.params resolved into knobs (field paths or family aliases, checked against the
-spec), counted without expanding, and enumerated lazily (every point, or a seeded random sample of them)."""
+spec), counted without expanding, and enumerated lazily (every point, or a seeded random sample of them). A spec
+with no tune section gets its family's default space around the planner's picks (picked.py)."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..cache import key_of
 from ..errors import Problem, SourceMap, SpecErrors, format_path
+from ..families import TuneSpace
 from ..frontend import expr as ex
 from ..frontend.load import load_file
 from ..frontend.specfile import SpecFile
@@ -19,6 +22,7 @@ from .aliases import aliases_for
 from .constraints import Constraint, parse_constraint
 from .db import canonical
 from .knobs import Knob, Target
+from .picked import default_space, nothing_to_tune
 
 # The most points a run expands and plans (planning takes about 0.5 ms a point, so ~10 s); a larger space is
 # refused with a located error unless a random sample is asked for (`schedgen tune --budget N`, N <= this).
@@ -85,9 +89,13 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:  # noq
             wanted, name, alias = (Target(*parsed),), _short_name(key), False
             if short.count(name) > 1:
                 name = key  # ambiguous short name: tables show the path; constraints cannot name it
-        targets = []
+        targets, follow = [], []
         for t in wanted:
             found, value = _lookup(base, t.path)
+            if t.follows:
+                if found:
+                    follow.append(t)            # kept unless another knob sets the field (_unshadowed)
+                continue
             if not found and alias and t.path[1] in ("in_specs", "out_specs"):
                 continue  # an absent BlockSpec: the planner's default, nothing to keep in step
             if not found:
@@ -122,8 +130,13 @@ def resolve_knobs(spec: SpecFile, problems: list[Problem]) -> list[Knob]:  # noq
         if not targets and not any(p.path == where for p in problems):
             problems.append(Problem(where, f"{key}: no field of this spec to set (write the BlockSpecs it ties)"))
             continue
-        knobs.append(Knob(key, name, values, tuple(targets), alias))
-    return knobs
+        knobs.append(Knob(key, name, values, tuple(targets + follow), alias))
+    return _unshadowed(knobs, {p for p, _ in owner})
+
+
+def _unshadowed(knobs: list[Knob], owned: set) -> list[Knob]:
+    """The knobs without the following fields (Target.values) that another knob sets: that knob's value wins."""
+    return [replace(k, targets=tuple(t for t in k.targets if not (t.follows and t.path in owned))) for k in knobs]
 
 
 def _max_length(spec: SpecFile, path: Sequence[str]) -> int | None:
@@ -146,15 +159,18 @@ def field_overrides(base: Mapping, knobs: Sequence[Knob], values: Sequence[Any])
     out: dict[tuple, Any] = {}
     for knob, value in zip(knobs, values):
         for t in knob.targets:
+            sets, v = t.value_for(value)
+            if not sets:
+                continue
             if t.index is None:
-                out[t.path] = value
+                out[t.path] = v
                 continue
             if t.path not in out:
                 out[t.path] = list(_lookup(base, t.path)[1])
             lst = out[t.path]
             while len(lst) <= t.index:
                 lst.append(1)
-            lst[t.index] = value
+            lst[t.index] = v
     return {".".join(p): v for p, v in out.items()}
 
 # ============================================================================================== the space
@@ -172,6 +188,8 @@ class Space:
     spec_key: str
     budget: int | None = None   # with a space larger than this: a random sample of this many points
     seed: int = 0               # the sample's seed
+    picked: dict = field(default_factory=dict)   # a spec with no tune section: the planner's picks, as overrides
+    default: TuneSpace | None = None             # ... and the family's default space (its tune section, in `spec`)
 
     @property
     def size(self) -> int:
@@ -190,10 +208,6 @@ class Space:
     @property
     def sizes(self) -> dict:
         return dict(self.spec.op.sizes)
-
-
-class NothingToTune(SpecErrors):
-    """The spec has no tune section (or no params in it)."""
 
 
 def config_key(spec: SpecFile) -> str:
@@ -256,13 +270,16 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
         raise SpecErrors(problems + exc.problems, src) from None
     if problems:
         raise SpecErrors(problems, src)
-    if spec.tune is None or not spec.tune.params:
-        raise NothingToTune([Problem(("tune",) if spec.tune else (), "nothing to tune: add a tune section, e.g. "
-                                  "tune: {params: {stages: [3, 4]}} (docs/tuning.md)")], src)
+    picked, default = {}, None
+    if spec.tune is None:       # tuned around the planner's picks, written in as fields (picked.py)
+        spec, picked, default = default_space(spec, data, src, overrides)
+    elif not spec.tune.params:
+        raise nothing_to_tune(spec, src, "the tune section has no params")
     knobs, constraints, problems = tune_section(spec, src, budget)
     if problems:
         raise SpecErrors(problems, src)
-    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed)
+    return Space(path, data, src, spec, overrides, knobs, constraints, _spec_key(spec, knobs), budget, seed, picked,
+                 default)
 
 
 # ============================================================================================== candidates
@@ -310,4 +327,5 @@ def expand(space: Space) -> Iterator[Candidate]:
     for i in indices(space):
         combo = point(space, i)
         fields = field_overrides(base, space.knobs, combo)
-        yield Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)}, {**space.user_overrides, **fields})
+        yield Candidate(i, {k.name: v for k, v in zip(space.knobs, combo)},
+                        {**space.user_overrides, **copy.deepcopy(space.picked), **fields})

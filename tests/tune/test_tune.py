@@ -175,11 +175,6 @@ def test_constraints_compare_strings_and_combine():
     assert con.test({"M": 512, "tile_m": 128, "stages": 4}) and not con.test({"M": 512, "tile_m": 128, "stages": 5})
 
 
-def test_spec_without_tune_section():
-    with pytest.raises(T.NothingToTune):
-        T.load_space(ADD)
-
-
 # ------------------------------------------------------------------------------------------------ compiling
 
 

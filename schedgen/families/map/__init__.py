@@ -10,7 +10,7 @@ from .model import MapOp
 from .report import REPORT
 from .defaults import map_defaults
 from .plan import plan_map
-from .tune import map_aliases
+from .tune import map_aliases, map_space
 from .reference import map_reference, small_sizes
 
 FAMILY = register(Family(
@@ -22,6 +22,7 @@ FAMILY = register(Family(
     explain=explain_map,
     small_sizes=small_sizes,
     tune_aliases=map_aliases,
+    tune_space=map_space,
     summary="N-ary elementwise body with numpy broadcasting",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",

@@ -10,7 +10,7 @@ from .model import MatmulOp
 from .report import REPORT
 from .defaults import matmul_defaults
 from .plan import plan_matmul
-from .tune import matmul_aliases
+from .tune import matmul_aliases, matmul_space
 from .reference import matmul_reference, small_sizes
 
 FAMILY = register(Family(
@@ -22,6 +22,7 @@ FAMILY = register(Family(
     explain=explain_matmul,
     small_sizes=small_sizes,
     tune_aliases=matmul_aliases,
+    tune_space=matmul_space,
     summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
