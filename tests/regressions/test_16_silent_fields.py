@@ -105,3 +105,15 @@ def test_a_size_used_only_in_an_expression_is_used(tmp_path):
     spec, src = load_spec(str(SPECS_DIR / "add_bf16.yaml"),
                           {"op.sizes.T": 1, "schedule.in_specs.x.index_map": "(i * T, j)"})
     plan(spec, src)
+
+
+def test_an_explicit_empty_collective_axes_on_the_shared_operand_is_refused():
+    """Issue 16: the matmul multicast the operand a 2-CTA cluster shares whatever collective_axes said; an explicit
+    `collective_axes: []` on it (not shared) was silently overridden. Now a located error; leaving it out (the
+    cluster implies it) or writing [cluster] builds."""
+    path = str(SPECS_DIR / "matmul_bf16_4096x8192x4096.yaml")   # cluster [2, 1], rhs collective_axes: [cluster]
+    with pytest.raises(SpecErrors) as exc:
+        plan(*load_spec(path, {"schedule.in_specs.b.collective_axes": []}))
+    (p,) = [q for q in exc.value.problems if q.path[-1] == "collective_axes"]
+    assert p.path == ("schedule", "in_specs", "b", "collective_axes") and "multicast" in p.message
+    assert plan(*load_spec(path)).multicast == "rhs"

@@ -298,13 +298,18 @@ def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
 # tests/build/test_pallas_lowers.py pins both.
 PALLAS_SEQ_QUANTUM = 8
 PALLAS_LSE_QUANTUM = 4
+# With the log-sum-exp output the Pallas kernel takes whole blocks only: on the H200 (2026-12-04) the LSE rows came
+# out wrong with a ragged last query and key block (relative error 0.10 at Sq = Skv = 1000, 0.06 at Sq = 4 against
+# 1000 keys; o right in both, and the LSE right in the interpreter); the cases that failed did not tell the query
+# block from the key block, so both must be whole
+PALLAS_LSE_WHOLE_BLOCKS = True
 
 
 def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
     """The Pallas kernel takes ragged last blocks as the CUDA one does (a ragged last query block computed on TMA's
     zero fill and its stores clipped, a ragged last key block masked), for sequence lengths that are multiples of
     PALLAS_SEQ_QUANTUM or under it (a dynamic one: its multiple_of, or its max), and with the log-sum-exp output
-    Sq a multiple of PALLAS_LSE_QUANTUM."""
+    Sq a multiple of PALLAS_LSE_QUANTUM and (PALLAS_LSE_WHOLE_BLOCKS) Sq and Skv multiples of their blocks."""
     q = PALLAS_SEQ_QUANTUM
     why = (f"Mosaic GPU in jax 0.11.2 views the q, k, v and output arrays in GMEM through their SMEM tiling of {q} "
            f"rows and cannot round a partial tile up")
@@ -328,6 +333,13 @@ def _pallas_ragged(names: Names, dims: Dims, blocks: Blocks, problems: Problems)
                      f"the Pallas attention stores the log-sum-exp rows [B, Hq, Sq] f32 by TMA, whose GMEM strides "
                      f"are multiples of 16 bytes (Mosaic GPU's async_copy), so Sq ({dims.sq}) must be a multiple of "
                      f"{lq}; pad the queries, drop the log-sum-exp output, or set schedule.backends: [cuda]")
+    elif names.lse is not None and PALLAS_LSE_WHOLE_BLOCKS and not (
+            X.divisible(dims.sq, blocks.block_q, dims.ranges) and X.divisible(dims.skv, blocks.block_kv, dims.ranges)):
+        problems.add(("op", "outputs", names.lse, "shape"),
+                     f"with the log-sum-exp output the Pallas attention takes whole blocks only: Sq ({dims.sq}) a "
+                     f"multiple of block_q = {blocks.block_q} and Skv ({dims.skv}) of block_kv = {blocks.block_kv} (on "
+                     f"the H200 the LSE rows of ragged last blocks came out wrong, o right); pad the sequences, drop "
+                     f"the log-sum-exp output, or set schedule.backends: [cuda]")
 
 
 def _check_counts(dims: Dims, blocks: Blocks, problems: Problems) -> None:

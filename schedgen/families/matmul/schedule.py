@@ -253,6 +253,12 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
             problems.add(("schedule", "in_specs", nm, "collective_axes"),
                          f"the cluster has one axis, '{CLUSTER_AXIS}'; got {list(bs.collective_axes)}: write "
                          f"collective_axes: [{CLUSTER_AXIS}] on the operand the cluster shares, or leave it out")
+    if shared_spec is not None and "collective_axes" in shared_spec.model_fields_set and not shared_spec.collective_axes:
+        nm = op.rhs if multicast == "rhs" else op.lhs
+        problems.add(("schedule", "in_specs", nm, "collective_axes"),
+                     f"collective_axes: [] says the {multicast} tile is not shared, but a {cm}x{cn} cluster's CTAs "
+                     f"share it by multicast (each loads half); write collective_axes: [{CLUSTER_AXIS}] (or leave it "
+                     f"out), or use cluster: [1, 1]")
     for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
             problems.add(("schedule", "in_specs", nm, "collective_axes"),

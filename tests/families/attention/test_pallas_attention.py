@@ -82,19 +82,17 @@ INTERPRET_CASES = {
     "ragged": {**SMALL, "S": 200},
     "ragged_causal": {**SMALL, "S": 200, "op.causal": True},
     "ragged_causal_no_pingpong_136": {**SMALL, **NO_PINGPONG, "S": 136, "op.causal": True},
-    "ragged_causal_sq_lt_skv_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 136, "SKV": 200, "H": 2, "D": 64}),
-                                    "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}, "op.causal": True},
+    "ragged_causal_sq_lt_skv": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 136, "SKV": 200, "H": 2, "D": 64}),
+                                "op.causal": True},
     # top-left, rows 136..263 past Skv see every key, the last (8-key) block masked to Skv
     "ragged_top_left_sq_gt_skv": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 264, "SKV": 136, "H": 1, "D": 64}),
                                   "op.causal": "top_left"},
     "ragged_gqa_causal": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), "op.causal": True},
     "ragged_bhsd_one_consumer": {**SMALL, **BHSD, **ONE_CONSUMER, "S": 200, "schedule.in_specs.q.block_shape": [64, 64]},
     # under 8 rows (Mosaic GPU's tiling takes a dimension smaller than its tile): one query against 200 keys (decode,
-    # bottom-right: it sees them all), 5 against 5; 4 queries with the LSE (16-byte rows of [B, H, Sq] f32)
+    # bottom-right: it sees them all), 5 against 5
     "decode_sq1_causal": {**_blocks(64), **_sq_skv({"B": 2, "SQ": 1, "SKV": 200, "H": 2, "D": 64}), "op.causal": True},
     "sq_skv_5_causal": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 5, "SKV": 5, "H": 2, "D": 64}), "op.causal": True},
-    "sq4_lse": {**_blocks(64), **_sq_skv({"B": 1, "SQ": 4, "SKV": 136, "H": 2, "D": 64}),
-                "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
 }
 # the persistent grid in the interpreter: the module's SM count (its grid) set to PERSISTENT_SMS, fewer than the
 # tiles, so each block walks several tiles and the K/V ring runs on across them
@@ -103,8 +101,10 @@ NDLOOP = {"schedule.persistent.loop": "nd_loop"}
 PERSISTENT_CASES = {
     "row_major": {**SMALL, **NDLOOP, "H": 4},                                    # 8 tiles on 3 blocks
     "causal_lpt": {**SMALL, **NDLOOP, "H": 4, "op.causal": True},               # lpt, the default when causal
-    "causal_row_major_ragged_lse": {**SMALL, **NDLOOP, **LSE, "H": 3, "S": 200, "op.causal": True,
-                                    "schedule.persistent.tile_order": "row_major"},
+    "causal_row_major_ragged": {**SMALL, **NDLOOP, "H": 3, "S": 200, "op.causal": True,
+                                "schedule.persistent.tile_order": "row_major"},
+    "causal_row_major_lse": {**SMALL, **NDLOOP, **LSE, "H": 3, "S": 256, "op.causal": True,
+                             "schedule.persistent.tile_order": "row_major"},
     "one_consumer_stages3_gqa": {**_blocks(64), **_gqa({"B": 2, "S": 136, "H": 4, "G": 2, "D": 64}), **NDLOOP,
                                  **ONE_CONSUMER, "schedule.in_specs.q.block_shape": [64, 64],
                                  "schedule.pipeline.max_concurrent_steps": 3},
@@ -126,15 +126,14 @@ LOWER_CASES = {
     "stages3_exact": {"schedule.pipeline.max_concurrent_steps": 3, "schedule.compiler_params.approx_math": False},
     # ragged sequences (multiples of 8, of no block) and the persistent grid
     "ragged_1000": {"S": 1000},
-    "ragged_1000_causal_lse": {"S": 1000, "op.causal": True, **LSE},
+    "ragged_1000_causal": {"S": 1000, "op.causal": True},
     "ragged_4000_causal_gqa": {**_gqa({"B": 1, "S": 4000, "H": 16, "G": 4, "D": 128}), "op.causal": True},
     "ragged_causal_sq_lt_skv": {**_sq_skv({"B": 1, "SQ": 1000, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
     "ragged_top_left_sq_gt_skv": {**_sq_skv({"B": 1, "SQ": 4000, "SKV": 1000, "H": 16, "D": 128}),
                                   "op.causal": "top_left"},
     "ragged_d64_bhsd": {**BHSD, **_blocks(64), "S": 1000},
     "decode_sq1_skv4000": {**_sq_skv({"B": 8, "SQ": 1, "SKV": 4000, "H": 16, "D": 128}), "op.causal": True},
-    "sq4_skv1000_lse": {**_sq_skv({"B": 2, "SQ": 4, "SKV": 1000, "H": 16, "D": 128}),
-                        "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}},
+    "sq4_skv1000": {**_sq_skv({"B": 2, "SQ": 4, "SKV": 1000, "H": 16, "D": 128})},
     "persistent_16k": {"S": 16384, **NDLOOP},
     "persistent_causal_lpt": {"op.causal": True, **NDLOOP, **LSE},
     "persistent_ragged_causal_row_major": {"S": 4000, "op.causal": True, **NDLOOP,
@@ -514,8 +513,8 @@ def _run_on_gpu(overrides, case, tmp_path):
     return built
 
 
-RAGGED_GPU = ["ragged_1000", "ragged_1000_causal_lse", "ragged_4000_causal_gqa", "ragged_causal_sq_lt_skv",
-              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "decode_sq1_skv4000", "sq4_skv1000_lse", "persistent_16k", "persistent_causal_lpt",
+RAGGED_GPU = ["ragged_1000", "ragged_1000_causal", "ragged_4000_causal_gqa", "ragged_causal_sq_lt_skv",
+              "ragged_top_left_sq_gt_skv", "ragged_d64_bhsd", "decode_sq1_skv4000", "sq4_skv1000", "persistent_16k", "persistent_causal_lpt",
               "persistent_ragged_causal_row_major", "persistent_one_consumer"]
 
 
@@ -537,3 +536,20 @@ def test_both_backends_verify_ragged_and_persistent_on_gpu(case):
     checks = verify_file(str(SPEC), ["cuda", "pallas"], {**BOTH, **LOWER_CASES[case]}, seed=0)
     assert {c.backend for c in checks} == {"cuda", "pallas"}, checks
     assert all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.parametrize("over", [{"S": 1000, "op.causal": True, **LSE},
+                                  {**_sq_skv({"B": 2, "SQ": 4, "SKV": 1000, "H": 16, "D": 128}),
+                                   "op.outputs.lse": {"shape": ["B", "H", "SQ"], "dtype": "f32"}}],
+                         ids=["sq_skv_1000", "sq4_skv1000"])
+def test_lse_with_ragged_blocks_is_refused_on_pallas(over):
+    """Regression (H200, 2026-12-04): with ragged last blocks the Pallas kernel's log-sum-exp rows came out wrong
+    (relative error 0.10 at Sq = Skv = 1000, 0.06 at Sq = 4 over 1000 keys; o right, the interpreter right). The
+    planner now refuses the LSE with ragged blocks on Pallas, at the LSE's shape, naming what to do."""
+    with pytest.raises(SpecErrors) as exc:
+        build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"), {**over, "schedule.backends": ["pallas"]})
+    (p,) = [q for q in exc.value.problems if "log-sum-exp" in q.message]
+    assert p.path[:3] == ("op", "outputs", "lse") and "whole blocks" in p.message and "backends: [cuda]" in p.message
+    # the CUDA backend takes them (its GPU tests verify the LSE of ragged blocks)
+    assert "cuda" in build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"),
+                                {**over, "schedule.backends": ["cuda"]}).plan.backends

@@ -356,4 +356,7 @@ def test_column_broadcast_verifies_on_both_backends_on_gpu(path, ov, cache):
     assert set(built.plan.backends) == {"cuda", "pallas"} and built.plan.registers is not None
     checks = verify_built(built, ["cuda", "pallas"])
     assert {c.backend for c in checks} == {"cuda", "pallas"}
-    assert all(c.ok for c in checks), checks
+    # which backend / output / size failed, in full (the H200 failed one of 200x640's on 2026-12-04 and the
+    # truncated Check list did not say which)
+    assert all(c.ok for c in checks), [(c.backend, c.output, c.shape, c.rel_error, c.tolerance, c.note)
+                                       for c in checks if not c.ok]
