@@ -119,7 +119,14 @@ def cmd_validate(args) -> int:
         try:
             spec, src = load_spec(path, _overrides(args))
         except SpecErrors as exc:
-            print(exc.render(), file=sys.stderr)
+            # the tune constraints still parse on the raw file: report them with the schema's problems
+            from .frontend.load import load_file
+            from .tune.space import raw_constraint_problems
+            try:
+                more = raw_constraint_problems(load_file(path)[0])
+            except Exception:                   # a file that does not load: the schema's report says why
+                more = []
+            print(SpecErrors(exc.problems + more, exc.source).render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
         problems = []
@@ -128,8 +135,11 @@ def cmd_validate(args) -> int:
         except SpecErrors as exc:
             problems += exc.problems
         if spec.tune is not None and spec.tune.params:
-            from .tune.space import tune_section
-            problems += tune_section(spec, src)[2]
+            from .tune.space import load_space     # as `schedgen tune` reads it (the picks written in)
+            try:
+                load_space(path, _overrides(args))
+            except SpecErrors as exc:
+                problems += exc.problems
         if problems:
             print(SpecErrors(problems, src).render(), file=sys.stderr)
             status = EXIT_SPEC

@@ -22,7 +22,7 @@ from .aliases import aliases_for
 from .constraints import Constraint, parse_constraint
 from .db import canonical
 from .knobs import Knob, Target
-from .picked import default_space, nothing_to_tune
+from .picked import default_space, nothing_to_tune, picked_overrides
 
 # The most points a run expands and plans (planning takes about 0.5 ms a point, so ~10 s); a larger space is
 # refused with a located error unless a random sample is asked for (`schedgen tune --budget N`, N <= this).
@@ -254,6 +254,55 @@ def tune_section(spec: SpecFile, src: SourceMap, budget: int | None = None
     return knobs, constraints, problems
 
 
+def raw_constraint_problems(data: Any) -> list[Problem]:
+    """The tune section's constraints checked on the file's raw data, for a file that fails the schema (no
+    validated spec to resolve knobs against): each constraint must parse and name only sizes and tune.params keys
+    (their short names), as `tune_section` requires. What needs the validated spec (knob targets, values) waits
+    for the schema to pass."""
+    tune = data.get("tune") if isinstance(data, dict) else None
+    op = data.get("op") if isinstance(data, dict) else None
+    if not isinstance(tune, dict) or not isinstance(tune.get("constraints"), list):
+        return []
+    sizes = list(op["sizes"]) if isinstance(op, dict) and isinstance(op.get("sizes"), dict) else []
+    params = tune.get("params") if isinstance(tune.get("params"), dict) else {}
+    keys = [str(k) for k in params]
+    shorts = [_short_name(k) if "." in k else k for k in keys]
+    int_names, str_names = list(map(str, sizes)), []
+    for name, values in zip(shorts, params.values()):
+        if shorts.count(name) > 1 or not isinstance(values, list) or not values:
+            continue
+        if all(isinstance(v, (int, bool)) for v in values):
+            int_names.append(name)
+        elif all(isinstance(v, str) for v in values):
+            str_names.append(name)
+    problems = []
+    for i, text in enumerate(tune["constraints"]):
+        if not isinstance(text, str):
+            continue                             # the schema reports it
+        try:
+            parse_constraint(text, int_names, str_names)
+        except ex.ExprError as err:
+            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    return problems
+
+
+def _with_picks(spec: SpecFile, data: dict, src: SourceMap, overrides: Mapping[str, Any]
+                ) -> tuple[SpecFile, dict[str, Any]]:
+    """A spec with a tune section, completed with the planner's picks for the fields it leaves out (so an alias
+    such as tile_n over a schedule without BlockSpecs sets the picked ones), and the picks as overrides; the spec
+    as it is where it picks nothing or does not plan by itself (its points may: each is planned on its own)."""
+    try:
+        picked = picked_overrides(spec, src)
+    except SpecErrors:
+        return spec, {}
+    if not picked:
+        return spec, {}
+    done, problems = apply_overrides(data, {**overrides, **picked}, src)
+    if problems:
+        raise SpecErrors(problems, src)
+    return validate_data(done, src), picked
+
+
 def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, budget: int | None = None,
                seed: int = 0) -> Space:
     """Read a spec, its tune section and the user's overrides; raises SpecErrors (located) for any problem. A space
@@ -275,6 +324,8 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
         spec, picked, default = default_space(spec, data, src, overrides)
     elif not spec.tune.params:
         raise nothing_to_tune(spec, src, "the tune section has no params")
+    else:                       # a written section over fields the planner picks: the knobs set the picked ones
+        spec, picked = _with_picks(spec, data, src, overrides)
     knobs, constraints, problems = tune_section(spec, src, budget)
     if problems:
         raise SpecErrors(problems, src)

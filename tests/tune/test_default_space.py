@@ -11,7 +11,6 @@ import pytest
 
 from conftest import ROOT, SPECS_DIR
 from schedgen import tune as T
-from schedgen.errors import SpecErrors
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import plan, to_json
 from test_tune import FakeRunner
@@ -184,14 +183,17 @@ def test_a_written_tune_section_wins(tmp_path):
     path = tmp_path / "gemm.yaml"
     path.write_text(GEMM.read_text() + "tune:\n  params:\n    stages: [3, 4]\n")
     space = T.load_space(path)
-    assert knobs(space) == {"stages": (3, 4)} and space.default is None and space.picked == {}
-    assert all(set(c.overrides) == {"schedule.pipeline.max_concurrent_steps"} for c in T.expand(space))
-    # the picks are not written in for it: an alias over the BlockSpecs the planner picks has nothing to set
+    assert knobs(space) == {"stages": (3, 4)} and space.default is None
+    # the picks are written in for it too (the fields the spec leaves out), so the knobs set picked fields:
+    # each point is the picks plus its knob values
+    assert space.picked and "schedule.in_specs.b.block_shape" in space.picked
+    assert all(set(c.overrides) == set(space.picked) | {"schedule.pipeline.max_concurrent_steps"}
+               for c in T.expand(space))
+    # an alias over the BlockSpecs the planner picks sets the picked ones (it had nothing to set before)
     path.write_text(GEMM.read_text() + "tune:\n  params:\n    tile_n: [128, 256]\n")
-    with pytest.raises(SpecErrors) as err:
-        T.load_space(path)
-    assert "tune.params.tile_n: tile_n: no field of this spec to set (write the BlockSpecs it ties)" in \
-        err.value.render()
+    space = T.load_space(path)
+    assert {c.values["tile_n"] for c in T.expand(space)} == {128, 256}
+    assert {tuple(c.overrides["schedule.in_specs.b.block_shape"]) for c in T.expand(space)} == {(64, 128), (64, 256)}
 
 
 def test_validate_reports_tune_sections_as_before(tmp_path, capsys):
