@@ -26,15 +26,17 @@ NAMES = ["cuda", "pallas", "cublas", "jax_pallas"]
 def fair_row(rows: list[dict]) -> dict:
     """bench_built's rows of one spec as one row: every contender's time, TFLOP/s and spread."""
     first = rows[0]
-    ms, tflops, notes, spread = {}, {}, [], {}
+    ms, tflops, notes, spread, kernel_ms = {}, {}, [], {}, {}
     for r in rows:
         if r.get("time_ms"):
             ms[r["backend"]], tflops[r["backend"]], spread[r["backend"]] = r["time_ms"], r["tflops"], r.get("spread")
+            kernel_ms[r["backend"]] = r.get("cupti_ms")
         elif r.get("error"):
             notes.append(f"{r['backend']}: {r['error']}")
         for name, p in (r.get("peers") or {}).items():
             if p.get("time_ms"):
                 ms.setdefault(name, p["time_ms"])
+                kernel_ms.setdefault(name, p.get("cupti_ms"))
                 tflops.setdefault(name, p["tflops"])
                 spread.setdefault(name, p.get("spread"))
             elif p.get("skipped") and f"{name}: {p['skipped']}" not in notes:
@@ -42,6 +44,7 @@ def fair_row(rows: list[dict]) -> dict:
     s = first["shape"]
     return {"spec": first["spec"], "kernel": first.get("kernel"), "M": s.get("M"), "N": s.get("N"), "K": s.get("K"),
             "dtype": first["dtype"], "timing": first.get("timing"), "sets": first.get("sets"), "ms": ms,
+            "kernel_ms": kernel_ms,
             "tflops": tflops, "spread": spread, "notes": notes,
             "verified": {r["backend"]: r["verified"] for r in rows}}
 
