@@ -111,9 +111,6 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      "causal attention goes longest-first unless persistent.tile_order is written: lpt restates that"),
     ("matmul_bf16_256x8192x8192", "schedule.persistent.loop", lambda s, m, same: m.value == "none" and
      same == ["pallas"], "64 tiles on 132 SMs: the Pallas kernel's persistent grid is a block a tile already"),
-    ("matmul*", "schedule.in_specs.*.collective_axes", lambda s, m, _: m.value == [],
-     "a 2-CTA cluster multicasts the operand its CTAs share: collective_axes: [cluster] restates it (the name "
-     "and the operand are checked)"),
     ("attention*", "op.causal", lambda s, m, _: {repr(m.value), repr(s.op.causal)} == {"True", "'bottom_right'"},
      "causal: true means bottom_right (the last query sees the last key)"),
     ("collective_matmul*", "schedule.collective", lambda s, m, _: m.value is None,
