@@ -88,6 +88,21 @@ def torch_release(torch, device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def torch_fn_peer(name: str, fn: Callable, held: dict, torch, device: str, info: dict) -> "Peer":
+    """A peer that calls a torch function `fn` on the argument sets held["args"] (rotated), on torch's current
+    stream; closing it drops the tensors and gives torch's cached memory back."""
+    n = len(held["args"])
+
+    def call(i: int) -> None:
+        fn(*held["args"][i % n])
+
+    def close() -> None:
+        held.clear()
+        torch_release(torch, device)
+    from .timing import Contender
+    return Peer(Contender(name, call, stream=torch_stream(torch, device)), info, close)
+
+
 def from_torch(torch, t, dtype: str):
     from ..runtime.arrays import DTYPES
     t = t.detach().contiguous().cpu()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes, torch_release, torch_stream, torch_sync
+from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes, torch_fn_peer, torch_sync
 
 FLAT_PEER = "copy"
 PEER_LABELS = {"copy": "device copy", "torch_eager": "torch eager"}
@@ -58,7 +58,6 @@ def eager_peer(case, device: str = "cuda") -> Peer:
     (`device` "cpu": the same construction on CPU tensors, for the tests)."""
     import torch
 
-    from ...bench.timing import Contender
     from ...reference import reference, rel_error, tolerance
     plan, spec = case.plan, case.spec
     tdt = torch_dtypes(torch)
@@ -73,19 +72,11 @@ def eager_peer(case, device: str = "cuda") -> Peer:
     del outs
     err = max(errs)
     ok = all(e <= tolerance(o.dtype, False) for e, o in zip(errs, plan.outputs))
-    n = len(held["args"])
-
-    def call(i: int) -> None:
-        fn(*held["args"][i % n])
-
-    def close() -> None:
-        held.clear()
-        torch_release(torch, device)
     body = "; ".join(f"{t} = {ast.unparse(v.tree)}" for t, v in body_of(spec).statements)
     info = {"backend": "torch eager", "body": body, "rel_error": err,
             "verified": ok, "note": f"the body `{body}` as eager torch ops on the same tensors (outputs allocated by "
                                     f"torch's caching allocator); torch {torch.__version__}"}
-    return Peer(Contender("torch_eager", call, stream=torch_stream(torch, device)), info, close)
+    return torch_fn_peer("torch_eager", fn, held, torch, device, info)
 
 
 def peers(case) -> dict[str, Peer]:

@@ -14,8 +14,8 @@ import types
 
 import numpy as np
 
-from ...bench.case import (Peer, from_torch, guard, to_torch, torch_dtypes, torch_release, torch_stream, torch_sync,
-                           why)
+from ...bench.case import (Peer, from_torch, guard, to_torch, torch_dtypes, torch_fn_peer, torch_release,
+                           torch_sync, why)
 from ...bench.timing import Contender, jax_contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
 
@@ -457,15 +457,7 @@ def torch_epilogue_peer(case, full_ref, *, compiled: bool, device: str = "cuda")
     torch_sync(torch, device)
     info.update(check_peer(from_torch(torch, out, plan.out_dtype), full_ref, check_dtype, plan.k))
     info["note"] = f"{what}; torch {torch.__version__}"
-    n = len(held["args"])
-
-    def call(i: int) -> None:
-        fn(*held["args"][i % n])
-
-    def close() -> None:
-        held.clear()
-        torch_release(torch, device)
-    return Peer(Contender(name, call, stream=torch_stream(torch, device)), info, close)
+    return torch_fn_peer(name, fn, held, torch, device, info)
 
 
 # ---------------------------------------------------------------------------------------------- the table
