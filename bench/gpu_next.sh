@@ -5,4 +5,4 @@
 set -u
 O=$OUT
 timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/families/map/test_map_columns.py -x > $O/pbcast.log 2>&1; tail -3 $O/pbcast.log
-timeout 400 python3 -m schedgen bench --backend cuda --json $O/user_shapes.json bench/user_shapes/*.yaml > $O/user_shapes.out 2>&1; tail -20 $O/user_shapes.out | cut -c1-240
+timeout 420 python3 bench/record17.py --family matmul --set user --backends cuda --budget 380 --out $O > $O/user_shapes.out 2>&1; tail -24 $O/user_shapes.out | cut -c1-240
