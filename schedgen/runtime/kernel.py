@@ -371,7 +371,7 @@ class Kernel:
         if out is None:
             got = _torch_tensors(args, dts[0], tensor)
         else:
-            out = out if type(out) is tuple else _as_tuple(out)
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)   # _as_tuple, inline
             got = _torch_tensors((*args, *out), dts[2], tensor) if len(out) == len(dts[1]) else None
         if got is None:
             return _SLOW

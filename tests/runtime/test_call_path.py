@@ -44,8 +44,9 @@ class Tensor:
     does) and its __dlpack__ fails: the call path must read neither."""
     __module__ = "torch"
 
-    def __init__(self, shape, dtype="bf16", ptr=0x7F0000000000, device=("cuda", 0), strides=None):
-        self.shape, self.dtype, self.ptr = tuple(shape), DT[dtype], ptr
+    def __init__(self, shape, dtype="bf16", ptr=0x7F0000000000, device=("cuda", 0), strides=None,
+                 requires_grad=False):
+        self.shape, self.dtype, self.ptr, self.requires_grad = tuple(shape), DT[dtype], ptr, requires_grad
         self.device = _Device(*device)
         c, acc = [], 1
         for d in reversed(self.shape):
