@@ -21,6 +21,7 @@ from ..plan import dims
 from ..plan import launch as launch_record
 from ..plan.launch import LaunchRecord, Operand
 from . import arrays, pallas_call
+from . import torch_op as _torch_op   # imports no torch: its EAGER_DIRECT switch is read per call
 from .arrays import ArgumentError
 
 STATE_CACHE = 64     # launch states (one per input shapes and device) kept
@@ -45,6 +46,7 @@ class _Resolved:
     config: Any = None                # driver.LaunchConfig
     ptrs: Any = None                  # the operand pointers packed now
     counter: int = 0                  # the counter pointer packed now
+    where: Any = None                 # torch.device("cuda", device), made at the first torch call
     # (kernel-arg index, pointer) -> its packed Arg (a tensor map encoded once): torch's caching allocator hands
     # an output a few blocks in turn, so a new call's pointer is usually one seen before
     args_by_ptr: dict = field(default_factory=dict)
@@ -59,6 +61,7 @@ class Kernel:
         self._pallas = pallas_call.PallasCall(self)   # the Pallas call path, its kernels cached per sizes
         self._cache: dict = {}
         self._states: OrderedDict = OrderedDict()   # (device, input shapes or sizes) -> _Resolved
+        self._last_torch: tuple | None = None        # (device, input shapes, state) of the last torch call
         self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
         self._lock = threading.Lock()
         self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
@@ -86,18 +89,20 @@ class Kernel:
         the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
         numpy and jax arrays may not (a CaptureError says so). `interpret` (Pallas): True or a
         plgpu.InterpretGPUParams runs jax's Mosaic GPU interpreter (on the CPU too)."""
-        interpret = pallas_call.interpret_params(interpret)
-        if self.torch_op is not None and backend in (None, "cuda") and stream is None and interpret is None:
-            if self.torch_op.eager_direct(args, out):
-                # plain eager CUDA tensors: straight to the launch (the per-call cost is the product here)
-                res = self._call_torch(args, _as_tuple(out), None, plain=True)
-                if res is not _SLOW:
-                    return res
-            else:
+        if interpret is not None:
+            interpret = pallas_call.interpret_params(interpret)
+        op = self.torch_op
+        if op is not None and interpret is None and (backend is None or backend == "cuda"):
+            # plain eager work on CUDA tensors: straight to the launch (the per-call cost is the product here), the
+            # routing rule (TorchOp.eager_direct) read in the same pass as the fast path's checks
+            res = self._call_torch(args, out, stream, op)
+            if res is not _SLOW:
+                return res
+            if stream is None and not op.eager_direct(args, out):
                 # torch tensors (meta or fake, traced by torch.compile, under a dispatch mode, needing grad) go
                 # through the custom op, whose real implementation comes back to _call_cuda; anything else
                 # returns NotImplemented
-                routed = self.torch_op.dispatch(args, out)
+                routed = op.dispatch(args, out)
                 if routed is not NotImplemented:
                     return routed
         backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
@@ -173,6 +178,7 @@ class Kernel:
         """The launch data of one set of sizes on one device (LRU keyed by the input shapes): evaluated tensor-map
         extents, i32 values, the block count; the packed parameters and launch config once it has launched."""
         key = (device, tuple(sorted(sizes.items()))) if key is None else key
+        self._last_torch = None   # the torch path's memo is the LRU's last entry only while nothing else moves
         st = self._states.get(key)
         if st is not None:
             self._states.move_to_end(key)
@@ -285,7 +291,6 @@ class Kernel:
 
     def _go(self, st: _Resolved, ptrs: list[int], stream: int) -> None:
         """Launch: re-pack only the operands whose pointer changed (and the counter when it did)."""
-        driver = _driver()
         with self._lock:
             counter = self._counter_ptr(st.device, stream) if st.counters else 0
             if st.params is None:
@@ -306,7 +311,7 @@ class Kernel:
                     st.ptrs = list(ptrs)
                 if counter != st.counter:
                     for i in st.counters:
-                        params.set(i, driver.Arg.ptr(counter))
+                        params.set(i, _driver().Arg.ptr(counter))
                     st.counter = counter
             st.config.launch(st.params, stream)
 
@@ -346,58 +351,70 @@ class Kernel:
                 return res
         return self._call_any(args, outs, stream)
 
-    def _call_torch(self, args: Sequence[Any], outs: tuple | None, stream: int | None, plain: bool = False) -> Any:
+    def _call_torch(self, args: Sequence[Any], out: Any, stream: Any, op: Any = None) -> Any:
         """The fast path of torch CUDA tensors: shape, dtype (tensor.dtype, compared with the kernel's torch dtype
-        objects), contiguity, alignment and device read from the tensor itself, the launch state from the shape LRU.
-        `plain`: TorchOp.eager_direct has checked that every argument is a CUDA torch.Tensor already. Anything
-        unusual goes the general way (_SLOW), which says what is wrong."""
+        objects), contiguity, alignment and device read from the tensors themselves in one pass (_torch_tensors),
+        the launch state from the shape LRU. `out`: None, a tensor or a sequence of them; `stream`: None (torch's
+        current stream) or what `stream=` takes. `op` (a call from __call__): the TorchOp whose routing rule is
+        checked in the same pass: plain eager work only (TorchOp.eager_direct: exact torch.Tensors needing no grad,
+        not compiling, no dispatch mode). Anything unusual goes the general way (_SLOW, before any allocation or
+        launch), which says what is wrong."""
+        if op is not None and not (_torch_op.EAGER_DIRECT and op.plain_context()):
+            return _SLOW    # first: torch.compile traces nothing of this path (it reads and sets caches)
         dts = self._torch_dtypes
         if dts is None:
-            dts = self._torch_dtypes = _torch_dtypes_of(self.inputs), _torch_dtypes_of(self.outputs)
-        ptrs: list[int] = []
-        shapes = []
-        dev = -2
-        for a, dt in zip(args, dts[0]):
-            p = _torch_ptr(a, dt, plain)
-            if p is None:
+            dts = self._torch_dtypes = _torch_dtypes_of(self.inputs, self.outputs)
+        n_in = len(dts[0])
+        if len(args) != n_in:
+            return _SLOW
+        tensor = op._tensor if op is not None else None
+        if out is None:
+            got = _torch_tensors(args, dts[0], tensor)
+        else:
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)   # _as_tuple, inline
+            got = _torch_tensors((*args, *out), dts[2], tensor) if len(out) == len(dts[1]) else None
+        if got is None:
+            return _SLOW
+        ptrs, shapes, dev = got
+        if stream is not None and (type(stream) is not int or stream < 0):
+            try:
+                stream = _driver().stream_handle(stream)
+            except TypeError:   # the general path says what is wrong, in its order
                 return _SLOW
-            d = a.get_device()
-            if dev != d:
-                if dev != -2:
-                    return _SLOW
-                dev = d
-            ptrs.append(p)
-            shapes.append(a.shape)
+        st = self._torch_state(dev, shapes if out is None else shapes[:n_in])
+        if out is None:
+            result = _torch_empty_outputs(st, dts[1], ptrs)
+        elif tuple(shapes[n_in:]) != st.out_shapes:
+            return _SLOW
+        else:
+            result = out[0] if len(out) == 1 else out
+        if stream is None:
+            raw = _current_raw_stream
+            stream = raw(dev) if raw is not None else _torch_stream(dev)
+        (_DRIVER[0] if _DRIVER else _driver()).ensure_context(dev)
+        self._go(st, ptrs, stream)
+        return result
+
+    def _torch_state(self, dev: int, shapes: list) -> _Resolved:
+        """The launch state of these input shapes (torch.Size objects) on device `dev`: the last call's when they
+        are its shapes (compared, not hashed), else from the LRU, else resolved."""
+        last = self._last_torch
+        if last is not None and last[0] == dev and last[1] == shapes:
+            return last[2]
         key = (dev, tuple(shapes))
         st = self._states.get(key)
-        if st is not None:
-            try:
-                self._states.move_to_end(key)
-            except KeyError:    # another thread evicted it just now: it stays usable for this call
-                pass
-        else:
+        if st is None:
             ok, why = _driver().available()
             if not ok:
                 raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
             st = self._resolved(dev, self.bind(shapes), key)
-        if outs is None:
-            empty, where = _torch_empty(), _torch_device(dev)
-            result = [empty(shape, dtype=dt, device=where) for shape, dt in zip(st.out_shapes, dts[1])]
-            ptrs.extend(t.data_ptr() for t in result)
         else:
-            if len(outs) != len(self.outputs):
-                return _SLOW
-            for a, dt, shape in zip(outs, dts[1], st.out_shapes):
-                p = _torch_ptr(a, dt, plain)
-                if p is None or a.get_device() != dev or a.shape != shape:
-                    return _SLOW
-                ptrs.append(p)
-            result = list(outs)
-        if stream is None:
-            stream = _torch_stream(dev)
-        _driver().ensure_context(dev)
-        self._go(st, ptrs, stream)
-        return result[0] if len(result) == 1 else tuple(result)
+            try:
+                self._states.move_to_end(key)
+            except KeyError:    # another thread evicted it just now: it stays usable for this call
+                pass
+        self._last_torch = (dev, shapes, st)
+        return st
 
     def _call_any(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:
         """Every kind of array (numpy copied in and out, device arrays in place); the argument errors."""
@@ -542,15 +559,51 @@ def _torch_stream(device: int) -> int:
     return int(_current_raw_stream(device))
 
 
-def _torch_ptr(t: Any, dt: Any, plain: bool) -> int | None:
-    """The data pointer of a torch tensor that needs no further check (a CUDA tensor, unless `plain` says that was
-    checked; dtype `dt`, torch's dtype object; C-contiguous; 16-byte aligned), else None."""
-    if not plain and (arrays.kind_of(t) != "torch" or not t.is_cuda):
-        return None
-    if t.dtype is not dt or not t.is_contiguous():
-        return None
-    p = t.data_ptr()
-    return None if p % 16 else p
+def _torch_tensors(tensors: Sequence[Any], dts: Sequence[Any], tensor: Any) -> tuple | None:
+    """(pointers, shapes, device) of tensors that need no further check: torch tensors (exactly `tensor` and
+    needing no grad when it is given: the op's routing rule), on one CUDA device, of dtype `dts` (torch's dtype
+    objects, by identity), C-contiguous and 16-byte aligned; None for anything else. One pass, each attribute read
+    once (the reads are most of the fast path's cost)."""
+    ptrs: list[int] = []
+    shapes: list = []
+    keep_ptr, keep_shape = ptrs.append, shapes.append
+    dev = -2
+    for a, dt in zip(tensors, dts):
+        if tensor is not None:
+            if type(a) is not tensor or a.requires_grad:
+                return None
+        elif arrays.kind_of(a) != "torch":
+            return None
+        if not a.is_cuda or a.dtype is not dt or not a.is_contiguous():
+            return None
+        p = a.data_ptr()
+        if p % 16:
+            return None
+        d = a.get_device()
+        if dev != d:
+            if dev != -2:
+                return None
+            dev = d
+        keep_ptr(p)
+        keep_shape(a.shape)
+    return ptrs, shapes, dev
+
+
+def _torch_empty_outputs(st: _Resolved, dts: Sequence[Any], ptrs: list[int]) -> Any:
+    """New outputs from torch's allocator on the state's device (a tensor, or a tuple of them); their pointers
+    appended to `ptrs`."""
+    where = st.where
+    if where is None:
+        where = st.where = _torch_device(st.device)
+    empty = _EMPTY[0] if _EMPTY else _torch_empty()
+    # size= rather than a positional tuple: torch's argument parser takes ~0.5 us less (CPU, torch 2.14)
+    if len(dts) == 1:
+        result = empty(size=st.out_shapes[0], dtype=dts[0], device=where)
+        ptrs.append(result.data_ptr())
+        return result
+    results = tuple(empty(size=shape, dtype=dt, device=where) for shape, dt in zip(st.out_shapes, dts))
+    ptrs.extend(t.data_ptr() for t in results)
+    return results
 
 
 _TORCH_DT: dict[str, Any] = {}     # our dtype name -> torch's dtype object
@@ -567,13 +620,14 @@ def _torch_device(ordinal: int) -> Any:
     return d
 
 
-def _torch_dtypes_of(operands: Sequence[Operand]) -> tuple:
-    """torch's dtype objects for the operands' dtypes (the fast path compares tensor.dtype with them by identity:
-    never the array-interface typestr, which older torch reports as '<f2' for bf16)."""
+def _torch_dtypes_of(inputs: Sequence[Operand], outputs: Sequence[Operand]) -> tuple:
+    """torch's dtype objects for the operands' dtypes: (inputs, outputs, both). The fast path compares tensor.dtype
+    with them by identity: never the array-interface typestr, which older torch reports as '<f2' for bf16."""
     if not _TORCH_DT:
         import torch
         _TORCH_DT.update({name: getattr(torch, attr) for name, attr in arrays._TORCH.items() if hasattr(torch, attr)})
-    return tuple(_TORCH_DT.get(o.dtype) for o in operands)
+    ins, outs = (tuple(_TORCH_DT.get(o.dtype) for o in operands) for operands in (inputs, outputs))
+    return ins, outs, ins + outs
 
 
 _EMPTY = []

@@ -227,6 +227,10 @@ class TorchOp:
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if type(o) is not tensor or o.requires_grad or not o.is_cuda:
                     return False
+        return self.plain_context()
+
+    def plain_context(self) -> bool:
+        """Not compiling and no torch dispatch mode on the stack (FakeTensorMode, opcheck's, a FLOP counter)."""
         if self._compiling():
             return False
         return self._dispatch_depth is not None and self._dispatch_depth() == 0
