@@ -228,6 +228,19 @@ def _spec_key(spec: SpecFile, knobs: Sequence[Knob]) -> str:
     return key_of({"spec": canonical(data)})
 
 
+def _parse_constraints(texts: Iterable[tuple[int, str]], int_names: Sequence[str], str_names: Sequence[str],
+                       problems: list[Problem]) -> list[Constraint]:
+    """Each (index, text) of tune.constraints parsed over these names; one located problem for each that does
+    not parse."""
+    out = []
+    for i, text in texts:
+        try:
+            out.append(parse_constraint(text, int_names, str_names))
+        except ex.ExprError as err:
+            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    return out
+
+
 def tune_section(spec: SpecFile, src: SourceMap, budget: int | None = None
                  ) -> tuple[list[Knob], list[Constraint], list[Problem]]:
     """The knobs and constraints of a validated spec's tune section, and every located problem with them (unknown
@@ -237,12 +250,7 @@ def tune_section(spec: SpecFile, src: SourceMap, budget: int | None = None
     knobs = resolve_knobs(spec, problems)
     int_names = list(spec.op.sizes) + [k.name for k in knobs if k.kind == "int"]
     str_names = [k.name for k in knobs if k.kind == "str"]
-    constraints = []
-    for i, text in enumerate(spec.tune.constraints):
-        try:
-            constraints.append(parse_constraint(text, int_names, str_names))
-        except ex.ExprError as err:
-            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    constraints = _parse_constraints(enumerate(spec.tune.constraints), int_names, str_names, problems)
     size = math.prod(len(k.values) for k in knobs)
     if budget is None and size > MAX_SPACE:
         problems.append(Problem(("tune", "params"), pos=src.key_positions.get(("tune", "params")), message=(
@@ -275,14 +283,9 @@ def raw_constraint_problems(data: Any) -> list[Problem]:
             int_names.append(name)
         elif all(isinstance(v, str) for v in values):
             str_names.append(name)
-    problems = []
-    for i, text in enumerate(tune["constraints"]):
-        if not isinstance(text, str):
-            continue                             # the schema reports it
-        try:
-            parse_constraint(text, int_names, str_names)
-        except ex.ExprError as err:
-            problems.append(Problem(("tune", "constraints", i), err.message, inner_line=err.line, inner_col=err.col))
+    problems: list[Problem] = []
+    texts = [(i, t) for i, t in enumerate(tune["constraints"]) if isinstance(t, str)]   # others: the schema's
+    _parse_constraints(texts, int_names, str_names, problems)
     return problems
 
 

@@ -204,6 +204,10 @@ def test_matmul_clusters_along_m_sharing_the_rhs(tmp_path):
 def test_a_written_cluster_or_tile_is_kept(tmp_path):
     plan, picks = _picked(tmp_path, {"M": 3000, "N": 5000, "K": 1000, "schedule.cluster": [1, 1]})
     assert plan.cluster_size == 1 and "schedule.cluster" not in picks
+    # a written 2-CTA cluster gets a tile it can split: at 1536 x 3072 the wave estimate alone picks 128 x 192,
+    # whose N-major rhs halves (96 columns) are off the 64-column swizzle rows; written [2, 1], 128 x 256 instead
+    plan, picks = _picked(tmp_path, {"M": 1536, "N": 3072, "K": 1536, "schedule.cluster": [2, 1]})
+    assert (plan.tile_n, plan.cluster_m, plan.multicast) == (256, 2, "rhs") and "schedule.cluster" not in picks
 
 
 def test_skinny_matmul_loads_256_bytes_of_k_a_stage(tmp_path):

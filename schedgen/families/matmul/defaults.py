@@ -60,12 +60,15 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     nc_written = sch_written("pipeline", "num_compute_wgs")
     # ping-pong: two consumers, each on a whole tile of its own (its accumulators in one warpgroup's registers)
     pingpong = spec.schedule.pipeline.consumer_schedule != "cooperative"
+    shared = False                            # 2-CTA clusters sharing the rhs (picked with the tile)
     if any(tiled):
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
         nc_fit = 1 if pingpong else spec.schedule.pipeline.num_compute_wgs if nc_written else None
-        (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"))
-        picks += _block_specs(op, out_name, dims, tm, tn, tk, why)
+        (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"),
+                                  cluster=tuple(spec.schedule.cluster) if sch_written("cluster") else None)
+        shared = not sch_written("cluster") and _clusters(op, dims, tm, tn, hw)
+        picks += _block_specs(op, out_name, dims, tm, tn, tk, why, shared)
     nc = 2 if pingpong or (tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0) else 1
     if not nc_written:
         picks.append(Pick(("schedule", "pipeline", "num_compute_wgs"), nc,
@@ -76,8 +79,11 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         nc = spec.schedule.pipeline.num_compute_wgs
     if not sch_written("pipeline", "max_concurrent_steps"):
         picks.append(_stages(dims, tm, tn, tk, nc, hw))
-    if not any(tiled) and not sch_written("cluster"):
-        picks += _cluster(op, dims, tm, tn, tk, hw)
+    if shared:
+        rows = D.upper(D.cdiv(dims.m, tm), dims.ranges)
+        picks.append(Pick(("schedule", "cluster"), [2, 1],
+                          f"{rows} even tile rows: pairs of CTAs along M share the rhs tile, each loading half and "
+                          "multicasting it (half the rhs traffic from L2)"))
     if not sch_written("persistent", "tile_order") and not sch_written("persistent", "tile_width"):
         picks.append(Pick(("schedule", "persistent", "tile_order"), "planar_snake",
                           "bands of tiles that share lhs rows and rhs columns in the L2"))
@@ -85,14 +91,16 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     return picks
 
 
-def _tile(op, dims, hw: Hardware, nc: int | None, clusters: bool) -> tuple[tuple[int, int, int], str]:
+def _tile(op, dims, hw: Hardware, nc: int | None, clusters: bool, cluster: tuple | None = None
+          ) -> tuple[tuple[int, int, int], str]:
     """Among the tiles whose tiles give the SMs most of a wave (preferring tiles that divide M and N; with the
-    consumers written (`nc`), only tiles whose accumulators fit that many), the fastest by the estimate of
-    _fastest (with `clusters`: counting the 2-CTA cluster a tile would get)."""
+    consumers written (`nc`), only tiles whose accumulators fit that many; with a 2-CTA `cluster` written, only
+    tiles it can split), the fastest by the estimate of _fastest (with `clusters`: counting the 2-CTA cluster a
+    tile would get)."""
     ranges = dims.ranges
     tiles = [t for t in TILES if nc is None or (t[0] % (WGMMA_M * nc) == 0
                                                 and t[0] * t[1] // (128 * nc) + REG_OVERHEAD <= MAX_CONSUMER_REGS)]
-    tiles = tiles or list(TILES)
+    tiles = [t for t in tiles if _splits(op, dims, *t, cluster)] or tiles or list(TILES)
     dividing = [t for t in tiles if D.divisible(dims.m, t[0], ranges) and D.divisible(dims.n, t[1], ranges)]
     pool = dividing or tiles
     batch = D.upper(dims.batch, ranges)
@@ -118,6 +126,20 @@ def _fastest(enough: list[tuple[int, int]], count: dict, hw: Hardware, clustered
     return best if cost(best) < SWITCH * cost(enough[0]) else enough[0]
 
 
+def _splits(op, dims, tm: int, tn: int, cluster: tuple | None) -> bool:
+    """Whether a written 2x1 / 1x2 cluster can share a tm x tn tile: an even tile grid along it (a static size)
+    and each CTA's half of the shared tile whole swizzle rows where that operand is MN-major (the planner's rule,
+    schedule.cluster_shape); any tile without a 2-CTA cluster."""
+    cm, cn = (tuple(cluster or ()) + (1, 1))[:2]
+    rows, cols = D.cdiv(dims.m, tm), D.cdiv(dims.n, tn)
+    atom = 128 // dims.isz
+    if cm == 2:
+        return (not D.is_static(rows) or rows % 2 == 0) and (op.transpose_rhs or (tn // 2) % atom == 0)
+    if cn == 2:
+        return (not D.is_static(cols) or cols % 2 == 0) and (tm // 2) % (atom if op.transpose_lhs else 8) == 0
+    return True
+
+
 def _clusters(op, dims, tm: int, tn: int, hw: Hardware) -> bool:
     """Whether a tm x tn tile runs in 2-CTA clusters along M: a problem of at least a wave of two-consumer tiles
     with an even number of tile rows at every size (a dynamic M: its multiple_of a multiple of 2 x tile_m), and
@@ -126,29 +148,12 @@ def _clusters(op, dims, tm: int, tn: int, hw: Hardware) -> bool:
     rows = D.cdiv(dims.m, tm)
     even = D.divisible(rows, 2, ranges) if D.is_static(rows) else D.divisible(dims.m, 2 * tm, ranges)
     count = D.upper(dims.batch, ranges) * D.upper(rows, ranges) * D.upper(D.cdiv(dims.n, tn), ranges)
-    half_rows_ok = op.transpose_rhs or (tn // 2) % (128 // dims.isz) == 0
-    return tm >= 2 * WGMMA_M and even and count >= hw.sm_count and half_rows_ok
+    return tm >= 2 * WGMMA_M and even and count >= hw.sm_count and _splits(op, dims, tm, tn, (2, 1))
 
 
-def _cluster(op, dims, tm: int, tn: int, tk: int, hw: Hardware) -> list[Pick]:
-    """The cluster picks (_clusters says when): [2, 1], and the rhs BlockSpec multicast along it."""
-    ranges = dims.ranges
-    if not _clusters(op, dims, tm, tn, hw):
-        return []
-    rows = D.cdiv(dims.m, tm)
-    count = D.upper(dims.batch, ranges) * D.upper(rows, ranges) * D.upper(D.cdiv(dims.n, tn), ranges)
-    ragged = not all(D.divisible(x, t, ranges) for x, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk)))
-    b = [tn, tk] if op.transpose_rhs else [tk, tn]
-    return [Pick(("schedule", "cluster"), [2, 1],
-                 f"{count} tiles in {D.upper(rows, ranges)} even tile rows: pairs of CTAs along M share the rhs "
-                 "tile, each loading half and multicasting it (half the rhs traffic from L2)"),
-            Pick(("schedule", "in_specs", op.rhs),
-                 BlockSpec(block_shape=b, delay_release=1, out_of_bounds="zero" if ragged else "reject",
-                           collective_axes=["cluster"]), "the rhs tile is the one the cluster shares")]
-
-
-def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str) -> list[Pick]:
-    """BlockSpecs for lhs, rhs and the output in their stored order; zero padding where the tile does not divide."""
+def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str, shared: bool) -> list[Pick]:
+    """BlockSpecs for lhs, rhs and the output in their stored order; zero padding where the tile does not divide;
+    `shared`: the rhs is the tile a 2-CTA cluster multicasts (collective_axes: [cluster])."""
     ranges = dims.ranges
     ragged = not all(D.divisible(x, t, ranges) for x, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk)))
     oob = "zero" if ragged else "reject"
@@ -157,8 +162,10 @@ def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str) -
     b = [tn, tk] if op.transpose_rhs else [tk, tn]
     return [Pick(("schedule", "in_specs", op.lhs), BlockSpec(block_shape=a, delay_release=1, out_of_bounds=oob),
                  f"tile {tm} x {tn} x {tk} ({why})"),
-            Pick(("schedule", "in_specs", op.rhs), BlockSpec(block_shape=b, delay_release=1, out_of_bounds=oob),
-                 "the same tile"),
+            Pick(("schedule", "in_specs", op.rhs),
+                 BlockSpec(block_shape=b, delay_release=1, out_of_bounds=oob,
+                           **({"collective_axes": ["cluster"]} if shared else {})),
+                 "the same tile" + (", the one the cluster's CTAs share" if shared else "")),
             Pick(("schedule", "out_specs", out_name), BlockSpec(block_shape=[tm, tn]), "the same tile")]
 
 
