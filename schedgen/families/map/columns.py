@@ -40,10 +40,11 @@ def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problem
     before = len(problems)
     iblock, out0 = space.block, next(iter(op.outputs))
     min_isz = min(ITEMSIZE[o.dtype] for o in list(op.inputs.values()) + list(op.outputs.values()))
-    layout = pick_layout(iblock[-2], iblock[-1], 16 // min_isz, min_isz)
+    vec = widest_vector(operands.values(), min_isz)
+    layout = pick_layout(iblock[-2], iblock[-1], vec, min_isz)
     if layout is None:
         rows, cols = iblock[-2], iblock[-1]
-        quantum, lc, v = min(candidates(cols, 16 // min_isz, min_isz))
+        quantum, lc, v = min(candidates(cols, vec, min_isz))
         problems.add(("schedule", "out_specs", out0, "block_shape", len(iblock) - 2),
                      f"'{columns[0].name}' broadcasts along the minor dimension (a column), which jax 0.11.2's "
                      f"Mosaic GPU cannot lay out by itself; the Pallas kernel names a register layout whose 4 warps "
@@ -59,6 +60,32 @@ def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problem
         return None
     views = tuple(_view(o, len(iblock)) for o in inputs)
     return _layout(len(iblock), *layout, views)
+
+
+def swizzle_of(o: MapOperand) -> int:
+    """The swizzle (bytes) of an operand's SMEM block in the Pallas kernel: the one its transforms name, else the
+    one Mosaic GPU's layout inference gives it (inferred_tiling); 0 for none (and for a column: no SMEM block)."""
+    if o.minor_bcast:
+        return 0
+    if o.tma.swizzle:
+        return int(o.tma.swizzle)
+    tiling = inferred_tiling(o)
+    return tiling[1] if tiling else 0
+
+
+def widest_vector(operands, min_isz: int) -> int:
+    """The longest vector (elements) a lane may move: 16 B of the narrowest dtype, and at most 16 B of every input
+    whose SMEM block is swizzled. jax 0.11.2's swizzled transfer (FragmentedArray.transfer_tiled) counts in 16 B
+    chunks (`swizzle_tile_transfers = 16 // transfer_bytes`) and loads a wider vector from wrong addresses, with no
+    error: the H200 read an f32 block loaded 8 elements a lane (32 B) from a 128 B-swizzled stage right in row 0 of
+    each 8 and wrong in the 7 others (col_row_full, 2026-12-04; tests/families/map/test_map_columns.py). Stores are
+    not capped: the same run wrote the f32 output 'r' 8 elements a lane into its 128 B-swizzled stage right, at
+    200 x 640 (40 x 128 blocks) and [3, 200, 640] (1 x 40 x 128)."""
+    vec = 16 // min_isz
+    for o in operands:
+        if o.role == "in" and swizzle_of(o):
+            vec = min(vec, 16 // o.itemsize)
+    return vec
 
 
 def candidates(cols: int, vec: int, min_isz: int) -> list[tuple[int, int, int]]:

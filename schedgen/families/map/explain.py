@@ -36,7 +36,7 @@ def explain_map(p) -> str:
     if reg is not None:
         cols = ", ".join(v.name for v in reg.views if v.gmem)
         lines.append(f"  pallas     every value in one register layout of {reg.rows} x {reg.cols} tiles (4 warps x "
-                     f"{reg.lane_rows} rows, {reg.lane_cols} lanes x {reg.vec} elements); columns read from GMEM into "
+                     f"{reg.lane_rows} row{'s' if reg.lane_rows > 1 else ''}, {reg.lane_cols} lanes x {reg.vec} elements); columns read from GMEM into "
                      f"registers: {cols} (Mosaic GPU infers no layout for a column, nor can its TMA load one)")
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
     for b in p.smem_buffers:

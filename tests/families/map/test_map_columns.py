@@ -82,12 +82,26 @@ def test_mixed_plan_views():
     p = _plan(MIXED)
     reg = p.registers
     assert p.backends == ("cuda", "pallas")
-    assert (reg.rows, reg.cols, reg.lane_rows, reg.lane_cols, reg.vec) == (8, 128, 2, 16, 8)
+    # 4 f32 a lane, not 8 bf16: w's f32 stage is 128 B-swizzled (test_a_swizzled_stage_caps_the_vector)
+    assert (reg.rows, reg.cols, reg.lane_rows, reg.lane_cols, reg.vec) == (4, 128, 1, 32, 4)
     views = {v.name: v for v in reg.views}
     assert [v.name for v in reg.views] == ["x", "s", "b", "w"]
     assert views["s"].gmem and views["s"].squeezed == (1,) and views["s"].kept == (0,) and views["s"].reduced == (1,)
     assert not views["b"].gmem and views["b"].kept == (1,) and views["b"].reduced == (0,)
     assert not views["x"].gmem and views["x"].kept == (0, 1) and views["x"].reduced == ()
+
+
+def test_a_swizzled_stage_caps_the_vector():
+    """jax 0.11.2 moves at most 16 B a lane through a swizzled SMEM block right (columns.widest_vector): the H200 read
+    col_row_full's f32 'w' (40 x 128, 128 B swizzle) 8 elements a lane wrong in 7 rows of every 8 (2026-12-04)."""
+    ops = {o.name: o for o in _plan(MIXED).operands}
+    assert columns.swizzle_of(ops["w"]) == 128 and columns.swizzle_of(ops["r"]) == 128  # r: an output, not capped
+    assert _plan(MIXED).registers.vec == 4                                  # f32 swizzled: 16 B = 4 elements
+    bf16 = {"op.inputs.w.dtype": "bf16", "op.outputs.r.dtype": "bf16"}
+    assert _plan(MIXED, bf16).registers.vec == 8                            # every swizzled stage bf16: 8
+    assert _plan(MIXED, {"op.outputs.r.dtype": "bf16"}).registers.vec == 4  # w alone still caps it
+    untiled = {"schedule.out_specs.o.block_shape": [20, 128], "schedule.out_specs.r.block_shape": [20, 128]}
+    assert columns.swizzle_of({o.name: o for o in _plan(MIXED, untiled).operands}["w"]) == 0  # 20 rows: unswizzled
 
 
 def test_rank3_views_broadcast_over_the_batch():
@@ -97,7 +111,7 @@ def test_rank3_views_broadcast_over_the_batch():
           "schedule.out_specs.o.block_shape": [1, 40, 128], "schedule.out_specs.r.block_shape": [1, 40, 128]}
     reg = _plan(MIXED, ov).registers
     views = {v.name: v for v in reg.views}
-    assert reg.tiles[0] == (1, 8, 128)
+    assert reg.tiles[0] == (1, 8, 128)   # w is a column here: the swizzled inputs (x) are bf16, 8 a lane
     assert views["s"].gmem and views["s"].kept == (1,) and views["s"].reduced == (0, 2)
     assert views["w"].gmem and views["w"].squeezed == (2,) and views["w"].kept == (0, 1)
     assert views["b"].kept == (2,) and views["x"].kept == (0, 1, 2)
@@ -111,7 +125,7 @@ def test_no_column_no_layout():
 
 def test_rendered_kernel_reads_the_column_from_gmem(cache):
     src = build_spec(str(MIXED), cache=cache).files["pallas_kernel.py"].decode()
-    assert "_LAYOUT = plgpu.Layout.TILED(plgpu.Tiling(((8, 128), (2, 128), (8,))), warp_dims=(-5,)" in src
+    assert "_LAYOUT = plgpu.Layout.TILED(plgpu.Tiling(((4, 128), (4,))), warp_dims=(-3,), lane_dims=(-2,)," in src
     assert "            return plgpu.load(in_s_gmem.at[pl.ds(c[0] * 40, 40), 0],\n" \
            "                              layout=_LAYOUT.reduce((1,)), optimized=False)" in src
     assert "v_b = lax.broadcast_in_dim(v_b, (40, 128), (1,))" in src
@@ -125,7 +139,7 @@ def test_rendered_kernel_reads_the_column_from_gmem(cache):
 def test_explain_names_the_layout_and_the_columns():
     from schedgen.families.map.explain import explain_map
     text = explain_map(_plan(MIXED))
-    assert ("  pallas     every value in one register layout of 8 x 128 tiles (4 warps x 2 rows, 16 lanes x 8 "
+    assert ("  pallas     every value in one register layout of 4 x 128 tiles (4 warps x 1 row, 32 lanes x 4 "
             "elements); columns read from GMEM into registers: s (Mosaic GPU infers no layout for a column, nor can "
             "its TMA load one)") in text.splitlines()
     assert "  pallas " not in explain_map(_plan(MIXED, {"schedule.backends": ["cuda"]}))
