@@ -1,6 +1,6 @@
 """The performance record of issue 17 for one family, from ONE process: every bundled spec of the family (at the
-suite's sizes where bench/suite.toml gives its unlabelled run some, else the spec's own; a dynamic spec at its
-sizes' max) plus, for matmul, the shapes users bring (bench/user_shapes/*.yaml, default schedules), each verified
+suite's sizes where bench/suite.toml gives its unlabelled run some, else the spec's own; a dynamic package at the
+call sizes its unlabelled run's `at` gives, else at its sizes' max) plus, for matmul, the shapes users bring (bench/user_shapes/*.yaml, default schedules), each verified
 against float64 and timed interleaved with the family's peers (`schedgen.bench.bench_built`: ours and every peer in
 rounds of blocks of launches, the median over rounds, the SM clock and power limit read before and after).
 
@@ -40,30 +40,34 @@ USER_SHAPES = ROOT / "bench" / "user_shapes"
 
 # ---------------------------------------------------------------------------------------------- what runs
 
-def suite_defines() -> dict[str, list[str]]:
-    """spec path (relative to the repo) -> the -D overrides of its unlabelled run in bench/suite.toml."""
+def suite_unlabelled() -> dict[str, dict]:
+    """spec path (relative to the repo) -> {define: its -D overrides, at: a dynamic package's call sizes} of its
+    unlabelled run in bench/suite.toml."""
     import tomllib
 
     from run_gpu import suite_runs
-    out: dict[str, list[str]] = {}
+    out: dict[str, dict] = {}
     for run in suite_runs(tomllib.loads((ROOT / "bench" / "suite.toml").read_text())["run"]):
         if not run.get("label"):
-            out.setdefault(run["spec"], list(run.get("define", [])))
+            out.setdefault(run["spec"], {"define": list(run.get("define", [])),
+                                         "at": {k: int(v) for k, v in (a.split("=", 1) for a in run.get("at", []))}})
     return out
 
 
 def planned_runs(family: str, which: str = "all", only: list[str] | None = None) -> list[dict]:
     """The runs of a family: {spec (path relative to the repo), define, source: bundled | user}, bundled first."""
     from run_gpu import family_of
-    defines = suite_defines()
+    suite = suite_unlabelled()
     runs = []
     if which in ("all", "bundled"):
         for path in sorted(p for p in (ROOT / "specs").iterdir() if p.suffix in (".yaml", ".yml", ".toml")):
             if family_of(path) == family:
                 rel = str(path.relative_to(ROOT))
-                runs.append({"spec": rel, "define": defines.get(rel, []), "source": "bundled"})
+                got = suite.get(rel, {})
+                runs.append({"spec": rel, "define": got.get("define", []), "at": got.get("at", {}),
+                             "source": "bundled"})
     if which in ("all", "user") and family == "matmul":
-        runs += [{"spec": str(p.relative_to(ROOT)), "define": [], "source": "user"}
+        runs += [{"spec": str(p.relative_to(ROOT)), "define": [], "at": {}, "source": "user"}
                  for p in sorted(USER_SHAPES.glob("*.yaml"))]
     if only:
         runs = [r for r in runs if any(o in Path(r["spec"]).stem for o in only)]
@@ -177,7 +181,7 @@ def bench_one(run: dict, args, env: dict) -> list[dict]:
     from schedgen.frontend.overrides import parse_overrides
     built = build_spec(str(ROOT / run["spec"]), parse_overrides(run["define"]))
     rows = print_skips(bench_built(built, [b for b in args.backends.split(",") if b], iters=args.iters,
-                                   warmup=args.warmup, env=env))
+                                   warmup=args.warmup, env=env, at=run.get("at") or None))
     for r in rows:
         r.update(variant="default", source=run["source"], spec_file=run["spec"], define=run["define"], run=args.run)
     return rows
@@ -227,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(runs)}] {name}: budget of {args.budget:.0f} s spent, not run", flush=True)
             continue
         ts = time.time()
-        print(f"[{i}/{len(runs)}] {name} {' '.join(run['define'])}".rstrip() + " ...", flush=True)
+        at = " ".join(f"{k}={v}" for k, v in (run.get("at") or {}).items())
+        print(f"[{i}/{len(runs)}] {name} {' '.join(run['define'])}".rstrip() + (f" at {at}" if at else "") + " ...",
+              flush=True)
         try:
             new = bench_one(run, args, env)
         except Exception as exc:  # one spec that does not build or run is reported; the others still run

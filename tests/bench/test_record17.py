@@ -54,6 +54,9 @@ def test_each_family_runs_its_bundled_specs_and_matmul_the_users_shapes():
             assert not user
     add = next(r for r in record17.planned_runs("map") if r["spec"].endswith("add_bf16.yaml"))
     assert add["define"] == ["M=32768", "N=16384"]                # the suite's 1 GiB per operand
+    assert add["at"] == {}
+    dyn = next(r for r in record17.planned_runs("attention") if r["spec"].endswith("attention_bf16_dynamic.yaml"))
+    assert dyn["define"] == [] and dyn["at"] == {"B": 2, "S": 8192}   # a call's sizes, not the range's max
     assert [r["source"] for r in record17.planned_runs("matmul", "user")] == ["user"] * len(
         list((ROOT / "bench" / "user_shapes").glob("*.yaml")))
     assert [r["spec"] for r in record17.planned_runs("attention", only=["d64"])] == [
@@ -130,3 +133,13 @@ def test_append_merges_into_a_record_carried_in_the_tree(tmp_path, capsys, monke
     with pytest.raises(RecordError, match="not a benchmark record"):
         record17.main(["--family", "map", "--out", str(out), "--append", str(first)])
     assert capsys.readouterr().out == ""                                     # nothing planned, built or timed
+
+
+def test_every_call_size_the_suite_gives_is_legal_for_its_package():
+    from schedgen.bench.run import check_at
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    runs = [r for f in record17.FAMILIES for r in record17.planned_runs(f, "bundled") if r["at"]]
+    assert len(runs) >= 6
+    for r in runs:
+        assert check_at(plan(*load_spec(str(ROOT / r["spec"]), {})), r["at"]) == [], r
