@@ -47,9 +47,18 @@ def test_contenders_interleave_within_each_round_and_the_median_is_kept():
         ("cuda-events", "a", 6), ("cupti", "a", 6), ("cupti", "b", 6), ("wall", "b", 6),
         ("cuda-events", "a", 10), ("cupti", "a", 10), ("cupti", "b", 10), ("wall", "b", 10)]
     assert calls["a"][:2] == [0, 1] and len(calls["a"]) == 2 + 3 * 2 * 4
-    assert got["a"] == {"time_ms": 3.0, "timing": "cuda-events", "events_ms": 3.0, "cupti_ms": 0.8, "rounds": 3,
-                        "block": 4, "spread": pytest.approx(4.0 / 3.0)}
+    # kernel time is the primary clock where CUPTI answers (the rate then stands on the ratios' clock); events beside
+    assert got["a"] == {"time_ms": 0.8, "timing": "cupti", "events_ms": 3.0, "cupti_ms": 0.8, "rounds": 3,
+                        "block": 4, "spread": pytest.approx(0.2 / 0.8)}
     assert got["b"]["time_ms"] == 4.0 and got["b"]["timing"] == "cupti" and got["b"]["wall_ms"] == 3.0
+
+
+def test_without_cupti_a_stream_contender_is_timed_by_events():
+    log = []
+    a = Contender("a", lambda i: None, stream=0, sync=lambda: None)
+    got = interleaved([a], block=2, rounds=2, warmup=0,
+                      clocks=_clocks(log, {("cuda-events", "a"): [2.0, 4.0]}, cupti=False))
+    assert got["a"]["timing"] == "cuda-events" and got["a"]["time_ms"] == 3.0 and "cupti_ms" not in got["a"]
 
 
 def test_without_cupti_jax_contenders_fall_back_to_wall_clock():
