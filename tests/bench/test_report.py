@@ -70,7 +70,9 @@ def test_report_from_the_committed_rows(rows, tmp_path):
     series = [(p["spec"], p["series"]) for p in data["roofline"]]
     assert len(series) == len(set(series))
     assert {s for s, k in series if k == "cublas"} == mm_specs
-    assert all(p["floor_ms"] > 0 and 0.5 < p["of_floor"] < 1.1 for p in data["roofline"])
+    assert all(p["floor_ms"] > 0 and p["of_floor"] < 1.1 for p in data["roofline"])
+    # ours and cuBLAS within 2x of the roofline (torch eager's unfused epilogue is not: 0.20-0.48 of it)
+    assert all(0.5 < p["of_floor"] for p in data["roofline"] if p["series"] in ("cuda", "pallas", "cublas"))
     md = files["markdown"].read_text()
     assert "![roofline](roofline.png)" in md and "| matmul_bf16_4096 | default | cuda |" in md
     assert "## Roofline" in md and "| 4096x4096x4096 bf16 | schedgen CUDA |" in md
