@@ -65,6 +65,20 @@ def valid_targets(plan, host: dict, seed: int = 0) -> dict:
 
 # ------------------------------------------------------------------------------------------ torch functions
 
+def _torch_reduce(torch, op, a, idx, n):
+    """One reduction along the row, as the float64 reference defines it (take: 0 off the row)."""
+    a = a.expand(*a.shape[:-1], n) if a.shape[-1] != n else a
+    if op in ("sum", "mean"):
+        return a.sum(-1, keepdim=True) if op == "sum" else a.mean(-1, keepdim=True)
+    if op in ("max", "min"):
+        return a.amax(-1, keepdim=True) if op == "max" else a.amin(-1, keepdim=True)
+    if op == "logsumexp":
+        return torch.logsumexp(a, -1, keepdim=True)
+    col = idx.long().clamp(0, n - 1)
+    hit = (idx >= 0) & (idx < n)
+    return torch.where(hit, a.gather(-1, col), torch.zeros_like(col, dtype=a.dtype))
+
+
 def torch_body_fn(torch, plan, spec):
     """f(*inputs) -> outputs: the body as eager torch ops in f32 (reductions along the last axis)."""
     from ...bench.torch_expr import torch_body
@@ -86,22 +100,6 @@ def torch_body_fn(torch, plan, spec):
     tdt = torch_dtypes(torch)
     n = plan.n
 
-    def reduce(op, a, idx):
-        a = a.expand(*a.shape[:-1], n) if a.shape[-1] != n else a
-        if op == "sum":
-            return a.sum(-1, keepdim=True)
-        if op == "mean":
-            return a.mean(-1, keepdim=True)
-        if op == "max":
-            return a.amax(-1, keepdim=True)
-        if op == "min":
-            return a.amin(-1, keepdim=True)
-        if op == "logsumexp":
-            return torch.logsumexp(a, -1, keepdim=True)
-        col = idx.long().clamp(0, n - 1)
-        hit = (idx >= 0) & (idx < n)
-        return torch.where(hit, a.gather(-1, col), torch.zeros_like(col, dtype=a.dtype))
-
     def fn(*inputs):
         env = {}
         for name, t in zip(names, inputs):
@@ -110,7 +108,7 @@ def torch_body_fn(torch, plan, spec):
         env.update(consts)
         for target, op, f, fi in steps:
             v = f(env)["sg_v"]
-            env[target] = reduce(op, v, fi(env)["sg_v"] if fi else None) if op else v
+            env[target] = _torch_reduce(torch, op, v, fi(env)["sg_v"] if fi else None, n) if op else v
         outs = []
         for o in plan.outputs:
             v = env[o.name]

@@ -209,7 +209,7 @@ def _n(op, d):
 
 
 def _rows_path(op, sch):
-    for group, name, bs, names in _block_entries(op, sch):
+    for group, name, _bs, names in _block_entries(op, sch):
         if name in names:
             return ("schedule", group, name, "block_shape", 0)
     return ("schedule", "num_warpgroups")
@@ -292,9 +292,44 @@ def _operands(op, kinds, rows: int, hw: Hardware) -> tuple[RowOperand, ...]:
 
 # ----------------------------------------------------------------------------------------------- Pallas
 
-def pallas_smem(operands, steps: int) -> int:
-    """SMEM of the Pallas kernel: `steps` stages of every input's block, two buffers of every output's."""
-    return sum(math.prod(o.block) * o.itemsize * (steps if o.role == "in" else 2) for o in operands)
+PALLAS_CHUNK = 256        # a TMA box's most elements along a dimension (Mosaic GPU copies one box a BlockSpec)
+
+
+def pallas_chunks(n: int, quantum: int = 8) -> tuple[int, int]:
+    """(chunk, chunks): the Pallas kernel's columns a BlockSpec (the largest divisor of N up to a TMA box's 256
+    that is a multiple of `quantum`, the elements of 16 B: emit_pipeline's blocks must tile the row exactly) and
+    BlockSpecs a row; chunk 0 when there is none."""
+    for chunk in range(min(PALLAS_CHUNK, n), 0, -1):
+        if n % chunk == 0 and chunk % quantum == 0:
+            return chunk, n // chunk
+    return 0, 0
+
+
+PALLAS_QUANTUM = 128       # a chunk's columns: a multiple of a warpgroup's 128 lanes (Mosaic GPU's 1-D layouts)
+
+
+def _quantum(operands) -> int:
+    del operands
+    return PALLAS_QUANTUM
+
+
+def _row_shape_path(op):
+    for group in ("inputs", "outputs"):
+        for name, o in getattr(op, group).items():
+            if len(o.shape) == 2 and o.shape[1] != 1 and o.shape[0] != 1:
+                return ("op", group, name, "shape", 1)
+    return ("op", "body")
+
+
+def pallas_smem(operands, steps: int, n: int) -> int:
+    """SMEM of the Pallas kernel: `steps` stages of every input's block, two buffers of every output's (a row
+    rounded up to whole chunks)."""
+    chunk, chunks = pallas_chunks(n)
+    total = 0
+    for o in operands:
+        elems = math.prod(o.block) if o.kind == "per_row" else math.prod(o.block) // n * chunk * chunks
+        total += elems * o.itemsize * (steps if o.role == "in" else 2)
+    return total
 
 
 def _pallas_limits(op, sch, body, operands, rows: int, steps: int, n: int, hw: Hardware, problems: Problems):
@@ -306,13 +341,30 @@ def _pallas_limits(op, sch, body, operands, rows: int, steps: int, n: int, hw: H
         problems.add(("op", "body"), f"gelu_erf needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
                                      f"tanh form) {hint}")
     for o in operands:
-        if o.kind == "per_row" and (rows * o.itemsize) % 16:
+        if o.kind == "per_row" and len(o.shape) == 2:
+            problems.add(("op", "inputs" if o.role == "in" else "outputs", o.name, "shape"),
+                         f"'{o.name}' [M, 1] has a row stride of {o.itemsize} B; the Pallas kernel's TMA copies need "
+                         f"GMEM strides that are a multiple of 16 B (Mosaic GPU, jax 0.11.2): write its shape [M] "
+                         f"{hint}")
+        elif o.kind == "per_row" and (rows * o.itemsize) % 16:
             problems.add(_rows_path(op, sch), f"the Pallas kernel moves a step's {rows} values of the per-row "
                                               f"{'output' if o.role == 'out' else 'input'} '{o.name}' by TMA "
                                               f"({rows * o.itemsize} B), which needs a multiple of 16 B (Mosaic GPU, "
                                               f"jax 0.11.2, copies GMEM <-> SMEM by TMA only): use rows a multiple of "
                                               f"{16 // o.itemsize} {hint}")
-    smem = pallas_smem(operands, steps)
+    for o in operands:
+        if o.kind != "per_row" and (n * o.itemsize) % 16:
+            problems.add(("op", "inputs" if o.role == "in" else "outputs", o.name, "shape"),
+                         f"a row of '{o.name}' is {n * o.itemsize} B; the Pallas kernel's TMA copies need a row "
+                         f"stride that is a multiple of 16 B (Mosaic GPU, jax 0.11.2, copies GMEM <-> SMEM by TMA "
+                         f"only): use N a multiple of {16 // o.itemsize} {hint}")
+    quantum = _quantum(operands)
+    if pallas_chunks(n, quantum)[0] == 0 and not any(o.kind != "per_row" and (n * o.itemsize) % 16 for o in operands):
+        problems.add(_row_shape_path(op), f"the Pallas kernel cuts a row into TMA boxes of at most {PALLAS_CHUNK} "
+                                          f"columns that tile it exactly, each a multiple of {quantum} columns (a warpgroup's lanes): "
+                                          f"N = {n} has no such divisor (Mosaic GPU, jax 0.11.2, cannot copy a "
+                                          f"partial box here) {hint}")
+    smem = pallas_smem(operands, steps, n)
     if smem > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the Pallas kernel's {steps} pipeline stage(s) of {rows} row(s) of N = {n} take {smem} B of SMEM "
@@ -374,7 +426,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         body=tuple((t, PlanExpr(e)) for t, e in body.statements), body_level=dict(body.level),
         body_varies={t: bool(v) for t, v in body.varies.items() if t in dict(body.statements)},
         body_roles=_roles(op, kinds, body), reductions=reductions, red_slots=red_slots, smem_bytes=smem,
-        pallas_smem_bytes=pallas_smem(operands, steps), ragged_m=ragged,
+        pallas_smem_bytes=pallas_smem(operands, steps, n), ragged_m=ragged,
+        pallas_chunk=pallas_chunks(n, _quantum(operands))[0], pallas_chunks=pallas_chunks(n, _quantum(operands))[1],
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), kernel_args=args,

@@ -68,6 +68,8 @@ class RowwisePlan:
     red_slots: int              # f32 slots a row group's partials take in SMEM per level (lse: 2)
     smem_bytes: int             # CUDA: the cross-warp reduction scratch
     pallas_smem_bytes: int
+    pallas_chunk: int           # Pallas: a row goes through SMEM in chunks of this many columns (a TMA box: <= 256)
+    pallas_chunks: int          # chunks a row
     ragged_m: bool
     approx_math: bool
     lowering_semantics: str

@@ -140,6 +140,7 @@ def test_pallas_per_row_tma_limit_is_located_and_pinned():
     """jax 0.11.2's Mosaic GPU moves GMEM <-> SMEM by TMA only: a per-row block of 1 f32 (4 B) cannot go."""
     lines = _errors(XENT, {"schedule.backends": ["cuda", "pallas"]})
     assert any("schedule.out_specs.loss.block_shape[0]" in line and "multiple of 16 B" in line for line in lines)
+    assert _plan(XENT, {"schedule.backends": ["cuda", "pallas"], "op.sizes.N": 1024}).rows_per_block == 8
 
 
 def test_vocabulary_of_128256_is_a_located_register_limit():
@@ -236,21 +237,34 @@ def _targets(plan, sizes):
 
 
 def test_pallas_cross_entropy_interpreted_with_class_targets():
-    p = _interpret(XENT, {"M": 9, "N": 1000}, seed=0, inputs=_targets)
+    p = _interpret(XENT, {"M": 9, "N": 1024}, seed=0, inputs=_targets, ov={"schedule.backends": ["cuda", "pallas"]})
     assert p.rows_per_block % 4 == 0     # the per-row TMA moves a multiple of 16 B
 
 
 def test_pallas_ragged_row_and_f32():
-    _interpret(SOFTMAX, {"M": 5, "N": 1001}, seed=4)
+    p = _interpret(SOFTMAX, {"M": 5, "N": 1152}, seed=4)     # 9 chunks of 128 columns
+    assert (p.pallas_chunk, p.pallas_chunks) == (128, 9)
     _interpret(LAYERNORM, {"M": 3, "N": 256}, seed=5, ov={"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"})
 
 
 def test_pallas_renders_the_reductions_with_jnp():
     src = render(_plan(LAYERNORM), "pallas")
-    assert "red__r0 = jnp.mean(jnp.broadcast_to(v_x, (_R, _N)), axis=1, keepdims=True)" in src
+    assert "red__r0 = _mean([v_x[c] for c in range(_C)])" in src
+    assert "in_specs += [plgpu.BlockSpec((_R, _L), lambda k, c=c: (_rows(k), c)) for c in range(_C)]   # x" in src
     assert "plgpu.emit_pipeline(" in src and "max_concurrent_steps=2," in src
-    src = render(_plan(XENT, {"op.sizes.N": 1000}), "pallas")
-    assert "jnp.log(jnp.sum(jnp.exp(arg - mx), axis=1, keepdims=True))" in src and "cols == at" in src
+    src = render(_plan(XENT, {"op.sizes.N": 1024}), "pallas")
+    assert "red__r0 = _logsumexp([v_x[c] for c in range(_C)])" in src
+    assert "red__r1 = _take([v_x[c] for c in range(_C)], p_t)" in src
+
+
+@pytest.mark.parametrize("ov, what", [
+    ({"op.sizes.N": 1000}, "has no such divisor"),                 # 1000 = 8 x 125: no multiple of 128 tiles it
+    ({"op.sizes.N": 1001}, "a multiple of 16 B"),                  # 2002-byte rows: no TMA at all
+])
+def test_pallas_row_limits_are_located(ov, what):
+    lines = _errors(SOFTMAX, {**ov, "schedule.backends": ["pallas"]})
+    assert any("op." in line and what in line and "jax 0.11.2" in line for line in lines), lines
+    assert _plan(SOFTMAX, ov).backends == ("cuda",)               # unwritten backends: the planner drops Pallas
 
 
 def test_unknown_kind_lists_the_families(tmp_path):
@@ -261,3 +275,47 @@ def test_unknown_kind_lists_the_families(tmp_path):
     (line,) = info.value.lines()
     assert "unknown kind 'softmax'; legal kinds: map, matmul, attention, collective_matmul, rowwise" in line
     assert "_FAMILIES" in line and "rowwise: a body over each row with reductions" in line
+
+
+# ------------------------------------------------------------------------------------------------ Pallas, lowered
+
+def _lower(built, tmp_path):
+    import jax
+    from schedgen.runtime.arrays import DTYPES
+    kernel = load_package(package(built, tmp_path / "out"))
+    sizes = {r.name: r.max for r in kernel.launch.sizes}
+    args = [jax.ShapeDtypeStruct(kernel.shape_of(o, sizes), DTYPES[o.dtype]) for o in kernel.inputs]
+    return jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("path, ov", [
+    (XENT, {"op.sizes.N": 1024, "schedule.backends": ["cuda", "pallas"]}),      # logsumexp + take, 8 rows a step
+    (SOFTMAX, {"op.sizes.N": 1152, "op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}),
+    (LAYERNORM, {"op.inputs.w.shape": [1, "N"], "op.sizes.M": 4099}),
+], ids=["xent_1024", "softmax_f32_1152", "layernorm_1xN_ragged_m"])
+def test_pallas_holdouts_lower_for_cuda(path, ov, tmp_path):
+    pytest.importorskip("jax")
+    built = build_spec(str(path), ov)
+    assert "pallas" in built.plan.backends
+    assert "mosaic_gpu" in _lower(built, tmp_path)
+
+
+def test_the_refused_pallas_shapes_still_fail_to_lower(tmp_path, monkeypatch):
+    """Pins of the planner's Pallas limits (jax 0.11.2): with each check turned off, Mosaic GPU refuses the kernel
+    while lowering: a per-row block of 4 B, a [M, 1] operand's 4-byte stride, 1-D chunks of 200 columns."""
+    pytest.importorskip("jax")
+    from schedgen.families.rowwise import plan as rowplan
+    monkeypatch.setattr(rowplan, "_pallas_limits", lambda *a, **k: None)
+    cases = [({"schedule.backends": ["cuda", "pallas"], "op.sizes.M": 64, "op.sizes.N": 1024,
+               "schedule.out_specs.loss": {"block_shape": [1]}}, "divisible by 128, but got 32"),
+             ({"op.inputs.t.shape": ["M", 1], "op.sizes.N": 512, "op.sizes.M": 64,
+               "schedule.backends": ["cuda", "pallas"]}, "multiple of 16 bytes")]
+    for i, (ov, what) in enumerate(cases):
+        built = build_spec(str(XENT), ov)
+        with pytest.raises(ValueError, match=what):
+            _lower(built, tmp_path / str(i))
+    monkeypatch.setattr(rowplan, "_quantum", lambda operands: 8)
+    built = build_spec(str(SOFTMAX), {"op.sizes.N": 1000, "schedule.backends": ["cuda", "pallas"]})
+    assert built.plan.pallas_chunk == 200
+    with pytest.raises(ValueError, match="Layout inference failed"):
+        _lower(built, tmp_path / "q")
