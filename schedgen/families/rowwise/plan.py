@@ -167,11 +167,17 @@ def _blocking(op, sch, kinds, problems: Problems) -> tuple[int, int, int]:
     """(rows per block R, steps S, warps per row) from the BlockSpecs, the pipeline and the warpgroups."""
     warps = 4 * sch.num_warpgroups
     rows = None
+    out0 = next(iter(op.outputs))
     for group, name, bs, names in _block_entries(op, sch):
         path = ("schedule", group, name, "block_shape")
         if name not in names:
             problems.add(("schedule", group, name), f"no {'output' if group == 'out_specs' else 'input'} named "
                                                     f"'{name}'; they are: {', '.join(names)}")
+            continue
+        if (group, name) != ("out_specs", out0):
+            problems.add(("schedule", group, name), f"every operand's block follows the first output's: "
+                                                    f"schedule.out_specs.{out0} sets the rows a block (rows go "
+                                                    f"whole); remove this BlockSpec")
             continue
         kind, shape = kinds[name], list(getattr(op, "outputs" if group == "out_specs" else "inputs")[name].shape)
         blk = list(bs.block_shape)
