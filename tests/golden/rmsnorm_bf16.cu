@@ -93,11 +93,11 @@ constexpr int kN = 8192;
 constexpr int kSlots = 1;          // f32 partials a row a level
 constexpr int kLevels = 1;
 [[maybe_unused]] constexpr float kInvN = 0x1.0000000000000p-13f;
-#define kNegInf (-__int_as_float(0x7f800000))
-#define kPosInf (__int_as_float(0x7f800000))
 [[maybe_unused]] constexpr float c_eps = 0x1.0c6f7a0000000p-20f;
 [[maybe_unused]] constexpr int S_N = 8192;
 
+__device__ __forceinline__ float sg_ninf() { return -__int_as_float(0x7f800000); }
+__device__ __forceinline__ float sg_pinf() { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ uint32_t sg_word(const SgV4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 __device__ __forceinline__ void sg_set_word(SgV4& v, int i, uint32_t x) {
   if (i == 0) v.x = x; else if (i == 1) v.y = x; else if (i == 2) v.z = x; else v.w = x;
@@ -120,8 +120,8 @@ __device__ __forceinline__ float sg_warp_min(float v) {
 // (m, s) stands for s * exp(m): log-sum-exp partials, combined without overflow (m = -inf: nothing yet).
 __device__ __forceinline__ void sg_lse_add(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
-  if (mx == kNegInf) return;
-  s = (m == kNegInf ? 0.0f : s * sg_exp(m - mx)) + (m2 == kNegInf ? 0.0f : s2 * sg_exp(m2 - mx));
+  if (mx == sg_ninf()) return;
+  s = (m == sg_ninf() ? 0.0f : s * sg_exp(m - mx)) + (m2 == sg_ninf() ? 0.0f : s2 * sg_exp(m2 - mx));
   m = mx;
 }
 __device__ __forceinline__ void sg_warp_lse(float& m, float& s) {
