@@ -29,10 +29,14 @@ def explain_rowwise(p) -> str:
         f"per SM (__launch_bounds__), " + ("persistent: lowered at launch to what is resident, each block striding "
                                            "over the row blocks" if p.auto_blocks else
                                            "persistent over the row blocks" if p.persistent else "one row block a block"),
-        f"  registers  each thread keeps {p.chunks} vector(s) of {p.vec} element(s) of each input row "
+        f"  registers  each thread keeps {p.chunks} vector(s) of {p.vec} element(s) of each input row"
+        f"{' segment' if p.segments > 1 else ''} "
         f"({'16 B accesses' if p.vec > 1 else 'element accesses: N is not a multiple of 16 B'}): {p.row_regs} "
         f"registers for the rows on chip; one HBM read of every input row, one write of every output",
-        f"  passes     {p.levels} sweep(s) over the row on chip (reduction levels), then the output pass",
+        (f"  passes     {p.levels} sweep(s) over the row on chip (reduction levels), then the output pass"
+         if p.segments == 1 else
+         f"  passes     one: the row streams through the registers in {p.segments} segments (nothing reads it after "
+         f"its one reduction level; log-sum-exp merged online)"),
         f"  SMEM       {p.smem_bytes} B: " + ("the row group's cross-warp partials (f32, two parities x levels)"
                                               if p.smem_bytes else "none (a row is one warp's: shuffles only)"),
         f"  pallas     emit_pipeline over {p.pallas_tiles} steps of {p.rows_per_block} row(s), {p.steps} stage(s) "

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
 MAX_ROW_REGS = 64          # 32-bit registers a thread may give the rows it keeps (the rest: the math, addresses)
+STREAM_CHUNKS = 8          # vectors a thread loads a segment when a long row streams (8 x 16 B in flight)
 REGS_PER_SM = 65536
 IN_DTYPES = ("bf16", "f16", "f32")
 LEGAL_SHAPES = "[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row)"
@@ -48,13 +49,13 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
         return None, problems
     rows, steps, warps_per_row = _blocking(op, sch, kinds, problems)
     _check_schedule(sch, problems)
-    vec, chunks, row_regs = _registers(op, kinds, n, rows, steps, warps_per_row, sch, problems)
+    streams = body is not None and not any(kinds.get(o) == "row" for o in op.outputs) and \
+        max((r.level for r in body.reductions), default=0) == 1
+    vec, chunks, row_regs, segments = _registers(op, kinds, n, rows, steps, warps_per_row, sch, streams, problems)
     ranges = dynamic_ranges(op.sizes)
     ragged = _ragged(op, sch, kinds, m, rows * steps, ranges, problems)
     check_sizes_int32(max_sizes(op.sizes), problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
-    if dims.upper(m, ranges) * n > ex.MAX_INT:
-        problems.add(("op", "sizes"), f"M x N is up to {dims.upper(m, ranges) * n} elements; the kernel indexes "
-                                      f"them in 32-bit int math (at most {ex.MAX_INT}): lower M's max or N")
+    # (element offsets are 64-bit in the CUDA kernel, row and column coordinates 32-bit in both: M x N may pass 2^31)
     operands = _operands(op, kinds, rows, hw)
     if body is not None:
         _check_outputs(op, kinds, body, problems)
@@ -63,7 +64,7 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     if problems or body is None:
         return None, problems
     return _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs,
-                     ragged, ranges), problems
+                     ragged, ranges, segments), problems
 
 
 # ---------------------------------------------------------------------------------------------------- op
@@ -242,8 +243,11 @@ def _check_schedule(sch, problems: Problems) -> None:
                                                       "emit_pipeline's): remove it")
 
 
-def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, problems: Problems):
-    """(vector width, vectors a thread holds per row, registers the kept rows take); the row-too-long error."""
+def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
+               problems: Problems):
+    """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
+    segments): a row too long for the registers streams through them in segments when nothing needs it after
+    its one reduction level (only per-row outputs: cross-entropy, logsumexp, row sums), else a located error."""
     row_ops = [o for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) in ("row", "col")]
     vec = 16 // min(ITEMSIZE.get(o.dtype, 2) for o in row_ops) if row_ops else 8
     if n % vec:
@@ -252,17 +256,22 @@ def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch
     chunks = -(-n // (group * vec))
     per_chunk = sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 4) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
     row_regs = steps * chunks * per_chunk
+    if row_regs > MAX_ROW_REGS and streams:
+        chunks = max(1, min(STREAM_CHUNKS, MAX_ROW_REGS // max(1, steps * per_chunk)))
+        return vec, chunks, steps * chunks * per_chunk, -(-n // (group * vec * chunks))
     if row_regs > MAX_ROW_REGS:
         per_elem = sum(ITEMSIZE.get(o.dtype, 2) for nm, o in op.inputs.items() if kinds.get(nm) == "row") / 4
         longest = int(MAX_ROW_REGS * group * vec // max(1, steps * per_chunk))
-        widest = int(MAX_ROW_REGS * 32 * 4 * sch.num_warpgroups * 1.0 / max(per_elem, 1e-9))
+        widest = int(MAX_ROW_REGS * 32 * 4 * 4 / max(per_elem, 1e-9))   # 4 warpgroups: 512 threads
         problems.add(_rows_path(op, sch), (
             f"a row of N = {n} is too long for one CTA's registers: {steps} step(s) of it over {group} threads a row "
             f"take {row_regs} registers a thread for the kept rows (at most {MAX_ROW_REGS}); with this blocking N "
-            f"may be at most {longest}, and with one row a block on 4 warpgroups at most {widest // max(steps, 1)} "
-            f"(a longer row needs a cluster with a DSMEM reduction, not implemented): use fewer rows a block, more "
-            f"warpgroups or fewer max_concurrent_steps"))
-    return vec, chunks, row_regs
+            f"may be at most {longest}, and with one row a block on 4 warpgroups at most {widest // max(steps, 1)}. "
+            f"A body whose outputs are all one value a row, from one level of reductions (cross-entropy, "
+            f"logsumexp, a row sum), streams a row of any length; this one keeps the row for a later pass, and a "
+            f"longer row would need a cluster with a DSMEM reduction (not implemented): use fewer rows a block, "
+            f"more warpgroups or fewer max_concurrent_steps"))
+    return vec, chunks, row_regs, 1
 
 
 def _ragged(op, sch, kinds, m, step_rows: int, ranges, problems: Problems) -> bool:
@@ -389,7 +398,7 @@ def _roles(op, kinds, body) -> dict:
 
 
 def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs, ragged,
-              ranges) -> RowwisePlan:
+              ranges, segments) -> RowwisePlan:
     op, sch = spec.op, spec.schedule
     kinds = {o.name: o.kind for o in operands}
     threads = 128 * sch.num_warpgroups
@@ -425,7 +434,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     return RowwisePlan(
         family="rowwise", name=spec.name, kernel_name=kname, sizes=size_values(op.sizes),
         constants=dict(op.constants), backends=tuple(sch.backends), m=m, n=n, rows_per_block=rows,
-        warps_per_row=warps_per_row, steps=steps, vec=vec, chunks=chunks, row_regs=row_regs, threads=threads,
+        warps_per_row=warps_per_row, steps=steps, vec=vec, chunks=chunks, segments=segments, row_regs=row_regs,
+        threads=threads,
         num_warpgroups=sch.num_warpgroups, num_row_blocks=num_row_blocks, pallas_tiles=tiles, num_blocks=num_blocks,
         pallas_blocks=pallas_blocks, blocks_per_sm=per_sm, auto_blocks=persistent and sch.persistent.num_blocks == "auto",
         persistent=persistent, levels=levels, inputs=ins, outputs=outs,

@@ -46,7 +46,8 @@ class RowwisePlan:
     warps_per_row: int          # warps that share a row (its cross-warp reduction goes through SMEM)
     steps: int                  # S: rows each row group keeps in flight (pipeline.max_concurrent_steps)
     vec: int                    # elements per thread access (16 B of the narrowest row dtype, or 1 for ragged N)
-    chunks: int                 # vectors of the row each thread holds (NV)
+    chunks: int                 # vectors of the row each thread holds (NV; per segment when the row streams)
+    segments: int               # 1: the row stays on chip whole; more: it streams through in segments (one pass)
     row_regs: int               # 32-bit registers the kept rows take per thread (S x NV x the row inputs)
     threads: int
     num_warpgroups: int

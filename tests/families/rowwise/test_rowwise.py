@@ -97,7 +97,7 @@ def test_explain_names_the_passes_and_the_registers():
 # ------------------------------------------------------------------------------------------------ located errors
 
 @pytest.mark.parametrize("ov, where, what", [
-    ({"op.sizes.N": 262144}, "schedule.out_specs.y.block_shape[0]", "too long for one CTA's registers"),
+    ({"op.sizes.N": 262144}, "schedule.out_specs.y", "too long for one CTA's registers"),
     ({"op.body": "y = sum(sum(x))"}, "op.body", "its argument has one value a row"),
     ({"op.body": "y = x * 2.0"}, "op.body", "elementwise body is the map family's"),
     ({"op.body": "y = take(x, x)"}, "op.body", "the column i must have one value a row"),
@@ -146,9 +146,24 @@ def test_pallas_per_row_tma_limit_is_located_and_pinned():
                         "schedule.out_specs.loss": EIGHT}).rows_per_block == 8
 
 
-def test_vocabulary_of_128256_is_a_located_register_limit():
-    lines = _errors(XENT, {"op.sizes.N": 128256})
-    assert any("too long for one CTA's registers" in line and "DSMEM" in line for line in lines), lines
+def test_a_row_kept_for_a_later_pass_has_a_located_register_limit():
+    lines = _errors(SOFTMAX, {"op.sizes.N": 262144})
+    assert any("too long for one CTA's registers" in line and "DSMEM" in line and "at most 32768" in line
+               for line in lines), lines
+
+
+@pytest.mark.parametrize("n, segments, vec", [(128256, 4, 8), (262144, 8, 8), (128257, 32, 1)])
+def test_long_vocabulary_rows_stream_through_the_registers(n, segments, vec):
+    """Cross-entropy reads its row in one reduction level and keeps nothing of it: a Llama-3 vocabulary (128256)
+    or longer streams through the registers in segments, log-sum-exp merged online."""
+    p = _plan(XENT, {"op.sizes.N": n})
+    assert (p.segments, p.chunks, p.vec) == (segments, 8, vec)
+    cu = render(p, "cuda")
+    assert f"constexpr int kSegs = {segments};" in cu and "for (int seg = 0; seg < kSegs; ++seg) {" in cu
+    assert "lse0[s] = acc0[s] == sg_ninf() ? 0.0f : lse0[s] * sg_exp(acc0[s] - mx0);" in cu
+    text = sass(compile_cuda(cu).cubin)
+    assert not re.search(r"\b(LDL|STL)\b", text)
+    assert "streams through the registers in" in explain(p)
 
 
 # ------------------------------------------------------------------------------------------------ float64 reference

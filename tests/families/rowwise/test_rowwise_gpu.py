@@ -1,6 +1,7 @@
-"""The rowwise kernels on a GPU: each bundled spec built once, its CUDA and Pallas kernels run at the bundled sizes
-and at ragged ones (M odd, N not a multiple of the vector width or of a block), with fresh random inputs and
-NaN-poisoned outputs, against the float64 reference; plus the torch peers' own check."""
+"""The rowwise kernels on a GPU: each bundled spec built once, its CUDA kernel run at the bundled row length and
+several row counts, at ragged row lengths (N not a multiple of the vector width or of a row group's threads) and in
+other schedules, its Pallas kernel at an odd row count (one Mosaic GPU compile a shape, so fewer), with fresh
+random inputs and NaN-poisoned outputs, against the float64 reference; plus the torch peers' own check."""
 from __future__ import annotations
 
 import tempfile
@@ -16,7 +17,6 @@ from schedgen.runtime.kernel import load_package
 pytestmark = pytest.mark.gpu
 
 SPECS = {"softmax_bf16": 8192, "layernorm_bf16": 4096, "rmsnorm_bf16": 8192, "crossentropy_bf16": 32000}
-XENT_TARGETS = "crossentropy_bf16"
 
 
 def _inputs(built, sizes, seed):
@@ -43,23 +43,29 @@ def _check(built, kernel, sizes, seed, backends):
 
 @pytest.mark.parametrize("stem", sorted(SPECS))
 def test_bundled_spec_at_its_size_and_ragged_m(stem):
+    """CUDA at four row counts from one package (M is a launch argument); Pallas (one compile a shape) at one odd
+    M, where the last step is partial."""
     built = build_spec(str(SPECS_DIR / f"{stem}.yaml"))
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     n = SPECS[stem]
-    for m, seed in ((4096, 0), (1, 1), (777, 2), (8191, 3)):     # one package: M is a launch argument
-        _check(built, kernel, {"M": m, "N": n}, seed, built.plan.backends)
+    for m, seed in ((4096, 0), (1, 1), (777, 2), (8191, 3)):
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
+    if "pallas" in built.plan.backends:
+        _check(built, kernel, {"M": 777, "N": n}, 4, ["pallas"])
 
 
 @pytest.mark.parametrize("stem, n", [("softmax_bf16", 1001), ("softmax_bf16", 1000), ("layernorm_bf16", 1536),
                                      ("rmsnorm_bf16", 5000), ("crossentropy_bf16", 32001),
-                                     ("crossentropy_bf16", 50304), ("softmax_bf16", 256)])
+                                     ("crossentropy_bf16", 50304), ("softmax_bf16", 256),
+                                     ("crossentropy_bf16", 128256), ("crossentropy_bf16", 262147)])
 def test_ragged_rows(stem, n):
     """N not a multiple of the 8-element vectors (1001, 32001: element accesses), of the 256 threads of a row
-    group (1000, 5000), and a short row (256: one warp a row)."""
+    group (1000, 5000), a short row (256: one warp a row), and vocabularies past the registers (128256, 262147:
+    the row streams through them in segments, log-sum-exp merged online)."""
     built = build_spec(str(SPECS_DIR / f"{stem}.yaml"), {"op.sizes.N": n})
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     for m, seed in ((513, 5), (3, 6)):
-        _check(built, kernel, {"M": m, "N": n}, seed, built.plan.backends)
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
 
 
 @pytest.mark.parametrize("ov", [
@@ -73,7 +79,15 @@ def test_ragged_rows(stem, n):
 def test_softmax_variants(ov):
     built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
-    _check(built, kernel, {"M": 1027, "N": 8192}, 7, built.plan.backends)
+    _check(built, kernel, {"M": 1027, "N": 8192}, 7, ["cuda"])
+
+
+def test_pallas_ragged_step_and_f32():
+    """The Pallas kernel at 128-column chunks (N = 1152) and f32, M odd."""
+    built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), {"op.sizes.N": 1152, "op.inputs.x.dtype": "f32",
+                                                             "op.outputs.y.dtype": "f32"})
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    _check(built, kernel, {"M": 301, "N": 1152}, 8, ["cuda", "pallas"])
 
 
 def test_torch_peers_verify():
