@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from ...plan.common import (
     Problems,
 )
-from ...plan import dims as D
 from ...plan.hardware import Hardware
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -181,8 +180,6 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         epi_swizzle_mask=chunks.swizzle // 16 - 1 if chunks.swizzle else 0, epi_pending=sch.epilogue.buffers - 1,
         epi_uneven=chunks_m * chunks_n % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
         epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
-        l2_prefetch=tuple(e for e in dims.extra_ops if e.bcast in ("full", "batch")
-                          and D.divisible(dims.n * e.itemsize, 16, dims.ranges) and (tn * e.itemsize) % 16 == 0),
         tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, cluster_tiles_m=cl.tiles_m // cl.cm, cluster_tiles_n=cl.tiles_n // cl.cn,
         num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,

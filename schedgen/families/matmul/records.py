@@ -131,9 +131,6 @@ class MatmulPlan:
     epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
                                # temporary | output (the templates spell each role)
     identity_epilogue: bool
-    l2_prefetch: tuple[MatOperand, ...]   # [M, N] / [B, M, N] epilogue operands the producer prefetches into L2 at the
-                                          # start of each tile's k-loop (rows of tile_n elements, 16 B multiples), so
-                                          # the epilogue's reads wait on L2, not DRAM
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
     tiles_m: DimLike
