@@ -94,6 +94,11 @@ class MatmulPlan:
     a_mblock_bytes: int        # K-major lhs: bytes between the 64-row wgmma M blocks of a stage
     a_box_rows: int            # K-major lhs: rows its TMA box loads (tile_m, or a static M below it: the stage's
                                # rows past it are zeroed once and never loaded)
+    a_zero_bytes: int          # short lhs: bytes of a box past its loaded rows ((tile_m - a_box_rows) x swizzle),
+                               # zeroed once (compact: the one tail past the ring)
+    a_zero_offset: int         # ... where they start in a box (a_box_rows x swizzle)
+    a_zero_boxes: int          # ... how many boxes have them (stages x boxes a stage; compact: the one tail)
+    zero_step: int             # bytes the whole block zeroes per pass (threads x 16)
     a_compact: bool            # the lhs ring holds a_box_rows rows a box (schedule.compact_lhs): a box's 64-row
                                # wgmma window runs on over the next boxes, or the zeroed tail `a_tail`
     a_lbo: int
@@ -109,6 +114,10 @@ class MatmulPlan:
     mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
     mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
     mc_rank_boxes: int         # MN-major multicast operand: TMA boxes each CTA loads (its half of the stage's)
+    red_full_arrivals: int     # split-K: rank 0's red_full barrier counts every peer consumer thread ((S-1) nc 128)
+    red_empty_arrivals: int    # a peer's red_empty barrier counts rank 0's consumer threads (nc 128)
+    red_q: int                 # split-K: 16-byte slots per 64-row M block of a consumer thread's fragment (wgmma_regs / 4)
+    red_slots: int             # ... and per consumer thread (m_blocks x red_q)
     split_k: int               # CTAs of a cluster sharing each tile's k-steps (1: none): rank r runs k-steps
                                # [r k_iters / S, (r + 1) k_iters / S) and ranks > 0 hand their f32 partial tile to rank
                                # 0 through DSMEM (the `red` buffer and the red_full / red_empty barriers)

@@ -556,9 +556,20 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
 
 
 def check_dynamic_strides(o: MatOperand, arg: KernelArg, ranges, problems: Problems) -> None:
-    """A tensor map's global strides are multiples of 16 B at every call: a stride over a dynamic size needs the
-    size's multiple_of to make it one."""
+    """A tensor map's global strides are multiples of 16 B at every call: a static one is, or the sizes change; a
+    stride over a dynamic size needs the size's multiple_of to make it one."""
     for d, stride in enumerate(arg.strides[:-1]):
+        if isinstance(stride, int) and stride % TMA_STRIDE_BYTES:
+            # a static size (regression, H200 2026-12-04: N = 3001 planned, then failed at the call with "tensor
+            # map: strides[0] = 6002 B must be a positive multiple of 16 bytes")
+            elems = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, o.itemsize)
+            problems.add(("op", "sizes"),
+                         f"{o.name} [{', '.join(map(str, o.shape))}] {o.dtype}: its dimension {d} steps {stride} B, and "
+                         f"its TMA tensor map needs every step but the last a multiple of {TMA_STRIDE_BYTES} B: use "
+                         f"sizes that make {' x '.join(map(str, o.shape[d + 1:]))} a multiple of {elems}"
+                         + (" (an output with an even N may instead leave through epilogue.store: direct, which "
+                            "needs no tensor map)" if o.role == "out" else ""))
+            continue
         if isinstance(stride, D.Dim) and not D.divisible(stride, TMA_STRIDE_BYTES, ranges):
             fixed = math.prod(x for x in o.shape[d + 1:] if isinstance(x, int)) * o.itemsize
             need = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, fixed)
