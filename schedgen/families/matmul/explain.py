@@ -1,9 +1,9 @@
 """The matmul family's `schedgen explain` text."""
 from __future__ import annotations
 
-from ...explain import COPY_GBPS, PEAK_TFLOPS
+from ...explain import COPY_GBPS
 from .epilogue import epilogue_text
-from .records import at_max
+from .records import at_max, peak_tflops
 
 
 def _sizes_differ(p) -> bool:
@@ -44,7 +44,8 @@ def _explain(p) -> str:
     wg_k = 32 // lhs.itemsize
     clusters = max(1, p.num_blocks // p.cluster_size)
     waves = p.num_tiles / clusters
-    mma_ms = p.flops / (PEAK_TFLOPS * 1e12) * 1e3
+    peak = peak_tflops(p)
+    mma_ms = p.flops / (peak * 1e12) * 1e3
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines = [
         f"kernel {p.kernel_name}  (family matmul, backends: {', '.join(p.backends)})",
@@ -55,7 +56,7 @@ def _explain(p) -> str:
         + f"; {p.in_dtype} in, {p.out_dtype} out, "
           f"f32 accumulation" + ("; ragged edges (TMA zero-fills loads, clips stores)" if p.ragged else ""),
         f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
-        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {PEAK_TFLOPS:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
+        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {peak:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
         f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "

@@ -179,6 +179,12 @@ class MatmulPlan:
         return _batched(self.batch)
 
 
+def peak_tflops(plan) -> float:
+    """The datasheet dense tensor-core peak for the plan's inputs (fp8: twice bf16's)."""
+    from ...plan.hardware import peak_tflops as by_dtype
+    return by_dtype("fp8" if plan.in_dtype in FP8_DTYPES else plan.in_dtype)
+
+
 def at_max(p: MatmulPlan) -> MatmulPlan:
     """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
     the plan itself unchanged when it has none)."""

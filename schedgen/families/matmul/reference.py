@@ -9,6 +9,23 @@ import numpy as np
 from ... import reference as shared
 from ...reference import Sampled, product_f64, sample_rows, shape_of
 from ...frontend import expr as ex
+from .records import FP8_DTYPES
+
+
+# fp8 wgmma adds its k32 products into the f32 accumulator keeping fewer mantissa bits of the running sum than f32's
+# 23 (about 14: DeepSeek-V3's report, section 3.3.2, measured on H800), so an fp8 product's f32 accumulation error
+# grows 2^9 times faster with K than the shared model assumes (schedgen/reference.py ACCUM_ULPS x sqrt(K)): verify
+# counts each of its K terms as 4^9 f32 terms (tolerance 8 x 2^-14 x sqrt(K): 0.031 at K = 4096). The Pallas
+# interpreter accumulates in f32 and is held to the same bound.
+FP8_ACCUM_BITS = 14
+
+
+def accumulation(plan):
+    """The f32 accumulation depth verify's tolerance assumes (the family's `accumulation` hook): K, or for fp8
+    inputs K x 4^(23 - FP8_ACCUM_BITS) (their wgmma's shorter running sum)."""
+    if plan.in_dtype in FP8_DTYPES:
+        return plan.k * 4 ** (23 - FP8_ACCUM_BITS)
+    return plan.k
 
 
 def _dims(spec, sizes: Mapping[str, int]) -> dict[str, int]:
