@@ -167,8 +167,8 @@ def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: in
     """An epilogue operand: a row, a column or a full (batched) output-shaped array of a float dtype."""
     kind = _broadcast_kind(shape, batch, m, n)
     if kind is None:
-        col_hint = (f" (a 1-D [M] broadcasts along the rows under numpy's rules, as a row would: write a per-row "
-                    f"column as [M, 1])" if tuple(shape) == (m,) else "")
+        col_hint = (" (a 1-D [M] broadcasts along the rows under numpy's rules, as a row would: write a per-row "
+                    "column as [M, 1])" if tuple(shape) == (m,) else "")
         problems.add(("op", "inputs", nm, "shape"),
                      f"epilogue operand shape {list(shape)} is not one the epilogue reads: a scalar [1] (a per-tensor "
                      f"scale), a row [N] = [{n}], a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]"

@@ -281,3 +281,54 @@ def test_fp8_per_tensor_accuracy_on_gpu():
     tolerance of the float64 reference (verify allows more: FP8_ACCUM_BITS)."""
     checks = _verify(PER_TENSOR, {})
     assert all(c.rel_error <= 1e-2 for c in checks), [c.row() for c in checks]
+
+
+# ------------------------------------------------------------------------------------ bench peers (CPU tensors)
+
+def _case(path, sizes):
+    import types
+    from schedgen.bench.case import Case
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan as planner
+    spec, src = load_spec(str(path), {"schedule.backends": ["cuda"], **sizes})
+    p = planner(spec, src)
+    host = random_inputs(spec, sizes, seed=1)
+    full = reference(spec, sizes, host, sample=True, seed=2)[p.outputs[0].name]
+    return Case(types.SimpleNamespace(plan=p, spec=spec), host, 2, 10, 2), full
+
+
+@pytest.mark.parametrize("path, kind, bias", [(PER_TENSOR, "tensorwise", None), (ROWWISE, "rowwise", "bias")],
+                         ids=["per_tensor", "rowwise"])
+def test_scaled_mm_form_reads_the_epilogue(path, kind, bias):
+    from schedgen.families.matmul.fp8_peers import scaled_mm_form
+    case, _ = _case(path, {"M": 256, "N": 256, "K": 256})
+    form, why = scaled_mm_form(case.spec, case.plan)
+    assert form == {"scale_a": "scale_a", "scale_b": "scale_b", "bias": bias, "kind": kind}, why
+
+
+def test_scaled_mm_form_refuses_what_torch_does_not_take():
+    from schedgen.families.matmul.fp8_peers import scaled_mm_form
+    for ov, words in (({"op.epilogue": "out = gelu(acc * scale_a * scale_b)"}, "product"),
+                      ({"op.inputs.scale_b.shape": ["N"], "op.epilogue": "out = acc * scale_a * scale_b"}, "a mix")):
+        case, _ = _case(PER_TENSOR, {"M": 256, "N": 256, "K": 256, **ov})
+        form, why = scaled_mm_form(case.spec, case.plan)
+        assert form is None and words in why, why
+
+
+@pytest.mark.parametrize("path", [PER_TENSOR, ROWWISE], ids=["per_tensor", "rowwise"])
+def test_scaled_mm_peer_is_verified_on_cpu_tensors(path):
+    """torch._scaled_mm (CPU here) with the spec's scales and bias matches the float64 reference of the epilogue;
+    the bf16 cuBLAS reference point matches the bare product."""
+    torch = pytest.importorskip("torch")
+    from schedgen.families.matmul import fp8_peers
+    from schedgen.families.matmul.peers import product_only
+    case, full = _case(path, {"M": 256, "N": 256, "K": 256})
+    peer = fp8_peers.scaled_mm_peer(case, full, fast=True, device="cpu")
+    assert peer.contender is not None, peer.info
+    assert peer.info["verified"] and peer.info["rel_error"] < 1e-2, peer.info
+    peer.contender.call(1)
+    peer.close()
+    prod = reference(product_only(case.spec), case.plan.sizes, case.host, rows=full.rows)["out"]
+    ref_peer = fp8_peers.cublas_bf16_peer(case, prod, device="cpu")
+    assert ref_peer.info["verified"], ref_peer.info
+    assert torch.float8_e4m3fn is not None
