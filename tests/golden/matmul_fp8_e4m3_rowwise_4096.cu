@@ -308,6 +308,7 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
           sg_named_sync(2 + w, 128);
           const int row_l = warp * 16 + lane / 4;          // row inside the 64-row chunk (and +8)
           const int grow = m0 + m_off + i * 64 + row_l;    // global row
+          const float r_in_scale_a[2] = {ld_in_scale_a(in_scale_a, b, grow, 0), ld_in_scale_a(in_scale_a, b, grow + 8, 0)};   // this thread's two rows
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const int nb8 = ch * 8 + j;  // n8 block inside this consumer's columns
@@ -319,7 +320,7 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
               const float v_acc = acc[i][nb8 * 4 + q];
               const int er = grow + (q >> 1) * 8, ec = gcol + (q & 1);
               (void)er; (void)ec;
-              const float v_scale_a = ld_in_scale_a(in_scale_a, b, er, ec);
+              const float v_scale_a = r_in_scale_a[q >> 1];
               const float v_scale_b = ld_in_scale_b(in_scale_b, b, er, ec);
               const float v_bias = ld_in_bias(in_bias, b, er, ec);
               const float r_out = (((v_acc * v_scale_a) * v_scale_b) + v_bias);
