@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ...explain import COPY_GBPS
 from .epilogue import epilogue_text
+from .blockscale import is_block_scaled, scale_operand
 from .records import at_max, peak_tflops
 
 
@@ -81,7 +82,9 @@ def _explain(p) -> str:
                          f"over [{', '.join(map(str, a.shape))}]")
         else:
             o = p.operands[a.operand]
-            what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"
+            what = ("written from registers by the epilogue" if o.role == "out" else
+                    f"{o.bcast}: block scales, read by the k-loop once per 128-K block" if o.bcast.startswith("kblock")
+                    else f"{o.bcast}: read by the epilogue")
             lines.append(f"             ptr {o.role:5} {o.name:8} ({what})")
     lines.append(f"  stages     {p.stages}-stage TMA ring: {p.a_stage_bytes} + {p.b_stage_bytes} = {p.stage_tx_bytes} B "
                  f"per stage (the full barrier's expect_tx)")
@@ -107,11 +110,18 @@ def _explain(p) -> str:
                  + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
                  + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
                  + f", {waves:.2f} waves")
+    if is_block_scaled(p):
+        sa, sb = scale_operand(p, "lhs"), scale_operand(p, "rhs")
+        lines.append(f"  scales     128 x 128 blocks: each stage's wgmmas (one 128-K block) run into a fresh partial sum, "
+                     f"added to acc x {sa.name}[row, kb] x {sb.name}[col / 128, kb] ({sa.name} {list(sa.shape)}, "
+                     f"{sb.name} {list(sb.shape)}, f32; {2 * p.acc_regs} f32 registers per consumer thread)")
     epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
     for e in p.extras:
-        lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+        if not e.bcast.startswith("kblock"):
+            lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+
     if getattr(p, "epi_store", "tma") == "direct":
         lines.append("             stored directly: each thread writes its accumulator fragments from registers (no SMEM "
                      "staging, no store barriers); the warpgroup moves on while the stores drain")

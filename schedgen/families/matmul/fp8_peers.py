@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from ...bench.case import Peer, from_torch, guard, to_torch, torch_fn_peer, torch_sync
+from .blockscale import is_block_scaled
 from .records import FP8_DTYPES
 
 FP8_PEERS = ("scaled_mm_fast", "scaled_mm", "cublas")
@@ -36,6 +37,11 @@ def scaled_mm_form(spec, plan) -> tuple[dict | None, str]:
     takes it: two scalar [1] scales (tensorwise), or a column [M, 1] and / or a row [N] / [1, N] (rowwise), in any
     order, plus at most one row added; (None, why) otherwise."""
     from .peers import epilogue_body
+    if is_block_scaled(plan):
+        if not plan.identity_epilogue:
+            return None, "block scales with an epilogue: torch._scaled_mm's blockwise form takes out = acc"
+        return {"scale_a": spec.op.block_scales.lhs, "scale_b": spec.op.block_scales.rhs, "bias": None,
+                "kind": "blockwise"}, ""
     stmts = epilogue_body(spec).statements
     if len(stmts) != 1:
         return None, "the epilogue has temporaries; torch._scaled_mm takes acc x scales (+ bias)"
@@ -69,9 +75,22 @@ def scaled_mm_form(spec, plan) -> tuple[dict | None, str]:
     return None, "torch._scaled_mm takes both scales per tensor or both per row / column, not a mix"
 
 
+def _blockwise_layouts(torch, sa, sb):
+    """Candidate (label, scale_a, scale_b) spellings of 1 x 128 (lhs) and 128 x 128 (rhs) block scales for
+    torch._scaled_mm, whose accepted shapes and strides have moved between releases: tried in order, the first that
+    runs and verifies is timed. sa is [M, KB], sb [NB, KB] (the [N, K] rhs's blocks)."""
+    outer = lambda t: t.t().contiguous().t()  # noqa: E731  (same shape, the outer dimension contiguous)
+    return [("scale_a [M, KB] outer-major, scale_b [KB, NB]", outer(sa), sb.t()),
+            ("scale_a [M, KB] outer-major, scale_b [NB, KB]", outer(sa), sb),
+            ("scale_a [M, KB], scale_b [NB, KB] row-major", sa, sb),
+            ("scale_a [M, KB], scale_b [KB, NB] contiguous", sa, sb.t().contiguous())]
+
+
 def _scales(torch, plan, form: dict, host: dict, device: str):
     """scale_a, scale_b as torch._scaled_mm takes them (f32 on the device; 1 where the spec has none)."""
     m, n = plan.m, plan.n
+    if form["kind"] == "blockwise":
+        return [to_torch(torch, host[form[r]], "f32", device) for r in ("scale_a", "scale_b")]
     shapes = ({"scale_a": (), "scale_b": ()} if form["kind"] == "tensorwise" else
               {"scale_a": (m, 1), "scale_b": (1, n)})
     out = []
@@ -116,6 +135,23 @@ def scaled_mm_peer(case, full_ref, *, fast: bool, device: str = "cuda") -> Peer:
 
     def fn(a, b, sa, sb, bias):
         return torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
+    if form["kind"] == "blockwise":               # the first spelling torch takes and computes right
+        tried = []
+        for label, sa, sb in _blockwise_layouts(torch, sa0, sb0):
+            try:
+                out = fn(sets[0][0], sets[0][1], sa, sb, None)
+                torch_sync(torch, device)
+            except Exception as exc:
+                tried.append(f"{label}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}")
+                continue
+            if check_peer(from_torch(torch, out, plan.out_dtype), full_ref, plan.out_dtype,
+                          accumulation(plan))["verified"]:
+                sets = [[x[0], x[1], sa, sb, None] for x in sets]
+                notes.append(label)
+                break
+            tried.append(f"{label}: ran, wrong values")
+        else:
+            return Peer.skipped("torch._scaled_mm takes no blockwise spelling here: " + "; ".join(tried))
     out = fn(*sets[0])
     torch_sync(torch, device)
     info = {"backend": LABELS[name], "config": {"scales": form["kind"], "use_fast_accum": fast,

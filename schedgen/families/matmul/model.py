@@ -8,6 +8,18 @@ from pydantic import Field
 from ...frontend.model import Sizes, Float32, Ident, Model, Operand
 
 
+class BlockScales(Model):
+    """fp8 block scaling (DeepGEMM's 128 x 128 recipe): lhs scales per (row, 128-K block), rhs scales per (128-N
+    block, 128-K block); each K block's wgmma sum is scaled by them and added to the f32 accumulator (promoted per
+    K block, so fp8 wgmma's shorter running sum covers 128 K terms only)."""
+    lhs: Ident = Field(description=(
+        "the input holding lhs's scales, f32 [M, KB] with KB = cdiv(K, 128): one per row and 128-K block"),
+        examples=["scale_a"])
+    rhs: Ident = Field(description=(
+        "the input holding rhs's scales, f32 [NB, KB] with NB = cdiv(N, 128), KB = cdiv(K, 128): one per 128 x 128 "
+        "block of rhs [N, K]"), examples=["scale_b"])
+
+
 class MatmulOp(Model):
     """`out = epilogue(lhs @ rhs)`: a (batched) matrix product with f32 accumulation and an elementwise epilogue.
 
@@ -37,3 +49,7 @@ class MatmulOp(Model):
         "statements like a map body reading the f32 accumulator as `acc`, the epilogue operands and constants, "
         "and assigning the output. Default (absent): `<output> = acc`, cast to the output dtype"),
         examples=["out = acc", "out = gelu(acc + bias)", "out = alpha * acc + beta * c"])
+    block_scales: BlockScales | None = Field(default=None, description=(
+        "fp8 inputs only: 128 x 128 block scales (DeepGEMM style), applied per 128-K block inside the k-loop; the "
+        "epilogue then reads the scaled sum as `acc`. Default (absent): no block scales (per-tensor or per-row "
+        "scales are epilogue operands)"), examples=[{"lhs": "scale_a", "rhs": "scale_b"}])

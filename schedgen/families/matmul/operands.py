@@ -17,6 +17,7 @@ from ...plan.legality import (
     check_unique_names,
 )
 from ...plan.exprs import PlanExpr
+from .blockscale import block_scale_names, block_scale_operand, check_block_scale_names
 from .records import FP8_DTYPES, MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
 
 if TYPE_CHECKING:
@@ -46,8 +47,10 @@ def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...
                          f"'{nm}' is reserved (the accumulator); choose another name")
     check_reserved_names(spec, problems)
     check_operand_roles(op, problems)
+    check_block_scale_names(op, problems)
     out_name = next(iter(op.outputs))
-    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs))
+    scales = block_scale_names(op)        # block scales are read by the k-loop, never by the epilogue
+    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs) and nm not in scales)
 
 
 def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problems):
@@ -81,7 +84,9 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
     a_shape, b_shape, o_shape = shapes[op.lhs], shapes[op.rhs], shapes[out_name]
     m, n, k = contraction(op, a_shape, b_shape, problems)
     batch = check_batch(op, out_name, a_shape, b_shape, o_shape, m, n, problems)
-    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) for nm in extras)
+    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) if nm in extras else
+                      block_scale_operand(op, nm, shapes[nm], m, n, k, problems)
+                      for nm in op.inputs if nm not in (op.lhs, op.rhs) and (nm in extras or nm in block_scale_names(op)))
     if len(problems) != before:
         return None
     return Dims(a_shape, b_shape, o_shape, op.inputs[op.lhs].dtype, op.outputs[out_name].dtype, m, n, k, batch,

@@ -237,7 +237,10 @@ def product_only(spec):
     """The spec with its epilogue dropped (out = acc, extras removed): the reference of a peer timing the product."""
     op = spec.op
     inputs = {k: v for k, v in op.inputs.items() if k in (op.lhs, op.rhs)}
-    return spec.model_copy(update={"op": op.model_copy(update={"epilogue": None, "inputs": inputs, "constants": {}})})
+    update = {"epilogue": None, "inputs": inputs, "constants": {}}
+    if getattr(op, "block_scales", None) is not None:      # the bare product of the fp8 values: no scales
+        update["block_scales"] = None
+    return spec.model_copy(update={"op": op.model_copy(update=update)})
 
 
 def check_peer(out, ref, dtype: str, k: int) -> dict:

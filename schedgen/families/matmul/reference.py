@@ -9,6 +9,7 @@ import numpy as np
 from ... import reference as shared
 from ...reference import Sampled, product_f64, sample_rows, shape_of
 from ...frontend import expr as ex
+from .blockscale import SCALE_BLOCK, block_scale_names
 from .records import FP8_DTYPES
 
 
@@ -55,7 +56,8 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
     if rows is None and (sample or (sample is None and batch * m * n * k > shared.SAMPLE_ABOVE)):
         rows = sample_rows(batch * m, shared.SAMPLE_ROWS, seed)
     flat = None if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
-    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
+    scales = block_scale_names(op)
+    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs) and nm not in scales]
     body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *extras], outputs=[out_name],
                          constants=list(op.constants))
     a, b = inputs[op.lhs], inputs[op.rhs]
@@ -70,7 +72,7 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
         if local is not None:
             a_rows = a_rows[local]
         b_kn = b_b.T if op.transpose_rhs else b_b            # a view [K, N]
-        acc = product_f64(a_rows, b_kn)
+        acc = product_f64(a_rows, b_kn) if not scales else block_scaled_f64(op, a_rows, b_kn, inputs, local)
         env: dict = {"acc": acc}
         for nm in extras:
             env[nm] = _extra_rows(inputs[nm], bi, local, m)
@@ -81,6 +83,23 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
         full = np.stack(parts) if len(out_shape) == 3 else parts[0]
         return {out_name: np.ascontiguousarray(full).reshape(out_shape)}
     return {out_name: Sampled(flat, np.concatenate(parts, axis=0), tuple(out_shape))}
+
+
+def block_scaled_f64(op, a_rows: np.ndarray, b_kn: np.ndarray, inputs, local) -> np.ndarray:
+    """sum over 128-K blocks kb of (a[:, kb] @ b[kb, :]) x scale_a[row, kb] x scale_b[col // 128, kb], in float64
+    (op.block_scales: the fp8 values as given, the scales as stored)."""
+    bs = op.block_scales
+    sa = np.asarray(inputs[bs.lhs], np.float64)
+    sb = np.asarray(inputs[bs.rhs], np.float64)
+    if local is not None:
+        sa = sa[local]
+    k, n = b_kn.shape
+    acc = np.zeros((a_rows.shape[0], n))
+    cols = np.arange(n) // SCALE_BLOCK
+    for kb in range(-(-k // SCALE_BLOCK)):
+        ks = slice(kb * SCALE_BLOCK, min(k, (kb + 1) * SCALE_BLOCK))
+        acc += product_f64(a_rows[:, ks], b_kn[ks, :]) * sa[:, kb:kb + 1] * sb[cols, kb][None, :]
+    return acc
 
 
 def _extra_rows(x: np.ndarray, bi: int, local: np.ndarray | None, m: int) -> np.ndarray:
