@@ -143,4 +143,25 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     out = {dim: _shrink(top[dim], unit, tiles_per_dim) for dim, unit in units.items()}
     if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
         out[o[0]] = min(top[o[0]], tiles_per_dim)
+    out.update(_scale_block_sizes(op, out, kb_dim, n_dim))
     return out
+
+
+def _scale_block_sizes(op, out: dict, k_dim, n_dim) -> dict:
+    """The block-scale shapes' size names (KB = cdiv(K, 128), NB = cdiv(N, 128)) at the shrunk K and N."""
+    scales = block_scale_names(op)
+    if not scales or not isinstance(k_dim, str) or not isinstance(n_dim, str):
+        return {}
+    k, n = out.get(k_dim), out.get(n_dim)
+    got = {}
+    for nm, side in scales.items():
+        shape = op.inputs[nm].shape
+        if len(shape) != 2:
+            continue
+        if side == "lhs" and isinstance(shape[1], str) and k is not None:
+            got[shape[1]] = -(-k // SCALE_BLOCK)
+        if side == "rhs" and isinstance(shape[0], str) and n is not None:
+            got[shape[0]] = -(-n // SCALE_BLOCK)
+        if side == "rhs" and isinstance(shape[1], str) and k is not None:
+            got[shape[1]] = -(-k // SCALE_BLOCK)
+    return got
