@@ -291,10 +291,11 @@ def test_fp8_on_gpu(case):
 
 @pytest.mark.gpu
 def test_fp8_per_tensor_accuracy_on_gpu():
-    """fp8 wgmma's running sum is shorter than f32's: at K = 8192 the bf16 output still lands within bf16's own
-    tolerance of the float64 reference (verify allows more: FP8_ACCUM_BITS); the error is printed either way."""
-    checks = _verify(PER_TENSOR, {"M": 2048, "N": 2048, "K": 8192}, CUDA)
-    assert all(c.rel_error <= 1e-2 for c in checks), [c.row() for c in checks]
+    """fp8 wgmma's running sum is shorter than f32's (about 14 bits, truncating): at K = 8192 without promotion the
+    error grows past bf16's own rounding; verify's fp8 tolerance (FP8_ACCUM_BITS) allows for it. The error is
+    printed (the record of how far it goes on the H200); the block-scaled kernel, promoted every 128 K terms, is
+    held to bf16's tolerance (test_block_scaled_on_gpu)."""
+    _verify(PER_TENSOR, {"M": 2048, "N": 2048, "K": 8192}, CUDA)
 
 
 # ------------------------------------------------------------------------------------ bench peers (CPU tensors)
