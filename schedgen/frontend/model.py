@@ -414,9 +414,12 @@ class Schedule(Model):
         examples=[["i", "j"], ["b", "i", "j"]])
     cluster: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [1], min_length=1, max_length=3,
                                                               description=(
-        "CTAs per cluster along the tile grid (M, N): matmul [2, 1] shares the rhs tile between two CTAs along M "
-        "by TMA multicast, [1, 2] the lhs; default [1] (no cluster). map and attention share no operand: [1] "
-        "only"), examples=[[1], [2, 1], [1, 2]])
+        "CTAs per cluster along the tile grid (M, N) and the reduction (K): matmul [2, 1] shares the rhs tile "
+        "between two CTAs along M by TMA multicast, [1, 2] the lhs; [1, 1, S] (S = 2-4, split-K) gives each output "
+        "tile S CTAs that each run 1/S of its K steps and sum their f32 partial tiles through distributed shared "
+        "memory into the cluster's rank 0, which runs the epilogue (for problems with fewer tiles than SMs: decode, "
+        "long K; CUDA backend). Default [1] (no cluster). map and attention share no operand: [1] only"),
+        examples=[[1], [2, 1], [1, 2], [1, 1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
         "map: warpgroups (128 threads each) per block, all running emit_pipeline (not written: 2 when a block has "
         "enough elements for 256 threads). Warp-specialized kernels size "

@@ -250,7 +250,7 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
       const int sc_row = m0 + m_off + warp * 16 + lane / 4;             // this thread's first row (and +8) of M block 0
       const float* __restrict__ sb_row = in_scale_b + (long long)((n0 + n_off) / 128) * 128;   // the consumer's column block
 
-      for (int kb = 0; kb < 128; ++kb, ++it) {
+      for (int kb = 0; kb < 128; ++kb, ++it) {   // kb: the global K block (its scales' column)
         const int s = it % 6;
         sg_mbar_wait(S_full + 8 * s, (it / 6) & 1);
         const uint32_t sa = S_a + (uint32_t)s * 16384u + a_off;

@@ -92,9 +92,18 @@ def _explain(p) -> str:
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")
     lines.append(f"  barriers   full[{p.stages}] {p.full_arrivals} arrival + {p.stage_tx_bytes} B of TMA transactions; "
-                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs in the cluster"
+                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs {'it is multicast to' if p.multicast else 'reading it'}"
                  + (", one consumer reads a stage" if p.pingpong else "") + ")")
-    if p.cluster_size > 1:
+    if p.split_k > 1:
+        share = [f"{(r * p.k_iters) // p.split_k}-{((r + 1) * p.k_iters) // p.split_k - 1}"
+                 for r in range(p.split_k)] if isinstance(p.k_iters, int) else []
+        lines.append(f"  cluster    1 x 1 x {p.split_k} CTAs (split-K): each runs 1/{p.split_k} of a tile's k-steps"
+                     + (f" (ranks 0-{p.split_k - 1}: k-steps {', '.join(share)})" if share else "")
+                     + f"; {'rank 1' if p.split_k == 2 else f'ranks 1-{p.split_k - 1}'} write their f32 partial tile ({p.tile_m * p.tile_n * 4} B) to "
+                       f"their own SMEM and arrive on rank 0's red_full barrier (release, cluster scope); rank 0 "
+                       f"adds the partials over DSMEM (ld.shared::cluster), frees them (red_empty) and runs the "
+                       f"epilogue")
+    elif p.cluster_size > 1:
         shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
             ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
         lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs ({'along M' if p.cluster_m > 1 else 'along N'}): "

@@ -81,7 +81,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
     regs = registers(sch.pipeline, wg, hw, problems)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster.csize, chunks, hw, problems)
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
@@ -149,6 +149,8 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     chunks_m, chunks_n = wg.wtm // chunks.rows, wg.wtn // chunks.cols
     kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
                                                            cl.cm, cl.cn)
+    if cl.ck > 1:
+        kname += f"x{cl.ck}"
     if wg.pingpong:
         kname += "_pp"
     return MatmulPlan(
@@ -166,7 +168,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         b_lbo=1 if lay.k_major_b else b_sub, b_sbo=8 * lay.swz_b,
         cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize, cluster_dims=(cl.csize, 1, 1),
         multicast=cl.multicast, mc_rank_bytes=mc_tile // 2 * mc_swz, mc_rank_elems=mc_tile // 2,
-        mc_rank_boxes=len(mc_boxes) // 2,
+        mc_rank_boxes=len(mc_boxes) // 2, split_k=cl.ck,
         epi_rows=chunks.rows, epi_cols=chunks.cols, epi_buffers=sch.epilogue.buffers, epi_swizzle=chunks.swizzle,
         epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store, epi_chunks_m=chunks_m, epi_chunks_n=chunks_n,
         epi_n8=chunks.cols // 8, epi_row_bytes=chunks.cols * dims.osz,

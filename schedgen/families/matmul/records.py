@@ -107,6 +107,9 @@ class MatmulPlan:
     mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
     mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
     mc_rank_boxes: int         # MN-major multicast operand: TMA boxes each CTA loads (its half of the stage's)
+    split_k: int               # CTAs of a cluster sharing each tile's k-steps (1: none): rank r runs k-steps
+                               # [r k_iters / S, (r + 1) k_iters / S) and ranks > 0 hand their f32 partial tile to rank
+                               # 0 through DSMEM (the `red` buffer and the red_full / red_empty barriers)
     # epilogue
     epi_rows: int
     epi_cols: int
@@ -292,6 +295,7 @@ class Cluster:
     multicast: str
     tiles_m: int
     tiles_n: int
+    ck: int = 1               # split-K: CTAs of the cluster sharing each tile's k-steps (1: no split)
 
 
 @dataclass(frozen=True)
