@@ -86,8 +86,11 @@ def _explain(p) -> str:
                     f"{o.bcast}: block scales, read by the k-loop once per 128-K block" if o.bcast.startswith("kblock")
                     else f"{o.bcast}: read by the epilogue")
             lines.append(f"             ptr {o.role:5} {o.name:8} ({what})")
-    lines.append(f"  stages     {p.stages}-stage TMA ring: {p.a_stage_bytes} + {p.b_stage_bytes} = {p.stage_tx_bytes} B "
-                 f"per stage (the full barrier's expect_tx)")
+    a_loaded = p.stage_tx_bytes - p.b_stage_bytes
+    lines.append(f"  stages     {p.stages}-stage TMA ring: {a_loaded}"
+                 + (f" (M = {p.a_box_rows} of the {p.a_stage_bytes} B stage's {p.tile_m} rows: the rest are zeroed "
+                    f"once, never loaded)" if a_loaded != p.a_stage_bytes else "")
+                 + f" + {p.b_stage_bytes} = {p.stage_tx_bytes} B per stage (the full barrier's expect_tx)")
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack, of 232448)")
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")

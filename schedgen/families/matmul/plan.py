@@ -42,8 +42,11 @@ from .schedule import (
     block_tile,
     cluster_shape,
     epilogue_chunks,
+    compact_lhs,
     kernel_args,
+    lhs_box_rows,
     pipeline,
+    short_lhs,
     registers,
     smem_layouts,
     smem_map,
@@ -81,7 +84,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
     regs = registers(sch.pipeline, wg, hw, problems)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems)
+    a_rows = lhs_box_rows(tile, layout, cluster, dims.m) if short_lhs(tile, layout, cluster, dims.m) else tile.tm
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout, a_rows)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
@@ -132,7 +136,10 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     """The plan: every number the templates use, from the phases' records."""
     op, sch = spec.op, spec.schedule
     tm, tn, tk = tile.tm, tile.tn, tile.tk
-    a_sub = (tm if lay.k_major_a else tk) * lay.swz_a
+    # the lhs rows a stage loads: tile_m, or a static M below it (short_lhs; a compact ring for a one-block tile)
+    a_rows = lhs_box_rows(tile, lay, cl, dims.m) if short_lhs(tile, lay, cl, dims.m) else tm
+    compact = compact_lhs(tile, lay, a_rows)
+    a_sub = (a_rows if compact else tm if lay.k_major_a else tk) * lay.swz_a
     b_sub = (tn if lay.k_major_b else tk) * lay.swz_b
     # a stage is cut into TMA boxes one swizzle row wide along its swizzled dimension (K, or M / N for MN-major)
     a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range((tk if lay.k_major_a else tm) // lay.atom_a))
@@ -182,7 +189,8 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
         threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
         smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
-        empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
+        empty_arrivals=smem.empty_arrivals, kernel_args=args,
+        stage_tx_bytes=a_rows * tk * dims.isz + smem.b_stage, a_box_rows=a_rows, a_compact=compact,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),

@@ -94,6 +94,10 @@ class MatmulPlan:
     a_boxes: tuple[tuple[int, int], ...]   # each TMA box of an lhs stage: (SMEM byte offset, element offset along
     b_boxes: tuple[tuple[int, int], ...]   # its swizzled dimension); rhs likewise
     a_mblock_bytes: int        # K-major lhs: bytes between the 64-row wgmma M blocks of a stage
+    a_box_rows: int            # K-major lhs: rows its TMA box loads (tile_m, or a static M below it: the stage's
+                               # rows past it are zeroed once and never loaded)
+    a_compact: bool            # the lhs ring holds a_box_rows rows a box (schedule.compact_lhs): a box's 64-row
+                               # wgmma window runs on over the next boxes, or the zeroed tail `a_tail`
     a_lbo: int
     a_sbo: int
     b_lbo: int
