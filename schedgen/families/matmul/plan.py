@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ...plan.common import (
     Problems,
 )
+from ...plan import dims as D
 from ...plan.hardware import Hardware
 from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
@@ -182,6 +183,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         epi_swizzle_mask=chunks.swizzle // 16 - 1 if chunks.swizzle else 0, epi_pending=sch.epilogue.buffers - 1,
         epi_uneven=chunks_m * chunks_n % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
         epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
+        pair_loads=bool(dims.extra_ops) and D.divisible(dims.n, 2, dims.ranges),
         tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, cluster_tiles_m=cl.tiles_m // cl.cm, cluster_tiles_n=cl.tiles_n // cl.cn,
         num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,

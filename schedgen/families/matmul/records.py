@@ -133,6 +133,8 @@ class MatmulPlan:
     epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
                                # temporary | output (the templates spell each role)
     identity_epilogue: bool
+    pair_loads: bool           # N even at every call: the epilogue reads its operands two columns a load (a thread's
+                               # fragment holds column pairs), 4 B for 16-bit operands, 8 B for f32
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
     tiles_m: DimLike
