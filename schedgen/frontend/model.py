@@ -126,7 +126,8 @@ class Operand(Model):
     dtype: DType = Field(description=(
         "element type (f8e4m3 / f8e5m2: jnp.float8_e4m3fn / float8_e5m2; the numpy / torch spellings bfloat16, "
         "float16, half, fp16, float32, float, fp32, float8_e4m3fn, float8_e5m2 are read as these). What each family takes is checked by its "
-        "planner: matmul and collective_matmul bf16 / f16 in, bf16 / f16 / f32 out; attention bf16 / f16, one dtype "
+        "planner: matmul bf16 / f16 / f8e4m3 / f8e5m2 in (fp8: lhs [M, K] and rhs [N, K]), collective_matmul bf16 / f16 in, "
+        "bf16 / f16 / f32 out; attention bf16 / f16, one dtype "
         "for q, k, v and o, the lse output f32"))
 
 

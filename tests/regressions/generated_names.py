@@ -74,6 +74,8 @@ def marked(data: dict) -> tuple[dict, dict[str, str]]:
             op[key] = new[op.get(key, default)]
     if "mesh" in op:
         op["mesh"]["axis_name"] = new[op["mesh"]["axis_name"]]
+    if op.get("block_scales"):                       # the matmul family's fp8 block scales name two inputs
+        op["block_scales"] = {k: new[v] for k, v in op["block_scales"].items()}
     for key in ("body", "epilogue"):
         if op.get(key):
             op[key] = _respell(op[key], new)

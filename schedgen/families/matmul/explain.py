@@ -1,9 +1,10 @@
 """The matmul family's `schedgen explain` text."""
 from __future__ import annotations
 
-from ...explain import COPY_GBPS, PEAK_TFLOPS
+from ...explain import COPY_GBPS
 from .epilogue import epilogue_text
-from .records import at_max
+from .blockscale import is_block_scaled, scale_operand
+from .records import at_max, peak_tflops
 
 
 def _sizes_differ(p) -> bool:
@@ -44,7 +45,8 @@ def _explain(p) -> str:
     wg_k = 32 // lhs.itemsize
     clusters = max(1, p.num_blocks // p.cluster_size)
     waves = p.num_tiles / clusters
-    mma_ms = p.flops / (PEAK_TFLOPS * 1e12) * 1e3
+    peak = peak_tflops(p)
+    mma_ms = p.flops / (peak * 1e12) * 1e3
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines = [
         f"kernel {p.kernel_name}  (family matmul, backends: {', '.join(p.backends)})",
@@ -55,7 +57,7 @@ def _explain(p) -> str:
         + f"; {p.in_dtype} in, {p.out_dtype} out, "
           f"f32 accumulation" + ("; ragged edges (TMA zero-fills loads, clips stores)" if p.ragged else ""),
         f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
-        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {PEAK_TFLOPS:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
+        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {peak:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
         f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
@@ -80,7 +82,9 @@ def _explain(p) -> str:
                          f"over [{', '.join(map(str, a.shape))}]")
         else:
             o = p.operands[a.operand]
-            what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"
+            what = ("written from registers by the epilogue" if o.role == "out" else
+                    f"{o.bcast}: block scales, read by the k-loop once per 128-K block" if o.bcast.startswith("kblock")
+                    else f"{o.bcast}: read by the epilogue")
             lines.append(f"             ptr {o.role:5} {o.name:8} ({what})")
     a_loaded = p.stage_tx_bytes - p.b_stage_bytes
     lines.append(f"  stages     {p.stages}-stage TMA ring: {a_loaded}"
@@ -118,11 +122,18 @@ def _explain(p) -> str:
                  + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
                  + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
                  + f", {waves:.2f} waves")
+    if is_block_scaled(p):
+        sa, sb = scale_operand(p, "lhs"), scale_operand(p, "rhs")
+        lines.append(f"  scales     128 x 128 blocks: each stage's wgmmas (one 128-K block) run into a fresh partial sum, "
+                     f"added to acc x {sa.name}[row, kb] x {sb.name}[col / 128, kb] ({sa.name} {list(sa.shape)}, "
+                     f"{sb.name} {list(sb.shape)}, f32; {2 * p.acc_regs} f32 registers per consumer thread)")
     epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
     for e in p.extras:
-        lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+        if not e.bcast.startswith("kblock"):
+            lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+
     if getattr(p, "epi_store", "tma") == "direct":
         lines.append("             stored directly: each thread writes its accumulator fragments from registers (no SMEM "
                      "staging, no store barriers); the warpgroup moves on while the stores drain")

@@ -19,6 +19,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
+from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
 from .records import (
@@ -88,6 +89,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout, a_rows)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
+    check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 WGMMA_M = 64
 WGMMA_K_BYTES = 32            # one wgmma consumes 32 B of K (k16 for 16-bit inputs)
-MMA_DTYPES = ("bf16", "f16")
+MMA_DTYPES = ("bf16", "f16", "f8e4m3", "f8e5m2")
+FP8_DTYPES = ("f8e4m3", "f8e5m2")   # wgmma k32, both operands K-major in SMEM (no transpose for 8-bit inputs)
 OUT_DTYPES = ("bf16", "f16", "f32")
 REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
 DEFAULT_TILE = (128, 256, 64)
@@ -37,7 +38,8 @@ class MatOperand:
     ctype: str
     itemsize: int
     shape: tuple[DimLike, ...]
-    bcast: str = ""           # extra operands: "row" ([N]), "col" ([M, 1]), "full" ([M, N]), "batch" ([B, M, N])
+    bcast: str = ""           # extra operands: "scalar" ([1], [1, 1]), "row" ([N]), "col" ([M, 1]), "full" ([M, N]),
+                              # "batch" ([B, M, N])
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,12 @@ class MatmulPlan:
         return _batched(self.batch)
 
 
+def peak_tflops(plan) -> float:
+    """The datasheet dense tensor-core peak for the plan's inputs (fp8: twice bf16's)."""
+    from ...plan.hardware import peak_tflops as by_dtype
+    return by_dtype("fp8" if plan.in_dtype in FP8_DTYPES else plan.in_dtype)
+
+
 def at_max(p: MatmulPlan) -> MatmulPlan:
     """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
     the plan itself unchanged when it has none)."""
@@ -209,6 +217,8 @@ def _batched(batch: DimLike) -> bool:
 
 
 def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str | None:
+    if shape in ((1,), (1, 1)):           # one value for the whole output (a per-tensor scale)
+        return "scalar"
     if shape in ((n,), (1, n)):
         return "row"
     if shape == (m, 1):
