@@ -45,7 +45,7 @@ CLUSTER_1X2_WG_N = {"schedule.in_specs.a": {"block_shape": [128, 128], "collecti
                     "schedule.out_specs.out": {"block_shape": [128, 256]}, "schedule.cluster": [1, 2],
                     "schedule.pipeline.wg_axis": "n", "op.outputs.out.dtype": "f16"}
 ZERO_EDGES = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
-RAGGED_CUDA = {"M": 1000, "N": 1500, "K": 2000, **ZERO_EDGES, "schedule.backends": ["cuda"]}
+RAGGED_CUDA = {"M": 1000, "N": 1496, "K": 2000, **ZERO_EDGES, "schedule.backends": ["cuda"]}
 ONE_WG = {"schedule.in_specs.a": {"block_shape": [64, 128]}, "schedule.in_specs.b": {"block_shape": [128, 128]},
           "schedule.out_specs.out": {"block_shape": [64, 128]}, "schedule.cluster": [1, 1],
           "schedule.pipeline.num_compute_wgs": 1}
@@ -244,7 +244,7 @@ def test_pallas_ragged_k_off_its_tiling_picks_cuda(tmp_path):
     text = PER_TENSOR.read_text()
     bare = tmp_path / "fp8_bare.yaml"
     bare.write_text(text[:text.index("schedule:")])
-    assert build_spec(str(bare), {"M": 1000, "N": 1500, "K": 2000}).plan.backends == ("cuda",)
+    assert build_spec(str(bare), {"M": 1000, "N": 1496, "K": 2000}).plan.backends == ("cuda",)
     assert build_spec(str(PER_TENSOR), {"M": 1000, "N": 1536, "K": 2000, **ZERO_EDGES}).plan.backends == ("cuda",)
     msg = _errors(PER_TENSOR, {"M": 1000, "N": 1536, "K": 2000, **ZERO_EDGES,
                                "schedule.backends": ["cuda", "pallas"]})
@@ -353,7 +353,7 @@ def test_scaled_mm_peer_is_verified_on_cpu_tensors(path):
 
 BLOCK = SPECS_DIR / "matmul_fp8_blockscaled_4096x7168x16384.yaml"
 BLOCK_SMALL = {"M": 256, "N": 384, "K": 640, "KB": 5, "NB": 3}
-BLOCK_RAGGED = {"M": 1000, "N": 1500, "K": 2000, "KB": 16, "NB": 12,
+BLOCK_RAGGED = {"M": 1000, "N": 1496, "K": 2000, "KB": 16, "NB": 12,
                 "schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
 
 
