@@ -41,7 +41,7 @@ from .dims import DimLike, SizeRange
 LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
 ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32")
-DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2")
+DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2", "i32")   # i32: index operands (grouped_matmul offsets)
 COUNTER_BYTES = 8             # a "counter" argument: two u32, zero before the first launch (the kernel re-zeroes it)
 
 

@@ -1,0 +1,101 @@
+"""The grouped_matmul family's float64 reference (per group), its --small sizes and its random inputs: activations
+and weights normal, the group operand skewed counts (a few large groups, some small, some empty) that cover every
+row of T exactly."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ...frontend import expr as ex
+from ...reference import product_f64, shape_of
+from ...runtime.arrays import DTYPES
+
+
+def group_rows(offsets: np.ndarray, fmt: str, groups: int) -> list[tuple[int, int]]:
+    """(start, end) of each group's rows as the kernel reads the group operand (before clamping to 0..T)."""
+    o = [int(v) for v in np.asarray(offsets).reshape(-1)]
+    if fmt == "offsets":
+        return [(o[g], o[g + 1]) for g in range(groups)]
+    if fmt == "ends":
+        return [(o[g - 1] if g else 0, o[g]) for g in range(groups)]
+    out, row = [], 0
+    for g in range(groups):
+        out.append((row, row + max(o[g], 0)))
+        row += max(o[g], 0)
+    return out
+
+
+def encode_counts(counts, fmt: str) -> np.ndarray:
+    """The group operand (int32) of per-group row counts in the layout `fmt`."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if fmt == "counts":
+        return counts.astype(np.int32)
+    ends = np.cumsum(counts)
+    return (np.concatenate([[0], ends]) if fmt == "offsets" else ends).astype(np.int32)
+
+
+def skewed_counts(total: int, groups: int, rng: np.random.Generator, empty: int | None = None) -> np.ndarray:
+    """`groups` row counts summing to `total`: Zipf-like weights in random order (a few large groups, many small),
+    `empty` groups (default: a quarter, at least one when groups > 1) with no rows."""
+    if groups == 1:
+        return np.array([total])
+    empty = max(1, groups // 4) if empty is None else empty
+    weights = 1.0 / np.arange(1, groups + 1) ** 1.1
+    weights[rng.choice(groups, size=min(empty, groups - 1), replace=False)] = 0.0
+    weights = weights[rng.permutation(groups)]
+    share = weights / weights.sum() * total
+    counts = np.floor(share).astype(np.int64)
+    live = np.flatnonzero(weights > 0)
+    for i in range(int(total - counts.sum())):      # the remainder, one row each, to the live groups
+        counts[live[i % len(live)]] += 1
+    return counts
+
+
+def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    op = spec.op
+    out = {}
+    for name, operand in op.inputs.items():
+        data = rng.standard_normal(shape_of(operand, sizes), dtype=np.float32)
+        if name == op.rhs:
+            data *= np.float32(1.0 / 8.0)          # keeps |out| moderate for long K (the tolerance is relative)
+        out[name] = data.astype(DTYPES[operand.dtype])
+    t = shape_of(op.inputs[op.lhs], sizes)[0]
+    out[op.group_offsets] = encode_counts(skewed_counts(t, op.groups, rng), op.offsets_format)
+    return out
+
+
+def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],
+                      **options) -> dict[str, np.ndarray]:
+    """float64 `epilogue(x[rows of g] @ w[g])` for every group; rows in no group are NaN (never compared: the
+    kernel leaves them unwritten, and the random inputs put every row in a group)."""
+    op = spec.op
+    out_name = next(iter(op.outputs))
+    x, w = inputs[op.lhs], inputs[op.rhs]
+    t = x.shape[0]
+    n = w.shape[1] if op.transpose_rhs else w.shape[2]
+    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=[out_name],
+                         constants=list(op.constants))
+    res = np.full((t, n), np.nan, np.float64)
+    for g, (s, e) in enumerate(group_rows(inputs[op.group_offsets], op.offsets_format, op.groups)):
+        s, e = min(max(s, 0), t), min(max(e, s), t)
+        if e == s:
+            continue
+        wg = w[g].T if op.transpose_rhs else w[g]
+        env = {"acc": product_f64(x[s:e], wg), **{c: float(v) for c, v in op.constants.items()}}
+        res[s:e] = np.broadcast_to(ex.eval_numpy(body, env)[out_name], (e - s, n))
+    return {out_name: res}
+
+
+def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
+    """A few tiles: T = tiles x tile_m x 2 (rows for every group to hold some, skewed), N = tiles x tile_n,
+    K = tiles x tile_k (named sizes only; the group count is fixed)."""
+    op = spec.op
+    x, w = list(op.inputs[op.lhs].shape), list(op.inputs[op.rhs].shape)
+    n_dim, k_dim = (w[1], w[2]) if op.transpose_rhs else (w[2], w[1])
+    top = {nm: v if isinstance(v, int) else v.max for nm, v in plan.sizes.items()}
+    out = {}
+    for dim, unit in ((x[0], plan.tile_m * 2), (n_dim, plan.tile_n), (k_dim, plan.tile_k)):
+        if isinstance(dim, str):
+            out[dim] = min(top[dim], unit * tiles_per_dim)
+    return out
