@@ -15,7 +15,7 @@ from ...frontend.model import ITEMSIZE
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from ...plan.legality import stages_that_fit
-from .plan import TABLE_WORDS_PER_GROUP
+from .plan import STATIC_SMEM_EXTRA, TABLE_WORDS_PER_GROUP
 
 TILE_M, TILE_K = 128, 64
 TILE_NS = (256, 128)
@@ -38,6 +38,10 @@ def grouped_defaults(spec, hw: Hardware) -> list[Pick]:
     if not sch_written("pipeline", "kind"):
         picks.append(Pick(("schedule", "pipeline", "kind"), "warp_specialized",
                           "the grouped kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"))
+    if not sch_written("backends"):
+        picks.append(Pick(("schedule", "backends"), ["cuda"],
+                          "the grouped matmul is rendered for the CUDA backend only in this release (no Pallas "
+                          "rendering of its data-dependent tile walk is written yet)"))
     n = _n_of(op)
     out_name = next(iter(op.outputs), None)
     if n is None or out_name is None or op.lhs not in op.inputs:
@@ -68,7 +72,8 @@ def _rest(spec, tn: int | None, hw: Hardware, sch_written) -> list[Pick]:
         stage = (TILE_M + tn) * TILE_K * isz
         staging = 64 * min(tn, 128 // osz) * osz * EPI_BUFFERS * 2
         want = STAGES.get(tn, 4)
-        fit = stages_that_fit(hw, staging + 16 * want + 4 * (TABLE_WORDS_PER_GROUP * op.groups + 1), stage)
+        fit = stages_that_fit(hw, staging + 16 * want + 4 * (TABLE_WORDS_PER_GROUP * op.groups + 1) + STATIC_SMEM_EXTRA,
+                              stage)
         stages = max(2, min(want, fit))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                           f"{stages} stages of {stage // 1024} KiB" + ("" if stages == want else " (what fits in SMEM)")))

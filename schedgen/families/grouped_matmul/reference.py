@@ -8,7 +8,8 @@ from typing import Mapping
 import numpy as np
 
 from ...frontend import expr as ex
-from ...reference import product_f64, shape_of
+from ... import reference as shared
+from ...reference import Sampled, product_f64, sample_rows, shape_of
 from ...runtime.arrays import DTYPES
 
 
@@ -65,26 +66,35 @@ def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator) -> d
     return out
 
 
-def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],
-                      **options) -> dict[str, np.ndarray]:
-    """float64 `epilogue(x[rows of g] @ w[g])` for every group; rows in no group are NaN (never compared: the
-    kernel leaves them unwritten, and the random inputs put every row in a group)."""
+def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray], *,
+                      rows: np.ndarray | None = None, sample: bool | None = None,
+                      seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
+    """float64 `epilogue(x[rows of g] @ w[g])` for every group. Full unless the problem has more than SAMPLE_ABOVE
+    multiply-adds (`sample=None`), `sample=True` or `rows` is given: then a `Sampled` reference of those rows (or
+    SAMPLE_ROWS random ones). Rows in no group are NaN (the kernel leaves them unwritten; the random inputs put
+    every row in a group)."""
     op = spec.op
     out_name = next(iter(op.outputs))
     x, w = inputs[op.lhs], inputs[op.rhs]
-    t = x.shape[0]
+    t, k = x.shape
     n = w.shape[1] if op.transpose_rhs else w.shape[2]
+    if rows is None and (sample or (sample is None and t * n * k > shared.SAMPLE_ABOVE)):
+        rows = sample_rows(t, shared.SAMPLE_ROWS, seed)
+    picked = np.arange(t, dtype=np.int64) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=[out_name],
                          constants=list(op.constants))
-    res = np.full((t, n), np.nan, np.float64)
+    res = np.full((len(picked), n), np.nan, np.float64)
     for g, (s, e) in enumerate(group_rows(inputs[op.group_offsets], op.offsets_format, op.groups)):
         s, e = min(max(s, 0), t), min(max(e, s), t)
-        if e == s:
+        sel = np.flatnonzero((picked >= s) & (picked < e))
+        if sel.size == 0:
             continue
         wg = w[g].T if op.transpose_rhs else w[g]
-        env = {"acc": product_f64(x[s:e], wg), **{c: float(v) for c, v in op.constants.items()}}
-        res[s:e] = np.broadcast_to(ex.eval_numpy(body, env)[out_name], (e - s, n))
-    return {out_name: res}
+        env = {"acc": product_f64(x[picked[sel]], wg), **{c: float(v) for c, v in op.constants.items()}}
+        res[sel] = np.broadcast_to(ex.eval_numpy(body, env)[out_name], (sel.size, n))
+    if rows is None:
+        return {out_name: res}
+    return {out_name: Sampled(picked, res, (t, n))}
 
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
