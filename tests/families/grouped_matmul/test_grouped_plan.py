@@ -106,7 +106,8 @@ def test_offsets_formats(fmt, want):
 
 
 def test_weights_k_n_layout_and_epilogue():
-    p = _plan(MIXTRAL, {"op.transpose_rhs": False, "op.inputs.w.shape": [8, "K", "N"], "op.epilogue":
+    p = _plan(MIXTRAL, {"op.transpose_rhs": False, "op.inputs.w.shape": [8, "K", "N"],
+                 "schedule.in_specs.w.block_shape": [64, 256], "op.epilogue":
                         "out = silu(acc) * alpha", "op.constants": {"alpha": 0.5}, "op.outputs.out.dtype": "f32"})
     assert not p.mm.k_major_b and p.out_dtype == "f32"
     assert p.kernel_args[1].shape == (8, 4096, 14336)
@@ -115,15 +116,24 @@ def test_weights_k_n_layout_and_epilogue():
     assert "sg_silu(v_acc)" in cu and "#define c_alpha" in cu and "st.global.v2.f32" in cu
 
 
-def test_picks_are_listed_and_written_fields_kept():
-    p = _plan(DEEPSEEK, {"schedule.in_specs.x.block_shape": [128, 64], "schedule.in_specs.w.block_shape": [128, 64],
-                         "schedule.out_specs.out.block_shape": [128, 128]})
-    assert (p.tile_m, p.tile_n) == (128, 128) and p.tiles_n == 32
+def test_picks_for_a_spec_without_schedule(tmp_path):
+    import yaml
+    data = yaml.safe_load(MIXTRAL.read_text())
+    data.pop("schedule")
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(data))
     from schedgen.plan import plan_with_picks
-    spec, src = load_spec(str(MIXTRAL))
-    _, picks = plan_with_picks(spec, src)
-    assert {tuple(pk.path): pk.value for pk in picks}[("schedule", "backends")] == ["cuda"]
-    assert ("schedule", "persistent", "tile_order") in {tuple(pk.path) for pk in picks}
+    spec, src = load_spec(str(path))
+    p, picks = plan_with_picks(spec, src)
+    got = {tuple(pk.path): pk.value for pk in picks}
+    assert got[("schedule", "backends")] == ["cuda"] and got[("schedule", "persistent", "tile_order")] == "planar_snake"
+    assert got[("schedule", "pipeline", "max_concurrent_steps")] == 4
+    bundled = _plan(MIXTRAL)     # the bundled spec writes the picks out
+    assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages) == (bundled.tile_m, bundled.tile_n, bundled.tile_k, 4)
+    data["op"]["sizes"]["N"] = 2048 + 128          # no multiple of 256: 128-wide tiles
+    path.write_text(yaml.safe_dump(data))
+    spec, src = load_spec(str(path))
+    assert plan_with_picks(spec, src)[0].tile_n == 128
 
 
 def test_explain_describes_the_groups():

@@ -23,7 +23,8 @@ VARIANTS = {
     "deepseek_ends": (DEEPSEEK, {}),
     # f32 out, a fused silu epilogue, masked stores everywhere, counts, N-major [G, K, N] weights
     "direct_f32_silu_counts_kn": (MIXTRAL, {"op.sizes": SMALL, "op.transpose_rhs": False,
-                                            "op.inputs.w.shape": [8, "K", "N"], "op.outputs.out.dtype": "f32",
+                                            "op.inputs.w.shape": [8, "K", "N"],
+                 "schedule.in_specs.w.block_shape": [64, 256], "op.outputs.out.dtype": "f32",
                                             "op.epilogue": "out = silu(acc)", "op.offsets_format": "counts",
                                             "schedule.epilogue.store": "direct"}),
     # one consumer of 64-row tiles, 128 columns, row-major order inside a group
@@ -32,7 +33,7 @@ VARIANTS = {
                                            "schedule.in_specs.w": {"block_shape": [128, 64], "delay_release": 1},
                                            "schedule.out_specs.out": {"block_shape": [64, 128]},
                                            "schedule.pipeline.num_compute_wgs": 1,
-                                           "schedule.persistent.tile_order": "row_major"}),
+                                           "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}}),
 }
 
 
