@@ -58,12 +58,11 @@ def _notes(torch, plan) -> list[str]:
         [f"torch {torch.__version__}"]
 
 
-def grouped_mm_peer(case) -> Peer:
+def grouped_mm_peer(case, plan, ref) -> Peer:
     import torch
     from ...runtime import driver
     if not hasattr(torch, "_grouped_mm"):
         return Peer.skipped(f"torch {torch.__version__} has no torch._grouped_mm")
-    plan, ref = _ref(case)
     rows = group_rows(case.host[plan.offsets_name], plan.offsets_format, plan.groups)
     ends = torch.tensor([e for _, e in rows], dtype=torch.int32, device="cuda")
     held = {"views": _device_inputs(torch, plan, case.host, case.sets), "ends": ends}
@@ -86,10 +85,9 @@ def grouped_mm_peer(case) -> Peer:
     return Peer(Contender("torch_grouped_mm", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
 
 
-def cublas_loop_peer(case) -> Peer:
+def cublas_loop_peer(case, plan, ref) -> Peer:
     import torch
     from ...runtime import driver
-    plan, ref = _ref(case)
     rows = [(s, e) for s, e in group_rows(case.host[plan.offsets_name], plan.offsets_format, plan.groups)]
     tdt = torch_dtypes(torch)
     views = _device_inputs(torch, plan, case.host, case.sets)
@@ -136,8 +134,9 @@ def copy_peer(case) -> Peer:
 
 
 def peers(case) -> dict[str, Peer]:
-    return {"torch_grouped_mm": guard("torch", lambda: grouped_mm_peer(case)),
-            "cublas_loop": guard("torch", lambda: cublas_loop_peer(case)),
+    plan, ref = _ref(case)      # one sampled float64 reference (of the bare product) for both product peers
+    return {"torch_grouped_mm": guard("torch", lambda: grouped_mm_peer(case, plan, ref)),
+            "cublas_loop": guard("torch", lambda: cublas_loop_peer(case, plan, ref)),
             "device_copy": guard("copy", lambda: copy_peer(case))}
 
 
