@@ -47,6 +47,14 @@ TABLE_WORDS_PER_GROUP = 3      # SMEM int32 tables: a group's first row, its end
 STATIC_SMEM_EXTRA = 1024
 
 
+PALLAS_WHY = (
+    "the grouped matmul is rendered for the CUDA backend only in this release: a group's last row block must be stored "
+    "without touching the next group's rows, and jax 0.11.2's Mosaic GPU has no masked store (its store lowering, "
+    "swap_p, takes no mask) while a TMA store's extent is static (plgpu.copy_smem_to_gmem takes a whole-copy "
+    "predicate only), so the CUDA kernel's masked stores have no Pallas spelling; a rendering through predicated TMA "
+    "stores of power-of-two row counts is not written. Use backends: [cuda]")
+
+
 @dataclass(frozen=True)
 class GroupedMatmulPlan:
     family: str
@@ -291,11 +299,7 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
     if "pallas" in sch.backends:
-        problems.add(("schedule", "backends"),
-                     "the grouped matmul is rendered for the CUDA backend only in this release: its tile space "
-                     "depends on the group offsets read on the device (a data-dependent persistent tile walk and "
-                     "data-dependent TMA row offsets), and no Pallas rendering of that is written yet; use "
-                     "backends: [cuda]")
+        problems.add(("schedule", "backends"), PALLAS_WHY)
 
 
 def table_bytes(op, mm: MatmulPlan, hw: Hardware, problems: Problems) -> int:

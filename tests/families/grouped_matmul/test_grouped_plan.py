@@ -177,8 +177,18 @@ def test_errors_are_located_and_say_what_is_legal(overrides, field, text):
 def test_pallas_backend_is_a_located_limit():
     """No Pallas rendering in this release: asking for it is one error at schedule.backends naming why."""
     line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"]}), "schedule.backends")
-    assert "CUDA backend only" in line and "group offsets read on the device" in line
-    assert "use backends: [cuda]" in line
+    assert "CUDA backend only" in line and "no masked store" in line and "jax 0.11.2" in line
+    assert "Use backends: [cuda]" in line
+
+
+def test_jax_store_lowering_takes_no_mask():
+    """The limit the Pallas error names, pinned to jax: Mosaic GPU's store (swap_p) lowering has no mask operand and
+    copy_smem_to_gmem only a whole-copy predicate (when a jax release adds either, render the Pallas backend)."""
+    import inspect
+    from jax._src.pallas.mosaic_gpu import lowering, primitives
+    assert "mask" not in inspect.signature(lowering._swap_lowering_rule_wg).parameters
+    params = inspect.signature(primitives.copy_smem_to_gmem).parameters
+    assert "predicate" in params and not any("mask" in p for p in params)
 
 
 def test_too_many_groups_for_smem_is_located():
