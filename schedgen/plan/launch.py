@@ -9,7 +9,7 @@ Fields (every one required in launch.json; unknown fields are refused):
 
 - version: int                LAUNCH_VERSION.
 - name: str                   the kernel's Python name (the package's function).
-- family: str                 the family that planned it (map, matmul, attention, collective_matmul).
+- family: str                 the family that planned it (map, matmul, attention, collective_matmul, grouped_matmul).
 - kernel_name: str            the CUDA entry point in kernel.cubin.
 - backends: [str]             what was built: "cuda" (kernel.cubin) and/or "pallas" (pallas_kernel.py).
 - threads: int                threads per block; the launch's block is (threads, 1, 1).

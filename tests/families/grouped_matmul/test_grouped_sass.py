@@ -34,6 +34,9 @@ VARIANTS = {
                                            "schedule.out_specs.out": {"block_shape": [64, 128]},
                                            "schedule.pipeline.num_compute_wgs": 1,
                                            "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}}),
+    # a fixed T (literals, no size argument), f16 in and out
+    "static_t_f16": (MIXTRAL, {"op.sizes": {"T": 4096, "N": 1024, "K": 512}, "op.inputs.x.dtype": "f16",
+                               "op.inputs.w.dtype": "f16", "op.outputs.out.dtype": "f16"}),
 }
 
 
@@ -49,7 +52,7 @@ def test_sass_has_wgmma_tma_and_no_local_memory(built, name):
     b, text = built[name]
     p = b.plan
     ops = opcodes(text)
-    want = f"HGMMA.64x{p.mm.wg_tile_n}x16.F32.BF16"
+    want = f"HGMMA.64x{p.mm.wg_tile_n}x16.F32.{p.in_dtype.upper()}"
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
     usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
