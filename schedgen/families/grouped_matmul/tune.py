@@ -9,6 +9,7 @@ from ..matmul.tune import matmul_aliases
 DROPPED = ("cluster_m", "cluster_n", "split_k", "consumer_schedule")
 TILE_N = (128, 256)
 STAGES = (3, 4, 5, 6)
+STAGE_BYTES = 196608   # the ring's share of SMEM beside the staging buffers and tables (4 x 48 KiB, 6 x 32 KiB)
 
 
 def _step(spec):
@@ -25,10 +26,14 @@ def grouped_aliases(spec) -> dict:
 
 
 def grouped_space(spec) -> TuneSpace:
-    """Around the planner's picks: tile_n 128 / 256, 3-6 stages, row-major or planar-snake order inside a group
-    (the tile rows stay 128: two 64-row consumers; a group's rows are known only at the call)."""
+    """Around the planner's picks: tile_n 128 / 256, 3-6 stages (as many as SMEM holds beside the staging buffers),
+    and the band width of the planar snake inside a group (4, 8, 16 tile rows); the tile rows stay 128 (two 64-row
+    consumers: a group's rows are known only at the call)."""
     sch = spec.schedule
     stages = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
-    return TuneSpace(params={"tile_n": TILE_N, "stages": stages, "tile_order": ("row_major", "planar_snake")},
-                     why="the tile width, the ring depth and the order of a group's tiles (128-row tiles: a "
+    params = {"tile_n": TILE_N, "stages": stages}
+    if sch.persistent.tile_order == "planar_snake":
+        params["tile_width"] = tuple(sorted({4, 8, 16, sch.persistent.tile_width}))
+    return TuneSpace(params=params, constraints=(f"(128 + tile_n) * 128 * stages <= {STAGE_BYTES}",),
+                     why="the tile width, the ring depth and the band width of a group's tiles (128-row tiles: a "
                          "group's rows are known only at the call)")

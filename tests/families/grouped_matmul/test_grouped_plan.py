@@ -235,3 +235,16 @@ def test_arguments_check_the_int32_operand(tmp_path):
         kernel.check_args([x, w, np.zeros(9, np.float32)], None)
     with pytest.raises(ArgumentError, match="offsets"):
         kernel.check_args([x, w, np.zeros(8, np.int32)], None)
+
+
+def test_tune_space_candidates_plan():
+    """The default tune space (tile_n, stages, the band width); its candidates that keep the constraint plan."""
+    spec, _ = load_spec(str(MIXTRAL))
+    fam = families.get("grouped_matmul")
+    space = fam.tune_space(spec)
+    assert set(space.params) == {"tile_n", "stages", "tile_width"} and space.constraints
+    for tn, stages in ((128, 6), (256, 4), (256, 3)):
+        assert (128 + tn) * 128 * stages <= 196608
+        p = _plan(MIXTRAL, {"schedule.in_specs.w.block_shape": [tn, 64], "schedule.out_specs.out.block_shape": [128, tn],
+                            "schedule.pipeline.max_concurrent_steps": stages})
+        assert (p.tile_n, p.mm.stages) == (tn, stages)
