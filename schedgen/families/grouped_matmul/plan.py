@@ -42,9 +42,9 @@ if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
 TABLE_WORDS_PER_GROUP = 3      # SMEM int32 tables: a group's first row, its end, its first tile (+ the tile total)
-# static SMEM the cubin reports beyond the tables (ptxas's resource usage, sm_90a: 1136 B for 8 groups' 100 B), kept
-# free beside the dynamic SMEM
-STATIC_SMEM_EXTRA = 1024
+# static SMEM the cubin reports beyond the tables (ptxas's resource usage, sm_90a: 1136 B for 8 groups' 100 B: 1 KiB
+# plus each table rounded up to 16 B), kept free beside the dynamic SMEM
+STATIC_SMEM_EXTRA = 1024 + 3 * 16
 
 
 PALLAS_WHY = (
