@@ -23,7 +23,7 @@ def explain_grouped_matmul(p) -> str:
     lines = [
         f"kernel {p.kernel_name}  (family grouped_matmul, backends: {', '.join(p.backends)})",
         f"  problem    {p.outputs[0].name}[T, {p.n}] rows of group g = epilogue({x.name}[rows of g, {p.k}] @ "
-        f"{w.name}[g]) for {p.groups} groups, {w.name} {lay}; T = {p.t}" + (f" (at most {t_max})" if at else "")
+        f"{w.name}[g]) for {p.groups} groups, {w.name} {lay}; " + (f"T dynamic, at most {t_max}" if at else f"T = {p.t}")
         + f"; {p.in_dtype} in, {p.out_dtype} out, f32 accumulation",
         f"             {flops / 1e9:.1f} GFLOP at T = {t_max} (every row in a group): {mma_ms:.4f} ms at the "
         f"{PEAK_TFLOPS:.0f} TFLOP/s peak",
