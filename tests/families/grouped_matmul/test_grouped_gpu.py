@@ -47,6 +47,7 @@ VARIANTS = {
                     "schedule.out_specs.out": {"block_shape": [64, 128]}, "schedule.pipeline.num_compute_wgs": 1,
                     "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}},
     "few_blocks": {"schedule.persistent.num_blocks": 3},     # each CTA walks many tiles across the groups
+    "wg_axis_n": {"schedule.pipeline.wg_axis": "n"},         # consumers split the columns: two 64-row blocks each
 }
 
 

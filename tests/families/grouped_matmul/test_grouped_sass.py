@@ -34,6 +34,8 @@ VARIANTS = {
                                            "schedule.out_specs.out": {"block_shape": [64, 128]},
                                            "schedule.pipeline.num_compute_wgs": 1,
                                            "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}}),
+    # the consumers split the columns (64 x 128 wgmma, two 64-row blocks each)
+    "wg_axis_n": (MIXTRAL, {"op.sizes": SMALL, "schedule.pipeline.wg_axis": "n"}),
     # a fixed T (literals, no size argument), f16 in and out
     "static_t_f16": (MIXTRAL, {"op.sizes": {"T": 4096, "N": 1024, "K": 512}, "op.inputs.x.dtype": "f16",
                                "op.inputs.w.dtype": "f16", "op.outputs.out.dtype": "f16"}),

@@ -87,6 +87,7 @@ def _walk(p, rows, t_total, blocks):
     {},
     {"schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}},
     {"schedule.epilogue.store": "direct", "op.offsets_format": "counts"},
+    {"schedule.pipeline.wg_axis": "n"},          # the consumers split the tile's columns: two 64-row blocks each
     {"schedule.in_specs.x": {"block_shape": [64, 64], "delay_release": 1},
      "schedule.in_specs.w": {"block_shape": [128, 64], "delay_release": 1},
      "schedule.out_specs.out": {"block_shape": [64, 128]}, "schedule.pipeline.num_compute_wgs": 1},
