@@ -34,7 +34,8 @@ DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f
 DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
                   BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v),
                   SchemaAlsoAccepts(*DTYPE_ALIASES)]
-ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
+# (i32: no op operand is declared with it; a family derives such operands itself, e.g. grouped_matmul's offsets)
+ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4}
 
 
 def _ident(value: str) -> str:

@@ -56,6 +56,8 @@ def marked(data: dict) -> tuple[dict, dict[str, str]]:
         roles[g] = "grid_names"
     if "mesh" in op:
         roles[op["mesh"]["axis_name"]] = "axis_name"
+    if op["kind"] == "grouped_matmul":     # the int32 group operand: a parameter of the generated function too
+        roles[op.get("group_offsets", "offsets")] = "inputs"
     for key in ("body", "epilogue"):
         if op.get(key):
             for stmt in ast.parse(op[key]).body:
@@ -71,6 +73,9 @@ def marked(data: dict) -> tuple[dict, dict[str, str]]:
             v["shape"] = [new.get(s, s) if isinstance(s, str) else s for s in v["shape"]]
     for key, default in (("lhs", "a"), ("rhs", "b")):
         if op["kind"] in ("matmul", "collective_matmul"):
+            op[key] = new[op.get(key, default)]
+    for key, default in (("lhs", "x"), ("rhs", "w"), ("group_offsets", "offsets")):
+        if op["kind"] == "grouped_matmul":
             op[key] = new[op.get(key, default)]
     if "mesh" in op:
         op["mesh"]["axis_name"] = new[op["mesh"]["axis_name"]]
