@@ -42,6 +42,9 @@ def tolerance(dtype: str, approx_math: bool, k: int = 0) -> float:
 def random_inputs(spec, sizes: Mapping[str, int], seed: int | None = None) -> dict[str, np.ndarray]:
     """Fresh random inputs (normal, or uniform in [0.5, 2) when the body takes logs or roots), never zeros."""
     rng = np.random.default_rng(seed)
+    own = families.of(spec).random_inputs
+    if own is not None:                       # inputs that must be valid (grouped_matmul's group offsets)
+        return own(spec, sizes, rng)
     positive = bool(POSITIVE_DOMAIN & set(_functions(_body_text(spec))))
     # a multi-device op: every operand per device, stacked along a leading device axis
     count = families.of(spec).devices(spec.op)

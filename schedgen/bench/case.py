@@ -11,7 +11,8 @@ import numpy as np
 
 from .timing import Contender, jax_contender
 
-_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",
+                 "f8e5m2": "float8_e5m2"}
 
 
 @dataclass
@@ -66,6 +67,8 @@ def to_torch(torch, x, dtype: str, device: str = "cuda"):
     x = np.ascontiguousarray(x)
     if dtype == "bf16":
         t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    elif dtype in ("f8e4m3", "f8e5m2"):          # ml_dtypes' float8 arrays: torch reads their bytes
+        t = torch.from_numpy(x.view(np.uint8)).view(getattr(torch, _TORCH_DTYPES[dtype]))
     else:
         t = torch.from_numpy(x)
     return t.to(device)
@@ -112,7 +115,7 @@ def from_torch(torch, t, dtype: str):
 
 
 def torch_dtypes(torch) -> dict:
-    return {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
+    return {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items() if hasattr(torch, v)}   # fp8: torch >= 2.1
 
 
 # ---------------------------------------------------------------------------------------------- ours

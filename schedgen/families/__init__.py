@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Mapping, get_args
 
 
 # The registered families, in the order the CLI and the docs list them (one line per family).
-_FAMILIES = ("map", "matmul", "attention", "collective_matmul", "rowwise")
+_FAMILIES = ("map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise")
 
 BACKEND_TEMPLATES = {"cuda": "cuda.cu.j2", "pallas": "pallas.py.j2"}
 
@@ -83,6 +83,9 @@ class Family:
     # spec completed with the planner's picks -> TuneSpace: what `schedgen tune` searches for a spec with no tune
     # section (None: the family has none, and such a spec has nothing to tune)
     tune_space: Callable[[Any], TuneSpace] | None = None
+    # (spec, sizes, numpy Generator) -> {input name: array}: a family's own random inputs where some must be valid
+    # rather than random (grouped_matmul's group offsets); None: every input normal (schedgen.reference)
+    random_inputs: Callable[[Any, Any, Any], dict] | None = None
 
     def __post_init__(self):
         problems = []
@@ -97,7 +100,7 @@ class Family:
                 problems.append(f"{name} must be callable")
         if self.starter is not None and not self.starter.is_file():
             problems.append(f"starter {self.starter} is not a file")
-        for name in ("defaults", "tune_aliases", "tune_space"):
+        for name in ("defaults", "tune_aliases", "tune_space", "random_inputs"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable (or None)")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):

@@ -34,7 +34,8 @@ DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f
 DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
                   BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v),
                   SchemaAlsoAccepts(*DTYPE_ALIASES)]
-ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1}
+# (i32: no op operand is declared with it; a family derives such operands itself, e.g. grouped_matmul's offsets)
+ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4}
 
 
 def _ident(value: str) -> str:
@@ -126,7 +127,8 @@ class Operand(Model):
     dtype: DType = Field(description=(
         "element type (f8e4m3 / f8e5m2: jnp.float8_e4m3fn / float8_e5m2; the numpy / torch spellings bfloat16, "
         "float16, half, fp16, float32, float, fp32, float8_e4m3fn, float8_e5m2 are read as these). What each family takes is checked by its "
-        "planner: matmul and collective_matmul bf16 / f16 in, bf16 / f16 / f32 out; attention bf16 / f16, one dtype "
+        "planner: matmul bf16 / f16 / f8e4m3 / f8e5m2 in (fp8: lhs [M, K] and rhs [N, K]), collective_matmul bf16 / f16 in, "
+        "bf16 / f16 / f32 out; attention bf16 / f16, one dtype "
         "for q, k, v and o, the lse output f32"))
 
 
@@ -413,9 +415,12 @@ class Schedule(Model):
         examples=[["i", "j"], ["b", "i", "j"]])
     cluster: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [1], min_length=1, max_length=3,
                                                               description=(
-        "CTAs per cluster along the tile grid (M, N): matmul [2, 1] shares the rhs tile between two CTAs along M "
-        "by TMA multicast, [1, 2] the lhs; default [1] (no cluster). map and attention share no operand: [1] "
-        "only"), examples=[[1], [2, 1], [1, 2]])
+        "CTAs per cluster along the tile grid (M, N) and the reduction (K): matmul [2, 1] shares the rhs tile "
+        "between two CTAs along M by TMA multicast, [1, 2] the lhs; [1, 1, S] (S = 2-4, split-K) gives each output "
+        "tile S CTAs that each run 1/S of its K steps and sum their f32 partial tiles through distributed shared "
+        "memory into the cluster's rank 0, which runs the epilogue (for problems with fewer tiles than SMs: decode, "
+        "long K; CUDA backend). Default [1] (no cluster). map and attention share no operand: [1] only"),
+        examples=[[1], [2, 1], [1, 2], [1, 1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
         "map: warpgroups (128 threads each) per block, all running emit_pipeline (not written: 2 when a block has "
         "enough elements for 256 threads). Warp-specialized kernels size "

@@ -9,7 +9,7 @@ Fields (every one required in launch.json; unknown fields are refused):
 
 - version: int                LAUNCH_VERSION.
 - name: str                   the kernel's Python name (the package's function).
-- family: str                 the family that planned it (map, matmul, attention, collective_matmul).
+- family: str                 the family that planned it (map, matmul, attention, collective_matmul, grouped_matmul).
 - kernel_name: str            the CUDA entry point in kernel.cubin.
 - backends: [str]             what was built: "cuda" (kernel.cubin) and/or "pallas" (pallas_kernel.py).
 - threads: int                threads per block; the launch's block is (threads, 1, 1).
@@ -41,7 +41,7 @@ from .dims import DimLike, SizeRange
 LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
 ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32")
-DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2")
+DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2", "i32")   # i32: index operands (grouped_matmul offsets)
 COUNTER_BYTES = 8             # a "counter" argument: two u32, zero before the first launch (the kernel re-zeroes it)
 
 

@@ -56,6 +56,8 @@ def marked(data: dict) -> tuple[dict, dict[str, str]]:
         roles[g] = "grid_names"
     if "mesh" in op:
         roles[op["mesh"]["axis_name"]] = "axis_name"
+    if op["kind"] == "grouped_matmul":     # the int32 group operand: a parameter of the generated function too
+        roles[op.get("group_offsets", "offsets")] = "inputs"
     for key in ("body", "epilogue"):
         if op.get(key):
             for stmt in ast.parse(op[key]).body:
@@ -72,8 +74,13 @@ def marked(data: dict) -> tuple[dict, dict[str, str]]:
     for key, default in (("lhs", "a"), ("rhs", "b")):
         if op["kind"] in ("matmul", "collective_matmul"):
             op[key] = new[op.get(key, default)]
+    for key, default in (("lhs", "x"), ("rhs", "w"), ("group_offsets", "offsets")):
+        if op["kind"] == "grouped_matmul":
+            op[key] = new[op.get(key, default)]
     if "mesh" in op:
         op["mesh"]["axis_name"] = new[op["mesh"]["axis_name"]]
+    if op.get("block_scales"):                       # the matmul family's fp8 block scales name two inputs
+        op["block_scales"] = {k: new[v] for k, v in op["block_scales"].items()}
     for key in ("body", "epilogue"):
         if op.get(key):
             op[key] = _respell(op[key], new)

@@ -39,7 +39,7 @@ from ...plan.exprs import PlanExpr
 from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul
-from ..matmul.records import MatmulPlan, MatOperand, mat_operand
+from ..matmul.records import FP8_DTYPES, MatmulPlan, MatOperand, mat_operand
 from ..matmul.schedule import tile_from_block_specs
 
 if TYPE_CHECKING:
@@ -223,6 +223,11 @@ def check_step_operands(op, out_name: str, problems: Problems) -> bool:
     if len(op.outputs[out_name].shape) != 2:
         problems.add(("op", "outputs", out_name, "shape"), "the output is 2-D: [M_total, N] with M_total = "
                                                            "num_devices x M")
+    for nm in (op.lhs, op.rhs):
+        if op.inputs[nm].dtype in FP8_DTYPES:
+            problems.add(("op", "inputs", nm, "dtype"),
+                         f"{op.inputs[nm].dtype}: the collective matmul takes bf16 / f16 (its rhs is [K, N], which "
+                         f"8-bit wgmma cannot read: it takes K-major operands only); fp8 GEMMs are kind: matmul")
     return len(problems) == before
 
 

@@ -11,7 +11,7 @@ from .report import REPORT
 from .defaults import matmul_defaults
 from .plan import plan_matmul
 from .tune import matmul_aliases, matmul_space
-from .reference import matmul_reference, small_sizes
+from .reference import accumulation, matmul_reference, small_sizes
 
 FAMILY = register(Family(
     kind="matmul",
@@ -23,13 +23,13 @@ FAMILY = register(Family(
     small_sizes=small_sizes,
     tune_aliases=matmul_aliases,
     tune_space=matmul_space,
-    summary="out = epilogue(lhs @ rhs): bf16/f16 in, f32 accumulation, a fused elementwise epilogue",
+    summary="out = epilogue(lhs @ rhs): bf16/f16/fp8 in, f32 accumulation, a fused elementwise epilogue",
     draw=DRAW_HOOKS,
     templates=Path(__file__).resolve().parent / "templates",
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",
-    accumulation=lambda plan: plan.k,
+    accumulation=accumulation,
     report=REPORT,
 ))

@@ -39,7 +39,13 @@ SKINNY_TK_BYTES = 256     # K bytes per stage of a 64-row (skinny) tile: 128 bf1
 STAGES = {256: 4, 128: 6, 64: 6}
 WAVE = 3 / 4          # a tile is small enough once the tiles fill this share of the SMs
 EPI_BUFFERS = 2
-MAX_CONSUMER_REGS = 240   # one consumer's setmaxnreg budget (the planner's default with one consumer)
+MAX_CONSUMER_REGS = 240
+# fp8 with 128 x 128 block scales (op.block_scales): a stage is one 128-K scale block, each consumer's 64 x 128 lies in
+# one 128-column scale block of rhs, and its K block's partial sum (64 more f32) fits beside the accumulators; the
+# stage is released as soon as its wgmmas are waited for (the promotion waits for them anyway)
+BLOCK_SCALED_TILE = (128, 128, 128)
+BLOCK_SCALED_WHY = ("block scales: one 128-K scale block a stage, two consumers of 64 x 128 (each in one 128-column "
+                    "scale block of rhs, a K block's partial sum beside the accumulators), released at once")   # one consumer's setmaxnreg budget (the planner's default with one consumer)
 
 
 def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
@@ -65,10 +71,14 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
         nc_fit = 1 if pingpong else spec.schedule.pipeline.num_compute_wgs if nc_written else None
-        (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"),
-                                  cluster=tuple(spec.schedule.cluster) if sch_written("cluster") else None)
+        if getattr(op, "block_scales", None) is not None:
+            (tm, tn, tk), why = BLOCK_SCALED_TILE, BLOCK_SCALED_WHY
+        else:
+            (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"),
+                                      cluster=tuple(spec.schedule.cluster) if sch_written("cluster") else None)
         shared = not sch_written("cluster") and _clusters(op, dims, tm, tn, hw)
-        picks += _block_specs(op, out_name, dims, tm, tn, tk, why, shared)
+        picks += _block_specs(op, out_name, dims, tm, tn, tk, why, shared,
+                              delay=0 if getattr(op, "block_scales", None) is not None else 1)
     nc = 2 if pingpong or (tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0) else 1
     if not nc_written:
         picks.append(Pick(("schedule", "pipeline", "num_compute_wgs"), nc,
@@ -151,7 +161,8 @@ def _clusters(op, dims, tm: int, tn: int, hw: Hardware) -> bool:
     return tm >= 2 * WGMMA_M and even and count >= hw.sm_count and _splits(op, dims, tm, tn, (2, 1))
 
 
-def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str, shared: bool) -> list[Pick]:
+def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str, shared: bool,
+                 delay: int = 1) -> list[Pick]:
     """BlockSpecs for lhs, rhs and the output in their stored order; zero padding where the tile does not divide;
     `shared`: the rhs is the tile a 2-CTA cluster multicasts (collective_axes: [cluster])."""
     ranges = dims.ranges
@@ -160,10 +171,10 @@ def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str, s
     why += "; the edge tiles are zero-padded (out_of_bounds: zero)" if ragged else ""
     a = [tk, tm] if op.transpose_lhs else [tm, tk]
     b = [tn, tk] if op.transpose_rhs else [tk, tn]
-    return [Pick(("schedule", "in_specs", op.lhs), BlockSpec(block_shape=a, delay_release=1, out_of_bounds=oob),
+    return [Pick(("schedule", "in_specs", op.lhs), BlockSpec(block_shape=a, delay_release=delay, out_of_bounds=oob),
                  f"tile {tm} x {tn} x {tk} ({why})"),
             Pick(("schedule", "in_specs", op.rhs),
-                 BlockSpec(block_shape=b, delay_release=1, out_of_bounds=oob,
+                 BlockSpec(block_shape=b, delay_release=delay, out_of_bounds=oob,
                            **({"collective_axes": ["cluster"]} if shared else {})),
                  "the same tile" + (", the one the cluster's CTAs share" if shared else "")),
             Pick(("schedule", "out_specs", out_name), BlockSpec(block_shape=[tm, tn]), "the same tile")]

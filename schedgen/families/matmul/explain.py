@@ -1,9 +1,10 @@
 """The matmul family's `schedgen explain` text."""
 from __future__ import annotations
 
-from ...explain import COPY_GBPS, PEAK_TFLOPS
+from ...explain import COPY_GBPS
 from .epilogue import epilogue_text
-from .records import at_max
+from .blockscale import is_block_scaled, scale_operand
+from .records import at_max, peak_tflops
 
 
 def _sizes_differ(p) -> bool:
@@ -44,7 +45,8 @@ def _explain(p) -> str:
     wg_k = 32 // lhs.itemsize
     clusters = max(1, p.num_blocks // p.cluster_size)
     waves = p.num_tiles / clusters
-    mma_ms = p.flops / (PEAK_TFLOPS * 1e12) * 1e3
+    peak = peak_tflops(p)
+    mma_ms = p.flops / (peak * 1e12) * 1e3
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines = [
         f"kernel {p.kernel_name}  (family matmul, backends: {', '.join(p.backends)})",
@@ -55,7 +57,7 @@ def _explain(p) -> str:
         + f"; {p.in_dtype} in, {p.out_dtype} out, "
           f"f32 accumulation" + ("; ragged edges (TMA zero-fills loads, clips stores)" if p.ragged else ""),
         f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
-        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {PEAK_TFLOPS:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
+        f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {peak:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
         f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
@@ -80,17 +82,31 @@ def _explain(p) -> str:
                          f"over [{', '.join(map(str, a.shape))}]")
         else:
             o = p.operands[a.operand]
-            what = "written from registers by the epilogue" if o.role == "out" else f"{o.bcast}: read by the epilogue"
+            what = ("written from registers by the epilogue" if o.role == "out" else
+                    f"{o.bcast}: block scales, read by the k-loop once per 128-K block" if o.bcast.startswith("kblock")
+                    else f"{o.bcast}: read by the epilogue")
             lines.append(f"             ptr {o.role:5} {o.name:8} ({what})")
-    lines.append(f"  stages     {p.stages}-stage TMA ring: {p.a_stage_bytes} + {p.b_stage_bytes} = {p.stage_tx_bytes} B "
-                 f"per stage (the full barrier's expect_tx)")
+    a_loaded = p.stage_tx_bytes - p.b_stage_bytes
+    lines.append(f"  stages     {p.stages}-stage TMA ring: {a_loaded}"
+                 + (f" (M = {p.a_box_rows} of the {p.a_stage_bytes} B stage's {p.tile_m} rows: the rest are zeroed "
+                    f"once, never loaded)" if a_loaded != p.a_stage_bytes else "")
+                 + f" + {p.b_stage_bytes} = {p.stage_tx_bytes} B per stage (the full barrier's expect_tx)")
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack, of 232448)")
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")
     lines.append(f"  barriers   full[{p.stages}] {p.full_arrivals} arrival + {p.stage_tx_bytes} B of TMA transactions; "
-                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs in the cluster"
+                 f"empty[{p.stages}] {p.empty_arrivals} arrivals (consumers x CTAs {'it is multicast to' if p.multicast else 'reading it'}"
                  + (", one consumer reads a stage" if p.pingpong else "") + ")")
-    if p.cluster_size > 1:
+    if p.split_k > 1:
+        share = [f"{(r * p.k_iters) // p.split_k}-{((r + 1) * p.k_iters) // p.split_k - 1}"
+                 for r in range(p.split_k)] if isinstance(p.k_iters, int) else []
+        lines.append(f"  cluster    1 x 1 x {p.split_k} CTAs (split-K): each runs 1/{p.split_k} of a tile's k-steps"
+                     + (f" (ranks 0-{p.split_k - 1}: k-steps {', '.join(share)})" if share else "")
+                     + f"; {'rank 1' if p.split_k == 2 else f'ranks 1-{p.split_k - 1}'} write their f32 partial tile ({p.tile_m * p.tile_n * 4} B) to "
+                       f"their own SMEM and arrive on rank 0's red_full barrier (release, cluster scope); rank 0 "
+                       f"adds the partials over DSMEM (ld.shared::cluster), frees them (red_empty) and runs the "
+                       f"epilogue")
+    elif p.cluster_size > 1:
         shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
             ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
         lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs ({'along M' if p.cluster_m > 1 else 'along N'}): "
@@ -106,11 +122,18 @@ def _explain(p) -> str:
                  + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
                  + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
                  + f", {waves:.2f} waves")
+    if is_block_scaled(p):
+        sa, sb = scale_operand(p, "lhs"), scale_operand(p, "rhs")
+        lines.append(f"  scales     128 x 128 blocks: each stage's wgmmas (one 128-K block) run into a fresh partial sum, "
+                     f"added to acc x {sa.name}[row, kb] x {sb.name}[col / 128, kb] ({sa.name} {list(sa.shape)}, "
+                     f"{sb.name} {list(sb.shape)}, f32; {2 * p.acc_regs} f32 registers per consumer thread)")
     epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
     for e in p.extras:
-        lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+        if not e.bcast.startswith("kblock"):
+            lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+
     if getattr(p, "epi_store", "tma") == "direct":
         lines.append("             stored directly: each thread writes its accumulator fragments from registers (no SMEM "
                      "staging, no store barriers); the warpgroup moves on while the stores drain")

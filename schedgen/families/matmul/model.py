@@ -8,21 +8,36 @@ from pydantic import Field
 from ...frontend.model import Sizes, Float32, Ident, Model, Operand
 
 
+class BlockScales(Model):
+    """fp8 block scaling (DeepGEMM's 128 x 128 recipe): lhs scales per (row, 128-K block), rhs scales per (128-N
+    block, 128-K block); each K block's wgmma sum is scaled by them and added to the f32 accumulator (promoted per
+    K block, so fp8 wgmma's shorter running sum covers 128 K terms only)."""
+    lhs: Ident = Field(description=(
+        "the input holding lhs's scales, f32 [M, KB] with KB = cdiv(K, 128): one per row and 128-K block"),
+        examples=["scale_a"])
+    rhs: Ident = Field(description=(
+        "the input holding rhs's scales, f32 [NB, KB] with NB = cdiv(N, 128), KB = cdiv(K, 128): one per 128 x 128 "
+        "block of rhs [N, K]"), examples=["scale_b"])
+
+
 class MatmulOp(Model):
     """`out = epilogue(lhs @ rhs)`: a (batched) matrix product with f32 accumulation and an elementwise epilogue.
 
-    `lhs` and `rhs` name the two matrix inputs; every other input is an epilogue operand (a bias row `[N]`,
-    a column `[M, 1]`, or a full `[M, N]` / `[B, M, N]` matrix such as C). The epilogue body reads the
-    accumulator as `acc` and assigns the single output, e.g. `out = gelu(acc + bias)` or
+    `lhs` and `rhs` name the two matrix inputs; every other input is an epilogue operand (a scalar `[1]`, a
+    bias row `[N]`, a column `[M, 1]`, or a full `[M, N]` / `[B, M, N]` matrix such as C). The epilogue body reads
+    the accumulator as `acc` and assigns the single output, e.g. `out = gelu(acc + bias)` or
     `out = alpha * acc + beta * c`. `transpose_lhs` stores lhs as [K, M]; `transpose_rhs` stores rhs as [N, K].
+    fp8 inputs (f8e4m3 / f8e5m2, both the same) take lhs [M, K] and rhs [N, K] (`transpose_rhs: true`), their
+    scales as epilogue operands: `out = acc * sa * sb` (per-tensor, [1] each) or `out = acc * sa * sb + bias`
+    (per-row [M, 1] and per-column [N]).
     """
     kind: Literal["matmul"] = Field(description="a (batched) matrix product with an elementwise epilogue")
     sizes: Sizes = Field(default_factory=dict)
     constants: dict[Ident, Float32] = Field(default_factory=dict, description=(
         "named float32 constants the epilogue may use"), examples=[{"alpha": 1.0, "beta": 0.5}])
     inputs: dict[Ident, Operand] = Field(min_length=2, max_length=8, description=(
-        "lhs and rhs ([M, K] and [K, N] as stored, [B, ...] when batched) and the epilogue's operands (a bias row "
-        "[N], a column [M, 1], a full [M, N] / [B, M, N] matrix)"))
+        "lhs and rhs ([M, K] and [K, N] as stored, [B, ...] when batched) and the epilogue's operands (a scalar [1], "
+        "a bias row [N], a column [M, 1], a full [M, N] / [B, M, N] matrix)"))
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1, description="the one output, [M, N] "
                                                                                   "([B, M, N] when batched)")
     lhs: Ident = Field(default="a", description="the name of the left matrix input (default a)")
@@ -34,3 +49,7 @@ class MatmulOp(Model):
         "statements like a map body reading the f32 accumulator as `acc`, the epilogue operands and constants, "
         "and assigning the output. Default (absent): `<output> = acc`, cast to the output dtype"),
         examples=["out = acc", "out = gelu(acc + bias)", "out = alpha * acc + beta * c"])
+    block_scales: BlockScales | None = Field(default=None, description=(
+        "fp8 inputs only: 128 x 128 block scales (DeepGEMM style), applied per 128-K block inside the k-loop; the "
+        "epilogue then reads the scaled sum as `acc`. Default (absent): no block scales (per-tensor or per-row "
+        "scales are epilogue operands)"), examples=[{"lhs": "scale_a", "rhs": "scale_b"}])

@@ -17,7 +17,8 @@ from ...plan.legality import (
     check_unique_names,
 )
 from ...plan.exprs import PlanExpr
-from .records import MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
+from .blockscale import block_scale_names, block_scale_operand, check_block_scale_names
+from .records import FP8_DTYPES, MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -46,8 +47,10 @@ def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...
                          f"'{nm}' is reserved (the accumulator); choose another name")
     check_reserved_names(spec, problems)
     check_operand_roles(op, problems)
+    check_block_scale_names(op, problems)
     out_name = next(iter(op.outputs))
-    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs))
+    scales = block_scale_names(op)        # block scales are read by the k-loop, never by the epilogue
+    return out_name, tuple(nm for nm in op.inputs if nm not in (op.lhs, op.rhs) and nm not in scales)
 
 
 def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problems):
@@ -81,7 +84,9 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
     a_shape, b_shape, o_shape = shapes[op.lhs], shapes[op.rhs], shapes[out_name]
     m, n, k = contraction(op, a_shape, b_shape, problems)
     batch = check_batch(op, out_name, a_shape, b_shape, o_shape, m, n, problems)
-    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) for nm in extras)
+    extra_ops = tuple(extra_operand(op, nm, shapes[nm], batch, m, n, problems) if nm in extras else
+                      block_scale_operand(op, nm, shapes[nm], m, n, k, problems)
+                      for nm in op.inputs if nm not in (op.lhs, op.rhs) and (nm in extras or nm in block_scale_names(op)))
     if len(problems) != before:
         return None
     return Dims(a_shape, b_shape, o_shape, op.inputs[op.lhs].dtype, op.outputs[out_name].dtype, m, n, k, batch,
@@ -99,11 +104,29 @@ def check_dtypes(op, out_name: str, problems: Problems) -> None:
                          f"(f32 accumulation)")
     if op.inputs[op.rhs].dtype != in_dtype:
         problems.add(("op", "inputs", op.rhs, "dtype"), f"lhs is {in_dtype} but rhs is {op.inputs[op.rhs].dtype}; "
-                                                       f"wgmma takes one input type: make them equal")
+                                                       f"wgmma takes one input type: make them equal"
+                     + (" (convert the 16-bit operand to fp8 with a scale, or the fp8 one to bf16)"
+                        if (in_dtype in FP8_DTYPES) != (op.inputs[op.rhs].dtype in FP8_DTYPES) else ""))
+    if in_dtype in FP8_DTYPES:
+        check_fp8_layout(op, problems)
     out_dtype = op.outputs[out_name].dtype
     if out_dtype not in OUT_DTYPES:
         problems.add(("op", "outputs", out_name, "dtype"), f"output dtype {out_dtype} is not supported; legal: "
                                                             f"{', '.join(OUT_DTYPES)}")
+
+
+def check_fp8_layout(op, problems: Problems) -> None:
+    """8-bit wgmma reads both operands K-major from SMEM (the instruction has no transpose operands for e4m3 /
+    e5m2, and there is no 8-bit SMEM transpose on the way): lhs [M, K], rhs [N, K]."""
+    if op.transpose_lhs:
+        problems.add(("op", "transpose_lhs"),
+                     "fp8 wgmma reads lhs K-major only (no transpose for 8-bit inputs): store lhs [M, K] and remove "
+                     "transpose_lhs (transpose it beforehand, e.g. a.T.contiguous())")
+    if not op.transpose_rhs:
+        problems.add(("op", "transpose_rhs"),
+                     "fp8 wgmma reads rhs K-major only (no transpose for 8-bit inputs): store rhs [N, K] (torch.nn."
+                     "Linear's weight layout, what torch._scaled_mm takes as b.T) with shape [N, K] and write "
+                     "transpose_rhs: true (a [K, N] rhs: b.T.contiguous() first)")
 
 
 def check_ranks(op, out_name: str, shapes: dict, problems: Problems) -> None:
@@ -149,9 +172,12 @@ def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: in
     """An epilogue operand: a row, a column or a full (batched) output-shaped array of a float dtype."""
     kind = _broadcast_kind(shape, batch, m, n)
     if kind is None:
+        col_hint = (" (a 1-D [M] broadcasts along the rows under numpy's rules, as a row would: write a per-row "
+                    "column as [M, 1])" if tuple(shape) == (m,) else "")
         problems.add(("op", "inputs", nm, "shape"),
-                     f"epilogue operand shape {list(shape)} is not one the epilogue reads: a row [N] = [{n}], "
-                     f"a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]" + ("" if batch == 1 else " or [B, M, N]"))
+                     f"epilogue operand shape {list(shape)} is not one the epilogue reads: a scalar [1] (a per-tensor "
+                     f"scale), a row [N] = [{n}], a column [M, 1] = [{m}, 1], or a full [M, N] = [{m}, {n}]"
+                     + ("" if batch == 1 else " or [B, M, N]") + col_hint)
         kind = "row"
     dt = op.inputs[nm].dtype
     if dt not in ("bf16", "f16", "f32"):

@@ -18,10 +18,12 @@ from ...bench.case import (Peer, from_torch, guard, to_torch, torch_dtypes, torc
                            torch_sync, why)
 from ...bench.timing import Contender, jax_contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
+from .fp8_peers import FP8_PEERS, LABELS as FP8_LABELS, fp8_peers, is_fp8
+from .records import peak_tflops
 
 FLAT_PEER = "cublas"
 PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas", "torch_eager": "torch eager",
-               "torch_compile": "torch.compile"}
+               "torch_compile": "torch.compile", **FP8_LABELS}
 # the torch_compile peer's mode; None: that peer is skipped, saying so (bench/record17.py --no-compile)
 TORCH_COMPILE_MODE: str | None = "max-autotune-no-cudagraphs"
 sets = matmul_sets
@@ -31,17 +33,20 @@ def rates(plan, ms: float | None) -> dict:
     if not ms:
         return {}
     tf = plan.flops / (ms * 1e-3) / 1e12
-    return {"tflops": tf, "pct_peak": 100.0 * tf / PEAK_TFLOPS}
+    return {"tflops": tf, "pct_peak": 100.0 * tf / peak_tflops(plan)}
 
 
 def row_fields(case) -> dict:
     p = case.plan
-    return {"dtype": p.out_dtype, "flops": p.flops, "peak_tflops": PEAK_TFLOPS, "sets": case.sets, "iters": case.iters}
+    return {"dtype": p.out_dtype, "flops": p.flops, "peak_tflops": peak_tflops(p), "sets": case.sets, "iters": case.iters}
 
 
 def peer_names(plan) -> list[str]:
     """The peers of a plan: cuBLAS and JAX's kernel always; torch eager and torch.compile of the same function
-    where the epilogue is not `out = acc` (the bare product is cuBLAS there)."""
+    where the epilogue is not `out = acc` (the bare product is cuBLAS there). fp8 inputs: torch._scaled_mm (fast
+    and exact accumulation) and cuBLAS's bf16 GEMM of the same values (fp8_peers.py)."""
+    if is_fp8(plan):
+        return list(FP8_PEERS)
     return ["cublas", "jax_pallas"] + ([] if plan.identity_epilogue else ["torch_eager", "torch_compile"])
 
 
@@ -51,6 +56,8 @@ def peers(case) -> dict[str, Peer]:
     full_ref = reference(case.spec, plan.sizes, case.host, sample=True, seed=2)[plan.outputs[0].name]
     # peers are checked on the same sampled rows: against the whole epilogue, or the product where they time only that
     product_ref = reference(product_only(case.spec), plan.sizes, case.host, rows=full_ref.rows)[plan.outputs[0].name]
+    if is_fp8(plan):
+        return fp8_peers(case, full_ref, product_ref)
     make = {"cublas": lambda: guard("torch", lambda: cublas_peer(plan, case.host, case.sets, product_ref)),
             "jax_pallas": lambda: guard("jax hopper_matmul_mgpu",
                                         lambda: jax_pallas_peer(plan, case.host, case.sets, full_ref, product_ref)),
@@ -230,7 +237,10 @@ def product_only(spec):
     """The spec with its epilogue dropped (out = acc, extras removed): the reference of a peer timing the product."""
     op = spec.op
     inputs = {k: v for k, v in op.inputs.items() if k in (op.lhs, op.rhs)}
-    return spec.model_copy(update={"op": op.model_copy(update={"epilogue": None, "inputs": inputs, "constants": {}})})
+    update = {"epilogue": None, "inputs": inputs, "constants": {}}
+    if getattr(op, "block_scales", None) is not None:      # the bare product of the fp8 values: no scales
+        update["block_scales"] = None
+    return spec.model_copy(update={"op": op.model_copy(update=update)})
 
 
 def check_peer(out, ref, dtype: str, k: int) -> dict:
@@ -474,8 +484,10 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         lines.append(_markdown_row(r, names, notes))
     out = "\n".join(lines) + "\n"
+    peaks = sorted({float(r.get("peak_tflops") or PEAK_TFLOPS) for r in rows}) or [PEAK_TFLOPS]
+    peak = " / ".join(f"{x:.0f}" for x in peaks) + (" (bf16 / fp8)" if len(peaks) > 1 else "")
     out += (f"\nvs a peer: its time / ours (above 1: ours is faster), both timed the same way where possible (CUDA "
-            f"events; CUPTI kernel time where jax launches); peer TFLOP/s in brackets; % peak of {PEAK_TFLOPS:.0f} "
+            f"events; CUPTI kernel time where jax launches); peer TFLOP/s in brackets; % peak of {peak} "
             f"TFLOP/s.\n")
     if notes:
         out += "\n".join(f"- {k}: {v}" for k, v in notes.items()) + "\n"

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from ...plan.common import (
     Problems,
 )
+from ...plan import dims as D
 from ...plan.hardware import Hardware
+from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
 from .records import (
@@ -41,8 +43,11 @@ from .schedule import (
     block_tile,
     cluster_shape,
     epilogue_chunks,
+    compact_lhs,
     kernel_args,
+    lhs_box_rows,
     pipeline,
+    short_lhs,
     registers,
     smem_layouts,
     smem_map,
@@ -80,9 +85,11 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
     regs = registers(sch.pipeline, wg, hw, problems)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster.csize, chunks, hw, problems)
+    a_rows = lhs_box_rows(tile, layout, cluster, dims.m) if short_lhs(tile, layout, cluster, dims.m) else tile.tm
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout, a_rows)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
+    check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
@@ -130,7 +137,10 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     """The plan: every number the templates use, from the phases' records."""
     op, sch = spec.op, spec.schedule
     tm, tn, tk = tile.tm, tile.tn, tile.tk
-    a_sub = (tm if lay.k_major_a else tk) * lay.swz_a
+    # the lhs rows a stage loads: tile_m, or a static M below it (short_lhs; a compact ring for a one-block tile)
+    a_rows = lhs_box_rows(tile, lay, cl, dims.m) if short_lhs(tile, lay, cl, dims.m) else tm
+    compact = compact_lhs(tile, lay, a_rows)
+    a_sub = (a_rows if compact else tm if lay.k_major_a else tk) * lay.swz_a
     b_sub = (tn if lay.k_major_b else tk) * lay.swz_b
     # a stage is cut into TMA boxes one swizzle row wide along its swizzled dimension (K, or M / N for MN-major)
     a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range((tk if lay.k_major_a else tm) // lay.atom_a))
@@ -147,6 +157,8 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     chunks_m, chunks_n = wg.wtm // chunks.rows, wg.wtn // chunks.cols
     kname = "matmul_{}_{}_{}x{}x{}_s{}_wg{}_c{}x{}".format(spec.name, dims.in_dtype, tm, tn, tk, pipe.stages, wg.nc,
                                                            cl.cm, cl.cn)
+    if cl.ck > 1:
+        kname += f"x{cl.ck}"
     if wg.pingpong:
         kname += "_pp"
     return MatmulPlan(
@@ -164,13 +176,15 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         b_lbo=1 if lay.k_major_b else b_sub, b_sbo=8 * lay.swz_b,
         cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize, cluster_dims=(cl.csize, 1, 1),
         multicast=cl.multicast, mc_rank_bytes=mc_tile // 2 * mc_swz, mc_rank_elems=mc_tile // 2,
-        mc_rank_boxes=len(mc_boxes) // 2,
+        mc_rank_boxes=len(mc_boxes) // 2, split_k=cl.ck, red_full_arrivals=(cl.ck - 1) * wg.nc * 128,
+        red_empty_arrivals=wg.nc * 128, red_q=wg.wtn // 8, red_slots=wg.wtm // WGMMA_M * (wg.wtn // 8),
         epi_rows=chunks.rows, epi_cols=chunks.cols, epi_buffers=sch.epilogue.buffers, epi_swizzle=chunks.swizzle,
         epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store, epi_chunks_m=chunks_m, epi_chunks_n=chunks_n,
         epi_n8=chunks.cols // 8, epi_row_bytes=chunks.cols * dims.osz,
         epi_swizzle_mask=chunks.swizzle // 16 - 1 if chunks.swizzle else 0, epi_pending=sch.epilogue.buffers - 1,
         epi_uneven=chunks_m * chunks_n % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
         epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
+        pair_loads=bool(dims.extra_ops) and D.divisible(dims.n, 2, dims.ranges),
         tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, cluster_tiles_m=cl.tiles_m // cl.cm, cluster_tiles_n=cl.tiles_n // cl.cn,
         num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
@@ -178,7 +192,10 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
         threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
         smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
-        empty_arrivals=smem.empty_arrivals, stage_tx_bytes=smem.a_stage + smem.b_stage, kernel_args=args,
+        empty_arrivals=smem.empty_arrivals, kernel_args=args,
+        stage_tx_bytes=a_rows * tk * dims.isz + smem.b_stage, a_box_rows=a_rows, a_compact=compact,
+        a_zero_bytes=(tm - a_rows) * lay.swz_a, a_zero_offset=a_rows * lay.swz_a,
+        a_zero_boxes=1 if compact else pipe.stages * len(a_boxes), zero_step=regs.threads * 16,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),

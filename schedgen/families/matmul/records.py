@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 WGMMA_M = 64
 WGMMA_K_BYTES = 32            # one wgmma consumes 32 B of K (k16 for 16-bit inputs)
-MMA_DTYPES = ("bf16", "f16")
+MMA_DTYPES = ("bf16", "f16", "f8e4m3", "f8e5m2")
+FP8_DTYPES = ("f8e4m3", "f8e5m2")   # wgmma k32, both operands K-major in SMEM (no transpose for 8-bit inputs)
 OUT_DTYPES = ("bf16", "f16", "f32")
 REG_OVERHEAD = 40             # registers a consumer thread needs beside its accumulators (addresses, epilogue)
 DEFAULT_TILE = (128, 256, 64)
@@ -37,7 +38,8 @@ class MatOperand:
     ctype: str
     itemsize: int
     shape: tuple[DimLike, ...]
-    bcast: str = ""           # extra operands: "row" ([N]), "col" ([M, 1]), "full" ([M, N]), "batch" ([B, M, N])
+    bcast: str = ""           # extra operands: "scalar" ([1], [1, 1]), "row" ([N]), "col" ([M, 1]), "full" ([M, N]),
+                              # "batch" ([B, M, N])
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,15 @@ class MatmulPlan:
     a_boxes: tuple[tuple[int, int], ...]   # each TMA box of an lhs stage: (SMEM byte offset, element offset along
     b_boxes: tuple[tuple[int, int], ...]   # its swizzled dimension); rhs likewise
     a_mblock_bytes: int        # K-major lhs: bytes between the 64-row wgmma M blocks of a stage
+    a_box_rows: int            # K-major lhs: rows its TMA box loads (tile_m, or a static M below it: the stage's
+                               # rows past it are zeroed once and never loaded)
+    a_zero_bytes: int          # short lhs: bytes of a box past its loaded rows ((tile_m - a_box_rows) x swizzle),
+                               # zeroed once (compact: the one tail past the ring)
+    a_zero_offset: int         # ... where they start in a box (a_box_rows x swizzle)
+    a_zero_boxes: int          # ... how many boxes have them (stages x boxes a stage; compact: the one tail)
+    zero_step: int             # bytes the whole block zeroes per pass (threads x 16)
+    a_compact: bool            # the lhs ring holds a_box_rows rows a box (schedule.compact_lhs): a box's 64-row
+                               # wgmma window runs on over the next boxes, or the zeroed tail `a_tail`
     a_lbo: int
     a_sbo: int
     b_lbo: int
@@ -105,6 +116,13 @@ class MatmulPlan:
     mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
     mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
     mc_rank_boxes: int         # MN-major multicast operand: TMA boxes each CTA loads (its half of the stage's)
+    red_full_arrivals: int     # split-K: rank 0's red_full barrier counts every peer consumer thread ((S-1) nc 128)
+    red_empty_arrivals: int    # a peer's red_empty barrier counts rank 0's consumer threads (nc 128)
+    red_q: int                 # split-K: 16-byte slots per 64-row M block of a consumer thread's fragment (wgmma_regs / 4)
+    red_slots: int             # ... and per consumer thread (m_blocks x red_q)
+    split_k: int               # CTAs of a cluster sharing each tile's k-steps (1: none): rank r runs k-steps
+                               # [r k_iters / S, (r + 1) k_iters / S) and ranks > 0 hand their f32 partial tile to rank
+                               # 0 through DSMEM (the `red` buffer and the red_full / red_empty barriers)
     # epilogue
     epi_rows: int
     epi_cols: int
@@ -124,6 +142,8 @@ class MatmulPlan:
     epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
                                # temporary | output (the templates spell each role)
     identity_epilogue: bool
+    pair_loads: bool           # N even at every call: the epilogue reads its operands two columns a load (a thread's
+                               # fragment holds column pairs), 4 B for 16-bit operands, 8 B for f32
     ragged: bool               # M, N or K not a multiple of the tile (TMA zero-fills loads, clips stores)
     # the loop over tiles
     tiles_m: DimLike
@@ -177,6 +197,12 @@ class MatmulPlan:
         return _batched(self.batch)
 
 
+def peak_tflops(plan) -> float:
+    """The datasheet dense tensor-core peak for the plan's inputs (fp8: twice bf16's)."""
+    from ...plan.hardware import peak_tflops as by_dtype
+    return by_dtype("fp8" if plan.in_dtype in FP8_DTYPES else plan.in_dtype)
+
+
 def at_max(p: MatmulPlan) -> MatmulPlan:
     """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
     the plan itself unchanged when it has none)."""
@@ -191,6 +217,8 @@ def _batched(batch: DimLike) -> bool:
 
 
 def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str | None:
+    if shape in ((1,), (1, 1)):           # one value for the whole output (a per-tensor scale)
+        return "scalar"
     if shape in ((n,), (1, n)):
         return "row"
     if shape == (m, 1):
@@ -282,6 +310,7 @@ class Cluster:
     multicast: str
     tiles_m: int
     tiles_n: int
+    ck: int = 1               # split-K: CTAs of the cluster sharing each tile's k-steps (1: no split)
 
 
 @dataclass(frozen=True)

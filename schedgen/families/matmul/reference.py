@@ -9,6 +9,24 @@ import numpy as np
 from ... import reference as shared
 from ...reference import Sampled, product_f64, sample_rows, shape_of
 from ...frontend import expr as ex
+from .blockscale import SCALE_BLOCK, block_scale_names
+from .records import FP8_DTYPES
+
+
+# fp8 wgmma adds its k32 products into the f32 accumulator keeping fewer mantissa bits of the running sum than f32's
+# 23 (about 14: DeepSeek-V3's report, section 3.3.2, measured on H800), so an fp8 product's f32 accumulation error
+# grows 2^9 times faster with K than the shared model assumes (schedgen/reference.py ACCUM_ULPS x sqrt(K)): verify
+# counts each of its K terms as 4^9 f32 terms (tolerance 8 x 2^-14 x sqrt(K): 0.031 at K = 4096). The Pallas
+# interpreter accumulates in f32 and is held to the same bound.
+FP8_ACCUM_BITS = 14
+
+
+def accumulation(plan):
+    """The f32 accumulation depth verify's tolerance assumes (the family's `accumulation` hook): K, or for fp8
+    inputs K x 4^(23 - FP8_ACCUM_BITS) (their wgmma's shorter running sum)."""
+    if plan.in_dtype in FP8_DTYPES:
+        return plan.k * 4 ** (23 - FP8_ACCUM_BITS)
+    return plan.k
 
 
 def _dims(spec, sizes: Mapping[str, int]) -> dict[str, int]:
@@ -38,7 +56,8 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
     if rows is None and (sample or (sample is None and batch * m * n * k > shared.SAMPLE_ABOVE)):
         rows = sample_rows(batch * m, shared.SAMPLE_ROWS, seed)
     flat = None if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
-    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
+    scales = block_scale_names(op)
+    extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs) and nm not in scales]
     body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *extras], outputs=[out_name],
                          constants=list(op.constants))
     a, b = inputs[op.lhs], inputs[op.rhs]
@@ -53,7 +72,7 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
         if local is not None:
             a_rows = a_rows[local]
         b_kn = b_b.T if op.transpose_rhs else b_b            # a view [K, N]
-        acc = product_f64(a_rows, b_kn)
+        acc = product_f64(a_rows, b_kn) if not scales else block_scaled_f64(op, a_rows, b_kn, inputs, local)
         env: dict = {"acc": acc}
         for nm in extras:
             env[nm] = _extra_rows(inputs[nm], bi, local, m)
@@ -64,6 +83,23 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
         full = np.stack(parts) if len(out_shape) == 3 else parts[0]
         return {out_name: np.ascontiguousarray(full).reshape(out_shape)}
     return {out_name: Sampled(flat, np.concatenate(parts, axis=0), tuple(out_shape))}
+
+
+def block_scaled_f64(op, a_rows: np.ndarray, b_kn: np.ndarray, inputs, local) -> np.ndarray:
+    """sum over 128-K blocks kb of (a[:, kb] @ b[kb, :]) x scale_a[row, kb] x scale_b[col // 128, kb], in float64
+    (op.block_scales: the fp8 values as given, the scales as stored)."""
+    bs = op.block_scales
+    sa = np.asarray(inputs[bs.lhs], np.float64)
+    sb = np.asarray(inputs[bs.rhs], np.float64)
+    if local is not None:
+        sa = sa[local]
+    k, n = b_kn.shape
+    acc = np.zeros((a_rows.shape[0], n))
+    cols = np.arange(n) // SCALE_BLOCK
+    for kb in range(-(-k // SCALE_BLOCK)):
+        ks = slice(kb * SCALE_BLOCK, min(k, (kb + 1) * SCALE_BLOCK))
+        acc += product_f64(a_rows[:, ks], b_kn[ks, :]) * sa[:, kb:kb + 1] * sb[cols, kb][None, :]
+    return acc
 
 
 def _extra_rows(x: np.ndarray, bi: int, local: np.ndarray | None, m: int) -> np.ndarray:
@@ -107,4 +143,25 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     out = {dim: _shrink(top[dim], unit, tiles_per_dim) for dim, unit in units.items()}
     if len(o) == 3 and isinstance(o[0], str) and o[0] not in out:
         out[o[0]] = min(top[o[0]], tiles_per_dim)
+    out.update(_scale_block_sizes(op, out, kb_dim, n_dim))
     return out
+
+
+def _scale_block_sizes(op, out: dict, k_dim, n_dim) -> dict:
+    """The block-scale shapes' size names (KB = cdiv(K, 128), NB = cdiv(N, 128)) at the shrunk K and N."""
+    scales = block_scale_names(op)
+    if not scales or not isinstance(k_dim, str) or not isinstance(n_dim, str):
+        return {}
+    k, n = out.get(k_dim), out.get(n_dim)
+    got = {}
+    for nm, side in scales.items():
+        shape = op.inputs[nm].shape
+        if len(shape) != 2:
+            continue
+        if side == "lhs" and isinstance(shape[1], str) and k is not None:
+            got[shape[1]] = -(-k // SCALE_BLOCK)
+        if side == "rhs" and isinstance(shape[0], str) and n is not None:
+            got[shape[0]] = -(-n // SCALE_BLOCK)
+        if side == "rhs" and isinstance(shape[1], str) and k is not None:
+            got[shape[1]] = -(-k // SCALE_BLOCK)
+    return got

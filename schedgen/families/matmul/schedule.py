@@ -55,6 +55,7 @@ MEMORY_SPACE_WHY = {
     "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only; this is a Hopper kernel",
 }
 CLUSTER_AXIS = "cluster"       # the cluster's one axis name (plgpu.kernel(cluster_names=("cluster",)))
+MAX_SPLIT_K = 4                # CTAs a split-K cluster gives one tile
 GRID_X_MAX = (1 << 31) - 1     # a launch's gridDim.x
 INT32_MAX = (1 << 31) - 1
 TMA_STRIDE_BYTES = 16          # a tiled tensor map's global strides are multiples of this
@@ -231,13 +232,28 @@ def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, problems: 
 
 
 def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Problems) -> Cluster:
-    """A 1x1, 2x1 or 1x2 cluster; the operand its CTAs share is split between them and multicast."""
-    cl = list(sch.cluster) + [1] * (2 - len(sch.cluster))
-    cm, cn = cl[0], cl[1]
-    csize = cm * cn
-    if len(sch.cluster) > 2 or csize > 2:
-        problems.add(("schedule", "cluster"), f"clusters of 1x1, 2x1 or 1x2 CTAs are supported, got {list(sch.cluster)}")
-        cm, cn, csize = 1, 1, 1
+    """A 1x1, 2x1 or 1x2 cluster, the operand its CTAs share split between them and multicast; or a 1x1xS split-K
+    cluster: S CTAs a tile, each running 1/S of its k-steps, their f32 partial tiles summed through DSMEM into rank
+    0, which runs the epilogue."""
+    cm, cn, ck = list(sch.cluster) + [1] * (3 - len(sch.cluster))
+    if ck > 1 and cm * cn > 1:
+        problems.add(("schedule", "cluster", 2),
+                     f"a split-K cluster (third entry {ck}) gives each tile's k-steps to its CTAs; it cannot also "
+                     f"multicast along M or N (got {list(sch.cluster)}): use [1, 1, {ck}], or [{cm}, {cn}] without "
+                     f"the split")
+        ck = 1
+    if ck > MAX_SPLIT_K:
+        problems.add(("schedule", "cluster", 2),
+                     f"split-K over at most {MAX_SPLIT_K} CTAs (rank 0 reads each peer's {tile.tm} x {tile.tn} f32 "
+                     f"partial tile through DSMEM before its epilogue), got {ck}")
+        ck = 1
+    if ck > 1:
+        _check_split_k(op, sch, tile, dims, ck, problems)
+    csize = cm * cn * ck
+    if cm * cn > 2:
+        problems.add(("schedule", "cluster"), f"clusters of 1x1, 2x1, 1x2 or 1x1xS (split-K) CTAs are supported, got "
+                                              f"{list(sch.cluster)}")
+        cm, cn, csize = 1, 1, ck
     multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
     tiles_m, tiles_n = D.cdiv(dims.m, tile.tm), D.cdiv(dims.n, tile.tn)
     if D.is_static(tiles_m) and D.is_static(tiles_n):
@@ -263,7 +279,9 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         if bs is not None and bs.collective_axes and (csize == 1 or bs is not shared_spec):
             problems.add(("schedule", "in_specs", nm, "collective_axes"),
                          "only the operand the cluster's CTAs share is multicast: rhs with cluster [2, 1], lhs with "
-                         "[1, 2]" + ("; this launch has no cluster" if csize == 1 else ""))
+                         "[1, 2]" + ("; this launch has no cluster" if csize == 1 else
+                                     "; a split-K cluster's CTAs share no operand (each loads its own K range)"
+                                     if ck > 1 else ""))
     tm, tn = tile.tm, tile.tn
     if multicast == "rhs" and (tn // 2) % (1 if lay.k_major_b else lay.atom_b):
         problems.add(("schedule", "cluster"), f"each CTA loads half of the rhs tile ({tn // 2} columns); it must be a "
@@ -271,7 +289,21 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
     if multicast == "lhs" and (tm // 2) % (8 if lay.k_major_a else lay.atom_a):
         problems.add(("schedule", "cluster"), f"each CTA loads half of the lhs tile ({tm // 2} rows); it must be a "
                                               f"multiple of {8 if lay.k_major_a else lay.atom_a}")
-    return Cluster(cm, cn, csize, multicast, tiles_m, tiles_n)
+    return Cluster(cm, cn, csize, multicast, tiles_m, tiles_n, ck)
+
+
+def _check_split_k(op, sch, tile: Tile, dims: Dims, ck: int, problems: Problems) -> None:
+    """What a split-K cluster needs: a k-step for each CTA, one consumer schedule that shares the tile."""
+    k_iters = D.cdiv(dims.k, tile.tk)
+    if D.is_static(k_iters) and k_iters < ck:
+        problems.add(("schedule", "cluster", 2),
+                     f"split-K over {ck} CTAs needs at least {ck} k-steps; K = {dims.k} is {k_iters} step"
+                     f"{'s' if k_iters > 1 else ''} of tile_k {tile.tk}: use a smaller split or tile_k")
+    if sch.pipeline.consumer_schedule != "cooperative":
+        problems.add(("schedule", "cluster", 2),
+                     f"split-K sums the partial tiles of the cluster's CTAs tile by tile; consumer_schedule: "
+                     f"{sch.pipeline.consumer_schedule} runs two tiles at once in each CTA: use consumer_schedule: "
+                     f"cooperative, or no split")
 
 
 def check_dynamic_cluster(cm: int, cn: int, dims: Dims, tile: Tile, problems: Problems) -> None:
@@ -354,26 +386,54 @@ def pipeline(op, pipe, tile: Tile, k: DimLike, problems: Problems) -> Pipeline:
     return Pipeline(stages, D.cdiv(k, tile.tk), delay)
 
 
-def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, csize: int, chunks: EpilogueChunks, hw: Hardware,
-             problems: Problems) -> Smem:
-    """The lhs / rhs stage rings, the output staging buffers and the barriers; they must fit a block's SMEM."""
-    a_stage = tile.tm * tile.tk * isz
+def short_lhs(tile: Tile, lay: Layout, cluster: Cluster, m: DimLike) -> bool:
+    """A K-major lhs that is not multicast, with a static M below the tile: its box loads M rows (lhs_box_rows)."""
+    return lay.k_major_a and cluster.multicast != "lhs" and D.is_static(m) and m < tile.tm
+
+
+def compact_lhs(tile: Tile, lay: Layout, a_rows: int) -> bool:
+    """A one-M-block tile whose lhs box loads fewer rows than the block (a static M below 64: decode): each box's
+    loaded rows follow the last box's in SMEM, 2048 B apart for 16 rows, and the 64-row window wgmma reads from a
+    box runs on over the boxes after it. Its rows past M are another box's data, or the zeroed tail past the ring:
+    they only ever meet output rows past M, which are never stored (an output row is its lhs row times the rhs)."""
+    return tile.tm == WGMMA_M and a_rows < tile.tm
+
+
+def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, chunks: EpilogueChunks,
+             hw: Hardware, problems: Problems, lay: Layout | None = None, a_rows: int | None = None) -> Smem:
+    """The lhs / rhs stage rings (a compact lhs ring where a static M is below a one-block tile), the output
+    staging buffers, a split-K cluster's partial tile and the barriers; they must fit a block's SMEM."""
+    compact = lay is not None and a_rows is not None and compact_lhs(tile, lay, a_rows)
+    a_stage = (a_rows * tile.tk if compact else tile.tm * tile.tk) * isz
     b_stage = tile.tn * tile.tk * isz
     buffers = sch.epilogue.buffers
     smem = SmemMap()
-    smem.alloc("a", a_stage, stages, note="lhs stage ring")
+    smem.alloc("a", a_stage, stages, note=f"lhs stage ring ({a_rows} of {tile.tm} rows a box: compact)" if compact
+               else "lhs stage ring")
+    tail = (tile.tm - a_rows) * lay.swz_a if compact else 0
+    if tail:
+        smem.alloc("a_tail", tail, align=1024, note="zeros: the last lhs box's 64-row window runs on into it")
     smem.alloc("b", b_stage, stages, note="rhs stage ring")
     if not chunks.direct:
         smem.alloc("epi", chunks.nbytes, buffers * nc, note="output staging per consumer")
-    readers = (1 if sch.pipeline.consumer_schedule != "cooperative" else nc) * csize   # consumers reading a stage
+    partial = tile.tm * tile.tn * 4 if cluster.ck > 1 else 0
+    if partial:
+        smem.alloc("red", partial, note="split-K: this CTA's f32 partial tile, read by rank 0 through DSMEM")
+    # consumers reading a stage: each multicast stage is read in every CTA of the cluster
+    readers = (1 if sch.pipeline.consumer_schedule != "cooperative" else nc) * (cluster.csize if cluster.multicast
+                                                                                else 1)
     full_arr, empty_arr = barrier_arrivals(sch, stages, readers, problems)
     smem.alloc("full", 8, stages, align=8, note="TMA landed (expect_tx)")
     smem.alloc("empty", 8, stages, align=8, note=f"stage free ({readers} consumer arrival{'s' if readers > 1 else ''})")
+    if partial:
+        smem.alloc("red_full", 8, align=8, note=f"rank 0: the peers' partials written ({(cluster.ck - 1) * nc * 128} "
+                                                f"thread arrivals)")
+        smem.alloc("red_empty", 8, align=8, note=f"a peer: rank 0 has read its partial ({nc * 128} thread arrivals)")
     profile = profiler_smem_bytes(sch.compiler_params.profile_space, nc + 1)
     if profile:
         smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
-    staging = 0 if chunks.direct else chunks.nbytes * buffers * nc
-    fit = stages_that_fit(hw, staging + 16 * stages + profile, a_stage + b_stage)
+    staging = (0 if chunks.direct else chunks.nbytes * buffers * nc) + partial
+    fit = stages_that_fit(hw, staging + 16 * stages + profile + tail, a_stage + b_stage)
     nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
                             f"at most {fit} stages fit this tile" + (" beside the profiler's "
                                                                       f"{profile} B" if profile else ""))
@@ -455,6 +515,20 @@ def row_major_extent_strides(shape: tuple[DimLike, ...], itemsize: int) -> tuple
     return tuple(out)
 
 
+def lhs_box_rows(tile: Tile, lay: Layout, cluster: Cluster, dims_m: DimLike) -> int:
+    """Rows of the lhs TMA box (K-major lhs: its M rows; M-major: its K rows). A static M below the tile (decode:
+    16 tokens in a 64-row wgmma block) loads only M rounded up to 8 rows, so TMA fills no rows past the edge (the
+    H200 ran decode 16 x 8192 x 8192 at 0.68x cuBLAS with 48 of 64 rows zero-filled and 64 x 8192 x 8192 at 1.04x
+    with the same kernel, 2026-12-04); the stage's other rows are zeroed once at kernel start."""
+    if not lay.k_major_a:
+        return tile.tk
+    if cluster.multicast == "lhs":
+        return tile.tm // 2
+    if short_lhs(tile, lay, cluster, dims_m):
+        return min(tile.tm, -(-dims_m // 8) * 8)
+    return tile.tm
+
+
 def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
                 chunks: EpilogueChunks, hw: Hardware, problems: Problems, ranges=None) -> tuple[KernelArg, ...]:
     """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
@@ -462,7 +536,7 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
     idx = {o.name: i for i, o in enumerate(operands)}
     by_name = {o.name: o for o in operands}
     a, b, out = by_name[op.lhs], by_name[op.rhs], by_name[out_name]
-    a_rows = (tile.tm // (2 if cluster.multicast == "lhs" else 1)) if lay.k_major_a else tile.tk
+    a_rows = lhs_box_rows(tile, lay, cluster, dims_m=by_name[op.lhs].shape[-1 if op.transpose_lhs else -2])
     b_rows = (tile.tn // (2 if cluster.multicast == "rhs" else 1)) if lay.k_major_b else tile.tk
     args = [tensor_map(idx[op.lhs], a.shape, a.dtype, a_rows, lay.atom_a, lay.swz_a),
             tensor_map(idx[op.rhs], b.shape, b.dtype, b_rows, lay.atom_b, lay.swz_b),
@@ -482,9 +556,20 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
 
 
 def check_dynamic_strides(o: MatOperand, arg: KernelArg, ranges, problems: Problems) -> None:
-    """A tensor map's global strides are multiples of 16 B at every call: a stride over a dynamic size needs the
-    size's multiple_of to make it one."""
+    """A tensor map's global strides are multiples of 16 B at every call: a static one is, or the sizes change; a
+    stride over a dynamic size needs the size's multiple_of to make it one."""
     for d, stride in enumerate(arg.strides[:-1]):
+        if isinstance(stride, int) and stride % TMA_STRIDE_BYTES:
+            # a static size (regression, H200 2026-12-04: N = 3001 planned, then failed at the call with "tensor
+            # map: strides[0] = 6002 B must be a positive multiple of 16 bytes")
+            elems = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, o.itemsize)
+            problems.add(("op", "sizes"),
+                         f"{o.name} [{', '.join(map(str, o.shape))}] {o.dtype}: its dimension {d} steps {stride} B, and "
+                         f"its TMA tensor map needs every step but the last a multiple of {TMA_STRIDE_BYTES} B: use "
+                         f"sizes that make {' x '.join(map(str, o.shape[d + 1:]))} a multiple of {elems}"
+                         + (" (an output with an even N may instead leave through epilogue.store: direct, which "
+                            "needs no tensor map)" if o.role == "out" else ""))
+            continue
         if isinstance(stride, D.Dim) and not D.divisible(stride, TMA_STRIDE_BYTES, ranges):
             fixed = math.prod(x for x in o.shape[d + 1:] if isinstance(x, int)) * o.itemsize
             need = TMA_STRIDE_BYTES // math.gcd(TMA_STRIDE_BYTES, fixed)
@@ -561,6 +646,12 @@ def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -
                      f"num_compute_wgs consumers (each stage's consumed barrier counts num_compute_wgs arrivals, and "
                      f"every consumer runs the same grid steps), so consumers cannot take alternate tiles: use "
                      f"consumer_schedule: cooperative" + hint)
+    if len(sch.cluster) == 3 and sch.cluster[2] > 1:
+        problems.add(("schedule", "cluster", 2),
+                     "split-K (cluster [1, 1, S]) is rendered for the CUDA backend only: the Pallas matmul's consumers "
+                     "(plgpu.emit_pipeline_warp_specialized, jax 0.11.2) carry one CTA's accumulator from its k-loop "
+                     "to its epilogue, and the hand-over of a partial tile to a cluster peer (plgpu.cluster_ref with "
+                     "async_store_smem) is not rendered yet" + hint)
     if sch.epilogue.store == "direct":
         problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "

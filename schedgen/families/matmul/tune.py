@@ -45,6 +45,7 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "consumer_schedule": (target(_bs("pipeline", "consumer_schedule")),),
         "cluster_m": (target(_bs("cluster"), 0), target(_bs("in_specs", op.rhs, "collective_axes"), None, SHARED)),
         "cluster_n": (target(_bs("cluster"), 1), target(_bs("in_specs", op.lhs, "collective_axes"), None, SHARED)),
+        "split_k": (target(_bs("cluster"), 2),),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),
                           target(_bs("in_specs", op.rhs, "delay_release"))),
         "epilogue_m": (target(_bs("epilogue", "tile"), 0),),

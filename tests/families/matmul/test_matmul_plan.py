@@ -142,7 +142,7 @@ def test_plan_expressions_pickle_with_their_trees():
       "schedule.out_specs.out.block_shape": [128, 128]}, None),    # 256 threads hold 256 each: 65536
     ({"schedule.pipeline.compute_registers": 132, "schedule.pipeline.memory_registers": 24},
      "each consumer thread holds 128 f32 accumulators"),
-    ({"schedule.cluster": [2, 2]}, "schedule.cluster: clusters of 1x1, 2x1 or 1x2 CTAs are supported"),
+    ({"schedule.cluster": [2, 2]}, "schedule.cluster: clusters of 1x1, 2x1, 1x2 or 1x1xS (split-K) CTAs are supported"),
     ({"op.inputs.b.shape": ["N", "K"], "M": 4096, "N": 2048}, "contraction sizes differ"),
     ({"op.inputs.a.dtype": "f32"}, "op.inputs.a.dtype: lhs dtype f32 is not supported by this family yet"),
     ({"M": 4000}, "set out_of_bounds: zero on the lhs/rhs BlockSpecs"),
@@ -196,9 +196,10 @@ def test_tag_error_names_the_kind_line(tmp_path):
     with pytest.raises(SpecErrors) as info:
         load_spec(str(path))
     line = next(i for i, l in enumerate(text.splitlines(), 1) if "kind: matmull" in l)
+    from schedgen import families
     (got,) = info.value.lines()
-    assert got.startswith(f"{path}:{line}:9: op.kind: unknown kind 'matmull'; legal kinds: map, matmul, attention, "
-                          f"collective_matmul, rowwise (a new kind of kernel is a family: a folder "
+    assert got.startswith(f"{path}:{line}:9: op.kind: unknown kind 'matmull'; legal kinds: "
+                          f"{', '.join(families.kinds())} (a new kind of kernel is a family: a folder "
                           f"schedgen/families/<kind>/ registering a Family manifest, plus its line in _FAMILIES of "
                           f"schedgen/families/__init__.py, see docs/architecture.md); map: "), got
 

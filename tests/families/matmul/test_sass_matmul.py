@@ -58,12 +58,15 @@ def test_sass_has_hgmma_tma_setmaxnreg(built, name):
     b, text = built[name]
     p = b.plan
     ops = opcodes(text)
-    hgmma = set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
-    # nvdisasm names the bf16 form HGMMA...F32.BF16 and the f16 form plain HGMMA...F32
-    want = f"HGMMA.64x{p.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
+    hgmma = set(re.findall(r"\b[HQ]GMMA\.[0-9A-Za-z_.]+", text))
+    # nvdisasm names the bf16 form HGMMA...F32.BF16, the f16 form plain HGMMA...F32 and the fp8 forms
+    # QGMMA.64xNx32.F32.E4M3.E4M3 / .E5M2.E5M2
+    fp8 = {"f8e4m3": "E4M3", "f8e5m2": "E5M2"}.get(p.in_dtype)
+    want = (f"QGMMA.64x{p.wg_tile_n}x32.F32.{fp8}.{fp8}" if fp8 else
+            f"HGMMA.64x{p.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else ""))
     assert want in hgmma, hgmma
     # the transpose bits: an N-major rhs (the [K, N] default) and an M-major lhs show as tnspB / tnspA
-    lines = [l for l in text.splitlines() if "HGMMA" in l]
+    lines = [l for l in text.splitlines() if "GMMA" in l]
     assert any("tnspB" in l for l in lines) == (not p.k_major_b)
     assert any("tnspA" in l for l in lines) == (not p.k_major_a)
     rank = {len(a.shape) for a in p.kernel_args if a.kind == "tmap"}

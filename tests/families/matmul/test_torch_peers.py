@@ -70,6 +70,9 @@ def test_the_peer_list_follows_the_epilogue():
     for path in _matmul_specs():
         spec, p = _plan(path)
         names = peers.peer_names(p)
+        if p.in_dtype in ("f8e4m3", "f8e5m2"):       # torch._scaled_mm and a bf16 cuBLAS reference (test_fp8.py)
+            assert names == ["scaled_mm_fast", "scaled_mm", "cublas"], path.name
+            continue
         assert names[:2] == ["cublas", "jax_pallas"], path.name
         if names[2:]:
             assert names[2:] == ["torch_eager", "torch_compile"] and not p.identity_epilogue, path.name
@@ -90,7 +93,8 @@ def _check_in_float64(torch, spec, p):
     return rel_error(out.numpy(), ref)
 
 
-@pytest.mark.parametrize("path", [p for p in _matmul_specs() if not _plan(p)[1].identity_epilogue],
+@pytest.mark.parametrize("path", [p for p in _matmul_specs() if not _plan(p)[1].identity_epilogue
+                                  and _plan(p)[1].in_dtype not in ("f8e4m3", "f8e5m2")],
                          ids=lambda p: p.stem)
 def test_the_eager_function_is_the_specs_epilogue(path):
     """On float64 CPU tensors the function (the product, then the epilogue rendered from the parsed tree) is the

@@ -174,6 +174,15 @@ __device__ __forceinline__ float ld_in_bias(const float* __restrict__ ptr, int b
   return sg_f32_to_f32(__ldg(ptr + i));
 }
 
+// columns col and col + 1 of bias (col even, N even: both inside a row, and the pair aligned) in one load
+__device__ __forceinline__ void ld2_in_bias(const float* __restrict__ ptr, int b, int row, int col, float (&o)[2]) {
+  if (row >= 3000 || col >= 5000) { o[0] = o[1] = 0.0f; return; }
+  const long long i = col;
+  const float2 w = __ldg(reinterpret_cast<const float2*>(ptr + i));
+  o[0] = w.x;
+  o[1] = w.y;
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1) matmul_matmul_pingpong_f16_128x128x64_s6_wg2_c1x1_pp(
     const __grid_constant__ SgTensorMap tm_a, const __grid_constant__ SgTensorMap tm_b,
 float* __restrict__ out_ptr, const float* __restrict__ in_bias) {
@@ -291,12 +300,15 @@ float* __restrict__ out_ptr, const float* __restrict__ in_bias) {
           for (int nb8 = 0; nb8 < 16; ++nb8) {
             const int gcol = n0 + n_off + nb8 * 8 + 2 * (lane % 4);
             float v[4];
+            float p_bias[2][2];   // [row, row + 8][col, col + 1]
+            ld2_in_bias(in_bias, b, grow, gcol, p_bias[0]);
+            ld2_in_bias(in_bias, b, grow + 8, gcol, p_bias[1]);
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
               const float v_acc = acc[i][nb8 * 4 + q];
               const int er = grow + (q >> 1) * 8, ec = gcol + (q & 1);
               (void)er; (void)ec;
-              const float v_bias = ld_in_bias(in_bias, b, er, ec);
+              const float v_bias = p_bias[q >> 1][q & 1];
               const float r_out = sg_gelu((v_acc + v_bias));
               v[q] = r_out;
             }

@@ -1,0 +1,53 @@
+"""The grouped_matmul family's `schedgen explain` text."""
+from __future__ import annotations
+
+from ...explain import PEAK_TFLOPS
+from ...plan import dims as D
+from ..matmul.explain import explain_matmul
+from ..matmul.records import at_max
+
+_FORMAT = {"offsets": "offsets [G + 1]: group g is rows offsets[g] .. offsets[g + 1] - 1",
+           "ends": "ends [G] (torch._grouped_mm's offs): group g is rows ends[g - 1] .. ends[g] - 1, group 0 from 0",
+           "counts": "counts [G]: group g has counts[g] rows, groups back to back from row 0"}
+
+
+def explain_grouped_matmul(p) -> str:
+    """The groups and their operand, the tile space and how the kernel walks it, then the one-group matmul plan."""
+    at = {r.name: r.max for r in p.dynamic_sizes}
+    t_max = D.evaluate(p.t, at) if at else p.t
+    flops = D.evaluate(p.flops, at) if at else p.flops
+    mma_ms = flops / (PEAK_TFLOPS * 1e12) * 1e3
+    x, w, offs = p.inputs
+    most = D.evaluate(p.max_tiles, at) if at else p.max_tiles
+    lay = "[G, N, K]" if p.transpose_rhs else "[G, K, N]"
+    lines = [
+        f"kernel {p.kernel_name}  (family grouped_matmul, backends: {', '.join(p.backends)})",
+        f"  problem    {p.outputs[0].name}[T, {p.n}] rows of group g = epilogue({x.name}[rows of g, {p.k}] @ "
+        f"{w.name}[g]) for {p.groups} groups, {w.name} {lay}; " + (f"T dynamic, at most {t_max}" if at else f"T = {p.t}")
+        + f"; {p.in_dtype} in, {p.out_dtype} out, f32 accumulation",
+        f"             {flops / 1e9:.1f} GFLOP at T = {t_max} (every row in a group): {mma_ms:.4f} ms at the "
+        f"{PEAK_TFLOPS:.0f} TFLOP/s peak",
+        f"  groups     {offs.name}: int32 {_FORMAT[p.offsets_format]}; read at kernel entry by warp 0 of every CTA "
+        f"into SMEM tables ({p.table_bytes} B): each group's rows (clamped to 0..T) and the prefix of its tile "
+        f"counts cdiv(M_g, {p.tile_m}) x {p.tiles_n}",
+        f"  tiles      a persistent loop over the groups' tiles together (at most {most}: cdiv(T, {p.tile_m}) + "
+        f"{p.groups} tile rows x {p.tiles_n}); tile t's group found by a forward-only cursor over the prefix, its "
+        f"tile row and column in {p.tile_order} order inside the group"
+        + (f" (bands {p.mm.tile_width} wide)" if p.tile_order == "planar_snake" else ""),
+        f"  loads      {x.name} rows from the group's start + tile row x {p.tile_m} (rows past the group's end are "
+        f"loaded, never stored); {w.name}[g] through a 3-D tensor map, one group a box",
+        "  stores     " + ("64-row blocks wholly inside the group: staged in SMEM chunks and TMA-stored; the "
+                           "group's last partial block: masked stores from registers" if p.epi_store != "direct"
+                           else "masked stores from registers (rows below the group's end)"),
+        f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
+        + (", lowered at launch to the SMs" if p.auto_blocks else ""),
+    ]
+    for a in p.kernel_args:
+        if a.kind == "tmap":
+            name = p.operands[a.operand].name
+            lines.append(f"  TMA        {name:7} box {list(a.box)} swizzle {a.swizzle or 'none'} over [{", ".join(str(d) for d in a.shape)}]")
+    lines.append("  the product of one group (the matmul family's plan of x @ w[g]; its own grid, tile loop, tensor "
+                 "maps and cluster lines left out):")
+    skip = ("tile loop", "cluster", "TMA ", "grid", "problem", "kernel ", "ptr ")
+    lines += ["  " + ln for ln in explain_matmul(at_max(p.mm)).splitlines()[1:] if not ln.strip().startswith(skip)]
+    return "\n".join(lines)
