@@ -20,7 +20,13 @@ from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-expor
 from .specfile import SpecFile
 
 
-FAMILY_HOWTO = "a folder schedgen/families/<kind>/ registering a Family manifest, see docs/architecture.md"
+FAMILY_HOWTO = ("a folder schedgen/families/<kind>/ registering a Family manifest, plus its line in _FAMILIES of "
+                "schedgen/families/__init__.py, see docs/architecture.md")
+
+
+def _kinds_listing() -> str:
+    """What each kind is, for the unknown-kind message: 'map: <its summary>; ...' (from the registry)."""
+    return "; ".join(f"{f.kind}: {f.summary}" for f in families.all_families())
 
 
 def _unwrap(tp: Any) -> list[Any]:
@@ -87,7 +93,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     if kind == "union_tag_invalid":
         ctx = err.get("ctx") or {}
         return (f"unknown kind {ctx.get('tag')!r}; legal kinds: {', '.join(families.kinds())} "
-                f"(a new kind of kernel is a family: {FAMILY_HOWTO})")
+                f"(a new kind of kernel is a family: {FAMILY_HOWTO}); {_kinds_listing()}")
     if kind == "union_tag_not_found":
         return f"required key 'kind' is missing; legal kinds: {', '.join(families.kinds())}"
     msg = err["msg"]

@@ -60,7 +60,9 @@ def test_rendering_is_deterministic_and_well_formed(path):
     py = render(p, "pallas")
     ast.parse(py)  # valid Python
     cu = render(p, "cuda")
-    assert f"__global__ void __launch_bounds__({p.threads}, 1) {p.kernel_name}(" in cu
+    # the second bound: the blocks an SM keeps resident (1, or a rowwise kernel's register-limited count)
+    assert re.search(rf"__global__ void __launch_bounds__\({p.threads}, {getattr(p, 'blocks_per_sm', 1)}\) "
+                     rf"{p.kernel_name}\(", cu) or f"__launch_bounds__({p.threads}, 1) {p.kernel_name}(" in cu
     assert cu.count("{") == cu.count("}")
     for text in (cu, py):  # no Jinja syntax left over (PTX's own "{%3, %4}" operand lists are fine)
         assert not re.search(r"\{\{\s|\{%\s|\s%\}|\s\}\}", text)

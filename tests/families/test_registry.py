@@ -15,7 +15,7 @@ from schedgen.frontend.validate import load_spec
 def test_every_bundled_spec_kind_is_registered():
     kinds = {load_spec(str(p))[0].op.kind for p in spec_files()}
     assert kinds <= set(families.kinds())
-    assert families.kinds() == ["map", "matmul", "attention", "collective_matmul", "grouped_matmul"]
+    assert families.kinds() == ["map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise"]
 
 
 def test_the_op_union_is_the_registry():
@@ -59,5 +59,5 @@ def test_kind_order_does_not_depend_on_import_order():
             "op = SpecFile.model_fields['op']\n"
             "print(families.kinds(), [m.__name__ for m in op.annotation.__args__])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul', 'grouped_matmul'] "
-                           "['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp', 'GroupedMatmulOp']")
+    assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul', 'grouped_matmul', 'rowwise'] "
+                           "['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp', 'GroupedMatmulOp', 'RowwiseOp']")

@@ -78,16 +78,32 @@ op:
     out: {shape: [T, N], dtype: bf16}
   transpose_rhs: true
 """,
+    "rowwise": """
+name: bare_rowwise
+op:
+  kind: rowwise
+  sizes:
+    M: {dynamic: true, max: 65536, multiple_of: 1}
+    N: 8192
+  inputs:
+    x: {shape: [M, N], dtype: bf16}
+  outputs:
+    y: {shape: [M, N], dtype: bf16}
+  body: |
+    m = max(x)
+    e = exp(x - m)
+    y = e / sum(e)
+""",
 }
 # the bundled spec whose schedule the planner's picks must reproduce for the same op (all but the kernel's name)
 SAME_AS = {"map": "add_bf16.yaml", "matmul": "matmul_bf16_4096.yaml", "attention": "attention_bf16_4096.yaml",
            "collective_matmul": "collective_matmul_bf16_1024x4096.yaml",
-           "grouped_matmul": "grouped_moe_mixtral_bf16_dynamic.yaml"}
+           "grouped_matmul": "grouped_moe_mixtral_bf16_dynamic.yaml", "rowwise": "softmax_bf16.yaml"}
 # the bundled 4096^3 runs one CTA per tile; the planner pairs them in a 2-CTA cluster sharing the rhs (measured
 # equal there on the H200, 2026-12-04, and 1.02-1.3x faster at ragged / short-K shapes)
 SAME_AS_BUT = {"matmul": {"schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}}
 CUDA_ONLY = ("grouped_matmul",)   # no Pallas rendering (its located limit: tests/families/grouped_matmul)
-INTERPRETABLE = ("map", "matmul", "attention")   # collective: jax 0.11.2 interprets no remote refs (its own test)
+INTERPRETABLE = ("map", "matmul", "attention", "rowwise")   # collective: jax 0.11.2 interprets no remote refs (its own test)
 
 
 @pytest.fixture(autouse=True)

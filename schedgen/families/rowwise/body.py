@@ -1,0 +1,184 @@
+"""The rowwise body: the map family's elementwise language plus reductions over the row axis.
+
+A body is `name = expression` statements (one a line). Besides the map family's functions (frontend/expr.py's
+whitelist, checked by its own checker) an expression may call a reduction over the row (the last axis, N):
+
+- `sum(e)`, `mean(e)`, `max(e)`, `min(e)`: the row's sum / mean / maximum / minimum of `e`;
+- `logsumexp(e)`: log(sum(exp(e))) over the row, computed stably (max first);
+- `take(e, i)`: the value of `e` at column `i` of the row, `i` a per-row value (an input of shape [M] holding
+  class indices as floats, as cross-entropy's targets): 0 where `i` is no column of the row.
+
+A reduction yields one value per row, which broadcasts back over the row wherever it is used. Reductions nest
+(`var = mean((x - mean(x)) ** 2)`): each one's level is one more than the deepest reduction its argument reads,
+and the kernels sweep the row (kept on chip) once per level. `max(a, b)` / `min(a, b)` with two arguments stay
+the elementwise maximum / minimum.
+
+`parse` returns the statements with every reduction call replaced by a placeholder name (`__r<k>`, a name no
+spec can use: `__` is reserved), plus the reductions in order, so that the shared render filters spell every
+elementwise tree and the templates spell the reductions themselves.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+from typing import Collection, Mapping
+
+from ...frontend import expr as ex
+
+REDUCTIONS: Mapping[str, int] = {"sum": 1, "mean": 1, "max": 1, "min": 1, "logsumexp": 1, "take": 2}
+# what each reduction combines its per-element terms with (logsumexp: max, then a sum of exp)
+COMBINE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min", "logsumexp": "lse", "take": "sum"}
+PLACEHOLDER = "__r{}"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    index: int                 # its k: the placeholder __r<k>
+    op: str                    # sum | mean | max | min | logsumexp | take
+    arg: ex.Expr               # the reduced expression (inner reductions already placeholders)
+    index_arg: ex.Expr | None  # take's column: a per-row expression
+    level: int                 # 1 + the deepest level its argument reads
+    statement: int             # the statement it is called in (0-based)
+    line: int                  # 0-based line / column of the call in the body (for located errors)
+    col: int
+
+
+@dataclass(frozen=True)
+class RowBody:
+    statements: tuple[tuple[str, ex.Expr], ...]   # reductions replaced by placeholders
+    reductions: tuple[Reduction, ...]
+    text: str
+    outputs: tuple[str, ...]
+    level: Mapping[str, int]        # every statement target -> the deepest reduction level it reads
+    varies: Mapping[str, bool]      # every target -> whether it varies along the row (False: one value a row)
+
+
+class _Checker(ex._Checker):
+    """frontend.expr's checker with the reduction calls let through (their arguments are checked as usual)."""
+
+    def call(self, node: ast.Call, depth: int) -> int:
+        fn = node.func.id if isinstance(node.func, ast.Name) else None
+        if fn in REDUCTIONS and not (fn in ("max", "min") and len(node.args) == 2):
+            if node.keywords:
+                raise self.error(node.keywords[0], f"keyword arguments are not allowed (in {fn}()); the reduction "
+                                                   f"is over the row (the last axis): pass the expression only")
+            if len(node.args) != REDUCTIONS[fn]:
+                want = "an expression and a per-row column index" if fn == "take" else "one expression"
+                raise self.error(node, f"{fn}() takes {want} ({REDUCTIONS[fn]} argument(s)), got {len(node.args)}")
+            return 1 + sum(self.check(a, depth + 1) for a in node.args)
+        return super().call(node, depth)
+
+
+def _is_reduction(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS and \
+        not (node.func.id in ("max", "min") and len(node.args) == 2)
+
+
+def parse(text: str, *, inputs: Collection[str], outputs: Collection[str], constants: Collection[str],
+          row_inputs: Collection[str]) -> RowBody:
+    """Parse and check a rowwise body (ExprError with a line and column on any problem). `row_inputs`: the inputs
+    that vary along the row ([M, N] and [N]); the others hold one value a row ([M], [M, 1])."""
+    module = ex._parse(text, "exec")
+    assert isinstance(module, ast.Module)
+    if not module.body:
+        raise ex.ExprError("body is empty; write one 'output = expression' per line")
+    if len(module.body) > ex.MAX_STATEMENTS:
+        raise ex.ExprError(f"body has {len(module.body)} statements; at most {ex.MAX_STATEMENTS}")
+    inputs, outputs, constants = frozenset(inputs), frozenset(outputs), frozenset(constants)
+    assigned: dict[str, ex.Expr] = {}
+    later = {t.id for s in module.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+
+    def known(name: str) -> str | None:
+        if name in inputs or name in constants or name in assigned:
+            return None
+        if name in later:
+            return f"name {name!r} is used before it is assigned"
+        return (f"unknown name {name!r}; inputs are: {', '.join(sorted(inputs)) or '(none)'}; constants are: "
+                f"{', '.join(sorted(constants)) or '(none)'}; assigned so far: {', '.join(assigned) or '(none)'}")
+
+    checker = _Checker(text, False, known)
+    for stmt in module.body:
+        if not isinstance(stmt, ast.Assign):
+            raise checker.error(stmt, f"{ex._describe(stmt)} is not allowed; each statement must be 'name = expression'")
+        if len(stmt.targets) != 1:
+            raise checker.error(stmt, "chained assignment (a = b = ...) is not allowed")
+        target = stmt.targets[0]
+        if not isinstance(target, ast.Name):
+            raise checker.error(target, f"only a plain name can be assigned, not {ex._describe(target)}")
+        name = checker.name(target)
+        role = "input" if name in inputs else "constant" if name in constants else None
+        if role:
+            raise checker.error(target, f"cannot assign to {role} {name!r}")
+        if name in assigned:
+            raise checker.error(target, f"{name!r} is assigned more than once")
+        if name not in outputs and (msg := ex.check_identifier(name)) is not None:
+            raise checker.error(target, f"bad temporary name: {msg}")
+        assigned[name] = checker.expr(stmt.value)
+    missing = sorted(outputs - assigned.keys())
+    if missing:
+        raise ex.ExprError(f"output(s) never assigned: {', '.join(missing)}", 0, len(checker.lines) - 1)
+    return _hoist(assigned, text, tuple(n for n in assigned if n in outputs), set(row_inputs), checker)
+
+
+def _hoist(assigned: dict[str, ex.Expr], text: str, outs: tuple[str, ...], row_inputs: set[str],
+           checker: _Checker) -> RowBody:
+    """Replace every reduction call by its placeholder (innermost first) and work out levels and variation."""
+    reductions: list[Reduction] = []
+    level: dict[str, int] = {}
+    varies: dict[str, bool] = {n: True for n in row_inputs}
+
+    def info(tree: ast.AST) -> tuple[int, bool]:
+        lv, var = 0, False
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name):
+                if n.id.startswith("__r"):
+                    lv = max(lv, reductions[int(n.id[3:])].level)
+                else:
+                    lv, var = max(lv, level.get(n.id, 0)), var or varies.get(n.id, False)
+        return lv, var
+
+    class Hoist(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call):
+            self.generic_visit(node)       # inner reductions first
+            if not _is_reduction(node):
+                return node
+            fn = node.func.id
+            arg = node.args[0]
+            lv, var = info(arg)
+            if not var:
+                raise checker.error(node, f"{fn}() reduces over the row, but its argument has one value a row "
+                                          f"(it reads no [M, N] or [N] input): reduce an expression of the row")
+            idx = None
+            if fn == "take":
+                ilv, ivar = info(node.args[1])
+                if ivar:
+                    raise checker.error(node.args[1], "take(e, i): the column i must have one value a row (an input "
+                                                      "of shape [M] or a reduction), not vary along the row")
+                lv = max(lv, ilv)
+                idx = _expr(node.args[1], text)
+            k = len(reductions)
+            reductions.append(Reduction(k, fn, _expr(arg, text), idx, lv + 1, len(statements), node.lineno - 1,
+                                        node.col_offset))
+            return ast.copy_location(ast.Name(id=PLACEHOLDER.format(k), ctx=ast.Load()), node)
+
+    statements = []
+    for target, value in assigned.items():
+        tree = Hoist().visit(copy.deepcopy(value.tree))
+        lv, var = info(tree)
+        level[target], varies[target] = lv, var
+        statements.append((target, _expr(tree, text)))
+    return RowBody(tuple(statements), tuple(reductions), text, outs, level, varies)
+
+
+def _expr(tree: ast.expr, text: str) -> ex.Expr:
+    names = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return ex.Expr(ast.unparse(tree), tree, names, text)
+
+
+def functions_used(body: RowBody) -> set[str]:
+    """The elementwise functions and the reductions the body calls."""
+    used = {r.op for r in body.reductions}
+    for tree in [e.tree for _, e in body.statements] + [r.arg.tree for r in body.reductions]:
+        used |= {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return used

@@ -1,0 +1,76 @@
+"""What the rowwise planner picks for the schedule fields a spec does not write.
+
+The row is split so that each thread holds about TARGET_CHUNKS 16-byte vectors of it (enough loads in flight to
+cover HBM latency, few enough registers for several CTAs an SM): warps_per_row = N / (32 x vec x 4), a power of
+two up to 16. Blocks have 8 warps (two warpgroups; 16 when a row needs them), rows_per_block = warps /
+warps_per_row, and a row group keeps two rows in flight (max_concurrent_steps: 2) while that costs at most
+TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A written field is never replaced.
+"""
+from __future__ import annotations
+
+from ...frontend.model import ITEMSIZE, BlockSpec
+from ...plan import dims as D
+from ...plan.common import Problems, dynamic_ranges
+from ...plan.defaults import Pick, written
+from ...plan.hardware import Hardware
+from .plan import MAX_ROW_REGS, _kind, _shapes
+
+TARGET_CHUNKS = 4
+TWO_STEP_REGS = 32
+
+
+def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tuple[int, int, int, int]:
+    """(num_warpgroups, rows_per_block, steps, vec) for rows of `n` elements."""
+    vec = 16 // min(ITEMSIZE[d] for d in row_dtypes)
+    if n % vec:
+        vec = 1
+    per_chunk = sum(max(1, vec * ITEMSIZE[d] // 4) for d in kept_dtypes) or 1
+    warps_per_row = 1
+    while warps_per_row < 16 and -(-n // (32 * warps_per_row * vec)) > TARGET_CHUNKS:
+        warps_per_row *= 2
+    wgs = 4 if warps_per_row == 16 else 2
+    rows = 4 * wgs // warps_per_row
+    chunks = -(-n // (32 * warps_per_row * vec))
+    steps = 2 if 2 * chunks * per_chunk <= TWO_STEP_REGS else 1
+    if chunks * per_chunk > MAX_ROW_REGS:
+        steps = 1
+    return wgs, rows, steps, vec
+
+
+def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
+    op, sch = spec.op, spec.schedule
+    kinds, m, n = _shapes(op, Problems())
+    if kinds is None or n is None or any(k is None for k in kinds.values()):
+        return []                               # the planner reports a bad op
+    if any(o.dtype not in ITEMSIZE for o in (op.inputs | op.outputs).values()):
+        return []
+    rows_dt = [o.dtype for nm, o in (op.inputs | op.outputs).items() if kinds[nm] in ("row", "col")]
+    kept = [o.dtype for nm, o in op.inputs.items() if kinds[nm] == "row"]
+    wgs, rows, steps, vec = pick_blocking(n, rows_dt or ["f32"], kept)
+    picks = []
+    if written(spec, ("schedule", "num_warpgroups")):
+        wgs = sch.num_warpgroups
+        rows = max(1, min(rows, 4 * wgs))
+    else:
+        picks.append(Pick(("schedule", "num_warpgroups"), wgs, f"{128 * wgs} threads: {rows} row(s) a block, "
+                                                               f"{4 * wgs // rows} warp(s) a row"))
+    if not written(spec, ("schedule", "pipeline", "max_concurrent_steps")) and sch.pipeline.kind != "none":
+        picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), steps,
+                          f"{steps} row(s) in flight per row group" +
+                          (" (two would take too many registers)" if steps == 1 else "")))
+    else:
+        steps = 1 if sch.pipeline.kind == "none" else sch.pipeline.max_concurrent_steps
+    out0 = next(iter(op.outputs))
+    if not sch.in_specs and not sch.out_specs and not written(spec, ("schedule", "out_specs")):
+        ranges = dynamic_ranges(op.sizes)
+        ragged = not D.divisible(m, rows * steps, ranges)
+        shape = op.outputs[out0].shape
+        block = [rows, n] if kinds[out0] == "row" else [rows] + ([1] if len(shape) == 2 else [])
+        picks.append(Pick(("schedule", "out_specs", out0), BlockSpec(block_shape=block,
+                                                                   out_of_bounds="zero" if ragged else "reject"),
+                          f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-n // (32 * (4 * wgs // rows) * vec))} a thread a row)"
+                          + ("; the last block is partial (out_of_bounds: zero)" if ragged else "")))
+    return picks
+
+
+__all__ = ["rowwise_defaults", "pick_blocking", "_kind"]

@@ -1,0 +1,450 @@
+"""Planner of the `rowwise` family: a body over each row of [M, N] arrays with reductions along the row.
+
+CUDA: each CTA runs `rows_per_block` row groups of `warps_per_row` warps; a row group loads `steps` rows into
+registers with 16-byte vector loads (the row stays on chip), sweeps them once per reduction level (per-thread
+partials in f32, warp shuffles, then the row group's warps through SMEM), and writes the outputs with 16-byte
+stores: one read of each input row from HBM, one write of each output. The CTAs loop over row blocks (a grid of
+all SMs, or one block a row block); M is a launch argument when dynamic. Pallas: the same rows of a step go
+through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ...frontend import expr as ex
+from ...frontend.model import ITEMSIZE
+from ...plan import dims
+from ...plan.common import CTYPE, KernelArg, Problems, dynamic_ranges, max_sizes, resolve_shape, size_values
+from ...plan.exprs import PlanExpr
+from ...plan.hardware import Hardware
+from ...plan.legality import check_profiler, check_reserved_names, check_sizes_int32, check_unique_names
+from . import body as rb
+from .records import RowOperand, RowReduction, RowwisePlan
+from .unread import check_unread
+
+if TYPE_CHECKING:
+    from ...frontend.specfile import SpecFile
+
+MAX_ROW_REGS = 64          # 32-bit registers a thread may give the rows it keeps (the rest: the math, addresses)
+STREAM_CHUNKS = 8          # vectors a thread loads a segment when a long row streams (8 x 16 B in flight)
+REGS_PER_SM = 65536
+IN_DTYPES = ("bf16", "f16", "f32")
+LEGAL_SHAPES = "[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row)"
+
+
+def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Problems]:
+    """Phases: names, shapes (the row count M and length N), dtypes, the body, the schedule's row blocking, the
+    register and SMEM budgets, 32-bit limits, backend limits, the launch."""
+    problems = Problems()
+    op, sch = spec.op, spec.schedule
+    check_unique_names((("sizes", op.sizes), ("constants", op.constants), ("inputs", op.inputs),
+                        ("outputs", op.outputs)), problems)
+    check_reserved_names(spec, problems)
+    check_unread(op, sch, problems)
+    kinds, m, n = _shapes(op, problems)
+    _dtypes(op, problems)
+    body = _parse_body(op, kinds, problems)
+    if kinds is None or n is None:
+        return None, problems
+    rows, steps, warps_per_row = _blocking(op, sch, kinds, problems)
+    _check_schedule(sch, problems)
+    streams = body is not None and not any(kinds.get(o) == "row" for o in op.outputs) and \
+        max((r.level for r in body.reductions), default=0) == 1
+    vec, chunks, row_regs, segments = _registers(op, kinds, n, rows, steps, warps_per_row, sch, streams, problems)
+    ranges = dynamic_ranges(op.sizes)
+    ragged = _ragged(op, sch, kinds, m, rows * steps, ranges, problems)
+    check_sizes_int32(max_sizes(op.sizes), problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
+    # (element offsets are 64-bit in the CUDA kernel, row and column coordinates 32-bit in both: M x N may pass 2^31)
+    operands = _operands(op, kinds, rows, hw)
+    if body is not None:
+        _check_outputs(op, kinds, body, problems)
+        _pallas_limits(op, sch, body, operands, rows, steps, n, hw, problems)
+    check_profiler(sch.compiler_params, sch.backends, problems)
+    if problems or body is None:
+        return None, problems
+    return _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs,
+                     ragged, ranges, segments), problems
+
+
+# ---------------------------------------------------------------------------------------------------- op
+
+def _shapes(op, problems: Problems):
+    """Each operand's kind (row / col / per_row), and the row count M and length N (from the first [M, N])."""
+    sizes = size_values(op.sizes)
+    shapes, before = {}, len(problems)
+    for group in ("inputs", "outputs"):
+        for name, o in getattr(op, group).items():
+            shapes[(group, name)] = resolve_shape(o.shape, sizes, ("op", group, name, "shape"), problems)
+    if len(problems) != before:
+        return None, None, None
+    rows = [(k, s) for k, s in shapes.items() if len(s) == 2 and s[1] != 1 and s[0] != 1]
+    if not rows:
+        first = next(iter(op.outputs))
+        problems.add(("op", "outputs", first, "shape"), f"a rowwise kernel needs an operand of shape [M, N] (its "
+                                                        f"rows); shapes may be {LEGAL_SHAPES}")
+        return None, None, None
+    (g0, n0), (m, n) = rows[0][0], rows[0][1]
+    if isinstance(n, dims.Dim):
+        problems.add(("op", g0, n0, "shape", 1), "the row length N must be a fixed size (the kernel keeps a row of N "
+                                                 "on chip, split across its threads at compile time); only the row "
+                                                 "count M may be dynamic")
+        return None, None, None
+    if n < 2:
+        problems.add(("op", g0, n0, "shape", 1), f"the row length is {n}: a row needs at least 2 elements")
+    kinds = {}
+    for (group, name), s in shapes.items():
+        kind = _kind(s, m, n)
+        if kind is None:
+            problems.add(("op", group, name, "shape"), f"shape {list(map(str, s))} is none of the row shapes "
+                                                       f"{LEGAL_SHAPES} with M = {m}, N = {n}")
+        kinds[name] = kind
+    for name in op.outputs:
+        if kinds.get(name) == "col":
+            problems.add(("op", "outputs", name, "shape"), "an output is rows [M, N] or one value a row [M] / [M, 1]; "
+                                                           "a vector along the row [N] would be written by every row")
+    if any(k is None for k in kinds.values()) or len(problems) != before:
+        return None, m, n
+    unbound = [x for x in op.sizes if not isinstance(op.sizes[x], int) and
+               not any(isinstance(d, dims.Dim) and dims.sizes_of(d) == {x} for nm in op.inputs
+                       for d in shapes[("inputs", nm)])]
+    for x in unbound:
+        problems.add(("op", "sizes", x), f"the dynamic size {x} is no input's dimension, so a call's inputs cannot "
+                                         f"give its value; use it in an input's shape, or give it a fixed value")
+    return kinds, m, n
+
+
+def _kind(shape, m, n) -> str | None:
+    def same(a, b):
+        return a == b if isinstance(a, dims.Dim) == isinstance(b, dims.Dim) else False
+    if len(shape) == 2 and same(shape[0], m) and shape[1] == n:
+        return "row"
+    if (len(shape) == 1 and shape[0] == n) or (len(shape) == 2 and shape[0] == 1 and shape[1] == n):
+        return "col"
+    if (len(shape) == 1 and same(shape[0], m)) or (len(shape) == 2 and same(shape[0], m) and shape[1] == 1):
+        return "per_row"
+    return None
+
+
+def _dtypes(op, problems: Problems) -> None:
+    for group in ("inputs", "outputs"):
+        for name, o in getattr(op, group).items():
+            if o.dtype not in IN_DTYPES:
+                problems.add(("op", group, name, "dtype"), f"{o.dtype} is not a rowwise dtype; the kernels load and "
+                                                           f"store {', '.join(IN_DTYPES)} (math in f32)")
+
+
+def _parse_body(op, kinds, problems: Problems):
+    row_inputs = [n for n in op.inputs if kinds is None or kinds.get(n) in ("row", "col")]
+    try:
+        return rb.parse(op.body, inputs=list(op.inputs), outputs=list(op.outputs), constants=list(op.constants),
+                        row_inputs=row_inputs)
+    except ex.ExprError as err:
+        problems.add(("op", "body"), err.message, (err.line, err.col))
+        return None
+
+
+def _check_outputs(op, kinds, body, problems: Problems) -> None:
+    for name in op.outputs:
+        if kinds.get(name) == "per_row" and body.varies[name]:
+            problems.add(("op", "outputs", name, "shape"), f"'{name}' holds one value a row ({list(op.outputs[name].shape)}) "
+                                                           f"but the body's value of it varies along the row: reduce it "
+                                                           f"(sum, mean, max, min, logsumexp, take), or make it [M, N]")
+    if not body.reductions:
+        problems.add(("op", "body"), "the body has no reduction (sum, mean, max, min, logsumexp, take): an "
+                                     "elementwise body is the map family's (op.kind: map)")
+
+
+# ---------------------------------------------------------------------------------------------- schedule
+
+def _block_entries(op, sch):
+    """(path, BlockSpec, operand kind-relevant shape) of every BlockSpec the spec gives, outputs first."""
+    for group, names in (("out_specs", op.outputs), ("in_specs", op.inputs)):
+        for name, bs in getattr(sch, group).items():
+            yield group, name, bs, names
+
+
+def _blocking(op, sch, kinds, problems: Problems) -> tuple[int, int, int]:
+    """(rows per block R, steps S, warps per row) from the BlockSpecs, the pipeline and the warpgroups."""
+    warps = 4 * sch.num_warpgroups
+    rows = None
+    out0 = next(iter(op.outputs))
+    for group, name, bs, names in _block_entries(op, sch):
+        path = ("schedule", group, name, "block_shape")
+        if name not in names:
+            problems.add(("schedule", group, name), f"no {'output' if group == 'out_specs' else 'input'} named "
+                                                    f"'{name}'; they are: {', '.join(names)}")
+            continue
+        if (group, name) != ("out_specs", out0):
+            problems.add(("schedule", group, name), f"every operand's block follows the first output's: "
+                                                    f"schedule.out_specs.{out0} sets the rows a block (rows go "
+                                                    f"whole); remove this BlockSpec")
+            continue
+        kind, shape = kinds[name], list(getattr(op, "outputs" if group == "out_specs" else "inputs")[name].shape)
+        blk = list(bs.block_shape)
+        if len(blk) != len(shape):
+            problems.add(path, f"block_shape has {len(blk)} dimensions but '{name}' has {len(shape)} ({shape})")
+            continue
+        if kind == "col":
+            if blk[-1] != _n(op, shape[-1]) or (len(blk) == 2 and blk[0] != 1):
+                problems.add(path, f"'{name}' runs along the row: its block is the whole of it, "
+                                   f"{[1] * (len(blk) - 1) + [_n(op, shape[-1])]}")
+            continue
+        if kind == "row" and blk[1] != _n(op, shape[1]):
+            problems.add((*path, 1), f"a block holds whole rows (the reductions run along them): its second "
+                                     f"dimension is the row length N = {_n(op, shape[1])}, got {blk[1]}")
+        if kind == "per_row" and len(blk) == 2 and blk[1] != 1:
+            problems.add((*path, 1), "a per-row operand's block is [rows, 1]")
+        if rows is None:
+            rows = blk[0]
+        elif blk[0] != rows:
+            problems.add((*path, 0), f"every operand's block has the same rows (one step of rows_per_block rows); "
+                                     f"another block has {rows}, this one {blk[0]}")
+    rows = rows or 1
+    if warps % rows:
+        legal = [d for d in range(1, warps + 1) if warps % d == 0]
+        problems.add(_rows_path(op, sch), f"{rows} rows a block on {warps} warps ({sch.num_warpgroups} warpgroups): "
+                                          f"each row gets a whole number of warps, so the rows must divide {warps}: "
+                                          f"{', '.join(map(str, legal))}, or change schedule.num_warpgroups")
+        rows = 1
+    steps = 1 if sch.pipeline.kind == "none" else sch.pipeline.max_concurrent_steps
+    return rows, steps, warps // rows
+
+
+def _n(op, d):
+    return op.sizes.get(d, d) if isinstance(d, str) else d
+
+
+def _rows_path(op, sch):
+    for group, name, _bs, names in _block_entries(op, sch):
+        if name in names:
+            return ("schedule", group, name, "block_shape", 0)
+    return ("schedule", "num_warpgroups")
+
+
+def _check_schedule(sch, problems: Problems) -> None:
+    if sch.pipeline.kind == "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), "a rowwise kernel has no MMA for a producer warpgroup to overlap "
+                                                       "with: every warp loads, reduces and stores its rows; use "
+                                                       "emit_pipeline (or none)")
+    if sch.persistent.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in length; rows "
+                                                        "are all alike: use nd_loop (a grid of all SMs) or none")
+    if sch.persistent.tile_order != "row_major":
+        problems.add(("schedule", "persistent", "tile_order"), f"{sch.persistent.tile_order} orders 2-D tile grids; a "
+                                                              f"rowwise kernel walks its row blocks in order: row_major")
+    if tuple(sch.cluster) not in ((1,), (1, 1), (1, 1, 1)):
+        problems.add(("schedule", "cluster"), "a cluster would split a row across CTAs with a DSMEM reduction, which "
+                                              "the rowwise kernels do not do (yet): each row stays in one CTA; "
+                                              "legal: [1]")
+    for bname in sch.barriers:
+        problems.add(("schedule", "barriers", bname), "the rowwise kernels declare no barriers (the CUDA kernel syncs "
+                                                      "its warps with __syncthreads, the Pallas one uses "
+                                                      "emit_pipeline's): remove it")
+
+
+def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
+               problems: Problems):
+    """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
+    segments): a row too long for the registers streams through them in segments when nothing needs it after
+    its one reduction level (only per-row outputs: cross-entropy, logsumexp, row sums), else a located error."""
+    row_ops = [o for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) in ("row", "col")]
+    vec = 16 // min(ITEMSIZE.get(o.dtype, 2) for o in row_ops) if row_ops else 8
+    if n % vec:
+        vec = 1                               # ragged rows: a row's start is not 16-byte aligned
+    group = 32 * warps_per_row
+    chunks = -(-n // (group * vec))
+    per_chunk = sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 4) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
+    row_regs = steps * chunks * per_chunk
+    if row_regs > MAX_ROW_REGS and streams:
+        chunks = max(1, min(STREAM_CHUNKS, MAX_ROW_REGS // max(1, steps * per_chunk)))
+        return vec, chunks, steps * chunks * per_chunk, -(-n // (group * vec * chunks))
+    if row_regs > MAX_ROW_REGS:
+        per_elem = sum(ITEMSIZE.get(o.dtype, 2) for nm, o in op.inputs.items() if kinds.get(nm) == "row") / 4
+        longest = int(MAX_ROW_REGS * group * vec // max(1, steps * per_chunk))
+        widest = int(MAX_ROW_REGS * 32 * 4 * 4 / max(per_elem, 1e-9))   # 4 warpgroups: 512 threads
+        problems.add(_rows_path(op, sch), (
+            f"a row of N = {n} is too long for one CTA's registers: {steps} step(s) of it over {group} threads a row "
+            f"take {row_regs} registers a thread for the kept rows (at most {MAX_ROW_REGS}); with this blocking N "
+            f"may be at most {longest}, and with one row a block on 4 warpgroups at most {widest // max(steps, 1)}. "
+            f"A body whose outputs are all one value a row, from one level of reductions (cross-entropy, "
+            f"logsumexp, a row sum), streams a row of any length; this one keeps the row for a later pass, and a "
+            f"longer row would need a cluster with a DSMEM reduction (not implemented): use fewer rows a block, "
+            f"more warpgroups or fewer max_concurrent_steps"))
+    return vec, chunks, row_regs, 1
+
+
+def _ragged(op, sch, kinds, m, step_rows: int, ranges, problems: Problems) -> bool:
+    """Whether the last row block is partial (rows past M are masked; out_of_bounds: zero must say so)."""
+    ragged = not dims.divisible(m, step_rows, ranges)
+    for group, name, bs, names in _block_entries(op, sch):
+        if name not in names:
+            continue
+        path = ("schedule", group, name, "out_of_bounds")
+        if bs.out_of_bounds == "nan":
+            problems.add(path, "the kernels never load a row past M (those rows are masked, not filled), so a fill "
+                               "value is never read: use zero (a partial last block allowed) or reject")
+        elif ragged and bs.out_of_bounds == "reject" and kinds.get(name) != "col":
+            at = f"M = {m}" if not ranges else f"M (dynamic, {ranges[str(next(iter(dims.sizes_of(m))))].describe()})"
+            problems.add(path, f"{at} is not a whole number of row blocks of {step_rows} rows (rows a block x "
+                               f"max_concurrent_steps): the last block is partial; set out_of_bounds: zero (rows past "
+                               f"M are masked) or pick rows that divide M")
+    return ragged
+
+
+def _operands(op, kinds, rows: int, hw: Hardware) -> tuple[RowOperand, ...]:
+    out = []
+    sizes = size_values(op.sizes)
+    for role, group in (("in", op.inputs), ("out", op.outputs)):
+        for name, o in group.items():
+            shape = tuple(d if isinstance(d, int) else sizes[d] for d in o.shape)
+            kind = kinds[name]
+            block = {"row": (rows, shape[-1]), "col": tuple(shape), "per_row": (rows,) + tuple(shape[1:])}[kind]
+            out.append(RowOperand(name, role, kind, o.dtype, shape, ITEMSIZE[o.dtype], CTYPE[o.dtype],
+                                  f"{role}_{name}", tuple(int(b) for b in block)))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------------------------- Pallas
+
+PALLAS_CHUNK = 256        # a TMA box's most elements along a dimension (Mosaic GPU copies one box a BlockSpec)
+
+
+def pallas_chunks(n: int, quantum: int = 8) -> tuple[int, int]:
+    """(chunk, chunks): the Pallas kernel's columns a BlockSpec (the largest divisor of N up to a TMA box's 256
+    that is a multiple of `quantum`, the elements of 16 B: emit_pipeline's blocks must tile the row exactly) and
+    BlockSpecs a row; chunk 0 when there is none."""
+    for chunk in range(min(PALLAS_CHUNK, n), 0, -1):
+        if n % chunk == 0 and chunk % quantum == 0:
+            return chunk, n // chunk
+    return 0, 0
+
+
+PALLAS_QUANTUM = 128       # a chunk's columns: a multiple of a warpgroup's 128 lanes (Mosaic GPU's 1-D layouts)
+
+
+def _quantum(operands) -> int:
+    del operands
+    return PALLAS_QUANTUM
+
+
+def _row_shape_path(op):
+    for group in ("inputs", "outputs"):
+        for name, o in getattr(op, group).items():
+            if len(o.shape) == 2 and o.shape[1] != 1 and o.shape[0] != 1:
+                return ("op", group, name, "shape", 1)
+    return ("op", "body")
+
+
+def pallas_smem(operands, steps: int, n: int) -> int:
+    """SMEM of the Pallas kernel: `steps` stages of every input's block, two buffers of every output's (a row
+    rounded up to whole chunks)."""
+    chunk, chunks = pallas_chunks(n)
+    total = 0
+    for o in operands:
+        elems = math.prod(o.block) if o.kind == "per_row" else math.prod(o.block) // n * chunk * chunks
+        total += elems * o.itemsize * (steps if o.role == "in" else 2)
+    return total
+
+
+def _pallas_limits(op, sch, body, operands, rows: int, steps: int, n: int, hw: Hardware, problems: Problems):
+    """What jax 0.11.2's Mosaic GPU cannot do with these kernels, reported before rendering."""
+    if "pallas" not in sch.backends:
+        return
+    hint = "or set schedule.backends: [cuda]"
+    if "gelu_erf" in rb.functions_used(body):
+        problems.add(("op", "body"), f"gelu_erf needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
+                                     f"tanh form) {hint}")
+    for o in operands:
+        if o.kind == "per_row" and len(o.shape) == 2:
+            problems.add(("op", "inputs" if o.role == "in" else "outputs", o.name, "shape"),
+                         f"'{o.name}' [M, 1] has a row stride of {o.itemsize} B; the Pallas kernel's TMA copies need "
+                         f"GMEM strides that are a multiple of 16 B (Mosaic GPU, jax 0.11.2): write its shape [M] "
+                         f"{hint}")
+        elif o.kind == "per_row" and (rows * o.itemsize) % 16:
+            problems.add(_rows_path(op, sch), f"the Pallas kernel moves a step's {rows} values of the per-row "
+                                              f"{'output' if o.role == 'out' else 'input'} '{o.name}' by TMA "
+                                              f"({rows * o.itemsize} B), which needs a multiple of 16 B (Mosaic GPU, "
+                                              f"jax 0.11.2, copies GMEM <-> SMEM by TMA only): use rows a multiple of "
+                                              f"{16 // o.itemsize} {hint}")
+    for o in operands:
+        if o.kind != "per_row" and (n * o.itemsize) % 16:
+            problems.add(("op", "inputs" if o.role == "in" else "outputs", o.name, "shape"),
+                         f"a row of '{o.name}' is {n * o.itemsize} B; the Pallas kernel's TMA copies need a row "
+                         f"stride that is a multiple of 16 B (Mosaic GPU, jax 0.11.2, copies GMEM <-> SMEM by TMA "
+                         f"only): use N a multiple of {16 // o.itemsize} {hint}")
+    quantum = _quantum(operands)
+    if pallas_chunks(n, quantum)[0] == 0 and not any(o.kind != "per_row" and (n * o.itemsize) % 16 for o in operands):
+        problems.add(_row_shape_path(op), f"the Pallas kernel cuts a row into TMA boxes of at most {PALLAS_CHUNK} "
+                                          f"columns that tile it exactly, each a multiple of {quantum} columns (a warpgroup's lanes): "
+                                          f"N = {n} has no such divisor (Mosaic GPU, jax 0.11.2, cannot copy a "
+                                          f"partial box here) {hint}")
+    smem = pallas_smem(operands, steps, n)
+    if smem > hw.smem_per_block:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"the Pallas kernel's {steps} pipeline stage(s) of {rows} row(s) of N = {n} take {smem} B of SMEM "
+                     f"(at most {hw.smem_per_block}): use fewer stages or rows a block {hint}")
+
+
+# ------------------------------------------------------------------------------------------------ assemble
+
+def _roles(op, kinds, body) -> dict:
+    roles = {n: ("operand" if kinds[n] in ("row", "col") else "per_row") for n in op.inputs}
+    roles |= {c: "constant" for c in op.constants}
+    roles |= {t: ("output" if t in op.outputs else "temporary") if body.varies[t] else "scalar"
+              for t, _ in body.statements}
+    roles |= {rb.PLACEHOLDER.format(r.index): "reduction" for r in body.reductions}
+    return roles
+
+
+def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs, ragged,
+              ranges, segments) -> RowwisePlan:
+    op, sch = spec.op, spec.schedule
+    kinds = {o.name: o.kind for o in operands}
+    threads = 128 * sch.num_warpgroups
+    levels = max((r.level for r in body.reductions), default=0)
+    red_slots = max((sum(2 if r.op == "logsumexp" else 1 for r in body.reductions if r.level == lv)
+                     for lv in range(1, levels + 1)), default=1)
+    smem = 0 if warps_per_row == 1 else 2 * levels * rows * steps * warps_per_row * red_slots * 4
+    regs = min(255, max(32, 2 * row_regs + 48))
+    per_sm = max(1, min(hw.max_threads_per_sm // threads, REGS_PER_SM // (threads * (-(-regs // 8) * 8)),
+                        hw.max_blocks_per_sm))
+    num_row_blocks = dims.cdiv(m, rows * steps)
+    tiles = dims.cdiv(m, rows)
+    persistent = sch.persistent.loop != "none"
+    if not persistent:
+        num_blocks, pallas_blocks = num_row_blocks, tiles
+    elif sch.persistent.num_blocks == "auto":
+        num_blocks, pallas_blocks = num_row_blocks, dims.dmin(tiles, hw.sm_count)
+    else:
+        num_blocks = dims.dmin(num_row_blocks, sch.persistent.num_blocks)
+        pallas_blocks = dims.dmin(tiles, sch.persistent.num_blocks)
+    ins = tuple(o for o in operands if o.role == "in")
+    outs = tuple(o for o in operands if o.role == "out")
+    m_max = dims.upper(m, ranges)
+    bytes_moved = sum((m_max * n if o.kind == "row" else n if o.kind == "col" else m_max) * o.itemsize
+                      for o in operands)
+    reductions = tuple(RowReduction(r.index, r.op, rb.COMBINE[r.op], PlanExpr(r.arg),
+                                    PlanExpr(r.index_arg) if r.index_arg is not None else None, r.level, r.statement)
+                       for r in body.reductions)
+    kname = f"rowwise_{spec.name}_r{rows}w{warps_per_row}_s{steps}_v{vec}"
+    cp = sch.compiler_params
+    args = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands)) + \
+        tuple(KernelArg("i32", -1, value=dims.size(x)) for x in ranges)
+    return RowwisePlan(
+        family="rowwise", name=spec.name, kernel_name=kname, sizes=size_values(op.sizes),
+        constants=dict(op.constants), backends=tuple(sch.backends), m=m, n=n, rows_per_block=rows,
+        warps_per_row=warps_per_row, steps=steps, vec=vec, chunks=chunks, segments=segments, row_regs=row_regs,
+        threads=threads,
+        num_warpgroups=sch.num_warpgroups, num_row_blocks=num_row_blocks, pallas_tiles=tiles, num_blocks=num_blocks,
+        pallas_blocks=pallas_blocks, blocks_per_sm=per_sm, auto_blocks=persistent and sch.persistent.num_blocks == "auto",
+        persistent=persistent, levels=levels, inputs=ins, outputs=outs,
+        body=tuple((t, PlanExpr(e)) for t, e in body.statements), body_level=dict(body.level),
+        body_varies={t: bool(v) for t, v in body.varies.items() if t in dict(body.statements)},
+        body_roles=_roles(op, kinds, body), reductions=reductions, red_slots=red_slots, smem_bytes=smem,
+        pallas_smem_bytes=pallas_smem(operands, steps, n), ragged_m=ragged,
+        pallas_chunk=pallas_chunks(n, _quantum(operands))[0], pallas_chunks=pallas_chunks(n, _quantum(operands))[1],
+        approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
+        unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
+        profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), kernel_args=args,
+        dynamic_sizes=tuple(ranges.values()))

@@ -1,0 +1,342 @@
+"""The rowwise family on the CPU: the body language and its located errors, the planner's choices, the float64
+reference against direct numpy formulas, the CUDA kernels compiled by NVRTC (no local memory), and the Pallas
+kernels interpreted against float64 at small sizes with fresh random inputs and NaN-poisoned outputs."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.build import build_spec, package
+from schedgen.errors import SpecErrors
+from schedgen.explain import explain
+from schedgen.frontend.validate import load_spec
+from schedgen.plan import dims, plan
+from schedgen.reference import reference, rel_error, tolerance
+from schedgen.render import render
+from schedgen.runtime.kernel import load_package
+from schedgen.toolchain.nvrtc import compile_cuda, sass
+
+SOFTMAX = SPECS_DIR / "softmax_bf16.yaml"
+LAYERNORM = SPECS_DIR / "layernorm_bf16.yaml"
+RMSNORM = SPECS_DIR / "rmsnorm_bf16.yaml"
+XENT = SPECS_DIR / "crossentropy_bf16.yaml"
+BUNDLED = [SOFTMAX, LAYERNORM, RMSNORM, XENT]
+EIGHT = {"block_shape": [8], "out_of_bounds": "zero"}     # 8 rows a block (M dynamic: the last block partial)
+
+
+def _plan(path, ov=None):
+    spec, src = load_spec(str(path), ov)
+    return plan(spec, src)
+
+
+def _errors(path, ov) -> list[str]:
+    spec, src = load_spec(str(path), ov)
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    return [line[line.index(".yaml:") + 6:] for line in info.value.lines()]
+
+
+# ------------------------------------------------------------------------------------------------ planning
+
+def test_bundled_specs_plan_with_the_picks():
+    got = {p.name: (p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.levels, p.backends)
+           for p in map(_plan, BUNDLED)}
+    assert got == {
+        "softmax_bf16": (1, 8, 2, 8, 4, 2, ("cuda", "pallas")),
+        "layernorm_bf16": (2, 4, 2, 8, 4, 2, ("cuda", "pallas")),
+        "rmsnorm_bf16": (1, 8, 1, 8, 4, 1, ("cuda", "pallas")),
+        # 1 row a block: the Pallas kernel's per-row TMA would move 4 B (a located limit; the planner drops it)
+        "crossentropy_bf16": (1, 16, 1, 8, 8, 1, ("cuda",)),
+    }
+
+
+def test_dynamic_m_is_an_extent_and_a_launch_argument():
+    p = _plan(SOFTMAX)
+    M = dims.size("M")
+    assert p.m == M and p.num_row_blocks == dims.cdiv(M, 2) and p.auto_blocks
+    assert [(a.kind, a.operand) for a in p.kernel_args] == [("ptr", 0), ("ptr", 1), ("i32", -1)]
+    cu = render(p, "cuda")
+    assert re.search(r"uint16_t\* __restrict__ out_y,\s+int sz_M\)", cu)
+    assert "const int num_row_blocks = ((sz_M + 2 - 1) / 2);" in cu
+    fixed = render(_plan(SOFTMAX, {"op.sizes.M": 4096}), "cuda")
+    assert "sz_M" not in fixed and "const int kM = 4096;" in fixed
+
+
+def test_reductions_get_levels_and_the_row_stays_in_registers():
+    p = _plan(LAYERNORM)
+    assert [(r.op, r.level) for r in p.reductions] == [("mean", 1), ("mean", 2)]
+    assert p.body_level == {"mu": 1, "xc": 1, "var": 2, "y": 2}
+    assert p.body_varies == {"mu": False, "xc": True, "var": False, "y": True}
+    cu = render(p, "cuda")
+    # x is loaded once (before the sweeps), stored once; no SMEM staging of the row
+    assert cu.count("ld_in_x(in_x + at") == 1 and cu.count("st_out_y(out_y + at") == 1
+    assert "__syncthreads();" in cu and "sg_warp_sum" in cu
+
+
+def test_softmax_by_logsumexp_is_one_sweep():
+    p = _plan(SOFTMAX, {"op.body": "y = exp(x - logsumexp(x))"})
+    assert p.levels == 1 and [r.combine for r in p.reductions] == ["lse"] and p.red_slots == 2
+    assert "sg_warp_lse" in render(p, "cuda")
+
+
+def test_ragged_row_falls_back_to_element_accesses():
+    p = _plan(SOFTMAX, {"op.sizes.N": 1001})
+    assert p.vec == 1 and p.chunks == -(-1001 // 256)
+    assert "kQ_" not in render(p, "cuda")
+
+
+def test_explain_names_the_passes_and_the_registers():
+    text = explain(_plan(LAYERNORM))
+    assert "2 sweep(s) over the row on chip" in text and "one HBM read of every input row" in text
+    assert "red__r1 = mean over the row of (t_xc * t_xc)  (level 2: mean)" in text
+
+
+# ------------------------------------------------------------------------------------------------ located errors
+
+@pytest.mark.parametrize("ov, where, what", [
+    ({"op.sizes.N": 262144}, "schedule.out_specs.y", "too long for one CTA's registers"),
+    ({"op.body": "y = sum(sum(x))"}, "op.body", "its argument has one value a row"),
+    ({"op.body": "y = x * 2.0"}, "op.body", "elementwise body is the map family's"),
+    ({"op.body": "y = take(x, x)"}, "op.body", "the column i must have one value a row"),
+    ({"op.body": "y = mean(x, 1)"}, "op.body", "mean() takes one expression"),
+    ({"op.body": "y = median(x)"}, "op.body", "function 'median' is not allowed"),
+    ({"op.inputs.x.dtype": "f8e4m3"}, "op.inputs.x.dtype", "not a rowwise dtype"),
+    ({"op.outputs.y.shape": ["M", 7]}, "op.outputs.y.shape", "none of the row shapes"),
+    ({"schedule.cluster": [2]}, "schedule.cluster", "DSMEM reduction"),
+    ({"schedule.num_warpgroups": 1, "schedule.out_specs.y.block_shape": [3, 8192]},
+     "schedule.out_specs.y.block_shape[0]", "the rows must divide 4: 1, 2, 4"),
+    ({"schedule.out_specs.y.block_shape": [1, 4096]}, "schedule.out_specs.y.block_shape[1]", "whole rows"),
+    ({"schedule.out_specs.y.block_shape": [1, 8192], "schedule.out_specs.y.out_of_bounds": "nan"},
+     "schedule.out_specs.y.out_of_bounds", "never load a row past M"),
+    ({"schedule.pipeline.kind": "warp_specialized"}, "schedule.pipeline.kind", "no MMA"),
+    ({"schedule.persistent.tile_order": "planar_snake"}, "schedule.persistent.tile_order", "row_major"),
+    ({"schedule.grid": [4]}, "schedule.grid", "do not read grid"),
+    ({"schedule.out_specs.y.block_shape": [1, 8192], "schedule.out_specs.y.delay_release": 1},
+     "schedule.out_specs.y.delay_release", "do not read a block's delay_release"),
+    ({"schedule.in_specs.x.block_shape": [1, 8192]}, "schedule.in_specs.x", "follows the first output's"),
+])
+def test_located_errors(ov, where, what):
+    lines = _errors(SOFTMAX, ov)
+    assert any(where in line and what in line for line in lines), lines
+
+
+def test_per_row_output_must_be_reduced():
+    lines = _errors(XENT, {"op.body": "loss = x - take(x, t)"})
+    assert any("op.outputs.loss.shape" in line and "varies along the row" in line for line in lines), lines
+
+
+def test_dynamic_row_length_is_rejected_where_it_is_declared():
+    lines = _errors(SOFTMAX, {"op.sizes.N": {"dynamic": True, "max": 8192}})
+    assert any("op.inputs.x.shape[1]" in line and "row length N must be a fixed size" in line for line in lines), lines
+
+
+def test_ragged_m_needs_out_of_bounds_zero():
+    lines = _errors(SOFTMAX, {"op.sizes.M": 4095, "schedule.out_specs.y.block_shape": [1, 8192]})
+    assert any("out_of_bounds" in line and "not a whole number of row blocks of 2 rows" in line for line in lines)
+
+
+def test_pallas_per_row_tma_limit_is_located_and_pinned():
+    """jax 0.11.2's Mosaic GPU moves GMEM <-> SMEM by TMA only: a per-row block of 1 f32 (4 B) cannot go."""
+    lines = _errors(XENT, {"schedule.backends": ["cuda", "pallas"]})
+    assert any("schedule.out_specs.loss.block_shape[0]" in line and "multiple of 16 B" in line for line in lines)
+    assert _plan(XENT, {"schedule.backends": ["cuda", "pallas"], "op.sizes.N": 1024,
+                        "schedule.out_specs.loss": EIGHT}).rows_per_block == 8
+
+
+def test_a_row_kept_for_a_later_pass_has_a_located_register_limit():
+    lines = _errors(SOFTMAX, {"op.sizes.N": 262144})
+    assert any("too long for one CTA's registers" in line and "DSMEM" in line and "at most 32768" in line
+               for line in lines), lines
+
+
+@pytest.mark.parametrize("n, segments, vec", [(128256, 4, 8), (262144, 8, 8), (128257, 32, 1)])
+def test_long_vocabulary_rows_stream_through_the_registers(n, segments, vec):
+    """Cross-entropy reads its row in one reduction level and keeps nothing of it: a Llama-3 vocabulary (128256)
+    or longer streams through the registers in segments, log-sum-exp merged online."""
+    p = _plan(XENT, {"op.sizes.N": n})
+    assert (p.segments, p.chunks, p.vec) == (segments, 8, vec)
+    cu = render(p, "cuda")
+    assert f"constexpr int kSegs = {segments};" in cu and "for (int seg = 0; seg < kSegs; ++seg) {" in cu
+    assert "lse0[s] = acc0[s] == sg_ninf() ? 0.0f : lse0[s] * sg_exp(acc0[s] - mx0);" in cu
+    text = sass(compile_cuda(cu).cubin)
+    assert not re.search(r"\b(LDL|STL)\b", text)
+    assert "streams through the registers in" in explain(p)
+
+
+# ------------------------------------------------------------------------------------------------ float64 reference
+
+def test_reference_matches_direct_formulas():
+    rng = np.random.default_rng(1)
+    m, n = 5, 64
+    x, r = rng.standard_normal((m, n)), rng.standard_normal((m, n))
+    w, b = rng.standard_normal(n), rng.standard_normal(n)
+    t = rng.integers(0, n, m).astype(np.float32)
+    sm = reference(load_spec(str(SOFTMAX))[0], {"M": m, "N": n}, {"x": x})["y"]
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(sm, e / e.sum(1, keepdims=True), rtol=1e-12)
+    ln = reference(load_spec(str(LAYERNORM))[0], {"M": m, "N": n}, {"x": x, "w": w, "b": b})["y"]
+    mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+    np.testing.assert_allclose(ln, (x - mu) / np.sqrt(var + 1e-5) * w + b, rtol=1e-6)
+    out = reference(load_spec(str(RMSNORM))[0], {"M": m, "N": n}, {"x": x, "residual": r, "w": w})
+    h = x + r
+    np.testing.assert_allclose(out["h"], h, rtol=1e-12)
+    np.testing.assert_allclose(out["y"], h / np.sqrt((h * h).mean(1, keepdims=True) + 1e-6) * w, rtol=1e-6)
+    ce = reference(load_spec(str(XENT))[0], {"M": m, "N": n}, {"x": x, "t": t})["loss"]
+    lse = np.log(np.exp(x).sum(1))
+    assert ce.shape == (m,)
+    np.testing.assert_allclose(ce, lse - x[np.arange(m), t.astype(int)], rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------ CUDA: NVRTC, SASS
+
+VARIANTS = [(SOFTMAX, None), (LAYERNORM, None), (RMSNORM, None), (XENT, None),
+            (SOFTMAX, {"op.sizes.N": 1001}),                                   # ragged row: element accesses
+            (SOFTMAX, {"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}),
+            (LAYERNORM, {"op.inputs.x.dtype": "f16", "op.outputs.y.dtype": "f32", "op.sizes.N": 256}),
+            (XENT, {"op.inputs.t.shape": ["M", 1], "op.outputs.loss.shape": ["M", 1], "op.sizes.N": 32000,
+                    "schedule.out_specs.loss.block_shape": [1, 1],
+                    "op.inputs.x.dtype": "bf16"}),
+            (SOFTMAX, {"op.body": "y = exp(x - logsumexp(x))", "schedule.persistent.loop": "none"})]
+
+
+@pytest.mark.parametrize("path, ov", VARIANTS, ids=lambda v: getattr(v, "stem", str(v)))
+def test_cuda_compiles_without_local_memory(path, ov):
+    try:
+        p = _plan(path, ov)
+    except SpecErrors as exc:   # a variant past the register limit is its own test above
+        pytest.skip(str(exc.lines()[0]))
+    cubin = compile_cuda(render(p, "cuda")).cubin
+    text = sass(cubin)
+    assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"
+    assert re.search(r"\bSHFL\.BFLY\b", text)
+    if p.vec > 1:
+        assert re.search(r"\bLDG\.E\.(128|ENL2\.256)", text) and re.search(r"\bSTG\.E\.(EF\.)?128\b", text) or \
+            any(p.outputs[i].kind != "row" for i in range(len(p.outputs)))
+
+
+# ------------------------------------------------------------------------------------------------ Pallas, interpreted
+
+def _interpret(path, sizes: dict, seed: int, ov=None, inputs=None):
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from schedgen.reference import random_inputs
+    from schedgen.verify import interpret_params, poisoned_outputs
+    b = build_spec(str(path), overrides={**{f"op.sizes.{k}": v for k, v in sizes.items() if k == "N"}, **(ov or {})})
+    assert "pallas" in b.plan.backends, b.plan.backends
+    kernel = load_package(package(b, __import__("tempfile").mkdtemp(prefix="rowwise-")))
+    ins = inputs(b.plan, sizes) if inputs else random_inputs(b.spec, sizes, seed)
+    call = kernel.bind([ins[o.name].shape for o in b.plan.inputs])
+    outs = [jnp.asarray(o) for o in poisoned_outputs(b.plan, kernel.output_shapes(call))]
+    got = kernel._pallas.run_into([jnp.asarray(ins[o.name]) for o in b.plan.inputs], outs,
+                                  interpret=interpret_params())
+    ref = reference(b.spec, sizes, ins)
+    for o, g in zip(b.plan.outputs, got):
+        g = np.asarray(g)
+        assert g.shape == ref[o.name].shape and np.isfinite(g.astype(np.float32)).all()
+        err = rel_error(g, ref[o.name])
+        assert err <= tolerance(o.dtype, False), (o.name, err)
+    return b.plan
+
+
+@pytest.mark.parametrize("path", [SOFTMAX, LAYERNORM, RMSNORM], ids=lambda p: p.stem)
+def test_pallas_interpreted_matches_float64(path):
+    p = _interpret(path, {"M": 7, "N": 512}, seed=3)            # M odd: the last step partial
+    assert p.n == 512
+
+
+def _targets(plan, sizes):
+    from schedgen.reference import random_inputs
+    rng = np.random.default_rng(11)
+    ins = random_inputs(load_spec(str(XENT))[0], sizes, 11)
+    ins["t"] = rng.integers(0, sizes["N"], sizes["M"]).astype(np.float32)
+    return ins
+
+
+def test_pallas_cross_entropy_interpreted_with_class_targets():
+    p = _interpret(XENT, {"M": 9, "N": 1024}, seed=0, inputs=_targets,
+                   ov={"schedule.backends": ["cuda", "pallas"], "schedule.out_specs.loss": EIGHT})
+    assert p.rows_per_block % 4 == 0     # the per-row TMA moves a multiple of 16 B
+
+
+def test_pallas_ragged_row_and_f32():
+    p = _interpret(SOFTMAX, {"M": 5, "N": 1152}, seed=4)     # 9 chunks of 128 columns
+    assert (p.pallas_chunk, p.pallas_chunks) == (128, 9)
+    _interpret(LAYERNORM, {"M": 3, "N": 256}, seed=5, ov={"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"})
+
+
+def test_pallas_renders_the_reductions_with_jnp():
+    src = render(_plan(LAYERNORM), "pallas")
+    assert "red__r0 = _mean([v_x[c] for c in range(_C)])" in src
+    assert "in_specs += [plgpu.BlockSpec((_R, _L), lambda k, c=c: (_rows(k), c)) for c in range(_C)]   # x" in src
+    assert "plgpu.emit_pipeline(" in src and "max_concurrent_steps=2," in src
+    src = render(_plan(XENT, {"op.sizes.N": 1024, "schedule.backends": ["pallas"], "schedule.out_specs.loss": EIGHT}),
+                 "pallas")
+    assert "red__r0 = _logsumexp([v_x[c] for c in range(_C)])" in src
+    assert "red__r1 = _take([v_x[c] for c in range(_C)], p_t)" in src
+
+
+@pytest.mark.parametrize("ov, what", [
+    ({"op.sizes.N": 1000}, "has no such divisor"),                 # 1000 = 8 x 125: no multiple of 128 tiles it
+    ({"op.sizes.N": 1001}, "a multiple of 16 B"),                  # 2002-byte rows: no TMA at all
+])
+def test_pallas_row_limits_are_located(ov, what):
+    lines = _errors(SOFTMAX, {**ov, "schedule.backends": ["pallas"]})
+    assert any("op." in line and what in line and "jax 0.11.2" in line for line in lines), lines
+    assert _plan(SOFTMAX, ov).backends == ("cuda",)               # unwritten backends: the planner drops Pallas
+
+
+def test_unknown_kind_lists_the_families(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: sm\nop:\n  kind: softmax\n  sizes: {M: 4}\n")
+    with pytest.raises(SpecErrors) as info:
+        load_spec(str(path))
+    (line,) = info.value.lines()
+    from schedgen import families
+    assert f"unknown kind 'softmax'; legal kinds: {', '.join(families.kinds())} (" in line and "rowwise" in line
+    assert "_FAMILIES" in line and "rowwise: a body over each row with reductions" in line
+
+
+# ------------------------------------------------------------------------------------------------ Pallas, lowered
+
+def _lower(built, tmp_path):
+    import jax
+    from schedgen.runtime.arrays import DTYPES
+    kernel = load_package(package(built, tmp_path / "out"))
+    sizes = {r.name: r.max for r in kernel.launch.sizes}
+    args = [jax.ShapeDtypeStruct(kernel.shape_of(o, sizes), DTYPES[o.dtype]) for o in kernel.inputs]
+    return jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("path, ov", [
+    (XENT, {"op.sizes.N": 1024, "schedule.backends": ["cuda", "pallas"],       # logsumexp + take, 8 rows a step
+            "schedule.out_specs.loss": EIGHT}),
+    (SOFTMAX, {"op.sizes.N": 1152, "op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}),
+    (LAYERNORM, {"op.inputs.w.shape": [1, "N"], "op.sizes.M": 4099}),
+], ids=["xent_1024", "softmax_f32_1152", "layernorm_1xN_ragged_m"])
+def test_pallas_holdouts_lower_for_cuda(path, ov, tmp_path):
+    pytest.importorskip("jax")
+    built = build_spec(str(path), ov)
+    assert "pallas" in built.plan.backends
+    assert "mosaic_gpu" in _lower(built, tmp_path)
+
+
+def test_the_refused_pallas_shapes_still_fail_to_lower(tmp_path, monkeypatch):
+    """Pins of the planner's Pallas limits (jax 0.11.2): with each check turned off, Mosaic GPU refuses the kernel
+    while lowering: a per-row block of 4 B, a [M, 1] operand's 4-byte stride."""
+    pytest.importorskip("jax")
+    from schedgen.families.rowwise import plan as rowplan
+    monkeypatch.setattr(rowplan, "_pallas_limits", lambda *a, **k: None)
+    cases = [({"schedule.backends": ["cuda", "pallas"], "op.sizes.M": 64, "op.sizes.N": 1024,
+               "schedule.out_specs.loss": {"block_shape": [1]}}, "divisible by 128, but got 32"),
+             ({"op.inputs.t.shape": ["M", 1], "op.sizes.N": 512, "op.sizes.M": 64,
+               "schedule.out_specs.loss.block_shape": [4], "schedule.backends": ["cuda", "pallas"]},
+              "multiple of 16 bytes")]
+    for i, (ov, what) in enumerate(cases):
+        built = build_spec(str(XENT), ov)
+        with pytest.raises(ValueError, match=what):
+            _lower(built, tmp_path / str(i))
+    # (chunks of 200 columns, not a multiple of a warpgroup's 128 lanes, fail Mosaic GPU's layout inference too,
+    # but that search takes minutes to give up: checked by hand on 2026-12-04, not pinned here)

@@ -1,0 +1,109 @@
+"""The rowwise kernels on a GPU: each bundled spec built once, its CUDA kernel run at the bundled row length and
+several row counts, at ragged row lengths (N not a multiple of the vector width or of a row group's threads) and in
+other schedules, its Pallas kernel at an odd row count (one Mosaic GPU compile a shape, so fewer), with fresh
+random inputs and NaN-poisoned outputs, against the float64 reference; plus the torch peers' own check."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+
+from conftest import SPECS_DIR
+from schedgen.build import build_spec, package
+from schedgen.reference import random_inputs, reference, rel_error, tolerance
+from schedgen.runtime.kernel import load_package
+
+pytestmark = pytest.mark.gpu
+
+SPECS = {"softmax_bf16": 8192, "layernorm_bf16": 4096, "rmsnorm_bf16": 8192, "crossentropy_bf16": 32000}
+
+
+def _inputs(built, sizes, seed):
+    ins = random_inputs(built.spec, sizes, seed)
+    if built.spec.name.startswith("crossentropy"):
+        rng = np.random.default_rng(seed)
+        ins["t"] = rng.integers(0, sizes["N"], ins["t"].shape).astype(np.float32)
+    return ins
+
+
+def _check(built, kernel, sizes, seed, backends):
+    from schedgen.verify import run_cuda, run_pallas
+    ins = _inputs(built, sizes, seed)
+    ref = reference(built.spec, sizes, ins)
+    for backend in backends:
+        outs = run_cuda(kernel, built.plan, ins) if backend == "cuda" else run_pallas(kernel, built.plan, ins, False)[0]
+        for o, got in zip(built.plan.outputs, outs):
+            got = np.asarray(got)
+            assert got.shape == ref[o.name].shape, (backend, o.name)
+            assert np.isfinite(got.astype(np.float32)).all(), (backend, o.name, "NaN: an element was never written")
+            err = rel_error(got, ref[o.name])
+            assert err <= tolerance(o.dtype, built.plan.approx_math), (backend, o.name, sizes, err)
+
+
+@pytest.mark.parametrize("stem", sorted(SPECS))
+def test_bundled_spec_at_its_size_and_ragged_m(stem):
+    """CUDA at four row counts from one package (M is a launch argument)."""
+    built = build_spec(str(SPECS_DIR / f"{stem}.yaml"))
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    n = SPECS[stem]
+    for m, seed in ((4096, 0), (1, 1), (777, 2), (8191, 3)):
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
+
+
+@pytest.mark.parametrize("stem, n", [("softmax_bf16", 1001), ("softmax_bf16", 1000), ("layernorm_bf16", 1536),
+                                     ("rmsnorm_bf16", 5000), ("crossentropy_bf16", 32001),
+                                     ("crossentropy_bf16", 50304), ("softmax_bf16", 256),
+                                     ("crossentropy_bf16", 128256), ("crossentropy_bf16", 262147)])
+def test_ragged_rows(stem, n):
+    """N not a multiple of the 8-element vectors (1001, 32001: element accesses), of the 256 threads of a row
+    group (1000, 5000), a short row (256: one warp a row), and vocabularies past the registers (128256, 262147:
+    the row streams through them in segments, log-sum-exp merged online)."""
+    built = build_spec(str(SPECS_DIR / f"{stem}.yaml"), {"op.sizes.N": n})
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    for m, seed in ((513, 5), (3, 6)):
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
+
+
+@pytest.mark.parametrize("ov", [
+    {"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"},
+    {"op.inputs.x.dtype": "f16", "op.outputs.y.dtype": "f16"},
+    {"op.body": "y = exp(x - logsumexp(x))"},
+    {"schedule.persistent.loop": "none"},
+    {"schedule.num_warpgroups": 1, "schedule.out_specs.y": {"block_shape": [4, 8192], "out_of_bounds": "zero"},
+     "schedule.pipeline.max_concurrent_steps": 1},
+], ids=["f32", "f16", "lse", "grid_per_block", "one_warp_a_row"])
+def test_softmax_variants(ov):
+    built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    _check(built, kernel, {"M": 1027, "N": 8192}, 7, ["cuda"])
+
+
+def test_pallas_ragged_step_and_f32():
+    """The Pallas kernel at 128-column chunks (N = 1152) and f32, M odd."""
+    built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), {"op.sizes.N": 1152, "op.inputs.x.dtype": "f32",
+                                                             "op.outputs.y.dtype": "f32"})
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    _check(built, kernel, {"M": 301, "N": 1152}, 8, ["cuda", "pallas"])
+
+
+def test_torch_peers_verify():
+    torch = pytest.importorskip("torch")
+    from schedgen.families.rowwise import peers as P
+    for stem in sorted(SPECS):
+        built = build_spec(str(SPECS_DIR / f"{stem}.yaml"), {"op.sizes.M": 64})
+        host = P.valid_targets(built.plan, random_inputs(built.spec, {"M": 64, "N": SPECS[stem]}, 0))
+        names = [label for label, fn in P.torch_candidates(torch, built.plan, built.spec)
+                 if P._checked(torch, fn, built.plan, built.spec, host, "cuda")[0]]
+        assert names, stem
+        assert P._checked(torch, P.torch_body_fn(torch, built.plan, built.spec), built.plan, built.spec, host,
+                          "cuda")[0], stem
+
+
+@pytest.mark.parametrize("stem", [s for s in sorted(SPECS) if s != "crossentropy_bf16"])
+def test_bundled_pallas_at_an_odd_row_count(stem):
+    """Pallas (one Mosaic GPU compile a shape: last in this file, the slow part) at an odd M, the last step partial."""
+    built = build_spec(str(SPECS_DIR / f"{stem}.yaml"))
+    assert "pallas" in built.plan.backends
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    _check(built, kernel, {"M": 777, "N": SPECS[stem]}, 4, ["pallas"])
