@@ -340,3 +340,15 @@ def test_the_refused_pallas_shapes_still_fail_to_lower(tmp_path, monkeypatch):
             _lower(built, tmp_path / str(i))
     # (chunks of 200 columns, not a multiple of a warpgroup's 128 lanes, fail Mosaic GPU's layout inference too,
     # but that search takes minutes to give up: checked by hand on 2026-12-04, not pinned here)
+
+
+def test_gpu_softmax_variants_plan_on_the_cpu():
+    """What the GPU tests build is legal, so a GPU run fails only on numbers (regression, H200 2026-12-04: the one-warp-
+    a-row variant at N = 8192 was a located planning error that only the GPU run found)."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    from test_rowwise_gpu import SOFTMAX_VARIANTS
+    for case, (ov, n) in SOFTMAX_VARIANTS.items():
+        spec, src = load_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
+        p = plan(spec, src)
+        assert p is not None, case

@@ -65,18 +65,24 @@ def test_ragged_rows(stem, n):
         _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
 
 
-@pytest.mark.parametrize("ov", [
-    {"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"},
-    {"op.inputs.x.dtype": "f16", "op.outputs.y.dtype": "f16"},
-    {"op.body": "y = exp(x - logsumexp(x))"},
-    {"schedule.persistent.loop": "none"},
-    {"schedule.num_warpgroups": 1, "schedule.out_specs.y": {"block_shape": [4, 8192], "out_of_bounds": "zero"},
-     "schedule.pipeline.max_concurrent_steps": 1},
-], ids=["f32", "f16", "lse", "grid_per_block", "one_warp_a_row"])
-def test_softmax_variants(ov):
+SOFTMAX_VARIANTS = {
+    "f32": ({"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}, 8192),
+    "f16": ({"op.inputs.x.dtype": "f16", "op.outputs.y.dtype": "f16"}, 8192),
+    "lse": ({"op.body": "y = exp(x - logsumexp(x))"}, 8192),
+    "grid_per_block": ({"schedule.persistent.loop": "none"}, 8192),
+    # 4 rows over one warpgroup: a warp a row; a kept row of 2048 (8192 would need 128 registers a thread for it,
+    # over the planner's 64: a located error, tests/families/rowwise/test_rowwise.py)
+    "one_warp_a_row": ({"op.sizes.N": 2048, "schedule.num_warpgroups": 1, "schedule.pipeline.max_concurrent_steps": 1,
+                        "schedule.out_specs.y": {"block_shape": [4, 2048], "out_of_bounds": "zero"}}, 2048),
+}
+
+
+@pytest.mark.parametrize("case", list(SOFTMAX_VARIANTS))
+def test_softmax_variants(case):
+    ov, n = SOFTMAX_VARIANTS[case]
     built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
-    _check(built, kernel, {"M": 1027, "N": 8192}, 7, ["cuda"])
+    _check(built, kernel, {"M": 1027, "N": n}, 7, ["cuda"])
 
 
 def test_pallas_ragged_step_and_f32():
