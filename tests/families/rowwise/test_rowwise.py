@@ -348,7 +348,7 @@ def test_gpu_softmax_variants_plan_on_the_cpu():
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan
     from test_rowwise_gpu import SOFTMAX_VARIANTS
-    for case, (ov, n) in SOFTMAX_VARIANTS.items():
+    for case, (ov, _n) in SOFTMAX_VARIANTS.items():
         spec, src = load_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
         p = plan(spec, src)
         assert p is not None, case
