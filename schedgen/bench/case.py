@@ -106,6 +106,21 @@ def torch_fn_peer(name: str, fn: Callable, held: dict, torch, device: str, info:
     return Peer(Contender(name, call, stream=torch_stream(torch, device)), info, close)
 
 
+def device_copy_peer(case: "Case", name: str = "copy") -> "Peer":
+    """A device-to-device copy of half the bytes the kernel moves (read and written: the same traffic), the
+    memory-bound families' flat peer."""
+    from ..runtime import driver
+    driver.ensure_context()
+    half = int(case.plan.bytes_moved) // 2
+    held = {"src": driver.Buffer(half), "dst": driver.Buffer(half)}
+
+    def call(i: int) -> None:
+        driver.copy_d2d(held["dst"].ptr, held["src"].ptr, half)
+    info = {"backend": "cuMemcpyDtoDAsync", "config": {"bytes": half},
+            "note": f"device-to-device copy of {half} bytes (half the bytes the kernel moves, read and written)"}
+    return Peer(Contender(name, call, stream=0), info, close=held.clear)
+
+
 def from_torch(torch, t, dtype: str):
     from ..runtime.arrays import DTYPES
     t = t.detach().contiguous().cpu()

@@ -326,6 +326,15 @@ def parse_body(text: str, *, inputs: Collection[str], outputs: Collection[str], 
     Targets are outputs (each assigned exactly once) or new temporaries (legal identifiers, assigned once,
     before use).  Expressions may read inputs, constants and anything assigned on an earlier line.
     """
+    assigned, outs, _ = check_statements(text, inputs=inputs, outputs=outputs, constants=constants)
+    return Body(tuple(assigned.items()), text, outs)
+
+
+def check_statements(text: str, *, inputs: Collection[str], outputs: Collection[str], constants: Collection[str],
+                     checker: type[_Checker] | None = None) -> tuple[dict[str, Expr], tuple[str, ...], _Checker]:
+    """The statements of a body, each checked (`checker`: a _Checker subclass that lets more calls through, such
+    as the rowwise family's reductions): (target -> expression in order, the outputs in assignment order, the
+    checker, for located errors of a caller's own checks)."""
     module = _parse(text, "exec")
     assert isinstance(module, ast.Module)
     if not module.body:
@@ -344,7 +353,7 @@ def parse_body(text: str, *, inputs: Collection[str], outputs: Collection[str], 
         return (f"unknown name {name!r}; {_listing('inputs are', sorted(inputs))}; "
                 f"{_listing('constants are', sorted(constants))}; {_listing('assigned so far', list(assigned))}")
 
-    checker = _Checker(text, False, known)
+    checker = (checker or _Checker)(text, False, known)
     for stmt in module.body:
         if not isinstance(stmt, ast.Assign):
             raise checker.error(stmt, f"{_describe(stmt)} is not allowed; each statement must be 'name = expression'")
@@ -365,7 +374,7 @@ def parse_body(text: str, *, inputs: Collection[str], outputs: Collection[str], 
     missing = sorted(outputs - assigned.keys())
     if missing:
         raise ExprError(f"output(s) never assigned: {', '.join(missing)}", 0, len(checker.lines) - 1)
-    return Body(tuple(assigned.items()), text, tuple(n for n in assigned if n in outputs))
+    return assigned, tuple(n for n in assigned if n in outputs), checker
 
 
 def parse_index_map(text: str, *, grid_names: Sequence[str], sizes: Collection[str]) -> tuple[Expr, ...]:

@@ -6,7 +6,7 @@ is checked against the float64 reference on sampled rows; with an epilogue other
 bare product (noted). The flat peer / peer_time_ms / ratio fields name torch._grouped_mm."""
 from __future__ import annotations
 
-from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes
+from ...bench.case import Peer, device_copy_peer, from_torch, guard, to_torch, torch_dtypes
 from ...bench.timing import Contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
 from .reference import group_rows
@@ -120,24 +120,13 @@ def cublas_loop_peer(case, plan, ref) -> Peer:
     return Peer(Contender("cublas_loop", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
 
 
-def copy_peer(case) -> Peer:
-    from ...runtime import driver
-    driver.ensure_context()
-    half = int(case.plan.bytes_moved) // 2
-    held = {"src": driver.Buffer(half), "dst": driver.Buffer(half)}
-
-    def call(i: int) -> None:
-        driver.copy_d2d(held["dst"].ptr, held["src"].ptr, half)
-    info = {"backend": "cuMemcpyDtoDAsync", "config": {"bytes": half},
-            "note": f"device-to-device copy of {half} bytes (half the bytes the kernel moves, read and written)"}
-    return Peer(Contender("device_copy", call, stream=0), info, close=held.clear)
 
 
 def peers(case) -> dict[str, Peer]:
     plan, ref = _ref(case)      # one sampled float64 reference (of the bare product) for both product peers
     return {"torch_grouped_mm": guard("torch", lambda: grouped_mm_peer(case, plan, ref)),
             "cublas_loop": guard("torch", lambda: cublas_loop_peer(case, plan, ref)),
-            "device_copy": guard("copy", lambda: copy_peer(case))}
+            "device_copy": guard("copy", lambda: device_copy_peer(case, "device_copy"))}
 
 
 def summary(rows: list[dict]) -> list[str]:

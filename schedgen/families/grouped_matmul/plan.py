@@ -33,6 +33,7 @@ from ...plan.hardware import Hardware
 from ...plan.legality import check_reserved_names, check_unique_names
 from ...plan.unread import check_unread
 from ..matmul.model import MatmulOp
+from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul
 from ..matmul.records import MatmulPlan, MatOperand, mat_operand
 from ..matmul.schedule import tensor_map, tile_from_block_specs
@@ -168,13 +169,7 @@ def check_names(spec: SpecFile, out_name: str, problems: Problems) -> None:
             problems.add(("op", "outputs" if nm in op.outputs else "constants", nm),
                          f"'{nm}' is reserved (the accumulator); choose another name")
     check_reserved_names(spec, problems)
-    for role in ("lhs", "rhs"):
-        nm = getattr(op, role)
-        if nm not in op.inputs:
-            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
-                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
-    if op.lhs == op.rhs:
-        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; the activations and the weights are two inputs")
+    check_operand_roles(op, problems, "the activations and the weights are two inputs")
 
 
 def group_shapes(op, out_name: str, problems: Problems) -> Shapes | None:

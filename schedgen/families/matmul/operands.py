@@ -24,15 +24,17 @@ if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
 
-def check_operand_roles(op, problems: Problems) -> None:
-    """op.lhs and op.rhs name two different inputs (the matmul and collective_matmul families)."""
+def check_operand_roles(op, problems: Problems,
+                        two: str = "A @ A^T style products need two inputs here") -> None:
+    """op.lhs and op.rhs name two different inputs (the matmul, collective_matmul and grouped_matmul families;
+    `two`: why they must differ, in the family's words)."""
     for role in ("lhs", "rhs"):
         nm = getattr(op, role)
         if nm not in op.inputs:
             problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
                                        f"({', '.join(op.inputs)}); set op.{role} to one of them")
     if op.lhs == op.rhs:
-        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; A @ A^T style products need two inputs here")
+        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; {two}")
 
 
 def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...]]:

@@ -45,9 +45,8 @@ from .schedule import (
     epilogue_chunks,
     compact_lhs,
     kernel_args,
-    lhs_box_rows,
+    lhs_stage_rows,
     pipeline,
-    short_lhs,
     registers,
     smem_layouts,
     smem_map,
@@ -85,8 +84,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
     regs = registers(sch.pipeline, wg, hw, problems)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    a_rows = lhs_box_rows(tile, layout, cluster, dims.m) if short_lhs(tile, layout, cluster, dims.m) else tile.tm
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout, a_rows)
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout,
+                    lhs_stage_rows(tile, layout, cluster, dims.m))
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
@@ -94,7 +93,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
     inputs, outputs = mat_operands(op, out_name, dims)
-    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems, dims.ranges)
+    args = kernel_args(op, out_name, inputs + outputs, tile, layout, cluster, chunks, hw, problems, dims.ranges,
+                       smem.a_rows)
     if problems:
         return None, problems
     return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
@@ -137,9 +137,8 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     """The plan: every number the templates use, from the phases' records."""
     op, sch = spec.op, spec.schedule
     tm, tn, tk = tile.tm, tile.tn, tile.tk
-    # the lhs rows a stage loads: tile_m, or a static M below it (short_lhs; a compact ring for a one-block tile)
-    a_rows = lhs_box_rows(tile, lay, cl, dims.m) if short_lhs(tile, lay, cl, dims.m) else tm
-    compact = compact_lhs(tile, lay, a_rows)
+    a_rows = smem.a_rows                                  # the lhs rows a stage loads (a compact ring: fewer)
+    compact = compact_lhs(tile, a_rows)
     a_sub = (a_rows if compact else tm if lay.k_major_a else tk) * lay.swz_a
     b_sub = (tn if lay.k_major_b else tk) * lay.swz_b
     # a stage is cut into TMA boxes one swizzle row wide along its swizzled dimension (K, or M / N for MN-major)

@@ -346,6 +346,7 @@ class Smem:
     empty_arrivals: int
     a_stage: int
     b_stage: int
+    a_rows: int               # the lhs rows a stage loads (schedule.lhs_stage_rows)
 
 
 @dataclass(frozen=True)

@@ -386,12 +386,17 @@ def pipeline(op, pipe, tile: Tile, k: DimLike, problems: Problems) -> Pipeline:
     return Pipeline(stages, D.cdiv(k, tile.tk), delay)
 
 
-def short_lhs(tile: Tile, lay: Layout, cluster: Cluster, m: DimLike) -> bool:
-    """A K-major lhs that is not multicast, with a static M below the tile: its box loads M rows (lhs_box_rows)."""
-    return lay.k_major_a and cluster.multicast != "lhs" and D.is_static(m) and m < tile.tm
+def lhs_stage_rows(tile: Tile, lay: Layout, cluster: Cluster, m: DimLike) -> int:
+    """The lhs rows a stage loads: tile_m, or, for a K-major lhs that is not multicast, a static M below the tile
+    (decode: 16 tokens in a 64-row wgmma block) rounded up to 8, so TMA fills no rows past the edge (the H200 ran
+    decode 16 x 8192 x 8192 at 0.68x cuBLAS with 48 of 64 rows zero-filled and 64 x 8192 x 8192 at 1.04x with the
+    same kernel, 2026-12-04); the stage's other rows are zeroed once at kernel start."""
+    if lay.k_major_a and cluster.multicast != "lhs" and D.is_static(m) and m < tile.tm:
+        return min(tile.tm, -(-m // 8) * 8)
+    return tile.tm
 
 
-def compact_lhs(tile: Tile, lay: Layout, a_rows: int) -> bool:
+def compact_lhs(tile: Tile, a_rows: int) -> bool:
     """A one-M-block tile whose lhs box loads fewer rows than the block (a static M below 64: decode): each box's
     loaded rows follow the last box's in SMEM, 2048 B apart for 16 rows, and the 64-row window wgmma reads from a
     box runs on over the boxes after it. Its rows past M are another box's data, or the zeroed tail past the ring:
@@ -400,10 +405,11 @@ def compact_lhs(tile: Tile, lay: Layout, a_rows: int) -> bool:
 
 
 def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, chunks: EpilogueChunks,
-             hw: Hardware, problems: Problems, lay: Layout | None = None, a_rows: int | None = None) -> Smem:
-    """The lhs / rhs stage rings (a compact lhs ring where a static M is below a one-block tile), the output
-    staging buffers, a split-K cluster's partial tile and the barriers; they must fit a block's SMEM."""
-    compact = lay is not None and a_rows is not None and compact_lhs(tile, lay, a_rows)
+             hw: Hardware, problems: Problems, lay: Layout, a_rows: int) -> Smem:
+    """The lhs / rhs stage rings (`a_rows`: the lhs rows a stage loads, lhs_stage_rows; a compact lhs ring where a
+    static M is below a one-block tile), the output staging buffers, a split-K cluster's partial tile and the
+    barriers; they must fit a block's SMEM."""
+    compact = compact_lhs(tile, a_rows)
     a_stage = (a_rows * tile.tk if compact else tile.tm * tile.tk) * isz
     b_stage = tile.tn * tile.tk * isz
     buffers = sch.epilogue.buffers
@@ -437,7 +443,7 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, 
     nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
                             f"at most {fit} stages fit this tile" + (" beside the profiler's "
                                                                       f"{profile} B" if profile else ""))
-    return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage)
+    return Smem(tuple(smem.buffers), nbytes, full_arr, empty_arr, a_stage, b_stage, a_rows)
 
 
 def barrier_arrivals(sch, stages: int, consumers: int, problems: Problems) -> tuple[int, int]:
@@ -515,28 +521,16 @@ def row_major_extent_strides(shape: tuple[DimLike, ...], itemsize: int) -> tuple
     return tuple(out)
 
 
-def lhs_box_rows(tile: Tile, lay: Layout, cluster: Cluster, dims_m: DimLike) -> int:
-    """Rows of the lhs TMA box (K-major lhs: its M rows; M-major: its K rows). A static M below the tile (decode:
-    16 tokens in a 64-row wgmma block) loads only M rounded up to 8 rows, so TMA fills no rows past the edge (the
-    H200 ran decode 16 x 8192 x 8192 at 0.68x cuBLAS with 48 of 64 rows zero-filled and 64 x 8192 x 8192 at 1.04x
-    with the same kernel, 2026-12-04); the stage's other rows are zeroed once at kernel start."""
-    if not lay.k_major_a:
-        return tile.tk
-    if cluster.multicast == "lhs":
-        return tile.tm // 2
-    if short_lhs(tile, lay, cluster, dims_m):
-        return min(tile.tm, -(-dims_m // 8) * 8)
-    return tile.tm
-
-
 def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile, lay: Layout, cluster: Cluster,
-                chunks: EpilogueChunks, hw: Hardware, problems: Problems, ranges=None) -> tuple[KernelArg, ...]:
+                chunks: EpilogueChunks, hw: Hardware, problems: Problems, ranges=None,
+                a_rows: int | None = None) -> tuple[KernelArg, ...]:
     """Tensor maps over lhs, rhs and the output (or its pointer: direct stores), pointers to the epilogue operands.
-    Boxes as loaded: a multicast operand is loaded in halves."""
+    Boxes as loaded: a multicast operand is loaded in halves, a K-major lhs in the `a_rows` a stage loads
+    (lhs_stage_rows; default the tile's)."""
     idx = {o.name: i for i, o in enumerate(operands)}
     by_name = {o.name: o for o in operands}
     a, b, out = by_name[op.lhs], by_name[op.rhs], by_name[out_name]
-    a_rows = lhs_box_rows(tile, lay, cluster, dims_m=by_name[op.lhs].shape[-1 if op.transpose_lhs else -2])
+    a_rows = (tile.tm // 2 if cluster.multicast == "lhs" else a_rows or tile.tm) if lay.k_major_a else tile.tk
     b_rows = (tile.tn // (2 if cluster.multicast == "rhs" else 1)) if lay.k_major_b else tile.tk
     args = [tensor_map(idx[op.lhs], a.shape, a.dtype, a_rows, lay.atom_a, lay.swz_a),
             tensor_map(idx[op.rhs], b.shape, b.dtype, b_rows, lay.atom_b, lay.swz_b),

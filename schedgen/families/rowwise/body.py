@@ -79,46 +79,9 @@ def parse(text: str, *, inputs: Collection[str], outputs: Collection[str], const
           row_inputs: Collection[str]) -> RowBody:
     """Parse and check a rowwise body (ExprError with a line and column on any problem). `row_inputs`: the inputs
     that vary along the row ([M, N] and [N]); the others hold one value a row ([M], [M, 1])."""
-    module = ex._parse(text, "exec")
-    assert isinstance(module, ast.Module)
-    if not module.body:
-        raise ex.ExprError("body is empty; write one 'output = expression' per line")
-    if len(module.body) > ex.MAX_STATEMENTS:
-        raise ex.ExprError(f"body has {len(module.body)} statements; at most {ex.MAX_STATEMENTS}")
-    inputs, outputs, constants = frozenset(inputs), frozenset(outputs), frozenset(constants)
-    assigned: dict[str, ex.Expr] = {}
-    later = {t.id for s in module.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
-
-    def known(name: str) -> str | None:
-        if name in inputs or name in constants or name in assigned:
-            return None
-        if name in later:
-            return f"name {name!r} is used before it is assigned"
-        return (f"unknown name {name!r}; inputs are: {', '.join(sorted(inputs)) or '(none)'}; constants are: "
-                f"{', '.join(sorted(constants)) or '(none)'}; assigned so far: {', '.join(assigned) or '(none)'}")
-
-    checker = _Checker(text, False, known)
-    for stmt in module.body:
-        if not isinstance(stmt, ast.Assign):
-            raise checker.error(stmt, f"{ex._describe(stmt)} is not allowed; each statement must be 'name = expression'")
-        if len(stmt.targets) != 1:
-            raise checker.error(stmt, "chained assignment (a = b = ...) is not allowed")
-        target = stmt.targets[0]
-        if not isinstance(target, ast.Name):
-            raise checker.error(target, f"only a plain name can be assigned, not {ex._describe(target)}")
-        name = checker.name(target)
-        role = "input" if name in inputs else "constant" if name in constants else None
-        if role:
-            raise checker.error(target, f"cannot assign to {role} {name!r}")
-        if name in assigned:
-            raise checker.error(target, f"{name!r} is assigned more than once")
-        if name not in outputs and (msg := ex.check_identifier(name)) is not None:
-            raise checker.error(target, f"bad temporary name: {msg}")
-        assigned[name] = checker.expr(stmt.value)
-    missing = sorted(outputs - assigned.keys())
-    if missing:
-        raise ex.ExprError(f"output(s) never assigned: {', '.join(missing)}", 0, len(checker.lines) - 1)
-    return _hoist(assigned, text, tuple(n for n in assigned if n in outputs), set(row_inputs), checker)
+    assigned, outs, checker = ex.check_statements(text, inputs=inputs, outputs=outputs, constants=constants,
+                                                  checker=_Checker)
+    return _hoist(assigned, text, outs, set(row_inputs), checker)
 
 
 def _hoist(assigned: dict[str, ex.Expr], text: str, outs: tuple[str, ...], row_inputs: set[str],

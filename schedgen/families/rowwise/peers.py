@@ -19,7 +19,7 @@ import ast
 
 import numpy as np
 
-from ...bench.case import Peer, from_torch, guard, to_torch, torch_dtypes, torch_fn_peer, torch_sync
+from ...bench.case import Peer, device_copy_peer, from_torch, guard, to_torch, torch_dtypes, torch_fn_peer, torch_sync
 
 FLAT_PEER = "copy"
 PEER_LABELS = {"copy": "device copy", "torch": "torch op", "torch_compile": "torch.compile"}
@@ -29,18 +29,6 @@ def peer_names() -> list[str]:
     return list(PEER_LABELS)
 
 
-def _copy(case) -> Peer:
-    from ...bench.timing import Contender
-    from ...runtime import driver
-    driver.ensure_context()
-    half = case.plan.bytes_moved // 2
-    held = {"src": driver.Buffer(half), "dst": driver.Buffer(half)}
-
-    def call(i: int) -> None:
-        driver.copy_d2d(held["dst"].ptr, held["src"].ptr, half)
-    info = {"backend": "cuMemcpyDtoDAsync", "config": {"bytes": half},
-            "note": f"device-to-device copy of {half} bytes (half the bytes the kernel moves, read and written)"}
-    return Peer(Contender("copy", call, stream=0), info, close=held.clear)
 
 
 def index_inputs(plan) -> list[str]:
@@ -219,7 +207,7 @@ def compile_peer(case, device: str = "cuda") -> Peer:
 
 
 def peers(case) -> dict[str, Peer]:
-    return {"copy": guard("copy", lambda: _copy(case)), "torch": guard("torch", lambda: torch_peer(case)),
+    return {"copy": guard("copy", lambda: device_copy_peer(case)), "torch": guard("torch", lambda: torch_peer(case)),
             "torch_compile": guard("torch", lambda: compile_peer(case))}
 
 

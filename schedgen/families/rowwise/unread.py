@@ -8,6 +8,7 @@ from ...plan.common import Problems
 from ...plan.unread import (
     NO_GRID,
     ONE_BLOCK_A_TILE,
+    OUTPUT_DELAY_RELEASE,
     PALLAS_COMPILER_PARAMS,
     PLANAR_SNAKE_ONLY,
     Unread,
@@ -54,11 +55,7 @@ IN_BLOCK = BLOCK + (
     Unread(("delay_release",), lambda b: b.delay_release != 0,
            "a step's rows are released when the step's outputs are written", "0 (the default)"),
 )
-OUT_BLOCK = BLOCK + (
-    Unread(("delay_release",), lambda b: b.delay_release != 0,
-           "delay_release keeps an input's pipeline stage; an output block is written, not released",
-           "0 (the default)"),
-)
+OUT_BLOCK = BLOCK + OUTPUT_DELAY_RELEASE
 
 TABLE = UnreadTable("rowwise", schedule=SCHEDULE, in_spec=IN_BLOCK, out_spec=OUT_BLOCK,
                     pallas_only=PALLAS_COMPILER_PARAMS)
