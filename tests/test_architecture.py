@@ -116,3 +116,14 @@ def test_complexity_ratchet():
                         for d in over)
     assert len(over) <= MAX_COMPLEX, (f"{len(over)} functions over complexity {COMPLEXITY}, at most {MAX_COMPLEX} "
                                       f"(split the new one):\n{listing}")
+
+
+def test_every_test_folder_is_collected(request):
+    """pytest skips folders matching `norecursedirs`, whose default holds "build": tests/build/ (376 tests) went
+    uncollected until pyproject.toml set the list without it. Every folder of tests/ holding test files must be
+    one pytest recurses into."""
+    import fnmatch
+    patterns = request.config.getini("norecursedirs")
+    skipped = sorted(str(d.relative_to(ROOT / "tests")) for d in (ROOT / "tests").rglob("*") if d.is_dir() and any(d.glob("test_*.py"))
+                     and any(fnmatch.fnmatch(part, pat) for part in d.relative_to(ROOT / "tests").parts for pat in patterns))
+    assert skipped == [], f"test folders pytest does not collect (norecursedirs {patterns}): {skipped}"

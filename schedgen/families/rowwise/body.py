@@ -13,8 +13,8 @@ A reduction yields one value per row, which broadcasts back over the row whereve
 and the kernels sweep the row (kept on chip) once per level. `max(a, b)` / `min(a, b)` with two arguments stay
 the elementwise maximum / minimum.
 
-`parse` returns the statements with every reduction call replaced by a placeholder name (`__r<k>`, a name no
-spec can use: `__` is reserved), plus the reductions in order, so that the shared render filters spell every
+`parse` returns the statements with every reduction call replaced by a placeholder name (`_r<k>`, a name no
+spec can use: spec names start with a letter), plus the reductions in order, so that the shared render filters spell every
 elementwise tree and the templates spell the reductions themselves.
 """
 from __future__ import annotations
@@ -29,12 +29,12 @@ from ...frontend import expr as ex
 REDUCTIONS: Mapping[str, int] = {"sum": 1, "mean": 1, "max": 1, "min": 1, "logsumexp": 1, "take": 2}
 # what each reduction combines its per-element terms with (logsumexp: max, then a sum of exp)
 COMBINE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min", "logsumexp": "lse", "take": "sum"}
-PLACEHOLDER = "__r{}"
+PLACEHOLDER = "_r{}"   # no spec name starts with "_" (names start with a letter)
 
 
 @dataclass(frozen=True)
 class Reduction:
-    index: int                 # its k: the placeholder __r<k>
+    index: int                 # its k: the placeholder _r<k>
     op: str                    # sum | mean | max | min | logsumexp | take
     arg: ex.Expr               # the reduced expression (inner reductions already placeholders)
     index_arg: ex.Expr | None  # take's column: a per-row expression
@@ -95,8 +95,8 @@ def _hoist(assigned: dict[str, ex.Expr], text: str, outs: tuple[str, ...], row_i
         lv, var = 0, False
         for n in ast.walk(tree):
             if isinstance(n, ast.Name):
-                if n.id.startswith("__r"):
-                    lv = max(lv, reductions[int(n.id[3:])].level)
+                if n.id.startswith("_r"):
+                    lv = max(lv, reductions[int(n.id[2:])].level)
                 else:
                     lv, var = max(lv, level.get(n.id, 0)), var or varies.get(n.id, False)
         return lv, var

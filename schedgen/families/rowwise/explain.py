@@ -7,7 +7,7 @@ from ...plan.exprs import spell
 
 # The identifiers the CUDA template gives the body's names, by role (explain prints the body as the kernel has it).
 CXX_SPELLING = {"operand": "v_{}", "per_row": "p_{}", "constant": "c_{}", "temporary": "t_{}", "output": "o_{}",
-                "scalar": "u_{}", "reduction": "red{}"}
+                "scalar": "u_{}", "reduction": "red_{}"}
 WHAT = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "logsumexp": "log-sum-exp (max, then sum of exp)",
         "take": "the value at a column (a sum of the one matching term)"}
 

@@ -19,6 +19,7 @@ import ast
 
 import numpy as np
 
+from . import body as rb
 from ...bench.case import Peer, device_copy_peer, from_torch, guard, to_torch, torch_dtypes, torch_fn_peer, torch_sync
 
 FLAT_PEER = "copy"
@@ -82,7 +83,8 @@ def torch_body_fn(torch, plan, spec):
     for i, (target, e) in enumerate(body.statements):
         for r in body.reductions:
             if r.statement == i:
-                steps.append((f"__r{r.index}", r.op, one(r.arg), one(r.index_arg) if r.index_arg is not None else None))
+                steps.append((rb.PLACEHOLDER.format(r.index), r.op, one(r.arg),
+                              one(r.index_arg) if r.index_arg is not None else None))
         steps.append((target, None, one(e), None))
     names = [o.name for o in plan.inputs]
     tdt = torch_dtypes(torch)

@@ -61,7 +61,7 @@ class RowwisePlan:
     levels: int                 # sweeps over the row kept on chip (the deepest reduction)
     inputs: tuple[RowOperand, ...]
     outputs: tuple[RowOperand, ...]
-    body: tuple[tuple[str, PlanExpr], ...]   # reductions replaced by placeholders (__r<k>)
+    body: tuple[tuple[str, PlanExpr], ...]   # reductions replaced by placeholders (_r<k>)
     body_level: dict            # target -> the deepest level it reads
     body_varies: dict           # target -> varies along the row
     body_roles: dict            # name -> operand | per_row | constant | temporary | output | reduction
