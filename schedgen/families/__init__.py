@@ -86,6 +86,9 @@ class Family:
     # (spec, sizes, numpy Generator) -> {input name: array}: a family's own random inputs where some must be valid
     # rather than random (grouped_matmul's group offsets); None: every input normal (schedgen.reference)
     random_inputs: Callable[[Any, Any, Any], dict] | None = None
+    # (spec, source map) -> (autodiff.graph.BackwardGraph | None, Problems): the kernels of the spec's backward
+    # pass (issue 19); None: the family has no backward, and a spec with a `backward` section is a located error
+    backward: Callable[[Any, Any], tuple[Any, Any]] | None = None
 
     def __post_init__(self):
         problems = []
@@ -100,7 +103,7 @@ class Family:
                 problems.append(f"{name} must be callable")
         if self.starter is not None and not self.starter.is_file():
             problems.append(f"starter {self.starter} is not a file")
-        for name in ("defaults", "tune_aliases", "tune_space", "random_inputs"):
+        for name in ("defaults", "tune_aliases", "tune_space", "random_inputs", "backward"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable (or None)")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):

@@ -454,6 +454,20 @@ class Schedule(Model):
         "did not write (the sizes, picked fields): the planner picks [cuda]"), examples=[["cuda"], ["cuda", "pallas"]])
 
 
+class Backward(Model):
+    """The backward pass the package carries (issue 19): which inputs get gradients and which forward values are
+    kept for it. Its kernels are derived from the op (symbolic derivatives of the body / epilogue, the attention
+    backward), built like any spec and wired into torch autograd and jax.grad."""
+    wrt: list[Ident] | None = Field(default=None, max_length=16, description=(
+        "the inputs that get gradients (default: every floating-point input); an input left out gets none, and "
+        "its backward kernels are not built"), examples=[["x", "w"], ["q", "k", "v"]])
+    save: list[Ident] | Literal["recompute"] | None = Field(default=None, description=(
+        "forward values kept for the backward: names of the body's temporaries (map / rowwise), `acc` (the matmul "
+        "epilogue's pre-activation) or the family's own (attention's `lse`), each then written by the forward "
+        "kernel as an extra output; `recompute`: keep nothing and recompute in the backward; default: the "
+        "family's choice (explain says which and why)"), examples=[["h"], ["acc"], "recompute"])
+
+
 class Tune(Model):
     """Values to sweep: dotted field paths into the file -> candidate values; constraints over them."""
     params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$"), AfterValidator(_tune_key),

@@ -74,7 +74,7 @@ def _sections(root: dict, defs: dict) -> tuple[list[str], dict[str, list[str]]]:
         name, node, path = queue.pop(0)
         fields = list(node.get("properties", {}).items())
         if name == "":   # name, description, op, schedule, tune: in the order of a file
-            fields.sort(key=lambda kv: ["name", "description", "op", "schedule", "tune"].index(kv[0]))
+            fields.sort(key=lambda kv: ["name", "description", "op", "schedule", "tune", "backward"].index(kv[0]))
         for field, sub in fields:
             sub_path = f"{path}.{field}" if path else field
             inner = _refs(sub)

@@ -8,7 +8,7 @@ from typing import Annotated, Union
 from pydantic import Field
 
 from .. import families
-from .model import Ident, Model, Schedule, Tune
+from .model import Backward, Ident, Model, Schedule, Tune
 
 Op = Annotated[Union[tuple(f.op_model for f in families.all_families())], Field(discriminator="kind")]
 
@@ -27,3 +27,6 @@ class SpecFile(Model):
     tune: Tune | None = Field(default=None, description=(
         "the search space of `schedgen tune`; `schedgen build` builds the schedule as written (with --tuned: the "
         "best point tune recorded)"))
+    backward: Backward | None = Field(default=None, description=(
+        "build a backward pass too (torch autograd, jax.grad): which inputs get gradients and what the forward "
+        "saves for it; a family without a backward is a located error"))

@@ -44,6 +44,13 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware = H200):
                                                  f"{spec.op.kind} family runs on one GPU (multi-device: "
                                                  f"{', '.join(multi)}): remove it")
         raise SpecErrors(problems, src)
+    if getattr(spec, "backward", None) is not None and family.backward is None:
+        have = sorted(f.kind for f in families.all_families() if f.backward is not None)
+        problems = Problems()
+        problems.add(("backward",), f"the {spec.op.kind} family has no backward pass yet (families with one: "
+                                    f"{', '.join(have) or 'none yet'}): remove the backward section, or "
+                                    f"differentiate a reference implementation instead")
+        raise SpecErrors(problems, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
