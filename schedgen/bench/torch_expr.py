@@ -29,7 +29,8 @@ def _unary_functions(torch) -> dict[str, Callable]:
     return {"abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2,
             "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
             "relu": torch.relu, "gelu": lambda x: F.gelu(x, approximate="tanh"), "gelu_erf": F.gelu,
-            "silu": F.silu, "square": torch.square}
+            "silu": F.silu, "square": torch.square, "erf": torch.erf, "sign": torch.sign,
+            "heaviside": lambda x: (x > 0).to(x.dtype)}
 
 
 def _is_tensor(torch, x) -> bool:

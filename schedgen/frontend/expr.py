@@ -43,7 +43,7 @@ class ExprError(ValueError):
 IDENT_RE = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 
 FUNCTIONS: Mapping[str, int] = MappingProxyType(
-    {name: 1 for name in ("abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square").split()}
+    {name: 1 for name in ("abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square erf heaviside sign").split()}
     | {"minimum": 2, "maximum": 2, "clamp": 3}
 )
 
@@ -448,7 +448,8 @@ _NP_CALL: dict[str, Callable[..., np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0.0),
     "gelu": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x))),
     "gelu_erf": lambda x: 0.5 * x * (1.0 + _np_erf(x / math.sqrt(2.0))),
-    "silu": lambda x: x * _np_sigmoid(x), "square": lambda x: x * x,
+    "silu": lambda x: x * _np_sigmoid(x), "square": lambda x: x * x, "erf": _np_erf,
+    "heaviside": lambda x: np.where(x > 0.0, 1.0, 0.0), "sign": np.sign,
     "minimum": np.minimum, "maximum": np.maximum, "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
 }
 

@@ -15,6 +15,8 @@ _JNP_CALL: dict[str, str] = {
     "sigmoid": "jax.nn.sigmoid({0})", "relu": "jnp.maximum({0}, 0.0)", "gelu": "jax.nn.gelu({0}, approximate=True)",
     "gelu_erf": "jax.nn.gelu({0}, approximate=False)", "silu": "jax.nn.silu({0})", "square": "({0} * {0})",
     "minimum": "jnp.minimum({0}, {1})", "maximum": "jnp.maximum({0}, {1})", "clamp": "jnp.clip({0}, {1}, {2})",
+    "erf": "jax.lax.erf({0})", "heaviside": "jnp.where({0} > 0.0, 1.0, 0.0)",
+    "sign": "jnp.where({0} > 0.0, 1.0, jnp.where({0} < 0.0, -1.0, 0.0))",
 }
 
 

@@ -71,7 +71,7 @@ def test_comment_never_reaches_generated_code() -> None:
 
 def test_functions_table() -> None:
     assert dict(FUNCTIONS) == {
-        **dict.fromkeys("abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square".split(), 1),
+        **dict.fromkeys("abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square erf heaviside sign".split(), 1),
         "minimum": 2, "maximum": 2, "clamp": 3}
     for fn, arity in FUNCTIONS.items():
         args = ", ".join(["x"] * arity)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .backward import map_backward
 from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_map
 from .model import MapOp
@@ -31,4 +32,5 @@ FAMILY = register(Family(
     metric="gbps",
     elementwise=lambda op: op.body,
     report=REPORT,
+    backward=map_backward,
 ))

@@ -22,5 +22,6 @@ class MapOp(Model):
     body: str = Field(min_length=1, max_length=4000, description=(
         "statements `name = expression`, one a line, assigning every output (temporaries allowed) from inputs, "
         "constants, float literals, + - * /, ** 2 / 3 / 4, unary -, and abs exp exp2 log log2 sqrt rsqrt tanh sigmoid relu "
-        "gelu (tanh form) gelu_erf silu square minimum maximum clamp; evaluated in f32"),
+        "gelu (tanh form) gelu_erf silu square erf heaviside (1 where x > 0) sign minimum maximum clamp; "
+        "evaluated in f32"),
         examples=["o = x + y", "h = x * w + b\ny = gelu(h)", "o = clamp(x * scale, -1.0, 1.0)"])

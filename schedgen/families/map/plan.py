@@ -346,8 +346,8 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
     hint = "or set schedule.backends: [cuda]"
     used = {n.func.id for _, e in body.statements for n in ast.walk(e.tree)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    if "gelu_erf" in used:
-        problems.add(("op", "body"), f"gelu_erf needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
+    for fn in sorted({"gelu_erf", "erf"} & set(used)):
+        problems.add(("op", "body"), f"{fn} needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
                                      f"tanh form) {hint}")
     for o in operands.values():
         path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)

@@ -27,7 +27,8 @@ class RowwiseOp(Model):
     body: str = Field(min_length=1, max_length=4000, description=(
         "statements `name = expression`, one a line, assigning every output (temporaries allowed) from inputs, "
         "constants, float literals, the map family's operators and functions (+ - * /, ** 2 / 3 / 4, abs exp exp2 "
-        "log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square minimum maximum clamp) and reductions over "
+        "log log2 sqrt rsqrt tanh sigmoid relu gelu gelu_erf silu square erf heaviside sign minimum maximum clamp) and "
+        "reductions over "
         "the row: sum(e), mean(e), max(e), min(e), logsumexp(e), take(e, i) (e at column i of the row, i one value "
         "a row); a reduction is one value a row that broadcasts back; reductions nest; evaluated in f32"),
         examples=["m = max(x)\ne = exp(x - m)\ny = e / sum(e)",

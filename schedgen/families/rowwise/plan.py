@@ -352,8 +352,8 @@ def _pallas_limits(op, sch, body, operands, rows: int, steps: int, n: int, hw: H
     if "pallas" not in sch.backends:
         return
     hint = "or set schedule.backends: [cuda]"
-    if "gelu_erf" in rb.functions_used(body):
-        problems.add(("op", "body"), f"gelu_erf needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
+    for fn in sorted({"gelu_erf", "erf"} & set(rb.functions_used(body))):
+        problems.add(("op", "body"), f"{fn} needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
                                      f"tanh form) {hint}")
     for o in operands:
         if o.kind == "per_row" and len(o.shape) == 2:

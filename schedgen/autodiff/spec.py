@@ -1,0 +1,60 @@
+"""What every family's backward hook does with the user's spec: its written data (a step spec starts from it), the
+inputs that get gradients (`backward.wrt`) and the forward values kept (`backward.save`), checked and located."""
+from __future__ import annotations
+
+from typing import Any, Collection, Sequence
+
+from ..plan.common import Problems
+
+FLOATING = ("bf16", "f16", "f32")
+
+
+def written(model) -> dict[str, Any]:
+    """A validated spec (or part of one) as the plain data the user wrote: fields left out stay out (the planner
+    picks them again for a derived spec), so a step spec made from it validates like a file."""
+    return model.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+def wrt_names(spec, problems: Problems, differentiable: Collection[str] | None = None) -> tuple[str, ...]:
+    """The inputs that get gradients: `backward.wrt` as written (each checked: an input of a floating dtype, and
+    one the family can differentiate), or every such input."""
+    inputs = spec.op.inputs
+    legal = [n for n, o in inputs.items() if o.dtype in FLOATING and (differentiable is None or n in differentiable)]
+    wrt = spec.backward.wrt if spec.backward is not None else None
+    if wrt is None:
+        return tuple(legal)
+    for i, name in enumerate(wrt):
+        if name not in legal:
+            why = ("is not an input" if name not in inputs else
+                   f"has dtype {inputs[name].dtype}: only {'/'.join(FLOATING)} inputs get gradients"
+                   if inputs[name].dtype not in FLOATING else "gets no gradient from this family")
+            problems.add(("backward", "wrt", i), f"{name!r} {why}; inputs that can get one: {', '.join(legal)}")
+        elif name in wrt[:i]:
+            problems.add(("backward", "wrt", i), f"{name!r} is listed twice")
+    return tuple(dict.fromkeys(n for n in wrt if n in legal))
+
+
+def save_names(spec, problems: Problems, savable: Sequence[str], default: Sequence[str] = ()) -> tuple[str, ...]:
+    """The forward values kept for the backward: `backward.save` as written (each one of `savable`), nothing for
+    `recompute`, the family's `default` when not written."""
+    save = spec.backward.save if spec.backward is not None else None
+    if save is None:
+        return tuple(default)
+    if save == "recompute":
+        return ()
+    for i, name in enumerate(save):
+        if name not in savable:
+            problems.add(("backward", "save", i), f"{name!r} cannot be saved: the values this spec can keep for its "
+                                                  f"backward are {', '.join(savable) or '(none)'}, or write "
+                                                  f"save: recompute")
+    return tuple(dict.fromkeys(n for n in save if n in savable))
+
+
+def fresh(base: str, taken: set[str]) -> str:
+    """`base`, or `base2`, `base3`, ... : the first not in `taken` (which it joins)."""
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    taken.add(name)
+    return name
