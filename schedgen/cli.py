@@ -255,6 +255,9 @@ def cmd_explain(args) -> int:
     spec, src = load_spec(args.file, _overrides(args))
     p, picks = plan_with_picks(spec, src)
     print(to_json(p) if args.json else explain(p, picks))
+    if not args.json and getattr(spec, "backward", None) is not None:
+        from .explain import explain_backward
+        print(explain_backward(spec, src), end="")
     if args.draw:
         from .draw import draw
         try:

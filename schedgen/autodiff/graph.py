@@ -22,7 +22,9 @@ References are strings, checked by `check()`:
   "grad:<name>"  the upstream gradient of forward output <name> (same shape and dtype as the output)
   "step:<step>.<output>"  an output of an earlier step
 Targets of a step output:
-  "grad:<input>"  adds into the gradient of forward input <input> (two steps may add into one)
+  "grad:<input>"  adds into the gradient of forward input <input> (two steps may add into one); an output of
+                  another shape than the input (a gradient of an operand broadcast in the forward: [N] over [M, N])
+                  is summed back to the input's shape first (`sum_dims`: numpy broadcasting read backwards)
   "value"         read by later steps only (as "step:<step>.<output>")
 
 `evaluate()` runs a graph with any per-step runner; with the families' float64 references it is the backward's
@@ -100,11 +102,35 @@ def check(graph: BackwardGraph, inputs: set[str], outputs: set[str]) -> list[str
 Runner = Callable[[Step, Mapping[str, Any]], Mapping[str, Any]]
 
 
+def sum_dims(shape: tuple, to: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """How a gradient of shape `shape` is summed back to an operand of shape `to` that numpy broadcasting stretched
+    to `shape`: (the leading dims to sum away, the dims of size 1 in `to` to sum keeping them), both as dims of
+    `shape`. ValueError when `to` does not broadcast to `shape` (a family bug)."""
+    shape, to = tuple(shape), tuple(to)
+    lead = len(shape) - len(to)
+    if lead < 0 or any(t not in (1, s) for t, s in zip(to, shape[lead:])):
+        raise ValueError(f"a gradient of shape {shape} cannot be summed to {to}: {to} does not broadcast to it")
+    return tuple(range(lead)), tuple(lead + i for i, (t, s) in enumerate(zip(to, shape[lead:])) if t == 1 and s != 1)
+
+
+def sum_to(value: Any, to: tuple) -> Any:
+    """numpy: `value` summed back to the shape `to` (itself when the shapes agree)."""
+    if tuple(np.shape(value)) == tuple(to):
+        return value
+    lead, keep = sum_dims(np.shape(value), to)
+    if keep:
+        value = np.sum(value, axis=keep, keepdims=True)
+    return np.sum(value, axis=lead) if lead else value
+
+
 def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-             grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add) -> dict[str, Any]:
+             grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add,
+             reduce: Callable[[Any, tuple], Any] = sum_to) -> dict[str, Any]:
     """The gradients of the forward inputs in `graph.grads` (absent: no step writes it, a zero gradient).
     `outputs`: the forward outputs, saved ones included; `grads_out`: upstream gradients by output name;
-    `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference)."""
+    `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference);
+    `reduce(value, shape)` sums a step output bound to grad:<input> back to the input's shape (numpy's `sum_to`
+    by default; the runtime passes torch's and jax's)."""
     values: dict[str, Any] = {}
     grads: dict[str, Any] = {}
     for s in graph.steps:
@@ -117,5 +143,6 @@ def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[s
             values[f"{s.name}.{k}"] = result[k]
             if tgt.startswith("grad:"):
                 g = tgt[5:]
-                grads[g] = result[k] if g not in grads else add(grads[g], result[k])
+                v = reduce(result[k], tuple(np.shape(inputs[g])))
+                grads[g] = v if g not in grads else add(grads[g], v)
     return grads

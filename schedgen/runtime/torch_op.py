@@ -70,6 +70,9 @@ def op_name(kernel: Any) -> str:
         path = kernel.root / file
         h.update(file.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
+    backward = kernel.root / "backward.json"   # its autograd formula is part of the op (packages with a backward)
+    if backward.exists():
+        h.update(b"backward.json\0" + backward.read_bytes())
     return f"{kernel.name}_{h.hexdigest()[:DIGEST_CHARS]}"
 
 
@@ -92,6 +95,9 @@ def attach(kernel: Any) -> None:
 def _attach_now(kernel: Any) -> None:
     try:
         kernel.torch_op = register(kernel)
+        if kernel.torch_op is not None and getattr(kernel, "backward", None) is not None:
+            from .autograd import register_torch
+            register_torch(kernel.torch_op, kernel.backward)
     except Exception as exc:   # a torch that cannot register ops must not break the package
         warnings.warn(f"{kernel.name}: no torch custom op ({type(exc).__name__}: {exc}); torch tensors take the "
                       f"direct CUDA path and torch.compile cannot trace it", RuntimeWarning, stacklevel=3)
