@@ -60,7 +60,10 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         problems.add(("backward",), f"the derived backward body is not a legal body ({e.message}); write "
                                     f"save: recompute or report this as a schedgen bug")
         return None, problems
-    forward = _forward_with_saved(spec, saved) if saved else None
+    forward = None
+    if saved:
+        forward, why = _fitting(_forward_with_saved(spec, saved))
+        notes += [why] if why else []
     step_spec = _step_spec(spec, derived.text, reads_in, [(cot_of[o], o) for o in reads_cot], reads_saved,
                            [(grad_of[w], w) for w in nonzero])
     inputs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
@@ -89,6 +92,32 @@ def _forward_with_saved(spec, saved) -> dict:
         for s in saved:
             specs[s] = dict(specs[first])
     return data
+
+
+def _fitting(data: dict) -> tuple[dict, str]:
+    """The forward with its saved outputs, planned: as written when it fits, else with fewer pipeline stages, else
+    with the whole schedule left to the planner (and a note saying which)."""
+    from ...errors import SourceMap, SpecErrors
+    from ...frontend.validate import validate_data
+    from ...plan import plan
+    sch = data.get("schedule") or {}
+    tries = [(data, "")]
+    depth = (sch.get("pipeline") or {}).get("max_concurrent_steps")
+    for d in range(depth - 1, 0, -1) if isinstance(depth, int) else ():
+        fewer = {**data, "schedule": {**sch, "pipeline": {**sch["pipeline"], "max_concurrent_steps": d}}}
+        tries.append((fewer, f"the forward that saves them runs {d} pipeline stage(s), not the {depth} written: "
+                             f"{depth} do not fit in SMEM with the saved output(s)"))
+    if sch:
+        bare = {**data, "schedule": {"backends": sch["backends"]} if "backends" in sch else {}}
+        tries.append((bare, "the forward's schedule could not hold the saved output(s) too: the planner picked "
+                            "the schedule of the forward that saves them"))
+    for candidate, why in tries:
+        try:
+            plan(validate_data(candidate, SourceMap("<forward>")), SourceMap("<forward>"))
+            return candidate, why
+        except SpecErrors:
+            continue
+    return data, ""          # the build reports the first form's problems
 
 
 def _step_spec(spec, body: str, inputs, cotangents, saved, grads) -> dict:
