@@ -15,7 +15,7 @@ import ast
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fresh, save_names, written, wrt_names
+from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 
@@ -62,7 +62,7 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         return None, problems
     forward = None
     if saved:
-        forward, why = _fitting(_forward_with_saved(spec, saved))
+        forward, why = fitting(_forward_with_saved(spec, saved))
         notes += [why] if why else []
     step_spec = _step_spec(spec, derived.text, reads_in, [(cot_of[o], o) for o in reads_cot], reads_saved,
                            [(grad_of[w], w) for w in nonzero])
@@ -92,32 +92,6 @@ def _forward_with_saved(spec, saved) -> dict:
         for s in saved:
             specs[s] = dict(specs[first])
     return data
-
-
-def _fitting(data: dict) -> tuple[dict, str]:
-    """The forward with its saved outputs, planned: as written when it fits, else with fewer pipeline stages, else
-    with the whole schedule left to the planner (and a note saying which)."""
-    from ...errors import SourceMap, SpecErrors
-    from ...frontend.validate import validate_data
-    from ...plan import plan
-    sch = data.get("schedule") or {}
-    tries = [(data, "")]
-    depth = (sch.get("pipeline") or {}).get("max_concurrent_steps")
-    for d in range(depth - 1, 0, -1) if isinstance(depth, int) else ():
-        fewer = {**data, "schedule": {**sch, "pipeline": {**sch["pipeline"], "max_concurrent_steps": d}}}
-        tries.append((fewer, f"the forward that saves them runs {d} pipeline stage(s), not the {depth} written: "
-                             f"{depth} do not fit in SMEM with the saved output(s)"))
-    if sch:
-        bare = {**data, "schedule": {"backends": sch["backends"]} if "backends" in sch else {}}
-        tries.append((bare, "the forward's schedule could not hold the saved output(s) too: the planner picked "
-                            "the schedule of the forward that saves them"))
-    for candidate, why in tries:
-        try:
-            plan(validate_data(candidate, SourceMap("<forward>")), SourceMap("<forward>"))
-            return candidate, why
-        except SpecErrors:
-            continue
-    return data, ""          # the build reports the first form's problems
 
 
 def _step_spec(spec, body: str, inputs, cotangents, saved, grads) -> dict:

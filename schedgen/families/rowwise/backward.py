@@ -22,7 +22,7 @@ import copy
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fresh, save_names, written, wrt_names
+from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 from . import body as rb
@@ -109,7 +109,10 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
                                     f"fewer inputs in backward.wrt")
         return None, problems
     shape_of = _shapes_of(spec, row, saved)
-    forward = _forward_with_saved(spec, saved, shape_of) if saved else None
+    forward = None
+    if saved:
+        forward, why = fitting(_forward_with_saved(spec, saved, shape_of))
+        notes += [why] if why else []
     data = written(spec)
     for key in ("backward", "tune"):
         data.pop(key, None)
