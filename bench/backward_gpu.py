@@ -35,6 +35,7 @@ CASES = {
     "softmax": ("specs/softmax_bf16.yaml", None, {}, {"M": 8192}),
     "layernorm": ("specs/layernorm_bf16.yaml", None, {}, {"M": 16384}),
     "rmsnorm": ("specs/rmsnorm_bf16.yaml", None, {}, {"M": 16384}),
+    "crossentropy": ("specs/crossentropy_bf16.yaml", None, {}, {"M": 4096}),
 }
 
 

@@ -21,6 +21,7 @@ References are strings, checked by `check()`:
   "in:<name>"    a forward input        "out:<name>"   a forward output (the user's or a saved one)
   "grad:<name>"  the upstream gradient of forward output <name> (same shape and dtype as the output)
   "step:<step>.<output>"  an output of an earlier step
+  "arange:<n>"   the column indices 0 .. n-1 as an f32 vector [n] (a rowwise step's one-hot of take()'s column)
 Targets of a step output:
   "grad:<input>"  adds into the gradient of forward input <input> (two steps may add into one); an output of
                   another shape than the input (a gradient of an operand broadcast in the forward: [N] over [M, N])
@@ -38,7 +39,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-_REF = re.compile(r"\A(in|out|grad):([A-Za-z][A-Za-z0-9_]*)\Z|\Astep:([A-Za-z][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)\Z")
+_REF = re.compile(r"\A(in|out|grad):([A-Za-z][A-Za-z0-9_]*)\Z|\Astep:([A-Za-z][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)\Z"
+                  r"|\Aarange:([1-9][0-9]{0,9})\Z")
 _TARGET = re.compile(r"\Agrad:([A-Za-z][A-Za-z0-9_]*)\Z|\Avalue\Z")
 
 
@@ -123,9 +125,13 @@ def sum_to(value: Any, to: tuple) -> Any:
     return np.sum(value, axis=lead) if lead else value
 
 
+def _arange(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.float64)
+
+
 def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
              grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add,
-             reduce: Callable[[Any, tuple], Any] = sum_to) -> dict[str, Any]:
+             reduce: Callable[[Any, tuple], Any] = sum_to, arange: Callable[[int], Any] = _arange) -> dict[str, Any]:
     """The gradients of the forward inputs in `graph.grads` (absent: no step writes it, a zero gradient).
     `outputs`: the forward outputs, saved ones included; `grads_out`: upstream gradients by output name;
     `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference);
@@ -137,6 +143,9 @@ def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[s
         args = {}
         for k, ref in s.inputs.items():
             kind, _, name = ref.partition(":")
+            if kind == "arange":
+                args[k] = arange(int(name))
+                continue
             args[k] = {"in": inputs, "out": outputs, "grad": grads_out, "step": values}[kind][name]
         result = run(s, args)
         for k, tgt in s.outputs.items():

@@ -131,7 +131,9 @@ class Backward:
 
         shaped = {n: _Shaped(shapes[n]) for n in self.input_names}
         shaped.update(inputs)
-        got = evaluate(self.graph, shaped, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce)
+        device = next(iter(like.values()))[1]
+        got = evaluate(self.graph, shaped, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
+                       arange=lambda n: torch.arange(n, dtype=torch.float32, device=device))
         result = []
         for i, n in enumerate(self.input_names):
             if n not in self.graph.grads or not needs[i]:
@@ -185,7 +187,8 @@ class Backward:
                 v = jnp.sum(v, axis=keep, keepdims=True)
             return jnp.sum(v, axis=lead) if lead else v
 
-        got = evaluate(self.graph, inputs, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce)
+        got = evaluate(self.graph, inputs, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
+                       arange=lambda n: jnp.arange(n, dtype=jnp.float32))
         result = []
         for n, x in inputs.items():
             if not jnp.issubdtype(x.dtype, jnp.inexact):

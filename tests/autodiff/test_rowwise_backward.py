@@ -68,13 +68,27 @@ def test_per_row_input_gradient_is_a_row_sum(tmp_path):
         np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg=n)
 
 
-def test_cross_entropy_index_gets_no_gradient_and_take_is_located(tmp_path):
-    spec, src = spec_with(tmp_path, _bundled("crossentropy_bf16.yaml"), {})
+def test_cross_entropy_backward_is_softmax_minus_onehot(tmp_path):
+    """take(x, t)'s gradient: g at column t (the step reads the column indices, `arange:N`); t gets none."""
+    data = _bundled("crossentropy_bf16.yaml")
+    data["op"]["sizes"]["M"] = {"dynamic": True, "max": 64}
+    spec, src = spec_with(tmp_path, data, {})
     graph, problems = families.of(spec).backward(spec, src)
-    assert graph is None
-    text = str(SpecErrors(problems, src))
-    assert "op.body" in text and "take(e, i)" in text
-    spec, src = spec_with(tmp_path, _bundled("crossentropy_bf16.yaml"), {"wrt": ["t"]})
+    assert not problems and graph.grads == ("x",)
+    step = graph.steps[0]
+    assert step.inputs["col"] == "arange:256" and step.spec["op"]["inputs"]["col"] == {"shape": ["N"], "dtype": "f32"}
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((2, 256)), "t": np.array([7.0, 255.0])}
+    upstream = {"loss": rng.standard_normal(2)}
+    got = graph_gradients(spec, graph, SMALL, inputs, upstream)
+    want = finite_differences(spec, SMALL, inputs, upstream, ["x"])
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-5, atol=1e-7)
+    # softmax(x) - onehot(t), scaled by the upstream gradient of each row's loss
+    soft = np.exp(inputs["x"] - inputs["x"].max(-1, keepdims=True))
+    soft /= soft.sum(-1, keepdims=True)
+    soft[[0, 1], [7, 255]] -= 1.0
+    np.testing.assert_allclose(got["x"], soft * upstream["loss"][:, None], rtol=1e-9, atol=1e-12)
+    spec, src = spec_with(tmp_path, data, {"wrt": ["t"]})
     graph, problems = families.of(spec).backward(spec, src)
     assert "backward.wrt[0]" in str(SpecErrors(problems, src)) and "'t'" in str(SpecErrors(problems, src))
 
@@ -93,7 +107,11 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path_factory.getbasetemp() / "schedgen-cache"))
 
 
-@pytest.mark.parametrize("case", ["softmax", "layernorm"])
+CASES["crossentropy"] = (dict(_bundled("crossentropy_bf16.yaml"), op=dict(_bundled("crossentropy_bf16.yaml")["op"],
+                          sizes={"M": {"dynamic": True, "max": 64}, "N": 256})), {})
+
+
+@pytest.mark.parametrize("case", ["softmax", "layernorm", "crossentropy"])
 def test_derived_kernel_runs_on_both_backends(tmp_path, _private_cache, case):
     """The step kernel verifies in the Pallas interpreter against float64 at small sizes and compiles for sm_90a
     with no spills."""

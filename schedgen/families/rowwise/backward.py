@@ -9,8 +9,9 @@ two-reduction backward (the row sums of `g w` and of `g w xhat`) without anyone 
 
 Shapes: a row input's ([M, N]) gradient has its dtype; a vector's along the row ([N]: a norm's weight or bias)
 is written [M, N] in f32 and summed over the rows after the step (the graph's `sum_to`); a per-row input's ([M])
-gradient is the row sum of its contributions, one value a row. `take(e, i)`'s gradient (a one-hot of the row) has
-no spelling in the body language yet: a located error.
+gradient is the row sum of its contributions, one value a row. `take(e, i)`'s gradient is `g` at the column it
+read: the step reads the column indices as a [N] input (`arange:N`, filled by the runtime) and compares them with
+i; the class index itself gets no gradient. Cross-entropy's backward comes out as g (softmax(x) - onehot(t)).
 
 Default: save nothing. The backward reads the row again anyway, so recomputing a reduction costs a sweep of data on
 chip, not a read from memory; `backward.save` can keep a temporary (a per-row one such as a norm's rstd is [M]).
@@ -32,7 +33,7 @@ STEP = "grad"
 MAX_INPUTS, MAX_OUTPUTS = 16, 8        # the rowwise op's limits (model.py)
 
 
-def _reduction_rules(inv_n: str) -> dict[str, derive.Rule]:
+def _reduction_rules(inv_n: str, cols: str) -> dict[str, derive.Rule]:
     def extreme(sign: float):
         # g where e equals the reduction (max: heaviside(max(e) - e) is 0 exactly there), 0 elsewhere
         def rule(args, node, g):
@@ -42,8 +43,13 @@ def _reduction_rules(inv_n: str) -> dict[str, derive.Rule]:
         return rule
 
     def take(args, node, g):
-        raise _NoRule("take(e, i)'s gradient is a one-hot of the row at column i, which the body language cannot "
-                      "spell yet")
+        # g at the column take() read: trunc(i) == col, i.e. 0 <= i - col < 1 (col the column index, a [N] input
+        # of the step that the runtime fills with 0 .. N-1); the class index itself gets no gradient
+        col, i = derive._name(cols), args[1]
+        hit = derive.mul(derive.sub(derive._c(1.0), derive._call("heaviside", derive.sub(col, derive._cp(i)))),
+                         derive._call("heaviside", derive.sub(derive.add(derive._name(cols), derive._c(1.0)),
+                                                              derive._cp(i))))
+        return [derive.mul(g, hit), None]
 
     return {
         "sum": lambda args, node, g: [g],
@@ -54,10 +60,6 @@ def _reduction_rules(inv_n: str) -> dict[str, derive.Rule]:
         "min": extreme(-1.0),
         "take": take,
     }
-
-
-class _NoRule(ValueError):
-    pass
 
 
 def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
@@ -80,15 +82,15 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     grad_of = {w: fresh(f"grad_{w}", taken) for w in wrt}
     cot_of = {o: fresh(f"g_{o}", taken) for o in op.outputs}
     inv_n = fresh("inv_n", taken)
+    cols = fresh("col", taken)
     try:
-        varying = {n for n in op.inputs if kinds.get(n) in ("row", "col")}
+        varying = {n for n in op.inputs if kinds.get(n) in ("row", "col")} | {cols}
         varying |= {cot_of[o] for o in op.outputs if row.varies.get(o, True)}
         axis = derive.Axis(varying, frozenset(rb.REDUCTIONS))
-        derived = derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, calls=_reduction_rules(inv_n),
+        derived = derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, calls=_reduction_rules(inv_n, cols),
                              axis=axis)
-    except _NoRule as e:
-        problems.add(("op", "body"), f"no backward for this body: {e}; list the inputs whose gradient does not go "
-                                     f"through take() in backward.wrt")
+    except ValueError as e:     # a call with no rule: a family bug (every call of the language has one)
+        problems.add(("op", "body"), f"no backward for this body: {e}")
         return None, problems
     nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
     notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s))" if saved else
@@ -97,7 +99,7 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     if not nonzero:
         return BackwardGraph(None, (), (), wrt, tuple(notes)), problems
     constants = {**op.constants, inv_n: 1.0 / _row_length(op)}
-    reads = [n for n in derived.inputs if n not in constants]
+    reads = [n for n in derived.inputs if n not in constants and n != cols]
     text = derived.text
     reads_in = [n for n in reads if n in op.inputs]
     reads_cot = [o for o in op.outputs if cot_of[o] in reads]
@@ -123,10 +125,13 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     step_inputs = {n: data["op"]["inputs"][n] for n in reads_in}
     step_inputs |= {cot_of[o]: data["op"]["outputs"][o] for o in reads_cot}
     step_inputs |= {s: shape_of[s] for s in reads_saved}
+    row_dim = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[1]
+    if cols in derived.inputs:
+        step_inputs[cols] = {"shape": [row_dim], "dtype": "f32"}
     step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w)) for w in nonzero}
     data["op"].update(inputs=step_inputs, outputs=step_outputs, body=text, constants=constants)
     refs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
-        | {s: f"out:{s}" for s in reads_saved}
+        | {s: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
     step = Step(STEP, data, refs, {grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(text.splitlines()))
     return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
