@@ -142,3 +142,17 @@ def test_step_graph_is_plain_data():
     step = Step("a", {"name": "a"}, {"g": "grad:y"}, {"o": "value"}, "why")
     g = BackwardGraph(None, (), (step,), ("x",))
     assert BackwardGraph.from_json(json.loads(json.dumps(g.to_json()))) == g
+
+
+def test_the_built_spec_is_the_forward_built_and_verify_checks_its_saved_outputs(tmp_path, monkeypatch):
+    """Built.spec is the spec of the kernel built (the family's rewrite: y and h), so verify's reference covers
+    the saved output too; the spec as written stays in Built.backward.written."""
+    from schedgen.verify import verify_file
+    built, _ = build_hand(tmp_path, "saving", "fma_v")
+    assert list(built.spec.op.outputs) == ["y", "h"] and built.spec.backward is None
+    assert list(built.backward.written.op.outputs) == ["y"] and built.backward.written.backward is not None
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    hg.installed(monkeypatch, hg.saving)
+    checks = verify_file(str(tmp_path / "fma_v.yaml"), ["pallas"], interpret=True, seed=0)
+    assert checks and all(c.ok for c in checks)
+    assert {c.output for c in checks} >= {"y", "h"}
