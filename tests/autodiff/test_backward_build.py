@@ -10,13 +10,18 @@ import json
 import pytest
 
 import handgraph as hg
-from conftest import build_hand
+from handgraph import build_hand, hand_packages
 from schedgen.autodiff.graph import BackwardGraph, Step
 from schedgen.errors import Problem, SpecErrors
 
 
-def test_the_package_holds_the_forward_the_steps_and_backward_json(hand_packages):
-    built, root = hand_packages["saving"]
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    return hand_packages(tmp_path_factory)
+
+
+def test_the_package_holds_the_forward_the_steps_and_backward_json(hand):
+    built, root = hand["saving"]
     assert [o.name for o in built.plan.outputs] == ["y", "h"]          # the rewritten forward: h kept
     assert built.backward.user_outputs == ("y",)
     assert set(built.backward.steps) == {"dh", "dxwb"}
@@ -34,8 +39,8 @@ def test_the_package_holds_the_forward_the_steps_and_backward_json(hand_packages
     assert "kernel.call_user(x, w, b," in doc and "also writes h for the backward pass" in doc
 
 
-def test_a_plain_graph_builds_the_spec_as_written(hand_packages):
-    built, root = hand_packages["plain"]
+def test_a_plain_graph_builds_the_spec_as_written(hand):
+    built, root = hand["plain"]
     assert [o.name for o in built.plan.outputs] == ["y"]
     assert json.loads((root / "backward.json").read_text())["saved_outputs"] == []
     assert list(built.backward.steps) == ["fma_bwd"]
@@ -52,8 +57,8 @@ def test_a_spec_without_backward_is_packaged_as_before(tmp_path):
     assert "return kernel(x, w, b," in (root / "__init__.py").read_text()
 
 
-def test_a_rebuild_hits_the_cache_for_every_kernel(hand_packages):
-    tmp = hand_packages["tmp"]
+def test_a_rebuild_hits_the_cache_for_every_kernel(hand):
+    tmp = hand["tmp"]
     built, _ = build_hand(tmp, "saving", "fma_saving")
     assert built.cache_hit and all(s.cache_hit for s in built.backward.steps.values())
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import handgraph as hg
-from conftest import closed_form, host_inputs, import_package, upstream
+from handgraph import closed_form, host_inputs, import_package, upstream, hand_packages
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -17,8 +17,13 @@ INTERPRET = plgpu.InterpretGPUParams()
 
 
 @pytest.fixture(scope="module")
-def mods(hand_packages):
-    return {w: import_package(hand_packages[w][1].parent, hand_packages[w][0].name)
+def hand(tmp_path_factory):
+    return hand_packages(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def mods(hand):
+    return {w: import_package(hand[w][1].parent, hand[w][0].name)
             for w in ("plain", "saving", "wrt_x")}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import handgraph as hg
-from conftest import closed_form, host_inputs, import_package, upstream
+from handgraph import closed_form, host_inputs, import_package, upstream, hand_packages
 from schedgen.reference import reference
 from schedgen.runtime.arrays import ArgumentError
 from schedgen.runtime.kernel import Kernel
@@ -19,11 +19,16 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def pkgs(hand_packages):
+def hand(tmp_path_factory):
+    return hand_packages(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pkgs(hand):
     """The imported packages and every kernel's spec by kernel name (what the stub's reference reads)."""
     specs, mods = {}, {}
     for which in ("plain", "saving", "wrt_x"):
-        built, root = hand_packages[which]
+        built, root = hand[which]
         specs[built.name] = built.backward.forward
         specs.update({s.name: s.spec for s in built.backward.steps.values()})
         mods[which] = import_package(root.parent, built.name)
