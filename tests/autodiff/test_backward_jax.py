@@ -69,3 +69,17 @@ def test_an_input_outside_wrt_gets_a_zero_cotangent(mods):
         *(jnp.asarray(v) for v in ins.values()))
     np.testing.assert_allclose(np.asarray(gx), ins["w"])
     assert not np.asarray(gw).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["plain", "saving"])
+def test_gpu_jax_grad_compiled_for_the_gpu(mods, which):
+    """jax.jit(jax.grad) with the Pallas kernels compiled for the GPU (no interpreter) against float64."""
+    f = call(mods, which)
+    ins = host_inputs()
+    gy = upstream()
+    got = jax.jit(jax.grad(lambda x, w, b: jnp.sum(f(x, w, b) * gy), argnums=(0, 1, 2)))(
+        *(jnp.asarray(v) for v in ins.values()))
+    want = closed_form(which, ins, gy)
+    for g, n in zip(got, "xwb"):
+        np.testing.assert_allclose(np.asarray(g), want[n], rtol=1e-4, atol=1e-4 * np.abs(want[n]).max())
