@@ -161,3 +161,15 @@ def test_the_built_spec_is_the_forward_built_and_verify_checks_its_saved_outputs
     checks = verify_file(str(tmp_path / "fma_v.yaml"), ["pallas"], interpret=True, seed=0)
     assert checks and all(c.ok for c in checks)
     assert {c.output for c in checks} >= {"y", "h"}
+
+
+def test_schedgen_build_names_the_backward_kernels(tmp_path, capsys, monkeypatch):
+    from schedgen import cli
+    spec = tmp_path / "fma_c.yaml"
+    spec.write_text(hg.spec_text("fma_c", "h = x * w + b\ny = h * h"))
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    hg.installed(monkeypatch, hg.saving)
+    assert cli.main(["build", str(spec), "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"  backward: gradients of x, w, b; 2 kernels in {tmp_path / 'out' / 'fma_c' / 'backward'}: dh, dxwb"
+    assert (tmp_path / "out" / "fma_c" / "backward" / "dxwb" / "kernel.cubin").is_file()
