@@ -152,8 +152,10 @@ def _backward_graph(spec, src: SourceMap):
     if getattr(spec, "backward", None) is None:
         return None
     family = families.of(spec)
-    if family.backward is None:   # the planner's located error says which families have one
-        planner.plan(spec, src)
+    # the spec as written is planned first: its own problems (and, for a family without a backward, the planner's
+    # located error saying which families have one) come before anything derived from it
+    planner.plan(spec, src)
+    if family.backward is None:
         raise AssertionError("unreachable: plan() refuses a backward section of a family without a backward")
     graph, problems = family.backward(spec, src)
     if problems:

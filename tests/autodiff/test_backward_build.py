@@ -173,3 +173,22 @@ def test_schedgen_build_names_the_backward_kernels(tmp_path, capsys, monkeypatch
     out = capsys.readouterr().out.splitlines()
     assert out[1] == f"  backward: gradients of x, w, b; 2 kernels in {tmp_path / 'out' / 'fma_c' / 'backward'}: dh, dxwb"
     assert (tmp_path / "out" / "fma_c" / "backward" / "dxwb" / "kernel.cubin").is_file()
+
+
+def test_a_problem_of_the_written_spec_is_reported_as_the_users_not_as_a_family_bug(tmp_path):
+    """The written spec is planned before the hook runs: its own mistakes are located errors of the file."""
+    called = []
+
+    def hook(spec, src):
+        called.append(1)
+        return hg.saving(spec, src)
+    spec = tmp_path / "fma_u.yaml"
+    spec.write_text(hg.spec_text("fma_u", "h = x * w + b\ny = h * h").replace("max_concurrent_steps: 2",
+                                                                              "max_concurrent_steps: 9"))
+    from schedgen.build import build_spec
+    with pytest.MonkeyPatch.context() as mp:
+        hg.installed(mp, hook)
+        with pytest.raises(SpecErrors) as e:
+            build_spec(spec)
+    assert called == [] and "family" not in str(e.value)
+    assert "schedule.pipeline.max_concurrent_steps:" in str(e.value)
