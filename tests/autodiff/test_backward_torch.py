@@ -227,3 +227,27 @@ def test_gpu_autograd_eager_compiled_and_graphed(pkgs, which):
     torch.cuda.synchronize()
     assert isinstance(yg, torch.Tensor) and torch.equal(yg, y)
     np.testing.assert_allclose(y.cpu().numpy(), hg.forward64(which, host), rtol=1e-5, atol=1e-5)
+
+
+def test_a_package_imported_before_torch_gets_its_autograd_when_torch_comes(hand):
+    """The op (and its autograd formula) is registered by the post-import hook on `import torch`: in a fresh
+    process, import the package first, then torch, then differentiate through meta tensors."""
+    import subprocess
+    import sys
+    _, root = hand["saving"]
+    code = f"""
+import sys
+sys.path.insert(0, {str(root.parent)!r})
+import fma_saving
+assert "torch" not in sys.modules
+import torch
+k = fma_saving.kernel
+assert k.torch_op is not None and k.torch_op.backward_registered
+assert all(s.torch_op is not None for s in k.backward.steps.values())
+ins = [torch.empty(s, device="meta", requires_grad=True) for s in ((64, 512), (64, 512), (512,))]
+gx, gw, gb = torch.autograd.grad(fma_saving.fma_saving(*ins).sum(), ins)
+assert gb.shape == (512,) and gx.device.type == "meta"
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
