@@ -99,6 +99,7 @@ class BackwardBuilt:
     steps: dict[str, Built]        # step name -> its build (the sub-package backward/<step>/)
     user_outputs: tuple[str, ...]  # the forward outputs the spec wrote (the package call returns these)
     forward: SpecFile              # the forward spec built (the family's rewrite, or the spec as written)
+    written: SpecFile              # the spec as written (its `backward` section included)
 
     def record(self) -> dict:
         """backward.json: the graph, and which forward outputs are the user's and which are kept for the backward
@@ -140,8 +141,9 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     forward = _build(forward_spec, src, raw, str(path), cache,
                      where=(spec, src, "forward") if graph.forward is not None else None)
     user = tuple(spec.op.outputs)
-    return Built(spec, src, forward.plan, forward.files, forward.cache_hit,
-                 BackwardBuilt(graph, steps, user, forward_spec))
+    # the Built's spec is the forward it built (its plan's spec: verify's reference covers the saved outputs too)
+    return Built(forward_spec, src, forward.plan, forward.files, forward.cache_hit,
+                 BackwardBuilt(graph, steps, user, forward_spec, spec))
 
 
 def _backward_graph(spec, src: SourceMap):
@@ -150,8 +152,10 @@ def _backward_graph(spec, src: SourceMap):
     if getattr(spec, "backward", None) is None:
         return None
     family = families.of(spec)
-    if family.backward is None:   # the planner's located error says which families have one
-        planner.plan(spec, src)
+    # the spec as written is planned first: its own problems (and, for a family without a backward, the planner's
+    # located error saying which families have one) come before anything derived from it
+    planner.plan(spec, src)
+    if family.backward is None:
         raise AssertionError("unreachable: plan() refuses a backward section of a family without a backward")
     graph, problems = family.backward(spec, src)
     if problems:

@@ -256,7 +256,8 @@ def register_torch(op: Any, backward: Backward) -> None:
 def wants_grad(args: Sequence[Any], out: Any = None) -> bool:
     """A torch tensor among the arguments requires grad while grad mode is on (autograd would record the call)."""
     torch = sys.modules.get("torch")
-    if torch is None or not torch.is_grad_enabled():
+    enabled = getattr(torch, "is_grad_enabled", None)   # (None: no torch, or a stand-in without autograd)
+    if enabled is None or not enabled():
         return False
     outs = () if out is None else tuple(out) if isinstance(out, (tuple, list)) else (out,)
     return any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *outs))

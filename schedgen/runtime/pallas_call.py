@@ -7,8 +7,9 @@ takes no `sizes`), `sizes_of(inputs)`. This module builds each kernel once per (
 it, jitted, so that an eager call with shapes seen before neither retraces nor recompiles, and a call inside
 `jax.jit` (tracers in, tracers out) adds one cached kernel to the caller's trace. Modes:
 
-- "call": inputs in, fresh outputs out, wrapped in a `jax.custom_vjp` whose backward raises (schedgen kernels have
-  no autograd yet: `jax.grad` / `jax.vjp` through them is a clear error, the forward is untouched);
+- "call": inputs in, fresh outputs out, wrapped in a `jax.custom_vjp`: a package with a backward pass runs its steps'
+  Pallas kernels there (runtime/autograd.py); one without says to add a `backward:` section (the forward is
+  untouched);
 - "into": inputs and the current contents of mutable outputs in (donated), the outputs as written out: elements a
   kernel does not write keep their values, as `out=` promises;
 - "torch": the "call" kernel through `plgpu.as_torch_kernel` (torch CUDA tensors in and out, no jax arrays),

@@ -27,8 +27,12 @@ and for tensors that require grad. A plain eager call on real CUDA tensors takes
 False to send those through the op too). A call with an explicit `stream=` is a plain launch on that stream (eager
 only: under torch.compile leave `stream` unset and use `torch.cuda.stream(...)` to pick the stream).
 
+Autograd (issue 19): a package with a backward pass (backward.json) gets `torch.library.register_autograd` on its
+functional op when it is registered (runtime/autograd.py: the backward runs the steps through their own ops); a
+call that autograd would record on a package without one is an ArgumentError saying to add a `backward:` section.
+
 Op names: `<kernel name>_<digest>`, where digest is the first 10 hex digits of the SHA-256 of the package's
-launch.json and kernel.cubin. Two packages of one kernel name but different content (two builds of a spec with
+launch.json and kernel.cubin (and backward.json, where there is one: its autograd formula is part of the op). Two packages of one kernel name but different content (two builds of a spec with
 other sizes or schedules) load side by side in one process as two ops; loading the same content twice (a copy of
 a package, a re-import) reuses the op already registered, which then runs the kernel loaded last. `op_name` gives the
 name; `kernel.torch_op.op` / `.out_op` are the OpOverloads.

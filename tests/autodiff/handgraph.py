@@ -11,11 +11,17 @@ The forward is `y = x * w + b` over x, w [M, N] and a bias row b [N] (f32):
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from schedgen import families
 from schedgen.autodiff.graph import BackwardGraph, Step, evaluate
+from schedgen.build import build_spec, package
+from schedgen.cache import Cache
 from schedgen.frontend.validate import validate_data
 from schedgen.errors import SourceMap
 from schedgen.reference import reference
@@ -138,3 +144,59 @@ def finite_difference(which: str, ins: dict, gy: np.ndarray, name: str, index: t
         return float(np.sum(forward64(which, changed) * gy))
     x0 = float(ins[name][index])
     return (loss(x0 + eps) - loss(x0 - eps)) / (2 * eps)
+
+
+BODIES = {"plain": "y = x * w + b", "saving": "h = x * w + b\ny = h * h"}
+
+
+def build_hand(tmp: Path, which: str, name: str, backward: str = "backward: {}", hook=None):
+    """Build (and package into tmp/out) the spec `name` with the `which` graph as the map family's backward."""
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(spec_text(name, BODIES[which], backward))
+    with pytest.MonkeyPatch.context() as mp:
+        installed(mp, hook or globals()[which])
+        built = build_spec(spec, cache=Cache(tmp / "cache"))
+    return built, package(built, tmp / "out")
+
+
+def import_package(folder: Path, name: str):
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(name, None)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
+_BUILT: dict = {}
+
+
+def hand_packages(tmp_path_factory):
+    """{which: (Built, package folder)} for the plain and the saving graph, and a wrt: [x] build of the plain one
+    (built once a session: each test module's fixture calls this)."""
+    if not _BUILT:
+        tmp = tmp_path_factory.mktemp("handgraph")
+        _BUILT.update({"plain": build_hand(tmp, "plain", "fma_plain"),
+                       "saving": build_hand(tmp, "saving", "fma_saving"),
+                       "wrt_x": build_hand(tmp, "plain", "fma_wrt_x", "backward: {wrt: [x]}"),
+                       "tmp": tmp})
+    return _BUILT
+
+
+def host_inputs(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((M, N)).astype(np.float32),
+            "w": rng.standard_normal((M, N)).astype(np.float32),
+            "b": rng.standard_normal(N).astype(np.float32)}
+
+
+def upstream(seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((M, N)).astype(np.float32)
+
+
+def closed_form(which: str, ins: dict, gy: np.ndarray) -> dict:
+    """The gradients of sum(y * gy), worked by hand in float64 (independent of the graph)."""
+    x, w, b = (np.asarray(ins[k], np.float64) for k in "xwb")
+    gh = np.asarray(gy, np.float64) * (1.0 if which == "plain" else 2.0 * (x * w + b))
+    return {"x": gh * w, "w": gh * x, "b": gh.sum(axis=0)}

@@ -10,13 +10,18 @@ import json
 import pytest
 
 import handgraph as hg
-from conftest import build_hand
+from handgraph import build_hand, hand_packages
 from schedgen.autodiff.graph import BackwardGraph, Step
 from schedgen.errors import Problem, SpecErrors
 
 
-def test_the_package_holds_the_forward_the_steps_and_backward_json(hand_packages):
-    built, root = hand_packages["saving"]
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    return hand_packages(tmp_path_factory)
+
+
+def test_the_package_holds_the_forward_the_steps_and_backward_json(hand):
+    built, root = hand["saving"]
     assert [o.name for o in built.plan.outputs] == ["y", "h"]          # the rewritten forward: h kept
     assert built.backward.user_outputs == ("y",)
     assert set(built.backward.steps) == {"dh", "dxwb"}
@@ -34,8 +39,8 @@ def test_the_package_holds_the_forward_the_steps_and_backward_json(hand_packages
     assert "kernel.call_user(x, w, b," in doc and "also writes h for the backward pass" in doc
 
 
-def test_a_plain_graph_builds_the_spec_as_written(hand_packages):
-    built, root = hand_packages["plain"]
+def test_a_plain_graph_builds_the_spec_as_written(hand):
+    built, root = hand["plain"]
     assert [o.name for o in built.plan.outputs] == ["y"]
     assert json.loads((root / "backward.json").read_text())["saved_outputs"] == []
     assert list(built.backward.steps) == ["fma_bwd"]
@@ -52,8 +57,8 @@ def test_a_spec_without_backward_is_packaged_as_before(tmp_path):
     assert "return kernel(x, w, b," in (root / "__init__.py").read_text()
 
 
-def test_a_rebuild_hits_the_cache_for_every_kernel(hand_packages):
-    tmp = hand_packages["tmp"]
+def test_a_rebuild_hits_the_cache_for_every_kernel(hand):
+    tmp = hand["tmp"]
     built, _ = build_hand(tmp, "saving", "fma_saving")
     assert built.cache_hit and all(s.cache_hit for s in built.backward.steps.values())
 
@@ -142,3 +147,48 @@ def test_step_graph_is_plain_data():
     step = Step("a", {"name": "a"}, {"g": "grad:y"}, {"o": "value"}, "why")
     g = BackwardGraph(None, (), (step,), ("x",))
     assert BackwardGraph.from_json(json.loads(json.dumps(g.to_json()))) == g
+
+
+def test_the_built_spec_is_the_forward_built_and_verify_checks_its_saved_outputs(tmp_path, monkeypatch):
+    """Built.spec is the spec of the kernel built (the family's rewrite: y and h), so verify's reference covers
+    the saved output too; the spec as written stays in Built.backward.written."""
+    from schedgen.verify import verify_file
+    built, _ = build_hand(tmp_path, "saving", "fma_v")
+    assert list(built.spec.op.outputs) == ["y", "h"] and built.spec.backward is None
+    assert list(built.backward.written.op.outputs) == ["y"] and built.backward.written.backward is not None
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    hg.installed(monkeypatch, hg.saving)
+    checks = verify_file(str(tmp_path / "fma_v.yaml"), ["pallas"], interpret=True, seed=0)
+    assert checks and all(c.ok for c in checks)
+    assert {c.output for c in checks} >= {"y", "h"}
+
+
+def test_schedgen_build_names_the_backward_kernels(tmp_path, capsys, monkeypatch):
+    from schedgen import cli
+    spec = tmp_path / "fma_c.yaml"
+    spec.write_text(hg.spec_text("fma_c", "h = x * w + b\ny = h * h"))
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    hg.installed(monkeypatch, hg.saving)
+    assert cli.main(["build", str(spec), "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"  backward: gradients of x, w, b; 2 kernels in {tmp_path / 'out' / 'fma_c' / 'backward'}: dh, dxwb"
+    assert (tmp_path / "out" / "fma_c" / "backward" / "dxwb" / "kernel.cubin").is_file()
+
+
+def test_a_problem_of_the_written_spec_is_reported_as_the_users_not_as_a_family_bug(tmp_path):
+    """The written spec is planned before the hook runs: its own mistakes are located errors of the file."""
+    called = []
+
+    def hook(spec, src):
+        called.append(1)
+        return hg.saving(spec, src)
+    spec = tmp_path / "fma_u.yaml"
+    spec.write_text(hg.spec_text("fma_u", "h = x * w + b\ny = h * h").replace("max_concurrent_steps: 2",
+                                                                              "max_concurrent_steps: 9"))
+    from schedgen.build import build_spec
+    with pytest.MonkeyPatch.context() as mp:
+        hg.installed(mp, hook)
+        with pytest.raises(SpecErrors) as e:
+            build_spec(spec)
+    assert called == [] and "family" not in str(e.value)
+    assert "schedule.pipeline.max_concurrent_steps:" in str(e.value)

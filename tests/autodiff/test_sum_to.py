@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import handgraph as hg
-from conftest import closed_form, host_inputs, upstream
+from handgraph import closed_form, host_inputs, upstream
 from schedgen.autodiff.graph import BackwardGraph, Step, evaluate, sum_dims, sum_to
 
 
