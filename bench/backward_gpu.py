@@ -107,6 +107,9 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     from schedgen.reference import shape_of
     host = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.inputs.items()}
     up = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.outputs.items()}
+    if spec.op.kind == "rowwise":       # cross-entropy's targets: class indices in [0, N), as torch's peers need
+        from schedgen.families.rowwise.peers import valid_targets
+        host = valid_targets(fwd_built.plan, host)
     device = "cpu" if args.dry else "cuda"
     from schedgen.runtime.arrays import DTYPES
     x = {n: to_torch(torch, host[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.inputs.items()}
@@ -131,6 +134,8 @@ def run_case(name, args, torch, tmp: Path) -> dict:
         out = out if isinstance(out, (tuple, list)) else (out,)
         return dict(zip(fwd_names, out))
 
+    cols: dict = {}
+
     def ours_backward(outs):
         vals: dict = {}
         grads: dict = {}
@@ -140,6 +145,10 @@ def run_case(name, args, torch, tmp: Path) -> dict:
             args = []
             for k in step_spec.op.inputs:
                 kind, _, ref_name = s.inputs[k].partition(":")
+                if kind == "arange":          # the column indices a rowwise take() gradient compares with
+                    args.append(cols.setdefault(ref_name, torch.arange(int(ref_name), dtype=torch.float32,
+                                                                       device="cuda")))
+                    continue
                 args.append({"in": x, "out": outs, "grad": g, "step": vals}[kind][ref_name])
             res = kern(*args)
             res = res if isinstance(res, (tuple, list)) else (res,)
