@@ -113,10 +113,18 @@ class Backward:
         def run(step, values):
             k = self.steps[step.name]
             op = k.torch_op
-            if op is None:
+            args = [values[o.name].contiguous() for o in k.inputs]
+            if op is None and (k.root / "pallas_kernel.py").is_file() and not _tracing(torch, args):
+                # a step with no CUDA kernel (a family whose backward is Pallas only): its Pallas function on the
+                # torch tensors (plgpu.as_torch_kernel, ordered with torch's stream), eager only
+                res = k(*args, backend="pallas")
+            elif op is None:
                 raise RuntimeError(f"{self.name}: the backward step {step.name} has no torch op (its package was "
-                                   f"built without the CUDA backend, or torch could not register it)")
-            res = op.op(*(values[o.name].contiguous() for o in k.inputs))
+                                   f"built without the CUDA backend, or torch could not register it)"
+                                   + ("; its Pallas kernel runs in eager torch only, not under torch.compile"
+                                      if (k.root / "pallas_kernel.py").is_file() else ""))
+            else:
+                res = op.op(*args)
             res = res if isinstance(res, tuple) else (res,)
             return {o.name: r for o, r in zip(k.outputs, res)}
 
@@ -198,6 +206,13 @@ class Backward:
             else:
                 result.append(jnp.zeros(x.shape, x.dtype))
         return tuple(result)
+
+
+def _tracing(torch, args) -> bool:
+    """Whether torch is tracing these tensors (fake or meta: torch.compile, a dispatch mode), not running them."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    return any(isinstance(a, FakeTensor) or a.device.type == "meta" for a in args) \
+        or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 class _Shaped:

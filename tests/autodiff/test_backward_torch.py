@@ -251,3 +251,27 @@ print("ok")
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+
+def test_a_step_without_a_cuda_kernel_runs_its_pallas_function_in_eager_torch(pkgs, ran, monkeypatch):
+    """A backward step with no torch op (a family whose backward is Pallas only, as attention's is today) runs its
+    Pallas function on the torch tensors in eager mode (here stubbed with its reference, like the CUDA path)."""
+    mods, specs = pkgs
+    f = fn(mods, "plain")
+    kernel = f.kernel if hasattr(f, "kernel") else mods["plain"].kernel
+    step = kernel.backward.steps["fma_bwd"]
+    monkeypatch.setattr(step, "torch_op", None)
+    called = []
+
+    def call_pallas(self, args, out, interpret=None):
+        called.append(self.name)
+        return Kernel._call_cuda(self, args, out, None)      # the reference stub of `ran`
+    monkeypatch.setattr(Kernel, "_call_pallas", call_pallas)
+    ins = leaves()
+    gy = upstream()
+    y = f(*ins.values())
+    got = torch.autograd.grad((y * torch.from_numpy(gy)).sum(), list(ins.values()))
+    assert called == ["fma_plain_bwd"]
+    want = closed_form("plain", {k: v.detach().double().numpy() for k, v in ins.items()}, gy.astype(np.float64))
+    for g, name in zip(got, ins):
+        np.testing.assert_allclose(g.double().numpy(), want[name], rtol=1e-5, atol=1e-5)
