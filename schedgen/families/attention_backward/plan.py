@@ -170,7 +170,7 @@ def _blocks(sch, op, names, dims, problems: Problems) -> tuple[int, int]:
     block_q, block_kv = blocks
     for n, seq, what in ((qn, sq, "Sq"), (kn, skv, "Skv")):
         unit = math.lcm(ROWS, block_q if n == qn else block_kv)
-        if seq % unit:
+        if seq % unit and (block_q if n == qn else block_kv) in BLOCKS:
             problems.add(("op", "inputs", n, "shape", 1 if op.layout == "bshd" else 2),
                          f"{what} = {seq} must be a multiple of {unit} (the 64 rows of a warpgroup and the "
                          f"{'block_q' if n == qn else 'block_kv'} of a step): the backward takes no ragged "
