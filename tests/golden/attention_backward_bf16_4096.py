@@ -118,7 +118,8 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
 
             return dk_acc, dv_acc
 
-        dk_acc, dv_acc = lax.fori_loop(0, steps, step, (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM))))
+        init = (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM)))
+        dk_acc, dv_acc = lax.fori_loop(0, steps, step, init)
         # stage dK, dV in the K and V rows (the wgmmas that read them are done) and store them by TMA
         k_smem[...] = (dk_acc * SCALE).astype(DTYPE)
         v_smem[...] = dv_acc.astype(DTYPE)

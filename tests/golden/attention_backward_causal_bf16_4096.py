@@ -5,7 +5,7 @@
 # delta = rowsum(dO * O) in f32 (jnp), then two kernels of one warpgroup a block, each streaming its operands through
 # a 2-stage TMA ring that the warpgroup refills itself: the dK/dV kernel (64 keys of one kv head a block, every
 # q head of its group, 64 queries a step) and the dQ kernel (64 queries of one head a block, 64 keys a step).
-# P^T, dS^T and dS go to their wgmma through SMEM. Causal: blocks wholly past the mask are skipped, visited ones masked.
+# P^T, dS^T and dS go to their wgmma through SMEM. Causal: blocks wholly past the mask are skipped, those crossing it masked.
 import functools
 
 import jax
@@ -75,7 +75,7 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
         plgpu.barrier_wait(kv_full.at[0])
         plgpu.barrier_wait(kv_full.at[1])
 
-        def step(t, carry):
+        def step(t, carry, masked=False):
             dk_acc, dv_acc = carry
             slot = lax.rem(t, STAGES)
             q0 = (q_first + lax.rem(t, per_head)) * BLOCK_Q
@@ -90,10 +90,10 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
             s_t = pl.run_scoped(st, plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
             lse_c = plgpu.load(lse_smem.at[slot], layout=COL_VEC) * LOG2E
             p_t = jnp.exp2(s_t * SCALE_LOG2 - lax.broadcast_in_dim(lse_c, s_t.shape, [1]))
-            # key k0 + r is seen by query q0 + c iff k0 + r <= q0 + c + CAUSAL_OFFSET
-            r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 0, layout=plgpu.Layout.WGMMA)
-            c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 1, layout=plgpu.Layout.WGMMA)
-            p_t = jnp.where(r + k0 <= c + (q0 + CAUSAL_OFFSET), p_t, 0.0)
+            if masked:   # key k0 + r is seen by query q0 + c iff k0 + r <= q0 + c + CAUSAL_OFFSET
+                r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 0, layout=plgpu.Layout.WGMMA)
+                c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 1, layout=plgpu.Layout.WGMMA)
+                p_t = jnp.where(r + k0 <= c + (q0 + CAUSAL_OFFSET), p_t, 0.0)
             s_smem[...] = p_t.astype(DTYPE)
             plgpu.commit_smem()
             plgpu.barrier_wait(do_full.at[slot])
@@ -124,7 +124,18 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
 
             return dk_acc, dv_acc
 
-        dk_acc, dv_acc = lax.fori_loop(0, steps, step, (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM))))
+        init = (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM)))
+        # per q head: the query blocks crossing the diagonal first (masked), then those that see every key here
+        # (the first query of the block, q0 + CAUSAL_OFFSET >= k0 + ROWS - 1)
+        q_whole = lax.div(k0 + ROWS - 1 - CAUSAL_OFFSET + BLOCK_Q - 1, BLOCK_Q)
+        crossing = jnp.clip(q_whole - q_first, 0, per_head)
+
+        def head(g, carry):
+            t0 = g * per_head
+            carry = lax.fori_loop(t0, t0 + crossing, functools.partial(step, masked=True), carry)
+            return lax.fori_loop(t0 + crossing, t0 + per_head, step, carry)
+
+        dk_acc, dv_acc = lax.fori_loop(0, GROUP, head, init)
         # stage dK, dV in the K and V rows (the wgmmas that read them are done) and store them by TMA
         k_smem[...] = (dk_acc * SCALE).astype(DTYPE)
         v_smem[...] = dv_acc.astype(DTYPE)
@@ -180,7 +191,7 @@ def _dq_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dq_gmem):
         lse_r = plgpu.load(lse_smem, layout=ROW_VEC) * LOG2E
         delta_r = plgpu.load(delta_smem, layout=ROW_VEC)
 
-        def step(t, dq_acc):
+        def step(t, dq_acc, masked=False):
             slot = lax.rem(t, STAGES)
             ks, vs = k_smem.at[slot], v_smem.at[slot]
             plgpu.barrier_wait(k_full.at[slot])
@@ -191,10 +202,10 @@ def _dq_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dq_gmem):
 
             s = pl.run_scoped(s_step, plgpu.ACC((ROWS, BLOCK_KV), jnp.float32))
             p = jnp.exp2(s * SCALE_LOG2 - lax.broadcast_in_dim(lse_r, s.shape, [0]))
-            # query q0 + r sees key t BLOCK_KV + c iff t BLOCK_KV + c <= q0 + r + CAUSAL_OFFSET
-            r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 0, layout=plgpu.Layout.WGMMA)
-            c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 1, layout=plgpu.Layout.WGMMA)
-            p = jnp.where(c + t * BLOCK_KV <= r + (q0 + CAUSAL_OFFSET), p, 0.0)
+            if masked:   # query q0 + r sees key t BLOCK_KV + c iff t BLOCK_KV + c <= q0 + r + CAUSAL_OFFSET
+                r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 0, layout=plgpu.Layout.WGMMA)
+                c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 1, layout=plgpu.Layout.WGMMA)
+                p = jnp.where(c + t * BLOCK_KV <= r + (q0 + CAUSAL_OFFSET), p, 0.0)
             plgpu.barrier_wait(v_full.at[slot])
 
             def dp_step(acc_ref):  # dP = dO V^T
@@ -218,7 +229,10 @@ def _dq_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dq_gmem):
 
             return dq_acc
 
-        dq_acc = lax.fori_loop(0, steps, step, _acc((ROWS, HEAD_DIM)))
+        # the key blocks every query of the block sees whole (their last key <= q0 + CAUSAL_OFFSET), then the masked
+        whole = jnp.minimum(lax.div(q0 + CAUSAL_OFFSET + 1, BLOCK_KV), steps)
+        dq_acc = lax.fori_loop(0, whole, step, _acc((ROWS, HEAD_DIM)))
+        dq_acc = lax.fori_loop(whole, steps, functools.partial(step, masked=True), dq_acc)
         q_smem[...] = (dq_acc * SCALE).astype(DTYPE)   # staged in the Q rows (the wgmmas that read them are done)
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(q_smem, _rows(dq_gmem, b, h, q0, ROWS))

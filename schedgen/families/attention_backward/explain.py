@@ -24,7 +24,7 @@ def explain_attention_backward(p) -> str:
         f"in {p.block_kv}-key blocks through {p.stages} stage(s):",
         "    S = Q K^T, P, dP = dO V^T, dS = P (dP - delta), dQ += dS K;  dQ *= scale (a separate pass: no atomics)",
         f"    about {p.dq_regs} registers a thread, {p.dq_smem_bytes} B SMEM",
-        "  causal: blocks wholly past the mask are skipped, every visited block is masked" if p.causal else
+        "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
         "  no mask: every block visited",
         f"  backends: {', '.join(p.backends)} (P^T and dS^T go to the wgmma through SMEM)",
     ]) + "\n"

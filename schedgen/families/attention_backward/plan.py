@@ -5,7 +5,7 @@ block per (64 keys, kv head, batch), keeps its K and V rows in SMEM and streams 
 lse and delta blocks (block_q queries each) through an SMEM ring, recomputing S^T = K Q^T and P^T, accumulating
 dV += P^T dO and dK += dS^T Q in registers; the dQ kernel, one block per (64 queries, q head, batch), streams K and V
 blocks (block_kv keys each) and accumulates dQ += dS K (a separate dQ pass, as JAX's attention_mgpu: no atomics).
-Causal: blocks wholly past the mask are skipped, the visited ones masked. Every rule is checked here.
+Causal: blocks wholly past the mask are skipped, the ones crossing it masked. Every rule is checked here.
 """
 from __future__ import annotations
 

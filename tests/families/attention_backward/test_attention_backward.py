@@ -261,3 +261,17 @@ def test_bundled_specs_plan():
         p = plan(spec, src)
         assert p.backends == ("pallas",) and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
         assert p.flops == backward_flops(p.batch, 16, 4096, 4096, 128, p.causal_alignment)
+
+
+def test_rendered_module_reflects_the_plan():
+    """The knobs reach the Pallas source: blocks, ring depth, scale, mask (split at the diagonal), layout."""
+    built = build_spec(str(SPEC), {})
+    p, src = built.plan, built.files["pallas_kernel.py"].decode()
+    assert f"BLOCK_Q = {p.block_q}" in src and f"BLOCK_KV = {p.block_kv}" in src and f"STAGES = {p.stages}" in src
+    assert f"SCALE_LOG2 = {p.scale_log2!r}" in src and "approx_math=True" in src and "LoweringSemantics.Lane" in src
+    assert "ref.at[b, pl.ds(start, size), h]" in src and "bshd,bshd->bhs" in src
+    assert "broadcasted_iota" not in src and "CAUSAL_OFFSET" not in src
+    causal = build_spec(str(SPEC), {"op.causal": True, "schedule.compiler_params.approx_math": False,
+                                    **LOWER_CASES["bhsd"]}).files["pallas_kernel.py"].decode()
+    assert causal.count("if masked:") == 2 and "CAUSAL_OFFSET = 0" in causal and "approx_math=False" in causal
+    assert "ref.at[b, h, pl.ds(start, size)]" in causal and "bhsd,bhsd->bhs" in causal
