@@ -21,6 +21,7 @@ FAMILY = register(Family(
     random_inputs=random_inputs,
     summary="flash-attention backward: dq, dk, dv from q, k, v, o, do and the forward's log-sum-exp",
     templates=Path(__file__).resolve().parent / "templates",
+    starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
     accumulation=lambda plan: max(plan.seq_q, plan.seq_kv),
