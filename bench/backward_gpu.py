@@ -36,12 +36,16 @@ CASES = {
     "layernorm": ("specs/layernorm_bf16.yaml", None, {}, {"M": 16384}),
     "rmsnorm": ("specs/rmsnorm_bf16.yaml", None, {}, {"M": 16384}),
     "crossentropy": ("specs/crossentropy_bf16.yaml", None, {}, {"M": 4096}),
+    # attention at S = 2048 (the float64 reference of the backward at 4096+ takes minutes on the host)
+    "attention_d128": ("specs/attention_bf16_4096.yaml", {"S": 2048}, {}, None),
+    "attention_causal_gqa": ("specs/attention_gqa_causal_bf16_8192.yaml", {"S": 2048}, {}, None),
 }
 
 
-def _load(path: str, backward: dict, tmp: Path):
+def _load(path: str, backward: dict, tmp: Path, sizes: dict | None = None):
     from schedgen.frontend.validate import load_spec
     data = yaml.safe_load((ROOT / path).read_text())
+    data["op"]["sizes"].update(sizes or {})
     data["backward"] = backward
     f = tmp / Path(path).name
     f.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -78,20 +82,78 @@ def _torch_fn(torch, spec, plan, sizes, device):
         from schedgen.families.rowwise.peers import torch_body_fn, torch_candidates
         return [("torch", torch_body_fn(torch, plan, spec))] + [(f"torch_own[{n}]", f) for n, f in
                                                                torch_candidates(torch, plan, spec)]
+    if kind == "matmul":
+        from schedgen.bench.case import torch_dtypes
+        from schedgen.families.matmul.peers import epilogue_operands, torch_epilogue_fn
+        op = spec.op
+        out = next(iter(op.outputs.values()))
+        epi = torch_epilogue_fn(torch, spec, torch_dtypes(torch)[out.dtype])
+        names, extras = list(op.inputs), epilogue_operands(spec)
+
+        def mm(*ins):
+            v = dict(zip(names, ins))
+            a = v[op.lhs].transpose(-1, -2) if op.transpose_lhs else v[op.lhs]
+            b = v[op.rhs].transpose(-1, -2) if op.transpose_rhs else v[op.rhs]
+            return epi(a, b, *[v[n] for n in extras])
+        return [("torch", mm)]
+    if kind == "attention":
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        op = spec.op
+        bshd = op.layout == "bshd"
+        causal = bool(op.causal)
+        scale = op.scale
+
+        def sdpa(backend):
+            def fn(q, k, v):
+                t = (lambda x: x.transpose(1, 2)) if bshd else (lambda x: x)
+                with sdpa_kernel(backend):
+                    o = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal, scale=scale,
+                                                       enable_gqa=q.shape[2 if bshd else 1] != k.shape[2 if bshd
+                                                                                                      else 1])
+                return t(o)
+            return fn
+        return [("torch_own[sdpa_cudnn]", sdpa(SDPBackend.CUDNN_ATTENTION)),
+                ("torch_own[sdpa_flash]", sdpa(SDPBackend.FLASH_ATTENTION))]
     return []
+
+
+def _case(name: str, dry: bool):
+    """CASES[name]; the CPU self-check (--dry) runs attention at S = 128, which its float64 reference does quickly."""
+    path, fixed, backward, call_sizes = CASES[name]
+    if dry and fixed and "S" in fixed:
+        fixed = {**fixed, "S": 128}
+    return path, fixed, backward, call_sizes
+
+
+def _inputs(torch, spec, sizes, plan, device):
+    """iid N(0, 1) inputs and upstream gradients as torch tensors of the spec's dtypes (a rowwise take's column
+    indices: valid class ids, as torch's peers need)."""
+    from schedgen.bench.case import to_torch
+    from schedgen.reference import shape_of
+    from schedgen.runtime.arrays import DTYPES
+    rng = np.random.default_rng(0)
+    host = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.inputs.items()}
+    up = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.outputs.items()}
+    if spec.op.kind == "rowwise":
+        from schedgen.families.rowwise.peers import valid_targets
+        host = valid_targets(plan, host)
+    x = {n: to_torch(torch, host[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.inputs.items()}
+    g = {n: to_torch(torch, up[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.outputs.items()}
+    return x, g
 
 
 def run_case(name, args, torch, tmp: Path) -> dict:
     from schedgen import families
     from schedgen.autodiff.graph import evaluate
-    from schedgen.bench.case import from_torch, to_torch
+    from schedgen.bench.case import from_torch
     from schedgen.bench.environment import gpu_state
     from schedgen.bench.timing import Contender, block_for, interleaved
     from schedgen.errors import SourceMap
     from schedgen.frontend.validate import validate_data
     from schedgen.reference import rel_error, tolerance
-    path, _, backward, call_sizes = CASES[name]
-    spec, src = _load(path, backward, tmp)
+    path, fixed, backward, call_sizes = _case(name, args.dry)
+    spec, src = _load(path, backward, tmp, fixed)
     family = families.of(spec)
     graph, problems = family.backward(spec, src)
     assert not problems, problems
@@ -103,17 +165,8 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     fwd_spec = validate_data(fwd_data, SourceMap("<forward>"))
     steps = {s.name: _package(dict(s.spec), tmp, f"{name}_{s.name}") for s in graph.steps}
     sizes = _sizes(spec, {n: 256 for n in spec.op.sizes} if args.dry else call_sizes)
-    rng = np.random.default_rng(0)
-    from schedgen.reference import shape_of
-    host = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.inputs.items()}
-    up = {n: rng.standard_normal(shape_of(o, sizes)).astype(np.float32) for n, o in spec.op.outputs.items()}
-    if spec.op.kind == "rowwise":       # cross-entropy's targets: class indices in [0, N), as torch's peers need
-        from schedgen.families.rowwise.peers import valid_targets
-        host = valid_targets(fwd_built.plan, host)
     device = "cpu" if args.dry else "cuda"
-    from schedgen.runtime.arrays import DTYPES
-    x = {n: to_torch(torch, host[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.inputs.items()}
-    g = {n: to_torch(torch, up[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.outputs.items()}
+    x, g = _inputs(torch, spec, sizes, fwd_built.plan, device)
     # what the device inputs hold, in float64 (rounded to their dtype): the reference sees the same values
     host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) for n, t in x.items()}
     up64 = {n: from_torch(torch, t, spec.op.outputs[n].dtype).astype(np.float64) for n, t in g.items()}
@@ -150,7 +203,7 @@ def run_case(name, args, torch, tmp: Path) -> dict:
                                                                        device="cuda")))
                     continue
                 args.append({"in": x, "out": outs, "grad": g, "step": vals}[kind][ref_name])
-            res = kern(*args)
+            res = kern(*args) if (kern.root / "kernel.cubin").is_file() else kern(*args, backend="pallas")
             res = res if isinstance(res, (tuple, list)) else (res,)
             for k, r in zip(step_spec.op.outputs, res):
                 vals[f"{s.name}.{k}"] = r
