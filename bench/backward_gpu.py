@@ -36,6 +36,8 @@ CASES = {
     "layernorm": ("specs/layernorm_bf16.yaml", None, {}, {"M": 16384}),
     "rmsnorm": ("specs/rmsnorm_bf16.yaml", None, {}, {"M": 16384}),
     "crossentropy": ("specs/crossentropy_bf16.yaml", None, {}, {"M": 4096}),
+    "linear_gelu": ("specs/linear_gelu_bf16_dynamic.yaml", None, {}, {"M": 8192}),
+    "matmul_4096": ("specs/matmul_bf16_4096.yaml", None, {}, None),
     # attention at S = 2048 (the float64 reference of the backward at 4096+ takes minutes on the host)
     "attention_d128": ("specs/attention_bf16_4096.yaml", {"S": 2048}, {}, None),
     "attention_causal_gqa": ("specs/attention_gqa_causal_bf16_8192.yaml", {"S": 2048}, {}, None),
