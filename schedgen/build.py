@@ -19,14 +19,17 @@ from . import plan as planner
 from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of, remove_path, source_hash, temp_name
 from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
-from .errors import Problem, SourceMap
+from .autodiff import graph as bwgraph
+from .errors import Problem, SourceMap, SpecErrors
 from .render import render
 from .frontend.load import read_spec_bytes
 from .frontend.specfile import SpecFile
-from .frontend.validate import load_spec
+from .frontend.validate import load_spec, validate_data
 
 PACKAGE_TEMPLATE = "shared/package.py.j2"
 CUDA_FILES = ("kernel.cu", "kernel.ptx", "kernel.cubin")
+BACKWARD_FILE = "backward.json"      # the backward graph and what the runtime needs of it (runtime/autograd.py)
+BACKWARD_DIR = "backward"            # backward/<step>/: one sub-package a step
 
 
 def _version(dist: str) -> str | None:
@@ -72,6 +75,7 @@ class Built:
     files: dict[str, bytes]     # kernel.cu, kernel.ptx, kernel.cubin, pallas_kernel.py, launch.json, plan.json,
     #                             manifest.json
     cache_hit: bool
+    backward: "BackwardBuilt | None" = None   # the spec's backward pass (a `backward` section the family took)
 
     @property
     def name(self) -> str:
@@ -85,6 +89,23 @@ class Built:
         field = ("schedule", "pipeline", "compute_registers")
         advice = "; raise compute_registers (the budget setmaxnreg gives each consumer) or use smaller blocks"
         return [self.source.format(Problem(field, f"warning: {v}{advice}")) for v in verdicts]
+
+
+@dataclass(frozen=True)
+class BackwardBuilt:
+    """The backward pass of a built spec: the family's graph, the kernels of its steps (built like any spec) and
+    what the runtime reads (backward.json)."""
+    graph: Any                     # autodiff.graph.BackwardGraph
+    steps: dict[str, Built]        # step name -> its build (the sub-package backward/<step>/)
+    user_outputs: tuple[str, ...]  # the forward outputs the spec wrote (the package call returns these)
+    forward: SpecFile              # the forward spec built (the family's rewrite, or the spec as written)
+    written: SpecFile              # the spec as written (its `backward` section included)
+
+    def record(self) -> dict:
+        """backward.json: the graph, and which forward outputs are the user's and which are kept for the backward
+        only (the package call drops those)."""
+        return {"graph": self.graph.to_json(), "user_outputs": list(self.user_outputs),
+                "saved_outputs": list(self.graph.saved), "steps": {n: b.name for n, b in self.steps.items()}}
 
 
 def expected_files(plan) -> set[str]:
@@ -104,7 +125,105 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     the overrides and schedgen's code), every .py and .j2 file of schedgen (`cache.source_hash`) and the toolchain."""
     raw = read_spec_bytes(path)  # read once: the loader parses and the manifest hashes these same bytes
     spec, src = load_spec(str(path), overrides, raw)
-    plan = planner.plan(spec, src)
+    graph = _backward_graph(spec, src)
+    if graph is None:
+        return _build(spec, src, raw, str(path), cache)
+    forward_spec = spec
+    if graph.forward is not None:
+        forward_spec = _derived(graph.forward, "forward", spec, src)
+    forward_spec = _model_copy(forward_spec, backward=None)
+    _check_graph(spec, forward_spec, graph)
+    steps: dict[str, Built] = {}
+    for step in graph.steps:
+        step_spec = _model_copy(_derived(step.spec, f"step {step.name}", spec, src), backward=None)
+        steps[step.name] = _build(step_spec, _step_source(src, step.name), raw, f"{path}#backward/{step.name}",
+                                  cache, where=(spec, src, f"step {step.name}"))
+    forward = _build(forward_spec, src, raw, str(path), cache,
+                     where=(spec, src, "forward") if graph.forward is not None else None)
+    user = tuple(spec.op.outputs)
+    # the Built's spec is the forward it built (its plan's spec: verify's reference covers the saved outputs too)
+    return Built(forward_spec, src, forward.plan, forward.files, forward.cache_hit,
+                 BackwardBuilt(graph, steps, user, forward_spec, spec))
+
+
+def _backward_graph(spec, src: SourceMap):
+    """The family's backward graph of a spec with a `backward` section (None without one, or when the family
+    returns none); the hook's problems are located errors of the spec."""
+    if getattr(spec, "backward", None) is None:
+        return None
+    family = families.of(spec)
+    # the spec as written is planned first: its own problems (and, for a family without a backward, the planner's
+    # located error saying which families have one) come before anything derived from it
+    planner.plan(spec, src)
+    if family.backward is None:
+        raise AssertionError("unreachable: plan() refuses a backward section of a family without a backward")
+    graph, problems = family.backward(spec, src)
+    if problems:
+        raise SpecErrors(list(problems), src)
+    return graph
+
+
+def _model_copy(spec, **fields):
+    return spec.model_copy(update=fields)
+
+
+def _step_source(src: SourceMap, step: str) -> SourceMap:
+    """A derived spec's problems point at the user's `backward` field (the derived spec is no file)."""
+    pos = src.positions.get(("backward",))
+    return SourceMap(file=src.file, positions={(): pos} if pos is not None else {})
+
+
+def _family_bug(spec, src: SourceMap, what: str, lines: list[str]) -> SpecErrors:
+    fam = spec.op.kind
+    return SpecErrors([Problem(("backward",), f"{what} of the {fam} family's backward fails its own checks (a "
+                                              f"schedgen bug in the {fam} family, not in this file; please report "
+                                              f"it): {'; '.join(lines)}")], src)
+
+
+def _derived(data: Any, what: str, spec, src: SourceMap) -> SpecFile:
+    """A spec a family derived (plain data), validated like a file; its problems are a family bug, reported at the
+    user's `backward` field with the step's name."""
+    try:
+        return validate_data(data, SourceMap(file="<derived>"))
+    except SpecErrors as exc:
+        raise _family_bug(spec, src, what, [f"{'.'.join(map(str, p.path))}: {p.message}" for p in exc.problems]) \
+            from None
+
+
+def _check_graph(spec, forward_spec, graph) -> None:
+    """A graph whose references do not resolve, or a rewritten forward that is not the written one plus its saved
+    outputs, is a family bug: a clear error (not a located one: nothing in the file can fix it)."""
+    fam = spec.op.kind
+    ins, outs = set(forward_spec.op.inputs), set(forward_spec.op.outputs)
+    problems = bwgraph.check(graph, ins, outs)
+    if list(forward_spec.op.inputs) != list(spec.op.inputs):
+        problems.append(f"the rewritten forward's inputs {list(forward_spec.op.inputs)} are not the spec's "
+                        f"{list(spec.op.inputs)}")
+    want = list(spec.op.outputs) + [s for s in graph.saved if s not in spec.op.outputs]
+    if list(forward_spec.op.outputs) != want:
+        problems.append(f"the forward's outputs {list(forward_spec.op.outputs)} are not the spec's outputs then "
+                        f"the saved ones ({want})")
+    missing = [g for g in graph.grads if g not in spec.op.inputs]
+    if missing:
+        problems.append(f"grads names {missing}, not inputs of the spec")
+    if problems:
+        raise RuntimeError(f"{spec.name}: the {fam} family's backward graph is inconsistent (a schedgen bug in the "
+                           f"{fam} family's backward hook): " + "; ".join(problems))
+
+
+def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None, where=None) -> Built:
+    """Plan, render and compile one validated spec through the cache. `where` (a derived spec: the forward a
+    family rewrote, a backward step): (user spec, its source map, what it is), and a problem planning it is a
+    family bug located at the user's `backward` field."""
+    if where is None:
+        plan = planner.plan(spec, src)
+    else:
+        try:
+            plan = planner.plan(spec, src)
+        except SpecErrors as exc:
+            user, user_src, what = where
+            raise _family_bug(user, user_src, what,
+                              [f"{'.'.join(map(str, p.path))}: {p.message}" for p in exc.problems]) from None
     plan_json = planner.to_json(plan)
     launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
     tools = toolchain()
@@ -148,7 +267,7 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     files, hit = (cache or Cache()).get_or_build(key, make, names=expected_files(plan), check=check)
     manifest = json.loads(files["manifest.json"])
     manifest["spec_sha256"] = spec_hash
-    manifest["spec_file"] = str(path)
+    manifest["spec_file"] = spec_file
     files = dict(files, **{"manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode()})
     return Built(spec, src, plan, files, hit)
 
@@ -249,25 +368,42 @@ def _output_folder(out_dir: Path) -> None:
             os.unlink(tmp)
 
 
+def _write_package(built: Built, folder: Path) -> None:
+    """The files of one kernel and its module (__init__.py) into `folder`."""
+    from .render import environment
+    # a family whose call differs (multi-device) has a package template of its own
+    template = families.of(built.plan).template("package.py.j2") or PACKAGE_TEMPLATE
+    module = environment().get_template(template).render(p=built.plan, backward=built.backward)
+    for name, data in built.files.items():
+        write_new(folder / name, data)
+    write_new(folder / "__init__.py", module.encode())
+
+
 def package(built: Built, out_dir: str | Path) -> Path:
     """Write `out_dir/<name>/` importable as a Python package exposing the kernel function (raises OSError when
     the output cannot be written)."""
-    from .render import environment
-    bad = [n for n in built.files if not is_plain_name(n) or n == "__init__.py"]
-    if bad:
-        raise ValueError(f"package files must be plain file names, not {bad}")
-    # a family whose call differs (multi-device) has a package template of its own
-    template = families.of(built.plan).template("package.py.j2") or PACKAGE_TEMPLATE
-    module = environment().get_template(template).render(p=built.plan)
+    for b in (built, *(built.backward.steps.values() if built.backward is not None else ())):
+        bad = [n for n in b.files if not is_plain_name(n) or n in ("__init__.py", BACKWARD_FILE)]
+        if bad:
+            raise ValueError(f"package files must be plain file names, not {bad}")
     out_dir = Path(out_dir)
     _output_folder(out_dir)
     clean_stale(out_dir)
     dest = out_dir / built.name
     staged = Path(tempfile.mkdtemp(prefix=temp_name(built.name), dir=out_dir))
     try:
-        for name, data in built.files.items():
-            write_new(staged / name, data)
-        write_new(staged / "__init__.py", module.encode())
+        _write_package(built, staged)
+        bw = built.backward
+        if bw is not None:
+            write_new(staged / BACKWARD_FILE, json.dumps(bw.record(), indent=1, sort_keys=True).encode())
+            (staged / BACKWARD_DIR).mkdir()
+            write_new(staged / BACKWARD_DIR / "__init__.py",
+                      f'"""The backward kernels of {built.name} (backward.json says how they chain)."""\n'.encode())
+            for step, sub in bw.steps.items():
+                (staged / BACKWARD_DIR / step).mkdir()
+                _write_package(sub, staged / BACKWARD_DIR / step)
+            for folder in (staged / BACKWARD_DIR, *(staged / BACKWARD_DIR / s for s in bw.steps)):
+                os.chmod(folder, 0o777 & ~_UMASK)
         os.chmod(staged, 0o777 & ~_UMASK)
         _swap_in(staged, dest)
     finally:

@@ -220,7 +220,12 @@ def cmd_build(args) -> int:
         except OSError as exc:          # -o is a file, read-only, full, a symlink to one of those: the same for all
             raise _os_usage("-o", args.output, exc, "the package") from None
         print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
-        for w in built.warnings:
+        bw = built.backward
+        if bw is not None:
+            print(f"  backward: gradients of {', '.join(bw.graph.grads) or '(none)'}; "
+                  f"{len(bw.steps)} kernel{'s' if len(bw.steps) != 1 else ''} in {dest / 'backward'}: "
+                  + ", ".join(f"{n}{' (cached)' if b.cache_hit else ''}" for n, b in bw.steps.items()))
+        for w in (*built.warnings, *(w for b in (bw.steps.values() if bw else ()) for w in b.warnings)):
             print(w, file=sys.stderr)
     return status
 
@@ -255,6 +260,9 @@ def cmd_explain(args) -> int:
     spec, src = load_spec(args.file, _overrides(args))
     p, picks = plan_with_picks(spec, src)
     print(to_json(p) if args.json else explain(p, picks))
+    if not args.json and getattr(spec, "backward", None) is not None:
+        from .explain import explain_backward
+        print(explain_backward(spec, src), end="")
     if args.draw:
         from .draw import draw
         try:

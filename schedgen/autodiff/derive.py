@@ -238,20 +238,51 @@ class _Namer:
         return name
 
 
+@dataclass
+class Axis:
+    """An axis some values vary along and others are constant over (a rowwise body's row: rows vary, a reduction's
+    result and a per-row input do not). Given to `vjp`, it makes the adjoint of a value that was broadcast along the
+    axis the `reduce` (a call name, e.g. sum) of its varying contributions, as a broadcast's derivative is."""
+    varying: set[str]                 # the names that vary along the axis (grows with the adjoint temporaries)
+    collapsing: frozenset[str]        # the calls whose result has one value along the axis (the reductions)
+    reduce: str = "sum"
+
+    def varies(self, node: ast.expr) -> bool:
+        """Whether `node` varies along the axis: it reads a varying name outside every collapsing call."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.collapsing:
+            return False
+        if isinstance(node, ast.Name):
+            return node.id in self.varying
+        return any(self.varies(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)
+                   and not (isinstance(node, ast.Call) and c is node.func))
+
+
 class _Adjoints:
     """The adjoint contributions of each name, collected while walking the statements back."""
 
-    def __init__(self, rules: Mapping[str, Rule], active: set[str]) -> None:
-        self.rules, self.active = rules, active
+    def __init__(self, rules: Mapping[str, Rule], active: set[str], axis: "Axis | None" = None) -> None:
+        self.rules, self.active, self.axis = rules, active, axis
         self.contrib: dict[str, list[ast.expr]] = {}
 
     def add(self, name: str, g: ast.expr) -> None:
         self.contrib.setdefault(name, []).append(g)
 
     def total(self, name: str) -> ast.expr | None:
-        """The sum of a name's contributions (None: it has none), removed from the collection."""
+        """The sum of a name's contributions (None: it has none), removed from the collection; for a name with one
+        value along the axis, its contributions that vary along it are reduced first (it was broadcast)."""
         parts = self.contrib.pop(name, [])
-        return None if not parts else functools.reduce(add, parts)
+        if not parts:
+            return None
+        if self.axis is None or name in self.axis.varying:
+            return functools.reduce(add, parts)
+        varying = [p for p in parts if self.axis.varies(p)]
+        fixed = [p for p in parts if not self.axis.varies(p)]
+        pieces = fixed + ([_call(self.axis.reduce, functools.reduce(add, varying))] if varying else [])
+        return functools.reduce(add, pieces)
+
+    def collapse(self, g: ast.expr) -> ast.expr:
+        """The adjoint of a value with one value along the axis (a reduction's result) from a varying `g`."""
+        return _call(self.axis.reduce, g) if self.axis is not None and self.axis.varies(g) else g
 
     def back(self, node: ast.expr, g: ast.expr) -> None:
         """Pass the adjoint `g` of `node` to the names it reads."""
@@ -265,6 +296,8 @@ class _Adjoints:
             for operand, piece in zip((node.left, node.right), _binop(node, g)):
                 self.back(operand, piece)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.rules:
+            if self.axis is not None and node.func.id in self.axis.collapsing:
+                g = self.collapse(g)
             for arg, piece in zip(node.args, self.rules[node.func.id](node.args, node, g)):
                 if piece is not None:
                     self.back(arg, piece)
@@ -291,7 +324,7 @@ def _binop(node: ast.BinOp, g: ast.expr) -> tuple[ast.expr, ast.expr]:
 
 
 def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], saved: Collection[str] = (),
-        calls: Mapping[str, Rule] | None = None) -> Derived:
+        calls: Mapping[str, Rule] | None = None, axis: Axis | None = None) -> Derived:
     """The body computing the gradients of `wrt` (forward name -> its gradient's name) given the upstream gradients
     of the forward's outputs (output -> the name the derived body reads it as). See the module docstring."""
     forward = [(t, e.tree) for t, e in body.statements]
@@ -304,7 +337,12 @@ def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], sa
             active.add(target)
     namer = _Namer(assigned | {n for _, t in forward for n in _free_names(t)} | set(wrt.values())
                    | set(cotangents.values()))
-    adj = _Adjoints(dict(_RULES) | dict(calls or {}), active)
+    if axis is not None:            # the forward's temporaries vary where what they read does
+        axis = Axis(set(axis.varying), axis.collapsing, axis.reduce)
+        for target, tree in forward:
+            if axis.varies(tree):
+                axis.varying.add(target)
+    adj = _Adjoints(dict(_RULES) | dict(calls or {}), active, axis)
     for out, g in cotangents.items():
         if out in assigned:
             adj.add(out, _name(g))
@@ -316,6 +354,8 @@ def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], sa
         if not isinstance(g, (ast.Name, ast.Constant)):
             tmp = namer.fresh(target)
             adjoint_statements.append((tmp, g))
+            if axis is not None and axis.varies(g):
+                axis.varying.add(tmp)
             g = _name(tmp)
         adj.back(tree, g)
     grads = [(gname, g) for name, gname in wrt.items() if (g := adj.total(name)) is not None]

@@ -21,8 +21,11 @@ References are strings, checked by `check()`:
   "in:<name>"    a forward input        "out:<name>"   a forward output (the user's or a saved one)
   "grad:<name>"  the upstream gradient of forward output <name> (same shape and dtype as the output)
   "step:<step>.<output>"  an output of an earlier step
+  "arange:<n>"   the column indices 0 .. n-1 as an f32 vector [n] (a rowwise step's one-hot of take()'s column)
 Targets of a step output:
-  "grad:<input>"  adds into the gradient of forward input <input> (two steps may add into one)
+  "grad:<input>"  adds into the gradient of forward input <input> (two steps may add into one); an output of
+                  another shape than the input (a gradient of an operand broadcast in the forward: [N] over [M, N])
+                  is summed back to the input's shape first (`sum_dims`: numpy broadcasting read backwards)
   "value"         read by later steps only (as "step:<step>.<output>")
 
 `evaluate()` runs a graph with any per-step runner; with the families' float64 references it is the backward's
@@ -36,7 +39,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-_REF = re.compile(r"\A(in|out|grad):([A-Za-z][A-Za-z0-9_]*)\Z|\Astep:([A-Za-z][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)\Z")
+_REF = re.compile(r"\A(in|out|grad):([A-Za-z][A-Za-z0-9_]*)\Z|\Astep:([A-Za-z][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)\Z"
+                  r"|\Aarange:([1-9][0-9]{0,9})\Z")
 _TARGET = re.compile(r"\Agrad:([A-Za-z][A-Za-z0-9_]*)\Z|\Avalue\Z")
 
 
@@ -100,22 +104,54 @@ def check(graph: BackwardGraph, inputs: set[str], outputs: set[str]) -> list[str
 Runner = Callable[[Step, Mapping[str, Any]], Mapping[str, Any]]
 
 
+def sum_dims(shape: tuple, to: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """How a gradient of shape `shape` is summed back to an operand of shape `to` that numpy broadcasting stretched
+    to `shape`: (the leading dims to sum away, the dims of size 1 in `to` to sum keeping them), both as dims of
+    `shape`. ValueError when `to` does not broadcast to `shape` (a family bug)."""
+    shape, to = tuple(shape), tuple(to)
+    lead = len(shape) - len(to)
+    if lead < 0 or any(t not in (1, s) for t, s in zip(to, shape[lead:])):
+        raise ValueError(f"a gradient of shape {shape} cannot be summed to {to}: {to} does not broadcast to it")
+    return tuple(range(lead)), tuple(lead + i for i, (t, s) in enumerate(zip(to, shape[lead:])) if t == 1 and s != 1)
+
+
+def sum_to(value: Any, to: tuple) -> Any:
+    """numpy: `value` summed back to the shape `to` (itself when the shapes agree)."""
+    if tuple(np.shape(value)) == tuple(to):
+        return value
+    lead, keep = sum_dims(np.shape(value), to)
+    if keep:
+        value = np.sum(value, axis=keep, keepdims=True)
+    return np.sum(value, axis=lead) if lead else value
+
+
+def _arange(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.float64)
+
+
 def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-             grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add) -> dict[str, Any]:
+             grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add,
+             reduce: Callable[[Any, tuple], Any] = sum_to, arange: Callable[[int], Any] = _arange) -> dict[str, Any]:
     """The gradients of the forward inputs in `graph.grads` (absent: no step writes it, a zero gradient).
     `outputs`: the forward outputs, saved ones included; `grads_out`: upstream gradients by output name;
-    `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference)."""
+    `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference);
+    `reduce(value, shape)` sums a step output bound to grad:<input> back to the input's shape (numpy's `sum_to`
+    by default; the runtime passes torch's and jax's)."""
     values: dict[str, Any] = {}
     grads: dict[str, Any] = {}
     for s in graph.steps:
         args = {}
         for k, ref in s.inputs.items():
             kind, _, name = ref.partition(":")
+            if kind == "arange":
+                args[k] = arange(int(name))
+                continue
             args[k] = {"in": inputs, "out": outputs, "grad": grads_out, "step": values}[kind][name]
         result = run(s, args)
         for k, tgt in s.outputs.items():
             values[f"{s.name}.{k}"] = result[k]
             if tgt.startswith("grad:"):
                 g = tgt[5:]
-                grads[g] = result[k] if g not in grads else add(grads[g], result[k])
+                v = reduce(result[k], tuple(np.shape(inputs[g])))
+                grads[g] = v if g not in grads else add(grads[g], v)
     return grads

@@ -58,3 +58,29 @@ def fresh(base: str, taken: set[str]) -> str:
         name = f"{base}{k}"
     taken.add(name)
     return name
+
+
+def fitting(data: dict) -> tuple[dict, str]:
+    """The forward with its saved outputs, planned: as written when it fits, else with fewer pipeline stages, else
+    with the whole schedule left to the planner (and a note saying which)."""
+    from ..errors import SourceMap, SpecErrors
+    from ..frontend.validate import validate_data
+    from ..plan import plan
+    sch = data.get("schedule") or {}
+    tries = [(data, "")]
+    depth = (sch.get("pipeline") or {}).get("max_concurrent_steps")
+    for d in range(depth - 1, 0, -1) if isinstance(depth, int) else ():
+        fewer = {**data, "schedule": {**sch, "pipeline": {**sch["pipeline"], "max_concurrent_steps": d}}}
+        tries.append((fewer, f"the forward that saves them runs {d} pipeline stage(s), not the {depth} written: "
+                             f"{depth} do not fit in SMEM with the saved output(s)"))
+    if sch:
+        bare = {**data, "schedule": {"backends": sch["backends"]} if "backends" in sch else {}}
+        tries.append((bare, "the forward's schedule could not hold the saved output(s) too: the planner picked "
+                            "the schedule of the forward that saves them"))
+    for candidate, why in tries:
+        try:
+            plan(validate_data(candidate, SourceMap("<forward>")), SourceMap("<forward>"))
+            return candidate, why
+        except SpecErrors:
+            continue
+    return data, ""          # the build reports the first form's problems

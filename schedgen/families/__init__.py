@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Mapping, get_args
 
 
 # The registered families, in the order the CLI and the docs list them (one line per family).
-_FAMILIES = ("map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise")
+_FAMILIES = ("map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise", "attention_backward")
 
 BACKEND_TEMPLATES = {"cuda": "cuda.cu.j2", "pallas": "pallas.py.j2"}
 

@@ -22,6 +22,7 @@ from ..plan import launch as launch_record
 from ..plan.launch import LaunchRecord, Operand
 from . import arrays, pallas_call
 from . import torch_op as _torch_op   # imports no torch: its EAGER_DIRECT switch is read per call
+from . import autograd as _autograd   # imports no torch either
 from .arrays import ArgumentError
 
 STATE_CACHE = 64     # launch states (one per input shapes and device) kept
@@ -65,6 +66,7 @@ class Kernel:
         self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
         self._lock = threading.Lock()
         self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
+        self.backward = None   # schedgen/runtime/autograd.py: the package's backward pass (backward.json), if any
         self._torch_dtypes: tuple | None = None   # (inputs, outputs) as torch dtype objects: the fast path
 
     # ------------------------------------------------------------------ introspection
@@ -100,15 +102,36 @@ class Kernel:
                 return res
             if stream is None and not op.eager_direct(args, out):
                 # torch tensors (meta or fake, traced by torch.compile, under a dispatch mode, needing grad) go
-                # through the custom op, whose real implementation comes back to _call_cuda; anything else
-                # returns NotImplemented
-                routed = op.dispatch(args, out)
-                if routed is not NotImplemented:
-                    return routed
+                # through the custom op, whose real implementation comes back to _call_cuda (and whose autograd
+                # formula runs the package's backward: runtime/autograd.py); anything else returns NotImplemented
+                if out is None or not _autograd.wants_grad(args, out):
+                    if self.backward is None and _autograd.wants_grad(args, out):
+                        raise _autograd.no_backward_error(self, args, out)
+                    routed = op.dispatch(args, out)
+                    if routed is not NotImplemented:
+                        return routed
+        if _autograd.wants_grad(args, out):   # a torch tensor needing grad that the op did not take
+            if self.backward is None:
+                raise _autograd.no_backward_error(self, args, out)
+            raise _autograd.grad_path_error(self, stream, backend, interpret, out)
         backend = pallas_call.choose_backend(self, args, out, backend, stream, interpret)
         if backend == "pallas":
             return self._call_pallas(args, out, interpret)
         return self._call_cuda(args, out, stream)
+
+    def call_user(self, *args: Any, out: Any = None, stream: Any = None, backend: str | None = None,
+                  interpret: Any = None) -> Any:
+        """The package function's call: as `__call__`, returning (and taking as out=) only the outputs the spec
+        wrote; the outputs the forward writes for the backward alone (runtime/autograd.py) are dropped."""
+        bw = self.backward
+        if bw is None or not bw.saved:
+            return self(*args, out=out, stream=stream, backend=backend, interpret=interpret)
+        if out is not None:
+            out = bw.full_out(self, args, out)
+            res = self(*args, out=out, stream=stream, backend=backend, interpret=interpret)
+        else:
+            res = self(*args, stream=stream, backend=backend, interpret=interpret)
+        return bw.user_result(res)
 
     def _check_count(self, args: Sequence[Any]) -> None:
         if len(args) != len(self.inputs):
@@ -655,6 +678,7 @@ def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
     """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
     custom op once the program uses torch (schedgen/runtime/torch_op.py; importing the package never imports it)."""
     kernel = Kernel(Path(root))
+    kernel.backward = _autograd.load(kernel, kernel.root, torch_op)   # before attach: the op's autograd reads it
     if torch_op:
         from . import torch_op as ops
         ops.attach(kernel)

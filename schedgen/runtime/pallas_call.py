@@ -7,8 +7,9 @@ takes no `sizes`), `sizes_of(inputs)`. This module builds each kernel once per (
 it, jitted, so that an eager call with shapes seen before neither retraces nor recompiles, and a call inside
 `jax.jit` (tracers in, tracers out) adds one cached kernel to the caller's trace. Modes:
 
-- "call": inputs in, fresh outputs out, wrapped in a `jax.custom_vjp` whose backward raises (schedgen kernels have
-  no autograd yet: `jax.grad` / `jax.vjp` through them is a clear error, the forward is untouched);
+- "call": inputs in, fresh outputs out, wrapped in a `jax.custom_vjp`: a package with a backward pass runs its steps'
+  Pallas kernels there (runtime/autograd.py); one without says to add a `backward:` section (the forward is
+  untouched);
 - "into": inputs and the current contents of mutable outputs in (donated), the outputs as written out: elements a
   kernel does not write keep their values, as `out=` promises;
 - "torch": the "call" kernel through `plgpu.as_torch_kernel` (torch CUDA tensors in and out, no jax arrays),
@@ -180,6 +181,8 @@ class PallasCall:
         if mode == "torch":
             from jax.experimental.pallas import mosaic_gpu as plgpu
             return plgpu.as_torch_kernel(kern)   # compiles per input shapes itself; we keep it alive per sizes
+        if self.kernel.backward is not None:
+            return jax.jit(_with_backward(kern, self.kernel.backward, interpret))
         return jax.jit(_no_backward(kern, self.kernel.name))
 
     # ------------------------------------------------------------------ calling
@@ -300,6 +303,27 @@ def _check_meta(meta: tuple[str, tuple[int, ...], str], name: str, shape: tuple[
     arrays.check_meta("jax" if kind == "tracer" else kind, name, got_shape, got_dt, shape, dtype)
 
 
+def _with_backward(kern: Callable, backward: Any, interpret: Any) -> Callable:
+    """`kern` (every output of the forward, the saved ones included) as a `jax.custom_vjp` whose backward runs the
+    package's backward steps (runtime/autograd.py): the residuals are the inputs and the forward's outputs."""
+    import jax
+
+    @jax.custom_vjp
+    def fn(*ins):
+        return kern(*ins)
+
+    def fwd(*ins):
+        outs = kern(*ins)
+        return outs, (ins, outs if isinstance(outs, tuple) else (outs,))
+
+    def bwd(res, cts):
+        ins, outs = res
+        return backward.jax_backward(ins, outs, cts if isinstance(cts, tuple) else (cts,), interpret)
+
+    fn.defvjp(fwd, bwd)
+    return fn
+
+
 def _no_backward(kern: Callable, name: str) -> Callable:
     """`kern` with a backward pass that says it does not exist yet (jax.grad / jax.vjp raise at the backward)."""
     import jax
@@ -313,9 +337,10 @@ def _no_backward(kern: Callable, name: str) -> Callable:
 
     def bwd(_res, _cotangents):
         raise NotImplementedError(
-            f"{name}: the backward pass (jax.grad / jax.vjp) of a schedgen kernel is not implemented yet "
-            f"(autograd is a later release); differentiate a jnp reference instead, or stop the gradient with "
-            f"jax.lax.stop_gradient on its inputs")
+            f"{name}: this package was built without a backward pass, so jax.grad / jax.vjp cannot go through it: "
+            f"add a `backward:` section to its spec (e.g. `backward: {{}}`, or `backward: {{wrt: [...]}}` for the "
+            f"inputs that need gradients) and rebuild, or stop the gradient with jax.lax.stop_gradient on its "
+            f"inputs")
 
     fn.defvjp(fwd, bwd)
     return fn

@@ -27,8 +27,12 @@ and for tensors that require grad. A plain eager call on real CUDA tensors takes
 False to send those through the op too). A call with an explicit `stream=` is a plain launch on that stream (eager
 only: under torch.compile leave `stream` unset and use `torch.cuda.stream(...)` to pick the stream).
 
+Autograd (issue 19): a package with a backward pass (backward.json) gets `torch.library.register_autograd` on its
+functional op when it is registered (runtime/autograd.py: the backward runs the steps through their own ops); a
+call that autograd would record on a package without one is an ArgumentError saying to add a `backward:` section.
+
 Op names: `<kernel name>_<digest>`, where digest is the first 10 hex digits of the SHA-256 of the package's
-launch.json and kernel.cubin. Two packages of one kernel name but different content (two builds of a spec with
+launch.json and kernel.cubin (and backward.json, where there is one: its autograd formula is part of the op). Two packages of one kernel name but different content (two builds of a spec with
 other sizes or schedules) load side by side in one process as two ops; loading the same content twice (a copy of
 a package, a re-import) reuses the op already registered, which then runs the kernel loaded last. `op_name` gives the
 name; `kernel.torch_op.op` / `.out_op` are the OpOverloads.
@@ -70,6 +74,9 @@ def op_name(kernel: Any) -> str:
         path = kernel.root / file
         h.update(file.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
+    backward = kernel.root / "backward.json"   # its autograd formula is part of the op (packages with a backward)
+    if backward.exists():
+        h.update(b"backward.json\0" + backward.read_bytes())
     return f"{kernel.name}_{h.hexdigest()[:DIGEST_CHARS]}"
 
 
@@ -92,6 +99,9 @@ def attach(kernel: Any) -> None:
 def _attach_now(kernel: Any) -> None:
     try:
         kernel.torch_op = register(kernel)
+        if kernel.torch_op is not None and getattr(kernel, "backward", None) is not None:
+            from .autograd import register_torch
+            register_torch(kernel.torch_op, kernel.backward)
     except Exception as exc:   # a torch that cannot register ops must not break the package
         warnings.warn(f"{kernel.name}: no torch custom op ({type(exc).__name__}: {exc}); torch tensors take the "
                       f"direct CUDA path and torch.compile cannot trace it", RuntimeWarning, stacklevel=3)

@@ -124,3 +124,18 @@ def test_derived_kernel_runs_on_both_backends(tmp_path, _private_cache):
     assert checks and all(c.ok and c.rel_error <= c.tolerance for c in checks), checks
     built = build_spec(str(path))
     assert built.files["kernel.cubin"] and not built.warnings, built.warnings
+
+
+def test_saving_forward_that_outgrows_the_written_pipeline_depth_still_plans(tmp_path):
+    """Regression: an f32 gelu_bias saving h with the bundled 3-stage pipeline needs 331800 B of SMEM; the forward
+    that saves h now runs fewer stages (and says so) instead of failing the build as a family bug."""
+    data = _gelu_bias()
+    for part in ("inputs", "outputs"):
+        data["op"][part] = {k: dict(v, dtype="f32") for k, v in data["op"][part].items()}
+    spec, src = spec_with(tmp_path, data, {"save": ["h"]})
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems
+    assert graph.forward["schedule"]["pipeline"]["max_concurrent_steps"] < 3
+    assert any("not the 3 written" in n for n in graph.notes)
+    plan(validated(graph.forward), SourceMap("<forward>"))
+    assert graph.forward["schedule"]["in_specs"] == data["schedule"]["in_specs"]   # the rest stays as written

@@ -15,7 +15,8 @@ from schedgen.frontend.validate import load_spec
 def test_every_bundled_spec_kind_is_registered():
     kinds = {load_spec(str(p))[0].op.kind for p in spec_files()}
     assert kinds <= set(families.kinds())
-    assert families.kinds() == ["map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise"]
+    assert families.kinds() == ["map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise",
+                                "attention_backward"]
 
 
 def test_the_op_union_is_the_registry():
@@ -42,7 +43,9 @@ def test_a_bad_manifest_is_refused_at_registration(change, message):
 
 def test_each_family_finds_its_templates():
     for fam in families.all_families():
-        assert fam.template("cuda.cu.j2") == f"{fam.kind}/cuda.cu.j2"
+        assert fam.template("pallas.py.j2") == f"{fam.kind}/pallas.py.j2"
+        if fam.kind != "attention_backward":     # Pallas only so far
+            assert fam.template("cuda.cu.j2") == f"{fam.kind}/cuda.cu.j2"
         assert fam.template("no-such.j2") is None
     assert families.get("collective_matmul").template("package.py.j2") == "collective_matmul/package.py.j2"
     assert families.get("matmul").template("package.py.j2") is None
@@ -59,5 +62,6 @@ def test_kind_order_does_not_depend_on_import_order():
             "op = SpecFile.model_fields['op']\n"
             "print(families.kinds(), [m.__name__ for m in op.annotation.__args__])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul', 'grouped_matmul', 'rowwise'] "
-                           "['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp', 'GroupedMatmulOp', 'RowwiseOp']")
+    assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul', 'grouped_matmul', 'rowwise', "
+                           "'attention_backward'] ['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp', "
+                           "'GroupedMatmulOp', 'RowwiseOp', 'AttentionBackwardOp']")

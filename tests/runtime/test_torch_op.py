@@ -259,7 +259,11 @@ def test_plain_eager_cuda_tensors_skip_the_op_and_nothing_else_does(static, monk
         static.add_bf16(x, x)
     assert via_op == [1]
     monkeypatch.setattr(torch_op, "EAGER_DIRECT", True)
-    with pytest.raises(ArgumentError, match="x: lives on the CPU"):
+    with torch.no_grad(), pytest.raises(ArgumentError, match="x: lives on the CPU"):   # no backward: no grad mode
+        static.add_bf16(x, torch.zeros(256, 512, dtype=torch.bfloat16, requires_grad=True))
+    assert via_op == [1, 1]
+    with pytest.raises(ArgumentError, match=r"^y: requires grad, but add_bf16 was built without a backward pass: "
+                                            r"add a `backward:` section"):
         static.add_bf16(x, torch.zeros(256, 512, dtype=torch.bfloat16, requires_grad=True))
     assert via_op == [1, 1]
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -15,7 +15,7 @@ import ast
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fresh, save_names, written, wrt_names
+from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 
@@ -60,7 +60,10 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         problems.add(("backward",), f"the derived backward body is not a legal body ({e.message}); write "
                                     f"save: recompute or report this as a schedgen bug")
         return None, problems
-    forward = _forward_with_saved(spec, saved) if saved else None
+    forward = None
+    if saved:
+        forward, why = fitting(_forward_with_saved(spec, saved))
+        notes += [why] if why else []
     step_spec = _step_spec(spec, derived.text, reads_in, [(cot_of[o], o) for o in reads_cot], reads_saved,
                            [(grad_of[w], w) for w in nonzero])
     inputs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .backward import rowwise_backward
 from .defaults import rowwise_defaults
 from .explain import explain_rowwise
 from .model import RowwiseOp
@@ -30,4 +31,5 @@ FAMILY = register(Family(
     elementwise=lambda op: op.body,
     accumulation=lambda plan: plan.n,
     report=REPORT,
+    backward=rowwise_backward,
 ))

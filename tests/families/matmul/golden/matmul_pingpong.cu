@@ -51,6 +51,9 @@ __device__ __forceinline__ float sg_gelu_erf(float x) { return 0.5f * x * (1.0f 
 __device__ __forceinline__ float sg_minimum(float a, float b) { return fminf(a, b); }
 __device__ __forceinline__ float sg_maximum(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ float sg_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+__device__ __forceinline__ float sg_erf(float x) { return erff(x); }
+__device__ __forceinline__ float sg_heaviside(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+__device__ __forceinline__ float sg_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // ---- integer index math with Python's floor semantics (index maps are written in Python syntax)
 __device__ __forceinline__ int sg_floordiv(int a, int b) { const int q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }

@@ -1,0 +1,30 @@
+"""The attention_backward family's `schedgen explain` text."""
+from __future__ import annotations
+
+_MASKS = {"top_left": "top-left: query i sees keys j <= i",
+          "bottom_right": "bottom-right: query i sees keys j <= i + Skv - Sq"}
+
+
+def explain_attention_backward(p) -> str:
+    mask = _MASKS[p.causal_alignment] if p.causal else "none"
+    return "\n".join([
+        f"attention backward '{p.name}': dq, dk, dv of softmax({p.scale!r} q k^T) v, {p.dtype}, layout {p.layout}",
+        f"  B={p.batch} Hq={p.heads_q} Hkv={p.heads_kv} (group {p.group}) Sq={p.seq_q} Skv={p.seq_kv} "
+        f"D={p.head_dim}; causal mask: {mask}",
+        f"  {p.flops / 1e9:.3f} GFLOP (10 D per unmasked (query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x "
+        f"the forward)",
+        "  step 1 (jnp): delta = rowsum(dO * O) in f32, [B, Hq, Sq]",
+        f"  step 2, dK/dV kernel: {p.kv_rows_blocks} x {p.heads_kv} x {p.batch} blocks of 64 keys; each streams "
+        f"the {p.group} q head(s) of its group in {p.block_q}-query blocks (Q, dO, lse, delta) through "
+        f"{p.stages} SMEM stage(s):",
+        "    S^T = K Q^T, P^T = exp2(S^T scale log2e - lse log2e), dV += P^T dO, dP^T = V dO^T, "
+        "dS^T = P^T (dP^T - delta), dK += dS^T Q;  dK *= scale",
+        f"    about {p.dkv_regs} registers a thread, {p.dkv_smem_bytes} B SMEM",
+        f"  step 3, dQ kernel: {p.q_rows_blocks} x {p.heads_q} x {p.batch} blocks of 64 queries; each streams K, V "
+        f"in {p.block_kv}-key blocks through {p.stages} stage(s):",
+        "    S = Q K^T, P, dP = dO V^T, dS = P (dP - delta), dQ += dS K;  dQ *= scale (a separate pass: no atomics)",
+        f"    about {p.dq_regs} registers a thread, {p.dq_smem_bytes} B SMEM",
+        "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
+        "  no mask: every block visited",
+        f"  backends: {', '.join(p.backends)} (P^T and dS^T go to the wgmma through SMEM)",
+    ]) + "\n"

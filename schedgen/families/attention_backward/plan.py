@@ -1,0 +1,266 @@
+"""Planner of the `attention_backward` family: the gradients of flash attention (FlashAttention-2's backward).
+
+Two kernels and a preprocessing step (the Pallas rendering): delta = rowsum(dO * O) in f32; the dK/dV kernel, one
+block per (64 keys, kv head, batch), keeps its K and V rows in SMEM and streams every q head of the group's Q, dO,
+lse and delta blocks (block_q queries each) through an SMEM ring, recomputing S^T = K Q^T and P^T, accumulating
+dV += P^T dO and dK += dS^T Q in registers; the dQ kernel, one block per (64 queries, q head, batch), streams K and V
+blocks (block_kv keys each) and accumulates dQ += dS K (a separate dQ pass, as JAX's attention_mgpu: no atomics).
+Causal: blocks wholly past the mask are skipped, the ones crossing it masked. Every rule is checked here.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ...frontend.model import ITEMSIZE
+from ...plan.common import CTYPE, Problems, resolve_shape, static_sizes_only
+from ...plan.hardware import Hardware
+from ...plan.legality import check_no_cluster, check_reserved_names, check_sizes_int32, check_unique_names
+from ..attention.records import AttnOperand, causal_alignment, causal_offset_of
+from .records import (
+    BLOCKS,
+    DTYPES,
+    MODULE_NAMES,
+    REG_LIMIT,
+    REG_OVERHEAD,
+    ROWS,
+    AttentionBackwardPlan,
+    backward_flops,
+)
+from .unread import check_unread
+
+if TYPE_CHECKING:
+    from ...frontend.specfile import SpecFile
+
+ROLES_IN = ("q", "k", "v", "o", "do", "lse")
+ROLES_OUT = ("dq", "dk", "dv")
+HINT_TOP_LEFT = "causal: top_left (query i sees keys j <= i) takes any Sq"
+
+
+def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBackwardPlan | None, Problems]:
+    """Phases: names, shapes and dims, dtypes, blocks, registers and SMEM, the backends, fields no kernel reads."""
+    problems = Problems()
+    spec = static_sizes_only(spec, problems, "attention_backward", lambda n: (
+        f"the attention_backward family does not take dynamic sizes yet; give {n} a fixed value (one package per "
+        f"size; the forward's dynamic specs build their backward per size)"))
+    op, sch = spec.op, spec.schedule
+    names = _check_names(spec, problems)
+    before = len(problems)
+    shapes = {n: resolve_shape(o.shape, op.sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
+    shapes.update({n: resolve_shape(o.shape, op.sizes, ("op", "outputs", n, "shape"), problems)
+                   for n, o in op.outputs.items()})
+    if len(problems) != before:
+        return None, problems
+    dims = _check_problem(op, names, shapes, problems)
+    if dims is None:
+        return None, problems
+    check_sizes_int32({n: v for n, v in op.sizes.items() if isinstance(v, int)}, problems)
+    block_q, block_kv = _blocks(sch, op, names, dims, problems)
+    regs = _registers(names, dims, block_q, block_kv, problems)
+    smem = _smem(sch, dims, block_q, block_kv, hw, problems)
+    _backends(sch, problems)
+    check_no_cluster(sch.cluster, "attention_backward blocks share no operand", problems)
+    for bname in sch.barriers:
+        problems.add(("schedule", "barriers", bname), "the attention backward names no barrier: its TMA rings' "
+                                                      "barriers are the planner's; remove it")
+    check_unread(sch, names[:6], problems)
+    if problems:
+        return None, problems
+    return _assemble(spec, names, dims, block_q, block_kv, regs, smem), problems
+
+
+def _check_names(spec, problems: Problems) -> tuple[str, ...]:
+    op = spec.op
+    check_unique_names((("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)), problems)
+    for group, ns in (("sizes", op.sizes), ("inputs", op.inputs), ("outputs", op.outputs)):
+        for n in ns:
+            if n in MODULE_NAMES or n == "interpret":
+                problems.add(("op", group, n), f"'{n}' is reserved by the generated module; choose another name")
+    check_reserved_names(spec, problems)
+    return (*op.inputs, *op.outputs)
+
+
+def _shown(shape) -> str:
+    return "[" + ", ".join(str(x) for x in shape) + "]"
+
+
+def _check_problem(op, names, shapes: dict, problems: Problems):
+    """q, o, do, dq share [B, Sq, Hq, D]; k, v, dk, dv [B, Skv, Hkv, D]; lse [B, Hq, Sq] f32; GQA; the mask."""
+    qn, kn, vn, on, don, lsen, dqn, dkn, dvn = names
+    layout = "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
+    bad = False
+    for n in (qn, kn, vn, on, don, dqn, dkn, dvn):
+        if len(shapes[n]) != 4:
+            group = "inputs" if n in op.inputs else "outputs"
+            problems.add(("op", group, n, "shape"), f"q, k, v, o, do and the gradients are 4-D ({layout}); got "
+                                                    f"{len(shapes[n])} dimensions")
+            bad = True
+    if bad:
+        return None
+
+    def bshd(s):
+        return s if op.layout == "bshd" else (s[0], s[2], s[1], s[3])
+
+    b, sq, hq, d = bshd(shapes[qn])
+    bk, skv, hkv, dk = bshd(shapes[kn])
+    if (bk, dk) != (b, d):
+        problems.add(("op", "inputs", kn, "shape"), f"k {layout} must share B = {b} and D = {d} with q")
+    for n, like, group in ((vn, kn, "inputs"), (on, qn, "inputs"), (don, qn, "inputs"), (dqn, qn, "outputs"),
+                           (dkn, kn, "outputs"), (dvn, kn, "outputs")):
+        if shapes[n] != shapes[like]:
+            problems.add(("op", group, n, "shape"), f"{n} has {like}'s shape {_shown(shapes[like])}, got "
+                                                    f"{_shown(shapes[n])}")
+    if shapes[lsen] != (b, hq, sq) or op.inputs[lsen].dtype != "f32":
+        problems.add(("op", "inputs", lsen), f"the log-sum-exp input is f32 [B, Hq, Sq] = {_shown((b, hq, sq))} "
+                                             f"(the attention forward's second output)")
+    if hkv and hq % hkv:
+        problems.add(("op", "inputs", kn, "shape"),
+                     f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+    if causal_alignment(op.causal) == "bottom_right" and sq > skv:
+        problems.add(("op", "causal"), f"causal: bottom_right (what true means) needs Sq <= Skv (query i sees keys "
+                                       f"j <= i + Skv - Sq), got Sq = {sq}, Skv = {skv}; {HINT_TOP_LEFT}")
+    if d not in (64, 128, 256):
+        problems.add(("op", "inputs", qn, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128")
+    if op.scale is not None and op.scale <= 0:
+        problems.add(("op", "scale"), f"the softmax scale must be positive (the forward's), got {op.scale}")
+    dtype = op.inputs[qn].dtype
+    _check_dtypes(op, names, dtype, problems)
+    return b, sq, hq, skv, hkv, d, dtype
+
+
+def _check_dtypes(op, names, dtype: str, problems: Problems) -> None:
+    qn, kn, vn, on, don, lsen, dqn, dkn, dvn = names
+    for n in (qn, kn, vn, on, don):
+        if op.inputs[n].dtype not in DTYPES:
+            problems.add(("op", "inputs", n, "dtype"), f"attention_backward takes bf16 or f16, got "
+                                                       f"{op.inputs[n].dtype}")
+        elif op.inputs[n].dtype != dtype:
+            problems.add(("op", "inputs", n, "dtype"), f"q, k, v, o and do share one dtype; q is {dtype}")
+    for n in (dqn, dkn, dvn):
+        if op.outputs[n].dtype != dtype:
+            problems.add(("op", "outputs", n, "dtype"), f"the gradients have the inputs' dtype ({dtype})")
+
+
+def _blocks(sch, op, names, dims, problems: Problems) -> tuple[int, int]:
+    """block_q (q's in_spec rows: the queries of a dK/dV step) and block_kv (k's: the keys of a dQ step); the
+    sequences must be multiples of them and of the 64 rows a warpgroup owns."""
+    qn, kn = names[0], names[1]
+    b, sq, hq, skv, hkv, d, _ = dims
+    blocks = []
+    for n, default in ((qn, 64), (kn, 64)):
+        bs = sch.in_specs.get(n)
+        block = bs.block_shape[0] if bs is not None else default
+        path = ("schedule", "in_specs", n, "block_shape")
+        if bs is not None:
+            if len(bs.block_shape) != 2 or bs.block_shape[1] != d:
+                problems.add(path, f"a block is [rows, head_dim] = [..., {d}]")
+            if bs.index_map is not None:
+                problems.add(("schedule", "in_specs", n, "index_map"),
+                             "the attention backward derives its index maps; remove index_map")
+        if block not in BLOCKS:
+            problems.add((*path, 0), f"{'block_q' if n == qn else 'block_kv'} is the N of the recomputed scores' "
+                                     f"wgmma and the K of the next one, taken by Mosaic GPU in 64-element groups "
+                                     f"of the 128-byte swizzle: legal 64, 128, 192, 256; got {block}")
+        blocks.append(block)
+    for n in sch.in_specs:
+        if n not in (qn, kn):
+            problems.add(("schedule", "in_specs", n),
+                         f"the attention backward takes blocks for {qn} (block_q) and {kn} (block_kv) only: the "
+                         f"other operands follow them; remove this entry")
+    block_q, block_kv = blocks
+    for n, seq, what in ((qn, sq, "Sq"), (kn, skv, "Skv")):
+        unit = math.lcm(ROWS, block_q if n == qn else block_kv)
+        if seq % unit and (block_q if n == qn else block_kv) in BLOCKS:
+            problems.add(("op", "inputs", n, "shape", 1 if op.layout == "bshd" else 2),
+                         f"{what} = {seq} must be a multiple of {unit} (the 64 rows of a warpgroup and the "
+                         f"{'block_q' if n == qn else 'block_kv'} of a step): the backward takes no ragged "
+                         f"blocks yet")
+    return block_q, block_kv
+
+
+def _registers(names, dims, block_q: int, block_kv: int, problems: Problems) -> tuple[int, int]:
+    """f32 accumulators a thread of a warpgroup holds: dK/dV kernel dK and dV (64 x D each) and S^T, dP^T (64 x
+    block_q each); dQ kernel dQ (64 x D), S and dP (64 x block_kv each); plus about REG_OVERHEAD."""
+    d = dims[5]
+    dkv = 2 * (ROWS * d // 128) + 2 * (ROWS * block_q // 128) + REG_OVERHEAD
+    dq = ROWS * d // 128 + 2 * (ROWS * block_kv // 128) + REG_OVERHEAD
+    if d == 256 and dkv > REG_LIMIT:
+        problems.add(("op", "inputs", names[0], "shape", 3),
+                     f"head_dim 256 does not fit: the dK/dV kernel's warpgroup holds dK and dV (64 x 256 f32: 256 "
+                     f"registers a thread) besides S^T and dP^T, over the {REG_LIMIT} a thread may have; "
+                     f"legal: 64, 128")
+        return dkv, dq
+    if dkv > REG_LIMIT:
+        problems.add(("schedule", "in_specs", names[0], "block_shape", 0),
+                     f"the dK/dV kernel's thread holds dK, dV ({ROWS * d // 64}) and S^T, dP^T ({ROWS * block_q // 64})"
+                     f" f32 plus about {REG_OVERHEAD}: {dkv} registers, over {REG_LIMIT}; use a smaller block_q")
+    if dq > REG_LIMIT:
+        problems.add(("schedule", "in_specs", names[1], "block_shape", 0),
+                     f"the dQ kernel's thread holds dQ ({ROWS * d // 128}) and S, dP ({ROWS * block_kv // 64}) f32 "
+                     f"plus about {REG_OVERHEAD}: {dq} registers, over {REG_LIMIT}; use a smaller block_kv")
+    return dkv, dq
+
+
+def _smem(sch, dims, block_q: int, block_kv: int, hw: Hardware, problems: Problems) -> tuple[int, int, int]:
+    """dK/dV kernel: K, V (64 rows) + stages x (Q, dO: block_q rows; lse, delta: block_q f32) + P^T / dS^T staging
+    (64 x block_q); dQ kernel: Q, dO (64 rows) + stages x (K, V: block_kv rows) + dS staging (64 x block_kv); the
+    barriers and 1 KiB of alignment slack."""
+    stages = sch.pipeline.max_concurrent_steps
+    d, isz = dims[5], ITEMSIZE[dims[6]]
+    dkv = 2 * ROWS * d * isz + stages * (2 * block_q * d * isz + 2 * block_q * 4) + ROWS * block_q * isz \
+        + 8 * (4 * stages + 2) + 1024
+    dq = 2 * ROWS * d * isz + 2 * ROWS * 4 + stages * 2 * block_kv * d * isz + ROWS * block_kv * isz \
+        + 8 * (2 * stages + 4) + 1024
+    for what, need, block in (("dK/dV", dkv, "block_q"), ("dQ", dq, "block_kv")):
+        if need > hw.smem_per_block:
+            problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                         f"the {what} kernel needs {need} B of SMEM with {stages} stages, over the "
+                         f"{hw.smem_per_block} B a block may have; use fewer stages or a smaller {block}")
+    return stages, dkv, dq
+
+
+def _backends(sch, problems: Problems) -> None:
+    if "cuda" in sch.backends:
+        problems.add(("schedule", "backends"), "the attention_backward family renders Pallas (Mosaic GPU) only so "
+                                               "far: there is no CUDA C++ kernel yet; use backends: [pallas]")
+    cp = sch.compiler_params
+    if "lowering_semantics" in cp.model_fields_set and cp.lowering_semantics != "lane":
+        problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                     "the Pallas attention backward is written for Lane semantics (explicit WGMMA register layouts); "
+                     "remove lowering_semantics or set it to lane")
+    if cp.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas attention backward stages P^T and dS^T through SMEM that its wgmmas read and relies "
+                     "on Mosaic GPU's automatic barriers there; remove unsafe_no_auto_barriers")
+    for name in ("profile_space", "profile_dir"):
+        if getattr(cp, name):
+            problems.add(("schedule", "compiler_params", name),
+                         f"the Pallas attention backward takes no profiler buffer; remove {name}")
+
+
+def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem) -> AttentionBackwardPlan:
+    op, sch = spec.op, spec.schedule
+    b, sq, hq, skv, hkv, d, dtype = dims
+    isz = ITEMSIZE[dtype]
+    shapes = {n: tuple(resolve_shape(o.shape, op.sizes, (), Problems())) for n, o in {**op.inputs, **op.outputs}.items()}
+    inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype],
+                               ITEMSIZE[op.inputs[n].dtype], shapes[n]) for n, r in zip(names[:6], ROLES_IN))
+    outputs = tuple(AttnOperand(n, f"out_{n}", r, dtype, CTYPE[dtype], isz, shapes[n])
+                    for n, r in zip(names[6:], ROLES_OUT))
+    scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
+    alignment = causal_alignment(op.causal)
+    offset = causal_offset_of(alignment, sq, skv)
+    stages, dkv_smem, dq_smem = smem
+    kname = "attn_bwd_{}_{}_d{}_q{}_kv{}_s{}".format(spec.name, dtype, d, block_q, block_kv, stages)
+    return AttentionBackwardPlan(
+        family="attention_backward", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
+        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+        layout=op.layout, causal=alignment is not None, causal_alignment=alignment,
+        causal_offset=offset if offset is not None else 0, scale=scale, scale_log2=scale * math.log2(math.e),
+        dtype=dtype, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv, stages=stages,
+        q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
+        dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=128,
+        smem_bytes=max(dkv_smem, dq_smem), kernel_args=(), num_blocks=(skv // ROWS) * hkv * b, auto_blocks=False,
+        blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
+        flops=backward_flops(b, hq, sq, skv, d, alignment),
+        bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs))

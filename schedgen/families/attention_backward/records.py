@@ -1,0 +1,84 @@
+"""What the attention_backward planner returns: the plan (every number the templates print) and its FLOP count."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...plan.common import KernelArg
+from ..attention.records import AttnOperand, score_pairs, causal_offset_of
+
+ROWS = 64                      # rows a warpgroup owns: one wgmma M block (the dK/dV kernel's keys, the dQ one's queries)
+DTYPES = ("bf16", "f16")
+BLOCKS = (64, 128, 192, 256)   # block_q / block_kv: the N of S^T = K Q^T (S = Q K^T) and the K of dV += P^T dO
+                               # (dQ += dS K): Mosaic GPU's wgmma takes K in 64-element groups of the 128-byte swizzle
+REG_OVERHEAD = 32              # registers a thread needs beside its accumulators (addresses, loop state, lse, delta)
+REG_LIMIT = 255
+MODULE_NAMES = frozenset({"make", "run_into", "sizes_of", "delta_of"})
+# FLOPs of the backward: 5 matmul-equivalents of 2 D per unmasked (query, key) pair (S recomputed, dP = dO V^T,
+# dV += P^T dO, dQ += dS K, dK += dS^T Q): 2.5 x the forward's 4 D (FlashAttention's and torch's convention)
+FLOPS_PER_PAIR_D = 10
+
+
+def backward_flops(batch: int, heads_q: int, seq_q: int, seq_kv: int, head_dim: int, alignment: str | None) -> int:
+    """10 D flops per unmasked (query, key) pair, per head and batch (2.5 x attention_flops: causal halves both)."""
+    pairs = score_pairs(seq_q, seq_kv, causal_offset_of(alignment, seq_q, seq_kv))
+    return FLOPS_PER_PAIR_D * head_dim * pairs * heads_q * batch
+
+
+@dataclass(frozen=True)
+class AttentionBackwardPlan:
+    family: str
+    name: str
+    kernel_name: str
+    sizes: dict
+    constants: dict
+    backends: tuple[str, ...]
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    layout: str
+    causal: bool
+    causal_alignment: str | None   # None, "top_left" (query i sees keys j <= i) or "bottom_right" (j <= i + Skv - Sq)
+    causal_offset: int             # query i sees keys j <= i + causal_offset (0 without a mask: unread then)
+    scale: float
+    scale_log2: float              # scale * log2(e): P = exp2(S scale_log2 - lse log2(e))
+    dtype: str
+    inputs: tuple[AttnOperand, ...]    # q, k, v, o, do, lse (roles)
+    outputs: tuple[AttnOperand, ...]   # dq, dk, dv
+    block_q: int                   # queries a step of the dK/dV kernel (the N of S^T = K Q^T)
+    block_kv: int                  # keys a step of the dQ kernel (the N of S = Q K^T)
+    stages: int                    # the SMEM ring of each kernel's streamed operands
+    q_blocks: int                  # Sq / block_q (dK/dV steps per q head)
+    kv_blocks: int                 # Skv / block_kv (dQ steps)
+    q_rows_blocks: int             # Sq / 64: the dQ kernel's blocks per head
+    kv_rows_blocks: int            # Skv / 64: the dK/dV kernel's blocks per kv head
+    dkv_regs: int                  # f32 registers a thread of the dK/dV kernel needs (estimate, checked)
+    dq_regs: int
+    dkv_smem_bytes: int
+    dq_smem_bytes: int
+    threads: int
+    smem_bytes: int                # the larger kernel's
+    kernel_args: tuple[KernelArg, ...]
+    num_blocks: int
+    auto_blocks: bool
+    blocks_per_sm: int
+    cluster_dims: tuple[int, int, int]
+    approx_math: bool
+    flops: int
+    bytes_moved: int
+    dynamic_sizes: tuple = ()
+
+    @property
+    def operands(self) -> tuple[AttnOperand, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def group(self) -> int:
+        """q heads per kv head (grouped-query attention)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def rows(self) -> int:
+        return ROWS

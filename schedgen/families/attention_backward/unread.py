@@ -1,0 +1,68 @@
+"""Schedule fields the attention backward kernels do not read: each one set to a value other than its default is a
+located error (the spec would otherwise say something the kernels do not do). The kernels read block_q and
+block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math."""
+from __future__ import annotations
+
+from ...plan.common import Problems
+from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
+
+_ONE_WG = "a block is one warpgroup of 64 rows that issues its own TMA ring (no producer warpgroup)"
+
+SCHEDULE = NO_GRID + (
+    Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1, _ONE_WG, "1 (the default)"),
+    Unread(("out_specs",), lambda s: bool(s.out_specs),
+           "the gradients' blocks are the kernels' rows (64 keys or queries of one head), stored by TMA",
+           "leave out_specs out"),
+    Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None,
+           "each block scales its dQ (dK, dV) rows in registers, stages them in SMEM and stores them by TMA",
+           "leave epilogue out"),
+    Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2,
+           "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
+    Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
+           "the gradients leave through SMEM and a TMA store", "tma (the default)"),
+    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind != "emit_pipeline", _ONE_WG,
+           "leave kind out"),
+    Unread(("pipeline", "num_compute_wgs"), lambda s: s.pipeline.num_compute_wgs != 1, _ONE_WG,
+           "1 (the default)"),
+    Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
+           "there is no producer warpgroup to give registers to", "leave it out"),
+    Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
+           "the one warpgroup of a block keeps the compiler's register allocation (no setmaxnreg)", "leave it out"),
+    Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
+    Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
+           "cooperative (the default)"),
+    Unread(("persistent", "loop"), lambda s: "loop" in s.persistent.model_fields_set,
+           "each kernel launches one block a (64 rows, head, batch) tile", "leave persistent out"),
+    Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
+           "each kernel launches one block a tile", "auto (the default)"),
+    Unread(("persistent", "tile_order"), lambda s: s.persistent.tile_order != "row_major",
+           "the blocks are a grid of (64 rows, head, batch)", "row_major (the default)"),
+    Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
+           "it shapes planar_snake, which the backward does not use", "leave it out"),
+    Unread(("persistent", "tile_width"), lambda s: s.persistent.tile_width != 1,
+           "it shapes planar_snake, which the backward does not use", "leave it out"),
+)
+
+BLOCK_SPEC = (
+    Unread(("memory_space",), lambda b: b.memory_space != "smem",
+           "the tiles go to SMEM by TMA (wgmma reads them there)", "smem (the default)"),
+    Unread(("transforms", "tiling"), lambda b: b.transforms.tiling is not None,
+           "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads", "leave tiling out"),
+    Unread(("transforms", "swizzle"), lambda b: b.transforms.swizzle not in ("auto", 128),
+           "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads",
+           "128 or auto (the default)"),
+    Unread(("transforms", "transpose"), lambda b: b.transforms.transpose is not None,
+           "the wgmma descriptors read each tile in the major order its product needs", "leave transpose out"),
+    Unread(("delay_release",), lambda b: b.delay_release != 0,
+           "a ring stage is refilled as soon as the step that read it is done", "0 (the default)"),
+    Unread(("collective_axes",), lambda b: bool(b.collective_axes),
+           "the blocks share no operand (cluster: [1]), so nothing is multicast", "leave collective_axes out"),
+    Unread(("out_of_bounds",), lambda b: b.out_of_bounds != "reject",
+           "the sequences are multiples of the blocks (the planner checks it)", "reject (the default)"),
+)
+
+TABLE = UnreadTable("attention_backward", schedule=SCHEDULE, in_spec=BLOCK_SPEC)
+
+
+def check_unread(sch, inputs: tuple[str, ...], problems: Problems) -> None:
+    _check(sch, TABLE, inputs, (), problems)

@@ -1,0 +1,189 @@
+"""The rowwise family's backward (issue 19): one rowwise kernel whose body is the symbolic derivative of the forward
+body, reductions included.
+
+`autodiff.derive.vjp` walks the body with the reductions' rules added: the adjoint `g` of `sum(e)` reaches every
+element of `e` as `g` (one value a row, broadcast back), of `mean(e)` as `g / N`, of `logsumexp(e)` as
+`g * exp(e - logsumexp(e))` (the softmax), of `max(e)` / `min(e)` as `g` where `e` is the extreme (a tie gives
+`g` to each tied element). For a layernorm `y = (x - mean(x)) * rsqrt(var + eps) * w + b` this yields the usual
+two-reduction backward (the row sums of `g w` and of `g w xhat`) without anyone writing it.
+
+Shapes: a row input's ([M, N]) gradient has its dtype; a vector's along the row ([N]: a norm's weight or bias)
+is written [M, N] in f32 and summed over the rows after the step (the graph's `sum_to`); a per-row input's ([M])
+gradient is the row sum of its contributions, one value a row. `take(e, i)`'s gradient is `g` at the column it
+read: the step reads the column indices as a [N] input (`arange:N`, filled by the runtime) and compares them with
+i; the class index itself gets no gradient. Cross-entropy's backward comes out as g (softmax(x) - onehot(t)).
+
+Default: save nothing. The backward reads the row again anyway, so recomputing a reduction costs a sweep of data on
+chip, not a read from memory; `backward.save` can keep a temporary (a per-row one such as a norm's rstd is [M]).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+
+from ...autodiff import derive
+from ...autodiff.graph import BackwardGraph, Step
+from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
+from ...frontend import expr as ex
+from ...plan.common import Problems
+from . import body as rb
+from .plan import _shapes
+
+STEP = "grad"
+MAX_INPUTS, MAX_OUTPUTS = 16, 8        # the rowwise op's limits (model.py)
+
+
+def _reduction_rules(inv_n: str, cols: str) -> dict[str, derive.Rule]:
+    def extreme(sign: float):
+        # g where e equals the reduction (max: heaviside(max(e) - e) is 0 exactly there), 0 elsewhere
+        def rule(args, node, g):
+            gap = derive.sub(derive._cp(node), derive._cp(args[0])) if sign > 0 else \
+                derive.sub(derive._cp(args[0]), derive._cp(node))
+            return [derive.mul(g, derive.sub(derive._c(1.0), derive._call("heaviside", gap)))]
+        return rule
+
+    def take(args, node, g):
+        # g at the column take() read: trunc(i) == col, i.e. 0 <= i - col < 1 (col the column index, a [N] input
+        # of the step that the runtime fills with 0 .. N-1); the class index itself gets no gradient
+        col, i = derive._name(cols), args[1]
+        hit = derive.mul(derive.sub(derive._c(1.0), derive._call("heaviside", derive.sub(col, derive._cp(i)))),
+                         derive._call("heaviside", derive.sub(derive.add(derive._name(cols), derive._c(1.0)),
+                                                              derive._cp(i))))
+        return [derive.mul(g, hit), None]
+
+    return {
+        "sum": lambda args, node, g: [g],
+        "mean": lambda args, node, g: [derive.mul(g, derive._name(inv_n))],
+        "logsumexp": lambda args, node, g: [derive.mul(g, derive._call("exp", derive.sub(derive._cp(args[0]),
+                                                                                         derive._cp(node))))],
+        "max": extreme(1.0),
+        "min": extreme(-1.0),
+        "take": take,
+    }
+
+
+def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
+    problems = Problems()
+    op = spec.op
+    kinds, _, _ = _shapes(op, Problems())
+    kinds = kinds or {}
+    assigned, outs, _ = ex.check_statements(op.body, inputs=list(op.inputs), outputs=list(op.outputs),
+                                            constants=list(op.constants), checker=rb._Checker)
+    body = ex.Body(tuple(assigned.items()), op.body, outs)
+    index_only = _index_only_inputs(body, op.inputs)
+    wrt = wrt_names(spec, problems, differentiable=[n for n in op.inputs if n not in index_only])
+    row = rb.parse(op.body, inputs=list(op.inputs), outputs=list(op.outputs), constants=list(op.constants),
+                   row_inputs=[n for n in op.inputs if kinds.get(n) in ("row", "col")])
+    temporaries = [t for t in assigned if t not in op.outputs]
+    saved = save_names(spec, problems, temporaries)
+    if problems:
+        return None, problems
+    taken = set(op.inputs) | set(op.outputs) | set(op.constants) | set(assigned)
+    grad_of = {w: fresh(f"grad_{w}", taken) for w in wrt}
+    cot_of = {o: fresh(f"g_{o}", taken) for o in op.outputs}
+    inv_n = fresh("inv_n", taken)
+    cols = fresh("col", taken)
+    try:
+        varying = {n for n in op.inputs if kinds.get(n) in ("row", "col")} | {cols}
+        varying |= {cot_of[o] for o in op.outputs if row.varies.get(o, True)}
+        axis = derive.Axis(varying, frozenset(rb.REDUCTIONS))
+        derived = derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, calls=_reduction_rules(inv_n, cols),
+                             axis=axis)
+    except ValueError as e:     # a call with no rule: a family bug (every call of the language has one)
+        problems.add(("op", "body"), f"no backward for this body: {e}")
+        return None, problems
+    nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
+    notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s))" if saved else
+             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
+    notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in wrt if w not in nonzero]
+    if not nonzero:
+        return BackwardGraph(None, (), (), wrt, tuple(notes)), problems
+    constants = {**op.constants, inv_n: 1.0 / _row_length(op)}
+    reads = [n for n in derived.inputs if n not in constants and n != cols]
+    text = derived.text
+    reads_in = [n for n in reads if n in op.inputs]
+    reads_cot = [o for o in op.outputs if cot_of[o] in reads]
+    reads_saved = [s for s in saved if s in reads]
+    n_in = len(reads_in) + len(reads_cot) + len(reads_saved)
+    if n_in > MAX_INPUTS or len(nonzero) > MAX_OUTPUTS:
+        problems.add(("backward",), f"the backward kernel would read {n_in} arrays and write {len(nonzero)} "
+                                    f"gradients; a rowwise kernel takes at most {MAX_INPUTS} and {MAX_OUTPUTS}: list "
+                                    f"fewer inputs in backward.wrt")
+        return None, problems
+    shape_of = _shapes_of(spec, row, saved)
+    forward = None
+    if saved:
+        forward, why = fitting(_forward_with_saved(spec, saved, shape_of))
+        notes += [why] if why else []
+    data = written(spec)
+    for key in ("backward", "tune"):
+        data.pop(key, None)
+    backends = data.get("schedule", {}).get("backends")
+    data["schedule"] = {"backends": backends} if backends else {}
+    data["name"] = f"{spec.name}_{STEP}"
+    data["description"] = f"the backward of {spec.name}: gradients of {', '.join(nonzero)}"
+    step_inputs = {n: data["op"]["inputs"][n] for n in reads_in}
+    step_inputs |= {cot_of[o]: data["op"]["outputs"][o] for o in reads_cot}
+    step_inputs |= {s: shape_of[s] for s in reads_saved}
+    row_dim = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[1]
+    if cols in derived.inputs:
+        step_inputs[cols] = {"shape": [row_dim], "dtype": "f32"}
+    step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w)) for w in nonzero}
+    data["op"].update(inputs=step_inputs, outputs=step_outputs, body=text, constants=constants)
+    refs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
+        | {s: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
+    step = Step(STEP, data, refs, {grad_of[w]: f"grad:{w}" for w in nonzero},
+                why="the derivative of the body: " + "; ".join(text.splitlines()))
+    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
+
+
+def _index_only_inputs(body: ex.Body, inputs) -> set[str]:
+    """Inputs read only as take()'s column index (a class id: no gradient)."""
+    as_index, elsewhere = set(), set()
+    for _, e in body.statements:
+        for node in ast.walk(e.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "take":
+                as_index |= derive._free_names(node.args[1])
+        elsewhere |= derive._free_names(_strip_take_index(e.tree))
+    return {n for n in as_index if n in inputs and n not in elsewhere}
+
+
+def _strip_take_index(tree: ast.expr) -> ast.expr:
+    """The tree with every take(e, i) read as take(e): the names it reads other than as a column index."""
+    class Strip(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id == "take":
+                node.args = node.args[:1]
+            return node
+    return Strip().visit(copy.deepcopy(tree))
+
+
+def _row_length(op) -> int:
+    """N: the (fixed) length of the rows."""
+    first = next(o for o in op.inputs.values() if len(o.shape) == 2)
+    n = first.shape[1]
+    return int(n if isinstance(n, int) else op.sizes[n])
+
+
+def _shapes_of(spec, row: rb.RowBody, saved) -> dict[str, dict]:
+    """A saved temporary's operand: [M, N] in f32 where it varies along the row, else [M] (one value a row)."""
+    op = spec.op
+    first = next(o for o in op.inputs.values() if len(o.shape) == 2)
+    m, n = first.shape
+    return {s: {"shape": [m, n] if row.varies.get(s, True) else [m], "dtype": "f32"} for s in saved}
+
+
+def _forward_with_saved(spec, saved, shape_of) -> dict:
+    data = written(spec)
+    data.pop("backward", None)
+    data["op"]["outputs"] |= {s: shape_of[s] for s in saved}
+    return data
+
+
+def _grad_operand(spec, name: str, kind: str | None) -> dict:
+    o = spec.op.inputs[name]
+    if kind == "col":      # a vector along the row: written per row in f32, summed over the rows after the step
+        first = next(i for i in spec.op.inputs.values() if len(i.shape) == 2)
+        return {"shape": list(first.shape), "dtype": "f32"}
+    return {"shape": list(o.shape), "dtype": o.dtype}
