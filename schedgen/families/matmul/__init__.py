@@ -12,6 +12,7 @@ from .defaults import matmul_defaults
 from .plan import plan_matmul
 from .tune import matmul_aliases, matmul_space
 from .reference import accumulation, matmul_reference, small_sizes
+from .backward import matmul_backward
 
 FAMILY = register(Family(
     kind="matmul",
@@ -32,4 +33,5 @@ FAMILY = register(Family(
     elementwise=lambda op: op.epilogue or "",
     accumulation=accumulation,
     report=REPORT,
+    backward=matmul_backward,
 ))

@@ -16,6 +16,7 @@ from ...plan.legality import (
     check_reserved_names,
     check_unique_names,
 )
+from ...plan import dims as D
 from ...plan.exprs import PlanExpr
 from .blockscale import block_scale_names, block_scale_operand, check_block_scale_names
 from .records import FP8_DTYPES, MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
@@ -60,8 +61,14 @@ def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problem
     epilogue operand must be read by it."""
     body = None
     text = op.epilogue or f"{out_name} = acc"
+    saved = saved_outputs(op)
+    if saved and op.epilogue is None:
+        problems.add(("op", "outputs", saved[0]), f"a second output '{saved[0]}' needs an epilogue that assigns it "
+                                                  f"(e.g. '{out_name} = gelu(acc); {saved[0]} = acc'): write "
+                                                  f"op.epilogue, or remove the output")
+        return None
     try:
-        body = ex.parse_body(text, inputs=["acc", *extras], outputs=[out_name], constants=list(op.constants))
+        body = ex.parse_body(text, inputs=["acc", *extras], outputs=[out_name, *saved], constants=list(op.constants))
     except ex.ExprError as err:
         problems.add(("op", "epilogue"), err.message, (err.line, err.col))
     for nm in extras:
@@ -69,6 +76,33 @@ def parse_epilogue(op, out_name: str, extras: tuple[str, ...], problems: Problem
             problems.add(("op", "inputs", nm), f"input '{nm}' is neither lhs, rhs nor read by op.epilogue; "
                                                f"use it in the epilogue or remove it")
     return body
+
+
+def saved_outputs(op) -> tuple[str, ...]:
+    """The outputs after the first: values the epilogue computes on the way, kept for a backward pass (written from
+    the same tile as the output, in its shape and dtype)."""
+    return tuple(op.outputs)[1:]
+
+
+def check_saved_outputs(op, out_name: str, shapes: dict, problems: Problems, ranges=None) -> None:
+    """A second output has the first one's shape and dtype (both backends write it from the tile the output is
+    written from: the Pallas kernel through the output's SMEM chunks, the CUDA kernel by pair stores from registers,
+    which need an even N)."""
+    out = op.outputs[out_name]
+    for nm in saved_outputs(op):
+        o = op.outputs[nm]
+        if list(o.shape) != list(out.shape):
+            problems.add(("op", "outputs", nm, "shape"), f"the second output '{nm}' must have the output's shape "
+                                                         f"{list(out.shape)}, got {list(o.shape)}")
+        if o.dtype != out.dtype:
+            problems.add(("op", "outputs", nm, "dtype"), f"the second output '{nm}' must have the output's dtype "
+                                                         f"{out.dtype}, got {o.dtype} (it is written through the "
+                                                         f"output's SMEM chunks)")
+        n = shapes[out_name][-1] if shapes.get(out_name) else None
+        if n is not None and not D.divisible(n, 2, ranges or {}):
+            problems.add(("op", "outputs", nm), f"a second output needs an even N (the CUDA kernel stores it two "
+                                                f"columns a thread from registers); N = {n}"
+                                                + ("" if isinstance(n, int) else ": declare multiple_of: 2"))
 
 
 def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems) -> Dims | None:
@@ -81,6 +115,7 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
         return None
     check_dtypes(op, out_name, problems)
     check_ranks(op, out_name, shapes, problems)
+    check_saved_outputs(op, out_name, shapes, problems, dynamic_ranges(op.sizes))
     if len(problems) != before:
         return None
     a_shape, b_shape, o_shape = shapes[op.lhs], shapes[op.rhs], shapes[out_name]
@@ -190,6 +225,7 @@ def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: in
 def epilogue_code(op, body, out_name: str, extras: tuple[str, ...]) -> EpilogueCode:
     """The epilogue's validated statements and the role of every name in them (the templates spell the roles)."""
     roles = {"acc": "accumulator", **{nm: "operand" for nm in extras}, **{c: "constant" for c in op.constants}}
+    # a second output is spelled as a temporary (it is read like one); the templates store it from that name
     roles.update({target: "output" if target == out_name else "temporary" for target, _ in body.statements})
     statements = tuple((target, PlanExpr(value)) for target, value in body.statements)
     tree = body.statements[0][1].tree
@@ -209,7 +245,8 @@ def mat_operands(op, out_name: str, dims: Dims) -> tuple[tuple[MatOperand, ...],
             inputs.append(mat_operand(nm, "rhs", dims.in_dtype, dims.b_shape))
         else:
             inputs.append(next(e for e in dims.extra_ops if e.name == nm))
-    return tuple(inputs), (mat_operand(out_name, "out", dims.out_dtype, dims.o_shape),)
+    saved = tuple(mat_operand(nm, "saved", dims.out_dtype, dims.o_shape) for nm in saved_outputs(op))
+    return tuple(inputs), (mat_operand(out_name, "out", dims.out_dtype, dims.o_shape), *saved)
 
 
 def _names(expr) -> frozenset[str]:

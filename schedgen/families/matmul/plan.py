@@ -181,7 +181,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         epi_bytes=chunks.nbytes, epi_store=sch.epilogue.store, epi_chunks_m=chunks_m, epi_chunks_n=chunks_n,
         epi_n8=chunks.cols // 8, epi_row_bytes=chunks.cols * dims.osz,
         epi_swizzle_mask=chunks.swizzle // 16 - 1 if chunks.swizzle else 0, epi_pending=sch.epilogue.buffers - 1,
-        epi_uneven=chunks_m * chunks_n % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
+        epi_uneven=chunks_m * chunks_n * len(outputs) % sch.epilogue.buffers != 0, wg_n8=wg.wtn // 8,
         epilogue=code.statements, epilogue_roles=code.roles, identity_epilogue=code.identity, ragged=tile.ragged,
         pair_loads=bool(dims.extra_ops) and D.divisible(dims.n, 2, dims.ranges),
         tiles_m=cl.tiles_m, tiles_n=cl.tiles_n, cluster_tiles_m=cl.tiles_m // cl.cm, cluster_tiles_n=cl.tiles_n // cl.cn,

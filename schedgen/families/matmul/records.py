@@ -33,7 +33,7 @@ DEFAULT_TILE = (128, 256, 64)
 class MatOperand:
     name: str
     cname: str
-    role: str                 # "lhs" | "rhs" | "extra" | "out"
+    role: str                 # "lhs" | "rhs" | "extra" | "out" | "saved" (a second output: a value kept for a backward)
     dtype: str
     ctype: str
     itemsize: int
@@ -136,7 +136,8 @@ class MatmulPlan:
     epi_row_bytes: int         # bytes of one staged chunk row
     epi_swizzle_mask: int      # the 16-byte-unit row mask of the staging swizzle (epi_swizzle / 16 - 1; 0: none)
     epi_pending: int           # TMA stores left in flight before a staging buffer is reused (epi_buffers - 1)
-    epi_uneven: bool           # chunks per tile not a multiple of the buffers (Pallas waits for all first)
+    epi_uneven: bool           # staged stores per tile (chunks x outputs: a second output takes a slot of each
+                               # chunk too) not a multiple of the buffers (Pallas waits for all first)
     wg_n8: int                 # n8 accumulator blocks across a consumer's columns (wg_tile_n / 8)
     epilogue: tuple[tuple[str, PlanExpr], ...]  # (target, value) statements over the spec's names, in order
     epilogue_roles: dict       # every name the epilogue reads or writes -> accumulator | operand | constant |
@@ -232,7 +233,7 @@ def _broadcast_kind(shape: tuple[int, ...], batch: int, m: int, n: int) -> str |
 
 def mat_operand(name: str, role: str, dtype: str, shape: tuple[int, ...], bcast: str = "") -> MatOperand:
     """One operand as the templates name it: `out_<name>` for the output, `in_<name>` for the inputs."""
-    cname = f"out_{name}" if role == "out" else f"in_{name}"
+    cname = f"out_{name}" if role in ("out", "saved") else f"in_{name}"
     return MatOperand(name, cname, role, dtype, CTYPE[dtype], ITEMSIZE[dtype], tuple(shape), bcast)
 
 

@@ -52,16 +52,17 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
     d = _dims(spec, sizes)
     batch, m, n, k = d["batch"], d["m"], d["n"], d["k"]
     out_name = next(iter(op.outputs))
+    names = list(op.outputs)                              # the output, then a saved value (same shape)
     out_shape = shape_of(op.outputs[out_name], sizes)
     if rows is None and (sample or (sample is None and batch * m * n * k > shared.SAMPLE_ABOVE)):
         rows = sample_rows(batch * m, shared.SAMPLE_ROWS, seed)
     flat = None if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     scales = block_scale_names(op)
     extras = [nm for nm in op.inputs if nm not in (op.lhs, op.rhs) and nm not in scales]
-    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *extras], outputs=[out_name],
+    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *extras], outputs=names,
                          constants=list(op.constants))
     a, b = inputs[op.lhs], inputs[op.rhs]
-    parts = []
+    parts: dict[str, list] = {nm: [] for nm in names}
     for bi in range(batch):
         local = None if flat is None else flat[(flat // m) == bi] % m
         if local is not None and local.size == 0:
@@ -77,12 +78,13 @@ def matmul_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nda
         for nm in extras:
             env[nm] = _extra_rows(inputs[nm], bi, local, m)
         env.update({c: float(v) for c, v in op.constants.items()})
-        val = ex.eval_numpy(body, env)[out_name]
-        parts.append(np.broadcast_to(val, acc.shape))
+        vals = ex.eval_numpy(body, env)
+        for nm in names:
+            parts[nm].append(np.broadcast_to(vals[nm], acc.shape))
     if flat is None:
-        full = np.stack(parts) if len(out_shape) == 3 else parts[0]
-        return {out_name: np.ascontiguousarray(full).reshape(out_shape)}
-    return {out_name: Sampled(flat, np.concatenate(parts, axis=0), tuple(out_shape))}
+        return {nm: np.ascontiguousarray(np.stack(parts[nm]) if len(out_shape) == 3 else parts[nm][0]).reshape(out_shape)
+                for nm in names}
+    return {nm: Sampled(flat, np.concatenate(parts[nm], axis=0), tuple(out_shape)) for nm in names}
 
 
 def block_scaled_f64(op, a_rows: np.ndarray, b_kn: np.ndarray, inputs, local) -> np.ndarray:

@@ -537,6 +537,8 @@ def kernel_args(op, out_name: str, operands: tuple[MatOperand, ...], tile: Tile,
             KernelArg("ptr", idx[out_name]) if chunks.direct else
             tensor_map(idx[out_name], out.shape, out.dtype, chunks.rows, chunks.cols, chunks.swizzle)]
     args += [KernelArg("ptr", idx[o.name]) for o in operands if o.role == "extra"]
+    # a second output (a value kept for the backward): its pointer, stored from registers
+    args += [KernelArg("ptr", idx[o.name]) for o in operands if o.role == "saved"]
     # one `int sz_<name>` parameter per dynamic size, in spec order: tile counts, loop bounds and the epilogue's
     # indexing come from the call
     args += [KernelArg("i32", -1, value=D.size(nm)) for nm, v in op.sizes.items() if not isinstance(v, int)]
