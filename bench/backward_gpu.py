@@ -245,13 +245,11 @@ def run_case(name, args, torch, tmp: Path) -> dict:
         got = ours_backward(saved)
         torch.cuda.synchronize()
         check("ours", got)
-        if all((k.root / "kernel.cubin").is_file() for k, _ in steps.values()):
-            contenders += [C("ours_bwd", lambda i: ours_backward(saved)),
-                           C("ours_step", lambda i: ours_backward(ours_forward()))]
-        else:     # jax launches the Pallas steps on its own streams: CUPTI's kernel time, or the synced wall clock
-            contenders += [Contender(n, f, stream=None, sync=torch.cuda.synchronize) for n, f in
-                           (("ours_bwd", lambda i: ours_backward(saved)),
-                            ("ours_step", lambda i: ours_backward(ours_forward())))]
+        # jax launches Pallas-only steps on its own streams: those rows time by CUPTI or the synced wall clock
+        cuda_only = all((k.root / "kernel.cubin").is_file() for k, _ in steps.values())
+        contenders += [C(n, f) if cuda_only else Contender(n, f, stream=None, sync=torch.cuda.synchronize)
+                       for n, f in (("ours_bwd", lambda i: ours_backward(saved)),
+                                    ("ours_step", lambda i: ours_backward(ours_forward())))]
     wrt = list(graph.grads)
     _torch_peers(torch, spec, fwd_built.plan, sizes, dev, x, g, wrt, check, contenders, C, errors)
     if not args.dry:
