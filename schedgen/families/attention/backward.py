@@ -76,6 +76,11 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
     on, user_lse = outs[0], (outs[1] if len(outs) > 1 else None)
     wrt = _wrt(spec, problems)
     keep = _saved(spec, user_lse, problems)
+    for name, size in spec.op.sizes.items():     # the attention_backward kernels are built per size
+        if not isinstance(size, int):
+            problems.add(("op", "sizes", name), f"the attention backward does not take dynamic sizes yet: give "
+                                                f"{name} a fixed value for a spec with a backward section (one "
+                                                f"package per size), or remove the backward section")
     if problems:
         return None, problems
     data = _plain(spec)
