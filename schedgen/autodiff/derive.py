@@ -260,9 +260,22 @@ class Axis:
 class _Adjoints:
     """The adjoint contributions of each name, collected while walking the statements back."""
 
-    def __init__(self, rules: Mapping[str, Rule], active: set[str], axis: "Axis | None" = None) -> None:
-        self.rules, self.active, self.axis = rules, active, axis
+    def __init__(self, rules: Mapping[str, Rule], active: set[str], axis: "Axis | None" = None,
+                 namer: "_Namer | None" = None) -> None:
+        self.rules, self.active, self.axis, self.namer = rules, active, axis, namer
         self.contrib: dict[str, list[ast.expr]] = {}
+        self.statements: list[tuple[str, ast.expr]] = []      # adjoint temporaries, in the order they are needed
+
+    def bind(self, g: ast.expr, base: str) -> ast.expr:
+        """`g` as a name: a new adjoint temporary unless it is a name or a number already (so an adjoint read by
+        several operands is computed once, not written out once per operand)."""
+        if self.namer is None or isinstance(g, (ast.Name, ast.Constant)) or _const(g) is not None:
+            return g
+        tmp = self.namer.fresh(base)
+        self.statements.append((tmp, g))
+        if self.axis is not None and self.axis.varies(g):
+            self.axis.varying.add(tmp)
+        return _name(tmp)
 
     def add(self, name: str, g: ast.expr) -> None:
         self.contrib.setdefault(name, []).append(g)
@@ -293,11 +306,15 @@ class _Adjoints:
         elif isinstance(node, ast.UnaryOp):
             self.back(node.operand, neg(g) if isinstance(node.op, ast.USub) else g)
         elif isinstance(node, ast.BinOp):
+            if all(_free_names(o) & self.active for o in (node.left, node.right)):
+                g = self.bind(g, "t")        # both operands read it
             for operand, piece in zip((node.left, node.right), _binop(node, g)):
                 self.back(operand, piece)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.rules:
             if self.axis is not None and node.func.id in self.axis.collapsing:
                 g = self.collapse(g)
+            if sum(bool(_free_names(a) & self.active) for a in node.args) > 1:
+                g = self.bind(g, "t")
             for arg, piece in zip(node.args, self.rules[node.func.id](node.args, node, g)):
                 if piece is not None:
                     self.back(arg, piece)
@@ -342,25 +359,17 @@ def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], sa
         for target, tree in forward:
             if axis.varies(tree):
                 axis.varying.add(target)
-    adj = _Adjoints(dict(_RULES) | dict(calls or {}), active, axis)
+    adj = _Adjoints(dict(_RULES) | dict(calls or {}), active, axis, namer)
     for out, g in cotangents.items():
         if out in assigned:
             adj.add(out, _name(g))
-    adjoint_statements: list[tuple[str, ast.expr]] = []
     for target, tree in reversed(forward):
         g = adj.total(target) if target in active else None
-        if g is None:
-            continue
-        if not isinstance(g, (ast.Name, ast.Constant)):
-            tmp = namer.fresh(target)
-            adjoint_statements.append((tmp, g))
-            if axis is not None and axis.varies(g):
-                axis.varying.add(tmp)
-            g = _name(tmp)
-        adj.back(tree, g)
+        if g is not None:
+            adj.back(tree, adj.bind(g, target))
     grads = [(gname, g) for name, gname in wrt.items() if (g := adj.total(name)) is not None]
     zero = frozenset(wrt.values()) - {gname for gname, _ in grads}
-    statements = _recomputed(forward, adjoint_statements + grads, saved) + adjoint_statements + grads
+    statements = _recomputed(forward, adj.statements + grads, saved) + adj.statements + grads
     own = {t for t, _ in statements}
     inputs = dict.fromkeys(n for _, e in statements for n in _ordered_names(e) if n not in own)
     text = "\n".join(f"{t} = {ast.unparse(e)}" for t, e in statements)
