@@ -156,6 +156,7 @@ def _inputs(torch, spec, sizes, plan, device):
 def run_case(name, args, torch, tmp: Path) -> dict:
     from schedgen import families
     from schedgen.autodiff.graph import evaluate
+    from schedgen.runtime.autograd import sum_back
     from schedgen.bench.case import from_torch
     from schedgen.bench.environment import gpu_state
     from schedgen.bench.timing import Contender, block_for, interleaved
@@ -188,7 +189,6 @@ def run_case(name, args, torch, tmp: Path) -> dict:
 
     t0 = time.time()
     ref = evaluate(graph, host64, ref_out, up64, ref_run)
-    ref = {n: _sum_to_np(v, host64[n].shape) for n, v in ref.items()}
     ref_s = time.time() - t0
     fwd_names = list(fwd_spec.op.outputs)
 
@@ -221,7 +221,8 @@ def run_case(name, args, torch, tmp: Path) -> dict:
                 if tgt.startswith("grad:"):
                     w = tgt[5:]
                     grads[w] = r if w not in grads else grads[w] + r
-        return {w: _sum_to_torch(torch, t, x[w]) for w, t in grads.items()}
+        return {w: sum_back(t, tuple(x[w].shape), lambda v, d, k: torch.sum(v.float(), dim=d, keepdim=k)).to(x[w].dtype)
+                for w, t in grads.items()}
 
     errors = {}
 
@@ -330,27 +331,6 @@ def _autograd_package(name, torch, tmp, spec, x, g, ref, check, contenders, C, w
                 contenders.append(C(f"ours_{label}_step", lambda i, f=f, xs=xs: run(f, xs)))
         except Exception as exc:
             errors[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-
-
-def _sum_to_np(v, shape):
-    v = np.asarray(v, dtype=np.float64)
-    lead = v.ndim - len(shape)
-    if lead > 0:
-        v = v.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, s in enumerate(shape) if s == 1 and v.shape[i] != 1)
-    return (v.sum(axis=axes, keepdims=True) if axes else v).reshape(shape)
-
-
-def _sum_to_torch(torch, t, like):
-    if tuple(t.shape) == tuple(like.shape):
-        return t.to(like.dtype)
-    lead = t.dim() - like.dim()
-    if lead > 0:
-        t = t.sum(dim=tuple(range(lead)))
-    dims = tuple(i for i, s in enumerate(like.shape) if s == 1 and t.shape[i] != 1)
-    if dims:
-        t = t.sum(dim=dims, keepdim=True)
-    return t.reshape(like.shape).to(like.dtype)
 
 
 def main(argv=None) -> int:

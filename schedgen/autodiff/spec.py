@@ -31,7 +31,7 @@ def wrt_names(spec, problems: Problems, differentiable: Collection[str] | None =
             problems.add(("backward", "wrt", i), f"{name!r} {why}; inputs that can get one: {', '.join(legal)}")
         elif name in wrt[:i]:
             problems.add(("backward", "wrt", i), f"{name!r} is listed twice")
-    return tuple(dict.fromkeys(n for n in wrt if n in legal))
+    return tuple(n for n in legal if n in wrt)           # in the inputs' order
 
 
 def save_names(spec, problems: Problems, savable: Sequence[str], default: Sequence[str] = ()) -> tuple[str, ...]:

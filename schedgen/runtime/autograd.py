@@ -129,13 +129,7 @@ class Backward:
             return {o.name: r for o, r in zip(k.outputs, res)}
 
         def reduce(v, to):
-            if tuple(v.shape) == tuple(to):
-                return v
-            lead, keep = sum_dims(tuple(v.shape), tuple(to))
-            v = v.to(torch.float32)
-            if keep:
-                v = torch.sum(v, dim=keep, keepdim=True)
-            return torch.sum(v, dim=lead) if lead else v
+            return sum_back(v, to, lambda x, dims, keep: torch.sum(x.to(torch.float32), dim=dims, keepdim=keep))
 
         shaped = {n: _Shaped(shapes[n]) for n in self.input_names}
         shaped.update(inputs)
@@ -187,13 +181,7 @@ class Backward:
             return {o.name: r for o, r in zip(k.outputs, res)}
 
         def reduce(v, to):
-            if tuple(v.shape) == tuple(to):
-                return v
-            lead, keep = sum_dims(tuple(v.shape), tuple(to))
-            v = v.astype(jnp.float32)
-            if keep:
-                v = jnp.sum(v, axis=keep, keepdims=True)
-            return jnp.sum(v, axis=lead) if lead else v
+            return sum_back(v, to, lambda x, dims, keep: jnp.sum(x.astype(jnp.float32), axis=dims, keepdims=keep))
 
         got = evaluate(self.graph, inputs, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
                        arange=lambda n: jnp.arange(n, dtype=jnp.float32))
@@ -206,6 +194,17 @@ class Backward:
             else:
                 result.append(jnp.zeros(x.shape, x.dtype))
         return tuple(result)
+
+
+def sum_back(v: Any, to: tuple, total: Any) -> Any:
+    """A gradient of an operand the forward broadcast, summed back to the operand's shape `to` in f32 (itself when
+    the shapes agree); `total(x, dims, keepdims)` is the array library's sum (torch's, jnp's)."""
+    if tuple(v.shape) == tuple(to):
+        return v
+    lead, keep = sum_dims(tuple(v.shape), tuple(to))
+    if keep:
+        v = total(v, keep, True)
+    return total(v, lead, False) if lead else v
 
 
 def _tracing(torch, args) -> bool:

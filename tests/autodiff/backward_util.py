@@ -37,15 +37,6 @@ def step_spec(step):
     return validated(step.spec, f"<{step.name}>")
 
 
-def sum_to(g: np.ndarray, shape) -> np.ndarray:
-    """A broadcast gradient summed back to `shape` (numpy's broadcasting rules); idempotent."""
-    g = np.asarray(g)
-    lead = g.ndim - len(shape)
-    g = g.sum(axis=tuple(range(lead))) if lead > 0 else g
-    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
-    return g.sum(axis=axes, keepdims=True) if axes else g
-
-
 def reference_runner(sizes):
     def run(step, values):
         spec = step_spec(step)
@@ -59,7 +50,7 @@ def graph_gradients(spec, graph, sizes, inputs, upstream):
     outputs = families.of(fwd).reference(fwd, sizes, inputs)
     assert not check(graph, set(spec.op.inputs), set(outputs)), check(graph, set(spec.op.inputs), set(outputs))
     grads = evaluate(graph, inputs, outputs, upstream, reference_runner(sizes))
-    return {n: sum_to(g, inputs[n].shape) for n, g in grads.items()}
+    return grads      # evaluate sums each broadcast gradient back to its input's shape (graph.sum_to)
 
 
 def finite_differences(spec, sizes, inputs, upstream, wrt, h=1e-6):

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backward_util import (bundled, finite_differences, graph_gradients, random_case, spec_with, step_spec, sum_to,
+from backward_util import (bundled, finite_differences, graph_gradients, random_case, spec_with, step_spec,
                            validated)
 from schedgen import families
+from schedgen.autodiff.graph import sum_to
 from schedgen.autodiff.graph import BackwardGraph, check
 from schedgen.errors import SourceMap, SpecErrors
 from schedgen.plan import plan

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...autodiff.graph import BackwardGraph, Step
+from ...autodiff.spec import written, wrt_names
 from ...frontend.expr import RESERVED
 from ...plan.common import Problems
 from ...reserved import INPUT_NAME
@@ -30,26 +31,10 @@ def _fresh(want: str, fallback: str, taken: set[str], legal=_legal_input) -> str
     raise AssertionError("no free name")   # pragma: no cover (100 candidates)
 
 
-def _plain(spec) -> dict:
-    return spec.model_dump(mode="json", exclude_unset=True, by_alias=True)
-
-
 def _lse_shape(op, q_shape: list) -> list:
     """[B, Hq, Sq] from q's shape entries (size names or ints)."""
     b, s, h = (q_shape[0], q_shape[1], q_shape[2]) if op.layout == "bshd" else (q_shape[0], q_shape[2], q_shape[1])
     return [b, h, s]
-
-
-def _wrt(spec, problems: Problems) -> tuple[str, ...]:
-    names = list(spec.op.inputs)
-    wrt = spec.backward.wrt
-    if wrt is None:
-        return tuple(names)
-    for i, n in enumerate(wrt):
-        if n not in names:
-            problems.add(("backward", "wrt", i), f"'{n}' is not an input of this attention (inputs: "
-                                                 f"{', '.join(names)})")
-    return tuple(n for n in names if n in wrt)
 
 
 def _saved(spec, lse_name: str | None, problems: Problems) -> bool:
@@ -74,7 +59,7 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
     qn, kn, vn = op.inputs
     outs = list(op.outputs)
     on, user_lse = outs[0], (outs[1] if len(outs) > 1 else None)
-    wrt = _wrt(spec, problems)
+    wrt = wrt_names(spec, problems)
     keep = _saved(spec, user_lse, problems)
     for name, size in spec.op.sizes.items():     # the attention_backward kernels are built per size
         if not isinstance(size, int):
@@ -83,7 +68,7 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
                                                 f"package per size), or remove the backward section")
     if problems:
         return None, problems
-    data = _plain(spec)
+    data = written(spec)
     data.pop("backward", None)
     fwd_data = data
     lse = user_lse
