@@ -181,7 +181,10 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     # what the device inputs hold, in float64 (rounded to their dtype): the reference sees the same values
     host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) for n, t in x.items()}
     up64 = {n: from_torch(torch, t, spec.op.outputs[n].dtype).astype(np.float64) for n, t in g.items()}
-    ref_out = families.of(fwd_spec).reference(fwd_spec, sizes, host64)
+    # the forward's values feed the backward's references (a matmul's saved `pre` is the gelu step's input): full,
+    # never the sampled rows a big matmul's reference gives by default
+    full = {"sample": False} if fwd_spec.op.kind == "matmul" else {}
+    ref_out = families.of(fwd_spec).reference(fwd_spec, sizes, host64, **full)
 
     def ref_run(step, values):
         s = validate_data(step.spec, SourceMap(step.name))
@@ -229,7 +232,11 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     def check(label, grads):
         errs = {w: rel_error(from_torch(torch, grads[w].to(x[w].dtype), spec.op.inputs[w].dtype), ref[w])
                 for w in graph.grads}
-        ok = all(errs[w] <= 2 * tolerance(spec.op.inputs[w].dtype, False) for w in errs)
+        # a gradient is as precise as the least precise value it flows through (an f32 bias's gradient sums the gelu
+        # derivative at the bf16 matmul output): the tolerance of the spec's coarsest dtype, twice (the backward
+        # rounds once more)
+        tol = 2 * max(tolerance(t.dtype, False) for t in (*spec.op.inputs.values(), *spec.op.outputs.values()))
+        ok = all(errs[w] <= tol for w in errs)
         errors[label] = {"rel_error": errs, "verified": ok}
         return ok
 
