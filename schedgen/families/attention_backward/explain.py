@@ -26,5 +26,20 @@ def explain_attention_backward(p) -> str:
         f"    about {p.dq_regs} registers a thread, {p.dq_smem_bytes} B SMEM",
         "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
         "  no mask: every block visited",
-        f"  backends: {', '.join(p.backends)} (P^T and dS^T go to the wgmma through SMEM)",
+        f"  backends: {', '.join(p.backends)}" + (" (Pallas: P^T and dS^T go to the wgmma through SMEM)"
+                                                   if "pallas" in p.backends else ""),
+        *_cuda_lines(p),
     ]) + "\n"
+
+
+def _cuda_lines(p) -> list[str]:
+    c = p.cuda
+    if c is None:
+        return []
+    return [
+        f"  CUDA: one launch of {c.dkv_blocks} + {c.dq_blocks} blocks of {p.threads} threads (dK/dV blocks first, "
+        f"then dQ{'; the longest first' if p.causal else ''}); each role computes its own delta; 4 warps of 16 rows "
+        f"on mma.sync m16n8k16, P^T / dS^T straight from the S^T fragments (no SMEM staging);",
+        f"    Q, dO, O, lse (K, V) through a {p.stages}-stage cp.async ring; about {c.dkv_regs} (dK/dV) and "
+        f"{c.dq_regs} (dQ) registers a thread, {c.smem_bytes} B SMEM",
+    ]

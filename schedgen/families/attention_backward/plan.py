@@ -13,18 +13,21 @@ import math
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
-from ...plan.common import CTYPE, Problems, resolve_shape, static_sizes_only
+from ...plan.common import CTYPE, KernelArg, Problems, resolve_shape, static_sizes_only
 from ...plan.hardware import Hardware
 from ...plan.legality import check_no_cluster, check_reserved_names, check_sizes_int32, check_unique_names
 from ..attention.records import AttnOperand, causal_alignment, causal_offset_of
 from .records import (
     BLOCKS,
+    CUDA_REG_OVERHEAD,
+    CUDA_THREADS,
     DTYPES,
     MODULE_NAMES,
     REG_LIMIT,
     REG_OVERHEAD,
     ROWS,
     AttentionBackwardPlan,
+    CudaBackward,
     backward_flops,
 )
 from .unread import check_unread
@@ -59,6 +62,7 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     regs = _registers(names, dims, block_q, block_kv, problems)
     smem = _smem(sch, dims, block_q, block_kv, hw, problems)
     _backends(sch, problems)
+    cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems) if "cuda" in sch.backends else None
     check_no_cluster(sch.cluster, "attention_backward blocks share no operand", problems)
     for bname in sch.barriers:
         problems.add(("schedule", "barriers", bname), "the attention backward names no barrier: its TMA rings' "
@@ -66,7 +70,7 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     check_unread(sch, names[:6], problems)
     if problems:
         return None, problems
-    return _assemble(spec, names, dims, block_q, block_kv, regs, smem), problems
+    return _assemble(spec, names, dims, block_q, block_kv, regs, smem, cuda), problems
 
 
 def _check_names(spec, problems: Problems) -> tuple[str, ...]:
@@ -220,9 +224,6 @@ def _smem(sch, dims, block_q: int, block_kv: int, hw: Hardware, problems: Proble
 
 
 def _backends(sch, problems: Problems) -> None:
-    if "cuda" in sch.backends:
-        problems.add(("schedule", "backends"), "the attention_backward family renders Pallas (Mosaic GPU) only so "
-                                               "far: there is no CUDA C++ kernel yet; use backends: [pallas]")
     cp = sch.compiler_params
     if "lowering_semantics" in cp.model_fields_set and cp.lowering_semantics != "lane":
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
@@ -238,7 +239,58 @@ def _backends(sch, problems: Problems) -> None:
                          f"the Pallas attention backward takes no profiler buffer; remove {name}")
 
 
-def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem) -> AttentionBackwardPlan:
+def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
+    """Element strides (batch, sequence row, head) of a [B, S, H, D] (bshd) or [B, H, S, D] (bhsd) operand."""
+    if layout == "bshd":
+        return seq * heads * d, heads * d, d
+    return heads * seq * d, d, seq * d
+
+
+def _cuda(op, names, dims, block_q: int, block_kv: int, stages: int, hw: Hardware,
+          problems: Problems) -> CudaBackward | None:
+    """The CUDA kernel (backends: cuda): one launch of 128-thread blocks, dK/dV blocks (64 keys of one kv head,
+    streaming the group's Q, dO, O and lse in block_q rows through a cp.async ring of `stages`) then dQ blocks (64
+    queries, streaming K and V in block_kv rows); each warp owns 16 rows and accumulates in mma.sync fragments."""
+    b, sq, hq, skv, hkv, d, dtype = dims
+    isz = ITEMSIZE[dtype]
+    if d not in (64, 128):
+        problems.add(("op", "inputs", names[0], "shape", 3),
+                     f"the CUDA attention backward takes head_dim 64 or 128 (a warp's dK and dV fragments of "
+                     f"16 x {d} f32 do not fit its registers); got {d}; use backends: [pallas] or a smaller head_dim")
+        return None
+    dkv_regs = d + block_q + CUDA_REG_OVERHEAD     # dK, dV (16 x D f32 a warp: D / 2 each) + S^T, dP^T (block_q / 2)
+    dq_regs = d + block_kv + CUDA_REG_OVERHEAD      # dQ (D / 2) + S, dP (block_kv / 2) + the K fragments (measured)
+    bad = False
+    for n, need, what, block in ((names[0], dkv_regs, "dK/dV", "block_q"), (names[1], dq_regs, "dQ", "block_kv")):
+        if need > REG_LIMIT:
+            problems.add(("schedule", "in_specs", n, "block_shape", 0),
+                         f"the CUDA kernel's {what} thread holds about {need} registers with {block} = "
+                         f"{block_q if block == 'block_q' else block_kv} at head_dim {d}, over {REG_LIMIT}; legal "
+                         f"here: {block} <= {(REG_LIMIT - CUDA_REG_OVERHEAD - d) // 64 * 64}"
+                         f" (or backends: [pallas])")
+            bad = True
+    tile, qstep, kvstep = ROWS * d * isz, block_q * d * isz, block_kv * d * isz
+    dkv_stage = 3 * qstep + block_q * 4
+    dq_stage = 2 * kvstep
+    dkv_ring, dq_ring = 2 * tile, 3 * tile
+    dkv_delta, dq_delta = dkv_ring + stages * dkv_stage, dq_ring + stages * dq_stage
+    smem = max(dkv_delta + block_q * 4, dq_delta + ROWS * 4) + 1024
+    if smem > hw.smem_per_block:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"the CUDA kernel needs {smem} B of SMEM with {stages} stages, over the {hw.smem_per_block} B "
+                     f"a block may have; use fewer stages or smaller blocks")
+        bad = True
+    if bad:
+        return None
+    return CudaBackward(
+        dkv_blocks=(skv // ROWS) * hkv * b, dq_blocks=(sq // ROWS) * hq * b,
+        q_strides=_strides(op.layout, sq, hq, d), kv_strides=_strides(op.layout, skv, hkv, d), tile_bytes=tile,
+        q_step_bytes=qstep, kv_step_bytes=kvstep, dkv_stage_bytes=dkv_stage, dq_stage_bytes=dq_stage,
+        dkv_ring=dkv_ring, dkv_delta=dkv_delta, dq_ring=dq_ring, dq_delta=dq_delta, dkv_regs=dkv_regs,
+        dq_regs=dq_regs, smem_bytes=smem)
+
+
+def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem, cuda) -> AttentionBackwardPlan:
     op, sch = spec.op, spec.schedule
     b, sq, hq, skv, hkv, d, dtype = dims
     isz = ITEMSIZE[dtype]
@@ -259,8 +311,10 @@ def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem) -> Att
         causal_offset=offset if offset is not None else 0, scale=scale, scale_log2=scale * math.log2(math.e),
         dtype=dtype, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv, stages=stages,
         q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
-        dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=128,
-        smem_bytes=max(dkv_smem, dq_smem), kernel_args=(), num_blocks=(skv // ROWS) * hkv * b, auto_blocks=False,
+        dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
+        smem_bytes=cuda.smem_bytes if cuda else max(dkv_smem, dq_smem),
+        kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) if cuda else (),
+        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else (skv // ROWS) * hkv * b, auto_blocks=False,
         blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
-        flops=backward_flops(b, hq, sq, skv, d, alignment),
+        flops=backward_flops(b, hq, sq, skv, d, alignment), cuda=cuda,
         bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs))

@@ -12,6 +12,10 @@ BLOCKS = (64, 128, 192, 256)   # block_q / block_kv: the N of S^T = K Q^T (S = Q
                                # (dQ += dS K): Mosaic GPU's wgmma takes K in 64-element groups of the 128-byte swizzle
 REG_OVERHEAD = 32              # registers a thread needs beside its accumulators (addresses, loop state, lse, delta)
 REG_LIMIT = 255
+CUDA_THREADS = 128             # the CUDA kernel's block: 4 warps, 16 rows each (mma.sync m16n8k16)
+CUDA_REG_OVERHEAD = 63         # registers a CUDA thread needs beside its f32 fragments (addresses, loop state, the
+                               # ldmatrix'd operands): ptxas (NVRTC 13, 2026-12-05) fits 192 fragment registers a thread
+                               # with no spill, and spilled at 224 (dQ at head_dim 128 with block_kv 128)
 MODULE_NAMES = frozenset({"make", "run_into", "sizes_of", "delta_of"})
 # FLOPs of the backward: 5 matmul-equivalents of 2 D per unmasked (query, key) pair (S recomputed, dP = dO V^T,
 # dV += P^T dO, dQ += dS K, dK += dS^T Q): 2.5 x the forward's 4 D (FlashAttention's and torch's convention)
@@ -22,6 +26,28 @@ def backward_flops(batch: int, heads_q: int, seq_q: int, seq_kv: int, head_dim: 
     """10 D flops per unmasked (query, key) pair, per head and batch (2.5 x attention_flops: causal halves both)."""
     pairs = score_pairs(seq_q, seq_kv, causal_offset_of(alignment, seq_q, seq_kv))
     return FLOPS_PER_PAIR_D * head_dim * pairs * heads_q * batch
+
+
+@dataclass(frozen=True)
+class CudaBackward:
+    """The CUDA C++ kernel's numbers (one launch: dK/dV blocks first, then dQ blocks; mma.sync m16n8k16).
+    Element strides of the [B, S, H, D] (or [B, H, S, D]) operands, SMEM offsets in bytes from the aligned base."""
+    dkv_blocks: int                # (Skv / 64) x Hkv x B: blocks [0, dkv_blocks) compute dK, dV of 64 keys
+    dq_blocks: int                 # (Sq / 64) x Hq x B: the rest compute dQ of 64 queries
+    q_strides: tuple[int, int, int]    # q, o, do, dq: elements between batches, sequence rows, heads
+    kv_strides: tuple[int, int, int]   # k, v, dk, dv
+    tile_bytes: int                # 64 rows x D (the K, V of a dK/dV block; the Q, dO, O of a dQ block)
+    q_step_bytes: int              # block_q rows x D (a streamed Q, dO or O of a dK/dV step)
+    kv_step_bytes: int             # block_kv rows x D (a streamed K or V of a dQ step)
+    dkv_stage_bytes: int           # Q, dO, O and block_q f32 lse
+    dq_stage_bytes: int            # K, V
+    dkv_ring: int                  # offset of the dK/dV ring (after K, V)
+    dkv_delta: int                 # offset of the dK/dV step's delta (block_q f32)
+    dq_ring: int                   # offset of the dQ ring (after Q, dO, O)
+    dq_delta: int                  # offset of the dQ block's delta (64 f32)
+    dkv_regs: int                  # f32 registers a thread of a dK/dV block needs (estimate, checked)
+    dq_regs: int
+    smem_bytes: int                # the larger role's, plus the alignment slack
 
 
 @dataclass(frozen=True)
@@ -68,6 +94,7 @@ class AttentionBackwardPlan:
     approx_math: bool
     flops: int
     bytes_moved: int
+    cuda: CudaBackward | None = None   # the CUDA kernel's numbers (None without the cuda backend)
     dynamic_sizes: tuple = ()
 
     @property

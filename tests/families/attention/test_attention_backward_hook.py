@@ -145,7 +145,7 @@ def test_step_specs_plan(causal):
     assert plan(fwd, SourceMap("<fwd>")).with_lse
     bwd = validate_data(graph.steps[0].spec, SourceMap("<bwd>"))
     p = plan(bwd, SourceMap("<bwd>"))
-    assert (p.seq_q, p.heads_q, p.head_dim, p.causal, p.backends) == (4096, 16, 128, causal, ("pallas",))
+    assert (p.seq_q, p.heads_q, p.head_dim, p.causal, p.backends) == (4096, 16, 128, causal, ("cuda", "pallas"))
 
 
 def test_dynamic_forward_gives_a_located_error_at_its_size():

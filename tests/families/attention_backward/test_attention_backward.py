@@ -222,7 +222,6 @@ def test_pallas_lowers_for_cuda(case, tmp_path):
 ERRORS = {
     "d256": ({"D": 256, "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256]},
              "op.inputs.q.shape[3]", "head_dim 256 does not fit"),
-    "cuda": ({"schedule.backends": ["cuda", "pallas"]}, "schedule.backends", "no CUDA C++ kernel yet"),
     "ragged": ({"S": 4000}, "op.inputs.q.shape[1]", "must be a multiple of 64"),
     "dynamic": ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 64}}, "op.sizes.S",
                 "does not take dynamic sizes yet"),
@@ -259,7 +258,7 @@ def test_bundled_specs_plan():
     for name in ("attention_backward_bf16_4096", "attention_backward_causal_bf16_4096"):
         spec, src = load_spec(str(SPECS_DIR / f"{name}.yaml"))
         p = plan(spec, src)
-        assert p.backends == ("pallas",) and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
+        assert p.backends == ("cuda", "pallas") and p.cuda is not None and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
         assert p.flops == backward_flops(p.batch, 16, 4096, 4096, 128, p.causal_alignment)
 
 
