@@ -13,7 +13,7 @@ timeout 70 python3 -m pytest -q -m gpu -p no:cacheprovider tests/families/matmul
 grep -E "^(FAILED|ERROR)|passed|failed" $O/gputests2.log | cut -c1-200 | tail -5
 LEFT=$(( 500 - ($(date +%s) - START) ))
 if [ $LEFT -gt 60 ]; then
-  (timeout $((LEFT - 10)) bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 >> $O/train.log 2>&1"); tail -4 $O/train.log | cut -c1-200
+  (timeout $((LEFT - 10)) bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"); tail -4 $O/train.log | cut -c1-200
 fi
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
 tail -16 $O/bench.log | cut -c1-330

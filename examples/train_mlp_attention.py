@@ -3,10 +3,8 @@ AdamW from torch on the GPU, against the same model built from torch ops (cuDNN 
 
     schedgen build examples/train/*.yaml -o build/train && python examples/train_mlp_attention.py [--steps 300]
 
-Status (2026-12-05): the attention block's backward is the attention_backward family's Pallas kernels only (no
-CUDA kernel yet), and torch cannot call those (their module is two kernels and a jnp step, which
-plgpu.as_torch_kernel does not take). Until the CUDA kernel lands, the default `--attention sdpa` runs that one
-block with torch's SDPA in both models; `--attention schedgen` asks for ours and stops with the reason.
+Status (2026-12-05): the attention block's backward runs the attention_backward family's CUDA kernel (mma.sync,
+correct first; not yet FA3-class). `--attention sdpa` runs that one block with torch's SDPA in both models instead.
 
 The model, per block of T = B x 1024 tokens of width d = 1024:
     qkv = x @ Wqkv^T                     (train_qkv:  matmul)
@@ -108,12 +106,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--tolerance", type=float, default=0.05, help="largest relative gap of the two loss curves")
     ap.add_argument("--json", default="", help="write both curves and the step times here")
-    ap.add_argument("--attention", choices=("sdpa", "schedgen"), default="sdpa",
-                    help="the attention block: torch SDPA (default, see Status above) or the train_attn package")
+    ap.add_argument("--attention", choices=("sdpa", "schedgen"), default="schedgen",
+                    help="the attention block: the train_attn package (default) or torch SDPA in both models")
     args = ap.parse_args()
-    if args.attention == "schedgen":
-        sys.exit("--attention schedgen: the attention backward has no CUDA kernel yet, and torch cannot run its "
-                 "Pallas kernels (see Status in this file's docstring)")
     if args.batch != 4:
         sys.exit("--batch: examples/train/attn.yaml fixes B = 4 (the attention backward takes no dynamic sizes yet)")
     k = packages(Path(args.packages), args.attention)
