@@ -452,6 +452,13 @@ class Schedule(Model):
         "the backends to plan, render and build (default both); a feature one backend lacks is a located error "
         "only when that backend is listed. Not written, and only the Pallas rendering fails for reasons the spec "
         "did not write (the sizes, picked fields): the planner picks [cuda]"), examples=[["cuda"], ["cuda", "pallas"]])
+    target: Literal["sm_90a", "sm_100a"] = Field(default="sm_90a", description=(
+        "the GPU architecture the kernel is planned, rendered and compiled for: sm_90a (the default: Hopper, H100 / "
+        "H200 / GH200; wgmma with the accumulator in registers) or sm_100a (Blackwell, B200 / GB200; tcgen05 MMA "
+        "with the accumulator in tensor memory, TMEM). The planner checks the target's limits (SMEM, TMEM columns, "
+        "cluster, MMA shapes); a feature of the other target is a located error. sm_100a: the matmul family only; "
+        "its kernels are compiled and their SASS checked on the CPU, but have NOT run on Blackwell hardware. A "
+        "package runs only on a GPU of its target"), examples=["sm_90a", "sm_100a"])
 
 
 class Backward(Model):

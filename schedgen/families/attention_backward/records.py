@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...plan.hardware import target_field
 from ...plan.common import KernelArg
 from ..attention.records import AttnOperand, score_pairs, causal_offset_of
 
@@ -69,6 +70,7 @@ class AttentionBackwardPlan:
     flops: int
     bytes_moved: int
     dynamic_sizes: tuple = ()
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:

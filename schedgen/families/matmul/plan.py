@@ -19,6 +19,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
+from .blackwell import check_target
 from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -89,6 +90,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
+    check_target(op, sch, hw, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
@@ -198,6 +200,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),
+        target=sch.target,
     )
 
 

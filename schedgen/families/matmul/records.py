@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
+from ...plan.hardware import target_field
 from ...plan.common import (
     CTYPE,
     KernelArg,
@@ -177,6 +178,7 @@ class MatmulPlan:
     profile_dir: str
     flops: DimLike
     bytes_moved: DimLike
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:
