@@ -11,6 +11,7 @@ order. Every hardware rule is checked here, located at the field that decides it
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
-from .blackwell import check_target
+from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target
 from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -70,6 +71,14 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     broken stops the planner before it runs."""
     problems = Problems()
     op, sch = spec.op, spec.schedule
+    written_spec = spec
+    if sch.target == "sm_100a":
+        # the sm_100a epilogue stores from registers (the output's pointer, no tensor map); a dynamic loop is claimed
+        # by cluster launch control over a grid of one CTA a tile (the static phases plan it as nd_loop)
+        static_loop = "nd_loop" if sch.persistent.loop == "dynamic" else sch.persistent.loop
+        sch = sch.model_copy(update={"epilogue": sch.epilogue.model_copy(update={"store": "direct"}),
+                                     "persistent": sch.persistent.model_copy(update={"loop": static_loop})})
+        spec = spec.model_copy(update={"schedule": sch})
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
     if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
@@ -90,7 +99,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
-    check_target(op, sch, hw, problems)
+    check_target(written_spec, op, sch, hw, problems)
+    bw = blackwell_plan(op, written_spec.schedule, dims, tile, layout, cluster, pipe, hw, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
@@ -99,8 +109,14 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                        smem.a_rows)
     if problems:
         return None, problems
-    return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
-                         inputs, outputs, args), problems
+    result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
+                           inputs, outputs, args)
+    if bw is not None:      # sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest
+        result = dataclasses.replace(
+            result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=(),
+            kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}" + ("_clc" if bw.dynamic else ""),
+            **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+    return result, problems
 
 
 # --------------------------------------------------------------------------------- names and the epilogue body

@@ -19,6 +19,7 @@ from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
+    from .blackwell import BlackwellPlan
     from ...frontend.model import BlockSpec
 
 WGMMA_M = 64
@@ -179,6 +180,8 @@ class MatmulPlan:
     flops: DimLike
     bytes_moved: DimLike
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
+    blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:
