@@ -104,6 +104,14 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
         if written(spec, ("schedule", *path)):
             problems.add(("schedule", *path), f"{'.'.join(path)} is a Hopper (sm_90a) field; on sm_100a {what}: "
                                               f"leave it out, or write target: sm_90a")
+    if sch.pipeline.kind != "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), f"the sm_100a matmul kernel is warp-specialized (a TMA producer "
+                                                       f"warp, a tcgen05 MMA thread, an epilogue warpgroup); got "
+                                                       f"{sch.pipeline.kind}: write warp_specialized or leave it out")
+    for nm in sch.barriers:
+        problems.add(("schedule", "barriers", nm), "the sm_100a kernel's mbarriers (full, empty, acc_full, acc_empty) "
+                                                   "are its own, one arrival each (tcgen05.commit, TMA) or the 128 "
+                                                   "epilogue threads: remove this entry")
     for nm in sch.in_specs:
         if written(spec, ("schedule", "in_specs", nm, "delay_release")):
             problems.add(("schedule", "in_specs", nm, "delay_release"),
@@ -162,6 +170,10 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"), f"tile_k must be a multiple of "
                                                                       f"{MMA_K_BYTES // dims.isz} (one tcgen05.mma "
                                                                       f"K), got {tile.tk}")
+    if sch.persistent.loop == "dynamic" and sch.persistent.num_blocks != "auto":
+        problems.add(("schedule", "persistent", "num_blocks"), "with loop: dynamic the sm_100a kernel launches a CTA a "
+                                                               "tile and claims tiles by cluster launch control; "
+                                                               "num_blocks: auto (the default), or loop: nd_loop")
     if sch.persistent.loop == "none":
         problems.add(("schedule", "persistent", "loop"), "the sm_100a kernel is persistent (its TMEM accumulator is "
                                                          "allocated once a CTA): nd_loop or dynamic (cluster launch "

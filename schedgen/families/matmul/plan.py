@@ -88,13 +88,16 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     tile = block_tile(op, sch, out_name, dims, problems)
     check_unread(op, sch, out_name, problems)
-    wg = warpgroups(op, sch.pipeline, tile, dims, problems)
+    # the consumer warpgroups, their registers, the epilogue's SMEM chunks and the SMEM map are the Hopper kernel's:
+    # on sm_100a their rules do not apply (blackwell_plan checks the tcgen05 kernel's own)
+    hopper = Problems() if sch.target == "sm_100a" else problems
+    wg = warpgroups(op, sch.pipeline, tile, dims, hopper)
     layout = smem_layouts(op, tile, wg, dims.isz, hw, problems)
     cluster = cluster_shape(op, sch, tile, dims, layout, problems)
-    chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
-    regs = registers(sch.pipeline, wg, hw, problems)
+    chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, hopper)
+    regs = registers(sch.pipeline, wg, hw, hopper)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout,
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, hopper, layout,
                     lhs_stage_rows(tile, layout, cluster, dims.m))
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)

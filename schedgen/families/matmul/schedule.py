@@ -52,8 +52,8 @@ MEMORY_SPACE_WHY = {
     "gmem": "gmem would leave the block in global memory, which wgmma cannot read",
     "regs": "regs would load the block into registers, and the kernel's wgmma takes both operands from SMEM "
             "(only the accumulator lives in registers)",
-    "tmem": "tmem (tensor memory) exists on Blackwell only: it needs schedule.target: sm_100a (this spec's target "
-            "is sm_90a, a Hopper kernel)",
+    "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only: it needs schedule.target: sm_100a (this "
+            "spec's target is sm_90a, a Hopper kernel)",
 }
 CLUSTER_AXIS = "cluster"       # the cluster's one axis name (plgpu.kernel(cluster_names=("cluster",)))
 MAX_SPLIT_K = 4                # CTAs a split-K cluster gives one tile
