@@ -172,7 +172,7 @@ __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
   uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 
-// Tile t -> (tile row, tile column).
+// Tile t (in cluster units) -> (tile row, tile column) of the cluster's tile.
 __device__ __forceinline__ void sg_tile_coords(int t, int& tm, int& tn) {
   const int TM = 32, TN = 16;
   const int major = TN, minor = TM, width = 8;
@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm1
       for (int t = blockIdx.x;;) {
         int tmi, tni;
         sg_tile_coords(t, tmi, tni);
-        const int m0 = tmi * 128, n0 = tni * 256;
+        const int m0 = (tmi * 1) * 128, n0 = (tni * 1) * 256;
         for (int kb = 0; kb < 64; ++kb, ++it) {
           const int s = it % 4;
           sg_mbar_wait(S_empty + 8 * s, ((it / 4) & 1) ^ 1);
@@ -316,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm1
     for (int t = blockIdx.x;; ++lt) {
       int tmi, tni;
       sg_tile_coords(t, tmi, tni);
-      const int grow = tmi * 128 + row_l, n0 = tni * 256;
+      const int grow = (tmi * 1) * 128 + row_l, n0 = (tni * 1) * 256;
       const int ab = lt % 2;
       sg_mbar_wait(S_acc_full + 8 * ab, (lt / 2) & 1);
       sg_tc_fence_after();

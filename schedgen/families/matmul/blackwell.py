@@ -154,9 +154,10 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     if cl.ck > 1:
         problems.add(("schedule", "cluster"), "split-K clusters ([1, 1, S]) are a Hopper kernel's; the sm_100a kernel "
                                               "takes cluster [1]")
-    elif cl.csize > 1:
-        problems.add(("schedule", "cluster"), "the sm_100a kernel takes cluster [1] (one CTA a tile, "
-                                              "tcgen05.mma.cta_group::1); 2-CTA clusters are not rendered yet")
+    elif cl.csize > 1 and sch.persistent.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "on sm_100a, cluster launch control (loop: dynamic) claims "
+                                                         "one CTA's tile: with a 2-CTA cluster use loop: nd_loop, or "
+                                                         "cluster [1]")
     shapes = {(g, m): (lo, hi, step) for g, m, lo, hi, step in hw.mma_shapes}
     if (1, tile.tm) not in shapes or tile.tm != 128:
         problems.add(("schedule", "out_specs"), f"on sm_100a a CTA's tile is 128 rows (one tcgen05.mma M = 128, its "

@@ -188,7 +188,14 @@ def _blackwell(p, lhs, rhs) -> list[str]:
     lines.append(f"  TMEM map ({bw.tmem_cols} of 512 columns allocated, 128 lanes x 32 bit each)")
     for col, n, what in tmem_map(p):
         lines.append(f"    columns {col:3d}-{col + n - 1:3d}  {what}")
-    lines.append(f"  tile loop  {p.tile_order} over {p.tiles_m} x {p.tiles_n} tiles = {p.num_tiles}; "
+    if p.cluster_size > 1:
+        shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
+            ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
+        lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs, each its own tcgen05.mma.cta_group::1 tile: they "
+                     f"share the {shared} tile, each CTA loads half of it ({half}) by TMA multicast to both, and "
+                     f"each CTA's tcgen05.commit arrives on the stage's empty barrier of both (2 arrivals)")
+    lines.append(f"  tile loop  {p.tile_order} over {p.tiles_m // p.cluster_m} x {p.tiles_n // p.cluster_n} "
+                 f"{'cluster ' if p.cluster_size > 1 else ''}tiles = {p.num_tiles}; "
                  + (f"a CTA a tile ({p.num_blocks} launched); a running CTA claims the tile of one not launched yet "
                     f"by clusterlaunchcontrol.try_cancel (query_cancel reads its blockIdx.x), so the grid balances "
                     f"itself" if bw.dynamic else

@@ -117,7 +117,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if bw is not None:      # sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest
         result = dataclasses.replace(
             result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=(),
-            kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}" + ("_clc" if bw.dynamic else ""),
+            kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
+            + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
             **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
     return result, problems
 

@@ -26,6 +26,10 @@ VARIANTS = {
     "row_scale_residual": {"op.inputs.s": {"shape": ["M", 1], "dtype": "f32"},
                            "op.inputs.r": {"shape": ["M", "N"], "dtype": "bf16"},
                            "op.epilogue": "out = acc * s + r"},
+    "cluster2x1_multicast_rhs": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                                 "schedule.in_specs.b.collective_axes": ["cluster"]},
+    "cluster1x2_multicast_lhs": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2],
+                                 "schedule.in_specs.a.collective_axes": ["cluster"]},
     "rhs_nk_128": {"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
                    "schedule.in_specs.b.block_shape": [128, 64], "schedule.out_specs.out.block_shape": [128, 128]},
 }
@@ -58,6 +62,9 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     assert (".target sm_100a" in b.files["kernel.ptx"].decode())
     clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
     assert clc == b.plan.blackwell.dynamic
+    multicast = b.plan.cluster_size > 1                        # TMA multicast, commit arriving in both CTAs
+    assert any(o.startswith("UTMALDG.2D.MULTICAST") for o in ops) == multicast
+    assert any(o.startswith("UTCBAR.MULTICAST") for o in ops) == multicast
 
 
 def test_the_launch_record_carries_the_target_and_the_clc_grid(built):
@@ -110,6 +117,8 @@ def _errors(overrides) -> list[str]:
     ({"schedule.out_specs.out.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [64, 48]},
      "schedule.out_specs", "tile_n is the tcgen05.mma N"),
     ({"schedule.cluster": [1, 1, 2]}, "schedule.cluster", "split-K"),
+    ({"schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}, "schedule.persistent.loop",
+     "with a 2-CTA cluster use loop: nd_loop"),
     ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "persistent"),
     ({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]},
      "op.transpose_lhs", "K-major lhs"),
