@@ -129,6 +129,10 @@ __device__ __forceinline__ void sg_umma_f16(uint32_t d_tmem, uint64_t a_desc, ui
 __device__ __forceinline__ void sg_umma_commit(uint32_t bar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" :: "r"(bar) : "memory");
 }
+// ... on the mbarrier at this SMEM offset in each CTA of the cluster that `mask` names
+__device__ __forceinline__ void sg_umma_commit_mc(uint32_t bar, uint16_t mask) {
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;" :: "r"(bar), "h"(mask) : "memory");
+}
 
 // ---- TMEM -> registers: 32 lanes (this warp's quarter) x 32 columns, one 32-bit column a register (32x32b.x32)
 

@@ -81,6 +81,11 @@ class BlackwellPlan:
     off_clc_empty: int
     off_tmem_slot: int
     off_clc_resp: int
+    rows: int                 # the output rows (TMEM lanes) one CTA holds: 128
+    a_sub_bytes: int          # one CTA's SMEM sub-block strides (a swizzle row wide), the descriptors' K / N steps
+    b_sub_bytes: int
+    a_boxes: tuple            # one CTA's TMA boxes: (smem offset, element offset), unless a 2-CTA cluster multicasts
+    b_boxes: tuple
     dynamic: bool             # tiles claimed by cluster launch control (persistent.loop: dynamic)
 
 
@@ -145,6 +150,36 @@ def _check_problem(op, dims, tile, problems: Problems) -> None:
                      f"be multiples of the tile {tile.tm} x {tile.tn} x {tile.tk}")
 
 
+def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:
+    """1: each CTA its own 128-row tcgen05.mma (a 2-CTA cluster shares a tile by multicast); 2: a 256-row tile
+    (out block [256, N]) on a [2, 1] cluster, one tcgen05.mma.cta_group::2 for the CTA pair, each CTA holding 128 rows
+    of the lhs and half of the rhs columns. The MMA shape's rules (hw.mma_shapes) for the group."""
+    group = 2 if tile.tm == 256 else 1
+    if group == 2 and (cl.cm, cl.cn, cl.ck) != (2, 1, 1):
+        problems.add(("schedule", "cluster"), f"a 256-row tile on sm_100a is a CTA pair's tcgen05.mma.cta_group::2: "
+                                              f"write cluster: [2, 1] (got {list(sch.cluster)}), or a 128-row tile")
+    if group == 2 and tile.b_spec is not None and tile.b_spec.collective_axes:
+        problems.add(("schedule", "in_specs", op.rhs, "collective_axes"),
+                     "the CTA pair's tcgen05.mma.cta_group::2 splits the rhs tile between the CTAs (each loads half "
+                     "of its columns); nothing is multicast: remove collective_axes")
+    shapes = {(g, m): (lo, hi, step) for g, m, lo, hi, step in hw.mma_shapes}
+    mma_m = 128 * group
+    if (group, mma_m) not in shapes or tile.tm not in (128, 256):
+        problems.add(("schedule", "out_specs"), f"on sm_100a a CTA's tile is 128 rows (one tcgen05.mma M = 128, its "
+                                                f"accumulator all 128 TMEM lanes), or a [2, 1] cluster's 256 "
+                                                f"(cta_group::2); got tile_m {tile.tm}")
+        return group
+    lo, hi, step = shapes[(group, mma_m)]
+    unit = max(step, LD_COLS) if group == 1 else max(step, LD_COLS, 2 * (lay.atom_b if not lay.k_major_b else 8))
+    if not (lo <= tile.tn <= hi and tile.tn % unit == 0):
+        problems.add(("schedule", "out_specs"), f"on sm_100a tile_n is the tcgen05.mma.cta_group::{group} N: a "
+                                                f"multiple of {unit} from {max(lo, unit)} to {hi} (the epilogue loads "
+                                                f"32 columns at a time" + (", and each CTA of the pair holds half of "
+                                                                           "the rhs columns" if group == 2 else "")
+                                                + f"), got {tile.tn}")
+    return group
+
+
 def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: Problems) -> BlackwellPlan | None:
     """The sm_100a numbers, each rule a located problem naming sm_100a (what the kernel takes and what is legal)."""
     if sch.target != "sm_100a":
@@ -153,20 +188,12 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     _check_problem(op, dims, tile, problems)
     if cl.ck > 1:
         problems.add(("schedule", "cluster"), "split-K clusters ([1, 1, S]) are a Hopper kernel's; the sm_100a kernel "
-                                              "takes cluster [1]")
+                                              "takes cluster [1], [2, 1] or [1, 2]")
     elif cl.csize > 1 and sch.persistent.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "on sm_100a, cluster launch control (loop: dynamic) claims "
                                                          "one CTA's tile: with a 2-CTA cluster use loop: nd_loop, or "
                                                          "cluster [1]")
-    shapes = {(g, m): (lo, hi, step) for g, m, lo, hi, step in hw.mma_shapes}
-    if (1, tile.tm) not in shapes or tile.tm != 128:
-        problems.add(("schedule", "out_specs"), f"on sm_100a a CTA's tile is 128 rows (one tcgen05.mma M = 128, its "
-                                                f"accumulator all 128 TMEM lanes); got tile_m {tile.tm}")
-    lo, hi, step = shapes.get((1, 128), (16, 256, 16))
-    if not (lo <= tile.tn <= hi and tile.tn % max(step, LD_COLS) == 0):
-        problems.add(("schedule", "out_specs"), f"on sm_100a tile_n is the tcgen05.mma N: a multiple of "
-                                                f"{max(step, LD_COLS)} from {max(lo, LD_COLS)} to {hi} (the epilogue "
-                                                f"loads 32 columns at a time), got {tile.tn}")
+    group = _cta_group(op, sch, tile, lay, cl, hw, problems)
     if tile.tk * dims.isz % MMA_K_BYTES:
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"), f"tile_k must be a multiple of "
                                                                       f"{MMA_K_BYTES // dims.isz} (one tcgen05.mma "
@@ -183,8 +210,15 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
         return None
     acc_stages = 2 if 2 * tile.tn <= hw.tmem_columns else 1
     cols = max(32, 1 << (acc_stages * tile.tn - 1).bit_length())
-    a_stage = tile.tm * tile.tk * dims.isz
-    stage = a_stage + tile.tn * tile.tk * dims.isz
+    rows_a, cols_b = tile.tm // group, tile.tn // group    # what one CTA holds (cta_group::2: half of each)
+    a_stage = rows_a * tile.tk * dims.isz
+    stage = a_stage + cols_b * tile.tk * dims.isz
+    # one CTA's TMA boxes (smem offset, element offset) one swizzle row wide: the lhs by K atoms; the rhs by K atoms
+    # (K-major) or by its columns' atoms (N-major), and the sub-block stride the descriptors step by
+    a_sub = rows_a * lay.swz_a
+    b_sub = (cols_b if lay.k_major_b else tile.tk) * lay.swz_b
+    a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range(tile.tk // lay.atom_a))
+    b_boxes = tuple((i * b_sub, i * lay.atom_b) for i in range((tile.tk if lay.k_major_b else cols_b) // lay.atom_b))
     off = pipe.stages * stage                          # the ring, from the 1 KiB-aligned base
     offs = {}
     for name, count in (("full", pipe.stages), ("empty", pipe.stages), ("acc_full", acc_stages),
@@ -202,8 +236,9 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
                      f"{max((hw.smem_per_block - fixed) // (stage + 16), 0)} would fit")
         return None
     return BlackwellPlan(
-        cta_group=1, mma_m=128, mma_n=tile.tn, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
-        idesc=instruction_descriptor(dims.in_dtype, "f32", 128, tile.tn, lay.k_major_a, lay.k_major_b),
+        cta_group=group, mma_m=128 * group, mma_n=tile.tn, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
+        idesc=instruction_descriptor(dims.in_dtype, "f32", 128 * group, tile.tn, lay.k_major_a, lay.k_major_b),
+        rows=rows_a, a_sub_bytes=a_sub, b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes,
         acc_stages=acc_stages, tmem_cols=cols, epi_loads=tile.tn // LD_COLS,
         desc_swizzle_a=SWIZZLE_MODE[lay.swz_a], desc_swizzle_b=SWIZZLE_MODE[lay.swz_b],
         smem_bytes=smem, stage_bytes=stage, a_stage_bytes=a_stage, **{f"off_{k}": v for k, v in offs.items()},

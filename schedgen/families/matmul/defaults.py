@@ -62,7 +62,8 @@ def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pi
         picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a)",
                               False, delay=0)
     if not sch_written("pipeline", "max_concurrent_steps"):
-        stage = (tm + tn) * tk * dims.isz
+        pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
+        stage = (tm + tn) // pair * tk * dims.isz
         stages = max(2, min(6, (hw.smem_per_block - 2048) // stage))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                           f"the deepest ring of {stage}-byte stages that fits the SMEM (at most 6)"))

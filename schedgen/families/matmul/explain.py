@@ -152,7 +152,7 @@ def tmem_map(p) -> list[tuple[int, int, str]]:
     """The TMEM columns of an sm_100a plan, like the SMEM map: (first column, columns, what), every 128 lanes."""
     bw = p.blackwell
     out = [(i * p.tile_n, p.tile_n, f"acc[{i}]: the f32 accumulator of the CTA's {'even' if i == 0 else 'odd'} "
-                                    f"local tiles ({p.tile_m} rows = lanes x {p.tile_n} columns)")
+                                    f"local tiles ({bw.rows} rows = lanes x {p.tile_n} columns)")
            for i in range(bw.acc_stages)]
     used = bw.acc_stages * p.tile_n
     if used < bw.tmem_cols:
@@ -188,13 +188,19 @@ def _blackwell(p, lhs, rhs) -> list[str]:
     lines.append(f"  TMEM map ({bw.tmem_cols} of 512 columns allocated, 128 lanes x 32 bit each)")
     for col, n, what in tmem_map(p):
         lines.append(f"    columns {col:3d}-{col + n - 1:3d}  {what}")
-    if p.cluster_size > 1:
+    if bw.cta_group == 2:
+        lines.append(f"  cluster    2 x 1 CTAs, one tcgen05.mma.cta_group::2 (M {bw.mma_m}) for the pair: each CTA loads "
+                     f"its {bw.rows} rows of the lhs and {p.tile_n // 2} of the {p.tile_n} rhs columns, both CTAs' TMA "
+                     f"bytes land on the leader's (rank 0) full barrier, the leader's thread issues the MMAs, whose "
+                     f"commit frees the stage and completes the tile in both CTAs; each CTA's TMEM holds its {bw.rows} "
+                     f"rows, and its epilogue threads arrive on the leader's acc_empty (256 arrivals)")
+    elif p.cluster_size > 1:
         shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
             ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
         lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs, each its own tcgen05.mma.cta_group::1 tile: they "
                      f"share the {shared} tile, each CTA loads half of it ({half}) by TMA multicast to both, and "
                      f"each CTA's tcgen05.commit arrives on the stage's empty barrier of both (2 arrivals)")
-    lines.append(f"  tile loop  {p.tile_order} over {p.tiles_m // p.cluster_m} x {p.tiles_n // p.cluster_n} "
+    lines.append(f"  tile loop  {p.tile_order} over {p.cluster_tiles_m} x {p.cluster_tiles_n} "
                  f"{'cluster ' if p.cluster_size > 1 else ''}tiles = {p.num_tiles}; "
                  + (f"a CTA a tile ({p.num_blocks} launched); a running CTA claims the tile of one not launched yet "
                     f"by clusterlaunchcontrol.try_cancel (query_cancel reads its blockIdx.x), so the grid balances "

@@ -52,6 +52,7 @@ from .schedule import (
     registers,
     smem_layouts,
     smem_map,
+    tensor_map,
     tile_loop,
     warpgroups,
 )
@@ -120,7 +121,21 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
             kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
             + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
             **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+        if bw.cta_group == 2:
+            result = _cta_pair(result, spec, cluster, hw)
     return result, problems
+
+
+def _cta_pair(result: MatmulPlan, spec: SpecFile, cluster, hw: Hardware) -> MatmulPlan:
+    """sm_100a's tcgen05.mma.cta_group::2: the [2, 1] cluster's tile is the 256-row tile itself (the Hopper phases
+    counted two of them a cluster), and each CTA's lhs box is its 128 rows."""
+    pers = spec.schedule.persistent
+    num_tiles = cluster.tiles_m * cluster.tiles_n
+    pairs = min(num_tiles, hw.sm_count // 2 if pers.num_blocks == "auto" else max(pers.num_blocks // 2, 1))
+    a = result.kernel_args[0]
+    lhs = tensor_map(a.operand, a.shape, a.dtype, 128, a.box[-1], a.swizzle)
+    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m, num_blocks=2 * pairs,
+                               kernel_args=(lhs, *result.kernel_args[1:]))
 
 
 # --------------------------------------------------------------------------------- names and the epilogue body

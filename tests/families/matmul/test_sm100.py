@@ -30,6 +30,14 @@ VARIANTS = {
                                  "schedule.in_specs.b.collective_axes": ["cluster"]},
     "cluster1x2_multicast_lhs": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2],
                                  "schedule.in_specs.a.collective_axes": ["cluster"]},
+    "cta_pair_256": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                     "schedule.in_specs.a.block_shape": [256, 64], "schedule.out_specs.out.block_shape": [256, 256]},
+    "cta_pair_rhs_nk_f32_out": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                                "op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
+                                "op.outputs.out.dtype": "f32", "op.inputs.bias": {"shape": ["N"], "dtype": "f32"},
+                                "op.epilogue": "out = gelu(acc + bias)",
+                                "schedule.in_specs.a.block_shape": [256, 64], "schedule.in_specs.b.block_shape": [256, 64],
+                                "schedule.out_specs.out.block_shape": [256, 256]},
     "rhs_nk_128": {"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
                    "schedule.in_specs.b.block_shape": [128, 64], "schedule.out_specs.out.block_shape": [128, 128]},
 }
@@ -62,7 +70,11 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     assert (".target sm_100a" in b.files["kernel.ptx"].decode())
     clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
     assert clc == b.plan.blackwell.dynamic
-    multicast = b.plan.cluster_size > 1                        # TMA multicast, commit arriving in both CTAs
+    pair = b.plan.blackwell.cta_group == 2                     # tcgen05.mma.cta_group::2: the CTA pair's MMA
+    assert any(o.startswith("UTCHMMA.2CTA") for o in ops) == pair
+    assert any(o.startswith("UTMALDG.2D.2CTA") for o in ops) == pair   # loads completing on the leader's barrier
+    assert any(o.startswith("UTCBAR.2CTA.MULTICAST") for o in ops) == pair
+    multicast = b.plan.cluster_size > 1 and not pair           # TMA multicast, commit arriving in both CTAs
     assert any(o.startswith("UTMALDG.2D.MULTICAST") for o in ops) == multicast
     assert any(o.startswith("UTCBAR.MULTICAST") for o in ops) == multicast
 
@@ -85,6 +97,16 @@ def test_instruction_descriptor_fields():
     assert (d >> 17) & 0x3F == 256 >> 3 and (d >> 24) & 0x1F == 128 >> 4
     assert d & 0xF == 0 and (d >> 13) & 3 == 0 and (d >> 23) & 1 == 0 and d >> 29 == 0
     assert instruction_descriptor("f16", "f32", 128, 128, True, True) == (1 << 4) | (128 >> 3) << 17 | (128 >> 4) << 24
+
+
+def test_a_cta_pair_splits_the_tile(built):
+    p = built["cta_pair_256"][0].plan
+    bw = p.blackwell
+    assert (bw.cta_group, bw.mma_m, bw.rows, bw.stage_bytes) == (2, 256, 128, 128 * 64 * 2 + 128 * 64 * 2)
+    assert (bw.idesc >> 24) & 0x1F == 256 >> 4
+    assert p.num_tiles == 16 * 16 and p.num_blocks == 148 and p.cluster_dims == (2, 1, 1)
+    assert p.kernel_args[0].box == (128, 64)                   # each CTA loads its 128 lhs rows
+    assert len(bw.b_boxes) == 2                                # and 2 of the 4 64-column rhs slabs
 
 
 def test_tmem_holds_two_accumulator_buffers(built):
@@ -115,10 +137,15 @@ def _errors(overrides) -> list[str]:
     ({"schedule.out_specs.out.block_shape": [64, 256], "schedule.in_specs.a.block_shape": [64, 64]},
      "schedule.out_specs", "a CTA's tile is 128 rows"),
     ({"schedule.out_specs.out.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [64, 48]},
-     "schedule.out_specs", "tile_n is the tcgen05.mma N"),
+     "schedule.out_specs", "tile_n is the tcgen05.mma.cta_group::1 N"),
     ({"schedule.cluster": [1, 1, 2]}, "schedule.cluster", "split-K"),
     ({"schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}, "schedule.persistent.loop",
      "with a 2-CTA cluster use loop: nd_loop"),
+    ({"schedule.persistent.loop": "nd_loop", "schedule.in_specs.a.block_shape": [256, 64],
+      "schedule.out_specs.out.block_shape": [256, 256]}, "schedule.cluster", "write cluster: [2, 1]"),
+    ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1], "schedule.in_specs.a.block_shape": [256, 64],
+      "schedule.out_specs.out.block_shape": [256, 256], "schedule.in_specs.b.collective_axes": ["cluster"]},
+     "schedule.in_specs.b.collective_axes", "nothing is multicast"),
     ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "persistent"),
     ({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]},
      "op.transpose_lhs", "K-major lhs"),
