@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan.common import Problems, cdiv
+from ...plan.common import Problems, SmemBuffer, cdiv
 from ...plan.defaults import written
 from ...plan.hardware import Hardware
 
@@ -243,6 +243,20 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
         desc_swizzle_a=SWIZZLE_MODE[lay.swz_a], desc_swizzle_b=SWIZZLE_MODE[lay.swz_b],
         smem_bytes=smem, stage_bytes=stage, a_stage_bytes=a_stage, **{f"off_{k}": v for k, v in offs.items()},
         dynamic=sch.persistent.loop == "dynamic")
+
+
+def sm100_smem(bw: BlackwellPlan, stages: int) -> tuple[SmemBuffer, ...]:
+    """The sm_100a kernel's SMEM map as the plan's smem_buffers (explain --draw draws it like the Hopper kernel's)."""
+    bars = [SmemBuffer("full", bw.off_full, 8, stages, "mbarriers: the stage's TMA bytes landed"),
+            SmemBuffer("empty", bw.off_empty, 8, stages, "mbarriers: tcgen05.commit, the stage's MMAs are done"),
+            SmemBuffer("acc_full", bw.off_acc_full, 8, bw.acc_stages, "mbarriers: a tile's accumulator is in TMEM"),
+            SmemBuffer("acc_empty", bw.off_acc_empty, 8, bw.acc_stages, "mbarriers: the epilogue has read it")]
+    if bw.dynamic:
+        bars += [SmemBuffer("clc_full", bw.off_clc_full, 8, 2, "mbarriers: a try_cancel response landed"),
+                 SmemBuffer("clc_empty", bw.off_clc_empty, 8, 2, "mbarriers: every role has read it"),
+                 SmemBuffer("clc_resp", bw.off_clc_resp, 16, 2, "cluster-launch-control responses")]
+    return (SmemBuffer("ring", 0, bw.stage_bytes, stages, "lhs then rhs block a stage"), *bars,
+            SmemBuffer("tmem", bw.off_tmem_slot, 4, 1, "the address tcgen05.alloc returns"))
 
 
 __all__ = ["BlackwellPlan", "blackwell_plan", "check_target", "instruction_descriptor", "THREADS"]

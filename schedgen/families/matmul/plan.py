@@ -20,7 +20,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
-from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target
+from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -117,7 +117,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                            inputs, outputs, args)
     if bw is not None:      # sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest
         result = dataclasses.replace(
-            result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=(),
+            result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
             kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
             + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
             **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
