@@ -160,3 +160,19 @@ def test_what_sm100a_does_not_take_is_a_located_error(overrides, where, text):
 def test_tmem_output_block_is_legal_on_sm100a():
     spec, src = load_spec(str(SPEC), {"schedule.out_specs.out.memory_space": "tmem"})
     assert plan(spec, src).blackwell is not None
+
+
+@pytest.mark.gpu
+def test_an_sm100a_package_refuses_the_h200(tmp_path):
+    """On the H200 (sm_90): the sm_100a package's call raises the one-sentence refusal before any launch."""
+    import ml_dtypes
+    import numpy as np
+    from schedgen.build import package
+    from schedgen.runtime.kernel import load_package
+    built = build_spec(SPEC, {"op.sizes": {"M": 256, "N": 256, "K": 128}}, cache=Cache(tmp_path / "c"))
+    kernel = load_package(package(built, tmp_path / "pkg"))
+    args = [np.zeros(o.shape, ml_dtypes.bfloat16) for o in kernel.inputs]
+    with pytest.raises(RuntimeError, match=r"needs an NVIDIA Blackwell GPU: GPU 0 is an .* \(sm_90\), but this "
+                                           r"package's kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
+                                           r"cannot run on it: rebuild the spec with schedule.target: sm_90a"):
+        kernel(*args)
