@@ -114,6 +114,6 @@ def test_the_skip_row_is_reusable():
 def test_verify_here_runs_what_it_can(monkeypatch):
     """A machine with jax's GPU but no CUDA driver (say): Pallas runs, CUDA is a SKIP row, in backend order."""
     built = build_spec(str(ADD), {"M": 64, "N": 512})
-    monkeypatch.setattr(V, "unavailable", lambda b, interpret=False: "no driver" if b == "cuda" else "")
+    monkeypatch.setattr(V, "unavailable", lambda b, interpret=False, target="sm_90a": "no driver" if b == "cuda" else "")
     checks = V.verify_here(built, ["cuda", "pallas"], interpret=True, seed=1)
     assert [(c.backend, c.result) for c in checks] == [("cuda", "SKIP"), ("pallas", "ok")]

@@ -116,3 +116,11 @@ def test_a_package_call_says_which_gpu_its_target_needs(device, tmp_path):
     assert str(info.value) == ("add_bf16: the CUDA backend needs an NVIDIA Blackwell GPU: GPU 0 is an NVIDIA H200 "
                                "(sm_90), but this package's kernel is built for Blackwell (sm_100a: B200, GB200) and "
                                "cannot run on it: rebuild the spec with schedule.target: sm_90a")
+
+
+def test_verify_skips_an_sm100a_package_on_a_hopper_gpu_with_the_sentence(device):
+    from schedgen import verify as V
+    device((9, 0), "NVIDIA H200", "sm_90a")
+    assert V.unavailable("cuda") == ""
+    assert V.unavailable("cuda", target="sm_100a").startswith("GPU 0 is an NVIDIA H200 (sm_90), but this package's "
+                                                              "kernel is built for Blackwell (sm_100a")
