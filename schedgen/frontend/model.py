@@ -283,8 +283,10 @@ class Persistent(Model):
     loop: Literal["none", "nd_loop", "dynamic"] = Field(default="nd_loop", description=(
         "none: one block a tile; nd_loop (the default): a persistent grid of num_blocks blocks walking the tiles "
         "in tile_order (plgpu.nd_loop; attention is persistent only when loop is written); dynamic: each CTA "
-        "claims its next tile from a counter (attention, CUDA backend only; map and matmul refuse it: their tiles "
-        "are all alike)"))
+        "claims its next tile from a counter (attention, CUDA backend only; map and matmul refuse it on sm_90a: "
+        "their tiles are all alike); on sm_100a (matmul, CUDA) a CTA a tile is launched and each running CTA "
+        "claims the tile of one not launched yet by cluster launch control (dynamic_scheduling_loop: "
+        "clusterlaunchcontrol.try_cancel / query_cancel)"))
     num_blocks: Union[Literal["auto"], Annotated[int, Field(ge=1, le=1 << 20)]] = Field(default="auto", description=(
         "blocks of a persistent grid: auto (the default): as many as the SMs hold at once (map: SMs x blocks an SM "
         "holds; matmul: SMs / cluster size), capped at the number of tiles; an int caps it (matmul: a multiple of the cluster size). attention "

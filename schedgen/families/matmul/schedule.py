@@ -477,7 +477,8 @@ def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Pr
     if pers.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
                                                          "length (the attention family's causal tiles); matmul tiles "
-                                                         "are all alike: use nd_loop")
+                                                         "are all alike: use nd_loop (on schedule.target: sm_100a, "
+                                                         "loop: dynamic claims tiles by cluster launch control)")
     csize = cluster.csize
     num_tiles = batch * (cluster.tiles_m // max(cluster.cm, 1)) * (cluster.tiles_n // max(cluster.cn, 1))
     auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"
