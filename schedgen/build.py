@@ -39,13 +39,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def toolchain() -> dict[str, Any]:
+def toolchain(arch: str = ARCH) -> dict[str, Any]:
     return {
         "schedgen": _version("schedgen") or "source",
         "nvrtc": nvrtc_version(),
         "cuda_bindings": _version("cuda-bindings"),
         "jax": _version("jax"),
-        "arch": ARCH,
+        "arch": arch,
     }
 
 
@@ -226,7 +226,7 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
                               [f"{'.'.join(map(str, p.path))}: {p.message}" for p in exc.problems]) from None
     plan_json = planner.to_json(plan)
     launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
-    tools = toolchain()
+    tools = toolchain(plan.target)
     key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
     spec_hash = digest(raw)
 
@@ -235,7 +235,7 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
         usage, verdicts = {}, []
         if "cuda" in plan.backends:
             cu = render(plan, "cuda")
-            compiled = compile_cuda(cu, f"{plan.name}.cu")
+            compiled = compile_cuda(cu, f"{plan.name}.cu", arch=plan.target)
             usage = resource_usage(compiled.cubin).get(plan.kernel_name, {})
             verdicts = compiler_verdicts(compiled.log, usage)
             files.update({"kernel.cu": cu.encode(), "kernel.ptx": compiled.ptx.encode(), "kernel.cubin": compiled.cubin})

@@ -41,7 +41,7 @@ class Check:
         return "ok" if self.ok else "SKIP" if self.skipped else "FAIL"
 
 
-def unavailable(backend: str, *, interpret: bool = False) -> str:
+def unavailable(backend: str, *, interpret: bool = False, target: str = "sm_90a") -> str:
     """Why `backend` cannot run a kernel on this machine ('' when it can): the reason of a SKIP row, in verify and in
     bench. Both backends need a Hopper GPU and its driver, Pallas unless `interpret` (Mosaic GPU interpret mode runs
     on the CPU). Asked of the CUDA driver only: jax is not started here (it would take the GPU's memory before the
@@ -51,11 +51,13 @@ def unavailable(backend: str, *, interpret: bool = False) -> str:
     if backend == "pallas" and interpret:
         return ""
     from .runtime import driver
-    ok, what = driver.available()
+    # the CUDA backend runs the package's cubin: its target's GPU (an sm_100a package refuses a Hopper GPU)
+    cuda_target = target if backend == "cuda" else "sm_90a"
+    ok, what = driver.available(cuda_target)
     hint = "; --interpret runs the Pallas kernel on the CPU" if backend == "pallas" else ""
     if not ok:
         return f"{what}{hint}"                          # "CUDA unavailable: <the driver's reason>"
-    if not what.rsplit("sm_", 1)[-1].startswith("9"):
+    if cuda_target == "sm_90a" and not what.rsplit("sm_", 1)[-1].startswith("9"):
         return f"the kernels are built for Hopper (sm_90a); this GPU is {what}{hint}"
     return ""
 
@@ -254,7 +256,7 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
     plan = built.plan
     if families.of(plan).multi_device:
         return verify_built(built, backends, interpret=interpret, seed=seed)
-    why = {b: unavailable(b, interpret=interpret) for b in backends if b in plan.backends}
+    why = {b: unavailable(b, interpret=interpret, target=plan.target) for b in backends if b in plan.backends}
     run = [b for b in backends if not why.get(b)]
     checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small) if run else []
     checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]

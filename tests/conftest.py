@@ -11,13 +11,16 @@ SPECS_DIR = ROOT / "specs"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 
 
-def spec_files(family: str | None = None) -> list[Path]:
-    """Every bundled spec (the suite's parametrisation source), or those of one op family."""
+def spec_files(family: str | None = None, target: str | None = None) -> list[Path]:
+    """Every bundled spec (the suite's parametrisation source), or those of one op family, or of one
+    schedule.target (sm_90a: what runs on the H200; the sm_100a ones compile only)."""
     files = sorted(p for p in SPECS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".toml"))
-    if family is None:
+    if family is None and target is None:
         return files
     from schedgen.frontend.validate import load_spec
-    return [p for p in files if load_spec(str(p))[0].op.kind == family]
+    specs = [(p, load_spec(str(p))[0]) for p in files]
+    return [p for p, s in specs if (family is None or s.op.kind == family)
+            and (target is None or s.schedule.target == target)]
 
 
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)

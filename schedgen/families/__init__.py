@@ -89,6 +89,9 @@ class Family:
     # (spec, source map) -> (autodiff.graph.BackwardGraph | None, Problems): the kernels of the spec's backward
     # pass (issue 19); None: the family has no backward, and a spec with a `backward` section is a located error
     backward: Callable[[Any, Any], tuple[Any, Any]] | None = None
+    # the schedule.target values (GPU architectures) the family plans for; another is a located error at
+    # schedule.target naming the families that take it
+    targets: tuple[str, ...] = ("sm_90a",)
 
     def __post_init__(self):
         problems = []
@@ -106,6 +109,9 @@ class Family:
         for name in ("defaults", "tune_aliases", "tune_space", "random_inputs", "backward"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable (or None)")
+        from ..plan.hardware import TARGETS
+        if not self.targets or any(t not in TARGETS for t in self.targets):
+            problems.append(f"targets {self.targets!r} must be a non-empty subset of {tuple(TARGETS)}")
         if not any((self.templates / t).is_file() for t in BACKEND_TEMPLATES.values()):
             problems.append(f"no backend template ({', '.join(BACKEND_TEMPLATES.values())}) in {self.templates}")
         if problems:

@@ -283,8 +283,10 @@ class Persistent(Model):
     loop: Literal["none", "nd_loop", "dynamic"] = Field(default="nd_loop", description=(
         "none: one block a tile; nd_loop (the default): a persistent grid of num_blocks blocks walking the tiles "
         "in tile_order (plgpu.nd_loop; attention is persistent only when loop is written); dynamic: each CTA "
-        "claims its next tile from a counter (attention, CUDA backend only; map and matmul refuse it: their tiles "
-        "are all alike)"))
+        "claims its next tile from a counter (attention, CUDA backend only; map and matmul refuse it on sm_90a: "
+        "their tiles are all alike); on sm_100a (matmul, CUDA) a CTA a tile is launched and each running CTA "
+        "claims the tile of one not launched yet by cluster launch control (dynamic_scheduling_loop: "
+        "clusterlaunchcontrol.try_cancel / query_cancel)"))
     num_blocks: Union[Literal["auto"], Annotated[int, Field(ge=1, le=1 << 20)]] = Field(default="auto", description=(
         "blocks of a persistent grid: auto (the default): as many as the SMs hold at once (map: SMs x blocks an SM "
         "holds; matmul: SMs / cluster size), capped at the number of tiles; an int caps it (matmul: a multiple of the cluster size). attention "
@@ -452,6 +454,13 @@ class Schedule(Model):
         "the backends to plan, render and build (default both); a feature one backend lacks is a located error "
         "only when that backend is listed. Not written, and only the Pallas rendering fails for reasons the spec "
         "did not write (the sizes, picked fields): the planner picks [cuda]"), examples=[["cuda"], ["cuda", "pallas"]])
+    target: Literal["sm_90a", "sm_100a"] = Field(default="sm_90a", description=(
+        "the GPU architecture the kernel is planned, rendered and compiled for: sm_90a (the default: Hopper, H100 / "
+        "H200 / GH200; wgmma with the accumulator in registers) or sm_100a (Blackwell, B200 / GB200; tcgen05 MMA "
+        "with the accumulator in tensor memory, TMEM). The planner checks the target's limits (SMEM, TMEM columns, "
+        "cluster, MMA shapes); a feature of the other target is a located error. sm_100a: the matmul family only; "
+        "its kernels are compiled and their SASS checked on the CPU, but have NOT run on Blackwell hardware. A "
+        "package runs only on a GPU of its target"), examples=["sm_90a", "sm_100a"])
 
 
 class Backward(Model):

@@ -15,28 +15,38 @@ from .. import families
 from . import dims
 from .common import Problems
 from .defaults import Pick, apply, written
-from .hardware import H200, Hardware
+from .hardware import H200, Hardware, for_target
 
 
-def plan(spec, src: SourceMap, hw: Hardware = H200):
+def plan(spec, src: SourceMap, hw: Hardware | None = None):
     """Plan one spec or raise SpecErrors listing every problem."""
     return plan_with_picks(spec, src, hw)[0]
 
 
-def complete(spec, hw: Hardware = H200):
+def complete(spec, hw: Hardware | None = None):
     """The spec with the family's picks for the fields the user did not write, and those picks."""
     family = families.of(spec)
+    hw = hw or for_target(spec.schedule.target)
     if family.defaults is None:
         return spec, ()
     return apply(spec, family.defaults(spec, hw))
 
 
-def plan_with_picks(spec, src: SourceMap, hw: Hardware = H200):
+def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
     """(plan, the planner's picks for fields not written), or SpecErrors listing every problem. When `backends` is
     not written and only the Pallas rendering cannot take the spec for reasons the user did not write (the sizes,
     or fields the planner picked), the planner picks backends: [cuda] and says why, rather than failing; a schedule
     field the user wrote that the Pallas backend cannot render stays an error."""
     family = families.of(spec)
+    target = spec.schedule.target
+    hw = hw or for_target(target)
+    if target not in family.targets:
+        have = sorted(f.kind for f in families.all_families() if target in f.targets)
+        problems = Problems()
+        problems.add(("schedule", "target"), f"the {spec.op.kind} family plans for {', '.join(family.targets)} only; "
+                                             f"the families that plan for {target}: {', '.join(have)} (write "
+                                             f"target: {family.targets[0]}, or leave it out)")
+        raise SpecErrors(problems, src)
     if not family.multi_device and spec.schedule.collective is not None:
         multi = sorted(f.kind for f in families.all_families() if f.multi_device)
         problems = Problems()
@@ -118,7 +128,8 @@ def to_dict(obj: Any) -> Any:
     if hasattr(obj, "model_dump"):       # a spec model kept in a plan (a dynamic size's declaration)
         return obj.model_dump()
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(x) for x in obj]
     if isinstance(obj, dict):

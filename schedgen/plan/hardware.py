@@ -1,9 +1,14 @@
-"""The target GPU (NVIDIA H200 SXM, sm_90a): the limits the plan stage checks against, and the throughput figures
-that bench, explain, draw and report compare kernels with (one place for both, each figure with where it comes from).
+"""The target GPUs: the limits the plan stage checks against, and the throughput figures that bench, explain, draw
+and report compare kernels with (one place for both, each figure with where it comes from).
+
+`schedule.target` picks one: sm_90a (the default: NVIDIA H200 SXM, Hopper, wgmma with register accumulators) or
+sm_100a (NVIDIA B200, Blackwell, tcgen05 MMA with the accumulator in tensor memory). The sm_100a figures come from
+NVIDIA's documents (PTX ISA 8.7+ for tcgen05 / TMEM, the CUDA C++ Programming Guide's compute capability 10.0
+table); no kernel of this project has run on a Blackwell GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,15 @@ class Hardware:
     tma_max_rank: int = 5
     swizzles: tuple = (32, 64, 128)
     l2_bytes: int = 60 << 20          # as torch reports it on the H200
-
+    cc: tuple = (9, 0)                # the compute capability the target's cubin runs on (sm_90a: 9.0 only)
+    mma: str = "wgmma"                # the tensor-core instruction family: wgmma (Hopper) or tcgen05 (Blackwell)
+    # tensor memory (Blackwell): columns x lanes of 32-bit cells per SM; 0 columns: the target has none
+    tmem_columns: int = 0
+    tmem_lanes: int = 0
+    # tcgen05.mma kind::f16 shapes (PTX ISA, "tcgen05 MMA: matrix shape"): (cta_group, M, min N, max N, N step);
+    # K is 32 bytes of the input type (16 for bf16 / f16) per instruction. Empty: no tcgen05.
+    mma_shapes: tuple = ()
+    gpus: str = "H100, H200, GH200"   # the GPUs whose compute capability runs the target's cubin
 
     def regs_per_block(self, threads: int) -> int:
         """Registers a block of `threads` holds when it runs alone on an SM (`__launch_bounds__(threads, 1)`): the
@@ -33,6 +46,32 @@ class Hardware:
 
 
 H200 = Hardware()
+
+# NVIDIA B200 (sm_100a, compute capability 10.0): 148 SMs; SMEM as on Hopper (228 KiB per SM, 227 KiB opt-in per
+# block); TMEM 512 columns x 128 lanes x 32 bit (256 KiB) per SM, allocated by tcgen05.alloc in powers of two of at
+# least 32 columns; clusters up to 8 CTAs portably (16 non-portable, not used here); 126 MB L2 (datasheet figures,
+# NOT measured here: there is no Blackwell GPU on these machines).
+B200 = Hardware(
+    name="NVIDIA B200", arch="sm_100a", sm_count=148, l2_bytes=126 << 20, cc=(10, 0), mma="tcgen05",
+    tmem_columns=512, tmem_lanes=128, gpus="B200, GB200",
+    # cta_group::1: M 64 (N 8..256 by 8) or 128 (N 16..256 by 16); cta_group::2 (a CTA pair, each holding half of
+    # the A rows and half of the B columns' SMEM): M 128 (N 32..256 by 32) or 256 (N 16..256 by 16)
+    mma_shapes=((1, 64, 8, 256, 8), (1, 128, 16, 256, 16), (2, 128, 32, 256, 32), (2, 256, 16, 256, 16)),
+)
+
+DEFAULT_TARGET = "sm_90a"
+TARGETS = {"sm_90a": H200, "sm_100a": B200}
+
+
+def for_target(target: str) -> Hardware:
+    """The hardware model of a `schedule.target` value (the model's Literal has checked it)."""
+    return TARGETS[target]
+
+
+def target_field():
+    """A plan's `target` field: the architecture it was planned for. Left out of plan.json and launch.json while it
+    is the default (sm_90a), so Hopper plans and records read as they did before Blackwell; absent means sm_90a."""
+    return field(default=DEFAULT_TARGET, metadata={"omit_default": True})
 
 
 # ---------------------------------------------------------------------------------------------- throughput figures

@@ -23,6 +23,9 @@ Fields (every one required in launch.json; unknown fields are refused):
                               entry is an int or the name of a dynamic size.
 - kernel_args: [Arg]          the CUDA kernel's parameters in order, see `Arg`.
 - ring: Ring | null           the multi-device ring (collective kernels), null for one-GPU kernels.
+- target: str                 the architecture kernel.cubin is built for: "sm_100a"; the one optional field, absent
+                              for "sm_90a" (records written before Blackwell read the same). The runtime refuses a
+                              GPU of another architecture.
 
 An Extent is an int, a dynamic size's name, or [op, a, b] over extents (schedgen/plan/dims.py): the runtime
 evaluates it at each call from the sizes it bound. A record with no dynamic size holds ints only.
@@ -37,6 +40,7 @@ from typing import Any
 
 from . import dims
 from .dims import DimLike, SizeRange
+from .hardware import TARGETS, target_field
 
 LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
@@ -121,6 +125,7 @@ class LaunchRecord:
     outputs: tuple[Operand, ...]
     kernel_args: tuple[Arg, ...]
     ring: Ring | None
+    target: str = target_field()
 
     @property
     def operands(self) -> tuple[Operand, ...]:
@@ -191,14 +196,15 @@ def launch_record(plan: Any) -> LaunchRecord:
         # the collective plan has no cluster (its kernel launches without one)
         cluster=tuple(int(x) for x in getattr(plan, "cluster_dims", (1, 1, 1))),
         inputs=tuple(_operand(o) for o in plan.inputs), outputs=tuple(_operand(o) for o in plan.outputs),
-        kernel_args=tuple(_arg(a) for a in plan.kernel_args), ring=ring)
+        kernel_args=tuple(_arg(a) for a in plan.kernel_args), ring=ring, target=str(plan.target))
 
 
 def _plain(obj: Any) -> Any:
     if isinstance(obj, dims.Dim):
         return dims.to_json(obj)
     if hasattr(obj, "__dataclass_fields__"):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)
+                if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, (list, tuple)):
         return [_plain(x) for x in obj]
     return obj
@@ -221,7 +227,7 @@ class _Reader:
         if unknown:
             raise self.fail(f"{path}.{unknown[0]}" if path else unknown[0],
                             f"unknown field (fields: {', '.join(names)})")
-        missing = [n for n in names if n not in data]
+        missing = [f.name for f in fields(cls) if f.name not in data and not f.metadata.get("omit_default")]
         if missing:
             raise self.fail(f"{path}.{missing[0]}" if path else missing[0], "missing")
         return dict(data)
@@ -360,7 +366,8 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
         kernel_name=r.str(d["kernel_name"], "kernel_name"), backends=backends, threads=r.int(d["threads"], "threads", 1),
         smem_bytes=r.int(d["smem_bytes"], "smem_bytes"), num_blocks=r.extent(d["num_blocks"], "num_blocks", names),
         auto_blocks=r.bool(d["auto_blocks"], "auto_blocks"), blocks_per_sm=r.int(d["blocks_per_sm"], "blocks_per_sm", 1),
-        cluster=cluster, sizes=sizes, inputs=inputs, outputs=outputs, kernel_args=args, ring=r.ring(d["ring"], "ring"))
+        cluster=cluster, sizes=sizes, inputs=inputs, outputs=outputs, kernel_args=args, ring=r.ring(d["ring"], "ring"),
+        target=r.str(d.get("target", "sm_90a"), "target", tuple(TARGETS)))
     if isinstance(rec.num_blocks, int) and rec.num_blocks < 1:
         raise r.fail("num_blocks", f"must be >= 1, got {rec.num_blocks}")
     if isinstance(rec.num_blocks, int) and rec.num_blocks % rec.cluster[0]:

@@ -144,11 +144,29 @@ def tma_ranks(plan) -> list[int]:
     return sorted({len(a.shape) for a in plan.kernel_args if a.kind == "tmap"})
 
 
+def template_file(plan, backend: str) -> str:
+    """The family template file of a backend for the plan's target: cuda.cu.j2 / pallas.py.j2 for sm_90a, and
+    <stem>_<target>.<ext> for another target (cuda_sm_100a.cu.j2)."""
+    file = families.BACKEND_TEMPLATES[backend]
+    target = getattr(plan, "target", "sm_90a")
+    if target != "sm_90a":
+        stem, _, ext = file.partition(".")
+        file = f"{stem}_{target}.{ext}"
+    return file
+
+
+def has_template(plan, backend: str) -> bool:
+    """Whether the plan's family renders `backend` for the plan's target."""
+    return families.of(plan).template(template_file(plan, backend)) is not None
+
+
 def render(plan, backend: str) -> str:
     family = families.of(plan)
-    name = family.template(families.BACKEND_TEMPLATES[backend])
+    file = template_file(plan, backend)
+    target = getattr(plan, "target", "sm_90a")
+    name = family.template(file)
     if name is None:
-        raise ValueError(f"the {family.kind} family has no {backend} template")
+        raise ValueError(f"the {family.kind} family has no {backend} template for {target} ({file})")
     ctx = {"p": plan, "approx_math": getattr(plan, "approx_math", False), "tma_ranks": tma_ranks(plan)}
     return environment().get_template(name).render(**ctx)
 

@@ -64,26 +64,34 @@ def _call(name: str, *args: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------- device / context
 
-_available: tuple[bool, str] | None = None
+_available: tuple[bool, Any] | None = None
 _contexts: dict[int, Any] = {}
 
 
 # The oldest driver that runs what the bundled toolkit (NVRTC 13) emits: CUDA 13.0 (driver r580).
 MIN_DRIVER = (13, 0)
-ARCH = (9, 0)   # the kernels are sm_90a cubins: Hopper only
+ARCH = (9, 0)   # the default target's compute capability (sm_90a cubins: Hopper only)
+# each target's cubin runs on GPUs of exactly this compute capability (an `a` target has no forward compatibility)
+TARGET_CC = {"sm_90a": ((9, 0), "Hopper", "H100, H200, GH200"), "sm_100a": ((10, 0), "Blackwell", "B200, GB200")}
 
 
-def available() -> tuple[bool, str]:
-    """(True, "NVIDIA H200, sm_90") when the GPU can run schedgen's kernels, else (False, one sentence saying why
-    and what to do: no driver, a driver older than the toolkit needs, no device, a GPU that is not sm_90).
-    Never raises; cached."""
+def available(target: str = "sm_90a") -> tuple[bool, str]:
+    """(True, "NVIDIA H200, sm_90") when the GPU can run a kernel built for `target` (a package's launch record
+    says which), else (False, one sentence saying why and what to do: no driver, a driver older than the toolkit
+    needs, no device, a GPU of another architecture). Never raises; the device facts are cached."""
     global _available
     if _available is None:
         _available = _preflight()
-    return _available
+    ok, facts = _available
+    if not ok:
+        return False, facts
+    ver, count, name, cc = facts
+    why = preflight_sentence(driver=ver, devices=count, name=name, cc=cc, target=target)
+    return (True, f"{name}, sm_{cc[0]}{cc[1]}") if why is None else (False, why)
 
 
-def _preflight() -> tuple[bool, str]:
+def _preflight() -> tuple[bool, Any]:
+    """(False, the sentence) when nothing can launch, else (True, (driver version, devices, name, cc))."""
     try:
         _call("cuInit", 0)
     except CudaError as e:
@@ -102,14 +110,14 @@ def _preflight() -> tuple[bool, str]:
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return False, preflight_sentence(init_error=msg)
-    why = preflight_sentence(driver=(ver // 1000, (ver % 1000) // 10), devices=count, name=name, cc=cc)
-    return (True, f"{name}, sm_{cc[0]}{cc[1]}") if why is None else (False, why)
+    return True, ((ver // 1000, (ver % 1000) // 10), count, name, cc)
 
 
 def preflight_sentence(*, no_driver: str | None = None, init_error: str | None = None,
                        driver: tuple[int, int] | None = None, devices: int = 1, name: str = "",
-                       cc: tuple[int, int] | None = None) -> str | None:
-    """What stops a launch, as one sentence (pure: the facts in, None when nothing does)."""
+                       cc: tuple[int, int] | None = None, target: str = "sm_90a") -> str | None:
+    """What stops a launch of a kernel built for `target`, as one sentence (pure: the facts in, None when nothing
+    does)."""
     if no_driver is not None:
         return ("no NVIDIA driver (libcuda.so.1) was found on this machine: install the NVIDIA driver (r580 or "
                 "newer), or build and test on the CPU (the Pallas backend runs in interpret mode)")
@@ -121,9 +129,15 @@ def preflight_sentence(*, no_driver: str | None = None, init_error: str | None =
                 f"CUDA {MIN_DRIVER[0]}.{MIN_DRIVER[1]}; update the driver to r580 or newer")
     if devices < 1:
         return "no CUDA device is visible (check `nvidia-smi` and CUDA_VISIBLE_DEVICES)"
-    if cc is not None and cc != ARCH:
-        return (f"GPU 0 is an {name or 'NVIDIA GPU'} (sm_{cc[0]}{cc[1]}); schedgen's kernels are built for Hopper "
-                f"(sm_90a: H100, H200, GH200) and cannot run on it")
+    want, arch, gpus = TARGET_CC[target]
+    if cc is not None and cc != want:
+        if target == "sm_90a":
+            return (f"GPU 0 is an {name or 'NVIDIA GPU'} (sm_{cc[0]}{cc[1]}); schedgen's kernels are built for Hopper "
+                    f"(sm_90a: H100, H200, GH200) and cannot run on it")
+        other = next((t for t, (c, _, _) in TARGET_CC.items() if c == cc), None)
+        fix = f": rebuild the spec with schedule.target: {other}" if other else ""
+        return (f"GPU 0 is an {name or 'NVIDIA GPU'} (sm_{cc[0]}{cc[1]}), but this package's kernel is built for "
+                f"{arch} ({target}: {gpus}) and cannot run on it{fix}")
     return None
 
 

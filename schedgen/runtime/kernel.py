@@ -418,6 +418,11 @@ class Kernel:
         self._go(st, ptrs, stream)
         return result
 
+    def _no_gpu(self, why: str) -> str:
+        """What stops this package's CUDA kernel launching (one sentence after the kernel's name)."""
+        from .driver import TARGET_CC
+        return f"{self.name}: the CUDA backend needs an NVIDIA {TARGET_CC[self.launch.target][1]} GPU: {why}"
+
     def _torch_state(self, dev: int, shapes: list) -> _Resolved:
         """The launch state of these input shapes (torch.Size objects) on device `dev`: the last call's when they
         are its shapes (compared, not hashed), else from the LRU, else resolved."""
@@ -427,9 +432,9 @@ class Kernel:
         key = (dev, tuple(shapes))
         st = self._states.get(key)
         if st is None:
-            ok, why = _driver().available()
+            ok, why = _driver().available(self.launch.target)
             if not ok:
-                raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
+                raise RuntimeError(self._no_gpu(why))
             st = self._resolved(dev, self.bind(shapes), key)
         else:
             try:
@@ -443,9 +448,9 @@ class Kernel:
         """Every kind of array (numpy copied in and out, device arrays in place); the argument errors."""
         from . import driver
         sizes = self.check_args(args, outs)
-        ok, why = driver.available()
+        ok, why = driver.available(self.launch.target)
         if not ok:
-            raise RuntimeError(f"{self.name}: the CUDA backend needs an NVIDIA Hopper GPU: {why}")
+            raise RuntimeError(self._no_gpu(why))
         kinds = [arrays.classify(a, o.name) for a, o in zip(args, self.inputs)]
         views = {o.name: arrays.device_view(a, o.name) for a, k, o in zip(args, kinds, self.inputs)
                  if k != "numpy"}

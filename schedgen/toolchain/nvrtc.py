@@ -1,4 +1,5 @@
-"""CUDA C++ -> PTX and an sm_90a cubin with NVRTC (no driver, no GPU), and SASS through nvdisasm.
+"""CUDA C++ -> PTX and an sm_90a or sm_100a cubin (the plan's `target`) with NVRTC (no driver, no GPU), and SASS
+through nvdisasm.
 
 NVRTC compiles straight to the cubin: assembling the PTX separately (nvJitLink, ptxas -c) drops
 `setmaxnreg`, which warp-specialized kernels need.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..errors import ToolchainError
 
-ARCH = "sm_90a"
+ARCH = "sm_90a"           # the default target; compile_cuda's arch is the plan's target (sm_90a or sm_100a)
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,9 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      "causal attention goes longest-first unless persistent.tile_order is written: lpt restates that"),
     ("matmul_bf16_256x8192x8192", "schedule.persistent.loop", lambda s, m, same: m.value == "none" and
      same == ["pallas"], "64 tiles on 132 SMs: the Pallas kernel's persistent grid is a block a tile already"),
+    ("*", "schedule.out_specs.*.memory_space", lambda s, m, _: m.value == "tmem" and s.schedule.target == "sm_100a",
+     "on sm_100a the output tile accumulates in tensor memory whatever its block says: tmem restates where the "
+     "tcgen05 accumulator lives (smem, the default, names the epilogue's side of it)"),
     ("attention*", "op.causal", lambda s, m, _: {repr(m.value), repr(s.op.causal)} == {"True", "'bottom_right'"},
      "causal: true means bottom_right (the last query sees the last key)"),
     # the backward section asks for the backward graph's kernels (built as sub-packages backward/<step>/ and tested

@@ -19,7 +19,7 @@ REASON = "CUDA unavailable: no CUDA device found"
 @pytest.fixture
 def no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(driver, "available", lambda: (False, REASON))
+    monkeypatch.setattr(driver, "available", lambda target="sm_90a": (False, REASON))
 
 
 def test_bench_without_a_gpu_says_skip_and_why(no_gpu, tmp_path, capsys):

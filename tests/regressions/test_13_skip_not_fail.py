@@ -88,18 +88,18 @@ def test_a_failure_is_still_fail_exit_1(capsys, monkeypatch):
     ((True, "NVIDIA H200, sm_90"), ""),
 ])
 def test_why_cuda_cannot_run(monkeypatch, found, reason):
-    monkeypatch.setattr(driver, "available", lambda: found)
+    monkeypatch.setattr(driver, "available", lambda target="sm_90a": found)
     got = V.unavailable("cuda")
     assert (reason in got) if reason else got == ""
 
 
 def test_why_pallas_cannot_run(monkeypatch):
     assert V.unavailable("pallas", interpret=True) == ""
-    monkeypatch.setattr(driver, "available", lambda: (False, "CUDA unavailable: no CUDA device found"))
+    monkeypatch.setattr(driver, "available", lambda target="sm_90a": (False, "CUDA unavailable: no CUDA device found"))
     assert V.unavailable("pallas") == ("CUDA unavailable: no CUDA device found; --interpret runs the Pallas kernel on "
                                        "the CPU")
     assert V.unavailable("pallas", interpret=True) == ""
-    monkeypatch.setattr(driver, "available", lambda: (True, "NVIDIA H200, sm_90"))
+    monkeypatch.setattr(driver, "available", lambda target="sm_90a": (True, "NVIDIA H200, sm_90"))
     assert V.unavailable("pallas") == ""
     assert V.unavailable("tpu").startswith("unknown backend")
 
@@ -114,6 +114,6 @@ def test_the_skip_row_is_reusable():
 def test_verify_here_runs_what_it_can(monkeypatch):
     """A machine with jax's GPU but no CUDA driver (say): Pallas runs, CUDA is a SKIP row, in backend order."""
     built = build_spec(str(ADD), {"M": 64, "N": 512})
-    monkeypatch.setattr(V, "unavailable", lambda b, interpret=False: "no driver" if b == "cuda" else "")
+    monkeypatch.setattr(V, "unavailable", lambda b, interpret=False, target="sm_90a": "no driver" if b == "cuda" else "")
     checks = V.verify_here(built, ["cuda", "pallas"], interpret=True, seed=1)
     assert [(c.backend, c.result) for c in checks] == [("cuda", "SKIP"), ("pallas", "ok")]

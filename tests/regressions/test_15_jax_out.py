@@ -23,7 +23,7 @@ def test_jax_out_is_refused_before_any_launch(tmp_path, monkeypatch, backend):
     built = build_spec(SPECS_DIR / "add_bf16.yaml", {"M": 64, "N": 512}, cache=Cache(tmp_path / "c"))
     k = load_package(package(built, tmp_path / "out"))
     launched = []
-    monkeypatch.setattr(driver, "available", lambda: (True, ""))          # as if on the GPU machine
+    monkeypatch.setattr(driver, "available", lambda target="sm_90a": (True, ""))          # as if on the GPU machine
     monkeypatch.setattr(Kernel, "_launcher", lambda self, *a, **kw: launched.append(a) or (lambda: None))
     x = np.ones((64, 512), BF16)
     out = jnp.zeros((64, 512), BF16)

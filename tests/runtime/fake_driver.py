@@ -63,7 +63,7 @@ class FakeDriver:
         for name, value in {"Module": Module, "Buffer": Buffer, "encode_tiled": encode_tiled, "launch": launch,
                             "Params": Params, "LaunchConfig": LaunchConfig, "_counter_pools": {},
                             "is_capturing": lambda stream: fake.capturing,
-                            "available": lambda: (True, "fake GPU, sm_90"),
+                            "available": lambda target="sm_90a": (True, "fake GPU, sm_90"),
                             "ensure_context": lambda device=0: None,
                             "synchronize": lambda stream=0: None,
                             "device_info": lambda: {"sm_count": fake.sm_count},

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, NamedTuple
 
+from ...plan.hardware import target_field
 from ...plan import dims as X
 from ...plan.dims import DimLike, SizeRange
 from ...plan.hardware import SM_COUNT
@@ -143,6 +144,7 @@ class AttentionPlan:
     flops: int                 # 4 D per unmasked (q, k) pair (attention_flops), at the largest sizes when dynamic
     bytes_moved: int
     dynamic_sizes: tuple[SizeRange, ...] = ()   # the op's dynamic sizes, in spec order (the kernel's sz_ arguments)
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...plan.hardware import target_field
 from ...plan.common import KernelArg
 from ..attention.records import AttnOperand, score_pairs, causal_offset_of
 
@@ -96,6 +97,7 @@ class AttentionBackwardPlan:
     bytes_moved: int
     cuda: CudaBackward | None = None   # the CUDA kernel's numbers (None without the cuda backend)
     dynamic_sizes: tuple = ()
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from ...frontend import expr as ex
 from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, Operand
+from ...plan.hardware import target_field
 from ...plan.common import static_sizes_only, Problems, row_major_strides
 from ...plan.hardware import Hardware
 from ...plan.exprs import PlanExpr
@@ -144,6 +145,7 @@ class CollectiveMatmulPlan:
     flops: int                 # per device
     bytes_moved: int           # per device: lhs, rhs, out and the gathered chunks read back
     link_bytes: int            # per device: bytes sent to the neighbour over the ring
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     def chunk(self, device: int, step: int) -> int:
         """The lhs chunk (the device it came from) that `device` multiplies at ring step `step`."""
@@ -534,6 +536,7 @@ class MultimemPlan:
     store_kernel: str
     load_reduce_kernel: str
     signal_kernel: str
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
 
 def plan_multimem(dtype: str, vec: int = 4) -> MultimemPlan:

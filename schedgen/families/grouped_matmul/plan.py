@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...frontend.model import BlockSpec, Operand
+from ...plan.hardware import target_field
 from ...plan import dims as D
 from ...plan.common import KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.dims import DimLike, SizeRange
@@ -102,6 +103,7 @@ class GroupedMatmulPlan:
     profile_dir: str
     flops: DimLike             # 2 T N K: every row in some group
     bytes_moved: DimLike
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def dynamic_sizes(self) -> tuple[SizeRange, ...]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 
+from ...plan.hardware import target_field
 from ...plan.common import (
     KernelArg,
     SmemBuffer,
@@ -121,6 +122,7 @@ class MapPlan:
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
     auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
     registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is a column
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[MapOperand, ...]:

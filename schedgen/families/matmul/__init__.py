@@ -34,4 +34,5 @@ FAMILY = register(Family(
     accumulation=accumulation,
     report=REPORT,
     backward=matmul_backward,
+    targets=("sm_90a", "sm_100a"),
 ))

@@ -48,13 +48,41 @@ BLOCK_SCALED_WHY = ("block scales: one 128-K scale block a stage, two consumers 
                     "scale block of rhs, a K block's partial sum beside the accumulators), released at once")   # one consumer's setmaxnreg budget (the planner's default with one consumer)
 
 
+def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pick]:
+    """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 64 K; the deepest ring
+    that fits beside the barriers (at most 6); tiles in planar-snake order. No consumer count or cluster: the
+    Hopper fields the sm_100a kernel does not read are not picked."""
+    picks = []
+    tiled = any([sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)])
+    if tiled:
+        tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
+    else:
+        tm, tk = 128, 64
+        tn = 256 if D.divisible(dims.n, 256, dims.ranges) else 128
+        picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a)",
+                              False, delay=0)
+    if not sch_written("pipeline", "max_concurrent_steps"):
+        pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
+        stage = (tm + tn) // pair * tk * dims.isz
+        stages = max(2, min(6, (hw.smem_per_block - 2048) // stage))
+        picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
+                          f"the deepest ring of {stage}-byte stages that fits the SMEM (at most 6)"))
+    if not sch_written("persistent", "tile_order") and not sch_written("persistent", "tile_width"):
+        picks.append(Pick(("schedule", "persistent", "tile_order"), "planar_snake",
+                          "bands of tiles that share lhs rows and rhs columns in the L2"))
+        picks.append(Pick(("schedule", "persistent", "tile_width"), 8, "the bundled specs' band width"))
+    return picks
+
+
 def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     """Picks for the fields the spec leaves out (plan.defaults applies the ones not written)."""
     sch_written = lambda *path: written(spec, ("schedule", *path))  # noqa: E731
     picks = []
     if not sch_written("pipeline", "kind"):
         picks.append(Pick(("schedule", "pipeline", "kind"), "warp_specialized",
-                          "the matmul kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"))
+                          "the matmul kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"
+                          if spec.schedule.target != "sm_100a" else "the matmul kernel is warp-specialized (a TMA "
+                          "producer warp, a tcgen05 MMA thread, an epilogue warpgroup)"))
     op = spec.op
     problems = Problems()
     out_name, extras = check_names(spec, problems)
@@ -62,6 +90,8 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         problem_dims(op, out_name, extras, problems)
     if dims is None or problems:
         return picks                           # the planner reports what is wrong with the op
+    if spec.schedule.target == "sm_100a":
+        return picks + _sm100_picks(spec, op, out_name, dims, hw, sch_written)
     tiled = [sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)]
     nc_written = sch_written("pipeline", "num_compute_wgs")
     # ping-pong: two consumers, each on a whole tile of its own (its accumulators in one warpgroup's registers)

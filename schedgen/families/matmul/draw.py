@@ -106,9 +106,13 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
 def pipeline(p) -> Pipeline:
     spans, k_shown = simulate_matmul(p)
     rows = ["producer"] + [f"stage {s}" for s in range(p.stages)] + [f"consumer {c}" for c in range(p.num_consumers)]
+    bw = getattr(p, "blackwell", None)
     names = {"producer": "producer WG\n(1 thread: TMA)",
              **{f"consumer {c}": f"consumer WG {c}\n(wgmma {p.wg_tile_m}x{p.wg_tile_n})"
                 for c in range(p.num_consumers)}}
+    if bw is not None:      # sm_100a: drawn with the same timing model; one thread issues tcgen05.mma
+        names = {"producer": "producer warp\n(1 thread: TMA)",
+                 **{f"consumer {c}": f"MMA thread\n(tcgen05 {bw.mma_m}x{bw.mma_n})" for c in range(p.num_consumers)}}
     title = (f"Pipeline over 2 tiles x {k_shown} k-steps (of {p.k_iters}; the rest of the K loop is cut): "
              f"{p.stages}-stage ring, delay_release {p.delay_release}; stage slot rows: hatched = TMA in flight "
              f"({kib(p.stage_tx_bytes)}), solid = landed and read by wgmma until released")
@@ -119,6 +123,19 @@ def pipeline(p) -> Pipeline:
 
 def summary(p) -> list[str]:
     clusters = max(1, p.num_blocks // p.cluster_size)
+    bw = getattr(p, "blackwell", None)
+    if bw is not None:
+        from .explain import tmem_map
+        return [
+            f"kernel {p.kernel_name}",
+            "sm_100a (Blackwell): compiled, NOT RUN on hardware",
+            f"M x N x K = {p.m} x {p.n} x {p.k}; {p.in_dtype} in, {p.out_dtype} out",
+            f"tile {p.tile_m} x {p.tile_n} x {p.tile_k}; tcgen05.mma.cta_group::{bw.cta_group} M{bw.mma_m} N{bw.mma_n}",
+            f"cluster {p.cluster_m} x {p.cluster_n}; {p.num_blocks} blocks; {p.threads} threads",
+            f"{p.stages} stages x {kib(bw.stage_bytes)}; SMEM {p.smem_bytes} B",
+            f"TMEM {bw.tmem_cols} of 512 columns x 128 lanes:",
+            *[f"  cols {c}-{c + n - 1}: {what.split(':')[0]}" for c, n, what in tmem_map(p)],
+        ]
     return [
         f"kernel {p.kernel_name}",
         f"M x N x K = {p.m} x {p.n} x {p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")

@@ -59,9 +59,14 @@ def _explain(p) -> str:
         f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
         f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {peak:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
-        f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)",
+        f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)" + (f" (target {p.target}: {peak:.0f} is the "
+                                                                      f"H200's figure)" if p.target != "sm_90a" else ""),
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
         f"tiles" + (" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
+    ]
+    if p.blackwell is not None:
+        return "\n".join(lines + _blackwell(p, lhs, rhs))
+    lines += [
         _consumers(p) + f"; wgmma m64n{p.wg_tile_n}k{wg_k} "
         f"({p.in_dtype}, f32 acc) x {p.m_blocks} M-block{'s' if p.m_blocks > 1 else ''} x {p.tile_k // wg_k} "
         f"per k-step = {p.m_blocks * (p.tile_k // wg_k)} wgmma per consumer per stage; "
@@ -141,3 +146,72 @@ def _explain(p) -> str:
         lines.append(f"             {p.epi_rows} x {p.epi_cols} chunks ({p.epi_bytes} B, swizzle {p.epi_swizzle or 'none'}) "
                      f"through {p.epi_buffers} SMEM buffer{'s' if p.epi_buffers > 1 else ''} per consumer, stored by TMA")
     return "\n".join(lines)
+
+
+def tmem_map(p) -> list[tuple[int, int, str]]:
+    """The TMEM columns of an sm_100a plan, like the SMEM map: (first column, columns, what), every 128 lanes."""
+    bw = p.blackwell
+    out = [(i * p.tile_n, p.tile_n, f"acc[{i}]: the f32 accumulator of the CTA's {'even' if i == 0 else 'odd'} "
+                                    f"local tiles ({bw.rows} rows = lanes x {p.tile_n} columns)")
+           for i in range(bw.acc_stages)]
+    used = bw.acc_stages * p.tile_n
+    if used < bw.tmem_cols:
+        out.append((used, bw.tmem_cols - used, "allocated, unused (tcgen05.alloc takes a power of two of columns)"))
+    return out
+
+
+def _blackwell(p, lhs, rhs) -> list[str]:
+    """The sm_100a kernel's lines: MMA, warps, operands, SMEM and TMEM maps, barriers, tile loop, epilogue."""
+    bw = p.blackwell
+    lines = [
+        "  target     sm_100a (Blackwell, B200): compiled and SASS-checked on the CPU, NOT RUN on Blackwell hardware",
+        f"  MMA        tcgen05.mma.cta_group::{bw.cta_group}.kind::f16 M{bw.mma_m} N{bw.mma_n} K16 x {bw.k_mmas} per "
+        f"k-step, issued by one thread (warp 1); instruction descriptor 0x{bw.idesc:08x}; the f32 accumulator in "
+        f"TMEM; tcgen05.commit frees each stage (empty barrier) and completes a tile (acc_full)",
+        f"  warps      {p.threads} threads: warp 0 TMA producer (one thread), warp 1 TMEM allocation + MMA issue, "
+        f"warps 2-5 the epilogue warpgroup (warp w reads TMEM lanes 32 x (w % 4) .. + 31: thread = row)",
+        f"  operands   lhs {lhs.name} K-major, swizzle {p.swizzle_a} B, {bw.a_stage_bytes} B per stage, descriptor "
+        f"LBO {p.a_lbo} SBO {p.a_sbo}",
+        f"             rhs {rhs.name} {'K' if p.k_major_b else 'N'}-major, swizzle {p.swizzle_b} B, "
+        f"{bw.stage_bytes - bw.a_stage_bytes} B per stage, descriptor LBO {p.b_lbo} SBO {p.b_sbo}",
+        f"  SMEM map ({bw.smem_bytes} B incl. 1 KiB alignment slack, of 232448)",
+        f"          0  ring   {p.stages} x {bw.stage_bytes} B = {p.stages * bw.stage_bytes} B  lhs then rhs block "
+        f"a stage",
+    ]
+    for name, count, off in (("full", p.stages, bw.off_full), ("empty", p.stages, bw.off_empty),
+                             ("acc_full", bw.acc_stages, bw.off_acc_full), ("acc_empty", bw.acc_stages, bw.off_acc_empty)):
+        lines.append(f"    {off:7d}  {name:9} {count} x 8 B  mbarriers")
+    if bw.dynamic:
+        lines.append(f"    {bw.off_clc_full:7d}  clc_full / clc_empty 2 + 2 x 8 B, {bw.off_clc_resp}: two 16-byte "
+                     f"cluster-launch-control responses")
+    lines.append(f"    {bw.off_tmem_slot:7d}  tmem     4 B  the address tcgen05.alloc returns")
+    lines.append(f"  TMEM map ({bw.tmem_cols} of 512 columns allocated, 128 lanes x 32 bit each)")
+    for col, n, what in tmem_map(p):
+        lines.append(f"    columns {col:3d}-{col + n - 1:3d}  {what}")
+    if bw.cta_group == 2:
+        lines.append(f"  cluster    2 x 1 CTAs, one tcgen05.mma.cta_group::2 (M {bw.mma_m}) for the pair: each CTA loads "
+                     f"its {bw.rows} rows of the lhs and {p.tile_n // 2} of the {p.tile_n} rhs columns, both CTAs' TMA "
+                     f"bytes land on the leader's (rank 0) full barrier, the leader's thread issues the MMAs, whose "
+                     f"commit frees the stage and completes the tile in both CTAs; each CTA's TMEM holds its {bw.rows} "
+                     f"rows, and its epilogue threads arrive on the leader's acc_empty (256 arrivals)")
+    elif p.cluster_size > 1:
+        shared, half = ("rhs", f"{p.tile_n // 2} of {p.tile_n} columns") if p.multicast == "rhs" else \
+            ("lhs", f"{p.tile_m // 2} of {p.tile_m} rows")
+        lines.append(f"  cluster    {p.cluster_m} x {p.cluster_n} CTAs, each its own tcgen05.mma.cta_group::1 tile: they "
+                     f"share the {shared} tile, each CTA loads half of it ({half}) by TMA multicast to both, and "
+                     f"each CTA's tcgen05.commit arrives on the stage's empty barrier of both (2 arrivals)")
+    lines.append(f"  tile loop  {p.tile_order} over {p.cluster_tiles_m} x {p.cluster_tiles_n} "
+                 f"{'cluster ' if p.cluster_size > 1 else ''}tiles = {p.num_tiles}; "
+                 + (f"a CTA a tile ({p.num_blocks} launched); a running CTA claims the tile of one not launched yet "
+                    f"by clusterlaunchcontrol.try_cancel (query_cancel reads its blockIdx.x), so the grid balances "
+                    f"itself" if bw.dynamic else
+                    f"{p.num_blocks} persistent blocks (lowered at launch to those resident), tile t, t + gridDim.x, ..."))
+    epi = epilogue_text(p)
+    lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
+                 + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
+    for e in p.extras:
+        lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+    lines.append(f"             {bw.epi_loads} x tcgen05.ld.32x32b.x32 + wait::ld a row (32 f32 columns each), "
+                 f"converted and stored with st.global (16-byte vectors); the buffer is freed (acc_empty) for the "
+                 f"MMAs of tile + {bw.acc_stages}")
+    return lines

@@ -11,6 +11,7 @@ order. Every hardware rule is checked here, located at the field that decides it
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
+from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -50,6 +52,7 @@ from .schedule import (
     registers,
     smem_layouts,
     smem_map,
+    tensor_map,
     tile_loop,
     warpgroups,
 )
@@ -69,6 +72,14 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     broken stops the planner before it runs."""
     problems = Problems()
     op, sch = spec.op, spec.schedule
+    written_spec = spec
+    if sch.target == "sm_100a":
+        # the sm_100a epilogue stores from registers (the output's pointer, no tensor map); a dynamic loop is claimed
+        # by cluster launch control over a grid of one CTA a tile (the static phases plan it as nd_loop)
+        static_loop = "nd_loop" if sch.persistent.loop == "dynamic" else sch.persistent.loop
+        sch = sch.model_copy(update={"epilogue": sch.epilogue.model_copy(update={"store": "direct"}),
+                                     "persistent": sch.persistent.model_copy(update={"loop": static_loop})})
+        spec = spec.model_copy(update={"schedule": sch})
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
     if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
@@ -78,17 +89,22 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     tile = block_tile(op, sch, out_name, dims, problems)
     check_unread(op, sch, out_name, problems)
-    wg = warpgroups(op, sch.pipeline, tile, dims, problems)
+    # the consumer warpgroups, their registers, the epilogue's SMEM chunks and the SMEM map are the Hopper kernel's:
+    # on sm_100a their rules do not apply (blackwell_plan checks the tcgen05 kernel's own)
+    hopper = Problems() if sch.target == "sm_100a" else problems
+    wg = warpgroups(op, sch.pipeline, tile, dims, hopper)
     layout = smem_layouts(op, tile, wg, dims.isz, hw, problems)
     cluster = cluster_shape(op, sch, tile, dims, layout, problems)
-    chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, problems)
-    regs = registers(sch.pipeline, wg, hw, problems)
+    chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, hopper)
+    regs = registers(sch.pipeline, wg, hw, hopper)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, problems, layout,
+    smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, hopper, layout,
                     lhs_stage_rows(tile, layout, cluster, dims.m))
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
+    check_target(written_spec, op, sch, hw, problems)
+    bw = blackwell_plan(op, written_spec.schedule, dims, tile, layout, cluster, pipe, hw, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
@@ -97,8 +113,29 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                        smem.a_rows)
     if problems:
         return None, problems
-    return launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
-                         inputs, outputs, args), problems
+    result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
+                           inputs, outputs, args)
+    if bw is not None:      # sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest
+        result = dataclasses.replace(
+            result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
+            kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
+            + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
+            **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+        if bw.cta_group == 2:
+            result = _cta_pair(result, spec, cluster, hw)
+    return result, problems
+
+
+def _cta_pair(result: MatmulPlan, spec: SpecFile, cluster, hw: Hardware) -> MatmulPlan:
+    """sm_100a's tcgen05.mma.cta_group::2: the [2, 1] cluster's tile is the 256-row tile itself (the Hopper phases
+    counted two of them a cluster), and each CTA's lhs box is its 128 rows."""
+    pers = spec.schedule.persistent
+    num_tiles = cluster.tiles_m * cluster.tiles_n
+    pairs = min(num_tiles, hw.sm_count // 2 if pers.num_blocks == "auto" else max(pers.num_blocks // 2, 1))
+    a = result.kernel_args[0]
+    lhs = tensor_map(a.operand, a.shape, a.dtype, 128, a.box[-1], a.swizzle)
+    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m, num_blocks=2 * pairs,
+                               kernel_args=(lhs, *result.kernel_args[1:]))
 
 
 # --------------------------------------------------------------------------------- names and the epilogue body
@@ -198,6 +235,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),
+        target=sch.target,
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
+from ...plan.hardware import target_field
 from ...plan.common import (
     CTYPE,
     KernelArg,
@@ -18,6 +19,7 @@ from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
+    from .blackwell import BlackwellPlan
     from ...frontend.model import BlockSpec
 
 WGMMA_M = 64
@@ -177,6 +179,9 @@ class MatmulPlan:
     profile_dir: str
     flops: DimLike
     bytes_moved: DimLike
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
+    blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:

@@ -52,7 +52,8 @@ MEMORY_SPACE_WHY = {
     "gmem": "gmem would leave the block in global memory, which wgmma cannot read",
     "regs": "regs would load the block into registers, and the kernel's wgmma takes both operands from SMEM "
             "(only the accumulator lives in registers)",
-    "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only; this is a Hopper kernel",
+    "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only: it needs schedule.target: sm_100a (this "
+            "spec's target is sm_90a, a Hopper kernel)",
 }
 CLUSTER_AXIS = "cluster"       # the cluster's one axis name (plgpu.kernel(cluster_names=("cluster",)))
 MAX_SPLIT_K = 4                # CTAs a split-K cluster gives one tile
@@ -73,9 +74,16 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
             problems.add(("schedule", "out_specs", nm), f"no output named '{nm}'; the output is '{out_name}'")
     for nm, bs in list(sch.in_specs.items()) + list(sch.out_specs.items()):
         group = "in_specs" if nm in op.inputs else "out_specs"
-        if bs.memory_space != "smem":
+        if bs.memory_space == "tmem" and sch.target == "sm_100a":
+            if group == "in_specs":
+                problems.add(("schedule", group, nm, "memory_space"),
+                             "on sm_100a the lhs and rhs blocks are staged in smem (tcgen05.mma reads them through "
+                             "SMEM descriptors; its A-from-TMEM form is not rendered); only the output's block may "
+                             "say tmem (the accumulator tile in tensor memory); legal: smem (the default)")
+        elif bs.memory_space != "smem":
             problems.add(("schedule", group, nm, "memory_space"),
-                         f"matmul blocks are staged in smem (wgmma reads SMEM descriptors); {MEMORY_SPACE_WHY[bs.memory_space]}"
+                         f"matmul blocks are staged in smem ({'tcgen05.mma' if sch.target == 'sm_100a' else 'wgmma'} "
+                         f"reads SMEM descriptors); {MEMORY_SPACE_WHY[bs.memory_space]}"
                          f"; legal: smem (the default)")
         if bs.index_map is not None:
             problems.add(("schedule", group, nm, "index_map"),
@@ -469,7 +477,8 @@ def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Pr
     if pers.loop == "dynamic":
         problems.add(("schedule", "persistent", "loop"), "dynamic work claiming pays where tiles differ in "
                                                          "length (the attention family's causal tiles); matmul tiles "
-                                                         "are all alike: use nd_loop")
+                                                         "are all alike: use nd_loop (on schedule.target: sm_100a, "
+                                                         "loop: dynamic claims tiles by cluster launch control)")
     csize = cluster.csize
     num_tiles = batch * (cluster.tiles_m // max(cluster.cm, 1)) * (cluster.tiles_n // max(cluster.cn, 1))
     auto = pers.loop == "nd_loop" and pers.num_blocks == "auto"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...plan.hardware import target_field
 from ...plan.common import KernelArg
 from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
@@ -81,6 +82,7 @@ class RowwisePlan:
     kernel_args: tuple[KernelArg, ...]
     dynamic_sizes: tuple[SizeRange, ...] = ()
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[RowOperand, ...]:

@@ -60,7 +60,7 @@ def _everything(tmp_path):
 
 
 def _matmul_specs() -> list[Path]:
-    return spec_files("matmul") + USER_SHAPES
+    return spec_files("matmul", target="sm_90a") + USER_SHAPES
 
 
 def test_the_peer_list_follows_the_epilogue():

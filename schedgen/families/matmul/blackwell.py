@@ -1,0 +1,262 @@
+"""The matmul family on Blackwell (schedule.target: sm_100a): what the planner checks and adds for that target.
+
+The sm_100a kernel (templates/cuda_sm_100a.cu.j2) is persistent and warp-specialized, 192 threads a CTA: warp 0
+streams lhs / rhs blocks into the SMEM stage ring by TMA (one elected thread), warp 1 allocates the tensor memory
+(TMEM) and one of its threads issues tcgen05.mma (cta_group::1, kind::f16: M 128, N tile_n, K 16 an instruction)
+with the f32 accumulator in TMEM, and tcgen05.commit arrives on the stage's `empty` barrier when the MMAs reading
+it are done and on the accumulator's `acc_full` barrier when a tile is complete. The accumulator is double-buffered
+in TMEM (two tile_n-column halves), so warps 2-5, the epilogue warpgroup (TMEM lanes 32 x (warp % 4) ..), read tile
+t with tcgen05.ld (32x32b shape: thread = row, 32 columns a load) + tcgen05.wait::ld while the MMAs of tile t + 1
+run; they apply the epilogue body, convert, and store each row's 32-column chunk with st.global. Tiles are walked
+by a static persistent loop (nd_loop) or claimed by cluster launch control (persistent.loop: dynamic:
+clusterlaunchcontrol.try_cancel / query_cancel).
+
+No kernel of this family has run on Blackwell hardware: the CUDA kernels are compiled to sm_100a cubins and their
+SASS is checked on the CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...plan.common import Problems, SmemBuffer, cdiv
+from ...plan.defaults import written
+from ...plan.hardware import Hardware
+
+THREADS = 192                 # warp 0: TMA, warp 1: TMEM allocation + MMA issue, warps 2-5: the epilogue warpgroup
+EPI_WARP0 = 2                 # the first epilogue warp; warp w reads TMEM lanes 32 x (w % 4) .. + 31
+LD_COLS = 32                  # columns of one tcgen05.ld.32x32b.x32 (32 registers a thread)
+MMA_K_BYTES = 32              # K of one tcgen05.mma kind::f16: 32 bytes (16 bf16 / f16)
+# kind::f16 A / B type codes and D type codes of the instruction descriptor
+AB_TYPE = {"f16": 0, "bf16": 1}
+D_TYPE = {"f16": 0, "f32": 1}
+# the SMEM descriptor's swizzle-mode field (bits 61-63) on sm_100 (not Hopper's 2-bit codes)
+SWIZZLE_MODE = {0: 0, 128: 2, 64: 4, 32: 6}
+
+# the backends whose sm_100a rendering is not written yet: backend -> why (a located error at schedule.target)
+UNRENDERED = {
+    "pallas": "the Pallas rendering of the matmul for sm_100a (plgpu.tcgen05_mma) is not written yet",
+}
+
+# Hopper-only schedule fields: written on sm_100a, each is a located error saying what the sm_100a kernel does
+HOPPER_ONLY = (
+    (("pipeline", "num_compute_wgs"), "one epilogue warpgroup reads the accumulator from TMEM (the MMA is issued by "
+                                      "one thread, not by consumer warpgroups)"),
+    (("pipeline", "wg_axis"), "the whole tile is one tcgen05.mma accumulator in TMEM; no warpgroup splits it"),
+    (("pipeline", "consumer_schedule"), "the accumulator is double-buffered in TMEM, so the epilogue of one tile runs "
+                                        "under the MMAs of the next (what pingpong does on Hopper)"),
+    (("pipeline", "memory_registers"), "the sm_100a kernel sets no setmaxnreg budgets (the accumulator is in TMEM, "
+                                       "not in registers)"),
+    (("pipeline", "compute_registers"), "the sm_100a kernel sets no setmaxnreg budgets (the accumulator is in TMEM, "
+                                        "not in registers)"),
+    (("epilogue", "tile"), "the epilogue stores each row's 32-column TMEM load from registers (st.global), through "
+                           "no SMEM chunks"),
+    (("epilogue", "buffers"), "the epilogue stores from registers (st.global), through no SMEM buffers"),
+    (("epilogue", "store"), "the epilogue stores each row's 32-column TMEM load from registers (st.global): "
+                            "store: direct is what it does"),
+)
+
+
+@dataclass(frozen=True)
+class BlackwellPlan:
+    """What the sm_100a template needs beyond the shared matmul plan."""
+    cta_group: int            # 1: tcgen05.mma.cta_group::1 (one CTA's tile); 2: a CTA pair's
+    mma_m: int                # the instruction's M (128 a CTA)
+    mma_n: int                # the instruction's N (tile_n)
+    k_mmas: int               # tcgen05.mma instructions a stage (tile_k / 16)
+    idesc: int                # the kind::f16 instruction descriptor (blackwell.cuh.j2 documents its fields)
+    acc_stages: int           # accumulator buffers in TMEM (2: the epilogue overlaps the next tile's MMAs)
+    tmem_cols: int            # TMEM columns allocated (a power of two >= 32, at most 512)
+    epi_loads: int            # tcgen05.ld.32x32b.x32 a row of a tile (tile_n / 32)
+    desc_swizzle_a: int       # the SMEM descriptors' swizzle-mode field (bits 61-63)
+    desc_swizzle_b: int
+    smem_bytes: int           # dynamic SMEM: the stage ring, the barriers, the TMEM slot, the CLC responses (+ 1 KiB
+                              # alignment slack)
+    stage_bytes: int          # one stage: lhs then rhs block
+    a_stage_bytes: int
+    off_full: int             # SMEM offsets: the stage barriers full[S] / empty[S], the accumulator barriers
+    off_empty: int            # acc_full[A] / acc_empty[A], the cluster-launch-control barriers clc_full[2] /
+    off_acc_full: int         # clc_empty[2], the TMEM address slot, the two 16-byte CLC responses
+    off_acc_empty: int
+    off_clc_full: int
+    off_clc_empty: int
+    off_tmem_slot: int
+    off_clc_resp: int
+    rows: int                 # the output rows (TMEM lanes) one CTA holds: 128
+    a_sub_bytes: int          # one CTA's SMEM sub-block strides (a swizzle row wide), the descriptors' K / N steps
+    b_sub_bytes: int
+    a_boxes: tuple            # one CTA's TMA boxes: (smem offset, element offset), unless a 2-CTA cluster multicasts
+    b_boxes: tuple
+    dynamic: bool             # tiles claimed by cluster launch control (persistent.loop: dynamic)
+
+
+def instruction_descriptor(in_dtype: str, acc_dtype: str, m: int, n: int, k_major_a: bool, k_major_b: bool) -> int:
+    """The 32-bit instruction descriptor of tcgen05.mma kind::f16 (PTX ISA, "Instruction descriptor format for
+    .kind::f16"): bits 0-1 sparsity selector (0), 2 sparsity (0: dense), 3 saturate (0), 4-5 D type (0 f16, 1 f32),
+    6 reserved, 7-9 A type and 10-12 B type (0 f16, 1 bf16), 13 / 14 negate A / B (0), 15 / 16 transpose A / B (0:
+    K-major, 1: MN-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29 reserved, 30-31 max shift (0: not .ws)."""
+    return (D_TYPE[acc_dtype] << 4 | AB_TYPE[in_dtype] << 7 | AB_TYPE[in_dtype] << 10
+            | (0 if k_major_a else 1) << 15 | (0 if k_major_b else 1) << 16 | (n >> 3) << 17 | (m >> 4) << 24)
+
+
+def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
+    """On sm_100a: every listed backend must have an sm_100a rendering, and no Hopper-only field is written."""
+    if sch.target != "sm_100a":
+        return
+    for backend in sch.backends:
+        if backend in UNRENDERED:
+            problems.add(("schedule", "target"), f"{UNRENDERED[backend]}; write backends: [cuda], or target: sm_90a")
+    for path, what in HOPPER_ONLY:
+        if written(spec, ("schedule", *path)):
+            problems.add(("schedule", *path), f"{'.'.join(path)} is a Hopper (sm_90a) field; on sm_100a {what}: "
+                                              f"leave it out, or write target: sm_90a")
+    if sch.pipeline.kind != "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), f"the sm_100a matmul kernel is warp-specialized (a TMA producer "
+                                                       f"warp, a tcgen05 MMA thread, an epilogue warpgroup); got "
+                                                       f"{sch.pipeline.kind}: write warp_specialized or leave it out")
+    for nm in sch.barriers:
+        problems.add(("schedule", "barriers", nm), "the sm_100a kernel's mbarriers (full, empty, acc_full, acc_empty) "
+                                                   "are its own, one arrival each (tcgen05.commit, TMA) or the 128 "
+                                                   "epilogue threads: remove this entry")
+    for nm in sch.in_specs:
+        if written(spec, ("schedule", "in_specs", nm, "delay_release")):
+            problems.add(("schedule", "in_specs", nm, "delay_release"),
+                         "delay_release keeps wgmma groups in flight on Hopper; on sm_100a tcgen05.commit frees "
+                         "each stage when its MMAs are done: leave it out, or write target: sm_90a")
+    if getattr(spec, "backward", None) is not None:
+        problems.add(("backward",), "the sm_100a matmul kernel keeps no value for a backward pass yet: remove the "
+                                    "backward section, or write target: sm_90a")
+
+
+def _check_problem(op, dims, tile, problems: Problems) -> None:
+    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 in, a K-major lhs."""
+    for nm, v in op.sizes.items():
+        if not isinstance(v, int):
+            problems.add(("op", "sizes", nm), f"the sm_100a matmul kernel takes fixed sizes only (one package per "
+                                              f"size); give {nm} a fixed value, or write target: sm_90a")
+    if dims.in_dtype not in AB_TYPE:
+        problems.add(("op", "inputs", op.lhs, "dtype"), f"the sm_100a matmul kernel takes bf16 / f16 inputs "
+                                                         f"(tcgen05.mma kind::f16), got {dims.in_dtype}")
+    if dims.out_dtype not in ("bf16", "f16", "f32"):
+        problems.add(("op", "outputs"), f"the sm_100a matmul kernel stores bf16, f16 or f32, got {dims.out_dtype}")
+    if not isinstance(dims.batch, int) or dims.batch != 1:
+        problems.add(("op", "inputs", op.lhs, "shape"), "the sm_100a matmul kernel takes 2-D operands (no batch "
+                                                        "dimension) yet; write target: sm_90a for a batched matmul")
+    if op.transpose_lhs:
+        problems.add(("op", "transpose_lhs"), "the sm_100a matmul kernel reads a K-major lhs [M, K] only (its "
+                                              "MN-major SMEM layout is not rendered); write the lhs as [M, K]")
+    if tile.ragged:
+        problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
+                     f"the sm_100a matmul kernel takes whole tiles only: M, N, K = {dims.m}, {dims.n}, {dims.k} must "
+                     f"be multiples of the tile {tile.tm} x {tile.tn} x {tile.tk}")
+
+
+def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:
+    """1: each CTA its own 128-row tcgen05.mma (a 2-CTA cluster shares a tile by multicast); 2: a 256-row tile
+    (out block [256, N]) on a [2, 1] cluster, one tcgen05.mma.cta_group::2 for the CTA pair, each CTA holding 128 rows
+    of the lhs and half of the rhs columns. The MMA shape's rules (hw.mma_shapes) for the group."""
+    group = 2 if tile.tm == 256 else 1
+    if group == 2 and (cl.cm, cl.cn, cl.ck) != (2, 1, 1):
+        problems.add(("schedule", "cluster"), f"a 256-row tile on sm_100a is a CTA pair's tcgen05.mma.cta_group::2: "
+                                              f"write cluster: [2, 1] (got {list(sch.cluster)}), or a 128-row tile")
+    if group == 2 and tile.b_spec is not None and tile.b_spec.collective_axes:
+        problems.add(("schedule", "in_specs", op.rhs, "collective_axes"),
+                     "the CTA pair's tcgen05.mma.cta_group::2 splits the rhs tile between the CTAs (each loads half "
+                     "of its columns); nothing is multicast: remove collective_axes")
+    shapes = {(g, m): (lo, hi, step) for g, m, lo, hi, step in hw.mma_shapes}
+    mma_m = 128 * group
+    if (group, mma_m) not in shapes or tile.tm not in (128, 256):
+        problems.add(("schedule", "out_specs"), f"on sm_100a a CTA's tile is 128 rows (one tcgen05.mma M = 128, its "
+                                                f"accumulator all 128 TMEM lanes), or a [2, 1] cluster's 256 "
+                                                f"(cta_group::2); got tile_m {tile.tm}")
+        return group
+    lo, hi, step = shapes[(group, mma_m)]
+    unit = max(step, LD_COLS) if group == 1 else max(step, LD_COLS, 2 * (lay.atom_b if not lay.k_major_b else 8))
+    if not (lo <= tile.tn <= hi and tile.tn % unit == 0):
+        problems.add(("schedule", "out_specs"), f"on sm_100a tile_n is the tcgen05.mma.cta_group::{group} N: a "
+                                                f"multiple of {unit} from {max(lo, unit)} to {hi} (the epilogue loads "
+                                                f"32 columns at a time" + (", and each CTA of the pair holds half of "
+                                                                           "the rhs columns" if group == 2 else "")
+                                                + f"), got {tile.tn}")
+    return group
+
+
+def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: Problems) -> BlackwellPlan | None:
+    """The sm_100a numbers, each rule a located problem naming sm_100a (what the kernel takes and what is legal)."""
+    if sch.target != "sm_100a":
+        return None
+    bad = len(problems)
+    _check_problem(op, dims, tile, problems)
+    if cl.ck > 1:
+        problems.add(("schedule", "cluster"), "split-K clusters ([1, 1, S]) are a Hopper kernel's; the sm_100a kernel "
+                                              "takes cluster [1], [2, 1] or [1, 2]")
+    elif cl.csize > 1 and sch.persistent.loop == "dynamic":
+        problems.add(("schedule", "persistent", "loop"), "on sm_100a, cluster launch control (loop: dynamic) claims "
+                                                         "one CTA's tile: with a 2-CTA cluster use loop: nd_loop, or "
+                                                         "cluster [1]")
+    group = _cta_group(op, sch, tile, lay, cl, hw, problems)
+    if tile.tk * dims.isz % MMA_K_BYTES:
+        problems.add(("schedule", "in_specs", op.lhs, "block_shape"), f"tile_k must be a multiple of "
+                                                                      f"{MMA_K_BYTES // dims.isz} (one tcgen05.mma "
+                                                                      f"K), got {tile.tk}")
+    if sch.persistent.loop == "dynamic" and sch.persistent.num_blocks != "auto":
+        problems.add(("schedule", "persistent", "num_blocks"), "with loop: dynamic the sm_100a kernel launches a CTA a "
+                                                               "tile and claims tiles by cluster launch control; "
+                                                               "num_blocks: auto (the default), or loop: nd_loop")
+    if sch.persistent.loop == "none":
+        problems.add(("schedule", "persistent", "loop"), "the sm_100a kernel is persistent (its TMEM accumulator is "
+                                                         "allocated once a CTA): nd_loop or dynamic (cluster launch "
+                                                         "control)")
+    if len(problems) > bad:
+        return None
+    acc_stages = 2 if 2 * tile.tn <= hw.tmem_columns else 1
+    cols = max(32, 1 << (acc_stages * tile.tn - 1).bit_length())
+    rows_a, cols_b = tile.tm // group, tile.tn // group    # what one CTA holds (cta_group::2: half of each)
+    a_stage = rows_a * tile.tk * dims.isz
+    stage = a_stage + cols_b * tile.tk * dims.isz
+    # one CTA's TMA boxes (smem offset, element offset) one swizzle row wide: the lhs by K atoms; the rhs by K atoms
+    # (K-major) or by its columns' atoms (N-major), and the sub-block stride the descriptors step by
+    a_sub = rows_a * lay.swz_a
+    b_sub = (cols_b if lay.k_major_b else tile.tk) * lay.swz_b
+    a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range(tile.tk // lay.atom_a))
+    b_boxes = tuple((i * b_sub, i * lay.atom_b) for i in range((tile.tk if lay.k_major_b else cols_b) // lay.atom_b))
+    off = pipe.stages * stage                          # the ring, from the 1 KiB-aligned base
+    offs = {}
+    for name, count in (("full", pipe.stages), ("empty", pipe.stages), ("acc_full", acc_stages),
+                        ("acc_empty", acc_stages), ("clc_full", 2), ("clc_empty", 2)):
+        offs[name] = off
+        off += 8 * count
+    off = cdiv(off, 16) * 16
+    offs["tmem_slot"], offs["clc_resp"] = off, off + 16
+    smem = off + 16 + 32 + 1024                        # + the 1 KiB alignment slack of the dynamic SMEM base
+    if smem > hw.smem_per_block:
+        fixed = smem - pipe.stages * stage
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"{pipe.stages} stages of {stage} B need {smem} B of SMEM with the barriers, over the "
+                     f"{hw.name}'s {hw.smem_per_block} B a block ({sch.target}); "
+                     f"{max((hw.smem_per_block - fixed) // (stage + 16), 0)} would fit")
+        return None
+    return BlackwellPlan(
+        cta_group=group, mma_m=128 * group, mma_n=tile.tn, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
+        idesc=instruction_descriptor(dims.in_dtype, "f32", 128 * group, tile.tn, lay.k_major_a, lay.k_major_b),
+        rows=rows_a, a_sub_bytes=a_sub, b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes,
+        acc_stages=acc_stages, tmem_cols=cols, epi_loads=tile.tn // LD_COLS,
+        desc_swizzle_a=SWIZZLE_MODE[lay.swz_a], desc_swizzle_b=SWIZZLE_MODE[lay.swz_b],
+        smem_bytes=smem, stage_bytes=stage, a_stage_bytes=a_stage, **{f"off_{k}": v for k, v in offs.items()},
+        dynamic=sch.persistent.loop == "dynamic")
+
+
+def sm100_smem(bw: BlackwellPlan, stages: int) -> tuple[SmemBuffer, ...]:
+    """The sm_100a kernel's SMEM map as the plan's smem_buffers (explain --draw draws it like the Hopper kernel's)."""
+    bars = [SmemBuffer("full", bw.off_full, 8, stages, "mbarriers: the stage's TMA bytes landed"),
+            SmemBuffer("empty", bw.off_empty, 8, stages, "mbarriers: tcgen05.commit, the stage's MMAs are done"),
+            SmemBuffer("acc_full", bw.off_acc_full, 8, bw.acc_stages, "mbarriers: a tile's accumulator is in TMEM"),
+            SmemBuffer("acc_empty", bw.off_acc_empty, 8, bw.acc_stages, "mbarriers: the epilogue has read it")]
+    if bw.dynamic:
+        bars += [SmemBuffer("clc_full", bw.off_clc_full, 8, 2, "mbarriers: a try_cancel response landed"),
+                 SmemBuffer("clc_empty", bw.off_clc_empty, 8, 2, "mbarriers: every role has read it"),
+                 SmemBuffer("clc_resp", bw.off_clc_resp, 16, 2, "cluster-launch-control responses")]
+    return (SmemBuffer("ring", 0, bw.stage_bytes, stages, "lhs then rhs block a stage"), *bars,
+            SmemBuffer("tmem", bw.off_tmem_slot, 4, 1, "the address tcgen05.alloc returns"))
+
+
+__all__ = ["BlackwellPlan", "blackwell_plan", "check_target", "instruction_descriptor", "THREADS"]

@@ -1,0 +1,178 @@
+"""The matmul on sm_100a (issue 20): bundled-style specs compile with NVRTC, no GPU, to sm_100a cubins whose SASS
+holds the tcgen05 MMA (UTCHMMA), its commit (UTCBAR), the TMEM allocation and loads (UTCATOMSWS, LDTM), TMA loads,
+and with loop: dynamic cluster launch control (UGETNEXTWORKID), with no local memory; the planner's numbers for
+the target (the instruction descriptor's fields, TMEM columns); located errors for what sm_100a does not take.
+These kernels have NOT run on Blackwell hardware."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SPECS_DIR, opcodes
+from schedgen.build import build_spec
+from schedgen.cache import Cache
+from schedgen.errors import SpecErrors
+from schedgen.frontend.validate import load_spec
+from schedgen.plan import plan
+from schedgen.families.matmul.blackwell import instruction_descriptor
+from schedgen.toolchain.nvrtc import resource_usage, sass
+
+SPEC = SPECS_DIR / "matmul_bf16_4096_sm100.yaml"
+VARIANTS = {
+    "bundled": {},
+    "static_loop": {"schedule.persistent.loop": "nd_loop"},
+    "f16": {"op.inputs.a.dtype": "f16", "op.inputs.b.dtype": "f16", "op.outputs.out.dtype": "f16"},
+    "f32_out_bias_silu": {"op.outputs.out.dtype": "f32", "op.inputs.bias": {"shape": ["N"], "dtype": "f32"},
+                          "op.epilogue": "out = silu(acc + bias)"},
+    "row_scale_residual": {"op.inputs.s": {"shape": ["M", 1], "dtype": "f32"},
+                           "op.inputs.r": {"shape": ["M", "N"], "dtype": "bf16"},
+                           "op.epilogue": "out = acc * s + r"},
+    "cluster2x1_multicast_rhs": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                                 "schedule.in_specs.b.collective_axes": ["cluster"]},
+    "cluster1x2_multicast_lhs": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2],
+                                 "schedule.in_specs.a.collective_axes": ["cluster"]},
+    "cta_pair_256": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                     "schedule.in_specs.a.block_shape": [256, 64], "schedule.out_specs.out.block_shape": [256, 256]},
+    "cta_pair_rhs_nk_f32_out": {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                                "op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
+                                "op.outputs.out.dtype": "f32", "op.inputs.bias": {"shape": ["N"], "dtype": "f32"},
+                                "op.epilogue": "out = gelu(acc + bias)",
+                                "schedule.in_specs.a.block_shape": [256, 64], "schedule.in_specs.b.block_shape": [256, 64],
+                                "schedule.out_specs.out.block_shape": [256, 256]},
+    "rhs_nk_128": {"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
+                   "schedule.in_specs.b.block_shape": [128, 64], "schedule.out_specs.out.block_shape": [128, 128]},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = Cache(tmp_path_factory.mktemp("cache"))
+    out = {}
+    for name, ov in VARIANTS.items():
+        b = build_spec(SPEC, ov, cache=cache)
+        out[name] = (b, sass(b.files["kernel.cubin"]))
+    return out
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name):
+    b, text = built[name]
+    ops = opcodes(text)
+    assert b.plan.target == "sm_100a" and b.plan.blackwell is not None
+    assert any(o.startswith("UTCHMMA") for o in ops)           # tcgen05.mma kind::f16
+    assert any(o.startswith("UTCBAR") for o in ops)            # tcgen05.commit -> mbarrier
+    assert any(o.startswith("UTCATOMSWS") for o in ops)        # tcgen05.alloc / dealloc
+    assert any(o.startswith("LDTM") for o in ops)              # tcgen05.ld
+    assert any(o.startswith("UTMALDG") for o in ops)           # TMA loads
+    assert not any(o.startswith(("HGMMA", "WARPGROUP")) for o in ops)   # no Hopper wgmma
+    assert not any(o.startswith(("LDL", "STL")) for o in ops)
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    assert usage.get("LOCAL", 0) == 0 and usage.get("STACK", 0) == 0
+    assert (".target sm_100a" in b.files["kernel.ptx"].decode())
+    clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
+    assert clc == b.plan.blackwell.dynamic
+    pair = b.plan.blackwell.cta_group == 2                     # tcgen05.mma.cta_group::2: the CTA pair's MMA
+    assert any(o.startswith("UTCHMMA.2CTA") for o in ops) == pair
+    assert any(o.startswith("UTMALDG.2D.2CTA") for o in ops) == pair   # loads completing on the leader's barrier
+    assert any(o.startswith("UTCBAR.2CTA.MULTICAST") for o in ops) == pair
+    multicast = b.plan.cluster_size > 1 and not pair           # TMA multicast, commit arriving in both CTAs
+    assert any(o.startswith("UTMALDG.2D.MULTICAST") for o in ops) == multicast
+    assert any(o.startswith("UTCBAR.MULTICAST") for o in ops) == multicast
+
+
+def test_the_launch_record_carries_the_target_and_the_clc_grid(built):
+    b, _ = built["bundled"]
+    rec = b.files["launch.json"].decode()
+    assert '"target": "sm_100a"' in rec
+    p = b.plan
+    assert p.threads == 192 and p.num_blocks == p.num_tiles == 32 * 16 and not p.auto_blocks   # a CTA a tile
+    s, _ = built["static_loop"]
+    assert s.plan.num_blocks == 148 and s.plan.auto_blocks                                    # B200: 148 SMs
+
+
+def test_instruction_descriptor_fields():
+    d = instruction_descriptor("bf16", "f32", 128, 256, True, False)
+    assert (d >> 4) & 3 == 1                    # D f32
+    assert (d >> 7) & 7 == 1 and (d >> 10) & 7 == 1   # A, B bf16
+    assert (d >> 15) & 1 == 0 and (d >> 16) & 1 == 1  # A K-major, B N-major
+    assert (d >> 17) & 0x3F == 256 >> 3 and (d >> 24) & 0x1F == 128 >> 4
+    assert d & 0xF == 0 and (d >> 13) & 3 == 0 and (d >> 23) & 1 == 0 and d >> 29 == 0
+    assert instruction_descriptor("f16", "f32", 128, 128, True, True) == (1 << 4) | (128 >> 3) << 17 | (128 >> 4) << 24
+
+
+def test_a_cta_pair_splits_the_tile(built):
+    p = built["cta_pair_256"][0].plan
+    bw = p.blackwell
+    assert (bw.cta_group, bw.mma_m, bw.rows, bw.stage_bytes) == (2, 256, 128, 128 * 64 * 2 + 128 * 64 * 2)
+    assert (bw.idesc >> 24) & 0x1F == 256 >> 4
+    assert p.num_tiles == 16 * 16 and p.num_blocks == 148 and p.cluster_dims == (2, 1, 1)
+    assert p.kernel_args[0].box == (128, 64)                   # each CTA loads its 128 lhs rows
+    assert len(bw.b_boxes) == 2                                # and 2 of the 4 64-column rhs slabs
+
+
+def test_tmem_holds_two_accumulator_buffers(built):
+    bw = built["bundled"][0].plan.blackwell
+    assert (bw.acc_stages, bw.tmem_cols, bw.epi_loads, bw.k_mmas) == (2, 512, 8, 4)
+    bw = built["rhs_nk_128"][0].plan.blackwell
+    assert (bw.acc_stages, bw.tmem_cols) == (2, 256)
+
+
+def _errors(overrides) -> list[str]:
+    spec, src = load_spec(str(SPEC), overrides)
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    return info.value.lines()
+
+
+@pytest.mark.parametrize("overrides,where,text", [
+    ({"schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs",
+     "is a Hopper (sm_90a) field; on sm_100a one epilogue warpgroup"),
+    ({"schedule.pipeline.compute_registers": 232}, "schedule.pipeline.compute_registers", "no setmaxnreg"),
+    ({"schedule.epilogue.store": "tma"}, "schedule.epilogue.store", "is a Hopper (sm_90a) field"),
+    ({"schedule.in_specs.a.delay_release": 1}, "schedule.in_specs.a.delay_release", "tcgen05.commit frees"),
+    ({"schedule.backends": ["cuda", "pallas"]}, "schedule.target", "Pallas rendering of the matmul for sm_100a"),
+    ({"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
+      "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]},
+     "op.inputs.a.dtype", "bf16 / f16 inputs (tcgen05.mma kind::f16)"),
+    ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "whole tiles only"),
+    ({"schedule.out_specs.out.block_shape": [64, 256], "schedule.in_specs.a.block_shape": [64, 64]},
+     "schedule.out_specs", "a CTA's tile is 128 rows"),
+    ({"schedule.out_specs.out.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [64, 48]},
+     "schedule.out_specs", "tile_n is the tcgen05.mma.cta_group::1 N"),
+    ({"schedule.cluster": [1, 1, 2]}, "schedule.cluster", "split-K"),
+    ({"schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}, "schedule.persistent.loop",
+     "with a 2-CTA cluster use loop: nd_loop"),
+    ({"schedule.persistent.loop": "nd_loop", "schedule.in_specs.a.block_shape": [256, 64],
+      "schedule.out_specs.out.block_shape": [256, 256]}, "schedule.cluster", "write cluster: [2, 1]"),
+    ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1], "schedule.in_specs.a.block_shape": [256, 64],
+      "schedule.out_specs.out.block_shape": [256, 256], "schedule.in_specs.b.collective_axes": ["cluster"]},
+     "schedule.in_specs.b.collective_axes", "nothing is multicast"),
+    ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "persistent"),
+    ({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]},
+     "op.transpose_lhs", "K-major lhs"),
+    ({"schedule.pipeline.max_concurrent_steps": 6}, "schedule.pipeline.max_concurrent_steps", "would fit"),
+    ({"schedule.in_specs.a.memory_space": "tmem"}, "schedule.in_specs.a.memory_space", "only the output's block"),
+])
+def test_what_sm100a_does_not_take_is_a_located_error(overrides, where, text):
+    lines = _errors(overrides)
+    assert any(f"{where}:" in line and text in line for line in lines), lines
+
+
+def test_tmem_output_block_is_legal_on_sm100a():
+    spec, src = load_spec(str(SPEC), {"schedule.out_specs.out.memory_space": "tmem"})
+    assert plan(spec, src).blackwell is not None
+
+
+@pytest.mark.gpu
+def test_an_sm100a_package_refuses_the_h200(tmp_path):
+    """On the H200 (sm_90): the sm_100a package's call raises the one-sentence refusal before any launch."""
+    import ml_dtypes
+    import numpy as np
+    from schedgen.build import package
+    from schedgen.runtime.kernel import load_package
+    built = build_spec(SPEC, {"op.sizes": {"M": 256, "N": 256, "K": 128}}, cache=Cache(tmp_path / "c"))
+    kernel = load_package(package(built, tmp_path / "pkg"))
+    args = [np.zeros(o.shape, ml_dtypes.bfloat16) for o in kernel.inputs]
+    with pytest.raises(RuntimeError, match=r"needs an NVIDIA Blackwell GPU: GPU 0 is an .* \(sm_90\), but this "
+                                           r"package's kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
+                                           r"cannot run on it: rebuild the spec with schedule.target: sm_90a"):
+        kernel(*args)
