@@ -73,7 +73,7 @@ def check_block_scaled_schedule(op, sch, tile, wg, creg: int, dims, problems: Pr
     if tile.tk != SCALE_BLOCK:
         problems.add(where, f"with block_scales a stage is one {SCALE_BLOCK}-K scale block: tile_k must be "
                             f"{SCALE_BLOCK}, got {tile.tk}")
-    if SCALE_BLOCK % wg.wtn:
+    if wg.wtn > 0 and SCALE_BLOCK % wg.wtn:       # (a tile too small for a consumer is the warpgroup phase's error)
         problems.add(("schedule", "in_specs", op.rhs, "block_shape"),
                      f"with block_scales each consumer's {wg.wtn} columns must lie in one {SCALE_BLOCK}-column scale "
                      f"block of rhs: a consumer's N ({wg.wtn}) must divide {SCALE_BLOCK} (e.g. tile_n 128 with the "

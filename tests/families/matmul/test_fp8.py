@@ -92,6 +92,16 @@ def test_fp8_collective_matmul_is_refused():
     assert "f8e4m3" in text, text
 
 
+def test_block_scaled_tile_too_small_for_a_consumer_is_located_not_a_crash():
+    """1 x 1 blocks leave each consumer 0 columns: the warpgroup phase says so; the block-scale check divided by those
+    0 columns (ZeroDivisionError from `schedgen validate`, found by the fuzzer, 2026-12-05)."""
+    path = SPECS_DIR / "matmul_fp8_blockscaled_4096x7168x16384.yaml"
+    one = {"block_shape": [1, 1]}
+    text = _errors(path, {"schedule.in_specs.a": one, "schedule.in_specs.b": {**one, "collective_axes": ["cluster"]},
+                          "schedule.out_specs.out": one})
+    assert "schedule.in_specs.b.block_shape: each consumer's wgmma N is 0" in text, text
+
+
 # ------------------------------------------------------------------------------------ the planner's picks
 
 def test_planner_picks_for_the_bundled_specs():
