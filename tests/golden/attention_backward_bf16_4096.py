@@ -4,8 +4,7 @@
 # B=2 Hq=16 Hkv=16 Sq=4096 Skv=4096 D=128, layout bshd ([B, S, H, D], read and written in place), bf16.
 # delta = rowsum(dO * O) in f32 (jnp), then two kernels of one warpgroup a block, each streaming its operands through
 # a 2-stage TMA ring that the warpgroup refills itself: the dK/dV kernel (64 keys of one kv head a block, every
-# q head of its group, 64 queries a step) and the dQ kernel (64 queries of one head a block, 64 keys a step).
-# P^T, dS^T and dS go to their wgmma through SMEM.
+# q head of its group, 64 queries a step) and the dQ kernel (64 queries of one head a block, 64 keys a step).# P^T, dS^T and dS go to their wgmma through SMEM.
 import functools
 
 import jax
@@ -21,6 +20,8 @@ SCALE = 0.08838834764831843
 SCALE_LOG2 = 0.12751743082459868   # scale * log2(e): P = exp2(S SCALE_LOG2 - lse LOG2E)
 LOG2E = 1.4426950408889634
 ROWS = 64                    # rows of a block (one wgmma M block)
+D_SPLIT = 1                  # column parts of head_dim in SMEM; a dK/dV block computes one part of dK, dV
+D_PART = 128                 # HEAD_DIM // D_SPLIT
 BLOCK_Q = 64                # queries a dK/dV step
 BLOCK_KV = 64               # keys a dQ step
 STAGES = 2
@@ -38,13 +39,19 @@ def _rows(ref, b, h, start, size):
     return ref.at[b, pl.ds(start, size), h]
 
 
+def _part(ref, b, h, start, size, part):
+    """Column part `part` (D_PART columns) of `size` sequence rows of head h of batch b: one TMA."""
+    return ref.at[b, pl.ds(start, size), h, pl.ds(part * D_PART, D_PART)]
+
+
 def _acc(shape):
     return plgpu.layout_cast(jnp.full(shape, 0.0, jnp.float32), plgpu.Layout.WGMMA)
 
 
 def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv_gmem):
-    """dK, dV of 64 keys of one kv head: every q head of the group, BLOCK_Q queries a step."""
-    kb, hk, b = lax.axis_index("kv"), lax.axis_index("heads"), lax.axis_index("batch")
+    """dK, dV (columns part dh) of 64 keys of one kv head: every q head of the group, BLOCK_Q queries a step."""
+    kv, hk, b = lax.axis_index("kv"), lax.axis_index("heads"), lax.axis_index("batch")
+    kb, dh = lax.div(kv, D_SPLIT), lax.rem(kv, D_SPLIT)
     k0 = kb * ROWS
     q_first = 0
     per_head = Q_BLOCKS - q_first
@@ -57,14 +64,18 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
             slot = lax.rem(t, STAGES)
             h = hk * GROUP + lax.div(t, per_head)
             q0 = (q_first + lax.rem(t, per_head)) * BLOCK_Q
-            plgpu.copy_gmem_to_smem(_rows(q_gmem, b, h, q0, BLOCK_Q), q_smem.at[slot], q_full.at[slot])
-            plgpu.copy_gmem_to_smem(_rows(do_gmem, b, h, q0, BLOCK_Q), do_smem.at[slot], do_full.at[slot])
+            for part in range(D_SPLIT):
+                plgpu.copy_gmem_to_smem(_part(q_gmem, b, h, q0, BLOCK_Q, part), q_smem.at[slot, part],
+                                        q_full.at[slot])
+                plgpu.copy_gmem_to_smem(_part(do_gmem, b, h, q0, BLOCK_Q, part), do_smem.at[slot, part],
+                                        do_full.at[slot])
             plgpu.copy_gmem_to_smem(lse_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], lse_smem.at[slot], lse_full.at[slot])
             plgpu.copy_gmem_to_smem(delta_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], delta_smem.at[slot],
                                     delta_full.at[slot])
 
-        plgpu.copy_gmem_to_smem(_rows(k_gmem, b, hk, k0, ROWS), k_smem, kv_full.at[0])
-        plgpu.copy_gmem_to_smem(_rows(v_gmem, b, hk, k0, ROWS), v_smem, kv_full.at[1])
+        for part in range(D_SPLIT):
+            plgpu.copy_gmem_to_smem(_part(k_gmem, b, hk, k0, ROWS, part), k_smem.at[part], kv_full.at[0])
+            plgpu.copy_gmem_to_smem(_part(v_gmem, b, hk, k0, ROWS, part), v_smem.at[part], kv_full.at[1])
 
         @pl.loop(0, jnp.minimum(steps, STAGES))
         def _prologue(t):
@@ -81,8 +92,9 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
             plgpu.barrier_wait(q_full.at[slot])
             plgpu.barrier_wait(lse_full.at[slot])
 
-            def st(acc_ref):       # S^T = K Q^T
-                plgpu.wgmma(acc_ref, k_smem, qs.transpose((1, 0)))
+            def st(acc_ref):       # S^T = K Q^T (summed over the column parts)
+                for part in range(D_SPLIT):
+                    plgpu.wgmma(acc_ref, k_smem.at[part], qs.at[part].transpose((1, 0)))
                 return acc_ref[...]
 
             s_t = pl.run_scoped(st, plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
@@ -92,12 +104,13 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
             plgpu.commit_smem()
             plgpu.barrier_wait(do_full.at[slot])
 
-            def dv_dpt(dv_ref, dpt_ref):   # P^T dO, dP^T = V dO^T
-                plgpu.wgmma(dv_ref, s_smem, dos)
-                plgpu.wgmma(dpt_ref, v_smem, dos.transpose((1, 0)))
+            def dv_dpt(dv_ref, dpt_ref):   # P^T dO (this block's columns), dP^T = V dO^T
+                plgpu.wgmma(dv_ref, s_smem, dos.at[dh])
+                for part in range(D_SPLIT):
+                    plgpu.wgmma(dpt_ref, v_smem.at[part], dos.at[part].transpose((1, 0)))
                 return dv_ref[...], dpt_ref[...]
 
-            pdo, dp_t = pl.run_scoped(dv_dpt, plgpu.ACC((ROWS, HEAD_DIM), jnp.float32),
+            pdo, dp_t = pl.run_scoped(dv_dpt, plgpu.ACC((ROWS, D_PART), jnp.float32),
                                       plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
             dv_acc = dv_acc + pdo
             plgpu.barrier_wait(delta_full.at[slot])
@@ -106,11 +119,11 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
             s_smem[...] = ds_t.astype(DTYPE)
             plgpu.commit_smem()
 
-            def dk_step(acc_ref):  # dS^T Q
-                plgpu.wgmma(acc_ref, s_smem, qs)
+            def dk_step(acc_ref):  # dS^T Q (this block's columns)
+                plgpu.wgmma(acc_ref, s_smem, qs.at[dh])
                 return acc_ref[...]
 
-            dk_acc = dk_acc + pl.run_scoped(dk_step, plgpu.ACC((ROWS, HEAD_DIM), jnp.float32))
+            dk_acc = dk_acc + pl.run_scoped(dk_step, plgpu.ACC((ROWS, D_PART), jnp.float32))
 
             @pl.when(t + STAGES < steps)
             def _refill():
@@ -118,29 +131,30 @@ def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv
 
             return dk_acc, dv_acc
 
-        init = (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM)))
+        init = (_acc((ROWS, D_PART)), _acc((ROWS, D_PART)))
         dk_acc, dv_acc = lax.fori_loop(0, steps, step, init)
         # stage dK, dV in the K and V rows (the wgmmas that read them are done) and store them by TMA
-        k_smem[...] = (dk_acc * SCALE).astype(DTYPE)
-        v_smem[...] = dv_acc.astype(DTYPE)
+        k_out, v_out = k_smem.at[dh], v_smem.at[dh]
+        k_out[...] = (dk_acc * SCALE).astype(DTYPE)
+        v_out[...] = dv_acc.astype(DTYPE)
         plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(k_smem, _rows(dk_gmem, b, hk, k0, ROWS), commit_group=False)
-        plgpu.copy_smem_to_gmem(v_smem, _rows(dv_gmem, b, hk, k0, ROWS), commit_group=False)
+        plgpu.copy_smem_to_gmem(k_out, _part(dk_gmem, b, hk, k0, ROWS, dh), commit_group=False)
+        plgpu.copy_smem_to_gmem(v_out, _part(dv_gmem, b, hk, k0, ROWS, dh), commit_group=False)
         plgpu.commit_smem_to_gmem_group()
         plgpu.wait_smem_to_gmem(0)
 
     pl.run_scoped(
         kernel,
-        plgpu.SMEM((ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((STAGES, BLOCK_Q, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((STAGES, BLOCK_Q, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
+        plgpu.SMEM((D_SPLIT, ROWS, D_PART), DTYPE, transforms=TRANSFORMS),
+        plgpu.SMEM((D_SPLIT, ROWS, D_PART), DTYPE, transforms=TRANSFORMS),
+        plgpu.SMEM((STAGES, D_SPLIT, BLOCK_Q, D_PART), DTYPE, transforms=TRANSFORMS),
+        plgpu.SMEM((STAGES, D_SPLIT, BLOCK_Q, D_PART), DTYPE, transforms=TRANSFORMS),
         plgpu.SMEM((STAGES, BLOCK_Q), jnp.float32),
         plgpu.SMEM((STAGES, BLOCK_Q), jnp.float32),
         plgpu.SMEM((ROWS, BLOCK_Q), DTYPE, transforms=TRANSFORMS),
-        plgpu.Barrier(num_barriers=2),
-        plgpu.Barrier(num_barriers=STAGES),
-        plgpu.Barrier(num_barriers=STAGES),
+        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=2),        # one TMA a column part
+        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=STAGES),
+        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=STAGES),
         plgpu.Barrier(num_barriers=STAGES),
         plgpu.Barrier(num_barriers=STAGES),
         collective_axes="wg",
@@ -251,7 +265,7 @@ def make(sizes=None, interpret=None, outputs_as_refs=False):
         interpret=interpret,
     )
     dkv = plgpu.kernel(_dkv_body, out_type=() if outputs_as_refs else (kv_type, kv_type),
-                       grid=(64, HEADS_KV, BATCH), grid_names=("kv", "heads", "batch"),
+                       grid=(64 * D_SPLIT, HEADS_KV, BATCH), grid_names=("kv", "heads", "batch"),
                        kernel_name="attn_bwd_attention_backward_bf16_4096_bf16_d128_q64_kv64_s2_dkv", **common)
     dq_kernel = plgpu.kernel(_dq_body, out_type=() if outputs_as_refs else (q_type,),
                              grid=(64, HEADS_Q, BATCH), grid_names=("q", "heads", "batch"),

@@ -14,7 +14,8 @@ def explain_attention_backward(p) -> str:
         f"  {p.flops / 1e9:.3f} GFLOP (10 D per unmasked (query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x "
         f"the forward)",
         "  step 1 (jnp): delta = rowsum(dO * O) in f32, [B, Hq, Sq]",
-        f"  step 2, dK/dV kernel: {p.kv_rows_blocks} x {p.heads_kv} x {p.batch} blocks of 64 keys; each streams "
+        f"  step 2, dK/dV kernel: {p.kv_rows_blocks}{f' x {p.d_split}' if p.d_split > 1 else ''} x {p.heads_kv} x "
+        f"{p.batch} blocks of 64 keys{_columns(p)}; each streams "
         f"the {p.group} q head(s) of its group in {p.block_q}-query blocks (Q, dO, lse, delta) through "
         f"{p.stages} SMEM stage(s):",
         "    S^T = K Q^T, P^T = exp2(S^T scale log2e - lse log2e), dV += P^T dO, dP^T = V dO^T, "
@@ -30,6 +31,13 @@ def explain_attention_backward(p) -> str:
                                                    if "pallas" in p.backends else ""),
         *_cuda_lines(p),
     ]) + "\n"
+
+
+def _columns(p) -> str:
+    if p.d_split == 1:
+        return ""
+    return (f" and {p.d_part} of the {p.head_dim} columns of their dK, dV (a thread's registers hold no more; each "
+            f"block recomputes S^T and dP^T over the whole head_dim)")
 
 
 def _cuda_lines(p) -> list[str]:

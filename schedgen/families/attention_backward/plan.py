@@ -124,7 +124,7 @@ def _check_problem(op, names, shapes: dict, problems: Problems):
         problems.add(("op", "causal"), f"causal: bottom_right (what true means) needs Sq <= Skv (query i sees keys "
                                        f"j <= i + Skv - Sq), got Sq = {sq}, Skv = {skv}; {HINT_TOP_LEFT}")
     if d not in (64, 128, 256):
-        problems.add(("op", "inputs", qn, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128")
+        problems.add(("op", "inputs", qn, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
     if op.scale is not None and op.scale <= 0:
         problems.add(("op", "scale"), f"the softmax scale must be positive (the forward's), got {op.scale}")
     dtype = op.inputs[qn].dtype
@@ -182,27 +182,30 @@ def _blocks(sch, op, names, dims, problems: Problems) -> tuple[int, int]:
     return block_q, block_kv
 
 
-def _registers(names, dims, block_q: int, block_kv: int, problems: Problems) -> tuple[int, int]:
-    """f32 accumulators a thread of a warpgroup holds: dK/dV kernel dK and dV (64 x D each) and S^T, dP^T (64 x
-    block_q each); dQ kernel dQ (64 x D), S and dP (64 x block_kv each); plus about REG_OVERHEAD."""
+def _registers(names, dims, block_q: int, block_kv: int, problems: Problems) -> tuple[int, int, int]:
+    """f32 accumulators a thread of a warpgroup holds: dK/dV kernel dK and dV (64 x D / d_split each) and S^T, dP^T
+    (64 x block_q each); dQ kernel dQ (64 x D), S and dP (64 x block_kv each); plus about REG_OVERHEAD. d_split: the
+    fewest column parts of head_dim (1 or 2) whose dK, dV fit (head_dim 256: 2, each block recomputing S^T and dP^T
+    over the whole head_dim for its half of the columns)."""
     d = dims[5]
-    dkv = 2 * (ROWS * d // 128) + 2 * (ROWS * block_q // 128) + REG_OVERHEAD
     dq = ROWS * d // 128 + 2 * (ROWS * block_kv // 128) + REG_OVERHEAD
-    if d == 256 and dkv > REG_LIMIT:
-        problems.add(("op", "inputs", names[0], "shape", 3),
-                     f"head_dim 256 does not fit: the dK/dV kernel's warpgroup holds dK and dV (64 x 256 f32: 256 "
-                     f"registers a thread) besides S^T and dP^T, over the {REG_LIMIT} a thread may have; "
-                     f"legal: 64, 128")
-        return dkv, dq
+
+    def dkv_regs(split: int) -> int:
+        return 2 * (ROWS * d // split // 128) + 2 * (ROWS * block_q // 128) + REG_OVERHEAD
+
+    d_split = 1 if dkv_regs(1) <= REG_LIMIT or d < 256 else 2
+    dkv = dkv_regs(d_split)
     if dkv > REG_LIMIT:
         problems.add(("schedule", "in_specs", names[0], "block_shape", 0),
-                     f"the dK/dV kernel's thread holds dK, dV ({ROWS * d // 64}) and S^T, dP^T ({ROWS * block_q // 64})"
-                     f" f32 plus about {REG_OVERHEAD}: {dkv} registers, over {REG_LIMIT}; use a smaller block_q")
+                     f"the dK/dV kernel's thread holds dK, dV ({ROWS * d // d_split // 64}"
+                     f"{f', {d // d_split} of the {d} columns' if d_split > 1 else ''}) and S^T, dP^T "
+                     f"({ROWS * block_q // 64}) f32 plus about {REG_OVERHEAD}: {dkv} registers, over {REG_LIMIT}; "
+                     f"use a smaller block_q")
     if dq > REG_LIMIT:
         problems.add(("schedule", "in_specs", names[1], "block_shape", 0),
                      f"the dQ kernel's thread holds dQ ({ROWS * d // 128}) and S, dP ({ROWS * block_kv // 64}) f32 "
                      f"plus about {REG_OVERHEAD}: {dq} registers, over {REG_LIMIT}; use a smaller block_kv")
-    return dkv, dq
+    return dkv, dq, d_split
 
 
 def _smem(sch, dims, block_q: int, block_kv: int, hw: Hardware, problems: Problems) -> tuple[int, int, int]:
@@ -311,10 +314,10 @@ def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem, cuda) 
         causal_offset=offset if offset is not None else 0, scale=scale, scale_log2=scale * math.log2(math.e),
         dtype=dtype, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv, stages=stages,
         q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
-        dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
+        d_split=regs[2], dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
         smem_bytes=cuda.smem_bytes if cuda else max(dkv_smem, dq_smem),
         kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) if cuda else (),
-        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else (skv // ROWS) * hkv * b, auto_blocks=False,
+        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else (skv // ROWS) * regs[2] * hkv * b, auto_blocks=False,
         blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
         flops=backward_flops(b, hq, sq, skv, d, alignment), cuda=cuda,
         bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs))

@@ -81,6 +81,7 @@ class AttentionBackwardPlan:
     kv_blocks: int                 # Skv / block_kv (dQ steps)
     q_rows_blocks: int             # Sq / 64: the dQ kernel's blocks per head
     kv_rows_blocks: int            # Skv / 64: the dK/dV kernel's blocks per kv head
+    d_split: int                   # column parts of head_dim a dK/dV block's dK, dV hold one of (head_dim 256: 2)
     dkv_regs: int                  # f32 registers a thread of the dK/dV kernel needs (estimate, checked)
     dq_regs: int
     dkv_smem_bytes: int
@@ -102,6 +103,11 @@ class AttentionBackwardPlan:
     @property
     def operands(self) -> tuple[AttnOperand, ...]:
         return self.inputs + self.outputs
+
+    @property
+    def d_part(self) -> int:
+        """The columns of dK and dV a dK/dV block computes."""
+        return self.head_dim // self.d_split
 
     @property
     def group(self) -> int:

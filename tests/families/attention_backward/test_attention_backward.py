@@ -151,6 +151,12 @@ INTERPRET_CASES = {
                        **{f"op.{g}.{n}.dtype": "f16" for g, ns in (("inputs", ("q", "k", "v", "fwd_o", "grad_o")),
                                                                    ("outputs", ("dq", "dk", "dv"))) for n in ns},
                        "schedule.compiler_params.approx_math": False},
+    # head_dim 256: two dK/dV blocks a key block, each with half of dK's and dV's columns (GQA: both q heads each)
+    "d256_gqa_causal": {**_bwd_overrides({"B": 1, "SQ": 128, "SKV": 128, "H": 2, "G": 1, "D": 256}, causal=True,
+                                         gqa=True, d=256),
+                        "schedule.pipeline.max_concurrent_steps": 2, "schedule.backends": ["pallas"]},
+    "d256_bhsd_stages1": {**_bwd_overrides({"B": 1, "SQ": 64, "SKV": 128, "H": 1, "D": 256}, layout="bhsd", d=256),
+                          "schedule.pipeline.max_concurrent_steps": 1, "schedule.backends": ["pallas"]},
 }
 
 
@@ -198,6 +204,8 @@ LOWER_CASES = {
     "causal": {"op.causal": True},
     "d64_blocks128": {"D": 64, "schedule.in_specs.q.block_shape": [128, 64],
                       "schedule.in_specs.k.block_shape": [128, 64]},
+    "d256": {"D": 256, "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256],
+             "schedule.pipeline.max_concurrent_steps": 2, "schedule.backends": ["pallas"]},
     "bhsd": {"op.layout": "bhsd", **{f"op.{g}.{n}.shape": ["B", "H", "S", "D"] for g, ns in
                                      (("inputs", ("q", "k", "v", "fwd_o", "grad_o")), ("outputs", ("dq", "dk", "dv")))
                                      for n in ns}},
@@ -220,8 +228,15 @@ def test_pallas_lowers_for_cuda(case, tmp_path):
 # ------------------------------------------------------------------------------ the planner's located errors
 
 ERRORS = {
-    "d256": ({"D": 256, "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256]},
-             "op.inputs.q.shape[3]", "head_dim 256 does not fit"),
+    "d256_cuda": ({"D": 256, "schedule.in_specs.q.block_shape": [64, 256],
+                   "schedule.in_specs.k.block_shape": [64, 256], "schedule.pipeline.max_concurrent_steps": 2},
+                  "op.inputs.q.shape[3]", "the CUDA attention backward takes head_dim 64 or 128"),
+    "d256_block_q_128": ({"D": 256, "schedule.in_specs.q.block_shape": [128, 256],
+                          "schedule.in_specs.k.block_shape": [64, 256], "schedule.pipeline.max_concurrent_steps": 1,
+                          "schedule.backends": ["pallas"]},
+                         "schedule.in_specs.q.block_shape[0]", "128 of the 256 columns"),
+    "d96": ({"D": 96, "schedule.in_specs.q.block_shape": [64, 96], "schedule.in_specs.k.block_shape": [64, 96]},
+            "op.inputs.q.shape[3]", "legal: 64, 128, 256"),
     "ragged": ({"S": 4000}, "op.inputs.q.shape[1]", "must be a multiple of 64"),
     "dynamic": ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 64}}, "op.sizes.S",
                 "does not take dynamic sizes yet"),
