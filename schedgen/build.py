@@ -88,6 +88,9 @@ class Built:
         verdicts = json.loads(self.files["manifest.json"]).get("compiler_verdicts", [])
         field = ("schedule", "pipeline", "compute_registers")
         advice = "; raise compute_registers (the budget setmaxnreg gives each consumer) or use smaller blocks"
+        own = getattr(self.plan, "spill_advice", None)       # a family whose registers another field buys back
+        if own is not None:
+            field, advice = own
         return [self.source.format(Problem(field, f"warning: {v}{advice}")) for v in verdicts]
 
 

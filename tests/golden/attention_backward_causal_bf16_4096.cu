@@ -292,7 +292,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) attn_bwd_attention_backward
   } else {
     // ================= dQ of queries [q0, q0 + 64) of q head h; the longest blocks (most keys) first
     const int i = blockIdx.x - 2048;
-    const int qt = 63 - i / 32, u = i % 32;
+    const int qt = 64 - 1 - i / 32, u = i % 32;
     const int h = u % 16, b = u / 16, hk = h / 1;
     const int q0 = qt * 64;
     const long long q_base = (long long)b * 8388608 + (long long)q0 * 2048 + (long long)h * 128;

@@ -11,8 +11,10 @@ def explain_attention_backward(p) -> str:
         f"attention backward '{p.name}': dq, dk, dv of softmax({p.scale!r} q k^T) v, {p.dtype}, layout {p.layout}",
         f"  B={p.batch} Hq={p.heads_q} Hkv={p.heads_kv} (group {p.group}) Sq={p.seq_q} Skv={p.seq_kv} "
         f"D={p.head_dim}; causal mask: {mask}",
-        f"  {p.flops / 1e9:.3f} GFLOP (10 D per unmasked (query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x "
-        f"the forward)",
+        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
+           + " (one package: the kernels take them at each call)"] if p.dynamic_sizes else []),
+        f"  {p.flops / 1e9:.3f} GFLOP{' at the largest sizes' if p.dynamic_sizes else ''} (10 D per unmasked "
+        f"(query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x the forward)",
         "  step 1 (jnp): delta = rowsum(dO * O) in f32, [B, Hq, Sq]",
         f"  step 2, dK/dV kernel: {p.kv_rows_blocks}{f' x {p.d_split}' if p.d_split > 1 else ''} x {p.heads_kv} x "
         f"{p.batch} blocks of 64 keys{_columns(p)}; each streams "

@@ -13,7 +13,8 @@ import math
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
-from ...plan.common import CTYPE, KernelArg, Problems, resolve_shape, static_sizes_only
+from ...plan import dims as X
+from ...plan.common import CTYPE, KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.hardware import Hardware
 from ...plan.legality import check_no_cluster, check_reserved_names, check_sizes_int32, check_unique_names
 from ..attention.records import AttnOperand, causal_alignment, causal_offset_of
@@ -43,22 +44,20 @@ HINT_TOP_LEFT = "causal: top_left (query i sees keys j <= i) takes any Sq"
 def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBackwardPlan | None, Problems]:
     """Phases: names, shapes and dims, dtypes, blocks, registers and SMEM, the backends, fields no kernel reads."""
     problems = Problems()
-    spec = static_sizes_only(spec, problems, "attention_backward", lambda n: (
-        f"the attention_backward family does not take dynamic sizes yet; give {n} a fixed value (one package per "
-        f"size; the forward's dynamic specs build their backward per size)"))
     op, sch = spec.op, spec.schedule
     names = _check_names(spec, problems)
     before = len(problems)
-    shapes = {n: resolve_shape(o.shape, op.sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
-    shapes.update({n: resolve_shape(o.shape, op.sizes, ("op", "outputs", n, "shape"), problems)
+    sizes, ranges = size_values(op.sizes), dynamic_ranges(op.sizes)   # a dynamic size is the extent size(name)
+    shapes = {n: resolve_shape(o.shape, sizes, ("op", "inputs", n, "shape"), problems) for n, o in op.inputs.items()}
+    shapes.update({n: resolve_shape(o.shape, sizes, ("op", "outputs", n, "shape"), problems)
                    for n, o in op.outputs.items()})
     if len(problems) != before:
         return None, problems
-    dims = _check_problem(op, names, shapes, problems)
+    dims = _check_problem(op, names, shapes, ranges, problems)
     if dims is None:
         return None, problems
-    check_sizes_int32({n: v for n, v in op.sizes.items() if isinstance(v, int)}, problems)
-    block_q, block_kv = _blocks(sch, op, names, dims, problems)
+    check_sizes_int32({n: v if isinstance(v, int) else ranges[n].max for n, v in op.sizes.items()}, problems)
+    block_q, block_kv = _blocks(sch, op, names, dims, ranges, problems)
     regs = _registers(names, dims, block_q, block_kv, problems)
     smem = _smem(sch, dims, block_q, block_kv, hw, problems)
     _backends(sch, problems)
@@ -70,7 +69,7 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     check_unread(sch, names[:6], problems)
     if problems:
         return None, problems
-    return _assemble(spec, names, dims, block_q, block_kv, regs, smem, cuda), problems
+    return _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda), problems
 
 
 def _check_names(spec, problems: Problems) -> tuple[str, ...]:
@@ -88,8 +87,9 @@ def _shown(shape) -> str:
     return "[" + ", ".join(str(x) for x in shape) + "]"
 
 
-def _check_problem(op, names, shapes: dict, problems: Problems):
-    """q, o, do, dq share [B, Sq, Hq, D]; k, v, dk, dv [B, Skv, Hkv, D]; lse [B, Hq, Sq] f32; GQA; the mask."""
+def _check_problem(op, names, shapes: dict, ranges: dict, problems: Problems):
+    """q, o, do, dq share [B, Sq, Hq, D]; k, v, dk, dv [B, Skv, Hkv, D]; lse [B, Hq, Sq] f32; GQA; the mask; with
+    dynamic sizes, over the whole range of each (_check_dynamic)."""
     qn, kn, vn, on, don, lsen, dqn, dkn, dvn = names
     layout = "[B, S, H, D]" if op.layout == "bshd" else "[B, H, S, D]"
     bad = False
@@ -117,12 +117,16 @@ def _check_problem(op, names, shapes: dict, problems: Problems):
     if shapes[lsen] != (b, hq, sq) or op.inputs[lsen].dtype != "f32":
         problems.add(("op", "inputs", lsen), f"the log-sum-exp input is f32 [B, Hq, Sq] = {_shown((b, hq, sq))} "
                                              f"(the attention forward's second output)")
-    if hkv and hq % hkv:
-        problems.add(("op", "inputs", kn, "shape"),
-                     f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
-    if causal_alignment(op.causal) == "bottom_right" and sq > skv:
-        problems.add(("op", "causal"), f"causal: bottom_right (what true means) needs Sq <= Skv (query i sees keys "
-                                       f"j <= i + Skv - Sq), got Sq = {sq}, Skv = {skv}; {HINT_TOP_LEFT}")
+    if ranges:
+        if not _check_dynamic(op, names, (sq, hq, d, skv, hkv), ranges, problems):
+            return None
+    else:
+        if hkv and hq % hkv:
+            problems.add(("op", "inputs", kn, "shape"),
+                         f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+        if causal_alignment(op.causal) == "bottom_right" and sq > skv:
+            problems.add(("op", "causal"), f"causal: bottom_right (what true means) needs Sq <= Skv (query i sees "
+                                           f"keys j <= i + Skv - Sq), got Sq = {sq}, Skv = {skv}; {HINT_TOP_LEFT}")
     if d not in (64, 128, 256):
         problems.add(("op", "inputs", qn, "shape", 3), f"head_dim {d} is not supported; legal: 64, 128, 256")
     if op.scale is not None and op.scale <= 0:
@@ -130,6 +134,40 @@ def _check_problem(op, names, shapes: dict, problems: Problems):
     dtype = op.inputs[qn].dtype
     _check_dtypes(op, names, dtype, problems)
     return b, sq, hq, skv, hkv, d, dtype
+
+
+def _check_dynamic(op, names, extents: tuple, ranges: dict, problems: Problems) -> bool:
+    """Dynamic sizes: B, Sq, Skv and the heads may be, head_dim may not (it shapes the MMAs, the registers and the
+    SMEM tiles); the q heads per kv head are built into the kernels, so dynamic heads are one size for q and kv; a
+    bottom-right mask with dynamic sequence lengths takes one size for both (its offset Skv - Sq is then 0). False
+    when planning cannot go on (a dynamic head_dim)."""
+    sq, hq, d, skv, hkv = extents
+    bound = {x for n in names[:6] for x in op.inputs[n].shape if isinstance(x, str)}
+    for n in ranges:
+        if n not in bound:
+            problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension: a call gives each "
+                                             f"dynamic size through its inputs' shapes; use it in one or give it a "
+                                             f"fixed value")
+    if not X.is_static(d):
+        problems.add(("op", "sizes", d.args[0]), f"head_dim ({d.args[0]}) cannot be dynamic: it sets the MMA shapes, "
+                                                 f"the registers and the SMEM tiles; give it a fixed value (64, 128 "
+                                                 f"or 256)")
+        return False
+    if hq != hkv:
+        for heads, which in ((hq, "q"), (hkv, "kv")):
+            if not X.is_static(heads):
+                problems.add(("op", "sizes", heads.args[0]),
+                             f"{heads.args[0]} (the {which} heads) may be dynamic only as the one size of both q and "
+                             f"kv heads (no grouping): the q heads per kv head are built into the kernels; give "
+                             f"{heads.args[0]} a fixed value")
+        if X.is_static(hq) and X.is_static(hkv) and hq % hkv:
+            problems.add(("op", "inputs", names[1], "shape"),
+                         f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+    if causal_alignment(op.causal) == "bottom_right" and sq != skv:
+        problems.add(("op", "causal"), f"causal: bottom_right (what true means) with dynamic sequence lengths takes "
+                                       f"one size for Sq and Skv (the mask's offset Skv - Sq is built into the "
+                                       f"kernels); got Sq = {sq}, Skv = {skv}; {HINT_TOP_LEFT}")
+    return True
 
 
 def _check_dtypes(op, names, dtype: str, problems: Problems) -> None:
@@ -145,7 +183,7 @@ def _check_dtypes(op, names, dtype: str, problems: Problems) -> None:
             problems.add(("op", "outputs", n, "dtype"), f"the gradients have the inputs' dtype ({dtype})")
 
 
-def _blocks(sch, op, names, dims, problems: Problems) -> tuple[int, int]:
+def _blocks(sch, op, names, dims, ranges: dict, problems: Problems) -> tuple[int, int]:
     """block_q (q's in_spec rows: the queries of a dK/dV step) and block_kv (k's: the keys of a dQ step); the
     sequences must be multiples of them and of the 64 rows a warpgroup owns."""
     qn, kn = names[0], names[1]
@@ -174,11 +212,18 @@ def _blocks(sch, op, names, dims, problems: Problems) -> tuple[int, int]:
     block_q, block_kv = blocks
     for n, seq, what in ((qn, sq, "Sq"), (kn, skv, "Skv")):
         unit = math.lcm(ROWS, block_q if n == qn else block_kv)
-        if seq % unit and (block_q if n == qn else block_kv) in BLOCKS:
+        if (block_q if n == qn else block_kv) not in BLOCKS or X.divisible(seq, unit, ranges):
+            continue
+        block = "block_q" if n == qn else "block_kv"
+        if X.is_static(seq):
             problems.add(("op", "inputs", n, "shape", 1 if op.layout == "bshd" else 2),
-                         f"{what} = {seq} must be a multiple of {unit} (the 64 rows of a warpgroup and the "
-                         f"{'block_q' if n == qn else 'block_kv'} of a step): the backward takes no ragged "
-                         f"blocks yet")
+                         f"{what} = {seq} must be a multiple of {unit} (the 64 rows of a warpgroup and the {block} "
+                         f"of a step): the backward takes no ragged blocks yet")
+        else:
+            problems.add(("op", "sizes", seq.args[0]),
+                         f"{what} ({seq.args[0]}, {ranges[seq.args[0]].describe()}) must be a multiple of {unit} at "
+                         f"every call (the 64 rows of a warpgroup and the {block} of a step): give it multiple_of: "
+                         f"{unit} (or a multiple of it); the backward takes no ragged blocks yet")
     return block_q, block_kv
 
 
@@ -293,18 +338,24 @@ def _cuda(op, names, dims, block_q: int, block_kv: int, stages: int, hw: Hardwar
         dq_regs=dq_regs, smem_bytes=smem)
 
 
-def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem, cuda) -> AttentionBackwardPlan:
+def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs, smem,
+              cuda) -> AttentionBackwardPlan:
+    """The plan; with dynamic sizes its extents are Dims (plan/dims.py) the kernels compute from the call's sizes,
+    its FLOP and byte counts at the largest sizes."""
     op, sch = spec.op, spec.schedule
     b, sq, hq, skv, hkv, d, dtype = dims
     isz = ITEMSIZE[dtype]
-    shapes = {n: tuple(resolve_shape(o.shape, op.sizes, (), Problems())) for n, o in {**op.inputs, **op.outputs}.items()}
+    sizes = size_values(op.sizes)
+    shapes = {n: tuple(resolve_shape(o.shape, sizes, (), Problems())) for n, o in {**op.inputs, **op.outputs}.items()}
     inputs = tuple(AttnOperand(n, f"in_{n}", r, op.inputs[n].dtype, CTYPE[op.inputs[n].dtype],
                                ITEMSIZE[op.inputs[n].dtype], shapes[n]) for n, r in zip(names[:6], ROLES_IN))
     outputs = tuple(AttnOperand(n, f"out_{n}", r, dtype, CTYPE[dtype], isz, shapes[n])
                     for n, r in zip(names[6:], ROLES_OUT))
     scale = op.scale if op.scale is not None else 1.0 / math.sqrt(d)
     alignment = causal_alignment(op.causal)
-    offset = causal_offset_of(alignment, sq, skv)
+    # dynamic sequence lengths take top-left or one size for both (_check_dynamic): the offset is 0 then
+    offset = causal_offset_of(alignment, sq, skv) if X.is_static(sq) and X.is_static(skv) or alignment is None else 0
+    top = {n: X.upper(v, ranges) for n, v in (("b", b), ("hq", hq), ("sq", sq), ("skv", skv))}
     stages, dkv_smem, dq_smem = smem
     kname = "attn_bwd_{}_{}_d{}_q{}_kv{}_s{}".format(spec.name, dtype, d, block_q, block_kv, stages)
     return AttentionBackwardPlan(
@@ -316,8 +367,10 @@ def _assemble(spec, names, dims, block_q: int, block_kv: int, regs, smem, cuda) 
         q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
         d_split=regs[2], dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
         smem_bytes=cuda.smem_bytes if cuda else max(dkv_smem, dq_smem),
-        kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) if cuda else (),
+        kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) + tuple(KernelArg("i32", -1, value=X.size(n))
+                                                                          for n in ranges) if cuda else (),
         num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else (skv // ROWS) * regs[2] * hkv * b, auto_blocks=False,
         blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
-        flops=backward_flops(b, hq, sq, skv, d, alignment), cuda=cuda,
-        bytes_moved=sum(math.prod(o.shape) * o.itemsize for o in inputs + outputs))
+        flops=backward_flops(top["b"], top["hq"], top["sq"], top["skv"], d, alignment), cuda=cuda,
+        bytes_moved=sum(math.prod(X.upper(x, ranges) for x in o.shape) * o.itemsize for o in inputs + outputs),
+        dynamic_sizes=tuple(ranges.values()))

@@ -105,14 +105,25 @@ class AttentionBackwardPlan:
         return self.inputs + self.outputs
 
     @property
+    def spill_advice(self) -> tuple[tuple, str]:
+        """Where a CUDA build's spill warning points (build.Built.warnings): the kernel's f32 fragments fill the 255
+        registers a thread may have at head_dim 128; dynamic sizes add the call's strides to what stays live."""
+        if self.dynamic_sizes:
+            return (("op", "sizes", self.dynamic_sizes[0].name),
+                    "; the CUDA kernel's fragments fill its 255 registers and the dynamic sizes' runtime strides "
+                    "add a few: the same spec with fixed sizes does not spill")
+        return (("schedule", "in_specs"), "; the CUDA kernel's dK, dV (dQ), S and dP fragments fill its 255 registers: "
+                                          "use smaller block_q / block_kv")
+
+    @property
     def d_part(self) -> int:
         """The columns of dK and dV a dK/dV block computes."""
         return self.head_dim // self.d_split
 
     @property
     def group(self) -> int:
-        """q heads per kv head (grouped-query attention)."""
-        return self.heads_q // self.heads_kv
+        """q heads per kv head (grouped-query attention; dynamic heads are one size for q and kv: 1)."""
+        return 1 if self.heads_q == self.heads_kv else self.heads_q // self.heads_kv
 
     @property
     def rows(self) -> int:

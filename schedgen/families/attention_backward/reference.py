@@ -7,6 +7,8 @@ from typing import Mapping
 
 import numpy as np
 
+from ...plan import dims as X
+
 from ...reference import DTYPES, shape_of
 from ..attention.records import causal_alignment, causal_offset_of
 
@@ -115,12 +117,23 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     if op.layout == "bhsd":
         qs = [qs[0], qs[2], qs[1], qs[3]]
         ks = [ks[0], ks[2], ks[1], ks[3]]
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+
+    def top(v):       # a dynamic extent at its largest
+        return X.upper(v, ranges)
+
+    seq_q, seq_kv, heads_q, heads_kv = top(plan.seq_q), top(plan.seq_kv), top(plan.heads_q), top(plan.heads_kv)
     unit = math.lcm(plan.block_q, plan.block_kv)
-    sq = min(plan.seq_q, unit * tiles_per_dim)
+    sq = min(seq_q, unit * tiles_per_dim)
     if plan.causal_alignment == "bottom_right" or plan.seq_q == plan.seq_kv:
-        skv = sq + (plan.seq_kv - plan.seq_q)
+        skv = sq + (seq_kv - seq_q)
     else:
-        skv = max(1, sq * plan.seq_kv // plan.seq_q // unit) * unit
-    want = {qs[0]: 1, qs[1]: sq, ks[1]: min(plan.seq_kv, skv),
-            qs[2]: min(plan.heads_q, 2 * plan.group), ks[2]: min(plan.heads_kv, 2)}
-    return {dim: value for dim, value in want.items() if isinstance(dim, str)}
+        skv = max(1, sq * seq_kv // seq_q // unit) * unit
+    want = {qs[0]: 1, qs[1]: sq, ks[1]: min(seq_kv, skv),
+            qs[2]: min(heads_q, 2 * plan.group), ks[2]: min(heads_kv, 2)}
+    out = {}
+    for dim, value in want.items():
+        if isinstance(dim, str):
+            r = ranges.get(dim)      # a dynamic size: the nearest legal value (its multiple, within min..max)
+            out[dim] = value if r is None else min(r.max, max(r.min, -(-value // r.multiple_of) * r.multiple_of))
+    return out

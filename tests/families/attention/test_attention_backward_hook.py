@@ -10,7 +10,7 @@ from conftest import SPECS_DIR
 from schedgen import families
 from schedgen.autodiff.graph import BackwardGraph, check, evaluate
 from schedgen.errors import SourceMap, SpecErrors
-from schedgen.families.attention.backward import attention_backward_graph
+from schedgen.families.attention.backward import attention_backward_graph, attention_backward_hook
 from schedgen.frontend.model import Backward
 from schedgen.frontend.validate import load_spec, validate_data
 from schedgen.plan import plan
@@ -148,12 +148,20 @@ def test_step_specs_plan(causal):
     assert (p.seq_q, p.heads_q, p.head_dim, p.causal, p.backends) == (4096, 16, 128, causal, ("cuda", "pallas"))
 
 
-def test_dynamic_forward_gives_a_located_error_at_its_size():
-    """Regression: a dynamic attention spec with a backward section was reported as a bug of the attention family
-    (its step failed its own checks); it is a located error at the dynamic size, in the user's file."""
+def test_dynamic_forward_builds_one_dynamic_backward_step():
     spec, src = load_spec(str(SPECS_DIR / "attention_bf16_dynamic.yaml"))
-    spec = _with_backward(spec)
-    graph, problems = attention_backward_graph(spec, src)
+    graph, problems = attention_backward_graph(_with_backward(spec), src)
+    assert not problems and graph.steps[-1].spec["op"]["sizes"]["S"]["dynamic"] is True
+
+
+@pytest.mark.parametrize("ov", [{"op.sizes.S": {"dynamic": True, "max": 32768, "multiple_of": 32}},
+                                {"op.sizes": {"B": 1, "S": 4000, "H": 16, "D": 128}}], ids=["dynamic", "fixed"])
+def test_ragged_sequences_give_a_located_error_at_the_size(ov):
+    """Regression: a forward whose sequence length the backward step cannot take (not whole 64-row blocks) was
+    reported as a bug of the attention family (its step failed its own checks); it is a located error at the size,
+    in the user's file."""
+    spec, src = load_spec(str(SPECS_DIR / "attention_bf16_dynamic.yaml"), ov)
+    graph, problems = attention_backward_hook(_with_backward(spec), src)
     assert graph is None
     text = str(SpecErrors(problems, src))
-    assert "op.sizes." in text and "does not take dynamic sizes yet" in text and "attention_bf16_dynamic.yaml:" in text
+    assert "op.sizes.S" in text and "whole blocks of 64 rows" in text and "attention_bf16_dynamic.yaml:" in text

@@ -238,8 +238,6 @@ ERRORS = {
     "d96": ({"D": 96, "schedule.in_specs.q.block_shape": [64, 96], "schedule.in_specs.k.block_shape": [64, 96]},
             "op.inputs.q.shape[3]", "legal: 64, 128, 256"),
     "ragged": ({"S": 4000}, "op.inputs.q.shape[1]", "must be a multiple of 64"),
-    "dynamic": ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 64}}, "op.sizes.S",
-                "does not take dynamic sizes yet"),
     "lse_shape": ({"op.inputs.lse.shape": ["B", "S", "H"]}, "op.inputs.lse", "f32 [B, Hq, Sq]"),
     "bottom_right_sq_gt_skv": (_bwd_overrides({"B": 1, "SQ": 256, "SKV": 128, "H": 1, "D": 64}, causal=True),
                                "op.causal", "needs Sq <= Skv"),
