@@ -36,13 +36,13 @@ def _listed(text: str) -> list[tuple[str, str, str]]:
     return [m.groups() for m in map(_LISTED.match, text.splitlines()) if m]
 
 
-def visible_gpus(environ: Mapping[str, str] | None = None, smi: Callable[[], str] = nvidia_smi_list) -> list[Gpu]:
+def visible_gpus(environ: Mapping[str, str] | None = None, smi: Callable[[], str] | None = None) -> list[Gpu]:
     """The GPUs a CUDA program started here would see, in CUDA's order: CUDA_VISIBLE_DEVICES' entries when it is set
     (indices or UUIDs, a UUID's prefix as CUDA takes it; like CUDA, the list ends at the first entry that names no
     GPU), else every GPU `nvidia-smi -L` lists. Names come from the listing (None where it has no such line, say
     without nvidia-smi, or a MIG instance)."""
     environ = os.environ if environ is None else environ
-    listed = _listed(smi())
+    listed = _listed((smi or nvidia_smi_list)())
     if "CUDA_VISIBLE_DEVICES" not in environ:
         return [Gpu(i, name) for i, name, _ in listed]
     out = []

@@ -183,3 +183,31 @@ def test_time_budget_stops_new_measurements_and_verifies_what_was_measured(add_s
     # a rerun without a budget measures the rest
     rest = T.tune(add_spec, runner=FakeRunner(), db=db, pool=pool, cache=cache)
     assert rest.reused == 3 and rest.measured == 8 and rest.left == 0 and not rest.notes
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def test_cli_gpus_makes_one_pinned_worker_per_gpu(monkeypatch, capsys, add_spec):
+    from schedgen import cli
+    from schedgen.tune import pool as tpool
+    monkeypatch.setattr(tpool, "nvidia_smi_list", lambda: SMI)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(tpool, "gpu_environment", lambda: {"gpu": "NVIDIA H200", "driver": "999.1"})
+
+    def runner(*argv):
+        return cli._tune_runner(cli.parser().parse_args(["tune", str(add_spec), *argv]), T.WorkerRunner)
+    r = runner()                                  # all visible, one model: the two H200s
+    assert isinstance(r, PoolRunner) and [w.worker.env for w in r.workers] == [{"CUDA_VISIBLE_DEVICES": "0"},
+                                                                               {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert "left out as another model: 2 (NVIDIA H100 80GB HBM3)" in r.note and r.env["gpu"] == "NVIDIA H200"
+    r = runner("--gpus", "2,")
+    assert [g.id for g in r.gpus] == ["2"] and r.env["gpu"] == "NVIDIA H100 80GB HBM3" and r.parallel == 1
+    with pytest.raises(SystemExit) as ex:
+        runner("--gpus", "0,7")
+    assert ex.value.code == 2 and "schedgen: --gpus 0,7: '7' is not a visible device" in capsys.readouterr().err
+    monkeypatch.setattr(tpool, "nvidia_smi_list", lambda: "")
+    assert isinstance(runner(), T.WorkerRunner)   # no GPU seen: the one worker, which says so when it starts
+    with pytest.raises(SystemExit) as ex:
+        cli.parser().parse_args(["tune", str(add_spec), "--time", "-3"])
+    assert ex.value.code == 2
