@@ -76,7 +76,7 @@ class RayRunner:
 
     def trial(self, spec_path: str, cand, backend: str) -> Future:
         """Build and measure one candidate on a worker with a GPU: a future of {status, time_ms, detail, compiled,
-        gpu, driver} (a task that fails even after its retries gives a fault)."""
+        gpu, driver, task_s: seconds inside the task} (a task that fails even after its retries gives a fault)."""
         text = self.texts.setdefault(spec_path, Path(spec_path).read_bytes())
         return self._future(self._trial.remote(Path(spec_path).name, text, cand.overrides, backend, self.job))
 
@@ -150,7 +150,10 @@ def _runner_here(job: Mapping) -> WorkerRunner:
 
 def _trial(name: str, text: bytes, overrides: Mapping[str, Any], backend: str, job: Mapping) -> dict:
     """One trial on a Ray worker: build the candidate from the spec's bytes and overrides, measure it."""
+    import time
+
     from ..build import build_spec
+    t0 = time.monotonic()
     runner = _runner_here(job)
     where = {"gpu": runner.env.get("gpu"), "driver": runner.env.get("driver")}
     with tempfile.TemporaryDirectory(prefix="schedgen-trial-") as tmp:
@@ -160,9 +163,10 @@ def _trial(name: str, text: bytes, overrides: Mapping[str, Any], backend: str, j
             built = build_spec(str(path), overrides)
         except (SpecErrors, ToolchainError) as exc:
             return {"status": "compile_error", "detail": _why(exc).replace(str(path), name), "compiled": False,
-                    **where}
+                    "task_s": time.monotonic() - t0, **where}
         res = runner.measure(built, backend)
-    return {"status": res.status, "time_ms": res.time_ms, "detail": res.detail, "compiled": True, **where}
+    return {"status": res.status, "time_ms": res.time_ms, "detail": res.detail, "compiled": True,
+            "task_s": time.monotonic() - t0, **where}
 
 
 def _call(what: str, built, backend: str, job: Mapping) -> dict:
