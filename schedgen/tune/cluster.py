@@ -46,6 +46,8 @@ class RayRunner:
                  options: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
                  retries: int = TRIAL_RETRIES, init: Mapping[str, Any] | None = None):
         ray = self.ray = import_ray()
+        self.texts: dict[str, bytes] = {}
+        self.refs: set = set()
         self.own = not ray.is_initialized()
         if self.own:
             try:
@@ -68,8 +70,6 @@ class RayRunner:
         self._call = ray.remote(**one_gpu)(_call)
         self.retries = retries
         self.env = dict(env) if env is not None else ray.get(ray.remote(_probe).options(num_gpus=1).remote())
-        self.texts: dict[str, bytes] = {}
-        self.refs: set = set()
 
     def start(self) -> None:
         pass

@@ -152,3 +152,14 @@ def test_ray_is_an_extra_imported_only_for_ray():
     out = subprocess.run([sys.executable, "-c", "import sys, schedgen.cli, schedgen.tune, schedgen.tune.cluster; "
                           "print('ray' in sys.modules)"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@needs_ray
+def test_a_cluster_without_gpus_is_one_line(cluster, monkeypatch):
+    """Regression: a RayRunner that gave up in its constructor failed in close() with an AttributeError."""
+    from schedgen.tune.cluster import RayRunner
+    monkeypatch.setattr(cluster, "cluster_resources", lambda: {"CPU": 2.0})
+    with pytest.raises(RuntimeError) as err:
+        RayRunner("auto", ray_measure, ray_verify, env=GPU)
+    assert str(err.value) == "--ray auto: the Ray cluster has no GPU resources to measure on"
+    assert cluster.is_initialized()                          # a Ray it did not start is left running
