@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecErrors, ToolchainError
+from ..frontend.load import read_spec_bytes
 from .compile import _why
 from .measure import (DEFAULT_TIMEOUT, START_TIMEOUT, VERIFY_TIMEOUT, Result, WorkerRunner, gpu_environment,
                       gpu_measure, gpu_setup, gpu_verify)
@@ -77,8 +78,10 @@ class RayRunner:
     def trial(self, spec_path: str, cand, backend: str) -> Future:
         """Build and measure one candidate on a worker with a GPU: a future of {status, time_ms, detail, compiled,
         gpu, driver, task_s: seconds inside the task} (a task that fails even after its retries gives a fault)."""
-        text = self.texts.setdefault(spec_path, Path(spec_path).read_bytes())
-        return self._future(self._trial.remote(Path(spec_path).name, text, cand.overrides, backend, self.job))
+        if spec_path not in self.texts:           # read once per run (a regular file, bounded: read_spec_bytes)
+            self.texts[spec_path] = read_spec_bytes(spec_path)
+        return self._future(self._trial.remote(Path(spec_path).name, self.texts[spec_path], cand.overrides, backend,
+                                               self.job))
 
     def _future(self, ref) -> Future:
         self.refs.add(ref)
