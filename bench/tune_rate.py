@@ -69,8 +69,8 @@ def runner_for(args):
 
 
 def one_run(spec: Path, db: Path, cache: Path, args) -> dict:
+    t0 = time.monotonic()           # the runner's making included (nvidia-smi); the interpreter's start is not
     runner = runner_for(args)
-    t0 = time.monotonic()
     try:
         r = T.tune(spec, runner=runner, db=db, cache=cache, budget=args.budget, workers=args.workers)
     finally:

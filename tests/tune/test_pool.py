@@ -211,3 +211,21 @@ def test_cli_gpus_makes_one_pinned_worker_per_gpu(monkeypatch, capsys, add_spec)
     with pytest.raises(SystemExit) as ex:
         cli.parser().parse_args(["tune", str(add_spec), "--time", "-3"])
     assert ex.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------------ on the GPU
+
+
+@pytest.mark.gpu
+def test_gpu_pool_times_on_every_visible_gpu(add_spec, cache, pool, tmp_path):
+    """The real runner functions in one pinned worker per visible GPU (one on a one-GPU machine)."""
+    gpus = visible_gpus()
+    runner = PoolRunner(gpus, timeout=60)
+    try:
+        result = T.tune(add_spec, runner=runner, db=tmp_path / "tune.sqlite", pool=pool, cache=cache)
+    finally:
+        runner.close()
+    assert not result.failed and len(result.rows) == 11 and result.measured == 11
+    assert all(r["time_ms"] > 0 and r["gbps"] > 0 for r in result.rows)
+    assert result.best["verified"] is True and runner.starts == len(runner.workers) == len(one_model(gpus)[0])
+    assert {r["gpu"] for r in result.rows} == {gpus[0].name}
