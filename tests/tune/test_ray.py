@@ -163,3 +163,58 @@ def test_a_cluster_without_gpus_is_one_line(cluster, monkeypatch):
         RayRunner("auto", ray_measure, ray_verify, env=GPU)
     assert str(err.value) == "--ray auto: the Ray cluster has no GPU resources to measure on"
     assert cluster.is_initialized()                          # a Ray it did not start is left running
+
+
+class FakeCluster:
+    """A runner with `trial` (as RayRunner), no Ray: trials finish on threads; the candidates with block_M 64 report
+    that they ran on another GPU model."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+        self.env, self.parallel, self.inflight, self.most = dict(GPU), 2, 0, 0
+        self.threads = ThreadPoolExecutor(4)
+        self.lock = threading.Lock()
+
+    def start(self):
+        pass
+
+    def trial(self, spec_path, cand, backend):
+        from schedgen.build import build_spec
+        with self.lock:
+            self.inflight += 1
+            self.most = max(self.most, self.inflight)
+
+        def run():
+            import time
+            time.sleep(0.05)
+            built = build_spec(spec_path, cand.overrides)
+            with self.lock:
+                self.inflight -= 1
+            other = built.plan.block[0] == 64
+            return {"status": "ok", "time_ms": fake_ms(built.plan), "detail": "", "compiled": True,
+                    "gpu": "Other GPU" if other else GPU["gpu"], "driver": GPU["driver"]}
+        return self.threads.submit(run)
+
+    def verify(self, built, backend):
+        return T.Result("ok", extra={"ok": True, "rel_error": 1e-3})
+
+    def close(self):
+        self.threads.shutdown()
+
+
+def test_remote_trials_keep_capacity_and_key_rows_by_the_gpu_that_ran_them(add_spec, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    runner = FakeCluster()
+    try:
+        result = T.tune(add_spec, runner=runner, db=tmp_path / "tune.sqlite")
+    finally:
+        runner.close()
+    assert runner.most <= 2                                  # at most one trial per GPU in flight
+    assert result.measured == 7 and len(result.rows) == 6   # the one 64-row candidate ran on another model
+    assert any("1 candidates were timed on another GPU model than Fake H200" in n for n in result.notes)
+    with TuneDB(tmp_path / "tune.sqlite") as d:
+        rows = d.rows()
+    other = [r for r in rows if r["gpu"] == "Other GPU"]
+    assert len(rows) == 7 and len(other) == 1 and other[0]["knobs"]["block_M"] == 64
+    tools, tool_key = T.toolchain_info()
+    assert other[0]["key"] == T.result_key(other[0]["config_key"], "cuda", "Other GPU", GPU["driver"], tool_key)
