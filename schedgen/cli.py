@@ -423,12 +423,12 @@ def cmd_tune(args) -> int:
             return EXIT_FAIL
         print(f"best known: {best_label(row)} on {row['gpu']}")
     else:
-        runner = None if args.dry_run else WorkerRunner(timeout=args.timeout,
-                                                         options={"iters": args.iters, "warmup": args.warmup})
+        runner = None
         try:
+            runner = None if args.dry_run else _tune_runner(args, WorkerRunner)
             result = tune(args.file, overrides, runner=runner, db=args.db, backend=args.backend,
                           workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
-                          progress=RichProgress(), budget=args.budget, seed=args.seed)
+                          progress=RichProgress(), budget=args.budget, seed=args.seed, time_budget=args.time)
         except TuneDBError as exc:              # an unusable --db: a usage error
             raise _usage(str(exc)) from None
         except (RuntimeError, ValueError) as exc:
@@ -457,9 +457,29 @@ def cmd_tune(args) -> int:
     return EXIT_OK
 
 
+def _tune_runner(args, worker_runner):
+    """The measuring side of `schedgen tune`: the Ray backend (--ray), else one worker per chosen GPU of this node
+    (--gpus, default all visible), else (no GPU seen) the one-worker runner, which says there is no GPU."""
+    from .tune.pool import PoolRunner, pick_gpus, visible_gpus
+    options = {"iters": args.iters, "warmup": args.warmup}
+    if args.ray:
+        from .tune.cluster import RayRunner
+        return RayRunner(args.ray, timeout=args.timeout, options=options)
+    visible = visible_gpus()
+    if not visible and args.gpus == "all":
+        return worker_runner(timeout=args.timeout, options=options)
+    try:
+        gpus = pick_gpus(args.gpus, visible)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return PoolRunner(gpus, timeout=args.timeout, options=options)
+
+
 def _check_tune_args(args, max_space: int) -> None:
     if args.db_only and not args.export:
         raise _usage("--db-only goes with --export (it measures nothing)")
+    if args.ray and args.gpus != "all":
+        raise _usage("--ray and --gpus: on a Ray cluster each trial gets its GPU from Ray (drop --gpus)")
     if args.budget is not None and not 1 <= args.budget <= max_space:
         raise _usage(f"--budget: at most {max_space} points (and at least 1)")
     if args.export:                     # a bad export path fails now, not after the whole search
@@ -565,7 +585,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
     p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "
                                                           "space (needed past 20000 points; N <= 20000)")
-    p.add_argument("--seed", type=int, default=0, help="the --budget sample's seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the --budget sample and of the random order "
+                                                       "of a run with --budget or --time (default 0)")
+    p.add_argument("--time", type=_seconds(), metavar="S", help="stop measuring new candidates S seconds after the "
+                   "start; keep what was measured, verify the winner (candidates are taken in a seeded random order)")
+    p.add_argument("--gpus", default="all", metavar="all|N|0,2,5", help="this node's GPUs to measure on, one "
+                   "worker each: all visible (default), the first N, or these device numbers ('3,' for one)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run each trial (compile, then measure on one GPU) as a Ray "
+                   "task on this cluster: auto, local, or host:port (the tune-cluster extra)")
     p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain spec")
     p.add_argument("--db-only", action="store_true", help="with --export: measure nothing, export the best the "
                                                           "database knows")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -72,10 +73,11 @@ def error_detail(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _worker(conn, setup, setup_args) -> None:
-    """Set up once, say "ready", then run jobs until told to stop (None or a closed pipe). After an exception it
-    reports it and exits."""
+def _worker(conn, setup, setup_args, env=None) -> None:
+    """Set the environment variables `env`, set up once, say "ready", then run jobs until told to stop (None or a
+    closed pipe). After an exception it reports it and exits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(env or {})    # before setup: CUDA reads CUDA_VISIBLE_DEVICES when it initialises there
     try:
         if setup is not None:
             setup(*setup_args)
@@ -100,10 +102,14 @@ def _worker(conn, setup, setup_args) -> None:
 
 
 class Supervisor:
-    """One supervised worker process, started on demand and replaced after a timeout, crash or error."""
+    """One supervised worker process, started on demand and replaced after a timeout, crash or error. `env`:
+    environment variables every worker it starts gets (set in the worker before `setup`, so that a pool of them can
+    each be pinned to a GPU with CUDA_VISIBLE_DEVICES without touching this process's environment)."""
 
-    def __init__(self, setup: Callable | None = None, setup_args: tuple = (), *, start_timeout: float = 300.0):
+    def __init__(self, setup: Callable | None = None, setup_args: tuple = (), *, start_timeout: float = 300.0,
+                 env: dict[str, str] | None = None):
         self.setup, self.setup_args, self.start_timeout = setup, tuple(setup_args), _checked(start_timeout)
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.proc = None
         self.conn = None
         self.ready = False
@@ -116,7 +122,8 @@ class Supervisor:
         self._kill()
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, self.setup, self.setup_args), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, self.setup, self.setup_args, self.env),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.ready = False

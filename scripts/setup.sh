@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv with Python >= 3.12 (JAX 0.11 needs it) and install schedgen with the Pallas and test extras:
 # jax with its CUDA 13 plugin on a machine with an NVIDIA GPU (`pallas`), CPU-only jax elsewhere (`pallas-cpu`);
-# then torch (the torch extra: the custom-op tests). SCHEDGEN_NO_TORCH=1 skips torch.
+# then torch (the torch extra: the custom-op tests). SCHEDGEN_NO_TORCH=1 skips torch; the tune-cluster extra (Ray)
+# unless SCHEDGEN_NO_RAY=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SCHEDGEN_VENV:-.venv}
@@ -28,7 +29,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then JAX_EXTRA=pallas; else JAX_EXTRA=pallas-cpu; fi
-"$VENV/bin/python" -m pip install -q -e ".[$JAX_EXTRA,test,report]"
+# tune-cluster: Ray, for `schedgen tune --ray` and tests/tune/test_ray.py (a local Ray instance on the CPU);
+# SCHEDGEN_NO_RAY=1 leaves it out (that test then skips)
+EXTRAS="$JAX_EXTRA,test,report"; if [ -z "${SCHEDGEN_NO_RAY:-}" ]; then EXTRAS="$EXTRAS,tune-cluster"; fi
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 
 # torch: every torch wheel on PyPI pins the CUDA 13.0 wheels (cuda-toolkit==13.0.3), which would replace the NVRTC
 # that schedgen builds with (cuda-toolkit above, 13.5 today) and so change what the SASS tests see. So torch goes in

@@ -19,7 +19,8 @@ runner whose functions return synthetic times, raise, or sleep past the timeout.
 
 One job per module: `space` (knobs, counting, lazy enumeration, sampling), `picked` (the default space of a spec
 with no tune section: the planner's picks written in, the family's knobs around them), `aliases` (the families'
-short knob names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `progress` (the rich
+short knob names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `pool` (every GPU of a
+node: one measuring worker each), `cluster` (the Ray backend: trials as Ray tasks), `progress` (the rich
 display), `driver` (the tune() loop), `results` (best known, export, the final table), `db` (the sqlite tuning
 database).
 """
@@ -43,6 +44,7 @@ from .measure import (
                       gpu_setup,
                       gpu_verify,
 )
+from .pool import Gpu, PoolRunner, pick_gpus, visible_gpus
 from .progress import Progress, RichProgress, best_label, space_text
 from .prune import PruneGroup, Pruning, prune, summarise
 from .results import best_known, current_gpu, export_schedule, summary
@@ -57,4 +59,4 @@ __all__ = ["aliases_for", "compile_candidate", "compile_pool",
            "gpu_verify", "Progress", "RichProgress", "best_label", "space_text", "PruneGroup", "Pruning", "prune",
            "summarise", "best_known", "current_gpu", "export_schedule", "summary", "Candidate", "NothingToTune",
            "Space", "picked_overrides", "config_key", "expand", "field_overrides", "load_space", "resolve_knobs", "MAX_SPACE", "indices",
-           "point"]
+           "point", "Gpu", "PoolRunner", "pick_gpus", "visible_gpus"]

@@ -2,9 +2,12 @@
 winner; and the dry run."""
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import time
-from concurrent.futures import Executor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -35,6 +38,7 @@ class TuneResult:
     dry_run: bool = False
     run_id: int | None = None
     notes: list[str] = field(default_factory=list)
+    left: int = 0               # candidates the time budget left unmeasured
 
     @property
     def failed(self) -> list[dict]:
@@ -58,14 +62,21 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
          db: TuneDB | str | Path | None = None, backend: str = "cuda", workers: int | None = None,
          cache: Cache | str | Path | None = None, retry_failed: bool = False, dry_run: bool = False,
          verify: bool = True, verify_top: int = VERIFY_TOP, progress: Progress | None = None,
-         pool: Executor | None = None, budget: int | None = None, seed: int = 0) -> TuneResult:
+         pool: Executor | None = None, budget: int | None = None, seed: int = 0,
+         time_budget: float | None = None) -> TuneResult:
     """Tune one spec at one shape: expand, prune, compile in a process pool while `runner` measures what is built,
     store each result at once, then check the fastest against numpy. A rerun measures only candidates the
     database lacks (with `retry_failed`, also those that hung, faulted or failed). Raises SpecErrors for a bad spec
     or tune section; KeyboardInterrupt passes through after what was measured is saved, so the next run resumes.
     `pool` lends an executor for the compiles (kept open; several tunings in one process then share its workers);
     by default one is made for the run. `budget` tunes a seeded random sample of that many points of a space larger
-    than it (load_space: a space over MAX_SPACE points needs one)."""
+    than it (load_space: a space over MAX_SPACE points needs one). `time_budget` (seconds from the start): after it
+    no new candidate is measured; what was measured is kept and the winner verified (`notes` says how many were
+    left). With either budget the candidates are measured in a seeded random order.
+
+    The runner measures one candidate at a time, or `runner.parallel` at once (PoolRunner: a worker per GPU); a
+    runner with a `trial` method (the Ray backend) compiles and measures each candidate remotely. Either way this
+    thread alone writes the database."""
     t0 = time.monotonic()
     progress = progress or Progress()
     spec_path = str(spec_path)
@@ -90,7 +101,7 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
             progress.space(space, pruning)
             return _tune(space, pruning, runner, dbh, backend=backend, workers=workers, cache_root=cache_root,
                          retry_failed=retry_failed, verify=verify, verify_top=verify_top, progress=progress, t0=t0,
-                         pool=pool)
+                         pool=pool, time_budget=time_budget)
         finally:
             if not isinstance(db, TuneDB):
                 dbh.close()
@@ -101,74 +112,45 @@ def tune(spec_path: str | Path, overrides: Mapping[str, Any] | None = None, *, r
 
 def _tune(space: Space, pruning: Pruning, runner: Runner, dbh: TuneDB, *, backend: str, workers: int | None,
           cache_root: str | None, retry_failed: bool, verify: bool, verify_top: int, progress: Progress,
-          t0: float, pool: Executor | None = None) -> TuneResult:
-    gpu, driver = str(runner.env.get("gpu")), str(runner.env.get("driver"))
-    tools, tool_key = toolchain_info()
+          t0: float, pool: Executor | None = None, time_budget: float | None = None) -> TuneResult:
+    run = _Run(space, dbh, progress, backend, str(runner.env.get("gpu")), str(runner.env.get("driver")))
     for c in pruning.kept:
-        c.key = result_key(c.config_key, backend, gpu, driver, tool_key)
+        c.key = run.key(c.config_key, run.gpu, run.driver)
     kept_keys = {c.key for c in pruning.kept}
     known = dbh.lookup(kept_keys)
     todo = [c for c in pruning.kept if c.key not in known or (retry_failed and known[c.key]["status"] != "ok")]
-    rows = {k: v for k, v in known.items() if k not in {c.key for c in todo}}
-    reused = len(rows)
+    if space.budget is not None or time_budget is not None:
+        random.Random(space.seed).shuffle(todo)     # a run that may stop early covers the space evenly
+    run.rows.update({k: v for k, v in known.items() if k not in {c.key for c in todo}})
+    reused = len(run.rows)
     run_id = dbh.start_run(spec_file=space.path, spec_name=space.spec.name, spec_key=space.spec_key,
-                           shape=space.sizes, backend=backend, gpu=gpu, candidates=pruning.total,
+                           shape=space.sizes, backend=backend, gpu=run.gpu, candidates=pruning.total,
                            pruned=pruning.pruned)
-
-    def new_row(c: Candidate, **fields) -> dict:
-        return {"key": c.key, "config_key": c.config_key, "spec_key": space.spec_key, "spec_name": space.spec.name,
-                "spec_file": space.path, "shape": space.sizes, "backend": backend, "gpu": gpu, "driver": driver,
-                "toolchain": tools, "toolchain_key": tool_key, "knobs": c.values, "overrides": c.overrides,
-                "kernel": getattr(c.plan, "kernel_name", None), "created": now(), **fields}
-
-    def current_best() -> dict | None:
-        ok = [r for r in rows.values() if r["status"] == "ok" and r.get("time_ms") is not None
-              and r.get("verified") is not False]
-        return min(ok, key=lambda r: (r["time_ms"], r["key"])) if ok else None
-
-    measured = compiled = 0
-    compile_s = 0.0
     best = None
     status = "failed"
+    compile_s, left = 0.0, 0
+    notes = [runner.note] if getattr(runner, "note", "") else []
     try:
-        progress.start(len(todo), len(todo), reused, current_best())
+        progress.start(len(todo), len(todo), reused, run.best())
         if todo:
-            t_c = time.monotonic()
-            done_at = [t_c]
-
-            def compiled_cb(f, c):
-                done_at[0] = time.monotonic()
-                if not f.cancelled():
-                    progress.compiled(c, f.exception() is None)
-            with _lent(pool) if pool is not None else compile_pool(workers) as ex_:
-                futs = {}
+            deadline = t0 + time_budget if time_budget is not None else None
+            remote = hasattr(runner, "trial")
+            with _lent(pool) if pool is not None or remote else compile_pool(workers) as ex_:
+                trials = (_RemoteTrials(runner, space.path, backend, progress) if remote else
+                          _LocalTrials(ex_, runner, space.path, cache_root, backend, progress))
                 try:
-                    for c in todo:
-                        f = ex_.submit(compile_candidate, space.path, c.overrides, cache_root)
-                        f.add_done_callback(lambda f, c=c: compiled_cb(f, c))
-                        futs[f] = c
-                    runner.start()              # the worker's start-up overlaps the first compiles
-                    for f in as_completed(futs):
-                        c = futs[f]
-                        try:
-                            built, _, _ = f.result()
-                        except (SpecErrors, ToolchainError) as exc:   # anything else (a broken pool) stops the run
-                            row = new_row(c, status="compile_error", detail=_why(exc)[:2000])
-                        else:
-                            compiled += 1
-                            res = runner.measure(built, backend)
-                            measured += 1
-                            t = res.time_ms if res.status == "ok" else None
-                            row = new_row(c, status=res.status, time_ms=t, detail=res.detail[:2000], **_rate(c.plan, t))
-                        dbh.put(row)
-                        rows[c.key] = dbh.get(c.key)
-                        progress.measured(c, rows[c.key], current_best())
+                    left = _drive(trials, todo, deadline, run)
                 finally:
-                    for f in futs:
-                        f.cancel()
-            compile_s = done_at[0] - t_c
-        if rows:
-            best = _verify_winner(space.path, pruning.kept, rows, dbh, runner, backend, cache_root, verify,
+                    trials.close()
+                compile_s = trials.compile_s()
+        if left:
+            notes.append(f"the time budget (--time {time_budget:g} s) ran out: {left} of {len(todo)} candidates "
+                         f"left unmeasured (what was measured is kept; a rerun measures the rest)")
+        if run.foreign:
+            notes.append(f"{run.foreign} candidates were timed on another GPU model than {run.gpu} (stored under "
+                         f"that GPU's key; not ranked here)")
+        if run.rows:
+            best = _verify_winner(space.path, pruning.kept, run.rows, dbh, runner, backend, cache_root, verify,
                                   verify_top, progress)
         progress.finished(best)
         status = "done"
@@ -177,12 +159,184 @@ def _tune(space: Space, pruning: Pruning, runner: Runner, dbh: TuneDB, *, backen
         raise
     finally:
         progress.stop()
-        dbh.finish_run(run_id, status=status, measured=measured, reused=reused,
-                       failed=sum(1 for r in rows.values() if r["status"] != "ok"), wall_s=time.monotonic() - t0,
+        dbh.finish_run(run_id, status=status, measured=run.measured, reused=reused,
+                       failed=sum(1 for r in run.rows.values() if r["status"] != "ok"), wall_s=time.monotonic() - t0,
                        best_key=best["key"] if best else None)
-    final = _sort_rows([r for k, r in rows.items() if k in kept_keys])
-    return TuneResult(space, pruning, final, measured, reused, compiled, best, time.monotonic() - t0, compile_s,
-                      run_id=run_id)
+    final = _sort_rows([r for k, r in run.rows.items() if k in kept_keys])
+    return TuneResult(space, pruning, final, run.measured, reused, run.compiled, best, time.monotonic() - t0,
+                      compile_s, run_id=run_id, notes=notes, left=left)
+
+
+@dataclass
+class _Run:
+    """One run's results as they come in. Lives on the main thread: the database's one writer (and the progress's)."""
+    space: Space
+    dbh: TuneDB
+    progress: Progress
+    backend: str
+    gpu: str
+    driver: str
+    rows: dict = field(default_factory=dict)      # key -> row, this run's GPU's
+    measured: int = 0
+    compiled: int = 0
+    foreign: int = 0            # timed on another GPU model (a remote trial on a mixed cluster)
+
+    def __post_init__(self):
+        self.tools, self.tool_key = toolchain_info()
+
+    def key(self, config_key: str, gpu: str, driver: str) -> str:
+        return result_key(config_key, self.backend, gpu, driver, self.tool_key)
+
+    def best(self) -> dict | None:
+        ok = [r for r in self.rows.values() if r["status"] == "ok" and r.get("time_ms") is not None
+              and r.get("verified") is not False]
+        return min(ok, key=lambda r: (r["time_ms"], r["key"])) if ok else None
+
+    def write(self, c: Candidate, got: Mapping[str, Any]) -> None:
+        """Store one trial's outcome: {status, time_ms, detail, compiled} and, from a remote trial, the gpu and driver
+        it ran on (a row is keyed by the GPU that timed it)."""
+        gpu, driver = str(got.get("gpu") or self.gpu), str(got.get("driver") or self.driver)
+        key = self.key(c.config_key, gpu, driver)
+        t = got.get("time_ms") if got["status"] == "ok" else None
+        self.compiled += bool(got.get("compiled"))
+        self.measured += got["status"] != "compile_error"
+        s = self.space
+        row = {"key": key, "config_key": c.config_key, "spec_key": s.spec_key, "spec_name": s.spec.name,
+               "spec_file": s.path, "shape": s.sizes, "backend": self.backend, "gpu": gpu, "driver": driver,
+               "toolchain": self.tools, "toolchain_key": self.tool_key, "knobs": c.values, "overrides": c.overrides,
+               "kernel": getattr(c.plan, "kernel_name", None), "created": now(), "status": got["status"],
+               "time_ms": t, "detail": str(got.get("detail") or "")[:2000], **_rate(c.plan, t)}
+        self.dbh.put(row)
+        if key != c.key:
+            self.foreign += 1
+            return
+        self.rows[key] = self.dbh.get(key)
+        self.progress.measured(c, self.rows[key], self.best())
+
+
+class _LocalTrials:
+    """A trial here: compile in the process pool, then measure through the runner on `runner.parallel` threads (one
+    for a runner of one worker; PoolRunner: one per GPU). Each future's result is handed to the main thread."""
+    capacity = None             # every compile is queued at once (the pool runs them in order)
+
+    def __init__(self, ex_: Executor, runner: Runner, spec_path: str, cache_root: str | None, backend: str,
+                 progress: Progress):
+        self.ex_, self.runner, self.spec_path, self.cache_root, self.backend = ex_, runner, spec_path, cache_root, backend
+        self.progress = progress
+        self.threads = ThreadPoolExecutor(max(1, int(getattr(runner, "parallel", 1))), thread_name_prefix="measure")
+        self.compiling: set[Future] = set()
+        self.t_first = self.t_last = time.monotonic()
+        self.started = False
+
+    def submit(self, c: Candidate) -> Future:
+        f = self.ex_.submit(compile_candidate, self.spec_path, c.overrides, self.cache_root)
+        f.add_done_callback(lambda f, c=c: self._compiled(f, c))
+        self.compiling.add(f)
+        if not self.started:
+            self.runner.start()         # the workers' start-up overlaps the first compiles
+            self.started = True
+        return f
+
+    def _compiled(self, f: Future, c: Candidate) -> None:      # a pool thread
+        self.t_last = time.monotonic()
+        if not f.cancelled():
+            self.progress.compiled(c, f.exception() is None)
+
+    def advance(self, c: Candidate, f: Future, more: bool) -> Future | dict | None:
+        """A finished compile: its measurement's future (None when no more may start), or the compile error; a
+        finished measurement: its outcome."""
+        if f not in self.compiling:
+            return f.result()
+        self.compiling.discard(f)
+        try:
+            built, _, _ = f.result()
+        except (SpecErrors, ToolchainError) as exc:         # anything else (a broken pool) stops the run
+            return {"status": "compile_error", "detail": _why(exc)}
+        return self.threads.submit(self._measure, built) if more else None
+
+    def _measure(self, built) -> dict:                          # a measuring thread
+        res = self.runner.measure(built, self.backend)
+        return {"status": res.status, "time_ms": res.time_ms, "detail": res.detail, "compiled": True}
+
+    def cancel(self, f: Future) -> bool:
+        return f.cancel()
+
+    def compile_s(self) -> float:
+        return self.t_last - self.t_first
+
+    def close(self) -> None:
+        for f in self.compiling:
+            f.cancel()
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+
+class _RemoteTrials:
+    """A trial on a cluster (the Ray backend, cluster.py): `runner.trial(spec_path, candidate, backend)` compiles and
+    measures it on a worker with a GPU and its future gives the outcome; at most `runner.parallel` are in flight (the
+    cluster's GPUs), so that a trial submitted is a trial running and the time budget can stop the rest."""
+
+    def __init__(self, runner, spec_path: str, backend: str, progress: Progress):
+        self.runner, self.spec_path, self.backend, self.progress = runner, spec_path, backend, progress
+        self.capacity = max(1, int(getattr(runner, "parallel", 1)))
+        self.t_first = time.monotonic()
+        self.t_last = self.t_first
+
+    def submit(self, c: Candidate) -> Future:
+        return self.runner.trial(self.spec_path, c, self.backend)
+
+    def advance(self, c: Candidate, f: Future, more: bool) -> dict:
+        got = f.result()
+        self.t_last = time.monotonic()
+        self.progress.compiled(c, got["status"] != "compile_error")
+        return got
+
+    def cancel(self, f: Future) -> bool:
+        return False                # in flight means running: its measurement finishes
+
+    def compile_s(self) -> float:
+        return self.t_last - self.t_first
+
+    def close(self) -> None:
+        pass
+
+
+def _drive(trials, todo: list[Candidate], deadline: float | None, run: _Run) -> int:
+    """Run the trials: submit (up to the trials' capacity), hand each finished stage to `trials.advance`, write
+    each outcome through `run` (this thread), in the order the stages were started. After `deadline` nothing new
+    starts: what is queued is cancelled, what is measuring finishes. Returns how many were left unmeasured."""
+    queue = deque(todo)
+    pending: dict[Future, tuple[int, Candidate]] = {}
+    order = itertools.count()
+    left = 0
+
+    def expired() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+    try:
+        while True:
+            while queue and not expired() and (trials.capacity is None or len(pending) < trials.capacity):
+                c = queue.popleft()
+                pending[trials.submit(c)] = (next(order), c)
+            if not pending:
+                break
+            wait_s = None if deadline is None or expired() else deadline - time.monotonic()
+            done, _ = wait(list(pending), timeout=wait_s, return_when=FIRST_COMPLETED)
+            for f in sorted(done, key=lambda f: pending[f][0]):
+                _, c = pending.pop(f)
+                got = trials.advance(c, f, more=not expired())
+                if isinstance(got, Future):
+                    pending[got] = (next(order), c)
+                elif got is None:
+                    left += 1
+                else:
+                    run.write(c, got)
+            if expired():
+                for f in [f for f in pending if trials.cancel(f)]:
+                    del pending[f]
+                    left += 1
+    finally:
+        for f in pending:
+            f.cancel()
+    return left + len(queue)
 
 
 def _verify_winner(spec_path, kept, rows, dbh: TuneDB, runner, backend, cache_root, verify, verify_top, progress):

@@ -39,12 +39,14 @@ class WorkerRunner:
     in one long-lived spawned worker under the process supervisor (schedgen/supervise.py), with a timeout per job.
     The supervisor's outcomes become the database's statuses: a timeout is a `hang` (its worker killed), a crash or
     an exception a `fault`; either way the next job gets a fresh worker. The functions must be importable (module
-    level)."""
+    level). `worker_env`: environment variables of the worker (PoolRunner pins each of its workers to one GPU with
+    CUDA_VISIBLE_DEVICES); `env` names the machine (gpu, driver: part of every database key)."""
 
     def __init__(self, measure: Callable | None = None, verify: Callable | None = None, *,
                  setup: Callable | None = None, timeout: float = DEFAULT_TIMEOUT,
                  verify_timeout: float = VERIFY_TIMEOUT, start_timeout: float = START_TIMEOUT,
-                 options: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None):
+                 options: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
+                 worker_env: Mapping[str, str] | None = None):
         default = measure is None
         self.measure_fn = measure or gpu_measure
         self.verify_fn = verify or gpu_verify
@@ -52,7 +54,8 @@ class WorkerRunner:
         self.timeout, self.verify_timeout, self.start_timeout = timeout, verify_timeout, start_timeout
         self.options = dict(options or {})
         self.env = dict(env) if env is not None else gpu_environment()
-        self.worker = Supervisor(self.setup_fn, (self.options,), start_timeout=start_timeout)
+        self.worker = Supervisor(self.setup_fn, (self.options,), start_timeout=start_timeout,
+                                 env=dict(worker_env or {}))
 
     @property
     def starts(self) -> int:

@@ -169,6 +169,7 @@ def summary(result: TuneResult, top: int = 10, show_pruning: bool = True):
              f"({result.compile_s:.1f} s)"]
     if not result.dry_run:
         lines[0] += f", {result.measured} measured, {result.reused} found in the database; {result.wall_s:.1f} s in all"
+        lines += result.notes       # the time budget ran out (how many left); GPUs of another model left out
         if result.best:
             lines.append(f"winner: {best_label(result.best)} (verified against numpy)")
         else:
