@@ -308,3 +308,32 @@ def test_buckets_only_tune_section_tunes_the_default_space(tmp_path):
     assert spec.tune.buckets == {"M": [64, 65536]} and spec.tune.params == {}
     space = T.load_space(path, {"M": 64})
     assert space.default is not None and space.knobs     # around the planner's picks, as with no tune section
+
+
+def test_the_command_line_tunes_each_bucket_and_prints_the_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(T, "WorkerRunner", lambda **kw: SizeRunner())
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    spec = add_dyn(tmp_path)
+    db = tmp_path / "tune.sqlite"
+    assert cli.main(["tune", str(spec), "--db", str(db), "--buckets", "M=256,1024", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bucket 1 of 2: M 32..256, tuned at M=256" in out and "bucket 2 of 2: M 288..1024, tuned at M=1024" in out
+    assert "2 buckets" in out and f"next: schedgen build {spec} --tuned" in out
+    table = [ln.split() for ln in out.splitlines() if ln.startswith("M ") and "M=" in ln]
+    assert [(t[1], t[2], t[-2]) for t in table] == [("32..256", "M=256", "block_M=64"), ("288..1024", "M=1024",
+                                                                                            "block_M=64")]
+    code, out, err, folder = _build(tmp_path, spec, capsys, "--buckets", "M=256,1024")
+    assert code == 0, err
+    record = json.loads((folder / "add_dyn" / "dispatch.json").read_text())
+    assert record["bounds"] == [[256, 1024]] and record["variants"] == ["v0"] and record["table"] == [0, 0]
+
+
+def test_a_spec_with_a_backward_section_is_refused_at_its_buckets(tmp_path):
+    from schedgen.bucketed import build_bucketed
+    spec = tmp_path / "train.yaml"
+    spec.write_text(ADD_DYN.format(edge="zero").replace("  body: o = x + y\n", "  body: o = x * y\nbackward: {}\n"))
+    bk, _ = B.load(spec)
+    with pytest.raises(SpecErrors) as err:
+        build_bucketed(spec, {}, bk, [(c, None) for c in bk.cells()], cache=Cache(tmp_path / "c"))
+    assert "tune.buckets: a bucketed package has no backward pass yet" in err.value.render()
