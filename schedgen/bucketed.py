@@ -49,7 +49,6 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
                    choices: Sequence[tuple[dict, dict | None]], cache: Cache | None = None) -> BucketedBuilt:
     """Build each bucket's variant (`choices`: per cell of `buckets`, its database row or None), dedupe them by
     plan, and make the dispatch record."""
-    from .tune.progress import best_label
     overrides = dict(overrides or {})
     own: list[Built] = []
 
@@ -71,7 +70,7 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
             try:
                 built = build_spec(spec_path, {**overrides, **schedule_overrides(row)}, cache=cache)
                 source = "tuned"
-                notes.append(f"{label}: tuned at {at}: {best_label(row)} on {row.get('gpu')}")
+                notes.append(f"{label}: tuned at {at}: {_label(row)} on {row.get('gpu')}")
             except SpecErrors as exc:
                 first = exc.problems[0]
                 notes.append(f"{label}: the winner at {at} does not plan over the whole dynamic range "
@@ -91,6 +90,15 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
     record = DispatchRecord(variants[0].name, tuple(buckets.sizes), tuple(buckets.bounds),
                             tuple(f"v{i}" for i in range(len(variants))), tuple(table), tuple(info))
     return BucketedBuilt(record, tuple(variants), tuple(notes))
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    """A winner as the build prints it: its time, rate and knobs (the tuner's best_label, which this stage does not
+    import)."""
+    rate = f"{row['tflops']:.0f} TFLOP/s" if row.get("tflops") else (f"{row['gbps']:.0f} GB/s" if row.get("gbps")
+                                                                      else "")
+    knobs = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (row.get("knobs") or {}).items())
+    return f"best {row['time_ms']:.4f} ms {rate}  {knobs}"
 
 
 def _same_backends(variants: list[Built], notes: list[str], table: list[int], spec_path) -> None:

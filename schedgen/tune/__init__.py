@@ -21,7 +21,7 @@ One job per module: `space` (knobs, counting, lazy enumeration, sampling), `pick
 with no tune section: the planner's picks written in, the family's knobs around them), `aliases` (the families'
 short knob names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `progress` (the rich
 display), `driver` (the tune() loop), `results` (best known, export, the final table), `db` (the sqlite tuning
-database).
+database), `buckets` (a dynamic-size spec's buckets: checked, tuned one bucket at a time, the winner of each).
 """
 from __future__ import annotations
 
