@@ -3,7 +3,7 @@ the CPU: the launch is faked, so what is timed is the dispatch alone.
 
     python3 bench/bucket_dispatch.py [--calls N]
 
-Builds a 3-bucket, 2-variant package of a small dynamic-M map spec (tests/runtime/test_buckets.py's) and times:
+Builds a 3-bucket, 2-variant package of a small dynamic-M map spec (tests/runtime/test_bucket_dispatch.py's) and times:
 - `pick`: BucketedKernel.pick on two inputs (a shape read and a bisect);
 - `bucketed call`: BucketedKernel.__call__ on torch tensors, eager, each variant's torch fast path (`_call_torch`)
   replaced by its routing test (`plain_context`) and a preallocated result (no launch): the routing, the pick;
@@ -47,7 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     args = ap.parse_args()
-    from runtime.test_buckets import SPEC, row
+    from runtime.test_bucket_dispatch import SPEC, row
     tmp = Path(tempfile.mkdtemp(prefix="bucket-dispatch-"))
     spec = tmp / "add_dyn.yaml"
     spec.write_text(SPEC)

@@ -1,7 +1,7 @@
 """Many shapes, one package, on the CPU: tune.buckets and --buckets checked against the sizes, the tune loop over the
 buckets with a fake runner (one database winner per bucket, at the bucket's bound), and `schedgen build --tuned` of a
 bucketed spec (variants deduplicated, the dispatch table, the fallbacks to the spec's own schedule). The located
-errors of tune.buckets in files: tests/errors/tune_buckets*.yaml. The runtime's pick: tests/runtime/test_buckets.py."""
+errors of tune.buckets in files: tests/errors/tune_buckets*.yaml. The runtime's pick: tests/runtime/test_bucket_dispatch.py."""
 from __future__ import annotations
 
 import json
