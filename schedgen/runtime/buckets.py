@@ -24,7 +24,9 @@ from ..plan import dispatch as dispatch_record
 from ..plan.dispatch import VARIANTS_DIR
 from ..plan.launch import FILE_NAME as LAUNCH_FILE
 from . import arrays
+from . import autograd as _autograd
 from . import torch_op as _torch_op
+from .arrays import ArgumentError
 from .kernel import _SLOW, Kernel
 
 
@@ -118,10 +120,20 @@ class BucketedKernel:
                 if res is not _SLOW:
                     return res
             if stream is None and not op.eager_direct(args, out):
+                if _autograd.wants_grad(args, out):
+                    raise self._no_backward(args)
                 routed = op.dispatch(args, out)   # traced, fake, meta, dispatch modes: the op picks at run time
                 if routed is not NotImplemented:
                     return routed
         return self.pick(args)(*args, out=out, stream=stream, backend=backend, interpret=interpret)
+
+    def _no_backward(self, args: Sequence[Any]) -> ArgumentError:
+        import torch
+        names = [o.name for a, o in zip(args, self.inputs) if isinstance(a, torch.Tensor) and a.requires_grad]
+        what = f"{names[0]}: requires grad" if names else "out: requires grad"
+        return ArgumentError(f"{what}, but {self.name} is a bucketed package, which has no backward pass yet: call it "
+                             f"under torch.no_grad() / torch.inference_mode(), or build the spec without buckets (with "
+                             f"a `backward:` section) for training")
 
     def call_user(self, *args: Any, **kw: Any) -> Any:
         return self(*args, **kw)
