@@ -134,6 +134,24 @@ def test_the_pick_reads_the_size_from_the_inputs(pkg):
         pkg.add_dyn(bf16(65), bf16(65), interpret=True)
 
 
+def test_two_bucketed_sizes_are_read_from_the_inputs_that_bind_them(tmp_path):
+    """bias_add_bf16_dynamic (M and N dynamic; N bound by x's dimension 1 and b's 0) with buckets M <= 128 and N <=
+    1024: 64-row blocks where exactly one of them is small, the spec's 32-row blocks elsewhere."""
+    spec = tmp_path / "bias.yaml"
+    spec.write_text((SPECS_DIR / "bias_add_bf16_dynamic.yaml").read_text()
+                    + "tune:\n  buckets:\n    M: [128, 65536]\n    N: [1024, 16384]\n")
+    bk, _ = B.load(spec)
+    tall = {"schedule.in_specs.x.block_shape": [64, 256], "schedule.out_specs.o.block_shape": [64, 256]}
+    choices = [(c, {"overrides": {**c, **tall}, "knobs": {}, "time_ms": 1.0, "gpu": "g"}
+                if (c["M"] == 128) != (c["N"] == 1024) else None) for c in bk.cells()]
+    bb = build_bucketed(spec, {}, bk, choices, cache=Cache(tmp_path / "c"))
+    assert bb.record.table == (0, 1, 1, 0)
+    k = _import(package_bucketed(bb, tmp_path / "out").parent, "bias_add_bf16_dynamic").kernel
+    for m, n, v in ((1, 256, 0), (128, 1024, 0), (128, 1280, 1), (129, 1024, 1), (129, 1280, 0), (65536, 16384, 0)):
+        assert k.pick((np.empty((m, n), np.float32), np.empty((n,), np.float32))) is k.variants[v], (m, n)
+        assert k.variant_for({"M": m, "N": n}) is k.variants[v]
+
+
 def test_the_variants_are_whole_packages_with_one_interface(pkg):
     k = pkg.kernel
     assert "2 variants, buckets M <= [64, 256, 1024]" in repr(k)
