@@ -225,13 +225,15 @@ def winners(spec_path: str | Path, overrides: Mapping[str, Any] | None, buckets:
 def summary(result: BucketsResult):
     """The final table (rich): bucket -> the shape tuned, the best schedule, its time and rate."""
     from rich import box
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     from .space import _fmt_value
     dry = bool(result.runs) and result.runs[0].result.dry_run
-    t = Table(title=Text(f"{len(result.runs)} buckets" + (" (dry run: nothing measured)" if dry else "")),
-              title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    title = Text(f"{len(result.runs)} buckets" + (" (dry run: nothing measured)" if dry else "")
+                 + f"; {result.wall_s:.1f} s in all")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
     heads = ("bucket", "tuned at", "compiled") if dry else ("bucket", "tuned at", "time (ms)", "rate", "best schedule")
     for h in heads:
         t.add_column(Text(h), justify="right" if h in ("time (ms)", "rate", "compiled") else "left")
@@ -249,4 +251,4 @@ def summary(result: BucketsResult):
                                                                        else "-")
         knobs = " ".join(f"{k}={_fmt_value(v)}" for k, v in (b.get("knobs") or {}).items())
         t.add_row(Text(run.label), Text(at), Text(f"{b['time_ms']:.4f}"), Text(rate), Text(knobs or "-"))
-    return t
+    return Group(title, t)

@@ -337,3 +337,14 @@ def test_a_spec_with_a_backward_section_is_refused_at_its_buckets(tmp_path):
     with pytest.raises(SpecErrors) as err:
         build_bucketed(spec, {}, bk, [(c, None) for c in bk.cells()], cache=Cache(tmp_path / "c"))
     assert "tune.buckets: a bucketed package has no backward pass yet" in err.value.render()
+
+
+def test_a_dry_run_over_buckets_compiles_each_bucket_s_candidates(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    spec = add_dyn(tmp_path)
+    assert cli.main(["tune", str(spec), "--dry-run", "--buckets", "M=64,1024", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bucket 1 of 2: M 32..64, tuned at M=64" in out and "2 buckets (dry run: nothing measured)" in out
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("M ") and "M=" in ln and " of " in ln]
+    assert [(r[1], r[2]) for r in rows] == [("32..64", "M=64"), ("96..1024", "M=1024")]
+    assert all(r[3] == r[5] for r in rows)          # "N of N" compiled
