@@ -284,7 +284,8 @@ def test_the_pick_is_cheap(pkg):
 def test_bucketed_bundled_spec_on_gpu(tmp_path):
     """specs/matmul_bf16_dynamic_buckets.yaml with two variants (64-row tiles for M <= 256, the spec's 128-row
     tiles above): each variant against the float64 reference at two sizes of each of its buckets, eager with torch
-    and numpy, through torch.compile (one trace), and replayed from a CUDA graph captured at each size."""
+    and numpy, through torch.compile (one trace), replayed from a CUDA graph captured at each size, and on the Pallas
+    backend (jax arrays)."""
     torch = pytest.importorskip("torch")
     from schedgen.reference import random_inputs, reference, rel_error
     from schedgen.verify import _depth, tolerance
@@ -320,6 +321,8 @@ def test_bucketed_bundled_spec_on_gpu(tmp_path):
         g.replay()
         torch.cuda.synchronize()
         results["graph"] = out.float().cpu().numpy()
+        import jax.numpy as jnp                         # the Pallas variants (jax arrays), chosen per shape
+        results["pallas"] = np.asarray(getattr(mod, bb.name)(jnp.asarray(host["a"]), jnp.asarray(host["b"])))
         for how, got in results.items():
             err = rel_error(np.asarray(got, np.float64), ref)
             assert err <= tol, f"M={m} ({how}, variant {want.root.name}): rel. error {err:.2e} over {tol:.0e}"
