@@ -230,6 +230,8 @@ def cmd_new(args) -> int:
 
 def cmd_build(args) -> int:
     from .build import build_spec, package
+    if args.buckets and not args.tuned:
+        raise _usage("--buckets goes with --tuned (it packages the tuning database's winner of each bucket)")
     status = EXIT_OK
     for path in args.files:
         overrides, note = _overrides(args), ""

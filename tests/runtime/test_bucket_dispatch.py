@@ -299,6 +299,9 @@ def test_bucketed_bundled_spec_on_gpu(tmp_path):
     assert len(bb.variants) == 2 and bb.record.table == (0, 0, 1, 1, 1)
     mod = _import(package_bucketed(bb, tmp_path / "out").parent, bb.name)
     k = mod.kernel
+    for m in (64, 1024):           # the package's one op: fake against real, schema, autograd registration
+        a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        torch.library.opcheck(k.torch_op.op, (a, torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)))
     torch._dynamo.reset()
     compiled = torch.compile(lambda a, b: getattr(mod, bb.name)(a, b), fullgraph=True, dynamic=True)
     for m in (8, 64, 72, 256, 264, 1024, 4104, 16384):

@@ -165,6 +165,11 @@ def test_cli_reports_bucket_errors_located_and_usage_errors_in_one_line(tmp_path
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().startswith("schedgen: --buckets M=64;1024: expected SIZE=B1,B2,...")
     with pytest.raises(SystemExit) as exit_:
+        cli.main(["build", str(add_dyn(tmp_path)), "--buckets", "M=64,1024", "-o", str(tmp_path / "o")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == ("schedgen: --buckets goes with --tuned (it packages the tuning "
+                                               "database's winner of each bucket)")
+    with pytest.raises(SystemExit) as exit_:
         cli.main(["tune", str(add_dyn(tmp_path)), "--export", str(tmp_path / "x.yaml")])
     assert exit_.value.code == 2
     assert "--export writes one schedule; a bucketed spec's winners go into one package" in capsys.readouterr().err
