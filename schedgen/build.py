@@ -389,27 +389,38 @@ def package(built: Built, out_dir: str | Path) -> Path:
         bad = [n for n in b.files if not is_plain_name(n) or n in ("__init__.py", BACKWARD_FILE)]
         if bad:
             raise ValueError(f"package files must be plain file names, not {bad}")
+    return publish(out_dir, built.name, lambda staged: _fill(built, staged))
+
+
+def publish(out_dir: str | Path, name: str, fill) -> Path:
+    """`out_dir/<name>/`: `fill(staged)` writes the files into a fresh staging folder, swapped in whole."""
     out_dir = Path(out_dir)
     _output_folder(out_dir)
     clean_stale(out_dir)
-    dest = out_dir / built.name
-    staged = Path(tempfile.mkdtemp(prefix=temp_name(built.name), dir=out_dir))
+    dest = out_dir / name
+    staged = Path(tempfile.mkdtemp(prefix=temp_name(name), dir=out_dir))
     try:
-        _write_package(built, staged)
-        bw = built.backward
-        if bw is not None:
-            write_new(staged / BACKWARD_FILE, json.dumps(bw.record(), indent=1, sort_keys=True).encode())
-            (staged / BACKWARD_DIR).mkdir()
-            write_new(staged / BACKWARD_DIR / "__init__.py",
-                      f'"""The backward kernels of {built.name} (backward.json says how they chain)."""\n'.encode())
-            for step, sub in bw.steps.items():
-                (staged / BACKWARD_DIR / step).mkdir()
-                _write_package(sub, staged / BACKWARD_DIR / step)
-            for folder in (staged / BACKWARD_DIR, *(staged / BACKWARD_DIR / s for s in bw.steps)):
-                os.chmod(folder, 0o777 & ~_UMASK)
+        fill(staged)
         os.chmod(staged, 0o777 & ~_UMASK)
         _swap_in(staged, dest)
     finally:
         if os.path.lexists(staged):
             remove_path(staged)
     return dest
+
+
+def _fill(built: Built, staged: Path) -> None:
+    """One kernel's package (and its backward sub-packages) into the staging folder."""
+    _write_package(built, staged)
+    bw = built.backward
+    if bw is None:
+        return
+    write_new(staged / BACKWARD_FILE, json.dumps(bw.record(), indent=1, sort_keys=True).encode())
+    (staged / BACKWARD_DIR).mkdir()
+    write_new(staged / BACKWARD_DIR / "__init__.py",
+              f'"""The backward kernels of {built.name} (backward.json says how they chain)."""\n'.encode())
+    for step, sub in bw.steps.items():
+        (staged / BACKWARD_DIR / step).mkdir()
+        _write_package(sub, staged / BACKWARD_DIR / step)
+    for folder in (staged / BACKWARD_DIR, *(staged / BACKWARD_DIR / s for s in bw.steps)):
+        os.chmod(folder, 0o777 & ~_UMASK)

@@ -109,6 +109,10 @@ def _add_define(p: argparse.ArgumentParser) -> None:
                    help="override a size (-D M=8192) or any field (-D schedule.pipeline.max_concurrent_steps=3)")
 
 
+def _add_buckets(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--buckets", action="append", metavar="SIZE=B1,B2,...", help=what)
+
+
 def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
     plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
@@ -134,6 +138,7 @@ def cmd_validate(args) -> int:
             plan(spec, src)
         except SpecErrors as exc:
             problems += exc.problems
+        problems += _bucket_problems(spec, _overrides(args))
         if spec.tune is not None and spec.tune.params:
             from .tune.space import load_space     # as `schedgen tune` reads it (the picks written in)
             try:
@@ -146,6 +151,27 @@ def cmd_validate(args) -> int:
         else:
             print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
     return status
+
+
+def _bucket_problems(spec, overrides: dict) -> list:
+    """tune.buckets checked against the sizes (a bucketed size that -D fixes is one shape: not checked)."""
+    from .errors import Problem
+    from .tune.buckets import problems_of
+    given = {k: v for k, v in (spec.tune.buckets if spec.tune is not None else {}).items() if k not in overrides}
+    return [Problem(("tune", "buckets", *p), m) for p, m in problems_of(spec, given)] if given else []
+
+
+def _buckets(path: str, overrides: dict, args):
+    """The spec's buckets (or --buckets), checked; None without any (or when -D fixes a bucketed size: said)."""
+    from .tune.buckets import BucketsError, load, parse_cli
+    try:
+        cli = parse_cli(args.buckets) if args.buckets else None
+        buckets, note = load(path, overrides, cli)
+    except BucketsError as exc:
+        raise _usage(str(exc)) from None
+    if note:
+        print(f"{path}: {note}", file=sys.stderr)
+    return buckets
 
 
 SCHEMA_OUT, REFERENCE_OUT = "schemas/schedgen.schema.json", "docs/spec-reference.md"
@@ -204,10 +230,16 @@ def cmd_new(args) -> int:
 
 def cmd_build(args) -> int:
     from .build import build_spec, package
+    if args.buckets and not args.tuned:
+        raise _usage("--buckets goes with --tuned (it packages the tuning database's winner of each bucket)")
     status = EXIT_OK
     for path in args.files:
         overrides, note = _overrides(args), ""
         try:
+            buckets = _buckets(path, overrides, args) if args.tuned else None
+            if buckets is not None:
+                _build_buckets(path, overrides, buckets, args)
+                continue
             if args.tuned:
                 overrides, note = _tuned(path, overrides, args)
             built = build_spec(path, overrides)
@@ -228,6 +260,27 @@ def cmd_build(args) -> int:
         for w in (*built.warnings, *(w for b in (bw.steps.values() if bw else ()) for w in b.warnings)):
             print(w, file=sys.stderr)
     return status
+
+
+def _build_buckets(path: str, overrides: dict, buckets, args) -> None:
+    """build --tuned of a bucketed spec: each bucket's best schedule a variant of one package (bucketed.py)."""
+    from .bucketed import build_bucketed, describe, package_bucketed
+    from .tune import NothingToTune, TuneDBError, current_gpu
+    from .tune.buckets import winners
+    try:
+        choices = winners(path, overrides, buckets, db=args.db, backend="cuda", gpu=current_gpu())
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
+    except NothingToTune:
+        choices = [(cell, None) for cell in buckets.cells()]
+    bb = build_bucketed(path, overrides, buckets, choices)
+    try:
+        dest = package_bucketed(bb, args.output)
+    except OSError as exc:
+        raise _os_usage("-o", args.output, exc, "the package") from None
+    print(f"{path}: built {bb.name} (bucketed) -> {dest}{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
+    for w in dict.fromkeys(w for b in bb.variants for w in b.warnings):
+        print(w, file=sys.stderr)
 
 
 def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
@@ -411,6 +464,12 @@ def cmd_tune(args) -> int:
                        summary, tune)
     overrides = _overrides(args)
     _check_tune_args(args, MAX_SPACE)
+    buckets = _buckets(args.file, overrides, args)
+    if buckets is not None:
+        if args.export:
+            raise _usage("--export writes one schedule; a bucketed spec's winners go into one package: schedgen "
+                         f"build {args.file} --tuned (or -D SIZE=BOUND to tune and export one bucket)")
+        return _tune_buckets(args, overrides, buckets)
     if args.db_only:
         try:
             row = best_known(args.file, overrides, db=args.db, backend=args.backend, budget=args.budget,
@@ -475,6 +534,41 @@ def _tune_runner(args, worker_runner):
     return PoolRunner(gpus, timeout=args.timeout, options=options)
 
 
+def _tune_buckets(args, overrides: dict, buckets) -> int:
+    """tune over buckets: one tuning run per bucket at its bound, its summary, then the table of the winners."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from .tune import RichProgress, TuneDBError, WorkerRunner, summary
+    from .tune.buckets import summary as buckets_summary
+    from .tune.buckets import tune_buckets
+    console = Console() if Console().is_terminal else Console(width=120)
+
+    def before(i: int, n: int, run) -> None:
+        at = ", ".join(f"{k}={v}" for k, v in run.cell.items())
+        console.print(Text(f"bucket {i + 1} of {n}: {run.label}, tuned at {at}", style="bold"))
+    runner = None if args.dry_run else _tune_runner(args, WorkerRunner)
+    try:
+        result = tune_buckets(args.file, overrides, buckets, before=before,
+                              after=lambda run: console.print(summary(run.result, top=args.top, show_pruning=False)),
+                              runner=runner, db=args.db, backend=args.backend, workers=args.workers,
+                              retry_failed=args.retry_failed, dry_run=args.dry_run, progress=RichProgress(),
+                              budget=args.budget, seed=args.seed)
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
+    except (RuntimeError, ValueError) as exc:
+        print(f"schedgen: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        if runner is not None:
+            runner.close()
+    console.print(buckets_summary(result))
+    if args.dry_run:
+        return EXIT_OK if all(r.result.compiled == len(r.result.pruning.kept) for r in result.runs) else EXIT_FAIL
+    console.print(Text(f"next: schedgen build {args.file} --tuned (one package, a variant per distinct winner)"))
+    return EXIT_OK if all(r.result.best is not None for r in result.runs) else EXIT_FAIL
+
+
 def _check_tune_args(args, max_space: int) -> None:
     if args.db_only and not args.export:
         raise _usage("--db-only goes with --export (it measures nothing)")
@@ -521,6 +615,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tuned", action="store_true", help="build the best schedule the tuning database knows for "
                                                         "each spec at its shape (see schedgen tune)")
     p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
+    _add_buckets(p, "with --tuned: one package holding each bucket's best schedule as a variant, dispatched by the "
+                    "call's sizes (instead of the spec's tune.buckets)")
     _add_define(p)
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("explain", help="print the plan of a spec")
@@ -593,6 +689,8 @@ def parser() -> argparse.ArgumentParser:
                    "worker each: all visible (default), the first N, or these device numbers ('3,' for one)")
     p.add_argument("--ray", metavar="ADDRESS", help="run each trial (compile, then measure on one GPU) as a Ray "
                    "task on this cluster: auto, local, or host:port (the tune-cluster extra)")
+    _add_buckets(p, "tune each bucket of a dynamic size at its upper bound, e.g. M=64,256,1024,4096 (instead of "
+                    "the spec's tune.buckets; the last bound is the size's max); repeat for more sizes")
     p.add_argument("--export", metavar="FILE.yaml", help="write the best schedule as a plain spec")
     p.add_argument("--db-only", action="store_true", help="with --export: measure nothing, export the best the "
                                                           "database knows")

@@ -477,6 +477,9 @@ class Backward(Model):
         "family's choice (explain says which and why)"), examples=[["h"], ["acc"], "recompute"])
 
 
+MAX_BUCKETS = 32      # bounds per size in tune.buckets (each bucket is one tuning run)
+
+
 class Tune(Model):
     """Values to sweep: dotted field paths into the file -> candidate values; constraints over them."""
     params: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\[\]]{0,120}$"), AfterValidator(_tune_key),
@@ -491,5 +494,14 @@ class Tune(Model):
     constraints: list[Annotated[str, Field(max_length=400)]] = Field(default_factory=list, description=(
         "boolean expressions over the param names; a point where any is false is skipped"),
         examples=[["tile_m * tile_n <= 32768"]])
+    buckets: dict[Ident, Annotated[list[Annotated[int, Field(ge=1, le=1 << 31)]],
+                                   Field(min_length=1, max_length=MAX_BUCKETS)]] = Field(
+        default_factory=dict, description=(
+            "many shapes, one package: dynamic op.sizes -> the upper bounds of their buckets, increasing, the last "
+            "the size's max; bucket i takes the sizes in (b[i-1], b[i]]. `schedgen tune` tunes each bucket at its "
+            "bound (the shape written to the tuning database; several sizes: every combination), and "
+            "`schedgen build --tuned` packages each bucket's best schedule as a variant that a call is dispatched "
+            "to by its sizes. Each bound is a multiple of the size's multiple_of in its min..max"),
+        examples=[{"M": [64, 256, 1024, 4096, 16384]}, {"M": [512, 4096, 32768]}])
 
 

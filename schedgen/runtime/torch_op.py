@@ -70,7 +70,7 @@ EAGER_DIRECT = True
 def op_name(kernel: Any) -> str:
     """The op name of a loaded kernel: its name and a digest of the files its call runs."""
     h = hashlib.sha256()
-    for file in (LAUNCH_FILE, "kernel.cubin"):
+    for file in getattr(kernel, "op_files", (LAUNCH_FILE, "kernel.cubin")):   # a bucketed package: every variant's
         path = kernel.root / file
         h.update(file.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")

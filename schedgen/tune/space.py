@@ -323,7 +323,8 @@ def load_space(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
     if problems:
         raise SpecErrors(problems, src)
     picked, default = {}, None
-    if spec.tune is None:       # tuned around the planner's picks, written in as fields (picked.py)
+    if spec.tune is None or (not spec.tune.params and spec.tune.buckets):
+        # tuned around the planner's picks, written in as fields (picked.py); a section of buckets alone too
         spec, picked, default = default_space(spec, data, src, overrides)
     elif not spec.tune.params:
         raise nothing_to_tune(spec, src, "the tune section has no params")

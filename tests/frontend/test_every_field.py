@@ -86,6 +86,8 @@ def _cuda_only(spec, m, same) -> bool:
 ALLOWED: list[tuple[str, str, Any, str]] = [
     ("*", "description", None, "documentation of the spec file: it is not part of the kernel"),
     ("*", "tune", None, "the sweep `schedgen tune` runs over the file; the kernel built from the file is its own"),
+    ("*", "tune.*", None, "the sweep's knobs, constraints and buckets (a bundled spec with a tune section: "
+                          "matmul_bf16_dynamic_buckets): `schedgen build` without --tuned builds the file's own kernel"),
     ("*", "schedule.cluster*", lambda s, m, _: _same_cluster(s, m),
      "one cluster: its missing trailing dimensions are 1 ([2] is [2, 1], [1] is [1, 1])"),
     ("*", "op.*.shape*", lambda s, m, _: _same_extents(s, m), "a literal extent equal to the size it replaces"),

@@ -1,0 +1,149 @@
+"""A bucketed package (many shapes, one package; docs/tuning.md): one variant per distinct schedule that the tuning
+database's per-bucket winners name, each built from the dynamic-size spec like any build (so each variant serves
+the whole range), and the dispatch record (schedgen/plan/dispatch.py) saying which variant serves which bucket.
+
+    out/<name>/__init__.py          the package function: picks the variant by the call's sizes (runtime/buckets.py)
+    out/<name>/dispatch.json        the buckets' bounds and the variant of each, as data
+    out/<name>/variants/<id>/       one whole one-kernel package per variant (importable on its own)
+
+A bucket with no verified result, or whose winner does not plan over the whole dynamic range, takes the spec's
+own schedule; `notes` says which and why. Identical schedules (the same plan) are one variant.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .build import Built, _write_package, build_spec, publish
+from .cache import Cache, write_new
+from .errors import Problem, SpecErrors
+from .plan.dispatch import FILE_NAME as DISPATCH_FILE, VARIANTS_DIR, DispatchRecord
+
+PACKAGE_TEMPLATE = "shared/package_buckets.py.j2"
+
+
+@dataclass(frozen=True)
+class BucketedBuilt:
+    record: DispatchRecord
+    variants: tuple[Built, ...]      # in the record's variant order
+    notes: tuple[str, ...]           # one line per bucket: its range and where its schedule came from
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def cache_hit(self) -> bool:
+        return all(v.cache_hit for v in self.variants)
+
+
+def schedule_overrides(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A database row's overrides without the sizes it was tuned at (a plain name is a size: `-D M=4096`): the
+    schedule fields, to apply over the dynamic spec."""
+    return {k: v for k, v in row["overrides"].items() if "." in k or "[" in k}
+
+
+def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, buckets: Any,
+                   choices: Sequence[tuple[dict, dict | None]], cache: Cache | None = None) -> BucketedBuilt:
+    """Build each bucket's variant (`choices`: per cell of `buckets`, its database row or None), dedupe them by
+    plan, and make the dispatch record."""
+    overrides = dict(overrides or {})
+    own: list[Built] = []
+
+    def own_schedule() -> Built:
+        if not own:
+            own.append(build_spec(spec_path, overrides, cache=cache))
+        return own[0]
+    by_plan: dict[bytes, int] = {}
+    variants: list[Built] = []
+    table, notes, info = [], [], []
+    for cell, row in choices:
+        label = buckets.label(cell)
+        at = ", ".join(f"{k}={v}" for k, v in cell.items())
+        built, source = None, "spec"
+        if row is None:
+            notes.append(f"{label}: no verified result at {at} in the tuning database: the spec's own schedule "
+                         f"(run: schedgen tune {spec_path})")
+        else:
+            try:
+                built = build_spec(spec_path, {**overrides, **schedule_overrides(row)}, cache=cache)
+                source = "tuned"
+                notes.append(f"{label}: tuned at {at}: {_label(row)} on {row.get('gpu')}")
+            except SpecErrors as exc:
+                first = exc.problems[0]
+                notes.append(f"{label}: the winner at {at} does not plan over the whole dynamic range "
+                             f"({'.'.join(map(str, first.path))}: {first.message}): the spec's own schedule")
+        built = built or own_schedule()
+        _refuse_backward(built, spec_path)
+        key = built.files["plan.json"]
+        if key not in by_plan:
+            by_plan[key] = len(variants)
+            variants.append(built)
+        table.append(by_plan[key])
+        info.append({"range": {k: list(v) for k, v in buckets.ranges(cell).items()}, "tuned_at": dict(cell),
+                     "schedule": source, "variant": f"v{by_plan[key]}",
+                     **({"time_ms": row.get("time_ms"), "gpu": row.get("gpu"), "knobs": row.get("knobs")}
+                        if source == "tuned" else {})})
+    _same_backends(variants, notes, table, spec_path)
+    record = DispatchRecord(variants[0].name, tuple(buckets.sizes), tuple(buckets.bounds),
+                            tuple(f"v{i}" for i in range(len(variants))), tuple(table), tuple(info))
+    return BucketedBuilt(record, tuple(variants), tuple(notes))
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    """A winner as the build prints it: its time, rate and knobs (the tuner's best_label, which this stage does not
+    import)."""
+    rate = f"{row['tflops']:.0f} TFLOP/s" if row.get("tflops") else (f"{row['gbps']:.0f} GB/s" if row.get("gbps")
+                                                                      else "")
+    knobs = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (row.get("knobs") or {}).items())
+    return f"best {row['time_ms']:.4f} ms {rate}  {knobs}"
+
+
+def _same_backends(variants: list[Built], notes: list[str], table: list[int], spec_path) -> None:
+    """Every variant must build the same backends (one call, one choice of backend); a tuned schedule that the
+    Pallas backend cannot render makes the planner pick [cuda] for it when the spec leaves `backends` out."""
+    sets = [tuple(v.plan.backends) for v in variants]
+    if len(set(sets)) > 1:
+        which = "; ".join(f"{n.split(':')[0]}: {', '.join(sets[i])}" for n, i in zip(notes, table))
+        raise SpecErrors([Problem(("tune", "buckets"), f"the buckets' schedules build different backends ({which}); "
+                                                        f"write schedule.backends (e.g. [cuda]) so that every "
+                                                        f"variant builds the same")], variants[0].source)
+
+
+def _refuse_backward(built: Built, spec_path: str | Path) -> None:
+    if built.backward is not None:
+        raise SpecErrors([Problem(("tune", "buckets"), "a bucketed package has no backward pass yet: build it "
+                                                        "without buckets (schedgen build without --tuned), or drop "
+                                                        "the backward section")], built.source)
+
+
+def package_bucketed(bb: BucketedBuilt, out_dir: str | Path) -> Path:
+    """Write `out_dir/<name>/`: the dispatching package module, dispatch.json and variants/<id>/."""
+    from .render import environment
+    first = bb.variants[0]
+    module = environment().get_template(PACKAGE_TEMPLATE).render(p=first.plan, record=bb.record)
+    umask = os.umask(0o022)
+    os.umask(umask)
+
+    def fill(staged: Path) -> None:
+        write_new(staged / DISPATCH_FILE, bb.record.to_json().encode())
+        write_new(staged / "__init__.py", module.encode())
+        vdir = staged / VARIANTS_DIR
+        vdir.mkdir()
+        write_new(vdir / "__init__.py", f'"""The variants of {bb.name} (dispatch.json says which serves which '
+                                        f'sizes)."""\n'.encode())
+        for vid, built in zip(bb.record.variants, bb.variants):
+            (vdir / vid).mkdir()
+            _write_package(built, vdir / vid)
+            os.chmod(vdir / vid, 0o777 & ~umask)
+        os.chmod(vdir, 0o777 & ~umask)
+    return publish(out_dir, bb.name, fill)
+
+
+def describe(bb: BucketedBuilt) -> str:
+    """The build's lines after the first: the buckets and their variants."""
+    n = len(bb.variants)
+    return "\n".join([f"  {len(bb.record.table)} buckets, {n} variant{'s' if len(bb.variants) != 1 else ''}:",
+                      *(f"  {note} -> v{i}" for note, i in zip(bb.notes, bb.record.table))])
