@@ -65,9 +65,6 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
                      "(tcgen05_mma collective_axis): Mosaic GPU's tcgen05 commit arrives on the issuing CTA's barrier "
                      "only, so a stage multicast to both CTAs cannot be freed in both; write cluster: [1], a 256-row "
                      "tile, or backends: [cuda]")
-    if op.transpose_lhs:
-        problems.add(("op", "transpose_lhs"), "the Pallas sm_100a kernel reads a K-major lhs [M, K] only; write the "
-                                              "lhs as [M, K], or backends: [cuda]")
     for nm in list(op.outputs)[1:]:
         problems.add(("op", "outputs", nm), "the Pallas sm_100a kernel stores one output (its epilogue stages one "
                                             "chunk at a time); remove this output, or write backends: [cuda]")
