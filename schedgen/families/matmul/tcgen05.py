@@ -65,6 +65,11 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
                      "(tcgen05_mma collective_axis): Mosaic GPU's tcgen05 commit arrives on the issuing CTA's barrier "
                      "only, so a stage multicast to both CTAs cannot be freed in both; write cluster: [1], a 256-row "
                      "tile, or backends: [cuda]")
+    if sch.compiler_params.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas sm_100a kernel's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
+                     "the SMEM staging writes and the TMA stores that read them; remove unsafe_no_auto_barriers, or "
+                     "write backends: [cuda]")
     for nm in list(op.outputs)[1:]:
         problems.add(("op", "outputs", nm), "the Pallas sm_100a kernel stores one output (its epilogue stages one "
                                             "chunk at a time); remove this output, or write backends: [cuda]")
