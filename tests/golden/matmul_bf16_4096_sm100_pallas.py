@@ -142,9 +142,22 @@ def sizes_of(inputs):
     return {}
 
 
+def _require_blackwell():
+    """Mosaic GPU compiles for the GPU it runs on, and this kernel's tcgen05 / TMEM operations need sm_100a: refuse
+    another GPU with one sentence (a CPU is left to jax, which asks for interpret mode)."""
+    dev = jax.devices()[0]
+    cc = getattr(dev, "compute_capability", None)
+    if cc is not None and not str(cc).startswith("10."):
+        raise RuntimeError(f"matmul_bf16_4096_sm100_pallas: the Pallas kernel is built for Blackwell (sm_100a: B200, GB200) and cannot run on "
+                           f"GPU 0, an {dev.device_kind} (sm_{str(cc).replace('.', '')}): pass interpret=True to run it in "
+                           f"Mosaic GPU's interpreter, or rebuild the spec with schedule.target: sm_90a")
+
+
 def make(sizes=None, interpret=None, outputs_as_refs=False):
     """The kernel (fixed sizes: `sizes` is {}). With outputs_as_refs, outputs are mutable refs passed after the inputs
     (to poison them)."""
+    if interpret is None:
+        _require_blackwell()
     if interpret is not None and hasattr(interpret, "inline_mgpu"):
         # dynamic_scheduling_loop's proxy fences are inline PTX, which Mosaic GPU's interpreter cannot run; its
         # cluster launch control claims no tile there, so each grid CTA runs its own tile

@@ -263,6 +263,23 @@ def test_a_cuda_only_sm100a_package_has_a_pallas_module_that_says_so(tmp_path):
         mod.make()
 
 
+def test_the_module_refuses_a_hopper_gpu_with_one_sentence(tmp_path, monkeypatch):
+    mod = _module(_build({}), tmp_path)
+
+    class H200:
+        compute_capability = "9.0"
+        device_kind = "NVIDIA H200"
+
+    monkeypatch.setattr(jax, "devices", lambda *a: [H200()])
+    with pytest.raises(RuntimeError) as info:
+        mod.make()
+    assert str(info.value) == ("matmul_bf16_4096_sm100_pallas: the Pallas kernel is built for Blackwell (sm_100a: "
+                               "B200, GB200) and cannot run on GPU 0, an NVIDIA H200 (sm_90): pass interpret=True to "
+                               "run it in Mosaic GPU's interpreter, or rebuild the spec with schedule.target: sm_90a")
+    H200.compute_capability = "10.0"
+    assert mod.make() is not None          # a Blackwell GPU: built (compiled at the first call)
+
+
 def test_explain_shows_the_pallas_tmem_columns():
     from schedgen.explain import explain
     text = explain(_build({}).plan)
