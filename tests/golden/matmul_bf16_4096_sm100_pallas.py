@@ -21,6 +21,7 @@ STAGES = 4
 ACC_STAGES = 2   # accumulator buffers of TILE_N TMEM columns
 EPI_COLS, EPI_CHUNKS, EPI_BUFFERS = 32, 8, 2
 CLUSTER_SIZE = 1
+PRODUCER, EPILOGUE = 0, 1             # warpgroups: PRODUCER's warp 0 issues the TMA, its warp 1 the MMAs
 NUM_BLOCKS = 512
 GRID_M, GRID_N = 32, 16   # the tile grid (one CTA a tile)
 NUM_TILES = 512
@@ -55,11 +56,11 @@ def _body(in_a_gmem, in_b_gmem, out_out_gmem, a_smem, b_smem, acc_tmem, out_smem
         (lin,) = info.index
         step = info.local_index               # this CTA's tiles so far: the accumulator buffer and the ring position
         mi, ni = _tile_coords(lin)
-        m0, n0 = mi * TILE_M, ni * TILE_N          # this CTA's output rows and the tile's columns
+        m0, n0 = mi * TILE_M, ni * TILE_N
         slot = lax.rem(step, ACC_STAGES)
         acc = acc_tmem.at[:, pl.ds(slot * TILE_N, TILE_N)]
 
-        @pl.when(wg == 0)
+        @pl.when(wg == PRODUCER)
         def _producer_and_mma():
             @plgpu.warp_map
             def _warp(w):
@@ -93,7 +94,7 @@ def _body(in_a_gmem, in_b_gmem, out_out_gmem, a_smem, b_smem, acc_tmem, out_smem
                     lax.fori_loop(0, K_ITERS, _k_step, None)
                     plgpu.tcgen05_commit_arrive(acc_full.at[slot])
 
-        @pl.when(wg == 1)
+        @pl.when(wg == EPILOGUE)
         def _epilogue():
             plgpu.barrier_wait(acc_full.at[slot])
             for chunk in range(EPI_CHUNKS):
@@ -112,27 +113,28 @@ def _body(in_a_gmem, in_b_gmem, out_out_gmem, a_smem, b_smem, acc_tmem, out_smem
 
     steps = plgpu.dynamic_scheduling_loop(grid_names=("blocks",), thread_axis="wg", init_carry=jnp.int32(0))(_tile)
 
-    # every barrier phase a warp waits on is observed before exit: the ring's last STAGES releases (the producer)
-    # and the accumulator's last ACC_STAGES (the MMA warp)
-    @pl.when(wg == 0)
+    # every barrier phase a thread waits on is observed before exit: the ring's last STAGES releases (the producer)
+    # and the accumulator's last ACC_STAGES (the MMA issuer)
+    def _drain_ring():
+        total = steps * K_ITERS
+
+        @pl.loop(lax.max(total - STAGES, 0), total)
+        def _(g):
+            plgpu.barrier_wait(empty.at[lax.rem(g, STAGES)])
+
+    def _drain_acc():
+        @pl.loop(lax.max(steps - ACC_STAGES, 0), steps)
+        def _(i):
+            plgpu.barrier_wait(acc_empty.at[lax.rem(i, ACC_STAGES)])
+
+    @pl.when(wg == PRODUCER)
     def _drain():
         @plgpu.warp_map
         def _warp(w):
-            @pl.when(w == 0)
-            def _():
-                total = steps * K_ITERS
+            pl.when(w == 0)(_drain_ring)
+            pl.when(w == 1)(_drain_acc)
 
-                @pl.loop(lax.max(total - STAGES, 0), total)
-                def _(g):
-                    plgpu.barrier_wait(empty.at[lax.rem(g, STAGES)])
-
-            @pl.when(w == 1)
-            def _():
-                @pl.loop(lax.max(steps - ACC_STAGES, 0), steps)
-                def _(i):
-                    plgpu.barrier_wait(acc_empty.at[lax.rem(i, ACC_STAGES)])
-
-    @pl.when(wg == 1)
+    @pl.when(wg == EPILOGUE)
     def _stores():
         plgpu.wait_smem_to_gmem(0)
 

@@ -227,10 +227,17 @@ def _pallas_sm100(p) -> list[str]:
     lines = [
         "  Pallas     the Mosaic GPU kernel (jax 0.11.2): lowered for sm_100a and run in the interpreter on the CPU, "
         "NOT RUN on Blackwell hardware",
-        f"             2 warpgroups: warpgroup 0 split by warp_map into warp 0 (TMA of {t.rows} x {p.tile_k} lhs / "
-        f"{p.tile_k} x {t.cols_b} rhs blocks{', leader_tracked halves of the pair' if pair else ''}) and warp 1 "
-        f"(tcgen05_mma{' collective_axis (cta_group::2, the leader)' if pair else ' (cta_group::1)'} into TMEM, the "
-        f"stage freed by its commit on empty, tcgen05_commit_arrive on acc_full); warpgroup 1 the epilogue",
+        (f"             3 warpgroups: 0 the TMA of {t.rows} x {p.tile_k} lhs / {p.tile_k} x {t.cols_b} rhs blocks, 1 "
+         f"tcgen05_mma (cta_group::1) into TMEM, the stage freed by its commit on empty, tcgen05_commit_arrive on "
+         f"acc_full; 2 the epilogue" if t.relay else
+         f"             2 warpgroups: warpgroup 0 split by warp_map into warp 0 (TMA of {t.rows} x {p.tile_k} lhs / "
+         f"{p.tile_k} x {t.cols_b} rhs blocks{', leader_tracked halves of the pair' if pair else ''}) and warp 1 "
+         f"(tcgen05_mma{' collective_axis (cta_group::2, the leader)' if pair else ' (cta_group::1)'} into TMEM, the "
+         f"stage freed by its commit on empty, tcgen05_commit_arrive on acc_full); warpgroup 1 the epilogue"),
+        *([f"             cluster {p.cluster_m} x {p.cluster_n}: each CTA its own tile, sharing the {p.multicast} tile "
+           f"by multicast TMA copies; a stage is freed in both CTAs through a cluster barrier (freed) each CTA's "
+           f"producer arrives on after its own MMAs' commit (a warpgroup of its own: Mosaic GPU cannot arrive on a "
+           f"cluster barrier from a warp_map warp)"] if t.relay else []),
         f"             SMEM {p.stages} x {t.stage_bytes} B ring + {t.epi_buffers} x {t.rows} x {t.epi_cols} "
         f"{p.out_dtype} staging (swizzle {t.epi_swizzle or 'none'}) + barriers: about {t.smem_bytes} B of 232448",
         f"  Pallas TMEM map ({t.tmem_cols} columns x {t.rows} lanes of f32, plgpu.TMEM"

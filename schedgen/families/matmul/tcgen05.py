@@ -11,7 +11,9 @@ GMEM in the TMEM register layout), casts, stages each chunk in SMEM and stores i
 it frees the TMEM buffer (`acc_empty`). The accumulator is double-buffered in TMEM when two tile_n-column buffers fit
 its 512 columns. cta_group 2 (a 256-row tile on a [2, 1] cluster): one `tcgen05_mma(collective_axis=...)` for the
 CTA pair, each CTA loading its 128 lhs rows and half of the rhs columns (`leader_tracked` TMA copies) into a collective
-TMEM allocation. Tiles: `plgpu.nd_loop` (persistent.loop: nd_loop) or `plgpu.dynamic_scheduling_loop` (loop:
+TMEM allocation. A 2-CTA cluster of 128-row tiles sharing an operand (collective_axes: multicast TMA copies): each
+CTA's MMA commit frees the stage locally and the producer relays it to the peer through a cluster barrier, so both
+CTAs' MMAs have read a stage before either refills it (three warpgroups then: see `relay`). Tiles: `plgpu.nd_loop` (persistent.loop: nd_loop) or `plgpu.dynamic_scheduling_loop` (loop:
 dynamic: one grid CTA a tile, the rest claimed by cluster launch control).
 
 NOT RUN on Blackwell hardware: lowered for sm_100a on the CPU (the MLIR holds the tcgen05 / TMEM operations) and run
@@ -50,6 +52,10 @@ class Tcgen05Plan:
     stage_bytes: int          # one ring stage a CTA: lhs then rhs block
     smem_bytes: int           # the ring, the staging buffers, the barriers (+ Mosaic GPU's own, estimated)
     dynamic: bool             # plgpu.dynamic_scheduling_loop (cluster launch control)
+    relay: bool               # a 2-CTA cluster of 1-CTA MMAs sharing an operand by multicast: a stage is freed in both
+                              # CTAs through a cluster barrier (`freed`) each CTA arrives on after its own MMAs' commit,
+                              # so the kernel has three warpgroups (TMA, MMA, epilogue: Mosaic GPU cannot arrive on a
+                              # cluster barrier from a warp_map warp)
     interpretable: str        # "" or why Mosaic GPU's interpreter cannot run it (a verify SKIP row)
 
 
@@ -59,12 +65,6 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
     if sch.target != "sm_100a" or "pallas" not in sch.backends or bw is None:
         return None
     bad = len(problems)
-    if bw.cta_group == 1 and cl.csize > 1:
-        problems.add(("schedule", "cluster"),
-                     "the Pallas sm_100a kernel takes a 2-CTA cluster only as the CTA pair of a 256-row tile "
-                     "(tcgen05_mma collective_axis): Mosaic GPU's tcgen05 commit arrives on the issuing CTA's barrier "
-                     "only, so a stage multicast to both CTAs cannot be freed in both; write cluster: [1], a 256-row "
-                     "tile, or backends: [cuda]")
     if sch.compiler_params.unsafe_no_auto_barriers:
         problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
                      "the Pallas sm_100a kernel's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
@@ -79,10 +79,11 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
     epi_cols = min(EPI_COLS, tile.tn)
     stage = bw.stage_bytes
     staging = EPI_BUFFERS * bw.rows * epi_cols * osz
-    barriers = BARRIER_BYTES * (2 * pipe.stages + 2 * bw.acc_stages)
+    relay = bw.cta_group == 1 and bool(cl.multicast)
+    barriers = BARRIER_BYTES * ((3 if relay else 2) * pipe.stages + 2 * bw.acc_stages)
     smem = pipe.stages * stage + staging + barriers + SMEM_SLACK
     if smem > hw.smem_per_block:
-        fit = max((hw.smem_per_block - staging - SMEM_SLACK) // (stage + 2 * BARRIER_BYTES), 0)
+        fit = max((hw.smem_per_block - staging - SMEM_SLACK) // (stage + 3 * BARRIER_BYTES), 0)
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the Pallas sm_100a kernel needs {smem} B of SMEM for {pipe.stages} stages of {stage} B, "
                      f"{EPI_BUFFERS} epilogue staging buffers of {bw.rows} x {epi_cols} and its barriers, over the "
@@ -92,7 +93,7 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
         cta_group=bw.cta_group, rows=bw.rows, cols_b=tile.tn // bw.cta_group, acc_stages=bw.acc_stages,
         tmem_cols=bw.acc_stages * tile.tn, epi_cols=epi_cols, epi_chunks=tile.tn // epi_cols,
         epi_buffers=EPI_BUFFERS, epi_swizzle=_widest_swizzle(epi_cols * osz), stage_bytes=stage, smem_bytes=smem,
-        dynamic=bw.dynamic, interpretable=NOT_INTERPRETABLE_PAIR if bw.cta_group == 2 else "")
+        dynamic=bw.dynamic, relay=relay, interpretable=NOT_INTERPRETABLE_PAIR if bw.cta_group == 2 else "")
 
 
 def _widest_swizzle(nbytes: int) -> int:

@@ -130,9 +130,8 @@ def _errors(overrides) -> list[str]:
     ({"schedule.epilogue.store": "tma"}, "schedule.epilogue.store", "is a Hopper (sm_90a) field"),
     ({"schedule.in_specs.a.delay_release": 1}, "schedule.in_specs.a.delay_release", "tcgen05.commit frees"),
     # the Pallas rendering exists (test_sm100_pallas.py); what it cannot do is its own located error
-    ({"schedule.backends": ["cuda", "pallas"], "schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
-      "schedule.in_specs.b.collective_axes": ["cluster"]}, "schedule.cluster", "the Pallas sm_100a kernel takes a "
-                                                                              "2-CTA cluster only as the CTA pair"),
+    ({"schedule.backends": ["cuda", "pallas"], "op.outputs.h": {"shape": ["M", "N"], "dtype": "bf16"},
+      "op.epilogue": "h = acc\nout = relu(h)"}, "op.outputs.h", "the Pallas sm_100a kernel stores one output"),
     ({"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
       "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]},
      "op.inputs.a.dtype", "bf16 / f16 inputs (tcgen05.mma kind::f16)"),

@@ -41,6 +41,13 @@ ONE_CTA = {"M": 256, "N": 256, "K": 384, "schedule.persistent.loop": "nd_loop", 
            "schedule.in_specs.b.block_shape": [64, 128], "schedule.out_specs.out.block_shape": [128, 128],
            "schedule.pipeline.max_concurrent_steps": 3}
 SMALL = {"M": 256, "N": 512, "K": 128}     # 2 x 2 tiles of the bundled 128 x 256, 2 k-steps
+MC_RHS = {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]}
+MC_LHS = {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2], "schedule.in_specs.a.collective_axes": ["cluster"]}
+# one [2, 1] cluster sharing the rhs walks 2 x 2 cluster tiles of 128 x 128, 6 k-steps through 3 stages: the relayed
+# stage releases wrap
+MC_WRAP = {**MC_RHS, "M": 512, "N": 256, "K": 384, "schedule.persistent.num_blocks": 2,
+           "schedule.in_specs.b.block_shape": [64, 128], "schedule.out_specs.out.block_shape": [128, 128],
+           "schedule.pipeline.max_concurrent_steps": 3}
 
 LOWER_CASES = {
     "bundled_dynamic": ({}, 1),
@@ -52,6 +59,9 @@ LOWER_CASES = {
     "row_scale_residual": (ROW_SCALE_RESIDUAL, 1),
     "rhs_nk_128": (RHS_NK, 1),
     "f16": (F16, 1),
+    "cluster2x1_multicast_rhs": (MC_RHS, 1),
+    "cluster1x2_multicast_lhs": (MC_LHS, 1),
+    "cluster2x1_no_multicast": ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1]}, 1),
 }
 INTERPRET_CASES = {
     "bundled_dynamic": SMALL,
@@ -60,6 +70,8 @@ INTERPRET_CASES = {
     "row_scale_residual": {**SMALL, **ROW_SCALE_RESIDUAL},
     "rhs_nk_128": {**RHS_NK, "M": 256, "N": 256, "K": 128},
     "f16_one_cta": {**ONE_CTA, **F16},
+    "cluster2x1_multicast_rhs_wrap": MC_WRAP,
+    "cluster1x2_multicast_lhs": {**MC_LHS, "M": 256, "N": 512, "K": 128},
 }
 
 
@@ -147,6 +159,9 @@ def test_pallas_sm100a_lowers_with_tcgen05_and_tmem(case, tmp_path, sm100a):
     # cluster launch control only with loop: dynamic; the pair's TMA loads complete on the leader's barrier
     assert ("clusterlaunchcontrol.try_cancel" in text) == plan.tcgen05.dynamic
     assert ("cta_group::2" in re.sub(r"tcgen05\.[a-z_.]*cta_group::2", "", text)) == (group == 2)
+    # a cluster barrier (arrived on in the peer CTA): the relayed stage release, the pair's acc_empty
+    assert ("mapa.shared::cluster" in text) == (plan.tcgen05.relay or group == 2)
+    assert plan.tcgen05.relay == (group == 1 and bool(plan.multicast))
 
 
 def test_rendered_module_reflects_the_plan():
@@ -162,6 +177,10 @@ def test_rendered_module_reflects_the_plan():
     assert "plgpu.wait_load_tmem()" in src and "plgpu.dynamic_scheduling_loop(" in src and "nd_loop" not in src
     assert f"NUM_BLOCKS = {p.num_tiles}" in src and "cluster=(" not in src
     assert f"plgpu.planar_snake(lin, (GRID_M, GRID_N), {p.minor_dim}, {p.tile_width})" in src
+    assert "num_threads=2," in src and "plgpu.warp_map" in src and "freed" not in src
+    relay = _build(MC_RHS).files["pallas_kernel.py"].decode()
+    assert "num_threads=3," in relay and "plgpu.barrier_arrive(freed.at[s])" in relay
+    assert "b_smem.at[s],\n" in relay and 'full.at[s], collective_axes="cluster")' in relay
     pair = _build(PAIR).files["pallas_kernel.py"].decode()
     assert 'collective_axis="cluster"' in pair and "collective=True" in pair and "plgpu.ClusterBarrier(" in pair
     assert "leader_tracked=plgpu.CopyPartition.PARTITIONED(0)" in pair and "cluster=(CLUSTER_SIZE,)" in pair
@@ -177,6 +196,8 @@ def test_pallas_sm100a_interpret_matches_float64(case, tmp_path):
     plan = built.plan
     if case == "one_cta_nd_loop":
         assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.stages) == (1, 4, 6, 3)
+    if case == "cluster2x1_multicast_rhs_wrap":
+        assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.tcgen05.relay) == (2, 4, 6, True)
     mod = _module(built, tmp_path)
     inputs = _inputs(plan)
     out = _run(mod, plan, inputs)
@@ -218,8 +239,6 @@ def test_verify_interpret_passes_the_bundled_spec_and_skips_the_pair():
 # ------------------------------------------------------------------------------------ what Pallas cannot do here
 
 @pytest.mark.parametrize("overrides, path, words", [
-    ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
-      "schedule.in_specs.b.collective_axes": ["cluster"]}, "schedule.cluster", "only as the CTA pair of a 256-row"),
     ({"op.outputs.h": {"shape": ["M", "N"], "dtype": "bf16"}, "op.epilogue": "h = acc\nout = relu(h)"},
      "op.outputs.h", "stores one output"),
     ({"schedule.in_specs.a.block_shape": [128, 32], "schedule.in_specs.a.transforms.swizzle": 64,
@@ -227,7 +246,7 @@ def test_verify_interpret_passes_the_bundled_spec_and_skips_the_pair():
       "schedule.pipeline.max_concurrent_steps": 9}, "schedule.pipeline.max_concurrent_steps", "8 stages would fit"),
     ({"schedule.compiler_params.unsafe_no_auto_barriers": True}, "schedule.compiler_params.unsafe_no_auto_barriers",
      "automatic warpgroup barriers"),
-], ids=["one_cta_cluster", "second_output", "smem_with_staging", "no_auto_barriers"])
+], ids=["second_output", "smem_with_staging", "no_auto_barriers"])
 def test_pallas_sm100a_limits_are_located_errors(overrides, path, words):
     with pytest.raises(SpecErrors) as info:
         _build(overrides)
@@ -286,6 +305,9 @@ def test_explain_shows_the_pallas_tmem_columns():
     assert "Pallas TMEM map (512 columns x 128 lanes of f32, plgpu.TMEM)" in text
     assert "    columns   0-255  acc[0]" in text.split("Pallas TMEM map")[1]
     assert "NOT RUN on Blackwell hardware" in text.split("  Pallas ")[1]
+    assert "2 warpgroups: warpgroup 0 split by warp_map" in text and "cluster barrier" not in text
+    relay = explain(_build(MC_RHS).plan)
+    assert "3 warpgroups: 0 the TMA" in relay and "sharing the rhs tile by multicast TMA copies" in relay
 
 
 # ------------------------------------------------------------------------------------ on a Blackwell GPU
