@@ -328,3 +328,15 @@ def test_pallas_sm100a_on_blackwell(case, tmp_path):
                           [jnp.asarray(np.full(built.plan.outputs[0].shape, np.nan,
                                                NP_DTYPES[built.plan.out_dtype]))])
     assert rel_error(np.asarray(out), _reference(built, inputs)) <= TOL[built.plan.out_dtype]
+
+
+@pytest.mark.gpu
+def test_pallas_sm100a_refuses_a_hopper_gpu(tmp_path):
+    """On the H200: the generated module refuses with its sentence before Mosaic GPU compiles tcgen05 for sm_90."""
+    from schedgen.runtime import driver
+    if driver.available("sm_100a")[0]:
+        pytest.skip("a Blackwell GPU: test_pallas_sm100a_on_blackwell runs the kernel")
+    mod = _module(_build({}), tmp_path)
+    with pytest.raises(RuntimeError, match=r"the Pallas kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
+                                           r"cannot run on GPU 0, an NVIDIA H\d+"):
+        mod.make()
