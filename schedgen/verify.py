@@ -51,8 +51,9 @@ def unavailable(backend: str, *, interpret: bool = False, target: str = "sm_90a"
     if backend == "pallas" and interpret:
         return ""
     from .runtime import driver
-    # the CUDA backend runs the package's cubin: its target's GPU (an sm_100a package refuses a Hopper GPU)
-    cuda_target = target if backend == "cuda" else "sm_90a"
+    # both backends' kernels are built for the target's GPU (the CUDA cubin, and the Pallas kernel Mosaic GPU compiles
+    # for it): an sm_100a package refuses a Hopper GPU
+    cuda_target = target
     ok, what = driver.available(cuda_target)
     hint = "; --interpret runs the Pallas kernel on the CPU" if backend == "pallas" else ""
     if not ok:
@@ -257,6 +258,9 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
     if families.of(plan).multi_device:
         return verify_built(built, backends, interpret=interpret, seed=seed)
     why = {b: unavailable(b, interpret=interpret, target=plan.target) for b in backends if b in plan.backends}
+    if interpret and "pallas" in why and not why["pallas"]:
+        # a Pallas kernel Mosaic GPU's interpreter cannot simulate (the plan says why: not_interpretable)
+        why["pallas"] = getattr(plan, "not_interpretable", "")
     run = [b for b in backends if not why.get(b)]
     checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small) if run else []
     checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]

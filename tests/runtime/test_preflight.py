@@ -124,3 +124,8 @@ def test_verify_skips_an_sm100a_package_on_a_hopper_gpu_with_the_sentence(device
     assert V.unavailable("cuda") == ""
     assert V.unavailable("cuda", target="sm_100a").startswith("GPU 0 is an NVIDIA H200 (sm_90), but this package's "
                                                               "kernel is built for Blackwell (sm_100a")
+    # the Pallas kernel of an sm_100a package is compiled by Mosaic GPU for sm_100a too (its interpreter runs anywhere)
+    assert V.unavailable("pallas") == ""
+    assert V.unavailable("pallas", target="sm_100a").startswith("GPU 0 is an NVIDIA H200 (sm_90), but this package's "
+                                                                "kernel is built for Blackwell (sm_100a")
+    assert V.unavailable("pallas", interpret=True, target="sm_100a") == ""

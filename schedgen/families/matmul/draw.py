@@ -135,6 +135,7 @@ def summary(p) -> list[str]:
             f"{p.stages} stages x {kib(bw.stage_bytes)}; SMEM {p.smem_bytes} B",
             f"TMEM {bw.tmem_cols} of 512 columns x 128 lanes:",
             *[f"  cols {c}-{c + n - 1}: {what.split(':')[0]}" for c, n, what in tmem_map(p)],
+            *_pallas_tmem(p),
         ]
     return [
         f"kernel {p.kernel_name}",
@@ -151,6 +152,15 @@ def summary(p) -> list[str]:
         f"order {p.tile_order}" + (f" (minor dim {p.minor_dim}, width {p.tile_width})"
                                    if p.tile_order == "planar_snake" else ""),
     ]
+
+
+def _pallas_tmem(p) -> list[str]:
+    """The Pallas sm_100a kernel's TMEM columns (plan.tcgen05), under the CUDA kernel's."""
+    if getattr(p, "tcgen05", None) is None:
+        return []
+    from .tcgen05 import tmem_map
+    return [f"Pallas: TMEM {p.tcgen05.tmem_cols} columns x {p.tcgen05.rows} lanes:",
+            *[f"  cols {c}-{c + n - 1}: {what.split(':')[0]}" for c, n, what in tmem_map(p)]]
 
 
 def guide(p) -> str:

@@ -214,4 +214,39 @@ def _blackwell(p, lhs, rhs) -> list[str]:
     lines.append(f"             {bw.epi_loads} x tcgen05.ld.32x32b.x32 + wait::ld a row (32 f32 columns each), "
                  f"converted and stored with st.global (16-byte vectors); the buffer is freed (acc_empty) for the "
                  f"MMAs of tile + {bw.acc_stages}")
+    if p.tcgen05 is not None:
+        lines += _pallas_sm100(p)
+    return lines
+
+
+def _pallas_sm100(p) -> list[str]:
+    """The Pallas (Mosaic GPU) sm_100a kernel's lines: its warpgroups, SMEM, TMEM map and epilogue."""
+    from .tcgen05 import tmem_map as pallas_tmem_map
+    t = p.tcgen05
+    pair = t.cta_group == 2
+    lines = [
+        "  Pallas     the Mosaic GPU kernel (jax 0.11.2): lowered for sm_100a and run in the interpreter on the CPU, "
+        "NOT RUN on Blackwell hardware",
+        (f"             3 warpgroups: 0 the TMA of {t.rows} x {p.tile_k} lhs / {p.tile_k} x {t.cols_b} rhs blocks, 1 "
+         f"tcgen05_mma (cta_group::1) into TMEM, the stage freed by its commit on empty, tcgen05_commit_arrive on "
+         f"acc_full; 2 the epilogue" if t.relay else
+         f"             2 warpgroups: warpgroup 0 split by warp_map into warp 0 (TMA of {t.rows} x {p.tile_k} lhs / "
+         f"{p.tile_k} x {t.cols_b} rhs blocks{', leader_tracked halves of the pair' if pair else ''}) and warp 1 "
+         f"(tcgen05_mma{' collective_axis (cta_group::2, the leader)' if pair else ' (cta_group::1)'} into TMEM, the "
+         f"stage freed by its commit on empty, tcgen05_commit_arrive on acc_full); warpgroup 1 the epilogue"),
+        *([f"             cluster {p.cluster_m} x {p.cluster_n}: each CTA its own tile, sharing the {p.multicast} tile "
+           f"by multicast TMA copies; a stage is freed in both CTAs through a cluster barrier (freed) each CTA's "
+           f"producer arrives on after its own MMAs' commit (a warpgroup of its own: Mosaic GPU cannot arrive on a "
+           f"cluster barrier from a warp_map warp)"] if t.relay else []),
+        f"             SMEM {p.stages} x {t.stage_bytes} B ring + {t.epi_buffers} x {t.rows} x {t.epi_cols} "
+        f"{p.out_dtype} staging (swizzle {t.epi_swizzle or 'none'}) + barriers: about {t.smem_bytes} B of 232448",
+        f"  Pallas TMEM map ({t.tmem_cols} columns x {t.rows} lanes of f32, plgpu.TMEM"
+        f"{', collective: each CTA of the pair its own 128 lanes' if pair else ''})",
+    ]
+    for col, n, what in pallas_tmem_map(p):
+        lines.append(f"    columns {col:3d}-{col + n - 1:3d}  {what}")
+    lines.append(f"             epilogue: {t.epi_chunks} x async_load_tmem of {t.epi_cols} columns a tile, the body, a "
+                 f"cast, a TMA store through {t.epi_buffers} SMEM buffers; wait_load_tmem, then acc_empty frees the "
+                 f"buffer; tiles by {'dynamic_scheduling_loop (cluster launch control)' if t.dynamic else 'nd_loop'}"
+                 + (f"; {t.interpretable.split(':')[0]} (the interpreter cannot run the pair)" if t.interpretable else ""))
     return lines

@@ -22,6 +22,7 @@ from ...plan import dims as D
 from ...plan.hardware import Hardware
 from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule
+from .tcgen05 import tcgen05_plan
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
 from .records import (
@@ -105,6 +106,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
     check_target(written_spec, op, sch, hw, problems)
     bw = blackwell_plan(op, written_spec.schedule, dims, tile, layout, cluster, pipe, hw, problems)
+    tc = tcgen05_plan(op, written_spec.schedule, dims, tile, cluster, pipe, bw, hw, problems)
     if problems or body is None:
         return None, problems
     code = epilogue_code(op, body, out_name, extras)
@@ -123,6 +125,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
             **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
         if bw.cta_group == 2:
             result = _cta_pair(result, spec, cluster, hw)
+        if tc is not None:
+            result = dataclasses.replace(result, tcgen05=tc)
     return result, problems
 
 

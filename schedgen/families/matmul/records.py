@@ -20,6 +20,7 @@ from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
     from .blackwell import BlackwellPlan
+    from .tcgen05 import Tcgen05Plan
     from ...frontend.model import BlockSpec
 
 WGMMA_M = 64
@@ -182,6 +183,13 @@ class MatmulPlan:
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
     blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
+    # sm_100a with pallas in backends: the Pallas (Mosaic GPU) kernel's numbers (tcgen05.py); absent otherwise
+    tcgen05: "Tcgen05Plan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
+
+    @property
+    def not_interpretable(self) -> str:
+        """Why Mosaic GPU's interpreter cannot run this plan's Pallas kernel ('' when it can): verify's SKIP row."""
+        return self.tcgen05.interpretable if self.tcgen05 is not None else ""
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:

@@ -507,7 +507,7 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
-    if "pallas" in sch.backends:
+    if "pallas" in sch.backends and sch.target != "sm_100a":   # the Hopper rendering's (sm_100a: tcgen05.py)
         _pallas_limits(op, sch, tile.ragged_dims, dims, problems)
 
 

@@ -129,7 +129,9 @@ def _errors(overrides) -> list[str]:
     ({"schedule.pipeline.compute_registers": 232}, "schedule.pipeline.compute_registers", "no setmaxnreg"),
     ({"schedule.epilogue.store": "tma"}, "schedule.epilogue.store", "is a Hopper (sm_90a) field"),
     ({"schedule.in_specs.a.delay_release": 1}, "schedule.in_specs.a.delay_release", "tcgen05.commit frees"),
-    ({"schedule.backends": ["cuda", "pallas"]}, "schedule.target", "Pallas rendering of the matmul for sm_100a"),
+    # the Pallas rendering exists (test_sm100_pallas.py); what it cannot do is its own located error
+    ({"schedule.backends": ["cuda", "pallas"], "op.outputs.h": {"shape": ["M", "N"], "dtype": "bf16"},
+      "op.epilogue": "h = acc\nout = relu(h)"}, "op.outputs.h", "the Pallas sm_100a kernel stores one output"),
     ({"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
       "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]},
      "op.inputs.a.dtype", "bf16 / f16 inputs (tcgen05.mma kind::f16)"),
