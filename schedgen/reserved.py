@@ -29,6 +29,8 @@ _NAME = {  # the spec name must not be one of these
     'A_TRANSFORMS': 'a module-level name of the generated module',
     'BATCH': 'a module-level name of the generated module',
     'BLOCK_KV': 'a module-level name of the generated module',
+    'D_SPLIT': 'a module-level name of the generated module',
+    'D_PART': 'a module-level name of the generated module',
     'BLOCK_Q': 'a module-level name of the generated module',
     'B_TRANSFORMS': 'a module-level name of the generated module',
     'CAUSAL_OFFSET': 'a module-level name of the generated module',
