@@ -130,7 +130,7 @@ def make(sizes=None, interpret=None, outputs_as_refs=False):
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,
         ),
         interpret=interpret,
-        kernel_name="rowwise_softmax_bf16_262k_r1w16_s1_v8_c4",
+        kernel_name="rowwise_softmax_bf16_262k_r1w16_s1_v8_c8",
     )
 
 

@@ -17,6 +17,8 @@ from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, stre
 
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
+CLUSTER_ROW_REGS = 32   # a picked cluster aims at this many registers of kept row a thread (the planner allows 64,
+                        # but a 512-thread block keeping 64 spills in NVRTC's hands: tests/families/rowwise)
 
 
 def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tuple[int, int, int, int]:
@@ -38,12 +40,19 @@ def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tupl
 
 
 def pick_cluster(n: int, vec: int, warps_per_row: int, steps: int, kept_dtypes: list[str]) -> int:
-    """The fewest CTAs (1, 2, 4, 8, 16) whose equal slices of a kept row of `n` fit the registers of a CTA with this
-    blocking; 1 when none does (the planner's located error then says so)."""
+    """1 when a kept row of `n` fits one CTA's registers with this blocking; else the fewest CTAs (2, 4, 8, 16)
+    whose equal slices take at most CLUSTER_ROW_REGS registers a thread (or, failing that, the planner's
+    MAX_ROW_REGS); 1 when none does (the planner's located error then says so)."""
     per_chunk = sum(max(1, vec * ITEMSIZE[d] // 4) for d in kept_dtypes) or 1
-    for c in (1,) + CLUSTER_SIZES:
-        if n % (c * vec) == 0 and steps * -(-(n // c) // (32 * warps_per_row * vec)) * per_chunk <= MAX_ROW_REGS:
-            return c
+
+    def regs(c):
+        return steps * -(-(n // c) // (32 * warps_per_row * vec)) * per_chunk if n % (c * vec) == 0 else 1 << 30
+    if regs(1) <= MAX_ROW_REGS:
+        return 1
+    for limit in (CLUSTER_ROW_REGS, MAX_ROW_REGS):
+        for c in CLUSTER_SIZES:
+            if regs(c) <= limit:
+                return c
     return 1
 
 

@@ -314,9 +314,9 @@ def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch
         split = (f"split each row across a cluster of CTAs that combine their partials through DSMEM: "
                  f"schedule.cluster: [{fits[0]}, 1, 1] fits this blocking, " if fits else
                  "even a cluster of 16 CTAs (through DSMEM) does not fit this blocking: ")
-        on = f" on a cluster of {csize} CTAs" if csize > 1 else ""
+        on = f"the registers of a cluster of {csize} CTAs" if csize > 1 else "one CTA's registers"
         problems.add(_rows_path(op, sch), (
-            f"a row of N = {n} is too long for the registers{on}: {steps} step(s) of a CTA's {n // csize} columns "
+            f"a row of N = {n} is too long for {on}: {steps} step(s) of a CTA's {n // csize} columns "
             f"over {group} threads a row take {row_regs} registers a thread for the kept rows (at most "
             f"{MAX_ROW_REGS}); with this blocking N may be at most {longest}, and one CTA with one row a block on 4 "
             f"warpgroups holds at most {widest // max(steps, 1)}. A body whose outputs are all one value a row, "
