@@ -18,7 +18,8 @@ from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, stre
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
 CLUSTER_ROW_REGS = 32   # a picked cluster aims at this many registers of kept row a thread (the planner allows 64,
-                        # but a 512-thread block keeping 64 spills in NVRTC's hands: tests/families/rowwise)
+                        # but a 512-thread block keeping 64 spills in NVRTC's hands: tests/families/rowwise), and at
+CLUSTER_ROW_REGS_COL = 16   # this many when vectors along the row (layernorm's w, b) are loaded in every sweep too
 
 
 def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tuple[int, int, int, int]:
@@ -39,17 +40,19 @@ def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tupl
     return wgs, rows, steps, vec
 
 
-def pick_cluster(n: int, vec: int, warps_per_row: int, steps: int, kept_dtypes: list[str]) -> int:
+def pick_cluster(n: int, vec: int, warps_per_row: int, steps: int, kept_dtypes: list[str],
+                 col_inputs: bool = False) -> int:
     """1 when a kept row of `n` fits one CTA's registers with this blocking; else the fewest CTAs (2, 4, 8, 16)
-    whose equal slices take at most CLUSTER_ROW_REGS registers a thread (or, failing that, the planner's
-    MAX_ROW_REGS); 1 when none does (the planner's located error then says so)."""
+    whose equal slices take at most CLUSTER_ROW_REGS registers a thread (CLUSTER_ROW_REGS_COL with `col_inputs`;
+    failing that, the next limit up to the planner's MAX_ROW_REGS); 1 when none does (the planner's located error
+    then says so)."""
     per_chunk = sum(max(1, vec * ITEMSIZE[d] // 4) for d in kept_dtypes) or 1
 
     def regs(c):
         return steps * -(-(n // c) // (32 * warps_per_row * vec)) * per_chunk if n % (c * vec) == 0 else 1 << 30
     if regs(1) <= MAX_ROW_REGS:
         return 1
-    for limit in (CLUSTER_ROW_REGS, MAX_ROW_REGS):
+    for limit in ((CLUSTER_ROW_REGS_COL,) if col_inputs else ()) + (CLUSTER_ROW_REGS, MAX_ROW_REGS):
         for c in CLUSTER_SIZES:
             if regs(c) <= limit:
                 return c
@@ -66,7 +69,9 @@ def _cluster_picks(spec, kinds, n, vec, warps_per_row, steps, kept) -> tuple[int
         picks = []
     else:
         body = _parse_body(op, kinds, Problems())
-        size = 1 if body is None or streaming(op, kinds, body) else pick_cluster(n, vec, warps_per_row, steps, kept)
+        cols = any(kinds[nm] == "col" for nm in op.inputs)
+        size = 1 if body is None or streaming(op, kinds, body) else \
+            pick_cluster(n, vec, warps_per_row, steps, kept, cols)
         picks = [] if size == 1 else [Pick(("schedule", "cluster"), [size, 1, 1],
                                            f"a row of {n} is too long for one CTA's registers: {size} CTAs hold "
                                            f"{n // size} columns each and combine their partials through DSMEM")]

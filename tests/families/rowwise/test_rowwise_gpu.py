@@ -77,10 +77,10 @@ CLUSTERED = {
     "rmsnorm_131k": ("rmsnorm_bf16", {"op.sizes.N": 131072}, 131072),
     "rmsnorm_262k": ("rmsnorm_bf16", {"op.sizes.N": 262144}, 262144),
     "softmax_c16": ("softmax_bf16", {"op.sizes.N": 262144, "schedule.cluster": [16]}, 262144),
-    "softmax_f32_c8": ("softmax_bf16", {"op.sizes.N": 131072, "op.inputs.x.dtype": "f32",
-                                        "op.outputs.y.dtype": "f32", "schedule.cluster": [8]}, 131072),
+    "softmax_f32_c16": ("softmax_bf16", {"op.sizes.N": 131072, "op.inputs.x.dtype": "f32",
+                                        "op.outputs.y.dtype": "f32", "schedule.cluster": [16]}, 131072),
     "softmax_c2_short": ("softmax_bf16", {"op.sizes.N": 5008, "schedule.cluster": [2]}, 5008),
-    "xent_c4": ("crossentropy_bf16", {"op.sizes.N": 262144, "schedule.cluster": [4]}, 262144),
+    "xent_c2_streams": ("crossentropy_bf16", {"op.sizes.N": 262144, "schedule.cluster": [2]}, 262144),
 }
 
 
