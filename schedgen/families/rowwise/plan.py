@@ -286,9 +286,10 @@ def _cluster(op, sch, kinds, n: int, problems: Problems) -> int:
                      f"{size}, or auto")
     if "pallas" in sch.backends:
         problems.add((*path, 0), "the Pallas kernel keeps each row in one CTA: it does not split a row across a "
-                                 "cluster (jax 0.11.2's Mosaic GPU has the pieces, plgpu.kernel cluster_names and "
-                                 "plgpu.remote_ref, but this release does not build it): set schedule.backends: "
-                                 "[cuda], or cluster: [1]")
+                                 "cluster (jax 0.11.2's Mosaic GPU has the pieces, plgpu.kernel's cluster_names and "
+                                 "plgpu.cluster_ref for another CTA's SMEM, but its interpret mode has no "
+                                 "cluster_ref, so it could not be checked on the CPU, and this release does not "
+                                 "build it): set schedule.backends: [cuda], or cluster: [1]")
     return size
 
 

@@ -469,3 +469,17 @@ def test_gpu_cluster_cases_plan_on_the_cpu(tmp_path):
         p = _plan(path, ov)
         assert p.cluster_dims[0] > 1 and p.backends == ("cuda",), case
         assert not re.search(r"\b(LDL|STL)\b", sass(compile_cuda(render(p, "cuda")).cubin)), case
+
+
+def test_the_pallas_cluster_refusal_is_pinned_to_jax_0_11_2():
+    """The Pallas kernel refuses a cluster because jax 0.11.2's interpret mode cannot run plgpu.cluster_ref (the
+    lowering has it): an upgrade of jax should revisit the refusal."""
+    jax = pytest.importorskip("jax")
+    from pathlib import Path
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from jax._src.pallas.mosaic_gpu import interpret
+    assert jax.__version__ == "0.11.2" and hasattr(plgpu, "cluster_ref")
+    sources = list(Path(interpret.__file__).parent.glob("*.py"))
+    assert sources and not any("ClusterRef" in f.read_text() for f in sources)
+    lines = _errors(SOFTMAX, {"schedule.cluster": [4], "schedule.backends": ["cuda", "pallas"]})
+    assert any("schedule.cluster[0]" in line and "jax 0.11.2" in line and "interpret mode" in line for line in lines)
