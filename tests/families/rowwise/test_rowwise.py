@@ -483,3 +483,14 @@ def test_the_pallas_cluster_refusal_is_pinned_to_jax_0_11_2():
     assert sources and not any("ClusterRef" in f.read_text() for f in sources)
     lines = _errors(SOFTMAX, {"schedule.cluster": [4], "schedule.backends": ["cuda", "pallas"]})
     assert any("schedule.cluster[0]" in line and "jax 0.11.2" in line and "interpret mode" in line for line in lines)
+
+
+def test_a_dynamic_clustered_launch_record_round_trips():
+    """M dynamic: the grid is cdiv(M, rows) clusters of C CTAs, an extent the launch record stores and reads back."""
+    from schedgen.plan.launch import launch_record, loads
+    p = _plan(SOFTMAX, {"op.sizes.N": 262144})
+    rec = loads(launch_record(p).to_json())
+    assert rec.cluster == (16, 1, 1)
+    for m in (1, 3, 4096):
+        got = dims.evaluate(rec.num_blocks, {"M": m})
+        assert got == -(-m // 2) * 16 and got % 16 == 0
