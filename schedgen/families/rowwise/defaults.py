@@ -4,7 +4,9 @@ The row is split so that each thread holds about TARGET_CHUNKS 16-byte vectors o
 cover HBM latency, few enough registers for several CTAs an SM): warps_per_row = N / (32 x vec x 4), a power of
 two up to 16. Blocks have 8 warps (two warpgroups; 16 when a row needs them), rows_per_block = warps /
 warps_per_row, and a row group keeps two rows in flight (max_concurrent_steps: 2) while that costs at most
-TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A written field is never replaced.
+TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A row kept for a later pass that
+is too long for one CTA's registers at that blocking gets a cluster (schedule.cluster [C, 1, 1]: C CTAs split the
+row, reduced through DSMEM) and backends: [cuda]. A written field is never replaced.
 """
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ CUDA: each CTA runs `rows_per_block` row groups of `warps_per_row` warps; a row 
 registers with 16-byte vector loads (the row stays on chip), sweeps them once per reduction level (per-thread
 partials in f32, warp shuffles, then the row group's warps through SMEM), and writes the outputs with 16-byte
 stores: one read of each input row from HBM, one write of each output. The CTAs loop over row blocks (a grid of
-all SMs, or one block a row block); M is a launch argument when dynamic. Pallas: the same rows of a step go
+all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
+of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
+across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
 """
 from __future__ import annotations
