@@ -421,7 +421,10 @@ class Schedule(Model):
         "between two CTAs along M by TMA multicast, [1, 2] the lhs; [1, 1, S] (S = 2-4, split-K) gives each output "
         "tile S CTAs that each run 1/S of its K steps and sum their f32 partial tiles through distributed shared "
         "memory into the cluster's rank 0, which runs the epilogue (for problems with fewer tiles than SMs: decode, "
-        "long K; CUDA backend). Default [1] (no cluster). map and attention share no operand: [1] only"),
+        "long K; CUDA backend). rowwise [C, 1, 1] (C = 2, 4, 8 or 16, 16 non-portable) splits each row across C "
+        "CTAs that combine every reduction's partials through distributed shared memory (CUDA backend; picked when "
+        "a row kept for a later pass is too long for one CTA). Default [1] (no cluster). map and attention share "
+        "no operand: [1] only"),
         examples=[[1], [2, 1], [1, 2], [1, 1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
         "map: warpgroups (128 threads each) per block, all running emit_pipeline (not written: 2 when a block has "

@@ -543,9 +543,7 @@ class LaunchConfig:
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
         cfg.sharedMemBytes = int(smem)
         if c is not None:
-            if c[0] * c[1] * c[2] > 8:
-                _call("cuFuncSetAttribute", func,
-                      cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            allow_nonportable_cluster(func, c)
             attr = cu.CUlaunchAttribute()
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
@@ -757,10 +755,19 @@ def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> Coun
     return pool
 
 
+def allow_nonportable_cluster(func: Any, cluster: Sequence[int]) -> None:
+    """A cluster of more than 8 CTAs (Hopper allows 16) needs the function's non-portable attribute, both to launch
+    and to ask the occupancy of (without it cuOccupancyMaxActiveClusters refuses the cluster size)."""
+    if int(np.prod(list(cluster))) > 8:
+        _call("cuFuncSetAttribute", func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+              1)
+
+
 def max_active_clusters(func: Any, *, block: tuple[int, int, int], smem: int, cluster: tuple[int, int, int]) -> int:
     """How many clusters of this shape the current GPU holds at once (cuOccupancyMaxActiveClusters).
 
     A persistent grid larger than this runs its last clusters in a second wave, so the runtime sizes it here."""
+    allow_nonportable_cluster(func, cluster)
     cfg = cu.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(cluster[0]) * 1024, 1, 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block

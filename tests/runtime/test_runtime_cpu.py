@@ -107,3 +107,19 @@ def test_correct_arguments_without_gpu_raise_runtime_error(gelu):
     # the same with caller-provided outputs
     with pytest.raises(RuntimeError, match="needs an NVIDIA Hopper GPU"):
         gelu.gelu_bias_bf16(*args(), out=np.zeros((64, 512), BF16))
+
+
+def test_a_cluster_of_16_is_allowed_before_its_occupancy_is_asked(monkeypatch):
+    """cuOccupancyMaxActiveClusters refuses a non-portable cluster size (16) unless the function allows it, as the
+    launch does (regression: the runtime set the attribute for the launch only, after asking the occupancy of the
+    rowwise family's 16-CTA clusters)."""
+    from schedgen.runtime import driver
+    calls = []
+    monkeypatch.setattr(driver, "_call", lambda name, *args: calls.append((name, args[1:2])) or 3)
+    assert driver.max_active_clusters("f", block=(256, 1, 1), smem=0, cluster=(16, 1, 1)) == 3
+    nonportable = driver.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    assert [c[0] for c in calls] == ["cuFuncSetAttribute", "cuOccupancyMaxActiveClusters"]
+    assert calls[0][1] == (nonportable,)
+    calls.clear()
+    driver.max_active_clusters("f", block=(256, 1, 1), smem=0, cluster=(8, 1, 1))
+    assert [c[0] for c in calls] == ["cuOccupancyMaxActiveClusters"]

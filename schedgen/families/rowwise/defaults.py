@@ -4,7 +4,9 @@ The row is split so that each thread holds about TARGET_CHUNKS 16-byte vectors o
 cover HBM latency, few enough registers for several CTAs an SM): warps_per_row = N / (32 x vec x 4), a power of
 two up to 16. Blocks have 8 warps (two warpgroups; 16 when a row needs them), rows_per_block = warps /
 warps_per_row, and a row group keeps two rows in flight (max_concurrent_steps: 2) while that costs at most
-TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A written field is never replaced.
+TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A row kept for a later pass that
+is too long for one CTA's registers at that blocking gets a cluster (schedule.cluster [C, 1, 1]: C CTAs split the
+row, reduced through DSMEM) and backends: [cuda]. A written field is never replaced.
 """
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from ...plan import dims as D
 from ...plan.common import Problems, dynamic_ranges
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
-from .plan import MAX_ROW_REGS, _kind, _shapes
+from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, streaming
 
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
+CLUSTER_ROW_REGS = 32   # a picked cluster aims at this many registers of kept row a thread (the planner allows 64,
+                        # but a 512-thread block keeping 64 spills in NVRTC's hands: tests/families/rowwise), and at
+CLUSTER_ROW_REGS_COL = 16   # this many when vectors along the row (layernorm's w, b) are loaded in every sweep too
 
 
 def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tuple[int, int, int, int]:
@@ -35,6 +40,47 @@ def pick_blocking(n: int, row_dtypes: list[str], kept_dtypes: list[str]) -> tupl
     if chunks * per_chunk > MAX_ROW_REGS:
         steps = 1
     return wgs, rows, steps, vec
+
+
+def pick_cluster(n: int, vec: int, warps_per_row: int, steps: int, kept_dtypes: list[str],
+                 col_inputs: bool = False) -> int:
+    """1 when a kept row of `n` fits one CTA's registers with this blocking; else the fewest CTAs (2, 4, 8, 16)
+    whose equal slices take at most CLUSTER_ROW_REGS registers a thread (CLUSTER_ROW_REGS_COL with `col_inputs`;
+    failing that, the next limit up to the planner's MAX_ROW_REGS); 1 when none does (the planner's located error
+    then says so)."""
+    per_chunk = sum(max(1, vec * ITEMSIZE[d] // 4) for d in kept_dtypes) or 1
+
+    def regs(c):
+        return steps * -(-(n // c) // (32 * warps_per_row * vec)) * per_chunk if n % (c * vec) == 0 else 1 << 30
+    if regs(1) <= MAX_ROW_REGS:
+        return 1
+    for limit in ((CLUSTER_ROW_REGS_COL,) if col_inputs else ()) + (CLUSTER_ROW_REGS, MAX_ROW_REGS):
+        for c in CLUSTER_SIZES:
+            if regs(c) <= limit:
+                return c
+    return 1
+
+
+def _cluster_picks(spec, kinds, n, vec, warps_per_row, steps, kept) -> tuple[int, list[Pick]]:
+    """schedule.cluster when a kept row is too long for one CTA at the blocking (written or picked) and the spec
+    does not write it, and backends: [cuda] for a clustered spec that does not write its backends (the Pallas kernel
+    has no cluster)."""
+    op, sch = spec.op, spec.schedule
+    if written(spec, ("schedule", "cluster")):
+        size = sch.cluster[0] if all(c == 1 for c in sch.cluster[1:]) else 1
+        picks = []
+    else:
+        body = _parse_body(op, kinds, Problems())
+        cols = any(kinds[nm] == "col" for nm in op.inputs)
+        size = 1 if body is None or streaming(op, kinds, body) else \
+            pick_cluster(n, vec, warps_per_row, steps, kept, cols)
+        picks = [] if size == 1 else [Pick(("schedule", "cluster"), [size, 1, 1],
+                                           f"a row of {n} is too long for one CTA's registers: {size} CTAs hold "
+                                           f"{n // size} columns each and combine their partials through DSMEM")]
+    if size > 1 and not written(spec, ("schedule", "backends")) and "pallas" in sch.backends:
+        picks.append(Pick(("schedule", "backends"), ["cuda"], "the Pallas kernel does not split a row across a "
+                                                             "cluster (CUDA only)"))
+    return size, picks
 
 
 def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
@@ -61,6 +107,10 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
     else:
         steps = 1 if sch.pipeline.kind == "none" else sch.pipeline.max_concurrent_steps
     out0 = next(iter(op.outputs))
+    given = sch.out_specs.get(out0)
+    block_rows = given.block_shape[0] if given is not None and given.block_shape else rows
+    csize, more = _cluster_picks(spec, kinds, n, vec, max(1, 4 * wgs // max(1, block_rows)), steps, kept)
+    picks += more
     if not sch.in_specs and not sch.out_specs and not written(spec, ("schedule", "out_specs")):
         ranges = dynamic_ranges(op.sizes)
         ragged = not D.divisible(m, rows * steps, ranges)
@@ -68,9 +118,10 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
         block = [rows, n] if kinds[out0] == "row" else [rows] + ([1] if len(shape) == 2 else [])
         picks.append(Pick(("schedule", "out_specs", out0), BlockSpec(block_shape=block,
                                                                    out_of_bounds="zero" if ragged else "reject"),
-                          f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-n // (32 * (4 * wgs // rows) * vec))} a thread a row)"
+                          f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-(n // csize) // (32 * (4 * wgs // rows) * vec))} a thread a row"
+                          + (f" of a CTA's {n // csize} columns" if csize > 1 else "") + ")"
                           + ("; the last block is partial (out_of_bounds: zero)" if ragged else "")))
     return picks
 
 
-__all__ = ["rowwise_defaults", "pick_blocking", "_kind"]
+__all__ = ["rowwise_defaults", "pick_blocking", "pick_cluster", "_kind"]

@@ -29,6 +29,12 @@ def explain_rowwise(p) -> str:
         f"per SM (__launch_bounds__), " + ("persistent: lowered at launch to what is resident, each block striding "
                                            "over the row blocks" if p.auto_blocks else
                                            "persistent over the row blocks" if p.persistent else "one row block a block"),
+    ] + ([
+        f"  cluster    {p.cluster_dims[0]} CTAs a row block (a thread-block cluster"
+        f"{', non-portable size: the runtime allows it' if p.cluster_dims[0] > 8 else ''}): CTA r holds columns "
+        f"[r x {p.n // p.cluster_dims[0]}, (r+1) x {p.n // p.cluster_dims[0]}) of its rows; each reduction level "
+        f"combines the CTAs' partials through DSMEM (mapa + ld.shared::cluster after a cluster barrier, in rank "
+        f"order, so every CTA gets the same bits)"] if p.cluster_dims[0] > 1 else []) + [
         f"  registers  each thread keeps {p.chunks} vector(s) of {p.vec} element(s) of each input row"
         f"{' segment' if p.segments > 1 else ''} "
         f"({'16 B accesses' if p.vec > 1 else 'element accesses: N is not a multiple of 16 B'}): {p.row_regs} "
@@ -37,8 +43,10 @@ def explain_rowwise(p) -> str:
          if p.segments == 1 else
          f"  passes     one: the row streams through the registers in {p.segments} segments (nothing reads it after "
          f"its one reduction level; log-sum-exp merged online)"),
-        f"  SMEM       {p.smem_bytes} B: " + ("the row group's cross-warp partials (f32, two parities x levels)"
-                                              if p.smem_bytes else "none (a row is one warp's: shuffles only)"),
+        f"  SMEM       {p.smem_bytes} B: " + ("; ".join(
+            (["the row group's cross-warp partials (f32, two parities x levels)"] if p.warps_per_row > 1 else []) +
+            (["the CTA's partials its cluster reads (f32, two parities x levels)"] if p.cluster_dims[0] > 1 else []))
+            if p.smem_bytes else "none (a row is one warp's: shuffles only)"),
         f"  pallas     emit_pipeline over {p.pallas_tiles} steps of {p.rows_per_block} row(s), {p.steps} stage(s) "
         f"({p.pallas_smem_bytes} B of SMEM), {p.pallas_blocks} blocks of one warpgroup; jnp reductions along the row",
         "  operands",

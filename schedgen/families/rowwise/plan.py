@@ -4,7 +4,9 @@ CUDA: each CTA runs `rows_per_block` row groups of `warps_per_row` warps; a row 
 registers with 16-byte vector loads (the row stays on chip), sweeps them once per reduction level (per-thread
 partials in f32, warp shuffles, then the row group's warps through SMEM), and writes the outputs with 16-byte
 stores: one read of each input row from HBM, one write of each output. The CTAs loop over row blocks (a grid of
-all SMs, or one block a row block); M is a launch argument when dynamic. Pallas: the same rows of a step go
+all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
+of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
+across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
 """
 from __future__ import annotations
@@ -49,9 +51,10 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
         return None, problems
     rows, steps, warps_per_row = _blocking(op, sch, kinds, problems)
     _check_schedule(sch, problems)
-    streams = body is not None and not any(kinds.get(o) == "row" for o in op.outputs) and \
-        max((r.level for r in body.reductions), default=0) == 1
-    vec, chunks, row_regs, segments = _registers(op, kinds, n, rows, steps, warps_per_row, sch, streams, problems)
+    streams = body is not None and streaming(op, kinds, body)
+    csize = _cluster(op, sch, kinds, n, problems)
+    vec, chunks, row_regs, segments = _registers(op, kinds, n, rows, steps, warps_per_row, sch, streams, problems,
+                                                 csize)
     ranges = dynamic_ranges(op.sizes)
     ragged = _ragged(op, sch, kinds, m, rows * steps, ranges, problems)
     check_sizes_int32(max_sizes(op.sizes), problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
@@ -64,7 +67,7 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     if problems or body is None:
         return None, problems
     return _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs,
-                     ragged, ranges, segments), problems
+                     ragged, ranges, segments, csize), problems
 
 
 # ---------------------------------------------------------------------------------------------------- op
@@ -233,44 +236,96 @@ def _check_schedule(sch, problems: Problems) -> None:
     if sch.persistent.tile_order != "row_major":
         problems.add(("schedule", "persistent", "tile_order"), f"{sch.persistent.tile_order} orders 2-D tile grids; a "
                                                               f"rowwise kernel walks its row blocks in order: row_major")
-    if tuple(sch.cluster) not in ((1,), (1, 1), (1, 1, 1)):
-        problems.add(("schedule", "cluster"), "a cluster would split a row across CTAs with a DSMEM reduction, which "
-                                              "the rowwise kernels do not do (yet): each row stays in one CTA; "
-                                              "legal: [1]")
     for bname in sch.barriers:
         problems.add(("schedule", "barriers", bname), "the rowwise kernels declare no barriers (the CUDA kernel syncs "
                                                       "its warps with __syncthreads, the Pallas one uses "
                                                       "emit_pipeline's): remove it")
 
 
-def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
-               problems: Problems):
-    """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
-    segments): a row too long for the registers streams through them in segments when nothing needs it after
-    its one reduction level (only per-row outputs: cross-entropy, logsumexp, row sums), else a located error."""
+def _vec(op, kinds, n: int) -> int:
+    """Elements a thread access: 16 B of the narrowest row dtype, or 1 when a row's start is not 16-byte aligned."""
     row_ops = [o for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) in ("row", "col")]
     vec = 16 // min(ITEMSIZE.get(o.dtype, 2) for o in row_ops) if row_ops else 8
-    if n % vec:
-        vec = 1                               # ragged rows: a row's start is not 16-byte aligned
+    return vec if n % vec == 0 else 1
+
+
+def streaming(op, kinds, body) -> bool:
+    """Whether nothing needs the row after its one reduction level (only per-row outputs: cross-entropy,
+    logsumexp, row sums), so a long row streams through the registers rather than being kept."""
+    return not any(kinds.get(o) == "row" for o in op.outputs) and \
+        max((r.level for r in body.reductions), default=0) == 1
+
+
+CLUSTER_SIZES = (2, 4, 8, 16)     # 16: a non-portable cluster size (Hopper allows it; the runtime sets the attribute)
+
+
+def _cluster(op, sch, kinds, n: int, problems: Problems) -> int:
+    """schedule.cluster [C, 1, 1]: C CTAs split each row into equal slices of whole 16-byte vectors and combine
+    their partials through DSMEM. Returns C (1 when absent or illegal)."""
+    c, path = list(sch.cluster), ("schedule", "cluster")
+    if any(x != 1 for x in c[1:]):
+        problems.add((*path, next(i for i, x in enumerate(c) if i and x != 1)),
+                     f"a rowwise cluster splits each row along its columns: [C, 1, 1] (C CTAs a row), got {c}")
+        return 1
+    size = c[0]
+    if size == 1:
+        return 1
+    if size not in CLUSTER_SIZES:
+        problems.add((*path, 0), f"a cluster of {size} CTAs: C CTAs split each row in C equal slices; legal: 1, 2, "
+                                 f"4, 8 (portable) or 16 (non-portable: Hopper allows it, the runtime sets the "
+                                 f"attribute)")
+        return 1
+    vec = _vec(op, kinds, n)
+    if n % (size * vec):
+        legal = [x for x in CLUSTER_SIZES if n % (x * vec) == 0]
+        problems.add((*path, 0), f"N = {n} is not {size} equal slices of whole {vec}-element vectors (a multiple "
+                                 f"of {size} x {vec} = {size * vec}): each CTA of the cluster holds one slice; legal "
+                                 f"sizes for this N: {', '.join(map(str, [1] + legal))}")
+        return 1
+    if sch.persistent.loop != "none" and sch.persistent.num_blocks != "auto" and sch.persistent.num_blocks % size:
+        problems.add(("schedule", "persistent", "num_blocks"),
+                     f"{sch.persistent.num_blocks} blocks are not whole clusters of {size} CTAs: use a multiple of "
+                     f"{size}, or auto")
+    if "pallas" in sch.backends:
+        problems.add((*path, 0), "the Pallas kernel keeps each row in one CTA: it does not split a row across a "
+                                 "cluster (jax 0.11.2's Mosaic GPU has the pieces, plgpu.kernel's cluster_names and "
+                                 "plgpu.cluster_ref for another CTA's SMEM, but its interpret mode has no "
+                                 "cluster_ref, so it could not be checked on the CPU, and this release does not "
+                                 "build it): set schedule.backends: [cuda], or cluster: [1]")
+    return size
+
+
+def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
+               problems: Problems, csize: int = 1):
+    """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
+    segments) for each CTA's slice of N / csize columns: a row too long for the registers streams through them in
+    segments when nothing needs it after its one reduction level, else a located error naming the cluster split."""
+    vec = _vec(op, kinds, n)
     group = 32 * warps_per_row
-    chunks = -(-n // (group * vec))
+    chunks = -(-(n // csize) // (group * vec))
     per_chunk = sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 4) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
     row_regs = steps * chunks * per_chunk
     if row_regs > MAX_ROW_REGS and streams:
         chunks = max(1, min(STREAM_CHUNKS, MAX_ROW_REGS // max(1, steps * per_chunk)))
-        return vec, chunks, steps * chunks * per_chunk, -(-n // (group * vec * chunks))
+        return vec, chunks, steps * chunks * per_chunk, -(-(n // csize) // (group * vec * chunks))
     if row_regs > MAX_ROW_REGS:
         per_elem = sum(ITEMSIZE.get(o.dtype, 2) for nm, o in op.inputs.items() if kinds.get(nm) == "row") / 4
-        longest = int(MAX_ROW_REGS * group * vec // max(1, steps * per_chunk))
+        longest = int(MAX_ROW_REGS * group * vec // max(1, steps * per_chunk)) * csize
         widest = int(MAX_ROW_REGS * 32 * 4 * 4 / max(per_elem, 1e-9))   # 4 warpgroups: 512 threads
+        fits = [c for c in CLUSTER_SIZES if c > csize and n % (c * vec) == 0 and
+                steps * -(-(n // c) // (group * vec)) * per_chunk <= MAX_ROW_REGS]
+        split = (f"split each row across a cluster of CTAs that combine their partials through DSMEM: "
+                 f"schedule.cluster: [{fits[0]}, 1, 1] fits this blocking, " if fits else
+                 "even a cluster of 16 CTAs (through DSMEM) does not fit this blocking: ")
+        on = f"the registers of a cluster of {csize} CTAs" if csize > 1 else "one CTA's registers"
         problems.add(_rows_path(op, sch), (
-            f"a row of N = {n} is too long for one CTA's registers: {steps} step(s) of it over {group} threads a row "
-            f"take {row_regs} registers a thread for the kept rows (at most {MAX_ROW_REGS}); with this blocking N "
-            f"may be at most {longest}, and with one row a block on 4 warpgroups at most {widest // max(steps, 1)}. "
-            f"A body whose outputs are all one value a row, from one level of reductions (cross-entropy, "
-            f"logsumexp, a row sum), streams a row of any length; this one keeps the row for a later pass, and a "
-            f"longer row would need a cluster with a DSMEM reduction (not implemented): use fewer rows a block, "
-            f"more warpgroups or fewer max_concurrent_steps"))
+            f"a row of N = {n} is too long for {on}: {steps} step(s) of a CTA's {n // csize} columns "
+            f"over {group} threads a row take {row_regs} registers a thread for the kept rows (at most "
+            f"{MAX_ROW_REGS}); with this blocking N may be at most {longest}, and one CTA with one row a block on 4 "
+            f"warpgroups holds at most {widest // max(steps, 1)}. A body whose outputs are all one value a row, "
+            f"from one level of reductions (cross-entropy, logsumexp, a row sum), streams a row of any length; "
+            f"this one keeps the row for a later pass: {split}or use fewer rows a block, more warpgroups or fewer "
+            f"max_concurrent_steps"))
     return vec, chunks, row_regs, 1
 
 
@@ -398,7 +453,7 @@ def _roles(op, kinds, body) -> dict:
 
 
 def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs, ragged,
-              ranges, segments) -> RowwisePlan:
+              ranges, segments, csize) -> RowwisePlan:
     op, sch = spec.op, spec.schedule
     kinds = {o.name: o.kind for o in operands}
     threads = 128 * sch.num_warpgroups
@@ -406,6 +461,7 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     red_slots = max((sum(2 if r.op == "logsumexp" else 1 for r in body.reductions if r.level == lv)
                      for lv in range(1, levels + 1)), default=1)
     smem = 0 if warps_per_row == 1 else 2 * levels * rows * steps * warps_per_row * red_slots * 4
+    smem += 0 if csize == 1 else 2 * levels * rows * steps * red_slots * 4    # the CTA's partials its cluster reads
     regs = min(255, max(32, 2 * row_regs + 48))
     per_sm = max(1, min(hw.max_threads_per_sm // threads, REGS_PER_SM // (threads * (-(-regs // 8) * 8)),
                         hw.max_blocks_per_sm))
@@ -417,8 +473,10 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     elif sch.persistent.num_blocks == "auto":
         num_blocks, pallas_blocks = num_row_blocks, dims.dmin(tiles, hw.sm_count)
     else:
-        num_blocks = dims.dmin(num_row_blocks, sch.persistent.num_blocks)
+        num_blocks = dims.dmin(num_row_blocks, sch.persistent.num_blocks // csize)
         pallas_blocks = dims.dmin(tiles, sch.persistent.num_blocks)
+    if csize > 1:
+        num_blocks = num_blocks * csize         # a cluster of csize CTAs a row block
     ins = tuple(o for o in operands if o.role == "in")
     outs = tuple(o for o in operands if o.role == "out")
     m_max = dims.upper(m, ranges)
@@ -427,7 +485,7 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     reductions = tuple(RowReduction(r.index, r.op, rb.COMBINE[r.op], PlanExpr(r.arg),
                                     PlanExpr(r.index_arg) if r.index_arg is not None else None, r.level, r.statement)
                        for r in body.reductions)
-    kname = f"rowwise_{spec.name}_r{rows}w{warps_per_row}_s{steps}_v{vec}"
+    kname = f"rowwise_{spec.name}_r{rows}w{warps_per_row}_s{steps}_v{vec}" + (f"_c{csize}" if csize > 1 else "")
     cp = sch.compiler_params
     args = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands)) + \
         tuple(KernelArg("i32", -1, value=dims.size(x)) for x in ranges)
@@ -447,4 +505,4 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), kernel_args=args,
-        dynamic_sizes=tuple(ranges.values()))
+        dynamic_sizes=tuple(ranges.values()), cluster_dims=(csize, 1, 1))

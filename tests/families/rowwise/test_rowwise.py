@@ -97,7 +97,7 @@ def test_explain_names_the_passes_and_the_registers():
 # ------------------------------------------------------------------------------------------------ located errors
 
 @pytest.mark.parametrize("ov, where, what", [
-    ({"op.sizes.N": 262144}, "schedule.out_specs.y", "too long for one CTA's registers"),
+    ({"op.sizes.N": 262144, "schedule.cluster": [1]}, "schedule.out_specs.y", "too long for one CTA's registers"),
     ({"op.body": "y = sum(sum(x))"}, "op.body", "its argument has one value a row"),
     ({"op.body": "y = x * 2.0"}, "op.body", "elementwise body is the map family's"),
     ({"op.body": "y = take(x, x)"}, "op.body", "the column i must have one value a row"),
@@ -105,7 +105,16 @@ def test_explain_names_the_passes_and_the_registers():
     ({"op.body": "y = median(x)"}, "op.body", "function 'median' is not allowed"),
     ({"op.inputs.x.dtype": "f8e4m3"}, "op.inputs.x.dtype", "not a rowwise dtype"),
     ({"op.outputs.y.shape": ["M", 7]}, "op.outputs.y.shape", "none of the row shapes"),
-    ({"schedule.cluster": [2]}, "schedule.cluster", "DSMEM reduction"),
+    ({"schedule.cluster": [2], "schedule.backends": ["cuda", "pallas"]}, "schedule.cluster[0]",
+     "the Pallas kernel keeps each row in one CTA"),
+    ({"schedule.cluster": [3]}, "schedule.cluster[0]", "legal: 1, 2, 4, 8 (portable) or 16 (non-portable"),
+    ({"schedule.cluster": [2, 2]}, "schedule.cluster[1]", "[C, 1, 1] (C CTAs a row)"),
+    ({"op.sizes.N": 8200, "schedule.cluster": [4]}, "schedule.cluster[0]",
+     "N = 8200 is not 4 equal slices of whole 8-element vectors (a multiple of 4 x 8 = 32)"),
+    ({"schedule.cluster": [4], "schedule.persistent.num_blocks": 130}, "schedule.persistent.num_blocks",
+     "not whole clusters of 4 CTAs"),
+    ({"op.sizes.N": 262144, "schedule.cluster": [2]}, "schedule.out_specs.y.block_shape[0]",
+     "too long for the registers of a cluster of 2 CTAs"),
     ({"schedule.num_warpgroups": 1, "schedule.out_specs.y.block_shape": [3, 8192]},
      "schedule.out_specs.y.block_shape[0]", "the rows must divide 4: 1, 2, 4"),
     ({"schedule.out_specs.y.block_shape": [1, 4096]}, "schedule.out_specs.y.block_shape[1]", "whole rows"),
@@ -147,9 +156,104 @@ def test_pallas_per_row_tma_limit_is_located_and_pinned():
 
 
 def test_a_row_kept_for_a_later_pass_has_a_located_register_limit():
-    lines = _errors(SOFTMAX, {"op.sizes.N": 262144})
-    assert any("too long for one CTA's registers" in line and "DSMEM" in line and "at most 32768" in line
-               for line in lines), lines
+    """Without a cluster (written [1]) the error names the cluster that fits the written blocking."""
+    lines = _errors(SOFTMAX, {"op.sizes.N": 262144, "schedule.cluster": [1]})
+    assert any("too long for one CTA's registers" in line and "DSMEM" in line and "at most 32768" in line and
+               "schedule.cluster: [16, 1, 1] fits this blocking" in line for line in lines), lines
+    lines = _errors(LAYERNORM, {"op.sizes.N": 262144, "schedule.out_specs.y": {"block_shape": [4, 262144]}})
+    # (4 rows a block on 8 warps: two warps a row; even 16 CTAs are too few)
+    assert any("even a cluster of 16 CTAs (through DSMEM) does not fit" in line for line in lines), lines
+
+
+# ------------------------------------------------------------------------------------------------ clusters
+
+SOFTMAX_262K = SPECS_DIR / "softmax_bf16_262k.yaml"
+
+
+def unscheduled(path, where):
+    """A copy of a bundled spec without its schedule section (so the planner picks every field)."""
+    from pathlib import Path
+    text = Path(path).read_text()
+    out = Path(where) / Path(path).name
+    out.write_text(text[:text.index("\nschedule:") + 1])
+    return out
+
+
+def test_the_bundled_262k_softmax_splits_its_rows_across_a_picked_cluster():
+    spec, src = load_spec(str(SOFTMAX_262K))
+    from schedgen.plan import plan_with_picks
+    p, picks = plan_with_picks(spec, src)
+    assert (p.cluster_dims, p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.row_regs) == \
+        ((8, 1, 1), 1, 16, 1, 8, 8, 32)
+    assert p.num_blocks == 256 * 8 and p.backends == ("cuda",) and p.kernel_name.endswith("_c8")
+    # the cross-warp partials (2 parities x 2 levels x 16 warps) and the cluster's (2 x 2 x 1 row), f32
+    assert p.smem_bytes == (2 * 2 * 16 + 2 * 2) * 4
+    assert [(k.path, k.value) for k in picks if k.path == ("schedule", "cluster")] == [(("schedule", "cluster"),
+                                                                                        [8, 1, 1])]
+    from schedgen.plan.launch import launch_record
+    rec = launch_record(p)
+    assert rec.cluster == (8, 1, 1) and rec.num_blocks % 8 == 0
+    text = explain(p)
+    assert "cluster    8 CTAs a row block" in text and "[r x 32768, (r+1) x 32768)" in text
+
+
+@pytest.mark.parametrize("path, n, cluster, regs", [(SOFTMAX, 131072, 4, 32), (SOFTMAX, 262144, 8, 32),
+                                                    (LAYERNORM, 131072, 8, 16), (LAYERNORM, 262144, 16, 16),
+                                                    (RMSNORM, 131072, 16, 16), (RMSNORM, 262144, 16, 32)])
+def test_a_long_kept_row_plans_with_no_schedule_written(path, n, cluster, regs, tmp_path):
+    """Softmax, layernorm and rmsnorm at 128 K and 256 K columns: the planner picks the fewest CTAs a row whose
+    slices take at most 32 registers a thread, 16 when weights along the row are loaded in every sweep too
+    (layernorm, rmsnorm: 32 there spills at 512 threads; rmsnorm keeps two input rows, twice the registers a
+    column, so at 256 K even 16 CTAs take 32)."""
+    spec, src = load_spec(str(unscheduled(path, tmp_path)), {"op.sizes.N": n})
+    p = plan(spec, src)
+    assert p.cluster_dims == (cluster, 1, 1) and p.row_regs == regs and p.segments == 1, (p.kernel_name, p.row_regs)
+    assert p.backends == ("cuda",)
+
+
+def test_the_bundled_blocking_gets_the_cluster_that_fits_it():
+    """A written blocking (2 warpgroups, 2 rows in flight) at 256 K columns: 16 CTAs (non-portable)."""
+    p = _plan(SOFTMAX, {"op.sizes.N": 262144})
+    assert p.cluster_dims == (16, 1, 1) and p.row_regs == 64
+    assert "non-portable size" in explain(p)
+
+
+def test_a_written_cluster_splits_short_and_streaming_rows_too():
+    p = _plan(SOFTMAX, {"schedule.cluster": [2]})          # 8192: 4096 columns a CTA
+    assert p.cluster_dims == (2, 1, 1) and p.chunks == 2 and p.backends == ("cuda",)
+    x = _plan(XENT, {"op.sizes.N": 262144, "schedule.cluster": [2]})   # streams each CTA's 131072 columns
+    assert x.cluster_dims == (2, 1, 1) and x.segments == 4 and x.chunks == 8
+
+
+CLUSTER_VARIANTS = [(SOFTMAX_262K, None),
+                    (SOFTMAX, {"op.sizes.N": 262144}),                                         # 16 CTAs
+                    (LAYERNORM, {"op.sizes.N": 16384, "schedule.cluster": [4]}),                # vectors along the row
+                    (RMSNORM, {"op.sizes.N": 131072, "schedule.cluster": [8]}),
+                    (XENT, {"op.sizes.N": 65536, "schedule.cluster": [4]}),                    # take, logsumexp
+                    (SOFTMAX, {"op.sizes.N": 5008, "schedule.cluster": [2]}),                  # partial chunks
+                    (SOFTMAX, {"op.sizes.N": 65536, "schedule.cluster": [8], "op.inputs.x.dtype": "f32",
+                               "op.outputs.y.dtype": "f32"})]
+
+
+@pytest.mark.parametrize("path, ov", CLUSTER_VARIANTS, ids=lambda v: getattr(v, "stem", str(v)))
+def test_cluster_kernels_reduce_through_dsmem(path, ov):
+    """NVRTC + SASS: the cluster barrier (UCGABAR_ARV / UCGABAR_WAIT), the DSMEM loads (mapa lowers to a PRMT
+    into the shared window, SR_SWINHI, then a generic LD), the CTA's rank, and no local memory."""
+    p = _plan(path, ov)
+    assert p.cluster_dims[0] > 1
+    cu = render(p, "cuda")
+    assert "barrier.cluster.arrive.release.aligned" in cu and "mapa.shared::cluster.u32" in cu
+    assert "ld.shared::cluster.f32" in cu and cu.count("sg_cluster_sync();") == p.levels + 1
+    text = sass(compile_cuda(cu).cubin)
+    assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"
+    assert re.search(r"\bUCGABAR_ARV\b", text) and re.search(r"\bUCGABAR_WAIT\b", text)
+    assert re.search(r"\bPRMT R\d+, R\d+, 0x654, R\d+", text) and "SR_SWINHI" in text
+    assert re.search(r"\bLD\.E R\d+, \[R\d+\]", text) and "SR_CgaCtaId" in text
+
+
+def test_unclustered_kernels_have_no_cluster_code():
+    cu = render(_plan(SOFTMAX), "cuda")
+    assert "sg_cluster" not in cu and "kNc" not in cu and "col0" not in cu
 
 
 @pytest.mark.parametrize("n, segments, vec", [(128256, 4, 8), (262144, 8, 8), (128257, 32, 1)])
@@ -352,3 +456,41 @@ def test_gpu_softmax_variants_plan_on_the_cpu():
         spec, src = load_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
         p = plan(spec, src)
         assert p is not None, case
+
+
+def test_gpu_cluster_cases_plan_on_the_cpu(tmp_path):
+    """What the GPU cluster tests build is legal, clustered and compiles without local memory, so a GPU run fails
+    only on numbers."""
+    from test_rowwise_gpu import CLUSTERED
+    for case, (stem, ov, _n) in CLUSTERED.items():
+        path = SPECS_DIR / f"{stem}.yaml"
+        if "schedule.cluster" not in ov:
+            path = unscheduled(path, tmp_path)
+        p = _plan(path, ov)
+        assert p.cluster_dims[0] > 1 and p.backends == ("cuda",), case
+        assert not re.search(r"\b(LDL|STL)\b", sass(compile_cuda(render(p, "cuda")).cubin)), case
+
+
+def test_the_pallas_cluster_refusal_is_pinned_to_jax_0_11_2():
+    """The Pallas kernel refuses a cluster because jax 0.11.2's interpret mode cannot run plgpu.cluster_ref (the
+    lowering has it): an upgrade of jax should revisit the refusal."""
+    jax = pytest.importorskip("jax")
+    from pathlib import Path
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from jax._src.pallas.mosaic_gpu import interpret
+    assert jax.__version__ == "0.11.2" and hasattr(plgpu, "cluster_ref")
+    sources = list(Path(interpret.__file__).parent.glob("*.py"))
+    assert sources and not any("ClusterRef" in f.read_text() for f in sources)
+    lines = _errors(SOFTMAX, {"schedule.cluster": [4], "schedule.backends": ["cuda", "pallas"]})
+    assert any("schedule.cluster[0]" in line and "jax 0.11.2" in line and "interpret mode" in line for line in lines)
+
+
+def test_a_dynamic_clustered_launch_record_round_trips():
+    """M dynamic: the grid is cdiv(M, rows) clusters of C CTAs, an extent the launch record stores and reads back."""
+    from schedgen.plan.launch import launch_record, loads
+    p = _plan(SOFTMAX, {"op.sizes.N": 262144})
+    rec = loads(launch_record(p).to_json())
+    assert rec.cluster == (16, 1, 1)
+    for m in (1, 3, 4096):
+        got = dims.evaluate(rec.num_blocks, {"M": m})
+        assert got == -(-m // 2) * 16 and got % 16 == 0

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import SPECS_DIR
+from test_rowwise import unscheduled
 from schedgen.build import build_spec, package
 from schedgen.reference import random_inputs, reference, rel_error, tolerance
 from schedgen.runtime.kernel import load_package
@@ -63,6 +64,45 @@ def test_ragged_rows(stem, n):
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     for m, seed in ((513, 5), (3, 6)):
         _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
+
+
+# Rows split across a thread-block cluster (DSMEM reductions): the bundled specs at 131072 and 262144 with the
+# schedule the planner picks (the written blocking dropped), plus written clusters (16: non-portable; a streaming
+# body; f32; a row slice not a multiple of a row group's threads; a ragged row count).
+CLUSTERED = {
+    "softmax_131k": ("softmax_bf16", {"op.sizes.N": 131072}, 131072),
+    "softmax_262k": ("softmax_bf16", {"op.sizes.N": 262144}, 262144),
+    "layernorm_131k": ("layernorm_bf16", {"op.sizes.N": 131072}, 131072),
+    "layernorm_262k": ("layernorm_bf16", {"op.sizes.N": 262144}, 262144),
+    "rmsnorm_131k": ("rmsnorm_bf16", {"op.sizes.N": 131072}, 131072),
+    "rmsnorm_262k": ("rmsnorm_bf16", {"op.sizes.N": 262144}, 262144),
+    "softmax_c16": ("softmax_bf16", {"op.sizes.N": 262144, "schedule.cluster": [16]}, 262144),
+    "softmax_f32_c16": ("softmax_bf16", {"op.sizes.N": 131072, "op.inputs.x.dtype": "f32",
+                                        "op.outputs.y.dtype": "f32", "schedule.cluster": [16]}, 131072),
+    "softmax_c2_short": ("softmax_bf16", {"op.sizes.N": 5008, "schedule.cluster": [2]}, 5008),
+    "xent_c2_streams": ("crossentropy_bf16", {"op.sizes.N": 262144, "schedule.cluster": [2]}, 262144),
+}
+
+
+@pytest.mark.parametrize("case", list(CLUSTERED))
+def test_rows_split_across_a_cluster(case):
+    """Each row split across the CTAs of a cluster against float64, at row counts that do and do not fill the
+    row blocks (the persistent grid lowered to the clusters that fit)."""
+    stem, ov, n = CLUSTERED[case]
+    path = SPECS_DIR / f"{stem}.yaml"
+    if "schedule.cluster" not in ov:        # the planner's picks for the long row, not the bundled blocking
+        path = unscheduled(path, tempfile.mkdtemp(prefix="rowwise-spec-"))
+    built = build_spec(str(path), ov)
+    assert built.plan.cluster_dims[0] > 1, built.plan.kernel_name
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    for m, seed in ((64, 11), (3, 12)):
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
+
+
+def test_bundled_262k_spec():
+    built = build_spec(str(SPECS_DIR / "softmax_bf16_262k.yaml"))
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    _check(built, kernel, {"M": 256, "N": 262144}, 13, ["cuda"])
 
 
 SOFTMAX_VARIANTS = {
