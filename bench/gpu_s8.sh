@@ -24,3 +24,5 @@ echo "5 tune_rate:"; tail -6 $O/tune_rate.log | cut -c1-200
 T=$(cap 90); [ $T -gt 20 ] && timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_bucket_dispatch.py tests/runtime/test_gpu.py tests/families/matmul/test_sm100.py tests/families/matmul/test_sm100_pallas.py > $O/rt.log 2>&1
 echo "6 runtime/buckets gpu tests:"; grep -E "^(FAILED|ERROR)|passed|failed" $O/rt.log | cut -c1-220 | tail -5
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
+T=$(cap 70); [ $T -gt 20 ] && timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider tests/families/rowwise/test_rowwise_gpu.py -k "cluster or 262k" > $O/rowcluster.log 2>&1
+echo "7 rowwise cluster gpu tests:"; grep -E "^(FAILED|ERROR)|passed|failed" $O/rowcluster.log | cut -c1-220 | tail -5
