@@ -553,7 +553,7 @@ def _tune_buckets(args, overrides: dict, buckets) -> int:
                               after=lambda run: console.print(summary(run.result, top=args.top, show_pruning=False)),
                               runner=runner, db=args.db, backend=args.backend, workers=args.workers,
                               retry_failed=args.retry_failed, dry_run=args.dry_run, progress=RichProgress(),
-                              budget=args.budget, seed=args.seed)
+                              budget=args.budget, seed=args.seed, time_budget=args.time)
     except TuneDBError as exc:
         raise _usage(str(exc)) from None
     except (RuntimeError, ValueError) as exc:
@@ -684,7 +684,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="the seed of the --budget sample and of the random order "
                                                        "of a run with --budget or --time (default 0)")
     p.add_argument("--time", type=_seconds(), metavar="S", help="stop measuring new candidates S seconds after the "
-                   "start; keep what was measured, verify the winner (candidates are taken in a seeded random order)")
+                   "start (with buckets: of each bucket's run); keep what was measured, verify the winner (candidates are "
+                   "taken in a seeded random order)")
     p.add_argument("--gpus", default="all", metavar="all|N|0,2,5", help="this node's GPUs to measure on, one "
                    "worker each: all visible (default), the first N, or these device numbers ('3,' for one)")
     p.add_argument("--ray", metavar="ADDRESS", help="run each trial (compile, then measure on one GPU) as a Ray "

@@ -353,3 +353,21 @@ def test_a_dry_run_over_buckets_compiles_each_bucket_s_candidates(tmp_path, caps
     rows = [ln.split() for ln in out.splitlines() if ln.startswith("M ") and "M=" in ln and " of " in ln]
     assert [(r[1], r[2]) for r in rows] == [("32..64", "M=64"), ("96..1024", "M=1024")]
     assert all(r[3] == r[5] for r in rows)          # "N of N" compiled
+
+
+def test_cli_time_budget_reaches_each_bucket_run(tmp_path, monkeypatch):
+    """Regression: `tune --time S` on a bucketed spec was dropped silently (each bucket ran without a budget)."""
+    from schedgen.tune import buckets as tune_buckets_module
+    seen = {}
+
+    class NoRunner:
+        def close(self):
+            pass
+
+    def fake(spec, overrides, buckets, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(tune_buckets_module, "tune_buckets", fake)
+    monkeypatch.setattr(cli, "_tune_runner", lambda args, worker_runner: NoRunner())
+    assert cli.main(["tune", str(add_dyn(tmp_path)), "--time", "7"]) == 1
+    assert seen["time_budget"] == 7.0
