@@ -7,7 +7,7 @@
 set -u
 O=$OUT
 START=$(date +%s)
-left() { echo $(( 380 - ($(date +%s) - START) )); }
+left() { echo $(( 300 - ($(date +%s) - START) )); }
 cap() { local want=$1 l; l=$(left); [ $l -lt $want ] && want=$l; echo $want; }
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
