@@ -202,30 +202,39 @@ def _size_name(d) -> str:
     return d.args[0]
 
 
-def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Problems) -> None:
-    """Dynamic sizes: B, Sq, Skv and the heads may be; head_dim may not (it shapes the wgmma instructions and the
-    registers); the GQA ratio is built into the kernel, so dynamic heads are one size for q and kv (grouped heads
-    are fixed); bottom-right causal needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
+def check_dynamic_extents(op, inputs, k_name: str, extents: tuple, ranges: dict, problems: Problems) -> bool:
+    """What attention's kernels (forward and backward) take of dynamic sizes: each bound to an input's dimension;
+    head_dim never (it shapes the MMA instructions, the registers and the SMEM tiles); the GQA ratio is built into
+    the kernels, so dynamic heads are one size for q and kv (grouped heads are fixed). False when head_dim is
+    dynamic (nothing after it can be planned)."""
     sq, hq, d, skv, hkv = extents
-    k_path = ("op", "inputs", names.k, "shape")
-    bound = {x for n in names.inputs for x in op.inputs[n].shape if isinstance(x, str)}
+    bound = {x for n in inputs for x in op.inputs[n].shape if isinstance(x, str)}
     for n in ranges:
         if n not in bound:
             problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension: a call gives each dynamic "
                                              f"size through its inputs' shapes; use it in one or give it a fixed value")
     if not X.is_static(d):
         problems.add(("op", "sizes", _size_name(d)),
-                     f"head_dim ({_size_name(d)}) cannot be dynamic: it sets the wgmma shapes, the registers and the "
-                     f"SMEM tiles of the kernel; give it a fixed value (64, 128 or 256)")
+                     f"head_dim ({_size_name(d)}) cannot be dynamic: it sets the MMA shapes, the registers and the "
+                     f"SMEM tiles of the kernels; give it a fixed value (64, 128 or 256)")
     if hq != hkv:
         for heads in (hq, hkv):
             if not X.is_static(heads):
                 problems.add(("op", "sizes", _size_name(heads)),
                              f"{_size_name(heads)} (the {'q' if heads is hq else 'kv'} heads) may be dynamic only as "
                              f"the one size of both q and kv heads (no grouping): the q heads per kv head (GQA) are "
-                             f"built into the kernel; give {_size_name(heads)} a fixed value")
+                             f"built into the kernels; give {_size_name(heads)} a fixed value")
         if X.is_static(hq) and X.is_static(hkv) and hq % hkv:
-            problems.add(k_path, f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+            problems.add(("op", "inputs", k_name, "shape"),
+                         f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
+    return X.is_static(d)
+
+
+def _check_dynamic(op, names: Names, extents: tuple, ranges: dict, problems: Problems) -> None:
+    """Dynamic sizes: B, Sq, Skv and the heads may be, head_dim may not (check_dynamic_extents); bottom-right causal
+    needs Sq <= Skv at every call (one size, or ranges that cannot cross)."""
+    sq, hq, d, skv, hkv = extents
+    check_dynamic_extents(op, names.inputs, names.k, extents, ranges, problems)
     if causal_alignment(op.causal) == "bottom_right" and sq != skv and X.upper(sq, ranges) > X.lower(skv, ranges):
         problems.add(("op", "causal"),
                      f"causal: {_spelled(op.causal)} aligns the last query with the last key; it needs Sq <= Skv at "

@@ -17,6 +17,7 @@ from ...plan import dims as X
 from ...plan.common import CTYPE, KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.hardware import Hardware
 from ...plan.legality import check_no_cluster, check_reserved_names, check_sizes_int32, check_unique_names
+from ..attention.plan import check_dynamic_extents
 from ..attention.records import AttnOperand, causal_alignment, causal_offset_of
 from .records import (
     BLOCKS,
@@ -137,32 +138,12 @@ def _check_problem(op, names, shapes: dict, ranges: dict, problems: Problems):
 
 
 def _check_dynamic(op, names, extents: tuple, ranges: dict, problems: Problems) -> bool:
-    """Dynamic sizes: B, Sq, Skv and the heads may be, head_dim may not (it shapes the MMAs, the registers and the
-    SMEM tiles); the q heads per kv head are built into the kernels, so dynamic heads are one size for q and kv; a
-    bottom-right mask with dynamic sequence lengths takes one size for both (its offset Skv - Sq is then 0). False
-    when planning cannot go on (a dynamic head_dim)."""
+    """Dynamic sizes as the forward takes them (check_dynamic_extents: bound to inputs, head_dim fixed, dynamic heads
+    one size for q and kv); a bottom-right mask with dynamic sequence lengths takes one size for both (its offset
+    Skv - Sq is then 0). False when planning cannot go on (a dynamic head_dim)."""
     sq, hq, d, skv, hkv = extents
-    bound = {x for n in names[:6] for x in op.inputs[n].shape if isinstance(x, str)}
-    for n in ranges:
-        if n not in bound:
-            problems.add(("op", "sizes", n), f"the dynamic size {n} is no input's dimension: a call gives each "
-                                             f"dynamic size through its inputs' shapes; use it in one or give it a "
-                                             f"fixed value")
-    if not X.is_static(d):
-        problems.add(("op", "sizes", d.args[0]), f"head_dim ({d.args[0]}) cannot be dynamic: it sets the MMA shapes, "
-                                                 f"the registers and the SMEM tiles; give it a fixed value (64, 128 "
-                                                 f"or 256)")
+    if not check_dynamic_extents(op, names[:6], names[1], extents, ranges, problems):
         return False
-    if hq != hkv:
-        for heads, which in ((hq, "q"), (hkv, "kv")):
-            if not X.is_static(heads):
-                problems.add(("op", "sizes", heads.args[0]),
-                             f"{heads.args[0]} (the {which} heads) may be dynamic only as the one size of both q and "
-                             f"kv heads (no grouping): the q heads per kv head are built into the kernels; give "
-                             f"{heads.args[0]} a fixed value")
-        if X.is_static(hq) and X.is_static(hkv) and hq % hkv:
-            problems.add(("op", "inputs", names[1], "shape"),
-                         f"q heads ({hq}) must be a multiple of kv heads ({hkv}) (grouped-query attention)")
     if causal_alignment(op.causal) == "bottom_right" and sq != skv:
         problems.add(("op", "causal"), f"causal: bottom_right (what true means) with dynamic sequence lengths takes "
                                        f"one size for Sq and Skv (the mask's offset Skv - Sq is built into the "
