@@ -460,7 +460,7 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     from rich.console import Console
 
-    from .tune import (MAX_SPACE, RichProgress, TuneDBError, WorkerRunner, best_known, best_label, export_schedule,
+    from .tune import (MAX_SPACE, RichProgress, TuneDBError, best_known, best_label, export_schedule,
                        summary, tune)
     overrides = _overrides(args)
     _check_tune_args(args, MAX_SPACE)
@@ -482,20 +482,12 @@ def cmd_tune(args) -> int:
             return EXIT_FAIL
         print(f"best known: {best_label(row)} on {row['gpu']}")
     else:
-        runner = None
-        try:
-            runner = None if args.dry_run else _tune_runner(args, WorkerRunner)
-            result = tune(args.file, overrides, runner=runner, db=args.db, backend=args.backend,
-                          workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
-                          progress=RichProgress(), budget=args.budget, seed=args.seed, time_budget=args.time)
-        except TuneDBError as exc:              # an unusable --db: a usage error
-            raise _usage(str(exc)) from None
-        except (RuntimeError, ValueError) as exc:
-            print(f"schedgen: {exc}", file=sys.stderr)
-            return EXIT_FAIL
-        finally:
-            if runner is not None:
-                runner.close()
+        result = _measured(args, lambda runner: tune(
+            args.file, overrides, runner=runner, db=args.db, backend=args.backend, workers=args.workers,
+            retry_failed=args.retry_failed, dry_run=args.dry_run, progress=RichProgress(), budget=args.budget,
+            seed=args.seed, time_budget=args.time))
+        if isinstance(result, int):
+            return result
         console = Console()
         if not console.is_terminal:
             console = Console(width=120)         # a file or pipe: wide enough for the table's knob columns
@@ -514,6 +506,25 @@ def cmd_tune(args) -> int:
             raise _usage(f"--export {exc}") from None
         print(f"wrote {out}")
     return EXIT_OK
+
+
+def _measured(args, run):
+    """`run(runner)` with the measuring side of `schedgen tune` (none with --dry-run), closed after: its result, or
+    an exit status (int) for a run that could not start (no GPU, a backend the spec lacks: one line); an unusable
+    --db is a usage error."""
+    from .tune import TuneDBError, WorkerRunner
+    runner = None
+    try:
+        runner = None if args.dry_run else _tune_runner(args, WorkerRunner)
+        return run(runner)
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
+    except (RuntimeError, ValueError) as exc:
+        print(f"schedgen: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        if runner is not None:
+            runner.close()
 
 
 def _tune_runner(args, worker_runner):
@@ -539,7 +550,7 @@ def _tune_buckets(args, overrides: dict, buckets) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from .tune import RichProgress, TuneDBError, WorkerRunner, summary
+    from .tune import RichProgress, summary
     from .tune.buckets import summary as buckets_summary
     from .tune.buckets import tune_buckets
     console = Console() if Console().is_terminal else Console(width=120)
@@ -547,21 +558,13 @@ def _tune_buckets(args, overrides: dict, buckets) -> int:
     def before(i: int, n: int, run) -> None:
         at = ", ".join(f"{k}={v}" for k, v in run.cell.items())
         console.print(Text(f"bucket {i + 1} of {n}: {run.label}, tuned at {at}", style="bold"))
-    runner = None if args.dry_run else _tune_runner(args, WorkerRunner)
-    try:
-        result = tune_buckets(args.file, overrides, buckets, before=before,
-                              after=lambda run: console.print(summary(run.result, top=args.top, show_pruning=False)),
-                              runner=runner, db=args.db, backend=args.backend, workers=args.workers,
-                              retry_failed=args.retry_failed, dry_run=args.dry_run, progress=RichProgress(),
-                              budget=args.budget, seed=args.seed, time_budget=args.time)
-    except TuneDBError as exc:
-        raise _usage(str(exc)) from None
-    except (RuntimeError, ValueError) as exc:
-        print(f"schedgen: {exc}", file=sys.stderr)
-        return EXIT_FAIL
-    finally:
-        if runner is not None:
-            runner.close()
+    result = _measured(args, lambda runner: tune_buckets(
+        args.file, overrides, buckets, before=before,
+        after=lambda run: console.print(summary(run.result, top=args.top, show_pruning=False)), runner=runner,
+        db=args.db, backend=args.backend, workers=args.workers, retry_failed=args.retry_failed, dry_run=args.dry_run,
+        progress=RichProgress(), budget=args.budget, seed=args.seed, time_budget=args.time))
+    if isinstance(result, int):
+        return result
     console.print(buckets_summary(result))
     if args.dry_run:
         return EXIT_OK if all(r.result.compiled == len(r.result.pruning.kept) for r in result.runs) else EXIT_FAIL
