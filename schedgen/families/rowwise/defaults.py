@@ -15,7 +15,7 @@ from ...plan import dims as D
 from ...plan.common import Problems, dynamic_ranges
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
-from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, streaming
+from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, kept_row_registers, streaming
 
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
@@ -48,10 +48,8 @@ def pick_cluster(n: int, vec: int, warps_per_row: int, steps: int, kept_dtypes: 
     whose equal slices take at most CLUSTER_ROW_REGS registers a thread (CLUSTER_ROW_REGS_COL with `col_inputs`;
     failing that, the next limit up to the planner's MAX_ROW_REGS); 1 when none does (the planner's located error
     then says so)."""
-    per_chunk = sum(max(1, vec * ITEMSIZE[d] // 4) for d in kept_dtypes) or 1
-
     def regs(c):
-        return steps * -(-(n // c) // (32 * warps_per_row * vec)) * per_chunk if n % (c * vec) == 0 else 1 << 30
+        return kept_row_registers(n // c, vec, warps_per_row, steps, kept_dtypes) if n % (c * vec) == 0 else 1 << 30
     if regs(1) <= MAX_ROW_REGS:
         return 1
     for limit in ((CLUSTER_ROW_REGS_COL,) if col_inputs else ()) + (CLUSTER_ROW_REGS, MAX_ROW_REGS):

@@ -295,6 +295,13 @@ def _cluster(op, sch, kinds, n: int, problems: Problems) -> int:
     return size
 
 
+def kept_row_registers(n: int, vec: int, warps_per_row: int, steps: int, dtypes) -> int:
+    """Registers a thread holds for the kept rows: `steps` rows of `n` columns (a CTA's slice) in 16-byte vectors
+    over 32 x warps_per_row threads, each vector of a row input of `dtypes` taking vec x itemsize / 4 registers."""
+    chunks = -(-n // (32 * warps_per_row * vec))
+    return steps * chunks * sum(max(1, vec * ITEMSIZE.get(d, 2) // 4) for d in dtypes)
+
+
 def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
                problems: Problems, csize: int = 1):
     """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
@@ -304,7 +311,8 @@ def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch
     group = 32 * warps_per_row
     chunks = -(-(n // csize) // (group * vec))
     per_chunk = sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 4) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
-    row_regs = steps * chunks * per_chunk
+    row_regs = kept_row_registers(n // csize, vec, warps_per_row, steps,
+                                  [o.dtype for nm, o in op.inputs.items() if kinds.get(nm) == "row"])
     if row_regs > MAX_ROW_REGS and streams:
         chunks = max(1, min(STREAM_CHUNKS, MAX_ROW_REGS // max(1, steps * per_chunk)))
         return vec, chunks, steps * chunks * per_chunk, -(-(n // csize) // (group * vec * chunks))
