@@ -20,6 +20,7 @@ from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of,
 from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .autodiff import graph as bwgraph
+from .autodiff.spec import written
 from .errors import Problem, SourceMap, SpecErrors
 from .render import render
 from .frontend.load import read_spec_bytes
@@ -183,6 +184,39 @@ def _family_bug(spec, src: SourceMap, what: str, lines: list[str]) -> SpecErrors
                                               f"it): {'; '.join(lines)}")], src)
 
 
+def _value_at(data: Any, path: tuple) -> tuple[bool, Any]:
+    """(found, value) of `path` in plain spec data (dicts and lists)."""
+    for key in path:
+        if isinstance(data, dict) and key in data:
+            data = data[key]
+        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
+            data = data[key]
+        else:
+            return False, None
+    return True, data
+
+
+def _derived_problems(derived, user, user_src: SourceMap, what: str, problems) -> SpecErrors:
+    """Planning problems of a spec a family derived. One about a size or a shape the derived spec copied from the
+    user's (the same value at the same op path: a sequence length the backward kernel cannot take, say) is the
+    user's to fix: a located error there, saying which kernel refuses it. Any other is a family bug."""
+    mine, theirs = written(derived), written(user)
+    relocated, bugs = [], []
+    for p in problems:
+        path = tuple(p.path)
+        copied = path[:2] == ("op", "sizes") or path[:2] == ("op", "inputs") and "shape" in path
+        found, value = _value_at(mine, path)
+        found_user, user_value = _value_at(theirs, path)
+        if copied and found and found_user and value == user_value:
+            relocated.append(Problem(path, f"the backward's {what} cannot take it: {p.message}; or remove the "
+                                           f"backward section"))
+        else:
+            bugs.append(f"{'.'.join(map(str, path))}: {p.message}")
+    if bugs:
+        return _family_bug(user, user_src, what, bugs)
+    return SpecErrors(relocated, user_src)
+
+
 def _derived(data: Any, what: str, spec, src: SourceMap) -> SpecFile:
     """A spec a family derived (plain data), validated like a file; its problems are a family bug, reported at the
     user's `backward` field with the step's name."""
@@ -225,8 +259,7 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
             plan = planner.plan(spec, src)
         except SpecErrors as exc:
             user, user_src, what = where
-            raise _family_bug(user, user_src, what,
-                              [f"{'.'.join(map(str, p.path))}: {p.message}" for p in exc.problems]) from None
+            raise _derived_problems(spec, user, user_src, what, exc.problems) from None
     plan_json = planner.to_json(plan)
     launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
     tools = toolchain(plan.target)

@@ -8,7 +8,7 @@ from .draw import HOOKS as DRAW_HOOKS
 from .explain import explain_attention
 from .model import AttentionOp
 from .report import REPORT
-from .backward import attention_backward_hook
+from .backward import attention_backward_graph
 from .defaults import attention_defaults
 from .plan import plan_attention
 from .reference import attention_reference, small_sizes
@@ -28,5 +28,5 @@ FAMILY = register(Family(
     peers=f"{__package__}.peers",
     metric="tflops",
     report=REPORT,
-    backward=attention_backward_hook,
+    backward=attention_backward_graph,
 ))

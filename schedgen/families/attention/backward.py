@@ -51,39 +51,6 @@ def _saved(spec, lse_name: str | None, problems: Problems) -> bool:
     return True
 
 
-SEQ_UNIT = 64     # the attention backward's rows a block (its warpgroup's 64): it takes no ragged blocks yet
-
-
-def _check_sequences(spec, problems: Problems) -> None:
-    """The backward step takes sequence lengths in whole 64-row blocks (the forward takes any): a located error at
-    the user's size (or shape entry), not a failure of the derived step."""
-    op = spec.op
-    qn, kn = list(op.inputs)[:2]
-    axis = 1 if op.layout == "bshd" else 2
-    for n in (qn, kn):
-        x = op.inputs[n].shape[axis]
-        v = op.sizes.get(x, x) if isinstance(x, str) else x
-        what = f"the attention backward takes sequence lengths in whole blocks of {SEQ_UNIT} rows (no ragged blocks yet)"
-        if isinstance(v, int):
-            if v % SEQ_UNIT:
-                path = ("op", "sizes", x) if isinstance(x, str) else ("op", "inputs", n, "shape", axis)
-                problems.add(path, f"{what}; got {v}: use a multiple of {SEQ_UNIT}, or remove the backward section")
-        elif v.multiple_of % SEQ_UNIT:
-            problems.add(("op", "sizes", x), f"{what}; {x} is dynamic, a multiple of {v.multiple_of}: give it "
-                                             f"multiple_of: {SEQ_UNIT} (or a multiple of it), or remove the backward "
-                                             f"section")
-
-
-def attention_backward_hook(spec, src: Any = None) -> tuple[BackwardGraph | None, Problems]:
-    """The family's backward hook for a build: the sizes the kernels take (_check_sequences) located in the user's
-    file, then the graph (attention_backward_graph, which defines the math at any size)."""
-    problems = Problems()
-    _check_sequences(spec, problems)
-    if problems:
-        return None, problems
-    return attention_backward_graph(spec, src)
-
-
 def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | None, Problems]:
     """The graph of the spec's backward: the forward with the log-sum-exp, one attention_backward step (after a
     recomputing forward step with `save: recompute`)."""
