@@ -206,20 +206,7 @@ for _fn, _d in _UNARY.items():
 
 def _free_names(node: ast.expr) -> set[str]:
     """The names an expression reads (not the functions it calls)."""
-    out: set[str] = set()
-
-    def walk(n: ast.AST) -> None:
-        if isinstance(n, ast.Name):
-            out.add(n.id)
-        elif isinstance(n, ast.Call):
-            for a in n.args:
-                walk(a)
-        else:
-            for child in ast.iter_child_nodes(n):
-                walk(child)
-
-    walk(node)
-    return out
+    return set(_ordered_names(node))
 
 
 class _Namer:
@@ -390,6 +377,7 @@ def _recomputed(forward, statements, saved) -> list[tuple[str, ast.expr]]:
 
 
 def _ordered_names(node: ast.expr) -> list[str]:
+    """The names an expression reads (not the functions it calls), each once, in the order they first stand."""
     out: list[str] = []
 
     def walk(n: ast.AST) -> None:
