@@ -16,23 +16,13 @@ import numpy as np
 
 from ...bench.case import Peer, from_torch, guard, to_torch, why
 from ...bench.timing import Contender, jax_contender, matmul_sets
-from ..attention.peers import sdpa_masks, sdpa_scope
+from ..attention.peers import SDPA_BACKENDS, peer_names, row_fields, sdpa_masks, sdpa_scope
 
 sets = matmul_sets
 
-SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}
 PEER_LABELS = {"sdpa_cudnn": "SDPA cuDNN backward", "sdpa_flash": "SDPA flash backward",
                "jax_pallas": "JAX attention_mgpu backward"}
-
-
-def row_fields(case) -> dict:
-    p = case.plan
-    return {"dtype": p.dtype, "flops": p.flops, "causal": p.causal, "causal_alignment": p.causal_alignment,
-            "sets": case.sets, "iters": case.iters}
-
-
-def peer_names() -> list[str]:
-    return [*SDPA_BACKENDS, "jax_pallas"]
+# row_fields and peer_names are the forward's (attention.peers): the same fields, the same peers
 
 
 def peers(case) -> dict[str, Peer]:
