@@ -21,6 +21,7 @@ from ...plan.common import Problems
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from ...plan.legality import stages_that_fit
+from . import blackwell as bw
 from .operands import check_names, problem_dims
 from .records import REG_OVERHEAD, WGMMA_M
 from .schedule import tile_from_block_specs
@@ -50,7 +51,7 @@ BLOCK_SCALED_WHY = ("block scales: one 128-K scale block a stage, two consumers 
 
 def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pick]:
     """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 64 K; the deepest ring
-    that fits beside the barriers (at most 6); tiles in planar-snake order. No consumer count or cluster: the
+    that fits beside the epilogue's staging tiles and the barriers (at most 6); tiles in planar-snake order. No consumer count or cluster: the
     Hopper fields the sm_100a kernel does not read are not picked."""
     picks = []
     tiled = any([sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)])
@@ -64,9 +65,13 @@ def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pi
     if not sch_written("pipeline", "max_concurrent_steps"):
         pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
         stage = (tm + tn) // pair * tk * dims.isz
-        stages = max(2, min(6, (hw.smem_per_block - 2048) // stage))
+        epi = spec.schedule.epilogue
+        cols = epi.tile[1] if epi.tile is not None else bw.epilogue_cols(tn, dims.osz)
+        staging = bw.EPI_WARPS * epi.buffers * bw.EPI_ROWS * cols * dims.osz
+        stages = max(2, min(6, bw.ring_depth_that_fits(hw, stage, staging, bw.acc_buffers(tn, hw))))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
-                          f"the deepest ring of {stage}-byte stages that fits the SMEM (at most 6)"))
+                          f"the deepest ring of {stage}-byte stages that fits the SMEM beside the epilogue's "
+                          f"{staging} B of staging tiles (at most 6)"))
     if not sch_written("persistent", "tile_order") and not sch_written("persistent", "tile_width"):
         picks.append(Pick(("schedule", "persistent", "tile_order"), "planar_snake",
                           "bands of tiles that share lhs rows and rhs columns in the L2"))
