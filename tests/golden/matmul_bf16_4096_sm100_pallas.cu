@@ -120,7 +120,7 @@ __device__ __forceinline__ uint64_t sg_umma_desc(uint32_t addr, uint32_t lbo, ui
 }
 
 // ---- tcgen05.mma: one thread issues D[tmem] (+)= A[smem] x B[smem]; `accumulate` 0 overwrites D (enable-input-d)
-__device__ __forceinline__ void sg_umma_f16(uint32_t d_tmem, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t accumulate) {
+__device__ __forceinline__ void sg_umma(uint32_t d_tmem, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t accumulate) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
       " tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
@@ -305,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm1
           for (int kk = 0; kk < 4; ++kk) {
             const uint64_t da = sg_umma_desc(sa + (uint32_t)((kk * 16) / 64) * 16384u + (uint32_t)((kk * 16) % 64) * 2u, 1u, 1024u, 2u);
             const uint64_t db = sg_umma_desc(sb + (uint32_t)(kk * 16) * 128u, 8192u, 1024u, 2u);
-            sg_umma_f16(d_tmem, da, db, idesc, (kb | kk) != 0);
+            sg_umma(d_tmem, da, db, idesc, (kb | kk) != 0);
           }
           sg_umma_commit(S_empty + 8 * s);     // the stage is free once these MMAs have read it
         }

@@ -2,7 +2,8 @@
 
 The sm_100a kernel (templates/cuda_sm_100a.cu.j2) is persistent and warp-specialized, 192 threads a CTA: warp 0
 streams lhs / rhs blocks into the SMEM stage ring by TMA (one elected thread), warp 1 allocates the tensor memory
-(TMEM) and one of its threads issues tcgen05.mma (cta_group::1, kind::f16: M 128, N tile_n, K 16 an instruction)
+(TMEM) and one of its threads issues tcgen05.mma (cta_group::1, kind::f16 for bf16 / f16 inputs: K 16 an
+instruction, kind::f8f6f4 for e4m3 / e5m2: K 32; M 128, N tile_n)
 with the f32 accumulator in TMEM, and tcgen05.commit arrives on the stage's `empty` barrier when the MMAs reading
 it are done and on the accumulator's `acc_full` barrier when a tile is complete. The accumulator is double-buffered
 in TMEM (two tile_n-column halves), so warps 2-5, the epilogue warpgroup (TMEM lanes 32 x (warp % 4) ..), read tile
@@ -32,9 +33,9 @@ LD_COLS = 32                  # columns of one tcgen05.ld.32x32b.x32 (32 registe
 EPI_ROWS = 32                 # rows of a staged chunk: one epilogue warp's TMEM lanes (each warp stores its own)
 EPI_WARPS = 4
 EPI_ROW_BYTES = 128           # a staged chunk row at most: the widest TMA swizzle (bank-conflict-free st.shared)
-MMA_K_BYTES = 32              # K of one tcgen05.mma kind::f16: 32 bytes (16 bf16 / f16)
-# kind::f16 A / B type codes and D type codes of the instruction descriptor
-AB_TYPE = {"f16": 0, "bf16": 1}
+MMA_K_BYTES = 32              # K of one tcgen05.mma: 32 bytes (16 bf16 / f16, 32 e4m3 / e5m2)
+# input dtype -> (the tcgen05.mma kind, its A / B type code in the instruction descriptor); D type codes
+MMA_KIND = {"f16": ("f16", 0), "bf16": ("f16", 1), "f8e4m3": ("f8f6f4", 0), "f8e5m2": ("f8f6f4", 1)}
 D_TYPE = {"f16": 0, "f32": 1}
 # the SMEM descriptor's swizzle-mode field (bits 61-63) on sm_100 (not Hopper's 2-bit codes)
 SWIZZLE_MODE = {0: 0, 128: 2, 64: 4, 32: 6}
@@ -63,8 +64,10 @@ class BlackwellPlan:
     cta_group: int            # 1: tcgen05.mma.cta_group::1 (one CTA's tile); 2: a CTA pair's
     mma_m: int                # the instruction's M (128 a CTA)
     mma_n: int                # the instruction's N (tile_n)
-    k_mmas: int               # tcgen05.mma instructions a stage (tile_k / 16)
-    idesc: int                # the kind::f16 instruction descriptor (blackwell.cuh.j2 documents its fields)
+    mma_kind: str             # f16 (bf16 / f16 inputs) or f8f6f4 (e4m3 / e5m2)
+    mma_k: int                # the instruction's K: 32 bytes of inputs (16 or 32 elements)
+    k_mmas: int               # tcgen05.mma instructions a stage (tile_k / mma_k)
+    idesc: int                # the instruction descriptor (instruction_descriptor documents its fields)
     acc_stages: int           # accumulator buffers in TMEM (2: the epilogue overlaps the next tile's MMAs)
     tmem_cols: int            # TMEM columns allocated (a power of two >= 32, at most 512)
     desc_swizzle_a: int       # the SMEM descriptors' swizzle-mode field (bits 61-63)
@@ -98,11 +101,13 @@ class BlackwellPlan:
 
 
 def instruction_descriptor(in_dtype: str, acc_dtype: str, m: int, n: int, k_major_a: bool, k_major_b: bool) -> int:
-    """The 32-bit instruction descriptor of tcgen05.mma kind::f16 (PTX ISA, "Instruction descriptor format for
-    .kind::f16"): bits 0-1 sparsity selector (0), 2 sparsity (0: dense), 3 saturate (0), 4-5 D type (0 f16, 1 f32),
-    6 reserved, 7-9 A type and 10-12 B type (0 f16, 1 bf16), 13 / 14 negate A / B (0), 15 / 16 transpose A / B (0:
-    K-major, 1: MN-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29 reserved, 30-31 max shift (0: not .ws)."""
-    return (D_TYPE[acc_dtype] << 4 | AB_TYPE[in_dtype] << 7 | AB_TYPE[in_dtype] << 10
+    """The 32-bit instruction descriptor of tcgen05.mma kind::f16 and kind::f8f6f4 (PTX ISA, "Instruction descriptor
+    format for .kind::tf32, .kind::f16, .kind::f8f6f4 and .kind::i8"): bits 0-1 sparsity selector (0), 2 sparsity
+    (0: dense), 3 saturate (0), 4-5 D type (0 f16, 1 f32), 6 reserved, 7-9 A type and 10-12 B type (kind::f16: 0
+    f16, 1 bf16; kind::f8f6f4: 0 e4m3, 1 e5m2), 13 / 14 negate A / B (0), 15 / 16 transpose A / B (0: K-major, 1:
+    MN-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29 reserved, 30-31 max shift (0: not .ws)."""
+    ab = MMA_KIND[in_dtype][1]
+    return (D_TYPE[acc_dtype] << 4 | ab << 7 | ab << 10
             | (0 if k_major_a else 1) << 15 | (0 if k_major_b else 1) << 16 | (n >> 3) << 17 | (m >> 4) << 24)
 
 
@@ -141,14 +146,21 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
 
 
 def _check_problem(op, dims, tile, problems: Problems) -> None:
-    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 in, a K-major lhs."""
+    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 / e4m3 / e5m2 in (fp8:
+    per-tensor or per-row / per-column scales in the epilogue, no block scales), a K-major lhs, one output."""
     for nm, v in op.sizes.items():
         if not isinstance(v, int):
             problems.add(("op", "sizes", nm), f"the sm_100a matmul kernel takes fixed sizes only (one package per "
                                               f"size); give {nm} a fixed value, or write target: sm_90a")
-    if dims.in_dtype not in AB_TYPE:
+    if dims.in_dtype not in MMA_KIND:
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the sm_100a matmul kernel takes bf16 / f16 inputs "
-                                                         f"(tcgen05.mma kind::f16), got {dims.in_dtype}")
+                                                         f"(tcgen05.mma kind::f16) or f8e4m3 / f8e5m2 (kind::f8f6f4), "
+                                                         f"got {dims.in_dtype}")
+    if getattr(op, "block_scales", None) is not None:
+        problems.add(("op", "block_scales"), "the sm_100a matmul kernel scales fp8 products in the epilogue only "
+                                             "(per-tensor [1] or per-row [M, 1] / per-column [N] operands: out = acc "
+                                             "* sa * sb); 128 x 128 block scales applied in the k-loop are rendered "
+                                             "for sm_90a: remove block_scales, or write target: sm_90a")
     if dims.out_dtype not in ("bf16", "f16", "f32"):
         problems.add(("op", "outputs"), f"the sm_100a matmul kernel stores bf16, f16 or f32, got {dims.out_dtype}")
     for nm in list(op.outputs)[1:]:
@@ -269,7 +281,7 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     if tile.tk * dims.isz % MMA_K_BYTES:
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"), f"tile_k must be a multiple of "
                                                                       f"{MMA_K_BYTES // dims.isz} (one tcgen05.mma "
-                                                                      f"K), got {tile.tk}")
+                                                                      f"K for {dims.in_dtype}), got {tile.tk}")
     if sch.persistent.loop == "dynamic" and sch.persistent.num_blocks != "auto":
         problems.add(("schedule", "persistent", "num_blocks"), "with loop: dynamic the sm_100a kernel launches a CTA a "
                                                                "tile and claims tiles by cluster launch control; "
@@ -305,7 +317,8 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
                      f"would fit" + (f" ({fewer} with epilogue.buffers: 1)" if fewer > fit else ""))
         return None
     return BlackwellPlan(
-        cta_group=group, mma_m=128 * group, mma_n=tile.tn, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
+        cta_group=group, mma_m=128 * group, mma_n=tile.tn, mma_kind=MMA_KIND[dims.in_dtype][0],
+        mma_k=MMA_K_BYTES // dims.isz, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
         idesc=instruction_descriptor(dims.in_dtype, "f32", 128 * group, tile.tn, lay.k_major_a, lay.k_major_b),
         rows=rows_a, a_sub_bytes=a_sub, b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes,
         acc_stages=acc_stages, tmem_cols=cols,

@@ -50,18 +50,19 @@ BLOCK_SCALED_WHY = ("block scales: one 128-K scale block a stage, two consumers 
 
 
 def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pick]:
-    """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 64 K; the deepest ring
-    that fits beside the epilogue's staging tiles and the barriers (at most 6); tiles in planar-snake order. No consumer count or cluster: the
-    Hopper fields the sm_100a kernel does not read are not picked."""
+    """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 128 bytes of K (64 bf16,
+    128 fp8); the deepest ring that fits beside the epilogue's staging tiles and the barriers (at most 6); tiles in
+    planar-snake order. No consumer count or cluster: the Hopper fields the sm_100a kernel does not read are not
+    picked."""
     picks = []
     tiled = any([sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)])
     if tiled:
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
-        tm, tk = 128, 64
+        tm, tk = 128, 128 // dims.isz         # 128 bytes of K a stage: 64 bf16 / f16, 128 e4m3 / e5m2
         tn = 256 if D.divisible(dims.n, 256, dims.ranges) else 128
-        picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a)",
-                              False, delay=0)
+        picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a), "
+                              f"128 bytes of K a stage", False, delay=0)
     if not sch_written("pipeline", "max_concurrent_steps"):
         pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
         stage = (tm + tn) // pair * tk * dims.isz

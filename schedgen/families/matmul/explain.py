@@ -165,7 +165,8 @@ def _blackwell(p, lhs, rhs) -> list[str]:
     bw = p.blackwell
     lines = [
         "  target     sm_100a (Blackwell, B200): compiled and SASS-checked on the CPU, NOT RUN on Blackwell hardware",
-        f"  MMA        tcgen05.mma.cta_group::{bw.cta_group}.kind::f16 M{bw.mma_m} N{bw.mma_n} K16 x {bw.k_mmas} per "
+        f"  MMA        tcgen05.mma.cta_group::{bw.cta_group}.kind::{bw.mma_kind} M{bw.mma_m} N{bw.mma_n} K{bw.mma_k} x "
+        f"{bw.k_mmas} per "
         f"k-step, issued by one thread (warp 1); instruction descriptor 0x{bw.idesc:08x}; the f32 accumulator in "
         f"TMEM; tcgen05.commit frees each stage (empty barrier) and completes a tile (acc_full)",
         f"  warps      {p.threads} threads: warp 0 TMA producer (one thread), warp 1 TMEM allocation + MMA issue, "

@@ -60,8 +60,8 @@ class Tcgen05Plan:
 
 def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Problems) -> Tcgen05Plan | None:
     """The Pallas sm_100a numbers (after blackwell_plan accepted the tile): its own located errors for what the
-    Mosaic GPU rendering cannot do, each naming the cause and what to write instead (one output: blackwell_plan's
-    rule for both backends)."""
+    Mosaic GPU rendering cannot do (fp8 inputs, epilogue.tile, ...), each naming the cause and what to write instead
+    (one output: blackwell_plan's rule for both backends)."""
     if sch.target != "sm_100a" or "pallas" not in sch.backends or bw is None:
         return None
     bad = len(problems)
@@ -70,6 +70,10 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
                      "the Pallas sm_100a kernel's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
                      "the SMEM staging writes and the TMA stores that read them; remove unsafe_no_auto_barriers, or "
                      "write backends: [cuda]")
+    if bw.mma_kind != "f16":
+        problems.add(("op", "inputs", op.lhs, "dtype"), f"the Pallas sm_100a kernel takes bf16 / f16 inputs "
+                                                         f"(tcgen05_mma kind::f16); {dims.in_dtype} (kind::f8f6f4) is "
+                                                         f"rendered by the CUDA kernel: write backends: [cuda]")
     if sch.epilogue.tile is not None:
         problems.add(("schedule", "epilogue", "tile"), f"the Pallas sm_100a kernel stages its epilogue warpgroup's "
                                                        f"{bw.rows} rows x {EPI_COLS} columns (one TMEM load) a chunk; "

@@ -19,6 +19,9 @@ from schedgen.families.matmul.blackwell import instruction_descriptor
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
 SPEC = SPECS_DIR / "matmul_bf16_4096_sm100.yaml"
+FP8 = {"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
+       "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.a.block_shape": [128, 128],
+       "schedule.in_specs.b.block_shape": [256, 128]}
 VARIANTS = {
     "bundled": {},
     "static_loop": {"schedule.persistent.loop": "nd_loop"},
@@ -42,6 +45,17 @@ VARIANTS = {
                                 "schedule.out_specs.out.block_shape": [256, 256]},
     "rhs_nk_128": {"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"],
                    "schedule.in_specs.b.block_shape": [128, 64], "schedule.out_specs.out.block_shape": [128, 128]},
+    # fp8 (tcgen05.mma kind::f8f6f4, K 32): lhs [M, K], rhs [N, K], scales in the epilogue as on sm_90a
+    "fp8_e4m3_tensor_scales": {**FP8, "op.inputs.sa": {"shape": [1], "dtype": "f32"},
+                               "op.inputs.sb": {"shape": [1], "dtype": "f32"}, "op.epilogue": "out = acc * sa * sb"},
+    "fp8_e5m2_row_col_scales_f32_out": {
+        **FP8, "op.inputs.a.dtype": "f8e5m2", "op.inputs.b.dtype": "f8e5m2", "op.outputs.out.dtype": "f32",
+        "op.inputs.sa": {"shape": ["M", 1], "dtype": "f32"}, "op.inputs.sb": {"shape": ["N"], "dtype": "f32"},
+        "op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.epilogue": "out = acc * sa * sb + bias",
+        "schedule.persistent.loop": "nd_loop"},
+    "fp8_cta_pair_256": {**FP8, "schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1],
+                         "schedule.in_specs.a.block_shape": [256, 128],
+                         "schedule.out_specs.out.block_shape": [256, 256]},
 }
 
 
@@ -60,7 +74,10 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     b, text = built[name]
     ops = opcodes(text)
     assert b.plan.target == "sm_100a" and b.plan.blackwell is not None
-    assert any(o.startswith("UTCHMMA") for o in ops)           # tcgen05.mma kind::f16
+    fp8 = b.plan.in_dtype.startswith("f8")
+    assert b.plan.blackwell.mma_kind == ("f8f6f4" if fp8 else "f16")
+    assert any(o.startswith("UTCQMMA" if fp8 else "UTCHMMA") for o in ops)   # tcgen05.mma kind::f8f6f4 / ::f16
+    assert not any(o.startswith("UTCHMMA" if fp8 else "UTCQMMA") for o in ops)
     assert any(o.startswith("UTCBAR") for o in ops)            # tcgen05.commit -> mbarrier
     assert any(o.startswith("UTCATOMSWS") for o in ops)        # tcgen05.alloc / dealloc
     assert any(o.startswith("LDTM") for o in ops)              # tcgen05.ld
@@ -79,7 +96,7 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
     assert clc == b.plan.blackwell.dynamic
     pair = b.plan.blackwell.cta_group == 2                     # tcgen05.mma.cta_group::2: the CTA pair's MMA
-    assert any(o.startswith("UTCHMMA.2CTA") for o in ops) == pair
+    assert any(o.startswith(("UTCHMMA.2CTA", "UTCQMMA.2CTA")) for o in ops) == pair
     assert any(o.startswith("UTMALDG.2D.2CTA") for o in ops) == pair   # loads completing on the leader's barrier
     assert any(o.startswith("UTCBAR.2CTA.MULTICAST") for o in ops) == pair
     multicast = b.plan.cluster_size > 1 and not pair           # TMA multicast, commit arriving in both CTAs
@@ -105,6 +122,40 @@ def test_instruction_descriptor_fields():
     assert (d >> 17) & 0x3F == 256 >> 3 and (d >> 24) & 0x1F == 128 >> 4
     assert d & 0xF == 0 and (d >> 13) & 3 == 0 and (d >> 23) & 1 == 0 and d >> 29 == 0
     assert instruction_descriptor("f16", "f32", 128, 128, True, True) == (1 << 4) | (128 >> 3) << 17 | (128 >> 4) << 24
+
+
+def test_fp8_instruction_descriptor_and_k_steps(built):
+    """kind::f8f6f4: A / B type codes 0 (e4m3) / 1 (e5m2) in bits 7-9 / 10-12, both K-major; 32 fp8 of K an MMA (4
+    a 128-deep stage); the descriptors step 32 bytes a K step inside the 128-byte swizzle atom."""
+    assert instruction_descriptor("f8e4m3", "f32", 128, 256, True, True) == 1 << 4 | 32 << 17 | 8 << 24
+    d = instruction_descriptor("f8e5m2", "f32", 256, 128, True, True)
+    assert (d >> 7) & 7 == 1 and (d >> 10) & 7 == 1 and (d >> 15) & 3 == 0 and (d >> 24) & 0x1F == 16
+    for name, kind_code in (("fp8_e4m3_tensor_scales", 0), ("fp8_e5m2_row_col_scales_f32_out", 1)):
+        b, _ = built[name]
+        bw = b.plan.blackwell
+        assert (bw.mma_kind, bw.mma_k, bw.k_mmas) == ("f8f6f4", 32, 4)
+        assert (bw.idesc >> 7) & 7 == kind_code and (bw.idesc >> 10) & 7 == kind_code
+        src = b.files["kernel.cu"].decode()
+        assert "tcgen05.mma.cta_group::1.kind::f8f6f4" in src and f"const uint32_t idesc = {bw.idesc}u;" in src
+        assert "(uint32_t)((kk * 32) % 128) * 1u" in src             # 32 fp8 = 32 bytes a K step
+        assert b.plan.kernel_args[0].box == (128, 128) and b.plan.kernel_args[1].box == (256, 128)
+    pair = built["fp8_cta_pair_256"][0].plan.blackwell
+    assert (pair.cta_group, pair.mma_kind, (pair.idesc >> 24) & 0x1F) == (2, "f8f6f4", 256 >> 4)
+
+
+def test_fp8_on_sm100a_is_cuda_only_and_picks_128_bytes_of_k(tmp_path):
+    path = tmp_path / "fp8.yaml"
+    path.write_text("name: fp8_sm100\nop:\n  kind: matmul\n  sizes: {M: 4096, N: 4096, K: 4096}\n  inputs:\n"
+                    "    a: {shape: [M, K], dtype: f8e4m3}\n    b: {shape: [N, K], dtype: f8e4m3}\n"
+                    "    sa: {shape: [1], dtype: f32}\n    sb: {shape: [1], dtype: f32}\n"
+                    "  outputs:\n    out: {shape: [M, N], dtype: bf16}\n  transpose_rhs: true\n"
+                    "  epilogue: out = acc * sa * sb\nschedule:\n  target: sm_100a\n")
+    spec, src = load_spec(str(path), {})
+    p = plan(spec, src)
+    assert (p.tile_m, p.tile_n, p.tile_k) == (128, 256, 128) and p.blackwell.k_mmas == 4
+    lines = _errors({**FP8, "schedule.backends": ["cuda", "pallas"]})
+    assert any("op.inputs.a.dtype:" in ln and "the Pallas sm_100a kernel takes bf16 / f16" in ln and
+               "backends: [cuda]" in ln for ln in lines), lines
 
 
 def test_a_cta_pair_splits_the_tile(built):
@@ -143,9 +194,11 @@ def _errors(overrides) -> list[str]:
     ({"op.outputs.h": {"shape": ["M", "N"], "dtype": "bf16"}, "op.epilogue": "h = acc\nout = relu(h)"},
      "op.outputs.h", "the sm_100a matmul kernel stores one output"),
     ({"schedule.in_specs.a.delay_release": 1}, "schedule.in_specs.a.delay_release", "tcgen05.commit frees"),
-    ({"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
-      "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]},
-     "op.inputs.a.dtype", "bf16 / f16 inputs (tcgen05.mma kind::f16)"),
+    ({**FP8, "schedule.in_specs.a.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [256, 48]},
+     "schedule.in_specs.a.block_shape", "tile_k must be a multiple of 32 (one tcgen05.mma K for f8e4m3)"),
+    ({**FP8, "op.inputs.sa": {"shape": ["M", 32], "dtype": "f32"}, "op.inputs.sb": {"shape": [32, 32], "dtype": "f32"},
+      "op.block_scales": {"lhs": "sa", "rhs": "sb"}}, "op.block_scales", "block scales applied in the k-loop"),
+    ({"op.inputs.a.dtype": "f32", "op.inputs.b.dtype": "f32"}, "op.inputs.a.dtype", "not supported"),
     ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "whole tiles only"),
     ({"schedule.out_specs.out.block_shape": [64, 256], "schedule.in_specs.a.block_shape": [64, 64]},
      "schedule.out_specs", "a CTA's tile is 128 rows"),
