@@ -291,6 +291,29 @@ def test_tmem_output_block_is_legal_on_sm100a():
     assert plan(spec, src).blackwell is not None
 
 
+BLACKWELL_CASES = {**{name: VARIANTS[name] for name in (
+    "bundled", "static_loop", "f32_out_bias_silu", "row_scale_residual", "cluster2x1_multicast_rhs", "cta_pair_256",
+    "cta_pair_rhs_nk_f32_out", "fp8_e4m3_tensor_scales", "fp8_e5m2_row_col_scales_f32_out", "fp8_cta_pair_256")},
+    # one 32-column staging tile a warp (64 B swizzle), rewritten after each store has read it
+    "one_staging_tile_32_cols": {"schedule.epilogue.tile": [32, 32], "schedule.epilogue.buffers": 1},
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(BLACKWELL_CASES))
+def test_sm100a_cuda_kernel_on_blackwell(case):
+    """On a B200: built at 2048^3, run with a NaN-poisoned output on fresh random inputs and checked against
+    float64 (verify's per-dtype tolerance). Skips on any other GPU (the kernels have not run anywhere yet)."""
+    from schedgen.runtime import driver
+    from schedgen.verify import verify_built
+    ok, why = driver.available("sm_100a")
+    if not ok:
+        pytest.skip(why)
+    built = build_spec(SPEC, {**BLACKWELL_CASES[case], "op.sizes.M": 2048, "op.sizes.N": 2048, "op.sizes.K": 2048})
+    checks = verify_built(built, ["cuda"], count=1)
+    assert checks and all(c.ok for c in checks), [c.row() for c in checks]
+
+
 @pytest.mark.gpu
 def test_an_sm100a_package_refuses_the_h200(tmp_path):
     """On the H200 (sm_90): the sm_100a package's call raises the one-sentence refusal before any launch."""
