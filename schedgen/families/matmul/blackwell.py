@@ -209,11 +209,18 @@ def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:
     return group
 
 
-def epilogue_cols(tile_n: int, osz: int) -> int:
-    """The staged chunk's columns unless epilogue.tile says: a 128-byte row (32 f32, 64 bf16 / f16 columns: the
-    128 B swizzle) where they divide tile_n, else one tcgen05.ld's 32."""
+def epilogue_cols(epi, tile_n: int, osz: int) -> int:
+    """The staged chunk's columns: epilogue.tile's where written, else a 128-byte row (32 f32, 64 bf16 / f16
+    columns: the 128 B swizzle) where they divide tile_n, else one tcgen05.ld's 32."""
+    if epi.tile is not None:
+        return epi.tile[1]
     widest = EPI_ROW_BYTES // osz
     return widest if tile_n % widest == 0 else LD_COLS
+
+
+def staging_bytes(cols: int, osz: int, buffers: int) -> int:
+    """The epilogue's SMEM staging tiles: `buffers` a warp of 32 rows x `cols`."""
+    return EPI_WARPS * buffers * EPI_ROWS * cols * osz
 
 
 def acc_buffers(tile_n: int, hw: Hardware) -> int:
@@ -247,9 +254,9 @@ def ring_depth_that_fits(hw: Hardware, stage: int, staging: int, acc_stages: int
 def _epilogue(sch, dims, tile, problems: Problems) -> tuple[int, int]:
     """The staged chunk (epilogue.tile: [32, cols], cols a multiple of 32 dividing tile_n, at most 128 B a row) and
     the staging tiles a warp (epilogue.buffers)."""
-    cols = epilogue_cols(tile.tn, dims.osz)
+    cols = epilogue_cols(sch.epilogue, tile.tn, dims.osz)
     if sch.epilogue.tile is not None:
-        rows, cols = sch.epilogue.tile
+        rows = sch.epilogue.tile[0]
         widest = EPI_ROW_BYTES // dims.osz
         if rows != EPI_ROWS:
             problems.add(("schedule", "epilogue", "tile", 0), f"on sm_100a each epilogue warp stages and stores its "
@@ -305,7 +312,7 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range(tile.tk // lay.atom_a))
     b_boxes = tuple((i * b_sub, i * lay.atom_b) for i in range((tile.tk if lay.k_major_b else cols_b) // lay.atom_b))
     epi_bytes = EPI_ROWS * epi_cols * dims.osz
-    staging = EPI_WARPS * buffers * epi_bytes
+    staging = staging_bytes(epi_cols, dims.osz, buffers)
     offs, smem = smem_layout(pipe.stages, stage, staging, acc_stages)
     if smem > hw.smem_per_block:
         fit = ring_depth_that_fits(hw, stage, staging, acc_stages)

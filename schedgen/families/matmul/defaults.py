@@ -67,8 +67,7 @@ def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pi
         pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
         stage = (tm + tn) // pair * tk * dims.isz
         epi = spec.schedule.epilogue
-        cols = epi.tile[1] if epi.tile is not None else bw.epilogue_cols(tn, dims.osz)
-        staging = bw.EPI_WARPS * epi.buffers * bw.EPI_ROWS * cols * dims.osz
+        staging = bw.staging_bytes(bw.epilogue_cols(epi, tn, dims.osz), dims.osz, epi.buffers)
         stages = max(2, min(6, bw.ring_depth_that_fits(hw, stage, staging, bw.acc_buffers(tn, hw))))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                           f"the deepest ring of {stage}-byte stages that fits the SMEM beside the epilogue's "
