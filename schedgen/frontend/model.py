@@ -306,19 +306,23 @@ class Persistent(Model):
 class Epilogue(Model):
     """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
     consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
-    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain."""
+    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
+    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA."""
     tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
         "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
         "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
-        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. attention takes none"),
+        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. On sm_100a: [32, cols], one epilogue warp's "
+        "rows, cols a multiple of 32 (a tcgen05.ld) dividing tile_n and at most 128 bytes wide (default: 128 bytes "
+        "where they divide tile_n, else 32). attention takes none"),
         examples=[[64, 64], [64, 128]])
     buffers: Annotated[int, Field(ge=1, le=4)] = Field(default=2, description=(
         "SMEM staging buffers per consumer warpgroup (matmul / collective_matmul; 2: the next chunk is written "
-        "while the previous store drains); attention takes the default only"))
+        "while the previous store drains; on sm_100a per epilogue warp, counted in the SMEM budget beside the "
+        "ring); attention takes the default only"))
     store: Literal["tma", "direct"] = Field(default="tma", description=(
         "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
-        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul keeps TMA "
-        "stores; attention takes tma only"))
+        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
+        "matmul keep TMA stores; attention takes tma only"))
 
 
 class RemoteRef(Model):

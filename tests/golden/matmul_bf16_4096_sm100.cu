@@ -2,6 +2,7 @@
 // out[M, N] = epilogue(lhs @ rhs), M=4096 N=4096 K=4096, bf16 -> f32 (TMEM) -> bf16
 // tile 128x256x64, 4 stages; tcgen05.mma.cta_group::1.kind::f16 M128 N256 K16 x 4 a stage;
 // accumulator: 2 x 256 f32 columns of TMEM (512 allocated); tiles claimed by cluster launch control
+// epilogue: each warp stages its 32 rows x 64 bf16 chunks in 2 SMEM tiles (swizzle 128 B) and one of its threads stores them by TMA
 // NOT RUN ON BLACKWELL HARDWARE: compiled to an sm_100a cubin and its SASS checked on the CPU only.
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
@@ -119,7 +120,7 @@ __device__ __forceinline__ uint64_t sg_umma_desc(uint32_t addr, uint32_t lbo, ui
 }
 
 // ---- tcgen05.mma: one thread issues D[tmem] (+)= A[smem] x B[smem]; `accumulate` 0 overwrites D (enable-input-d)
-__device__ __forceinline__ void sg_umma_f16(uint32_t d_tmem, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t accumulate) {
+__device__ __forceinline__ void sg_umma(uint32_t d_tmem, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t accumulate) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
       " tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
@@ -169,7 +170,7 @@ __device__ __forceinline__ uint32_t sg_clc_query(uint32_t resp, uint32_t& first_
 
 // Byte offset inside a TMA-swizzled staging chunk (Swizzle<B,4,3>: 16-byte unit ^= row bits).
 __device__ __forceinline__ uint32_t sg_epi_swz(uint32_t off) {
-  return off;
+  return off ^ (((off >> 7) & 7u) << 4);
 }
 
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
@@ -211,24 +212,26 @@ __device__ __forceinline__ uint32_t sg_next_tile(uint32_t clc_full, uint32_t clc
 
 extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm100_bf16_128x256x64_s4_sm100_cg1_clc(
     const __grid_constant__ SgTensorMap tm_a, const __grid_constant__ SgTensorMap tm_b,
-    uint16_t* __restrict__ out_ptr) {
+    const __grid_constant__ SgTensorMap tm_out) {
   extern __shared__ uint8_t sg_smem_raw[];
   const uint32_t smem_base = (sg_smem_addr(sg_smem_raw) + 1023u) & ~1023u;
   const uint32_t S_ring = smem_base;                                   // 4 stages of 49152 B: lhs 16384 B, then rhs
-  const uint32_t S_full = smem_base + 196608u;              // full[4]: the stage's TMA bytes landed
-  const uint32_t S_empty = smem_base + 196640u;            // empty[4]: tcgen05.commit, the stage's MMAs are done
-  const uint32_t S_acc_full = smem_base + 196672u;      // acc_full[2]: tcgen05.commit, a tile's accumulator is complete
-  const uint32_t S_acc_empty = smem_base + 196688u;    // acc_empty[2]: the epilogue has read it (128 arrivals)
-  const uint32_t S_tmem_slot = smem_base + 196736u;    // tcgen05.alloc's TMEM address
-  const uint32_t S_clc_full = smem_base + 196704u;      // clc_full[2]: a try_cancel response landed
-  const uint32_t S_clc_empty = smem_base + 196720u;    // clc_empty[2]: every role read it (producer, MMA, 128 epilogue)
-  const uint32_t S_clc_resp = smem_base + 196752u;      // two 16-byte responses
+  const uint32_t S_epi = smem_base + 196608u;                // 4 warps x 2 staging tiles of 4096 B (32 x 64 bf16)
+  const uint32_t S_full = smem_base + 229376u;              // full[4]: the stage's TMA bytes landed
+  const uint32_t S_empty = smem_base + 229408u;            // empty[4]: tcgen05.commit, the stage's MMAs are done
+  const uint32_t S_acc_full = smem_base + 229440u;      // acc_full[2]: tcgen05.commit, a tile's accumulator is complete
+  const uint32_t S_acc_empty = smem_base + 229456u;    // acc_empty[2]: the epilogue has read it (128 arrivals)
+  const uint32_t S_tmem_slot = smem_base + 229504u;    // tcgen05.alloc's TMEM address
+  const uint32_t S_clc_full = smem_base + 229472u;      // clc_full[2]: a try_cancel response landed
+  const uint32_t S_clc_empty = smem_base + 229488u;    // clc_empty[2]: every role read it (producer, MMA, 128 epilogue)
+  const uint32_t S_clc_resp = smem_base + 229520u;      // two 16-byte responses
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
   if (threadIdx.x == 0) {
     sg_prefetch_tmap(&tm_a);
     sg_prefetch_tmap(&tm_b);
+    sg_prefetch_tmap(&tm_out);
     for (int s = 0; s < 4; ++s) {
       sg_mbar_init(S_full + 8 * s, 1);
       sg_mbar_init(S_empty + 8 * s, 1);
@@ -302,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm1
           for (int kk = 0; kk < 4; ++kk) {
             const uint64_t da = sg_umma_desc(sa + (uint32_t)((kk * 16) / 64) * 16384u + (uint32_t)((kk * 16) % 64) * 2u, 1u, 1024u, 2u);
             const uint64_t db = sg_umma_desc(sb + (uint32_t)(kk * 16) * 128u, 8192u, 1024u, 2u);
-            sg_umma_f16(d_tmem, da, db, idesc, (kb | kk) != 0);
+            sg_umma(d_tmem, da, db, idesc, (kb | kk) != 0);
           }
           sg_umma_commit(S_empty + 8 * s);     // the stage is free once these MMAs have read it
         }
@@ -312,40 +315,60 @@ extern "C" __global__ void __launch_bounds__(192, 1) matmul_matmul_bf16_4096_sm1
       }
     }
   } else {
-    // ================= epilogue warpgroup (warps 2-5): warp w reads TMEM lanes 32 x (w % 4) .. + 31, thread = row
-    const int lane_base = 32 * (warp % 4);
+    // ================= epilogue warpgroup (warps 2-5): warp w reads TMEM lanes 32 x (w % 4) .. + 31, thread = row;
+    // each warp stages its rows' chunks in its own SMEM tiles and one of its threads stores them by TMA
+    const int ew = warp % 4;
+    const int lane_base = 32 * ew;
     const int row_l = lane_base + lane;
-    int lt = 0;
+    const uint32_t S_stage = S_epi + (uint32_t)ew * 8192u;   // this warp's 2 staging tiles
+    int lt = 0, stored = 0;     // stored: the chunks this warp has stored (its staging tile: stored % 2)
     int ci = 0;
     for (int t = blockIdx.x;; ++lt) {
       int tmi, tni;
       sg_tile_coords(t, tmi, tni);
-      const int grow = (tmi * 1) * 128 + row_l, n0 = (tni * 1) * 256;
+      const int m0 = (tmi * 1) * 128, n0 = (tni * 1) * 256, grow = m0 + row_l;
+      (void)grow;
       const int ab = lt % 2;
       sg_mbar_wait(S_acc_full + 8 * ab, (lt / 2) & 1);
       sg_tc_fence_after();
       const uint32_t taddr = tmem_base + ((uint32_t)lane_base << 16) + (uint32_t)(ab * 256);
-      uint16_t* __restrict__ orow = out_ptr + (long long)grow * 4096 + n0;
 #pragma unroll 1
-      for (int c = 0; c < 8; ++c) {
-        uint32_t raw[32];
-        sg_tmem_ld32(taddr + (uint32_t)(c * 32), raw);
+      for (int c = 0; c < 4; ++c, ++stored) {
+        uint32_t raw[2][32];
+        sg_tmem_ld32(taddr + (uint32_t)(c * 64 + 0), raw[0]);
+        sg_tmem_ld32(taddr + (uint32_t)(c * 64 + 32), raw[1]);
         sg_tmem_wait_ld();
-        float v[32];
+        if (c == 3) {   // the tile's last TMEM load is in registers: the buffer may take the MMAs of tile + 2
+          sg_tc_fence_before();
+          sg_mbar_arrive(S_acc_empty + 8 * ab);
+        }
+        float v[64];
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const float v_acc = __uint_as_float(raw[j]);
+        for (int j = 0; j < 64; ++j) {
+          const float v_acc = __uint_as_float(raw[j / 32][j % 32]);
           v[j] = v_acc;
         }
+        // the staging tile's last reader, the TMA store 2 chunks back, is done with it
+        const uint32_t buf = S_stage + (uint32_t)(stored % 2) * 4096u;
+        if (lane == 0) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(1) : "memory");
+        __syncwarp();
+        // row lane of the tile, 128 B, in 16-byte units swizzled as the tensor map reads them
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };" :: "l"(orow + c * 32 + 8 * q), "r"(sg_pack2(v[8 * q], v[8 * q + 1])), "r"(sg_pack2(v[8 * q + 2], v[8 * q + 3])), "r"(sg_pack2(v[8 * q + 4], v[8 * q + 5])), "r"(sg_pack2(v[8 * q + 6], v[8 * q + 7])) : "memory");
+        for (int q = 0; q < 8; ++q) {
+          const uint32_t dst = buf + sg_epi_swz((uint32_t)(lane * 128 + 16 * q));
+          asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };" :: "r"(dst), "r"(sg_pack2(v[8 * q], v[8 * q + 1])), "r"(sg_pack2(v[8 * q + 2], v[8 * q + 3])), "r"(sg_pack2(v[8 * q + 4], v[8 * q + 5])), "r"(sg_pack2(v[8 * q + 6], v[8 * q + 7])) : "memory");
+        }
+        sg_fence_proxy_async();   // the generic-proxy writes before the async proxy's (TMA) read
+        __syncwarp();
+        if (lane == 0) {
+          sg_tma_store_2d(&tm_out, buf, n0 + c * 64, m0 + lane_base);
+          sg_bulk_commit();
+        }
       }
-      sg_tc_fence_before();
-      sg_mbar_arrive(S_acc_empty + 8 * ab);    // this buffer may take the next tile's MMAs
       if (!sg_next_tile(S_clc_full, S_clc_empty, S_clc_resp, ci++, false, t)) break;
 
     }
+    if (lane == 0) sg_bulk_wait0();   // this warp's stores are complete before the CTA exits
   }
   __syncwarp();
   sg_tc_fence_before();

@@ -2,14 +2,19 @@
 
 The sm_100a kernel (templates/cuda_sm_100a.cu.j2) is persistent and warp-specialized, 192 threads a CTA: warp 0
 streams lhs / rhs blocks into the SMEM stage ring by TMA (one elected thread), warp 1 allocates the tensor memory
-(TMEM) and one of its threads issues tcgen05.mma (cta_group::1, kind::f16: M 128, N tile_n, K 16 an instruction)
+(TMEM) and one of its threads issues tcgen05.mma (cta_group::1, kind::f16 for bf16 / f16 inputs: K 16 an
+instruction, kind::f8f6f4 for e4m3 / e5m2: K 32; M 128, N tile_n)
 with the f32 accumulator in TMEM, and tcgen05.commit arrives on the stage's `empty` barrier when the MMAs reading
 it are done and on the accumulator's `acc_full` barrier when a tile is complete. The accumulator is double-buffered
 in TMEM (two tile_n-column halves), so warps 2-5, the epilogue warpgroup (TMEM lanes 32 x (warp % 4) ..), read tile
 t with tcgen05.ld (32x32b shape: thread = row, 32 columns a load) + tcgen05.wait::ld while the MMAs of tile t + 1
-run; they apply the epilogue body, convert, and store each row's 32-column chunk with st.global. Tiles are walked
-by a static persistent loop (nd_loop) or claimed by cluster launch control (persistent.loop: dynamic:
-clusterlaunchcontrol.try_cancel / query_cancel).
+run; they apply the epilogue body, convert, and write each row's chunk (a 128-byte row: 32 f32 or 64 bf16 / f16
+columns) into the warp's SMEM staging tile, swizzled as the output's TMA tensor map reads it (128 B: the 32 rows of
+a warp hit all the banks), and one thread of the warp stores the warp's 32 x cols chunk by TMA (a bulk group per
+chunk; `epilogue.buffers` staging tiles a warp, reused once the store B chunks back has read its tile). The TMEM
+buffer is freed (acc_empty) right after the tile's last tcgen05.ld, before its last chunk is converted and stored.
+Tiles are walked by a static persistent loop (nd_loop) or claimed by cluster launch control (persistent.loop:
+dynamic: clusterlaunchcontrol.try_cancel / query_cancel).
 
 No kernel of this family has run on Blackwell hardware: the CUDA kernels are compiled to sm_100a cubins and their
 SASS is checked on the CPU.
@@ -25,9 +30,12 @@ from ...plan.hardware import Hardware
 THREADS = 192                 # warp 0: TMA, warp 1: TMEM allocation + MMA issue, warps 2-5: the epilogue warpgroup
 EPI_WARP0 = 2                 # the first epilogue warp; warp w reads TMEM lanes 32 x (w % 4) .. + 31
 LD_COLS = 32                  # columns of one tcgen05.ld.32x32b.x32 (32 registers a thread)
-MMA_K_BYTES = 32              # K of one tcgen05.mma kind::f16: 32 bytes (16 bf16 / f16)
-# kind::f16 A / B type codes and D type codes of the instruction descriptor
-AB_TYPE = {"f16": 0, "bf16": 1}
+EPI_ROWS = 32                 # rows of a staged chunk: one epilogue warp's TMEM lanes (each warp stores its own)
+EPI_WARPS = 4
+EPI_ROW_BYTES = 128           # a staged chunk row at most: the widest TMA swizzle (bank-conflict-free st.shared)
+MMA_K_BYTES = 32              # K of one tcgen05.mma: 32 bytes (16 bf16 / f16, 32 e4m3 / e5m2)
+# input dtype -> (the tcgen05.mma kind, its A / B type code in the instruction descriptor); D type codes
+MMA_KIND = {"f16": ("f16", 0), "bf16": ("f16", 1), "f8e4m3": ("f8f6f4", 0), "f8e5m2": ("f8f6f4", 1)}
 D_TYPE = {"f16": 0, "f32": 1}
 # the SMEM descriptor's swizzle-mode field (bits 61-63) on sm_100 (not Hopper's 2-bit codes)
 SWIZZLE_MODE = {0: 0, 128: 2, 64: 4, 32: 6}
@@ -47,11 +55,6 @@ HOPPER_ONLY = (
                                        "not in registers)"),
     (("pipeline", "compute_registers"), "the sm_100a kernel sets no setmaxnreg budgets (the accumulator is in TMEM, "
                                         "not in registers)"),
-    (("epilogue", "tile"), "the epilogue stores each row's 32-column TMEM load from registers (st.global), through "
-                           "no SMEM chunks"),
-    (("epilogue", "buffers"), "the epilogue stores from registers (st.global), through no SMEM buffers"),
-    (("epilogue", "store"), "the epilogue stores each row's 32-column TMEM load from registers (st.global): "
-                            "store: direct is what it does"),
 )
 
 
@@ -61,17 +64,26 @@ class BlackwellPlan:
     cta_group: int            # 1: tcgen05.mma.cta_group::1 (one CTA's tile); 2: a CTA pair's
     mma_m: int                # the instruction's M (128 a CTA)
     mma_n: int                # the instruction's N (tile_n)
-    k_mmas: int               # tcgen05.mma instructions a stage (tile_k / 16)
-    idesc: int                # the kind::f16 instruction descriptor (blackwell.cuh.j2 documents its fields)
+    mma_kind: str             # f16 (bf16 / f16 inputs) or f8f6f4 (e4m3 / e5m2)
+    mma_k: int                # the instruction's K: 32 bytes of inputs (16 or 32 elements)
+    k_mmas: int               # tcgen05.mma instructions a stage (tile_k / mma_k)
+    idesc: int                # the instruction descriptor (instruction_descriptor documents its fields)
     acc_stages: int           # accumulator buffers in TMEM (2: the epilogue overlaps the next tile's MMAs)
     tmem_cols: int            # TMEM columns allocated (a power of two >= 32, at most 512)
-    epi_loads: int            # tcgen05.ld.32x32b.x32 a row of a tile (tile_n / 32)
     desc_swizzle_a: int       # the SMEM descriptors' swizzle-mode field (bits 61-63)
     desc_swizzle_b: int
-    smem_bytes: int           # dynamic SMEM: the stage ring, the barriers, the TMEM slot, the CLC responses (+ 1 KiB
-                              # alignment slack)
+    smem_bytes: int           # dynamic SMEM: the stage ring, the epilogue staging tiles, the barriers, the TMEM
+                              # slot, the CLC responses (+ 1 KiB alignment slack)
     stage_bytes: int          # one stage: lhs then rhs block
     a_stage_bytes: int
+    epi_cols: int             # columns of a staged chunk (epilogue.tile [32, cols]): 128 B a row where tile_n allows
+    epi_chunks: int           # chunks a tile row (tile_n / epi_cols)
+    epi_lds: int              # tcgen05.ld.32x32b.x32 a chunk (epi_cols / 32)
+    epi_buffers: int          # staging tiles a warp (epilogue.buffers)
+    epi_swizzle: int          # the staging tile's swizzle = the output tensor map's (its row bytes)
+    epi_bytes: int            # one staging tile: 32 rows x epi_cols
+    off_epi: int              # SMEM offset of the staging tiles: warp w's buffer b at off_epi + (w x buffers + b) x
+                              # epi_bytes (1 KiB aligned: the swizzle pattern follows the address bits)
     off_full: int             # SMEM offsets: the stage barriers full[S] / empty[S], the accumulator barriers
     off_empty: int            # acc_full[A] / acc_empty[A], the cluster-launch-control barriers clc_full[2] /
     off_acc_full: int         # clc_empty[2], the TMEM address slot, the two 16-byte CLC responses
@@ -89,11 +101,13 @@ class BlackwellPlan:
 
 
 def instruction_descriptor(in_dtype: str, acc_dtype: str, m: int, n: int, k_major_a: bool, k_major_b: bool) -> int:
-    """The 32-bit instruction descriptor of tcgen05.mma kind::f16 (PTX ISA, "Instruction descriptor format for
-    .kind::f16"): bits 0-1 sparsity selector (0), 2 sparsity (0: dense), 3 saturate (0), 4-5 D type (0 f16, 1 f32),
-    6 reserved, 7-9 A type and 10-12 B type (0 f16, 1 bf16), 13 / 14 negate A / B (0), 15 / 16 transpose A / B (0:
-    K-major, 1: MN-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29 reserved, 30-31 max shift (0: not .ws)."""
-    return (D_TYPE[acc_dtype] << 4 | AB_TYPE[in_dtype] << 7 | AB_TYPE[in_dtype] << 10
+    """The 32-bit instruction descriptor of tcgen05.mma kind::f16 and kind::f8f6f4 (PTX ISA, "Instruction descriptor
+    format for .kind::tf32, .kind::f16, .kind::f8f6f4 and .kind::i8"): bits 0-1 sparsity selector (0), 2 sparsity
+    (0: dense), 3 saturate (0), 4-5 D type (0 f16, 1 f32), 6 reserved, 7-9 A type and 10-12 B type (kind::f16: 0
+    f16, 1 bf16; kind::f8f6f4: 0 e4m3, 1 e5m2), 13 / 14 negate A / B (0), 15 / 16 transpose A / B (0: K-major, 1:
+    MN-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29 reserved, 30-31 max shift (0: not .ws)."""
+    ab = MMA_KIND[in_dtype][1]
+    return (D_TYPE[acc_dtype] << 4 | ab << 7 | ab << 10
             | (0 if k_major_a else 1) << 15 | (0 if k_major_b else 1) << 16 | (n >> 3) << 17 | (m >> 4) << 24)
 
 
@@ -108,6 +122,11 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
         if written(spec, ("schedule", *path)):
             problems.add(("schedule", *path), f"{'.'.join(path)} is a Hopper (sm_90a) field; on sm_100a {what}: "
                                               f"leave it out, or write target: sm_90a")
+    if spec.schedule.epilogue.store == "direct":
+        problems.add(("schedule", "epilogue", "store"), "the sm_100a kernel stores every output tile by TMA from an "
+                                                        "SMEM staging tile (its tiles are whole and its sizes fixed, so "
+                                                        "the output always takes a tensor map): write store: tma or "
+                                                        "leave it out")
     if sch.pipeline.kind != "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"), f"the sm_100a matmul kernel is warp-specialized (a TMA producer "
                                                        f"warp, a tcgen05 MMA thread, an epilogue warpgroup); got "
@@ -127,16 +146,27 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
 
 
 def _check_problem(op, dims, tile, problems: Problems) -> None:
-    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 in, a K-major lhs."""
+    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 / e4m3 / e5m2 in (fp8:
+    per-tensor or per-row / per-column scales in the epilogue, no block scales), a K-major lhs, one output."""
     for nm, v in op.sizes.items():
         if not isinstance(v, int):
             problems.add(("op", "sizes", nm), f"the sm_100a matmul kernel takes fixed sizes only (one package per "
                                               f"size); give {nm} a fixed value, or write target: sm_90a")
-    if dims.in_dtype not in AB_TYPE:
+    if dims.in_dtype not in MMA_KIND:
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the sm_100a matmul kernel takes bf16 / f16 inputs "
-                                                         f"(tcgen05.mma kind::f16), got {dims.in_dtype}")
+                                                         f"(tcgen05.mma kind::f16) or f8e4m3 / f8e5m2 (kind::f8f6f4), "
+                                                         f"got {dims.in_dtype}")
+    if getattr(op, "block_scales", None) is not None:
+        problems.add(("op", "block_scales"), "the sm_100a matmul kernel scales fp8 products in the epilogue only "
+                                             "(per-tensor [1] or per-row [M, 1] / per-column [N] operands: out = acc "
+                                             "* sa * sb); 128 x 128 block scales applied in the k-loop are rendered "
+                                             "for sm_90a: remove block_scales, or write target: sm_90a")
     if dims.out_dtype not in ("bf16", "f16", "f32"):
         problems.add(("op", "outputs"), f"the sm_100a matmul kernel stores bf16, f16 or f32, got {dims.out_dtype}")
+    for nm in list(op.outputs)[1:]:
+        problems.add(("op", "outputs", nm), "the sm_100a matmul kernel stores one output (its epilogue stages one "
+                                            "tile at a time, and nothing keeps a value for a backward pass): remove "
+                                            "this output, or write target: sm_90a")
     if not isinstance(dims.batch, int) or dims.batch != 1:
         problems.add(("op", "inputs", op.lhs, "shape"), "the sm_100a matmul kernel takes 2-D operands (no batch "
                                                         "dimension) yet; write target: sm_90a for a batched matmul")
@@ -179,6 +209,68 @@ def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:
     return group
 
 
+def epilogue_cols(epi, tile_n: int, osz: int) -> int:
+    """The staged chunk's columns: epilogue.tile's where written, else a 128-byte row (32 f32, 64 bf16 / f16
+    columns: the 128 B swizzle) where they divide tile_n, else one tcgen05.ld's 32."""
+    if epi.tile is not None:
+        return epi.tile[1]
+    widest = EPI_ROW_BYTES // osz
+    return widest if tile_n % widest == 0 else LD_COLS
+
+
+def staging_bytes(cols: int, osz: int, buffers: int) -> int:
+    """The epilogue's SMEM staging tiles: `buffers` a warp of 32 rows x `cols`."""
+    return EPI_WARPS * buffers * EPI_ROWS * cols * osz
+
+
+def acc_buffers(tile_n: int, hw: Hardware) -> int:
+    """Accumulator buffers in TMEM: two tile_n-column buffers where they fit its columns."""
+    return 2 if 2 * tile_n <= hw.tmem_columns else 1
+
+
+def smem_layout(stages: int, stage: int, staging: int, acc_stages: int) -> tuple[dict, int]:
+    """The sm_100a kernel's SMEM from the 1 KiB-aligned base: the ring, the epilogue staging tiles (1 KiB aligned),
+    the barriers, the TMEM slot, the two CLC responses. Returns the offsets and the dynamic SMEM it needs (+ the 1
+    KiB alignment slack)."""
+    offs = {"epi": cdiv(stages * stage, 1024) * 1024}
+    off = offs["epi"] + staging
+    for name, count in (("full", stages), ("empty", stages), ("acc_full", acc_stages), ("acc_empty", acc_stages),
+                        ("clc_full", 2), ("clc_empty", 2)):
+        offs[name] = off
+        off += 8 * count
+    off = cdiv(off, 16) * 16
+    offs["tmem_slot"], offs["clc_resp"] = off, off + 16
+    return offs, off + 16 + 32 + 1024
+
+
+def ring_depth_that_fits(hw: Hardware, stage: int, staging: int, acc_stages: int) -> int:
+    """The deepest ring of `stage`-byte stages whose kernel fits the block's SMEM beside `staging` bytes (0: none)."""
+    n = 0
+    while smem_layout(n + 1, stage, staging, acc_stages)[1] <= hw.smem_per_block:
+        n += 1
+    return n
+
+
+def _epilogue(sch, dims, tile, problems: Problems) -> tuple[int, int]:
+    """The staged chunk (epilogue.tile: [32, cols], cols a multiple of 32 dividing tile_n, at most 128 B a row) and
+    the staging tiles a warp (epilogue.buffers)."""
+    cols = epilogue_cols(sch.epilogue, tile.tn, dims.osz)
+    if sch.epilogue.tile is not None:
+        rows = sch.epilogue.tile[0]
+        widest = EPI_ROW_BYTES // dims.osz
+        if rows != EPI_ROWS:
+            problems.add(("schedule", "epilogue", "tile", 0), f"on sm_100a each epilogue warp stages and stores its "
+                                                              f"own {EPI_ROWS} rows (its TMEM lanes): the chunk is "
+                                                              f"{EPI_ROWS} rows, got {rows}")
+        if cols % LD_COLS or tile.tn % cols or cols * dims.osz > EPI_ROW_BYTES:
+            legal = [c for c in range(LD_COLS, widest + 1, LD_COLS) if tile.tn % c == 0]
+            problems.add(("schedule", "epilogue", "tile", 1), f"on sm_100a a staged chunk is whole tcgen05.ld loads "
+                                                              f"of {LD_COLS} columns, divides tile_n {tile.tn} and is "
+                                                              f"at most {EPI_ROW_BYTES} B ({widest} {dims.out_dtype}) "
+                                                              f"a row: {' or '.join(map(str, legal))}; got {cols}")
+    return cols, sch.epilogue.buffers
+
+
 def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: Problems) -> BlackwellPlan | None:
     """The sm_100a numbers, each rule a located problem naming sm_100a (what the kernel takes and what is legal)."""
     if sch.target != "sm_100a":
@@ -196,7 +288,7 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     if tile.tk * dims.isz % MMA_K_BYTES:
         problems.add(("schedule", "in_specs", op.lhs, "block_shape"), f"tile_k must be a multiple of "
                                                                       f"{MMA_K_BYTES // dims.isz} (one tcgen05.mma "
-                                                                      f"K), got {tile.tk}")
+                                                                      f"K for {dims.in_dtype}), got {tile.tk}")
     if sch.persistent.loop == "dynamic" and sch.persistent.num_blocks != "auto":
         problems.add(("schedule", "persistent", "num_blocks"), "with loop: dynamic the sm_100a kernel launches a CTA a "
                                                                "tile and claims tiles by cluster launch control; "
@@ -205,9 +297,10 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
         problems.add(("schedule", "persistent", "loop"), "the sm_100a kernel is persistent (its TMEM accumulator is "
                                                          "allocated once a CTA): nd_loop or dynamic (cluster launch "
                                                          "control)")
+    epi_cols, buffers = _epilogue(sch, dims, tile, problems)
     if len(problems) > bad:
         return None
-    acc_stages = 2 if 2 * tile.tn <= hw.tmem_columns else 1
+    acc_stages = acc_buffers(tile.tn, hw)
     cols = max(32, 1 << (acc_stages * tile.tn - 1).bit_length())
     rows_a, cols_b = tile.tm // group, tile.tn // group    # what one CTA holds (cta_group::2: half of each)
     a_stage = rows_a * tile.tk * dims.isz
@@ -218,29 +311,28 @@ def blackwell_plan(op, sch, dims, tile, lay, cl, pipe, hw: Hardware, problems: P
     b_sub = (cols_b if lay.k_major_b else tile.tk) * lay.swz_b
     a_boxes = tuple((i * a_sub, i * lay.atom_a) for i in range(tile.tk // lay.atom_a))
     b_boxes = tuple((i * b_sub, i * lay.atom_b) for i in range((tile.tk if lay.k_major_b else cols_b) // lay.atom_b))
-    off = pipe.stages * stage                          # the ring, from the 1 KiB-aligned base
-    offs = {}
-    for name, count in (("full", pipe.stages), ("empty", pipe.stages), ("acc_full", acc_stages),
-                        ("acc_empty", acc_stages), ("clc_full", 2), ("clc_empty", 2)):
-        offs[name] = off
-        off += 8 * count
-    off = cdiv(off, 16) * 16
-    offs["tmem_slot"], offs["clc_resp"] = off, off + 16
-    smem = off + 16 + 32 + 1024                        # + the 1 KiB alignment slack of the dynamic SMEM base
+    epi_bytes = EPI_ROWS * epi_cols * dims.osz
+    staging = staging_bytes(epi_cols, dims.osz, buffers)
+    offs, smem = smem_layout(pipe.stages, stage, staging, acc_stages)
     if smem > hw.smem_per_block:
-        fixed = smem - pipe.stages * stage
+        fit = ring_depth_that_fits(hw, stage, staging, acc_stages)
+        fewer = ring_depth_that_fits(hw, stage, staging // buffers, acc_stages) if buffers > 1 else 0
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"{pipe.stages} stages of {stage} B need {smem} B of SMEM with the barriers, over the "
-                     f"{hw.name}'s {hw.smem_per_block} B a block ({sch.target}); "
-                     f"{max((hw.smem_per_block - fixed) // (stage + 16), 0)} would fit")
+                     f"{pipe.stages} stages of {stage} B and the epilogue's {staging} B of staging tiles ({EPI_WARPS} "
+                     f"warps x {buffers} x {EPI_ROWS} x {epi_cols} {dims.out_dtype}) need {smem} B of SMEM with the "
+                     f"barriers, over the {hw.name}'s {hw.smem_per_block} B a block ({sch.target}); {fit} stages "
+                     f"would fit" + (f" ({fewer} with epilogue.buffers: 1)" if fewer > fit else ""))
         return None
     return BlackwellPlan(
-        cta_group=group, mma_m=128 * group, mma_n=tile.tn, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
+        cta_group=group, mma_m=128 * group, mma_n=tile.tn, mma_kind=MMA_KIND[dims.in_dtype][0],
+        mma_k=MMA_K_BYTES // dims.isz, k_mmas=tile.tk * dims.isz // MMA_K_BYTES,
         idesc=instruction_descriptor(dims.in_dtype, "f32", 128 * group, tile.tn, lay.k_major_a, lay.k_major_b),
         rows=rows_a, a_sub_bytes=a_sub, b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes,
-        acc_stages=acc_stages, tmem_cols=cols, epi_loads=tile.tn // LD_COLS,
+        acc_stages=acc_stages, tmem_cols=cols,
         desc_swizzle_a=SWIZZLE_MODE[lay.swz_a], desc_swizzle_b=SWIZZLE_MODE[lay.swz_b],
         smem_bytes=smem, stage_bytes=stage, a_stage_bytes=a_stage, **{f"off_{k}": v for k, v in offs.items()},
+        epi_cols=epi_cols, epi_chunks=tile.tn // epi_cols, epi_lds=epi_cols // LD_COLS, epi_buffers=buffers,
+        epi_swizzle=epi_cols * dims.osz, epi_bytes=epi_bytes,
         dynamic=sch.persistent.loop == "dynamic")
 
 
@@ -254,7 +346,10 @@ def sm100_smem(bw: BlackwellPlan, stages: int) -> tuple[SmemBuffer, ...]:
         bars += [SmemBuffer("clc_full", bw.off_clc_full, 8, 2, "mbarriers: a try_cancel response landed"),
                  SmemBuffer("clc_empty", bw.off_clc_empty, 8, 2, "mbarriers: every role has read it"),
                  SmemBuffer("clc_resp", bw.off_clc_resp, 16, 2, "cluster-launch-control responses")]
-    return (SmemBuffer("ring", 0, bw.stage_bytes, stages, "lhs then rhs block a stage"), *bars,
+    epi = SmemBuffer("epi", bw.off_epi, bw.epi_bytes, EPI_WARPS * bw.epi_buffers,
+                     f"epilogue staging: {bw.epi_buffers} a warp of {EPI_ROWS} x {bw.epi_cols}, swizzle "
+                     f"{bw.epi_swizzle} B, read by its TMA store")
+    return (SmemBuffer("ring", 0, bw.stage_bytes, stages, "lhs then rhs block a stage"), epi, *bars,
             SmemBuffer("tmem", bw.off_tmem_slot, 4, 1, "the address tcgen05.alloc returns"))
 
 

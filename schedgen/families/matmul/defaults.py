@@ -21,6 +21,7 @@ from ...plan.common import Problems
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from ...plan.legality import stages_that_fit
+from . import blackwell as bw
 from .operands import check_names, problem_dims
 from .records import REG_OVERHEAD, WGMMA_M
 from .schedule import tile_from_block_specs
@@ -49,24 +50,28 @@ BLOCK_SCALED_WHY = ("block scales: one 128-K scale block a stage, two consumers 
 
 
 def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pick]:
-    """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 64 K; the deepest ring
-    that fits beside the barriers (at most 6); tiles in planar-snake order. No consumer count or cluster: the
-    Hopper fields the sm_100a kernel does not read are not picked."""
+    """sm_100a: a 128-row tile (one tcgen05.mma M), 256 columns where N allows (else 128), 128 bytes of K (64 bf16,
+    128 fp8); the deepest ring that fits beside the epilogue's staging tiles and the barriers (at most 6); tiles in
+    planar-snake order. No consumer count or cluster: the Hopper fields the sm_100a kernel does not read are not
+    picked."""
     picks = []
     tiled = any([sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)])
     if tiled:
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
-        tm, tk = 128, 64
+        tm, tk = 128, 128 // dims.isz         # 128 bytes of K a stage: 64 bf16 / f16, 128 e4m3 / e5m2
         tn = 256 if D.divisible(dims.n, 256, dims.ranges) else 128
-        picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a)",
-                              False, delay=0)
+        picks += _block_specs(op, out_name, dims, tm, tn, tk, f"one tcgen05.mma of M 128, N {tn} a tile (sm_100a), "
+                              f"128 bytes of K a stage", False, delay=0)
     if not sch_written("pipeline", "max_concurrent_steps"):
         pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
         stage = (tm + tn) // pair * tk * dims.isz
-        stages = max(2, min(6, (hw.smem_per_block - 2048) // stage))
+        epi = spec.schedule.epilogue
+        staging = bw.staging_bytes(bw.epilogue_cols(epi, tn, dims.osz), dims.osz, epi.buffers)
+        stages = max(2, min(6, bw.ring_depth_that_fits(hw, stage, staging, bw.acc_buffers(tn, hw))))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
-                          f"the deepest ring of {stage}-byte stages that fits the SMEM (at most 6)"))
+                          f"the deepest ring of {stage}-byte stages that fits the SMEM beside the epilogue's "
+                          f"{staging} B of staging tiles (at most 6)"))
     if not sch_written("persistent", "tile_order") and not sch_written("persistent", "tile_width"):
         picks.append(Pick(("schedule", "persistent", "tile_order"), "planar_snake",
                           "bands of tiles that share lhs rows and rhs columns in the L2"))

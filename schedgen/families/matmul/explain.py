@@ -165,7 +165,8 @@ def _blackwell(p, lhs, rhs) -> list[str]:
     bw = p.blackwell
     lines = [
         "  target     sm_100a (Blackwell, B200): compiled and SASS-checked on the CPU, NOT RUN on Blackwell hardware",
-        f"  MMA        tcgen05.mma.cta_group::{bw.cta_group}.kind::f16 M{bw.mma_m} N{bw.mma_n} K16 x {bw.k_mmas} per "
+        f"  MMA        tcgen05.mma.cta_group::{bw.cta_group}.kind::{bw.mma_kind} M{bw.mma_m} N{bw.mma_n} K{bw.mma_k} x "
+        f"{bw.k_mmas} per "
         f"k-step, issued by one thread (warp 1); instruction descriptor 0x{bw.idesc:08x}; the f32 accumulator in "
         f"TMEM; tcgen05.commit frees each stage (empty barrier) and completes a tile (acc_full)",
         f"  warps      {p.threads} threads: warp 0 TMA producer (one thread), warp 1 TMEM allocation + MMA issue, "
@@ -177,6 +178,8 @@ def _blackwell(p, lhs, rhs) -> list[str]:
         f"  SMEM map ({bw.smem_bytes} B incl. 1 KiB alignment slack, of 232448)",
         f"          0  ring   {p.stages} x {bw.stage_bytes} B = {p.stages * bw.stage_bytes} B  lhs then rhs block "
         f"a stage",
+        f"    {bw.off_epi:7d}  epi    4 warps x {bw.epi_buffers} x {bw.epi_bytes} B = {4 * bw.epi_buffers * bw.epi_bytes} B"
+        f"  staging tiles: a warp's 32 rows x {bw.epi_cols} {p.out_dtype}, swizzle {bw.epi_swizzle} B",
     ]
     for name, count, off in (("full", p.stages, bw.off_full), ("empty", p.stages, bw.off_empty),
                              ("acc_full", bw.acc_stages, bw.off_acc_full), ("acc_empty", bw.acc_stages, bw.off_acc_empty)):
@@ -211,9 +214,12 @@ def _blackwell(p, lhs, rhs) -> list[str]:
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))
     for e in p.extras:
         lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
-    lines.append(f"             {bw.epi_loads} x tcgen05.ld.32x32b.x32 + wait::ld a row (32 f32 columns each), "
-                 f"converted and stored with st.global (16-byte vectors); the buffer is freed (acc_empty) for the "
-                 f"MMAs of tile + {bw.acc_stages}")
+    lines.append(f"             {bw.epi_chunks} chunks of {bw.epi_cols} columns a tile, each {bw.epi_lds} x "
+                 f"tcgen05.ld.32x32b.x32 + wait::ld, converted and written (st.shared, 16-byte vectors, swizzled) into "
+                 f"one of the warp's {bw.epi_buffers} staging tiles, which one thread of the warp stores by TMA "
+                 f"(32 x {bw.epi_cols} box, a bulk group a chunk, wait_group.read {bw.epi_buffers - 1} before a tile "
+                 f"is rewritten); the TMEM buffer is freed (acc_empty) for the MMAs of tile + {bw.acc_stages} right "
+                 f"after the tile's last load, before its last chunk is stored")
     if p.tcgen05 is not None:
         lines += _pallas_sm100(p)
     return lines

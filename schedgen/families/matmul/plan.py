@@ -20,7 +20,7 @@ from ...plan.common import (
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
-from .blackwell import THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
+from .blackwell import EPI_ROWS, THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule
 from .tcgen05 import tcgen05_plan
 from .unread import check_unread
@@ -75,11 +75,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     op, sch = spec.op, spec.schedule
     written_spec = spec
     if sch.target == "sm_100a":
-        # the sm_100a epilogue stores from registers (the output's pointer, no tensor map); a dynamic loop is claimed
-        # by cluster launch control over a grid of one CTA a tile (the static phases plan it as nd_loop)
+        # a dynamic loop is claimed by cluster launch control over a grid of one CTA a tile (the static phases plan
+        # it as nd_loop); the output's tensor map is the sm_100a staging tile's (_sm100)
         static_loop = "nd_loop" if sch.persistent.loop == "dynamic" else sch.persistent.loop
-        sch = sch.model_copy(update={"epilogue": sch.epilogue.model_copy(update={"store": "direct"}),
-                                     "persistent": sch.persistent.model_copy(update={"loop": static_loop})})
+        sch = sch.model_copy(update={"persistent": sch.persistent.model_copy(update={"loop": static_loop})})
         spec = spec.model_copy(update={"schedule": sch})
     out_name, extras = check_names(spec, problems)
     body = parse_epilogue(op, out_name, extras, problems)
@@ -117,17 +116,31 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
                            inputs, outputs, args)
-    if bw is not None:      # sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest
-        result = dataclasses.replace(
-            result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
-            kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
-            + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
-            **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
-        if bw.cta_group == 2:
-            result = _cta_pair(result, spec, cluster, hw)
+    if bw is not None:
+        result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:
             result = dataclasses.replace(result, tcgen05=tc)
     return result, problems
+
+
+def _sm100(result: MatmulPlan, bw, spec: SpecFile, cluster, loop, pipe, operands, hw: Hardware) -> MatmulPlan:
+    """sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest; the output's tensor
+    map has the staging tile's box (a warp's 32 rows x epi_cols, its swizzle), and the plan's epi_* fields are that
+    epilogue's (a staging tile a warp, stored by TMA)."""
+    out = result.kernel_args[2]
+    o = operands[out.operand]
+    out_map = tensor_map(out.operand, o.shape, o.dtype, EPI_ROWS, bw.epi_cols, bw.epi_swizzle)
+    result = dataclasses.replace(
+        result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
+        kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
+        + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
+        kernel_args=(*result.kernel_args[:2], out_map, *result.kernel_args[3:]),
+        epi_rows=EPI_ROWS, epi_cols=bw.epi_cols, epi_buffers=bw.epi_buffers, epi_swizzle=bw.epi_swizzle,
+        epi_bytes=bw.epi_bytes, epi_store="tma", epi_chunks_m=1, epi_chunks_n=bw.epi_chunks, epi_n8=bw.epi_cols // 8,
+        epi_row_bytes=bw.epi_swizzle, epi_swizzle_mask=bw.epi_swizzle // 16 - 1, epi_pending=bw.epi_buffers - 1,
+        epi_uneven=bw.epi_chunks % bw.epi_buffers != 0,
+        **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+    return _cta_pair(result, spec, cluster, hw) if bw.cta_group == 2 else result
 
 
 def _cta_pair(result: MatmulPlan, spec: SpecFile, cluster, hw: Hardware) -> MatmulPlan:

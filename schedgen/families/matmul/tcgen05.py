@@ -27,7 +27,6 @@ from ...plan.common import Problems
 from ...plan.hardware import Hardware
 
 EPI_COLS = 32                 # columns of one TMEM load (the CUDA kernel's tcgen05.ld.32x32b.x32 width)
-EPI_BUFFERS = 2               # SMEM staging buffers of the epilogue's TMA stores
 BARRIER_BYTES = 8
 SMEM_SLACK = 2048             # Mosaic GPU's own SMEM: the TMEM address slot, the CLC responses and barriers, alignment
 
@@ -61,7 +60,8 @@ class Tcgen05Plan:
 
 def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Problems) -> Tcgen05Plan | None:
     """The Pallas sm_100a numbers (after blackwell_plan accepted the tile): its own located errors for what the
-    Mosaic GPU rendering cannot do, each naming the cause and what to write instead."""
+    Mosaic GPU rendering cannot do (fp8 inputs, epilogue.tile, ...), each naming the cause and what to write instead
+    (one output: blackwell_plan's rule for both backends)."""
     if sch.target != "sm_100a" or "pallas" not in sch.backends or bw is None:
         return None
     bad = len(problems)
@@ -70,15 +70,22 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
                      "the Pallas sm_100a kernel's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
                      "the SMEM staging writes and the TMA stores that read them; remove unsafe_no_auto_barriers, or "
                      "write backends: [cuda]")
-    for nm in list(op.outputs)[1:]:
-        problems.add(("op", "outputs", nm), "the Pallas sm_100a kernel stores one output (its epilogue stages one "
-                                            "chunk at a time); remove this output, or write backends: [cuda]")
+    if bw.mma_kind != "f16":
+        problems.add(("op", "inputs", op.lhs, "dtype"), f"the Pallas sm_100a kernel takes bf16 / f16 inputs "
+                                                         f"(tcgen05_mma kind::f16); {dims.in_dtype} (kind::f8f6f4) is "
+                                                         f"rendered by the CUDA kernel: write backends: [cuda]")
+    if sch.epilogue.tile is not None:
+        problems.add(("schedule", "epilogue", "tile"), f"the Pallas sm_100a kernel stages its epilogue warpgroup's "
+                                                       f"{bw.rows} rows x {EPI_COLS} columns (one TMEM load) a chunk; "
+                                                       f"epilogue.tile is the CUDA kernel's: leave it out, or write "
+                                                       f"backends: [cuda]")
     if bad < len(problems):
         return None
     osz = dims.osz
+    buffers = sch.epilogue.buffers          # the staging buffers (default 2), as the CUDA kernel's a warp
     epi_cols = min(EPI_COLS, tile.tn)
     stage = bw.stage_bytes
-    staging = EPI_BUFFERS * bw.rows * epi_cols * osz
+    staging = buffers * bw.rows * epi_cols * osz
     relay = bw.cta_group == 1 and bool(cl.multicast)
     barriers = BARRIER_BYTES * ((3 if relay else 2) * pipe.stages + 2 * bw.acc_stages)
     smem = pipe.stages * stage + staging + barriers + SMEM_SLACK
@@ -86,13 +93,13 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
         fit = max((hw.smem_per_block - staging - SMEM_SLACK) // (stage + 3 * BARRIER_BYTES), 0)
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the Pallas sm_100a kernel needs {smem} B of SMEM for {pipe.stages} stages of {stage} B, "
-                     f"{EPI_BUFFERS} epilogue staging buffers of {bw.rows} x {epi_cols} and its barriers, over the "
+                     f"{buffers} epilogue staging buffers of {bw.rows} x {epi_cols} and its barriers, over the "
                      f"{hw.name}'s {hw.smem_per_block} B a block; {fit} stages would fit")
         return None
     return Tcgen05Plan(
         cta_group=bw.cta_group, rows=bw.rows, cols_b=tile.tn // bw.cta_group, acc_stages=bw.acc_stages,
         tmem_cols=bw.acc_stages * tile.tn, epi_cols=epi_cols, epi_chunks=tile.tn // epi_cols,
-        epi_buffers=EPI_BUFFERS, epi_swizzle=_widest_swizzle(epi_cols * osz), stage_bytes=stage, smem_bytes=smem,
+        epi_buffers=buffers, epi_swizzle=_widest_swizzle(epi_cols * osz), stage_bytes=stage, smem_bytes=smem,
         dynamic=bw.dynamic, relay=relay, interpretable=NOT_INTERPRETABLE_PAIR if bw.cta_group == 2 else "")
 
 

@@ -72,6 +72,7 @@ INTERPRET_CASES = {
     "f16_one_cta": {**ONE_CTA, **F16},
     "cluster2x1_multicast_rhs_wrap": MC_WRAP,
     "cluster1x2_multicast_lhs": {**MC_LHS, "M": 256, "N": 512, "K": 128},
+    "one_staging_buffer": {**SMALL, "schedule.epilogue.buffers": 1},
 }
 
 
@@ -196,6 +197,8 @@ def test_pallas_sm100a_interpret_matches_float64(case, tmp_path):
     plan = built.plan
     if case == "one_cta_nd_loop":
         assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.stages) == (1, 4, 6, 3)
+    if case == "one_staging_buffer":
+        assert plan.tcgen05.epi_buffers == 1 and plan.blackwell.epi_buffers == 1
     if case == "cluster2x1_multicast_rhs_wrap":
         assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.tcgen05.relay) == (2, 4, 6, True)
     mod = _module(built, tmp_path)
@@ -239,14 +242,10 @@ def test_verify_interpret_passes_the_bundled_spec_and_skips_the_pair():
 # ------------------------------------------------------------------------------------ what Pallas cannot do here
 
 @pytest.mark.parametrize("overrides, path, words", [
-    ({"op.outputs.h": {"shape": ["M", "N"], "dtype": "bf16"}, "op.epilogue": "h = acc\nout = relu(h)"},
-     "op.outputs.h", "stores one output"),
-    ({"schedule.in_specs.a.block_shape": [128, 32], "schedule.in_specs.a.transforms.swizzle": 64,
-      "schedule.in_specs.b.block_shape": [32, 256], "schedule.in_specs.b.transforms.swizzle": 64,
-      "schedule.pipeline.max_concurrent_steps": 9}, "schedule.pipeline.max_concurrent_steps", "8 stages would fit"),
+    ({"schedule.epilogue.tile": [32, 64]}, "schedule.epilogue.tile", "epilogue.tile is the CUDA kernel's"),
     ({"schedule.compiler_params.unsafe_no_auto_barriers": True}, "schedule.compiler_params.unsafe_no_auto_barriers",
      "automatic warpgroup barriers"),
-], ids=["second_output", "smem_with_staging", "no_auto_barriers"])
+], ids=["epilogue_tile", "no_auto_barriers"])
 def test_pallas_sm100a_limits_are_located_errors(overrides, path, words):
     with pytest.raises(SpecErrors) as info:
         _build(overrides)
