@@ -54,7 +54,8 @@ PALLAS_WHY = (
     "without touching the next group's rows, and jax 0.11.2's Mosaic GPU has no masked store (its store lowering, "
     "swap_p, takes no mask) while a TMA store's extent is static (plgpu.copy_smem_to_gmem takes a whole-copy "
     "predicate only), so the CUDA kernel's masked stores have no Pallas spelling; a rendering through predicated TMA "
-    "stores of power-of-two row counts is not written. Use backends: [cuda]")
+    "stores of power-of-two row counts is not written. Use backends: [cuda] (ragged: k, whose stores are whole "
+    "blocks, is rendered for both)")
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,9 @@ class GroupedMatmulPlan:
     backends: tuple[str, ...]
     # the problem
     groups: int
-    t: DimLike                 # rows of x and out (all groups together)
+    t: DimLike                 # rows of x and out (all groups together); ragged k: the contraction
     n: int
-    k: int
+    k: int                     # the contraction (ragged k: M, the rows of each group's output block)
     in_dtype: str
     out_dtype: str
     transpose_rhs: bool        # w stored [G, N, K] (K-major for wgmma)
@@ -104,6 +105,8 @@ class GroupedMatmulPlan:
     flops: DimLike             # 2 T N K: every row in some group
     bytes_moved: DimLike
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    ragged: str = "m"          # op.ragged: m (rows of x and out grouped) | k (the contraction grouped: ragged_k.py)
+    m: DimLike = 0             # ragged k: the rows of each group's output block (M of out [G, M, N])
 
     @property
     def dynamic_sizes(self) -> tuple[SizeRange, ...]:
@@ -130,6 +133,9 @@ class Shapes:
 
 
 def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problems]:
+    if spec.op.ragged == "k":
+        from .ragged_k import plan_ragged_k
+        return plan_ragged_k(spec, hw)
     problems = Problems()
     op, sch = spec.op, spec.schedule
     out_name = next(iter(op.outputs))
@@ -232,16 +238,21 @@ def step_op_of(op, out_name: str) -> MatmulOp:
                     epilogue=op.epilogue)
 
 
-def step_spec_of(spec: SpecFile, out_name: str) -> SpecFile:
-    """The spec of one group's product: the grouped spec's schedule with the lhs / rhs edges zero-padded (a group's
-    row tiles are ragged at every call: the rows past its end are loaded and never stored), on the CUDA backend,
-    without clusters, multicast or ping-pong."""
+def step_spec_of(spec: SpecFile, out_name: str, step_op: MatmulOp | None = None) -> SpecFile:
+    """The spec of one group's product (`step_op`, default `step_op_of`): the grouped spec's schedule with the lhs /
+    rhs edges zero-padded (a group's row tiles are ragged at every call: the rows past its end are loaded and never
+    stored, or masked), on the CUDA backend, without clusters, multicast or ping-pong."""
     op, sch = spec.op, spec.schedule
-    step_op = step_op_of(op, out_name)
+    step_op = step_op or step_op_of(op, out_name)
     in_specs = {nm: bs.model_copy(update={"out_of_bounds": "zero", "collective_axes": []})
                 for nm, bs in sch.in_specs.items()}
+    out_specs = {nm: bs.model_copy(update={"block_shape": bs.block_shape[1:]})
+                 if len(bs.block_shape) == 3 and bs.block_shape[0] == 1 and op.ragged == "k" else bs
+                 for nm, bs in sch.out_specs.items()}     # ragged k: a [1, tm, tn] block of out [G, M, N]
+    sch = sch.model_copy(update={"out_specs": out_specs})
     tm, tn, tk = tile_from_block_specs(step_op, sch, out_name, Problems())
-    shapes = {op.lhs: [tm, tk], op.rhs: [tn, tk] if op.transpose_rhs else [tk, tn]}
+    shapes = {op.lhs: [tk, tm] if step_op.transpose_lhs else [tm, tk],
+              op.rhs: [tn, tk] if op.transpose_rhs else [tk, tn]}
     for nm in (op.lhs, op.rhs):
         if nm not in in_specs:
             in_specs[nm] = BlockSpec(block_shape=shapes[nm], out_of_bounds="zero")
@@ -255,14 +266,17 @@ def step_spec_of(spec: SpecFile, out_name: str) -> SpecFile:
     return spec.model_copy(update={"op": step_op, "schedule": step_sch})
 
 
-def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware) -> MatmulPlan | None:
-    """One group's product planned by the matmul family; its problems located in the grouped spec (the weight's
-    dimensions shift by the leading G)."""
+def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,
+              step: SpecFile | None = None) -> MatmulPlan | None:
+    """One group's product planned by the matmul family (`step`, default `step_spec_of`); its problems located in the
+    grouped spec (the dimensions of the operand with the leading G shift by one)."""
     op = spec.op
-    mm, mm_problems = plan_matmul(step_spec_of(spec, out_name), hw)
+    mm, mm_problems = plan_matmul(step or step_spec_of(spec, out_name), hw)
+    grouped = out_name if op.ragged == "k" else op.rhs           # the operand with the leading G
+    where = ("op", "outputs" if op.ragged == "k" else "inputs", grouped, "shape")
     for p in mm_problems:
         path = tuple(p.path)
-        if path[:4] == ("op", "inputs", op.rhs, "shape") and len(path) > 4 and isinstance(path[4], int):
+        if path[:4] == where and len(path) > 4 and isinstance(path[4], int):
             path = (*path[:4], path[4] + 1, *path[5:])
         problems.append(dataclasses.replace(p, path=path))
     return mm
@@ -271,8 +285,9 @@ def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware) -
 # ------------------------------------------------------------------------ what the grouped kernel takes of the schedule
 
 
-def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
-    """No clusters, cooperative consumers, a persistent nd_loop, the CUDA backend; fields it does not read."""
+def check_schedule(op, sch, out_name: str, problems: Problems, pallas: bool = False) -> None:
+    """No clusters, cooperative consumers, a persistent nd_loop, the CUDA backend (`pallas`: the Pallas one too);
+    fields it does not read."""
     check_unread(sch, TABLE, (op.lhs, op.rhs), (out_name,), problems)
     if math.prod(sch.cluster) != 1:
         problems.add(("schedule", "cluster"), f"the grouped matmul runs without clusters: two CTAs of a cluster may "
@@ -295,7 +310,7 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
-    if "pallas" in sch.backends:
+    if "pallas" in sch.backends and not pallas:
         problems.add(("schedule", "backends"), PALLAS_WHY)
 
 
@@ -335,6 +350,7 @@ def kernel_args(op, out_name: str, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg
         args.append(KernelArg("tmap", out_i, out_arg.dtype, out_arg.shape, out_arg.strides, out_arg.box,
                               out_arg.swizzle))
     args += [KernelArg("ptr", out_i), KernelArg("ptr", off_i)]
+    args += [KernelArg("ptr", out_i + 1 + i) for i, _ in enumerate(list(op.outputs)[1:])]   # kept for a backward
     args += [KernelArg("i32", -1, value=D.size(nm)) for nm, v in op.sizes.items() if not isinstance(v, int)]
     return tuple(args)
 
@@ -346,7 +362,8 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
     off_len = g + 1 if op.offsets_format == "offsets" else g
     inputs = (mat_operand(op.lhs, "lhs", mm.in_dtype, s.x), mat_operand(op.rhs, "rhs", mm.in_dtype, s.w),
               mat_operand(op.group_offsets, "offsets", "i32", (off_len,)))
-    outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),)
+    outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),
+               *(mat_operand(nm, "saved", mm.out_dtype, s.out) for nm in list(op.outputs)[1:]))
     tiles_n = -(-s.n // mm.tile_n)
     max_tiles = (D.cdiv(s.t, mm.tile_m) + g) * tiles_n
     pers = sch.persistent
