@@ -40,9 +40,8 @@ def grouped_defaults(spec, hw: Hardware) -> list[Pick]:
                           "the grouped kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"))
     if not sch_written("backends"):
         picks.append(Pick(("schedule", "backends"), ["cuda"],
-                          "the grouped matmul is rendered for the CUDA backend only in this release (no Pallas "
-                          "rendering of its data-dependent tile walk is written yet)" if op.ragged == "m" else
-                          "the CUDA kernel (ragged: k also has a Pallas rendering: backends: [cuda, pallas])"))
+                          "the CUDA kernel, warp-specialized (the Pallas rendering runs one warpgroup a tile: "
+                          "backends: [cuda, pallas] for jax)"))
     n = _n_of(op)
     out_name = next(iter(op.outputs), None)
     if n is None or out_name is None or op.lhs not in op.inputs:
@@ -51,7 +50,7 @@ def grouped_defaults(spec, hw: Hardware) -> list[Pick]:
     if any(tiled):
         return picks + _rest(spec, None, hw, sch_written)
     tn = next((t for t in TILE_NS if n % t == 0), TILE_NS[-1] if n < TILE_NS[0] else TILE_NS[0])
-    if op.ragged == "k" and sch_written("backends") and "pallas" in spec.schedule.backends:
+    if sch_written("backends") and "pallas" in spec.schedule.backends:
         tn = TILE_NS[-1]        # the Pallas kernel's one warpgroup holds a 128 x 128 tile's accumulators
     why = (f"tile {TILE_M} x {tn} x {TILE_K}: the matmul family's large-problem tile; N = {n}"
            + (f" is a multiple of {tn}" if n % tn == 0 else f" is not a multiple of {tn}: the edge is zero-padded"))

@@ -49,13 +49,7 @@ TABLE_WORDS_PER_GROUP = 3      # SMEM int32 tables: a group's first row, its end
 STATIC_SMEM_EXTRA = 1024 + 3 * 16
 
 
-PALLAS_WHY = (
-    "the grouped matmul is rendered for the CUDA backend only in this release: a group's last row block must be stored "
-    "without touching the next group's rows, and jax 0.11.2's Mosaic GPU has no masked store (its store lowering, "
-    "swap_p, takes no mask) while a TMA store's extent is static (plgpu.copy_smem_to_gmem takes a whole-copy "
-    "predicate only), so the CUDA kernel's masked stores have no Pallas spelling; a rendering through predicated TMA "
-    "stores of power-of-two row counts is not written. Use backends: [cuda] (ragged: k, whose stores are whole "
-    "blocks, is rendered for both)")
+PALLAS_ACC = 128 * 128      # the Pallas kernels run one warpgroup a tile: its f32 accumulators, 128 a thread
 
 
 @dataclass(frozen=True)
@@ -151,6 +145,8 @@ def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan
         return None, problems
     table = table_bytes(op, mm, hw, problems)
     check_tiles(spec, shapes, mm, problems)
+    if "pallas" in sch.backends:
+        check_pallas(mm, (("N", shapes.n, mm.tile_n), ("K", shapes.k, mm.tile_k)), problems)
     if problems:
         return None, problems
     args = kernel_args(op, out_name, shapes, mm)
@@ -285,9 +281,8 @@ def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,
 # ------------------------------------------------------------------------ what the grouped kernel takes of the schedule
 
 
-def check_schedule(op, sch, out_name: str, problems: Problems, pallas: bool = False) -> None:
-    """No clusters, cooperative consumers, a persistent nd_loop, the CUDA backend (`pallas`: the Pallas one too);
-    fields it does not read."""
+def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
+    """No clusters, cooperative consumers, a persistent nd_loop; fields it does not read."""
     check_unread(sch, TABLE, (op.lhs, op.rhs), (out_name,), problems)
     if math.prod(sch.cluster) != 1:
         problems.add(("schedule", "cluster"), f"the grouped matmul runs without clusters: two CTAs of a cluster may "
@@ -310,8 +305,21 @@ def check_schedule(op, sch, out_name: str, problems: Problems, pallas: bool = Fa
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
-    if "pallas" in sch.backends and not pallas:
-        problems.add(("schedule", "backends"), PALLAS_WHY)
+
+
+def check_pallas(mm: MatmulPlan, whole: tuple, problems: Problems) -> None:
+    """The Pallas renderings: one warpgroup a tile (its f32 accumulators in that warpgroup's registers), and whole
+    tiles along `whole` ((name, extent, tile) each: the K steps and the stored columns have static extents)."""
+    where = ("schedule", "backends")
+    if mm.tile_m * mm.tile_n > PALLAS_ACC:
+        problems.add(where, f"the grouped matmul's Pallas kernel runs one warpgroup a tile, whose f32 accumulators "
+                            f"must fit its registers: tile_m x tile_n at most {PALLAS_ACC} (e.g. 128 x 128), got "
+                            f"{mm.tile_m} x {mm.tile_n}; write smaller blocks (the planner picks 128 x 128 when "
+                            f"backends names pallas), or backends: [cuda]")
+    for nm, d, t in whole:
+        if d % t:
+            problems.add(where, f"the grouped matmul's Pallas kernel takes whole tiles of {nm}: {nm} = {d} must be a "
+                                f"multiple of its tile ({t}); pick a tile that divides it, or backends: [cuda]")
 
 
 def table_bytes(op, mm: MatmulPlan, hw: Hardware, problems: Problems) -> int:

@@ -22,7 +22,7 @@ from ...plan.hardware import Hardware
 from ..matmul.model import MatmulOp
 from ..matmul.records import MatmulPlan, mat_operand
 from ..matmul.schedule import tensor_map
-from .plan import (GroupedMatmulPlan, Shapes, check_names, check_schedule, plan_step, step_spec_of,
+from .plan import (GroupedMatmulPlan, Shapes, check_names, check_pallas, check_schedule, plan_step, step_spec_of,
                    table_bytes)
 
 # the operand layouts, as the messages name them
@@ -47,32 +47,15 @@ def plan_ragged_k(spec, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problem
     if shapes is None or problems:
         return None, problems
     mm = plan_step(spec, out_name, problems, hw, step_spec_of(spec, out_name, step_op_k(op, out_name)))
-    check_schedule(op, sch, out_name, problems, pallas=True)
+    check_schedule(op, sch, out_name, problems)
     if mm is None:
         return None, problems
     table = table_bytes(op, mm, hw, problems)
     if "pallas" in sch.backends:
-        check_pallas_k(shapes, mm, problems)
+        check_pallas(mm, (("M", shapes.k, mm.tile_m), ("N", shapes.n, mm.tile_n)), problems)
     if problems:
         return None, problems
     return record_k(spec, out_name, shapes, mm, table, kernel_args_k(op, shapes, mm), hw), problems
-
-
-PALLAS_ACC = 128 * 128      # the Pallas kernel's one warpgroup holds the tile's f32 accumulators (128 a thread)
-
-
-def check_pallas_k(s: Shapes, mm: MatmulPlan, problems: Problems) -> None:
-    """The Pallas rendering: one consumer warpgroup a tile (its accumulators in that warpgroup's registers) and whole
-    tiles of the output block (its TMA stores are not clipped)."""
-    where = ("schedule", "backends")
-    if mm.tile_m * mm.tile_n > PALLAS_ACC:
-        problems.add(where, f"the Pallas kernel of ragged: k runs one warpgroup a tile, whose f32 accumulators must "
-                            f"fit its registers: tile_m x tile_n at most {PALLAS_ACC} (e.g. 128 x 128), got "
-                            f"{mm.tile_m} x {mm.tile_n}; write smaller out_specs / in_specs blocks, or backends: [cuda]")
-    for nm, d, t in (("M", s.k, mm.tile_m), ("N", s.n, mm.tile_n)):
-        if d % t:
-            problems.add(where, f"the Pallas kernel of ragged: k stores whole tiles: {nm} = {d} must be a multiple of "
-                                f"its tile ({t}); pick a tile that divides it, or backends: [cuda]")
 
 
 def shapes_k(op, out_name: str, problems: Problems) -> Shapes | None:

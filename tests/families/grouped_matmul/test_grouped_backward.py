@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, opcodes
+
+sys.path.insert(0, str(ROOT / "tests" / "autodiff"))     # handgraph.import_package
 from schedgen import families
 from schedgen.autodiff.graph import check, evaluate
 from schedgen.build import build_spec, package
@@ -221,6 +224,87 @@ def test_ragged_k_pallas_kernel_in_the_interpreter(tmp_path, case):
             assert np.abs(got[g] - want[g]).max() <= tol * scale, (g, np.abs(got[g] - want[g]).max(), scale)
 
 
+# ------------------------------------------------------------------------------------------------ ragged: m, Pallas
+
+def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
+    """The forward's Pallas kernel (predicated TMA stores of power-of-two row counts) in the interpreter: a kept
+    pre-activation beside the output, groups crossing 128-row blocks, an empty group, rows in no group (before the
+    first and after the last) keeping the NaN poison, T not a multiple of the tile."""
+    plgpu = pytest.importorskip("jax.experimental.pallas.mosaic_gpu")
+    data = _grouped("out = silu(acc)\npre = acc")
+    data["op"]["outputs"]["pre"] = {"shape": ["T", "N"], "dtype": "bf16"}
+    data["schedule"] = {"backends": ["cuda", "pallas"]}
+    built = build_spec(str(_write(tmp_path, data)), {}, cache=Cache(tmp_path / "cache"))
+    assert (built.plan.tile_m, built.plan.tile_n) == (128, 128)
+    mod = _pallas_module(built)
+    t, rng = 300, np.random.default_rng(3)
+    x = rng.standard_normal((t, 128), dtype=np.float32).astype(BF16)
+    w = (rng.standard_normal((G, 256, 128), dtype=np.float32) / 8).astype(BF16)
+    offs = np.array([5, 100, 100, 137, 200, 201, 201, 260, 290], np.int32)
+    poison = [np.full((t, 256), np.nan, BF16) for _ in range(2)]
+    got = mod.run_into([x, w, offs], poison, interpret=plgpu.InterpretGPUParams())
+    want = families.of(built.spec).reference(built.spec, {"T": t}, {"x": x, "w": w, "offsets": offs})
+    for name, g in zip(("out", "pre"), got):
+        g = np.asarray(g, np.float64)
+        assert np.isnan(g[:5]).all() and np.isnan(g[290:]).all(), "rows in no group must stay unwritten"
+        inside = g[5:290]
+        assert np.isfinite(inside).all()
+        assert np.abs(inside - want[name][5:290]).max() <= 2 ** -7 * np.abs(want[name][5:290]).max(), name
+
+
+def _silu_grad(a):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return s * (1.0 + a * (1.0 - s))
+
+
+@pytest.mark.parametrize("transpose_rhs", [True, False], ids=["w_gnk", "w_gkn"])
+def test_jax_grad_of_a_grouped_package_through_the_interpreter(tmp_path, transpose_rhs):
+    """jax.grad (and jax.jit of it) of a grouped package with a backward: the forward's Pallas kernel keeps `pre`,
+    the steps' Pallas kernels (the map of silu's derivative, dx, dw with ragged: k) run in the Mosaic GPU
+    interpreter; against float64 gradients in closed form, the offsets getting a float0 cotangent."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from handgraph import import_package
+    data = {**_grouped("out = silu(acc)", transpose_rhs=transpose_rhs), "backward": {}}
+    data["schedule"] = {"backends": ["cuda", "pallas"]}
+    built = build_spec(str(_write(tmp_path, data)), {}, cache=Cache(tmp_path / "cache"))
+    assert [s for s in built.backward.steps] == ["dacc", "dx", "dw"]
+    mod = import_package(package(built, tmp_path / "pkg").parent, built.name)
+    f = getattr(mod, built.name)
+    t, rng = 200, np.random.default_rng(5)
+    counts = [0, 70, 1, 0, 64, 0, 65, 0]
+    x = rng.standard_normal((t, 128), dtype=np.float32).astype(BF16)
+    w_shape = (G, 256, 128) if transpose_rhs else (G, 128, 256)
+    w = (rng.standard_normal(w_shape, dtype=np.float32) / 8).astype(BF16)
+    offs = encode_counts(counts, "offsets")
+    up = rng.standard_normal((t, 256), dtype=np.float32)
+    interp = plgpu.InterpretGPUParams()
+
+    def loss(xx, ww, oo):
+        return jnp.sum(f(xx, ww, oo, interpret=interp).astype(jnp.float32) * up)
+    grad = jax.grad(loss, argnums=(0, 1, 2), allow_int=True)
+    gx, gw, go = grad(jnp.asarray(x), jnp.asarray(w), jnp.asarray(offs))
+    assert go.dtype == jax.dtypes.float0 and gx.dtype == jnp.bfloat16 and gw.dtype == jnp.bfloat16
+    # float64 in closed form: gacc = up * silu'(x_g @ w[g]); dx_g = gacc_g @ w[g]^T; dw[g] = x_g^T gacc_g
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    wx = np.swapaxes(w64, 1, 2) if transpose_rhs else w64              # [G, K, N]
+    want_x, want_w = np.zeros_like(x64), np.zeros((G, 128, 256))
+    for g, (s, e) in enumerate(group_rows(offs, "offsets", G)):
+        acc = x64[s:e] @ wx[g]
+        gacc = up[s:e] * _silu_grad(acc)
+        want_x[s:e] = gacc @ wx[g].T
+        want_w[g] = x64[s:e].T @ gacc
+    want_w = np.swapaxes(want_w, 1, 2) if transpose_rhs else want_w
+    for got, want in ((gx, want_x), (gw, want_w)):
+        got = np.asarray(got, np.float64)
+        assert np.abs(got - want).max() <= 2 ** -5 * np.abs(want).max()
+    assert not np.asarray(gw, np.float32)[[0, 3, 5, 7]].any(), "groups with no rows: zero weight gradients"
+    jx, jw, _ = jax.jit(grad)(jnp.asarray(x), jnp.asarray(w), jnp.asarray(offs))
+    np.testing.assert_array_equal(np.asarray(jx, np.float32), np.asarray(gx, np.float32))
+    np.testing.assert_array_equal(np.asarray(jw, np.float32), np.asarray(gw, np.float32))
+
+
 # ------------------------------------------------------------------------------------------------ NVRTC, sm_90a
 
 def _no_local(built):
@@ -322,11 +406,10 @@ def test_ragged_k_errors_are_located(tmp_path):
     data["schedule"]["in_specs"] = {"b": {"block_shape": [64, 256]}}
     data["op"]["sizes"]["N"] = 256
     line = _one(_errors(_write(tmp_path, data)), "schedule.backends")
-    assert "at most 16384" in line and "128 x 256" in line
-    # ragged: m keeps refusing the Pallas backend (its masked stores have no Pallas spelling)
-    m = yaml.safe_load(MIXTRAL.read_text())
-    m["schedule"]["backends"] = ["cuda", "pallas"]
-    assert "ragged: k" in _one(_errors(_write(tmp_path, m)), "schedule.backends")
+    assert "at most 16384" in line and "128 x 256" in line and "one warpgroup a tile" in line
+    data["op"]["sizes"]["N"] = 200
+    data["schedule"] = {"backends": ["cuda", "pallas"]}
+    assert "N = 200 must be a multiple of its tile (128)" in _one(_errors(_write(tmp_path, data)), "schedule.backends")
 
 
 # ------------------------------------------------------------------------------------------------ the GPU
