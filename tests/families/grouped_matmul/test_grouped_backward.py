@@ -6,10 +6,15 @@
 - the ragged: k Pallas kernel in the Mosaic GPU interpreter against float64: uneven groups with an empty one, T not a
   multiple of tile_k, rows in no group holding NaN (the kernel must zero them in both operands), NaN-poisoned
   outputs (every block written, the empty group's with zeros), all three group operand layouts, an epilogue;
+- the forward's (ragged: m) Pallas kernel in the interpreter: each group's rows only (rows in no group keep their
+  poison), a kept pre-activation beside the output;
+- jax.grad and jax.jit(jax.grad) of a grouped package with a backward through the interpreter, against float64
+  gradients in closed form (both weight layouts, empty groups, a float0 cotangent for the offsets);
 - NVRTC sm_90a compiles of every CUDA kernel of the bundled training spec (the forward writing `pre` too, the map
   step, dx, dw) and of ragged: k variants, SASS checked: wgmma, TMA, no local memory;
 - located errors for what is refused;
-- on the GPU (marked gpu): the ragged: k CUDA kernel against float64, and torch autograd of a grouped package.
+- on the GPU (marked gpu): the ragged: k CUDA kernel against float64, torch autograd of a grouped package, and
+  jax.grad with the Pallas kernels compiled for the GPU.
 """
 from __future__ import annotations
 
@@ -262,6 +267,16 @@ def test_jax_grad_of_a_grouped_package_through_the_interpreter(tmp_path, transpo
     """jax.grad (and jax.jit of it) of a grouped package with a backward: the forward's Pallas kernel keeps `pre`,
     the steps' Pallas kernels (the map of silu's derivative, dx, dw with ragged: k) run in the Mosaic GPU
     interpreter; against float64 gradients in closed form, the offsets getting a float0 cotangent."""
+    _jax_grad_case(tmp_path, transpose_rhs, interpret=True)
+
+
+@pytest.mark.gpu
+def test_gpu_jax_grad_of_a_grouped_package_compiled_for_the_gpu(tmp_path):
+    """The same with the Pallas kernels compiled for the GPU (no interpreter)."""
+    _jax_grad_case(tmp_path, True, interpret=False)
+
+
+def _jax_grad_case(tmp_path, transpose_rhs, interpret):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -279,7 +294,7 @@ def test_jax_grad_of_a_grouped_package_through_the_interpreter(tmp_path, transpo
     w = (rng.standard_normal(w_shape, dtype=np.float32) / 8).astype(BF16)
     offs = encode_counts(counts, "offsets")
     up = rng.standard_normal((t, 256), dtype=np.float32)
-    interp = plgpu.InterpretGPUParams()
+    interp = plgpu.InterpretGPUParams() if interpret else None
 
     def loss(xx, ww, oo):
         return jnp.sum(f(xx, ww, oo, interpret=interp).astype(jnp.float32) * up)
