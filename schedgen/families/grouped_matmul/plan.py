@@ -146,7 +146,7 @@ def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan
     table = table_bytes(op, mm, hw, problems)
     check_tiles(spec, shapes, mm, problems)
     if "pallas" in sch.backends:
-        check_pallas(mm, (("N", shapes.n, mm.tile_n), ("K", shapes.k, mm.tile_k)), problems)
+        check_pallas(spec, shapes.t, mm, (("N", shapes.n, mm.tile_n), ("K", shapes.k, mm.tile_k)), problems)
     if problems:
         return None, problems
     args = kernel_args(op, out_name, shapes, mm)
@@ -307,10 +307,24 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
                                                                "planar_snake")
 
 
-def check_pallas(mm: MatmulPlan, whole: tuple, problems: Problems) -> None:
-    """The Pallas renderings: one warpgroup a tile (its f32 accumulators in that warpgroup's registers), and whole
-    tiles along `whole` ((name, extent, tile) each: the K steps and the stored columns have static extents)."""
+PALLAS_ROWS = 8                # the SMEM tiling's rows, through which Mosaic GPU views each GMEM operand
+
+
+def check_pallas(spec, t: DimLike, mm: MatmulPlan, whole: tuple, problems: Problems) -> None:
+    """The Pallas renderings: one warpgroup a tile (its f32 accumulators in that warpgroup's registers), whole tiles
+    along `whole` ((name, extent, tile) each: the K steps and the stored columns have static extents), and T a
+    multiple of the SMEM tiling's 8 rows (Mosaic GPU in jax 0.11.2 views x, and w with ragged: k, in GMEM through
+    that tiling and cannot round a partial one up: "dimension 0 must have size smaller or a multiple of its tiling
+    8")."""
     where = ("schedule", "backends")
+    if not D.divisible(t, PALLAS_ROWS, dynamic_ranges(spec.op.sizes)):
+        dyn = isinstance(t, D.Dim)
+        problems.add(where, f"the grouped matmul's Pallas kernel takes T (the rows) a multiple of {PALLAS_ROWS}: Mosaic "
+                            f"GPU in jax 0.11.2 views the row-major operands in GMEM through their SMEM tiling of "
+                            f"{PALLAS_ROWS} rows and cannot round a partial one up; "
+                            + (f"declare multiple_of: {PALLAS_ROWS} on T" if dyn else f"T = {t}: use a multiple of "
+                                                                                     f"{PALLAS_ROWS}")
+                            + ", or backends: [cuda]")
     if mm.tile_m * mm.tile_n > PALLAS_ACC:
         problems.add(where, f"the grouped matmul's Pallas kernel runs one warpgroup a tile, whose f32 accumulators "
                             f"must fit its registers: tile_m x tile_n at most {PALLAS_ACC} (e.g. 128 x 128), got "

@@ -52,7 +52,7 @@ def plan_ragged_k(spec, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problem
         return None, problems
     table = table_bytes(op, mm, hw, problems)
     if "pallas" in sch.backends:
-        check_pallas(mm, (("M", shapes.k, mm.tile_m), ("N", shapes.n, mm.tile_n)), problems)
+        check_pallas(spec, shapes.t, mm, (("M", shapes.k, mm.tile_m), ("N", shapes.n, mm.tile_n)), problems)
     if problems:
         return None, problems
     return record_k(spec, out_name, shapes, mm, table, kernel_args_k(op, shapes, mm), hw), problems

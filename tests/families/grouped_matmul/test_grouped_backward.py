@@ -53,7 +53,8 @@ def _write(tmp_path, data: dict) -> Path:
 
 
 def _grouped(epilogue=None, *, transpose_rhs=True, backward=None, constants=None, out_dtype="bf16") -> dict:
-    op = {"kind": "grouped_matmul", "groups": G, "sizes": {"T": {"dynamic": True, "max": 4096}, "N": 256, "K": 128},
+    op = {"kind": "grouped_matmul", "groups": G,
+          "sizes": {"T": {"dynamic": True, "max": 4096, "multiple_of": 8}, "N": 256, "K": 128},
           "inputs": {"x": {"shape": ["T", "K"], "dtype": "bf16"},
                      "w": {"shape": [G, "N", "K"] if transpose_rhs else [G, "K", "N"], "dtype": "bf16"}},
           "outputs": {"out": {"shape": ["T", "N"], "dtype": out_dtype}}, "transpose_rhs": transpose_rhs}
@@ -162,7 +163,8 @@ def test_the_steps_and_what_they_read(tmp_path):
 
 def _k_spec(tmp_path, *, fmt="offsets", out_dtype="bf16", epilogue=None, m=128, n=128, backends=("cuda", "pallas"),
             extra=None) -> Path:
-    op = {"kind": "grouped_matmul", "ragged": "k", "groups": 4, "sizes": {"T": {"dynamic": True, "max": 4096}, "M": m, "N": n},
+    op = {"kind": "grouped_matmul", "ragged": "k", "groups": 4,
+          "sizes": {"T": {"dynamic": True, "max": 4096, "multiple_of": 8}, "M": m, "N": n},
           "inputs": {"a": {"shape": ["T", "M"], "dtype": "bf16"}, "b": {"shape": ["T", "N"], "dtype": "bf16"}},
           "outputs": {"o": {"shape": [4, "M", "N"], "dtype": out_dtype}}, "lhs": "a", "rhs": "b",
           "group_offsets": "offs", "offsets_format": fmt}
@@ -183,9 +185,9 @@ def _pallas_module(built):
 
 
 K_CASES = {
-    # rows 0..9 in no group (NaN), 90 rows, group 1 empty, 37 rows, 143 rows, rows 280..299 in no group (NaN)
-    "offsets_gaps_nan": dict(fmt="offsets", rows=[(10, 100), (100, 100), (100, 137), (137, 280)], t=300),
-    "counts_f32_epilogue": dict(fmt="counts", rows=[(0, 64), (64, 64), (64, 65), (65, 257)], t=257,
+    # rows 0..9 in no group (NaN), 90 rows, group 1 empty, 37 rows, 143 rows, rows 280..303 in no group (NaN)
+    "offsets_gaps_nan": dict(fmt="offsets", rows=[(10, 100), (100, 100), (100, 137), (137, 280)], t=304),
+    "counts_f32_epilogue": dict(fmt="counts", rows=[(0, 64), (64, 64), (64, 65), (65, 264)], t=264,
                                 out_dtype="f32", epilogue="o = acc * beta"),
     "ends_one_group": dict(fmt="ends", rows=[(0, 0), (0, 0), (0, 192), (192, 192)], t=192),
 }
@@ -234,7 +236,7 @@ def test_ragged_k_pallas_kernel_in_the_interpreter(tmp_path, case):
 def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
     """The forward's Pallas kernel (predicated TMA stores of power-of-two row counts) in the interpreter: a kept
     pre-activation beside the output, groups crossing 128-row blocks, an empty group, rows in no group (before the
-    first and after the last) keeping the NaN poison, T not a multiple of the tile."""
+    first and after the last) keeping the NaN poison, T not a multiple of the tile (of the 8-row SMEM tiling)."""
     plgpu = pytest.importorskip("jax.experimental.pallas.mosaic_gpu")
     data = _grouped("out = silu(acc)\npre = acc")
     data["op"]["outputs"]["pre"] = {"shape": ["T", "N"], "dtype": "bf16"}
@@ -242,7 +244,7 @@ def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
     built = build_spec(str(_write(tmp_path, data)), {}, cache=Cache(tmp_path / "cache"))
     assert (built.plan.tile_m, built.plan.tile_n) == (128, 128)
     mod = _pallas_module(built)
-    t, rng = 300, np.random.default_rng(3)
+    t, rng = 304, np.random.default_rng(3)
     x = rng.standard_normal((t, 128), dtype=np.float32).astype(BF16)
     w = (rng.standard_normal((G, 256, 128), dtype=np.float32) / 8).astype(BF16)
     offs = np.array([5, 100, 100, 137, 200, 201, 201, 260, 290], np.int32)
@@ -255,6 +257,30 @@ def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
         inside = g[5:290]
         assert np.isfinite(inside).all()
         assert np.abs(inside - want[name][5:290]).max() <= 2 ** -7 * np.abs(want[name][5:290]).max(), name
+
+
+@pytest.mark.parametrize("mode", ["m", "k"])
+def test_pallas_kernels_lower_for_cuda(tmp_path, mode):
+    """Both Pallas kernels through Mosaic GPU's lowering for CUDA on the CPU (layouts, the masked SMEM rewrite, the
+    predicated stores): one mosaic_gpu custom call taking x, w and the group operand."""
+    import re
+    jax = pytest.importorskip("jax")
+    if mode == "m":
+        data = _grouped("out = silu(acc)\npre = acc")
+        data["op"]["outputs"]["pre"] = {"shape": ["T", "N"], "dtype": "bf16"}
+        data["schedule"] = {"backends": ["cuda", "pallas"]}
+        path = _write(tmp_path, data)
+    else:
+        path = _k_spec(tmp_path, fmt="counts")
+    built = build_spec(str(path), {}, cache=Cache(tmp_path / "cache"))
+    mod = _pallas_module(built)
+    dt = {"bf16": jax.numpy.bfloat16, "i32": jax.numpy.int32}
+    args = [jax.ShapeDtypeStruct(tuple(304 if not isinstance(d, int) else d for d in o.shape), dt[o.dtype])
+            for o in built.plan.inputs]
+    text = jax.jit(mod.make({"T": 304})).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
+    assert [c[0] for c in calls] == ["mosaic_gpu_v2"] and len(calls[0][1].split(",")) == 3
+    assert built.plan.kernel_name in text
 
 
 def _silu_grad(a):
@@ -422,8 +448,11 @@ def test_ragged_k_errors_are_located(tmp_path):
     data["op"]["sizes"]["N"] = 256
     line = _one(_errors(_write(tmp_path, data)), "schedule.backends")
     assert "at most 16384" in line and "128 x 256" in line and "one warpgroup a tile" in line
-    data["op"]["sizes"]["N"] = 200
     data["schedule"] = {"backends": ["cuda", "pallas"]}
+    data["op"]["sizes"]["T"] = {"dynamic": True, "max": 4096}
+    assert "declare multiple_of: 8 on T" in _one(_errors(_write(tmp_path, data)), "schedule.backends")
+    data["op"]["sizes"]["T"] = {"dynamic": True, "max": 4096, "multiple_of": 8}
+    data["op"]["sizes"]["N"] = 200
     assert "N = 200 must be a multiple of its tile (128)" in _one(_errors(_write(tmp_path, data)), "schedule.backends")
 
 
