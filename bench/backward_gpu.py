@@ -41,7 +41,11 @@ CASES = {
     # attention at S = 2048 (the float64 reference of the backward at 4096+ takes minutes on the host)
     "attention_d128": ("specs/attention_bf16_4096.yaml", {"S": 2048}, {}, None),
     "attention_causal_gqa": ("specs/attention_gqa_causal_bf16_8192.yaml", {"S": 2048}, {}, None),
+    # Mixtral's expert gate projection with silu: 8 experts, skewed token counts (some experts empty), T = 4096
+    "grouped_moe_silu": ("specs/grouped_moe_mixtral_bf16_train.yaml", None, {}, {"T": 4096}),
 }
+# the CPU self-check's sizes where the case's own would make its float64 reference or torch's CPU run slow
+DRY_SIZES = {"grouped_moe_silu": {"N": 512, "K": 256}}
 
 
 def _load(path: str, backward: dict, tmp: Path, sizes: dict | None = None):
@@ -98,6 +102,29 @@ def _torch_fn(torch, spec, plan, sizes, device):
             b = v[op.rhs].transpose(-1, -2) if op.transpose_rhs else v[op.rhs]
             return epi(a, b, *[v[n] for n in extras])
         return [("torch", mm)]
+    if kind == "grouped_matmul":
+        from schedgen.bench.case import torch_dtypes
+        from schedgen.families.grouped_matmul.reference import group_rows
+        from schedgen.families.matmul.peers import torch_epilogue_fn
+        op = spec.op
+        out_dt = torch_dtypes(torch)[next(iter(op.outputs.values())).dtype]
+        epi = torch_epilogue_fn(torch, spec, out_dt)
+
+        def loop(x, w, offs):
+            # the groups' rows read on the host (what a loop of per-expert products does), then one product a group
+            rows = group_rows(offs.cpu().numpy(), op.offsets_format, op.groups)
+            wt = w.transpose(-1, -2) if op.transpose_rhs else w
+            return torch.cat([epi(x[s:e], wt[g]) for g, (s, e) in enumerate(rows)], dim=0)
+        fns = [("torch", loop)]
+        if hasattr(torch, "_grouped_mm") and op.offsets_format in ("ends", "offsets"):
+            held = {}      # the call's cumulative group ends (torch._grouped_mm's offs; group 0 starts at row 0)
+            epi_g = torch_epilogue_fn(torch, spec, out_dt, product=lambda a, b: torch._grouped_mm(a, b, offs=held["ends"]))
+
+            def grouped(x, w, offs):
+                held["ends"] = offs[1:] if op.offsets_format == "offsets" else offs
+                return epi_g(x, w.transpose(-1, -2) if op.transpose_rhs else w)
+            fns.append(("torch_own[grouped_mm]", grouped))
+        return fns
     if kind == "attention":
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -125,7 +152,15 @@ def _case(name: str, dry: bool):
     path, fixed, backward, call_sizes = CASES[name]
     if dry and fixed and "S" in fixed:
         fixed = {**fixed, "S": 128}
+    if dry and name in DRY_SIZES:
+        fixed = {**(fixed or {}), **DRY_SIZES[name]}
     return path, fixed, backward, call_sizes
+
+
+def _call_order(spec) -> list[str]:
+    """The operands a kernel of the spec takes at a call, in order (a grouped matmul's group operand too)."""
+    from schedgen import families
+    return list(families.of(spec).call_inputs(spec.op))
 
 
 def _through_jax(torch, kern, args):
@@ -138,7 +173,8 @@ def _through_jax(torch, kern, args):
 
 def _inputs(torch, spec, sizes, plan, device):
     """iid N(0, 1) inputs and upstream gradients as torch tensors of the spec's dtypes (a rowwise take's column
-    indices: valid class ids, as torch's peers need)."""
+    indices: valid class ids, as torch's peers need; a grouped matmul's inputs and group operand: its family's, the
+    weights 8x smaller, skewed group counts with empty groups)."""
     from schedgen.bench.case import to_torch
     from schedgen.reference import shape_of
     from schedgen.runtime.arrays import DTYPES
@@ -149,6 +185,11 @@ def _inputs(torch, spec, sizes, plan, device):
         from schedgen.families.rowwise.peers import valid_targets
         host = valid_targets(plan, host)
     x = {n: to_torch(torch, host[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.inputs.items()}
+    if spec.op.kind == "grouped_matmul":
+        from schedgen import families
+        own = families.of(spec).random_inputs(spec, sizes, rng)
+        x = {n: to_torch(torch, own[n], o.dtype, device) for n, o in spec.op.inputs.items()}
+        x[spec.op.group_offsets] = to_torch(torch, own[spec.op.group_offsets], "i32", device)
     g = {n: to_torch(torch, up[n].astype(DTYPES[o.dtype]), o.dtype, device) for n, o in spec.op.outputs.items()}
     return x, g
 
@@ -179,16 +220,18 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     device = "cpu" if args.dry else "cuda"
     x, g = _inputs(torch, spec, sizes, fwd_built.plan, device)
     # what the device inputs hold, in float64 (rounded to their dtype): the reference sees the same values
-    host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) for n, t in x.items()}
+    host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) if n in spec.op.inputs
+              else from_torch(torch, t, "i32") for n, t in x.items()}    # a group operand stays int32
     up64 = {n: from_torch(torch, t, spec.op.outputs[n].dtype).astype(np.float64) for n, t in g.items()}
     # the forward's values feed the backward's references (a matmul's saved `pre` is the gelu step's input): full,
     # never the sampled rows a big matmul's reference gives by default
-    full = {"sample": False} if fwd_spec.op.kind == "matmul" else {}
-    ref_out = families.of(fwd_spec).reference(fwd_spec, sizes, host64, **full)
+    def full(s):       # (a grouped matmul's steps too: their gradients are summed and compared whole)
+        return {"sample": False} if s.op.kind in ("matmul", "grouped_matmul") else {}
+    ref_out = families.of(fwd_spec).reference(fwd_spec, sizes, host64, **full(fwd_spec))
 
     def ref_run(step, values):
         s = validate_data(step.spec, SourceMap(step.name))
-        return families.of(s).reference(s, sizes, values)
+        return families.of(s).reference(s, sizes, values, **full(s))
 
     t0 = time.time()
     ref = evaluate(graph, host64, ref_out, up64, ref_run)
@@ -196,7 +239,7 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     fwd_names = list(fwd_spec.op.outputs)
 
     def ours_forward():
-        out = fwd_kernel(*[x[n] for n in spec.op.inputs])
+        out = fwd_kernel(*[x[n] for n in _call_order(spec)])
         out = out if isinstance(out, (tuple, list)) else (out,)
         return dict(zip(fwd_names, out))
 
@@ -209,7 +252,7 @@ def run_case(name, args, torch, tmp: Path) -> dict:
             kern = steps[s.name][0]
             step_spec = steps[s.name][1].spec
             args = []
-            for k in step_spec.op.inputs:
+            for k in _call_order(step_spec):
                 kind, _, ref_name = s.inputs[k].partition(":")
                 if kind == "arange":          # the column indices a rowwise take() gradient compares with
                     args.append(cols.setdefault(ref_name, torch.arange(int(ref_name), dtype=torch.float32,
@@ -274,10 +317,11 @@ def run_case(name, args, torch, tmp: Path) -> dict:
 def _torch_peers(torch, spec, plan, sizes, dev, x, g, wrt, check, contenders, C, errors):
     """torch's autograd of the same function (eager, torch.compile) and of torch's own op where it has one: each
     verified first; the verified ones join the contenders (backward alone and forward + backward)."""
+    order = _call_order(spec)
     for label, fn in _torch_fn(torch, spec, plan, sizes, dev):
         try:
             xs = {n: t.detach().clone().requires_grad_(n in wrt) for n, t in x.items()}
-            outs = fn(*[xs[n] for n in spec.op.inputs])
+            outs = fn(*[xs[n] for n in order])
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
             outs = list(outs)[:len(spec.op.outputs)]
             gs = [g[o] for o in spec.op.outputs]
@@ -289,7 +333,7 @@ def _torch_peers(torch, spec, plan, sizes, dev, x, g, wrt, check, contenders, C,
                 torch.autograd.grad(outs, [xs[w] for w in wrt], gs, retain_graph=True, allow_unused=True)
 
             def step(i, fn=fn, xs=xs, gs=gs):
-                o = fn(*[xs[n] for n in spec.op.inputs])
+                o = fn(*[xs[n] for n in order])
                 o = list(o if isinstance(o, (tuple, list)) else (o,))[:len(gs)]
                 torch.autograd.grad(o, [xs[w] for w in wrt], gs, allow_unused=True)
             contenders += [C(f"{label}_bwd", bwd), C(f"{label}_step", step)]
@@ -297,10 +341,10 @@ def _torch_peers(torch, spec, plan, sizes, dev, x, g, wrt, check, contenders, C,
                 cfn = torch.compile(fn)
 
                 def cstep(i, xs=xs, gs=gs, cfn=cfn):
-                    o = cfn(*[xs[n] for n in spec.op.inputs])
+                    o = cfn(*[xs[n] for n in order])
                     o = list(o if isinstance(o, (tuple, list)) else (o,))[:len(gs)]
                     torch.autograd.grad(o, [xs[w] for w in wrt], gs, allow_unused=True)
-                o = cfn(*[xs[n] for n in spec.op.inputs])
+                o = cfn(*[xs[n] for n in order])
                 o = list(o if isinstance(o, (tuple, list)) else (o,))[:len(gs)]
                 res = torch.autograd.grad(o, [xs[w] for w in wrt], gs, allow_unused=True)
                 check("compile", {w: (r if r is not None else torch.zeros_like(x[w])) for w, r in zip(wrt, res)})
@@ -322,7 +366,7 @@ def _autograd_package(name, torch, tmp, spec, x, g, ref, check, contenders, C, w
     sys.path.insert(0, str(folder))
     fn = getattr(importlib.import_module(spec.name), spec.name)
     sys.path.remove(str(folder))
-    order = list(spec.op.inputs)
+    order = _call_order(spec)
     gs = [g[o] for o in spec.op.outputs]
 
     def run(f, xs):

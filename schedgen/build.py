@@ -231,7 +231,7 @@ def _check_graph(spec, forward_spec, graph) -> None:
     """A graph whose references do not resolve, or a rewritten forward that is not the written one plus its saved
     outputs, is a family bug: a clear error (not a located one: nothing in the file can fix it)."""
     fam = spec.op.kind
-    ins, outs = set(forward_spec.op.inputs), set(forward_spec.op.outputs)
+    ins, outs = set(families.of(forward_spec).call_inputs(forward_spec.op)), set(forward_spec.op.outputs)
     problems = bwgraph.check(graph, ins, outs)
     if list(forward_spec.op.inputs) != list(spec.op.inputs):
         problems.append(f"the rewritten forward's inputs {list(forward_spec.op.inputs)} are not the spec's "

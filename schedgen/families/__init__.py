@@ -89,6 +89,9 @@ class Family:
     # (spec, source map) -> (autodiff.graph.BackwardGraph | None, Problems): the kernels of the spec's backward
     # pass (issue 19); None: the family has no backward, and a spec with a `backward` section is a located error
     backward: Callable[[Any, Any], tuple[Any, Any]] | None = None
+    # op -> the names of every operand the kernel takes at a call, in order (default: op.inputs); a backward step
+    # may read any of them as "in:<name>" (grouped_matmul: its group operand after the inputs)
+    call_inputs: Callable[[Any], tuple[str, ...]] = lambda op: tuple(op.inputs)
     # the schedule.target values (GPU architectures) the family plans for; another is a located error at
     # schedule.target naming the families that take it
     targets: tuple[str, ...] = ("sm_90a",)
@@ -101,7 +104,8 @@ class Family:
         if kind_field is None or get_args(kind_field.annotation) != (self.kind,):
             problems.append(f"op_model {getattr(self.op_model, '__name__', self.op_model)} must declare "
                             f"kind: Literal[{self.kind!r}]")
-        for name in ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation"):
+        for name in ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation",
+                     "call_inputs"):
             if not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable")
         if self.starter is not None and not self.starter.is_file():

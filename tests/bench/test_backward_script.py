@@ -30,3 +30,16 @@ def test_linear_gelu_references_the_backward_from_a_full_forward(tmp_path):
     checks = row["errors"]
     assert set(checks) >= {"torch", "compile"} and all(c["verified"] for c in checks.values()), checks
     assert set(checks["torch"]["rel_error"]) == {"x", "w", "b"}
+
+
+def test_grouped_case_builds_references_and_verifies_torch(tmp_path):
+    # the grouped matmul's case: its group operand goes to every kernel and torch function that takes it, the float64
+    # references are whole (the steps' gradients are summed), torch's loop over the groups, torch.compile of it and
+    # torch._grouped_mm are verified against them
+    assert _script().main(["--dry", "--only", "grouped_moe_silu", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "backward.json").read_text())
+    assert "error" not in row, row.get("trace", row.get("error"))
+    assert row["steps"] == ["dacc", "dx", "dw"]
+    checks = row["errors"]
+    assert {"torch", "compile"} <= set(checks) and checks["torch"]["verified"] and checks["compile"]["verified"]
+    assert set(checks["torch"]["rel_error"]) == {"x", "w"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from .backward import grouped_backward
 from .defaults import grouped_defaults
 from .explain import explain_grouped_matmul
 from .model import GroupedMatmulOp
@@ -33,4 +34,6 @@ FAMILY = register(Family(
     accumulation=lambda plan: plan.k,
     report=REPORT,
     random_inputs=random_inputs,
+    backward=grouped_backward,
+    call_inputs=lambda op: (*op.inputs, op.group_offsets),
 ))

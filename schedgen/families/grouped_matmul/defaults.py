@@ -25,9 +25,9 @@ EPI_BUFFERS = 2
 
 def _n_of(op) -> int | None:
     w = op.inputs.get(op.rhs)
-    if w is None or len(w.shape) != 3:
+    if w is None or len(w.shape) != (2 if op.ragged == "k" else 3):
         return None
-    dim = w.shape[1] if op.transpose_rhs else w.shape[2]
+    dim = w.shape[-1] if op.ragged == "k" else w.shape[1] if op.transpose_rhs else w.shape[2]
     return dim if isinstance(dim, int) else op.sizes.get(dim) if isinstance(op.sizes.get(dim), int) else None
 
 
@@ -40,8 +40,8 @@ def grouped_defaults(spec, hw: Hardware) -> list[Pick]:
                           "the grouped kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"))
     if not sch_written("backends"):
         picks.append(Pick(("schedule", "backends"), ["cuda"],
-                          "the grouped matmul is rendered for the CUDA backend only in this release (no Pallas "
-                          "rendering of its data-dependent tile walk is written yet)"))
+                          "the CUDA kernel, warp-specialized (the Pallas rendering runs one warpgroup a tile: "
+                          "backends: [cuda, pallas] for jax)"))
     n = _n_of(op)
     out_name = next(iter(op.outputs), None)
     if n is None or out_name is None or op.lhs not in op.inputs:
@@ -50,8 +50,18 @@ def grouped_defaults(spec, hw: Hardware) -> list[Pick]:
     if any(tiled):
         return picks + _rest(spec, None, hw, sch_written)
     tn = next((t for t in TILE_NS if n % t == 0), TILE_NS[-1] if n < TILE_NS[0] else TILE_NS[0])
+    if sch_written("backends") and "pallas" in spec.schedule.backends:
+        tn = TILE_NS[-1]        # the Pallas kernel's one warpgroup holds a 128 x 128 tile's accumulators
     why = (f"tile {TILE_M} x {tn} x {TILE_K}: the matmul family's large-problem tile; N = {n}"
            + (f" is a multiple of {tn}" if n % tn == 0 else f" is not a multiple of {tn}: the edge is zero-padded"))
+    if op.ragged == "k":         # x [T, M] and w [T, N]: blocks of tile_k rows; the output a group's [1, tm, tn]
+        picks += [Pick(("schedule", "in_specs", op.lhs), BlockSpec(block_shape=[TILE_K, TILE_M], delay_release=1),
+                       why + " (ragged: k: tile_k of the group's rows x tile_m columns)"),
+                  Pick(("schedule", "in_specs", op.rhs), BlockSpec(block_shape=[TILE_K, tn], delay_release=1),
+                       "the same tile: tile_k of the group's rows"),
+                  Pick(("schedule", "out_specs", out_name), BlockSpec(block_shape=[1, TILE_M, tn]),
+                       "the same tile of the group's output block")]
+        return picks + _rest(spec, tn, hw, sch_written)
     picks += [Pick(("schedule", "in_specs", op.lhs), BlockSpec(block_shape=[TILE_M, TILE_K], delay_release=1), why),
               Pick(("schedule", "in_specs", op.rhs),
                    BlockSpec(block_shape=[tn, TILE_K] if op.transpose_rhs else [TILE_K, tn], delay_release=1),

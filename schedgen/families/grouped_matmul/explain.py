@@ -13,6 +13,8 @@ _FORMAT = {"offsets": "offsets [G + 1]: group g is rows offsets[g] .. offsets[g 
 
 def explain_grouped_matmul(p) -> str:
     """The groups and their operand, the tile space and how the kernel walks it, then the one-group matmul plan."""
+    if p.ragged == "k":
+        return _explain_ragged_k(p)
     at = {r.name: r.max for r in p.dynamic_sizes}
     t_max = D.evaluate(p.t, at) if at else p.t
     flops = D.evaluate(p.flops, at) if at else p.flops
@@ -42,12 +44,53 @@ def explain_grouped_matmul(p) -> str:
         f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
         + (", lowered at launch to the SMs" if p.auto_blocks else ""),
     ]
+    lines += _tmaps_and_step(p, "x @ w[g]")
+    return "\n".join(lines)
+
+
+def _tmaps_and_step(p, product: str) -> list[str]:
+    """The tensor maps, then the one-group matmul plan (its own grid, tile loop, tensor maps, cluster left out)."""
+    lines = []
     for a in p.kernel_args:
         if a.kind == "tmap":
             name = p.operands[a.operand].name
             lines.append(f"  TMA        {name:7} box {list(a.box)} swizzle {a.swizzle or 'none'} over [{", ".join(str(d) for d in a.shape)}]")
-    lines.append("  the product of one group (the matmul family's plan of x @ w[g]; its own grid, tile loop, tensor "
+    lines.append(f"  the product of one group (the matmul family's plan of {product}; its own grid, tile loop, tensor "
                  "maps and cluster lines left out):")
     skip = ("tile loop", "cluster", "TMA ", "grid", "problem", "kernel ", "ptr ")
     lines += ["  " + ln for ln in explain_matmul(at_max(p.mm)).splitlines()[1:] if not ln.strip().startswith(skip)]
+    return lines
+
+
+def _explain_ragged_k(p) -> str:
+    """ragged: k: the groups split the contraction; a static tile space of whole output blocks."""
+    at = {r.name: r.max for r in p.dynamic_sizes}
+    t_max = D.evaluate(p.t, at) if at else p.t
+    flops = D.evaluate(p.flops, at) if at else p.flops
+    x, w, offs = p.inputs
+    out = p.outputs[0]
+    tiles_m = -(-p.m // p.tile_m)
+    lines = [
+        f"kernel {p.kernel_name}  (family grouped_matmul, ragged: k, backends: {', '.join(p.backends)})",
+        f"  problem    {out.name}[g] [{p.m}, {p.n}] = epilogue({x.name}[rows of g, {p.m}]^T @ {w.name}[rows of g, "
+        f"{p.n}]) for {p.groups} groups (the contraction is each group's rows); "
+        + (f"T dynamic, at most {t_max}" if at else f"T = {p.t}") + f"; {p.in_dtype} in, {p.out_dtype} out, f32 "
+        f"accumulation; {flops / 1e9:.1f} GFLOP at T = {t_max} (every row in a group): "
+        f"{flops / (PEAK_TFLOPS * 1e12) * 1e3:.4f} ms at the {PEAK_TFLOPS:.0f} TFLOP/s peak",
+        f"  groups     {offs.name}: int32 {_FORMAT[p.offsets_format]}; read at kernel entry by warp 0 of every CTA "
+        f"into SMEM tables ({p.table_bytes} B): each group's rows, clamped to 0..T",
+        f"  tiles      a persistent loop over {p.groups} x {tiles_m} x {p.tiles_n} = {p.max_tiles} tiles of "
+        f"{p.tile_m} x {p.tile_n} (group-major, {p.tile_order} inside a group), each a k-loop over the "
+        f"{p.tile_k}-row blocks holding the group's rows: start // {p.tile_k} .. cdiv(end, {p.tile_k}); none for an "
+        f"empty group, whose block is epilogue(0) (zeros for the identity)",
+        f"  masking    the group's first and last blocks: the consumers zero the rows outside the group in both "
+        f"operands' SMEM before the wgmma (rows of other groups, or in no group, never reach the sum)",
+        f"  loads      {x.name} M-major and {w.name} N-major through 2-D tensor maps over T rows",
+        "  stores     " + ("the whole tile through SMEM chunks and a 3-D tensor map (a group a box; TMA clips the "
+                           "M and N edges)" if p.epi_store != "direct" else "from registers, masked at the M and N "
+                                                                            "edges"),
+        f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
+        + (", lowered at launch to the SMs" if p.auto_blocks else ""),
+    ]
+    lines += _tmaps_and_step(p, f"{x.name}^T @ {w.name}")
     return "\n".join(lines)

@@ -24,12 +24,18 @@ class GroupedMatmulOp(Model):
         "named float32 constants the epilogue may use"), examples=[{"alpha": 1.0}])
     groups: Annotated[int, Field(ge=1, le=MAX_GROUPS)] = Field(description=(
         f"G, the number of groups (experts), 1..{MAX_GROUPS}; the weight's leading dimension"), examples=[8, 64])
+    ragged: Literal["m", "k"] = Field(default="m", description=(
+        "which dimension the groups split. m (the default): the rows of x and of the output, `out[rows of g] = "
+        "epilogue(x[rows of g] @ w[g])`, one weight per group. k: the contraction, `out[g] = epilogue(x[rows of "
+        "g]^T @ w[rows of g])` with x [T, M], w [T, N] and the output [G, M, N] (a transposed ragged dot: the "
+        "weight gradient of a grouped product; a group with no rows gets epilogue(0) in its whole block)"))
     inputs: dict[Ident, Operand] = Field(min_length=2, max_length=2, description=(
         "the activations lhs [T, K] (rows sorted by group) and the weights rhs [G, K, N] ([G, N, K] with "
-        "transpose_rhs)"))
-    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=1, description=(
-        "the one output [T, N]: row r holds the product of x's row r with its group's weight (rows in no group "
-        "are not written)"))
+        "transpose_rhs); with ragged: k, lhs [T, M] and rhs [T, N], both with rows sorted by group"))
+    outputs: dict[Ident, Operand] = Field(min_length=1, max_length=2, description=(
+        "the output [T, N]: row r holds the product of x's row r with its group's weight (rows in no group "
+        "are not written); with ragged: k, [G, M, N]. A second output of the output's shape is a value the "
+        "epilogue assigns, kept for a backward (the pre-activation: `pre = acc`)"))
     lhs: Ident = Field(default="x", description="the name of the activation input [T, K] (default x)")
     rhs: Ident = Field(default="w", description="the name of the per-group weight input [G, K, N] (default w)")
     transpose_rhs: bool = Field(default=False, description=(

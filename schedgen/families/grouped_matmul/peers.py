@@ -122,8 +122,44 @@ def cublas_loop_peer(case, plan, ref) -> Peer:
 
 
 
+def cublas_loop_k_peer(case, plan, ref) -> Peer:
+    """ragged: k: out[g] = a[rows of g]^T @ b[rows of g] by one torch.matmul a group (an empty group's block zeroed
+    outside the timing: the loop writes the others)."""
+    import torch
+    from ...runtime import driver
+    rows = group_rows(case.host[plan.offsets_name], plan.offsets_format, plan.groups)
+    tdt = torch_dtypes(torch)
+    a0 = to_torch(torch, case.host[plan.inputs[0].name], plan.in_dtype)
+    b0 = to_torch(torch, case.host[plan.inputs[1].name], plan.in_dtype)
+    views = [(a0, b0)] + [(a0.clone(), b0.clone()) for _ in range(case.sets - 1)]
+    held = {"views": views, "outs": [torch.zeros(plan.outputs[0].shape, dtype=tdt[plan.out_dtype], device="cuda")
+                                     for _ in views]}
+    n = len(views)
+
+    def call(i: int) -> None:
+        a, b = held["views"][i % n]
+        out = held["outs"][i % n]
+        for g, (s, e) in enumerate(rows):
+            if e > s:
+                out[g] = torch.matmul(a[s:e].t(), b[s:e]).to(out.dtype)
+    call(0)
+    torch.cuda.synchronize()
+    driver.ensure_context()
+    info = _check(from_torch(torch, held["outs"][0], plan.out_dtype), ref, plan.out_dtype, plan.k)
+    info.update(backend="cuBLAS (torch.matmul per group)", note="; ".join(_notes(torch, plan) + [
+        "ragged: k: a[rows of g]^T @ b[rows of g] a group, empty groups skipped"]))
+
+    def close() -> None:
+        held.clear()
+        torch.cuda.empty_cache()
+    return Peer(Contender("cublas_loop", call, stream=int(torch.cuda.current_stream().cuda_stream)), info, close)
+
+
 def peers(case) -> dict[str, Peer]:
     plan, ref = _ref(case)      # one sampled float64 reference (of the bare product) for both product peers
+    if plan.ragged == "k":
+        return {"cublas_loop": guard("torch", lambda: cublas_loop_k_peer(case, plan, ref)),
+                "device_copy": guard("copy", lambda: device_copy_peer(case, "device_copy"))}
     return {"torch_grouped_mm": guard("torch", lambda: grouped_mm_peer(case, plan, ref)),
             "cublas_loop": guard("torch", lambda: cublas_loop_peer(case, plan, ref)),
             "device_copy": guard("copy", lambda: device_copy_peer(case, "device_copy"))}

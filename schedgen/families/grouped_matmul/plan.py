@@ -49,12 +49,7 @@ TABLE_WORDS_PER_GROUP = 3      # SMEM int32 tables: a group's first row, its end
 STATIC_SMEM_EXTRA = 1024 + 3 * 16
 
 
-PALLAS_WHY = (
-    "the grouped matmul is rendered for the CUDA backend only in this release: a group's last row block must be stored "
-    "without touching the next group's rows, and jax 0.11.2's Mosaic GPU has no masked store (its store lowering, "
-    "swap_p, takes no mask) while a TMA store's extent is static (plgpu.copy_smem_to_gmem takes a whole-copy "
-    "predicate only), so the CUDA kernel's masked stores have no Pallas spelling; a rendering through predicated TMA "
-    "stores of power-of-two row counts is not written. Use backends: [cuda]")
+PALLAS_ACC = 128 * 128      # the Pallas kernels run one warpgroup a tile: its f32 accumulators, 128 a thread
 
 
 @dataclass(frozen=True)
@@ -67,9 +62,9 @@ class GroupedMatmulPlan:
     backends: tuple[str, ...]
     # the problem
     groups: int
-    t: DimLike                 # rows of x and out (all groups together)
+    t: DimLike                 # rows of x and out (all groups together); ragged k: the contraction
     n: int
-    k: int
+    k: int                     # the contraction (ragged k: M, the rows of each group's output block)
     in_dtype: str
     out_dtype: str
     transpose_rhs: bool        # w stored [G, N, K] (K-major for wgmma)
@@ -104,6 +99,8 @@ class GroupedMatmulPlan:
     flops: DimLike             # 2 T N K: every row in some group
     bytes_moved: DimLike
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    ragged: str = "m"          # op.ragged: m (rows of x and out grouped) | k (the contraction grouped: ragged_k.py)
+    m: DimLike = 0             # ragged k: the rows of each group's output block (M of out [G, M, N])
 
     @property
     def dynamic_sizes(self) -> tuple[SizeRange, ...]:
@@ -130,6 +127,9 @@ class Shapes:
 
 
 def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problems]:
+    if spec.op.ragged == "k":
+        from .ragged_k import plan_ragged_k
+        return plan_ragged_k(spec, hw)
     problems = Problems()
     op, sch = spec.op, spec.schedule
     out_name = next(iter(op.outputs))
@@ -145,6 +145,8 @@ def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan
         return None, problems
     table = table_bytes(op, mm, hw, problems)
     check_tiles(spec, shapes, mm, problems)
+    if "pallas" in sch.backends:
+        check_pallas(spec, shapes.t, mm, (("N", shapes.n, mm.tile_n), ("K", shapes.k, mm.tile_k)), problems)
     if problems:
         return None, problems
     args = kernel_args(op, out_name, shapes, mm)
@@ -232,16 +234,21 @@ def step_op_of(op, out_name: str) -> MatmulOp:
                     epilogue=op.epilogue)
 
 
-def step_spec_of(spec: SpecFile, out_name: str) -> SpecFile:
-    """The spec of one group's product: the grouped spec's schedule with the lhs / rhs edges zero-padded (a group's
-    row tiles are ragged at every call: the rows past its end are loaded and never stored), on the CUDA backend,
-    without clusters, multicast or ping-pong."""
+def step_spec_of(spec: SpecFile, out_name: str, step_op: MatmulOp | None = None) -> SpecFile:
+    """The spec of one group's product (`step_op`, default `step_op_of`): the grouped spec's schedule with the lhs /
+    rhs edges zero-padded (a group's row tiles are ragged at every call: the rows past its end are loaded and never
+    stored, or masked), on the CUDA backend, without clusters, multicast or ping-pong."""
     op, sch = spec.op, spec.schedule
-    step_op = step_op_of(op, out_name)
+    step_op = step_op or step_op_of(op, out_name)
     in_specs = {nm: bs.model_copy(update={"out_of_bounds": "zero", "collective_axes": []})
                 for nm, bs in sch.in_specs.items()}
+    out_specs = {nm: bs.model_copy(update={"block_shape": bs.block_shape[1:]})
+                 if len(bs.block_shape) == 3 and bs.block_shape[0] == 1 and op.ragged == "k" else bs
+                 for nm, bs in sch.out_specs.items()}     # ragged k: a [1, tm, tn] block of out [G, M, N]
+    sch = sch.model_copy(update={"out_specs": out_specs})
     tm, tn, tk = tile_from_block_specs(step_op, sch, out_name, Problems())
-    shapes = {op.lhs: [tm, tk], op.rhs: [tn, tk] if op.transpose_rhs else [tk, tn]}
+    shapes = {op.lhs: [tk, tm] if step_op.transpose_lhs else [tm, tk],
+              op.rhs: [tn, tk] if op.transpose_rhs else [tk, tn]}
     for nm in (op.lhs, op.rhs):
         if nm not in in_specs:
             in_specs[nm] = BlockSpec(block_shape=shapes[nm], out_of_bounds="zero")
@@ -255,14 +262,17 @@ def step_spec_of(spec: SpecFile, out_name: str) -> SpecFile:
     return spec.model_copy(update={"op": step_op, "schedule": step_sch})
 
 
-def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware) -> MatmulPlan | None:
-    """One group's product planned by the matmul family; its problems located in the grouped spec (the weight's
-    dimensions shift by the leading G)."""
+def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,
+              step: SpecFile | None = None) -> MatmulPlan | None:
+    """One group's product planned by the matmul family (`step`, default `step_spec_of`); its problems located in the
+    grouped spec (the dimensions of the operand with the leading G shift by one)."""
     op = spec.op
-    mm, mm_problems = plan_matmul(step_spec_of(spec, out_name), hw)
+    mm, mm_problems = plan_matmul(step or step_spec_of(spec, out_name), hw)
+    grouped = out_name if op.ragged == "k" else op.rhs           # the operand with the leading G
+    where = ("op", "outputs" if op.ragged == "k" else "inputs", grouped, "shape")
     for p in mm_problems:
         path = tuple(p.path)
-        if path[:4] == ("op", "inputs", op.rhs, "shape") and len(path) > 4 and isinstance(path[4], int):
+        if path[:4] == where and len(path) > 4 and isinstance(path[4], int):
             path = (*path[:4], path[4] + 1, *path[5:])
         problems.append(dataclasses.replace(p, path=path))
     return mm
@@ -272,7 +282,7 @@ def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware) -
 
 
 def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
-    """No clusters, cooperative consumers, a persistent nd_loop, the CUDA backend; fields it does not read."""
+    """No clusters, cooperative consumers, a persistent nd_loop; fields it does not read."""
     check_unread(sch, TABLE, (op.lhs, op.rhs), (out_name,), problems)
     if math.prod(sch.cluster) != 1:
         problems.add(("schedule", "cluster"), f"the grouped matmul runs without clusters: two CTAs of a cluster may "
@@ -295,8 +305,35 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
-    if "pallas" in sch.backends:
-        problems.add(("schedule", "backends"), PALLAS_WHY)
+
+
+PALLAS_ROWS = 8                # the SMEM tiling's rows, through which Mosaic GPU views each GMEM operand
+
+
+def check_pallas(spec, t: DimLike, mm: MatmulPlan, whole: tuple, problems: Problems) -> None:
+    """The Pallas renderings: one warpgroup a tile (its f32 accumulators in that warpgroup's registers), whole tiles
+    along `whole` ((name, extent, tile) each: the K steps and the stored columns have static extents), and T a
+    multiple of the SMEM tiling's 8 rows (Mosaic GPU in jax 0.11.2 views x, and w with ragged: k, in GMEM through
+    that tiling and cannot round a partial one up: "dimension 0 must have size smaller or a multiple of its tiling
+    8")."""
+    where = ("schedule", "backends")
+    if not D.divisible(t, PALLAS_ROWS, dynamic_ranges(spec.op.sizes)):
+        dyn = isinstance(t, D.Dim)
+        problems.add(where, f"the grouped matmul's Pallas kernel takes T (the rows) a multiple of {PALLAS_ROWS}: Mosaic "
+                            f"GPU in jax 0.11.2 views the row-major operands in GMEM through their SMEM tiling of "
+                            f"{PALLAS_ROWS} rows and cannot round a partial one up; "
+                            + (f"declare multiple_of: {PALLAS_ROWS} on T" if dyn else f"T = {t}: use a multiple of "
+                                                                                     f"{PALLAS_ROWS}")
+                            + ", or backends: [cuda]")
+    if mm.tile_m * mm.tile_n > PALLAS_ACC:
+        problems.add(where, f"the grouped matmul's Pallas kernel runs one warpgroup a tile, whose f32 accumulators "
+                            f"must fit its registers: tile_m x tile_n at most {PALLAS_ACC} (e.g. 128 x 128), got "
+                            f"{mm.tile_m} x {mm.tile_n}; write smaller blocks (the planner picks 128 x 128 when "
+                            f"backends names pallas), or backends: [cuda]")
+    for nm, d, t in whole:
+        if d % t:
+            problems.add(where, f"the grouped matmul's Pallas kernel takes whole tiles of {nm}: {nm} = {d} must be a "
+                                f"multiple of its tile ({t}); pick a tile that divides it, or backends: [cuda]")
 
 
 def table_bytes(op, mm: MatmulPlan, hw: Hardware, problems: Problems) -> int:
@@ -335,6 +372,7 @@ def kernel_args(op, out_name: str, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg
         args.append(KernelArg("tmap", out_i, out_arg.dtype, out_arg.shape, out_arg.strides, out_arg.box,
                               out_arg.swizzle))
     args += [KernelArg("ptr", out_i), KernelArg("ptr", off_i)]
+    args += [KernelArg("ptr", out_i + 1 + i) for i, _ in enumerate(list(op.outputs)[1:])]   # kept for a backward
     args += [KernelArg("i32", -1, value=D.size(nm)) for nm, v in op.sizes.items() if not isinstance(v, int)]
     return tuple(args)
 
@@ -346,7 +384,8 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
     off_len = g + 1 if op.offsets_format == "offsets" else g
     inputs = (mat_operand(op.lhs, "lhs", mm.in_dtype, s.x), mat_operand(op.rhs, "rhs", mm.in_dtype, s.w),
               mat_operand(op.group_offsets, "offsets", "i32", (off_len,)))
-    outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),)
+    outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),
+               *(mat_operand(nm, "saved", mm.out_dtype, s.out) for nm in list(op.outputs)[1:]))
     tiles_n = -(-s.n // mm.tile_n)
     max_tiles = (D.cdiv(s.t, mm.tile_m) + g) * tiles_n
     pers = sch.persistent

@@ -97,18 +97,23 @@ def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nd
     """float64 `epilogue(x[rows of g] @ w[g])` for every group. Full unless the problem has more than SAMPLE_ABOVE
     multiply-adds (`sample=None`), `sample=True` or `rows` is given: then a `Sampled` reference of those rows (or
     SAMPLE_ROWS random ones). Rows in no group are NaN (the kernel leaves them unwritten; the random inputs put
-    every row in a group)."""
+    every row in a group). A second output (a value the epilogue keeps for a backward) is computed alongside. With
+    `ragged: k`, `epilogue(x[rows of g]^T @ w[rows of g])` for every group ([G, M, N]; sampled rows of its [G x M, N]
+    view); an empty group's block is epilogue(0)."""
     op = spec.op
+    if op.ragged == "k":
+        return _reference_k(spec, inputs, rows=rows, sample=sample, seed=seed)
     out_name = next(iter(op.outputs))
+    names = list(op.outputs)
     x, w = inputs[op.lhs], inputs[op.rhs]
     t, k = x.shape
     n = w.shape[1] if op.transpose_rhs else w.shape[2]
     if rows is None and (sample or (sample is None and t * n * k > shared.SAMPLE_ABOVE)):
         rows = sample_rows(t, shared.SAMPLE_ROWS, seed)
     picked = np.arange(t, dtype=np.int64) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
-    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=[out_name],
+    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=names,
                          constants=list(op.constants))
-    res = np.full((len(picked), n), np.nan, np.float64)
+    res = {nm: np.full((len(picked), n), np.nan, np.float64) for nm in names}
     for g, (s, e) in enumerate(group_rows(inputs[op.group_offsets], op.offsets_format, op.groups)):
         s, e = min(max(s, 0), t), min(max(e, s), t)
         sel = np.flatnonzero((picked >= s) & (picked < e))
@@ -116,21 +121,56 @@ def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nd
             continue
         wg = w[g].T if op.transpose_rhs else w[g]
         env = {"acc": product_f64(x[picked[sel]], wg), **{c: float(v) for c, v in op.constants.items()}}
+        got = ex.eval_numpy(body, env)
+        for nm in names:
+            res[nm][sel] = np.broadcast_to(got[nm], (sel.size, n))
+    if rows is None:
+        return res
+    return {nm: Sampled(picked, r, (t, n)) for nm, r in res.items()}
+
+
+def _reference_k(spec, inputs, *, rows=None, sample=None, seed=None) -> dict:
+    """float64 out[g] = epilogue(x[rows of g]^T @ w[rows of g]), full or sampled rows of the [G x M, N] view."""
+    op = spec.op
+    out_name = next(iter(op.outputs))
+    x, w = inputs[op.lhs], inputs[op.rhs]
+    t, m = x.shape
+    n = w.shape[1]
+    g_count = op.groups
+    if rows is None and (sample or (sample is None and t * m * n > shared.SAMPLE_ABOVE)):
+        rows = sample_rows(g_count * m, shared.SAMPLE_ROWS, seed)
+    picked = np.arange(g_count * m, dtype=np.int64) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+    body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=[out_name],
+                         constants=list(op.constants))
+    res = np.empty((len(picked), n), np.float64)
+    for g, (s, e) in enumerate(group_rows(inputs[op.group_offsets], op.offsets_format, g_count)):
+        s, e = min(max(s, 0), t), min(max(e, s), t)
+        sel = np.flatnonzero(picked // m == g)
+        if sel.size == 0:
+            continue
+        cols = picked[sel] % m
+        acc = product_f64(np.ascontiguousarray(x[s:e, cols].T), w[s:e]) if e > s else np.zeros((sel.size, n))
+        env = {"acc": acc, **{c: float(v) for c, v in op.constants.items()}}
         res[sel] = np.broadcast_to(ex.eval_numpy(body, env)[out_name], (sel.size, n))
     if rows is None:
-        return {out_name: res}
-    return {out_name: Sampled(picked, res, (t, n))}
+        return {out_name: res.reshape(g_count, m, n)}
+    return {out_name: Sampled(picked, res, (g_count, m, n))}
 
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """A few tiles: T = tiles x tile_m x 2 (rows for every group to hold some, skewed), N = tiles x tile_n,
-    K = tiles x tile_k (named sizes only; the group count is fixed)."""
+    K = tiles x tile_k (named sizes only; the group count is fixed). Ragged k: T = tiles x tile_k x G, M = tiles x
+    tile_m, N = tiles x tile_n."""
     op = spec.op
     x, w = list(op.inputs[op.lhs].shape), list(op.inputs[op.rhs].shape)
-    n_dim, k_dim = (w[1], w[2]) if op.transpose_rhs else (w[2], w[1])
     top = {nm: v if isinstance(v, int) else v.max for nm, v in plan.sizes.items()}
     out = {}
-    for dim, unit in ((x[0], plan.tile_m * 2), (n_dim, plan.tile_n), (k_dim, plan.tile_k)):
+    if op.ragged == "k":        # x [T, M], w [T, N]: T the contraction (a few row blocks a group)
+        units = ((x[0], plan.tile_k * op.groups), (x[1], plan.tile_m), (w[1], plan.tile_n))
+    else:
+        n_dim, k_dim = (w[1], w[2]) if op.transpose_rhs else (w[2], w[1])
+        units = ((x[0], plan.tile_m * 2), (n_dim, plan.tile_n), (k_dim, plan.tile_k))
+    for dim, unit in units:
         if isinstance(dim, str):
             out[dim] = min(top[dim], unit * tiles_per_dim)
     return out

@@ -29,6 +29,9 @@ def grouped_space(spec) -> TuneSpace:
     """Around the planner's picks: tile_n 128 / 256, 3-6 stages (as many as SMEM holds beside the staging buffers),
     and the band width of the planar snake inside a group (4, 8, 16 tile rows); the tile rows stay 128 (two 64-row
     consumers: a group's rows are known only at the call)."""
+    if spec.op.ragged == "k":
+        return TuneSpace(why="ragged: k has no default tune space yet (its knobs are the schedule fields: write a tune "
+                             "section over them)")
     sch = spec.schedule
     stages = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
     params = {"tile_n": TILE_N, "stages": stages}

@@ -174,16 +174,25 @@ def test_errors_are_located_and_say_what_is_legal(overrides, field, text):
     assert text in line and line.split(":")[0].endswith(MIXTRAL.name)
 
 
-def test_pallas_backend_is_a_located_limit():
-    """No Pallas rendering in this release: asking for it is one error at schedule.backends naming why."""
-    line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"]}), "schedule.backends")
-    assert "CUDA backend only" in line and "no masked store" in line and "jax 0.11.2" in line
-    assert "Use backends: [cuda]" in line
+def test_pallas_backend_takes_tiles_one_warpgroup_holds():
+    """The Pallas rendering runs one warpgroup a tile: with backends naming pallas the planner picks 128 x 128; a
+    written 128 x 256 tile, or a T that may not be a multiple of 8, is one error at schedule.backends saying why."""
+    rows8 = {"op.sizes.T": {"dynamic": True, "max": 32768, "multiple_of": 8}}
+    p = _plan(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {}, "schedule.out_specs": {},
+                        **rows8})
+    assert (p.tile_m, p.tile_n) == (128, 128) and p.backends == ("cuda", "pallas")
+    line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], **rows8}), "schedule.backends")
+    assert "one warpgroup a tile" in line and "at most 16384" in line and "128 x 256" in line
+    # T must be a multiple of the SMEM tiling's 8 rows (Mosaic GPU cannot round a partial one up)
+    line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {},
+                                  "schedule.out_specs": {}}), "schedule.backends")
+    assert "declare multiple_of: 8 on T" in line
 
 
 def test_jax_store_lowering_takes_no_mask():
-    """The limit the Pallas error names, pinned to jax: Mosaic GPU's store (swap_p) lowering has no mask operand and
-    copy_smem_to_gmem only a whole-copy predicate (when a jax release adds either, render the Pallas backend)."""
+    """Why the Pallas kernel stores a group's rows by predicated TMA stores of power-of-two row counts, pinned to
+    jax: Mosaic GPU's store (swap_p) lowering has no mask operand and copy_smem_to_gmem only a whole-copy predicate
+    (when a jax release adds either, a masked store can replace them)."""
     import inspect
     from jax._src.pallas.mosaic_gpu import lowering, primitives
     assert "mask" not in inspect.signature(lowering._swap_lowering_rule_wg).parameters
