@@ -194,6 +194,25 @@ def _inputs(torch, spec, sizes, plan, device):
     return x, g
 
 
+def _forward_data(graph, path, tmp: Path) -> dict:
+    """The forward the graph runs: its rewritten one (keeping a value), else the spec as written less backward."""
+    if graph.forward is not None:
+        return graph.forward
+    data = yaml.safe_load((tmp / Path(path).name).read_text())
+    data.pop("backward", None)
+    return data
+
+
+def _host64(torch, spec, x: dict, g: dict) -> tuple[dict, dict]:
+    """What the device inputs and upstream gradients hold, in float64 (rounded to their dtype): the reference sees
+    the same values. A group operand stays int32."""
+    from schedgen.bench.case import from_torch
+    host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) if n in spec.op.inputs
+              else from_torch(torch, t, "i32") for n, t in x.items()}
+    up64 = {n: from_torch(torch, t, spec.op.outputs[n].dtype).astype(np.float64) for n, t in g.items()}
+    return host64, up64
+
+
 def run_case(name, args, torch, tmp: Path) -> dict:
     from schedgen import families
     from schedgen.autodiff.graph import evaluate
@@ -209,20 +228,14 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     family = families.of(spec)
     graph, problems = family.backward(spec, src)
     assert not problems, problems
-    fwd_data = graph.forward
-    if fwd_data is None:
-        fwd_data = yaml.safe_load((tmp / Path(path).name).read_text())
-        fwd_data.pop("backward", None)
+    fwd_data = _forward_data(graph, path, tmp)
     fwd_kernel, fwd_built = _package(fwd_data, tmp, f"{name}_fwd")
     fwd_spec = validate_data(fwd_data, SourceMap("<forward>"))
     steps = {s.name: _package(dict(s.spec), tmp, f"{name}_{s.name}") for s in graph.steps}
     sizes = _sizes(spec, {n: 256 for n in spec.op.sizes} if args.dry else call_sizes)
     device = "cpu" if args.dry else "cuda"
     x, g = _inputs(torch, spec, sizes, fwd_built.plan, device)
-    # what the device inputs hold, in float64 (rounded to their dtype): the reference sees the same values
-    host64 = {n: from_torch(torch, t, spec.op.inputs[n].dtype).astype(np.float64) if n in spec.op.inputs
-              else from_torch(torch, t, "i32") for n, t in x.items()}    # a group operand stays int32
-    up64 = {n: from_torch(torch, t, spec.op.outputs[n].dtype).astype(np.float64) for n, t in g.items()}
+    host64, up64 = _host64(torch, spec, x, g)
     # the forward's values feed the backward's references (a matmul's saved `pre` is the gelu step's input): full,
     # never the sampled rows a big matmul's reference gives by default
     def full(s):       # (a grouped matmul's steps too: their gradients are summed and compared whole)

@@ -16,13 +16,13 @@ import numpy as np
 
 from ...bench.case import Peer, from_torch, guard, to_torch, why
 from ...bench.timing import Contender, jax_contender, matmul_sets
-from ..attention.peers import SDPA_BACKENDS, peer_names, row_fields, sdpa_masks, sdpa_scope
+from ..attention.peers import SDPA_BACKENDS, sdpa_masks, sdpa_scope
+from ..attention.peers import peer_names as peer_names, row_fields as row_fields   # the forward's: the same peers, fields
 
 sets = matmul_sets
 
 PEER_LABELS = {"sdpa_cudnn": "SDPA cuDNN backward", "sdpa_flash": "SDPA flash backward",
                "jax_pallas": "JAX attention_mgpu backward"}
-# row_fields and peer_names are the forward's (attention.peers): the same fields, the same peers
 
 
 def peers(case) -> dict[str, Peer]:

@@ -20,13 +20,12 @@ linear epilogue).
 """
 from __future__ import annotations
 
-from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fresh, save_names, wrt_names
+from ...autodiff.spec import fresh, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
-from ..matmul.backward import (PRE, _base, _Context, _dacc_step, _forward_with_saved, _gacc_from_upstream, _Names,
-                               _operand, _recompute_step, _renamed, _sizes)
+from ..matmul.epilogue_grad import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
+                                    gacc_from_upstream, operand, recompute_step, renamed, sizes)
 
 
 def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
@@ -35,20 +34,10 @@ def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     if ctx is None:
         return None, problems
     op, out_name, names, pre = spec.op, ctx.out_name, ctx.names, ctx.pre
-    nonlinear = pre in derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out}).inputs
-    saved = save_names(spec, problems, ["acc", *ctx.temporaries], default=("acc",) if nonlinear else ())
-    if len(saved) > 1:
-        problems.add(("backward", "save"), f"the grouped matmul forward keeps one value for the backward, not "
-                                           f"{len(saved)} ({', '.join(saved)}): list one")
-    if problems:
+    saving = choose_saving(spec, ctx, problems, "grouped matmul")
+    if saving is None:
         return None, problems
-    kept = [pre if s == "acc" else s for s in saved]
-    derived = derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out},
-                         saved=[s for s in kept if s != pre])
-    if saved and saved[0] != "acc" and pre in derived.inputs:
-        problems.add(("backward", "save", 0), f"the epilogue's derivative also reads acc, which save: [{saved[0]}] "
-                                              f"does not keep: write save: [acc], or save: recompute")
-        return None, problems
+    saved, kept, derived = saving.saved, saving.kept, saving.derived
 
     off = op.group_offsets
     notes: list[str] = []
@@ -56,23 +45,23 @@ def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     forward, saved_names, pre_ref = None, (), None
     out_dtype = op.outputs[out_name].dtype
     if saved:
-        forward, saved_out = _forward_with_saved(spec, out_name, saved[0], pre)
+        forward, saved_out = forward_with_saved(spec, out_name, saved[0], pre)
         notes.append(f"saved {saved[0]} (the grouped forward writes it as a second output '{saved_out}' in "
                      f"{out_dtype}, the output's dtype, from registers beside the output"
                      + ("; the default: the epilogue is nonlinear in acc"
                         if spec.backward is None or spec.backward.save is None else "") + ")")
         pre_ref, saved_names = f"out:{saved_out}", (saved_out,)
     elif pre in derived.inputs:
-        step = _recompute_step(spec, out_name, pre)
+        step = recompute_step(spec, out_name, pre)
         steps.append(Step(step.name, step.spec, {**step.inputs, off: f"in:{off}"}, step.outputs, step.why))
         pre_ref = f"step:acc.{pre}"
         notes.append(f"save: recompute: the backward recomputes acc = {op.lhs}[rows of g] @ {op.rhs}[g] with a "
                      f"grouped matmul (step acc, in {out_dtype}) before the epilogue's derivative")
     else:
         notes.append("saves nothing: the epilogue's derivative reads no forward value (linear in acc)")
-    gacc_ref = _gacc_from_upstream(ctx, derived, notes)
+    gacc_ref = gacc_from_upstream(ctx, derived, notes)
     if ctx.wrt and gacc_ref is None and names.gacc not in derived.zero:
-        step = _dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of)
+        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of)
         if step is None:
             problems.add(("backward",), "the derived epilogue derivative is not a legal body; write save: recompute "
                                         "or report this as a schedgen bug")
@@ -90,7 +79,7 @@ def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     return BackwardGraph(forward, saved_names, tuple(steps), ctx.wrt, tuple(notes)), problems
 
 
-def _context(spec, problems: Problems) -> _Context | None:
+def _context(spec, problems: Problems) -> Context | None:
     """What every step needs (the matmul backward's context: the epilogue reads acc and constants only), after the
     checks of what has no backward."""
     op = spec.op
@@ -115,8 +104,8 @@ def _context(spec, problems: Problems) -> _Context | None:
     taken = set(op.inputs) | set(op.outputs) | set(op.constants) | set(op.sizes) | {"acc", op.group_offsets}
     taken |= {t for t, _ in body.statements}
     pre = fresh(PRE, taken)
-    names = _Names(spec, taken, wrt, out_name)
-    return _Context(out_name, (), body, _renamed(text, "acc", pre, (), out_name, list(op.constants)),
+    names = Names(spec, taken, wrt, out_name)
+    return Context(out_name, (), body, renamed(text, "acc", pre, (), out_name, list(op.constants)),
                     tuple(t for t, _ in body.statements if t != out_name), wrt, wrt, names, pre,
                     {pre: names.gacc} if wrt else {})
 
@@ -126,16 +115,16 @@ def _grouped(spec, step: str, description: str, inputs: dict, lhs: str, rhs: str
     """A grouped_matmul step's spec: the forward's groups and group operand (name and layout), the identity
     epilogue, the planner's schedule on the user's backends."""
     op = spec.op
-    data = _base(spec, step, description)
+    data = base(spec, step, description)
     data["op"] = {"kind": "grouped_matmul", "ragged": ragged, "groups": op.groups,
-                  "sizes": _sizes(spec, {**inputs, out[0]: out[1]}), "inputs": inputs,
+                  "sizes": sizes(spec, {**inputs, out[0]: out[1]}), "inputs": inputs,
                   "outputs": {out[0]: out[1]}, "lhs": lhs, "rhs": rhs, "transpose_rhs": transpose_rhs,
                   "group_offsets": op.group_offsets, "offsets_format": op.offsets_format,
                   "epilogue": f"{out[0]} = acc"}
     return data
 
 
-def _dx_step(spec, out_name: str, names: _Names, gacc_ref: str) -> Step:
+def _dx_step(spec, out_name: str, names: Names, gacc_ref: str) -> Step:
     """dx[rows of g] = gacc[rows of g] @ w[g]^T: w stored [G, K, N] is [G, N', K'] for the product (transpose_rhs),
     stored [G, N, K] is [G, K', N'] (no transpose)."""
     op = spec.op
@@ -143,23 +132,23 @@ def _dx_step(spec, out_name: str, names: _Names, gacc_ref: str) -> Step:
     gacc = {"shape": list(op.outputs[out_name].shape), "dtype": op.inputs[x].dtype}
     grad = names.grad[x]
     data = _grouped(spec, "dx", f"the backward of {spec.name}: d{x} = gacc @ {w}[g]^T per group",
-                    {names.gacc: gacc, w: _operand(spec, w)}, names.gacc, w, (grad, _operand(spec, x)),
+                    {names.gacc: gacc, w: operand(spec, w)}, names.gacc, w, (grad, operand(spec, x)),
                     ragged="m", transpose_rhs=not op.transpose_rhs)
     return Step("dx", data, {names.gacc: gacc_ref, w: f"in:{w}", off: f"in:{off}"}, {grad: f"grad:{x}"},
                 why=f"d{x}[rows of g] = gacc[rows of g] @ {w}[g]^T (a grouped matmul, transpose_rhs "
                     f"{'off' if op.transpose_rhs else 'on'}: {w} read as stored)")
 
 
-def _dw_step(spec, out_name: str, names: _Names, gacc_ref: str) -> Step:
+def _dw_step(spec, out_name: str, names: Names, gacc_ref: str) -> Step:
     """dw[g] = x_g^T @ gacc_g ([G, K, N]) or gacc_g^T @ x_g ([G, N, K]): ragged: k over each group's rows."""
     op = spec.op
     x, w, off = op.lhs, op.rhs, op.group_offsets
     gacc = {"shape": list(op.outputs[out_name].shape), "dtype": op.inputs[x].dtype}
     grad = names.grad[w]
-    operands = {x: _operand(spec, x), names.gacc: gacc}
+    operands = {x: operand(spec, x), names.gacc: gacc}
     lhs, rhs = (names.gacc, x) if op.transpose_rhs else (x, names.gacc)
     data = _grouped(spec, "dw", f"the backward of {spec.name}: d{w}[g] = {lhs}_g^T @ {rhs}_g over each group's rows",
-                    operands, lhs, rhs, (grad, _operand(spec, w)), ragged="k")
+                    operands, lhs, rhs, (grad, operand(spec, w)), ragged="k")
     lay = "[G, N, K]" if op.transpose_rhs else "[G, K, N]"
     return Step("dw", data, {x: f"in:{x}", names.gacc: gacc_ref, off: f"in:{off}"}, {grad: f"grad:{w}"},
                 why=f"d{w}[g] {lay} = {lhs}[rows of g]^T @ {rhs}[rows of g] (a grouped matmul with ragged: k; a "

@@ -83,8 +83,8 @@ def _explain_ragged_k(p) -> str:
         f"{p.tile_m} x {p.tile_n} (group-major, {p.tile_order} inside a group), each a k-loop over the "
         f"{p.tile_k}-row blocks holding the group's rows: start // {p.tile_k} .. cdiv(end, {p.tile_k}); none for an "
         f"empty group, whose block is epilogue(0) (zeros for the identity)",
-        f"  masking    the group's first and last blocks: the consumers zero the rows outside the group in both "
-        f"operands' SMEM before the wgmma (rows of other groups, or in no group, never reach the sum)",
+        "  masking    the group's first and last blocks: the consumers zero the rows outside the group in both "
+        "operands' SMEM before the wgmma (rows of other groups, or in no group, never reach the sum)",
         f"  loads      {x.name} M-major and {w.name} N-major through 2-D tensor maps over T rows",
         "  stores     " + ("the whole tile through SMEM chunks and a 3-D tensor map (a group a box; TMA clips the "
                            "M and N edges)" if p.epi_store != "direct" else "from registers, masked at the M and N "
