@@ -264,12 +264,14 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         cm, cn, csize = 1, 1, ck
     multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
     tiles_m, tiles_n = D.cdiv(dims.m, tile.tm), D.cdiv(dims.n, tile.tn)
+    # sm_100a's CTA pair (a 256-row tile on a [2, 1] cluster) is one tile a cluster: any count of them divides
+    gm = 1 if sch.target == "sm_100a" and tile.tm == 256 else cm
     if D.is_static(tiles_m) and D.is_static(tiles_n):
-        if tiles_m % cm or tiles_n % cn:
+        if tiles_m % gm or tiles_n % cn:
             problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) "
                                                   f"divisible by it")
     else:
-        check_dynamic_cluster(cm, cn, dims, tile, problems)
+        check_dynamic_cluster(gm, cn, dims, tile, problems)
     shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
     for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         wrong = [a for a in (bs.collective_axes if bs is not None else ()) if a != CLUSTER_AXIS]

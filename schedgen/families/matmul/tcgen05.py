@@ -74,6 +74,16 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the Pallas sm_100a kernel takes bf16 / f16 inputs "
                                                          f"(tcgen05_mma kind::f16); {dims.in_dtype} (kind::f8f6f4) is "
                                                          f"rendered by the CUDA kernel: write backends: [cuda]")
+    for nm, v in op.sizes.items():
+        if not isinstance(v, int):
+            problems.add(("op", "sizes", nm), f"the Pallas sm_100a kernel takes fixed sizes only (one package per "
+                                              f"size); the CUDA sm_100a kernel takes a dynamic {nm}: write "
+                                              f"backends: [cuda], or give {nm} a fixed value")
+    if tile.ragged:
+        problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
+                     f"the Pallas sm_100a kernel takes whole tiles only: M, N, K = {dims.m}, {dims.n}, {dims.k} must "
+                     f"be multiples of the tile {tile.tm} x {tile.tn} x {tile.tk}; the CUDA sm_100a kernel takes "
+                     f"partial tiles: write backends: [cuda], or sizes that divide")
     if sch.epilogue.tile is not None:
         problems.add(("schedule", "epilogue", "tile"), f"the Pallas sm_100a kernel stages its epilogue warpgroup's "
                                                        f"{bw.rows} rows x {EPI_COLS} columns (one TMEM load) a chunk; "

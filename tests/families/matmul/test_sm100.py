@@ -199,7 +199,7 @@ def _errors(overrides) -> list[str]:
     ({**FP8, "op.inputs.sa": {"shape": ["M", 32], "dtype": "f32"}, "op.inputs.sb": {"shape": [32, 32], "dtype": "f32"},
       "op.block_scales": {"lhs": "sa", "rhs": "sb"}}, "op.block_scales", "block scales applied in the k-loop"),
     ({"op.inputs.a.dtype": "f32", "op.inputs.b.dtype": "f32"}, "op.inputs.a.dtype", "not supported"),
-    ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "whole tiles only"),
+    ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "set out_of_bounds: zero"),
     ({"schedule.out_specs.out.block_shape": [64, 256], "schedule.in_specs.a.block_shape": [64, 64]},
      "schedule.out_specs", "a CTA's tile is 128 rows"),
     ({"schedule.out_specs.out.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [64, 48]},
