@@ -15,6 +15,9 @@ chunk; `epilogue.buffers` staging tiles a warp, reused once the store B chunks b
 buffer is freed (acc_empty) right after the tile's last tcgen05.ld, before its last chunk is converted and stored.
 Tiles are walked by a static persistent loop (nd_loop) or claimed by cluster launch control (persistent.loop:
 dynamic: clusterlaunchcontrol.try_cancel / query_cancel).
+Sizes as on sm_90a: partial tiles (TMA zero-fills the loads past M, N, K; the output tensor map clips the stores) and
+dynamic sizes (`int sz_*` kernel arguments; the tile grid, tile count and k-steps computed from them at kernel entry;
+the runtime builds the tensor maps and the grid per call from the launch record's extents).
 
 No kernel of this family has run on Blackwell hardware: the CUDA kernels are compiled to sm_100a cubins and their
 SASS is checked on the CPU.
