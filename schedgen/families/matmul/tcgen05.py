@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ...plan.common import Problems
 from ...plan.hardware import Hardware
+from .schedule import pallas_edge_limits
 
 EPI_COLS = 32                 # columns of one TMEM load (the CUDA kernel's tcgen05.ld.32x32b.x32 width)
 BARRIER_BYTES = 8
@@ -79,11 +80,9 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
             problems.add(("op", "sizes", nm), f"the Pallas sm_100a kernel takes fixed sizes only (one package per "
                                               f"size); the CUDA sm_100a kernel takes a dynamic {nm}: write "
                                               f"backends: [cuda], or give {nm} a fixed value")
-    if tile.ragged:
-        problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
-                     f"the Pallas sm_100a kernel takes whole tiles only: M, N, K = {dims.m}, {dims.n}, {dims.k} must "
-                     f"be multiples of the tile {tile.tm} x {tile.tn} x {tile.tk}; the CUDA sm_100a kernel takes "
-                     f"partial tiles: write backends: [cuda], or sizes that divide")
+    # partial tiles: TMA zero-fills the copies past the edge and clips the stores, where jax 0.11.2 can view the
+    # operands (the sm_90a Pallas kernel's rules)
+    pallas_edge_limits(op, tile.ragged_dims, dims, problems)
     if sch.epilogue.tile is not None:
         problems.add(("schedule", "epilogue", "tile"), f"the Pallas sm_100a kernel stages its epilogue warpgroup's "
                                                        f"{bw.rows} rows x {EPI_COLS} columns (one TMEM load) a chunk; "

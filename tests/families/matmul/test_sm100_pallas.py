@@ -48,6 +48,10 @@ MC_LHS = {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2], "sc
 MC_WRAP = {**MC_RHS, "M": 512, "N": 256, "K": 384, "schedule.persistent.num_blocks": 2,
            "schedule.in_specs.b.block_shape": [64, 128], "schedule.out_specs.out.block_shape": [128, 128],
            "schedule.pipeline.max_concurrent_steps": 3}
+# partial tiles (M, N not multiples of the tile; multiples of Mosaic GPU's GMEM tiling: 8 rows, 64 bf16 columns):
+# TMA zero-fills the copies past the edge and clips the stores
+ZERO = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
+RAGGED = {**ZERO, "M": 200, "N": 320, "K": 192}
 
 LOWER_CASES = {
     "bundled_dynamic": ({}, 1),
@@ -62,6 +66,8 @@ LOWER_CASES = {
     "cluster2x1_multicast_rhs": (MC_RHS, 1),
     "cluster1x2_multicast_lhs": (MC_LHS, 1),
     "cluster2x1_no_multicast": ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1]}, 1),
+    "ragged_m_n": (RAGGED, 1),
+    "ragged_cta_pair": ({**PAIR, **ZERO, "M": 264, "N": 320, "K": 128}, 2),
 }
 INTERPRET_CASES = {
     "bundled_dynamic": SMALL,
@@ -73,6 +79,10 @@ INTERPRET_CASES = {
     "cluster2x1_multicast_rhs_wrap": MC_WRAP,
     "cluster1x2_multicast_lhs": {**MC_LHS, "M": 256, "N": 512, "K": 128},
     "one_staging_buffer": {**SMALL, "schedule.epilogue.buffers": 1},
+    "ragged_m_n_nd_loop": {**RAGGED, "schedule.persistent.loop": "nd_loop"},
+    # M below one tile; a per-column bias along a whole-tile N (plgpu.load has no masked form)
+    "ragged_short_m_bias": {**ZERO, "M": 72, "N": 512, "K": 128, **BIAS_SILU_F32},
+    "ragged_cluster2x1_multicast_rhs": {**MC_RHS, **ZERO, "M": 256, "N": 320, "K": 192},
 }
 
 
@@ -313,7 +323,7 @@ def test_explain_shows_the_pallas_tmem_columns():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["bundled_dynamic", "static_loop", "cta_pair_256", "f32_out_bias_silu",
-                                  "row_scale_residual", "rhs_nk_128"])
+                                  "row_scale_residual", "rhs_nk_128", "ragged_m_n", "ragged_cta_pair"])
 def test_pallas_sm100a_on_blackwell(case, tmp_path):
     """Compiled by Mosaic GPU and run on a B200 (2048^3), poisoned output. Skips on any other GPU."""
     from schedgen.runtime import driver
