@@ -75,11 +75,6 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the Pallas sm_100a kernel takes bf16 / f16 inputs "
                                                          f"(tcgen05_mma kind::f16); {dims.in_dtype} (kind::f8f6f4) is "
                                                          f"rendered by the CUDA kernel: write backends: [cuda]")
-    for nm, v in op.sizes.items():
-        if not isinstance(v, int):
-            problems.add(("op", "sizes", nm), f"the Pallas sm_100a kernel takes fixed sizes only (one package per "
-                                              f"size); the CUDA sm_100a kernel takes a dynamic {nm}: write "
-                                              f"backends: [cuda], or give {nm} a fixed value")
     # partial tiles: TMA zero-fills the copies past the edge and clips the stores, where jax 0.11.2 can view the
     # operands (the sm_90a Pallas kernel's rules)
     pallas_edge_limits(op, tile.ragged_dims, dims, problems)

@@ -208,14 +208,14 @@ def test_whole_tile_kernels_keep_their_literals():
     # a 2x1 cluster along a dynamic M of 128-row tiles: M a multiple of 256
     ({**ZERO, **ND, **DYN_M, "schedule.cluster": [2, 1], "schedule.in_specs.b.collective_axes": ["cluster"]},
      "schedule.cluster", "declare multiple_of: 256"),
-    # the Pallas sm_100a kernel takes partial tiles where jax 0.11.2 can view the operands (sm_90a's Pallas rules:
-    # 64 bf16 columns of K, no epilogue operand along a partial dimension), and fixed sizes only
+    # the Pallas sm_100a kernel takes partial tiles and dynamic sizes where jax 0.11.2 can view the operands
+    # (sm_90a's Pallas rules: 8 rows of M, 64 bf16 columns of K, no epilogue operand along a partial dimension)
     ({**ZERO, **RAGGED, "schedule.backends": ["cuda", "pallas"]}, "schedule.backends",
      "the Pallas matmul takes that only for K a multiple of 64"),
     ({**ZERO, **BIAS, "op.sizes.N": 1000, "schedule.backends": ["cuda", "pallas"]}, "op.inputs.bias.shape",
      "no masked form"),
-    ({**ZERO, "op.sizes.M": dyn(4096, 128), "schedule.backends": ["cuda", "pallas"]}, "op.sizes.M",
-     "the Pallas sm_100a kernel takes fixed sizes only"),
+    ({**ZERO, **DYN_M, "schedule.backends": ["cuda", "pallas"]}, "schedule.backends",
+     "use M a multiple of 8 (multiple_of)"),
 ])
 def test_what_stays_refused_is_a_located_error(overrides, where, text):
     lines = _errors(overrides)
@@ -223,8 +223,9 @@ def test_what_stays_refused_is_a_located_error(overrides, where, text):
 
 
 def test_the_cuda_kernel_alone_takes_what_the_pallas_one_refuses():
-    assert _plan({**ZERO, **RAGGED}).ragged
-    assert _plan({**ZERO, "op.sizes.M": dyn(4096, 128)}).dynamic_sizes
+    for over in ({**ZERO, **RAGGED}, {**ZERO, **DYN_M}):
+        p = _plan(over)
+        assert p.ragged and p.backends == ("cuda",) and p.blackwell is not None and p.tcgen05 is None
 
 
 # ------------------------------------------------------------------------------------------------ on a B200
