@@ -84,7 +84,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     body = parse_epilogue(op, out_name, extras, problems)
     if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
         return None, problems
-    dims = problem_dims(op, out_name, extras, problems)
+    dims = problem_dims(op, out_name, extras, problems, sch.target)
     if dims is None:
         return None, problems
     tile = block_tile(op, sch, out_name, dims, problems)

@@ -328,3 +328,15 @@ def test_an_sm100a_package_refuses_the_h200(tmp_path):
                                            r"package's kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
                                            r"cannot run on it: rebuild the spec with schedule.target: sm_90a"):
         kernel(*args)
+
+
+def test_the_fp8_layout_rule_names_the_targets_instruction():
+    """fp8 operands are read K-major on both targets; the message names tcgen05.mma on sm_100a, wgmma on sm_90a."""
+    nk = {**FP8, "op.transpose_rhs": False, "op.inputs.b.shape": ["K", "N"],
+          "schedule.in_specs.b.block_shape": [128, 256]}
+    (line,) = [ln for ln in _errors(nk) if "op.transpose_rhs:" in ln]
+    assert "fp8 tcgen05.mma (kind::f8f6f4) reads rhs K-major only" in line and "wgmma" not in line
+    assert "write transpose_rhs: true" in line
+    hopper = {**nk, "schedule.target": "sm_90a", "schedule.persistent.loop": "nd_loop"}
+    (line,) = [ln for ln in _errors(hopper) if "op.transpose_rhs:" in ln]
+    assert "fp8 wgmma reads rhs K-major only (no transpose for 8-bit inputs)" in line and "tcgen05" not in line
