@@ -16,6 +16,10 @@ CTA's MMA commit frees the stage locally and the producer relays it to the peer 
 CTAs' MMAs have read a stage before either refills it (three warpgroups then: see `relay`). Tiles: `plgpu.nd_loop` (persistent.loop: nd_loop) or `plgpu.dynamic_scheduling_loop` (loop:
 dynamic: one grid CTA a tile, the rest claimed by cluster launch control).
 
+Sizes: partial tiles (TMA zero-fills the copies past M, N, K and clips the stores) and dynamic sizes (the kernel body
+built per call's sizes, `_kernel_body`, as in the sm_90a Pallas module), within the sm_90a Pallas kernel's edge rules
+(schedule.pallas_edge_limits: Mosaic GPU's GMEM tiling, no masked plgpu.load).
+
 NOT RUN on Blackwell hardware: lowered for sm_100a on the CPU (the MLIR holds the tcgen05 / TMEM operations) and run
 in Mosaic GPU's interpreter against float64 (tests/families/matmul/test_sm100_pallas.py).
 """
