@@ -140,6 +140,7 @@ def _sm100(result: MatmulPlan, bw, spec: SpecFile, cluster, loop, pipe, operands
         kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
         + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
         kernel_args=(lhs, result.kernel_args[1], out_map, *result.kernel_args[3:]),
+        stage_tx_bytes=bw.stage_bytes, a_box_rows=bw.rows, a_compact=False, a_zero_bytes=0,
         epi_rows=EPI_ROWS, epi_cols=bw.epi_cols, epi_buffers=bw.epi_buffers, epi_swizzle=bw.epi_swizzle,
         epi_bytes=bw.epi_bytes, epi_store="tma", epi_chunks_m=1, epi_chunks_n=bw.epi_chunks, epi_n8=bw.epi_cols // 8,
         epi_row_bytes=bw.epi_swizzle, epi_swizzle_mask=bw.epi_swizzle // 16 - 1, epi_pending=bw.epi_buffers - 1,

@@ -101,7 +101,7 @@ def test_an_m_below_the_tile_loads_whole_lhs_boxes():
     box (tcgen05.mma reads all 128 lanes' rows), TMA zero-filling the rows past M."""
     p = _plan(VARIANTS["decode_m16"])
     assert p.kernel_args[0].box == (128, 64)
-    assert p.blackwell.stage_bytes == 128 * 64 * 2 + 64 * 256 * 2
+    assert p.blackwell.stage_bytes == p.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2 and p.a_box_rows == 128
     assert p.num_tiles == 8 and p.num_blocks == 8
 
 
