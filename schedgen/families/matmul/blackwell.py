@@ -15,6 +15,9 @@ chunk; `epilogue.buffers` staging tiles a warp, reused once the store B chunks b
 buffer is freed (acc_empty) right after the tile's last tcgen05.ld, before its last chunk is converted and stored.
 Tiles are walked by a static persistent loop (nd_loop) or claimed by cluster launch control (persistent.loop:
 dynamic: clusterlaunchcontrol.try_cancel / query_cancel).
+Sizes as on sm_90a: partial tiles (TMA zero-fills the loads past M, N, K; the output tensor map clips the stores) and
+dynamic sizes (`int sz_*` kernel arguments; the tile grid, tile count and k-steps computed from them at kernel entry;
+the runtime builds the tensor maps and the grid per call from the launch record's extents).
 
 No kernel of this family has run on Blackwell hardware: the CUDA kernels are compiled to sm_100a cubins and their
 SASS is checked on the CPU.
@@ -124,9 +127,8 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
                                               f"leave it out, or write target: sm_90a")
     if spec.schedule.epilogue.store == "direct":
         problems.add(("schedule", "epilogue", "store"), "the sm_100a kernel stores every output tile by TMA from an "
-                                                        "SMEM staging tile (its tiles are whole and its sizes fixed, so "
-                                                        "the output always takes a tensor map): write store: tma or "
-                                                        "leave it out")
+                                                        "SMEM staging tile (the tensor map clips a partial tile's rows "
+                                                        "and columns past M and N): write store: tma or leave it out")
     if sch.pipeline.kind != "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"), f"the sm_100a matmul kernel is warp-specialized (a TMA producer "
                                                        f"warp, a tcgen05 MMA thread, an epilogue warpgroup); got "
@@ -146,12 +148,10 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
 
 
 def _check_problem(op, dims, tile, problems: Problems) -> None:
-    """What the sm_100a kernel takes of the problem: fixed 2-D sizes, whole tiles, bf16 / f16 / e4m3 / e5m2 in (fp8:
-    per-tensor or per-row / per-column scales in the epilogue, no block scales), a K-major lhs, one output."""
-    for nm, v in op.sizes.items():
-        if not isinstance(v, int):
-            problems.add(("op", "sizes", nm), f"the sm_100a matmul kernel takes fixed sizes only (one package per "
-                                              f"size); give {nm} a fixed value, or write target: sm_90a")
+    """What the sm_100a kernel takes of the problem: 2-D sizes, fixed or dynamic, whole or partial tiles (TMA
+    zero-fills the loads past M, N, K and clips the stores; block_tile asks for out_of_bounds: zero), bf16 / f16 /
+    e4m3 / e5m2 in (fp8: per-tensor or per-row / per-column scales in the epilogue, no block scales), a K-major lhs,
+    one output."""
     if dims.in_dtype not in MMA_KIND:
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the sm_100a matmul kernel takes bf16 / f16 inputs "
                                                          f"(tcgen05.mma kind::f16) or f8e4m3 / f8e5m2 (kind::f8f6f4), "
@@ -173,10 +173,6 @@ def _check_problem(op, dims, tile, problems: Problems) -> None:
     if op.transpose_lhs:
         problems.add(("op", "transpose_lhs"), "the sm_100a matmul kernel reads a K-major lhs [M, K] only (its "
                                               "MN-major SMEM layout is not rendered); write the lhs as [M, K]")
-    if tile.ragged:
-        problems.add(("schedule", "in_specs", op.lhs, "out_of_bounds"),
-                     f"the sm_100a matmul kernel takes whole tiles only: M, N, K = {dims.m}, {dims.n}, {dims.k} must "
-                     f"be multiples of the tile {tile.tm} x {tile.tn} x {tile.tk}")
 
 
 def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:

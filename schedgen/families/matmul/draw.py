@@ -49,13 +49,21 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
     a k-step of wgmma takes its FLOPs at the tensor rate, the epilogue writes the tile at SMEM_RATE; the producer
     waits for a slot's `empty` barrier, the consumers for its `full` barrier; a stage is released when its wgmma is
     done (with delay_release 1, when the next step's wgmma has been issued). Ping-pong: tile t is consumer t % 2's,
-    whose epilogue (the whole tile's) holds only that consumer; the tensor cores run one k-step at a time."""
+    whose epilogue (the whole tile's) holds only that consumer; the tensor cores run one k-step at a time.
+    sm_100a: the MMA thread (row "consumer 0") runs the next tile's k-steps while the epilogue warpgroup (row
+    "epilogue") reads and stores the last one's accumulator from TMEM; tile t's first MMA waits only for its TMEM
+    buffer (t % acc_stages), freed after the epilogue of tile t - acc_stages has read it (before its last chunk's
+    conversion and store)."""
     S = p.stages
     k_shown = k_shown or min(p.k_iters, S + 3)
     load = p.stage_tx_bytes / L2_RATE
     mma = 2.0 * p.tile_m * p.tile_n * p.tile_k / TENSOR_RATE
     pingpong = getattr(p, "pingpong", False)
-    epi = p.tile_m * p.tile_n * p.outputs[0].itemsize / SMEM_RATE / (1 if pingpong else max(1, p.num_consumers))
+    bw = getattr(p, "blackwell", None)
+    epi = p.tile_m * p.tile_n * p.outputs[0].itemsize / SMEM_RATE / (1 if pingpong or bw else max(1, p.num_consumers))
+    acc_free: dict[int, float] = {}      # sm_100a: tile -> when its TMEM buffer may take tile + acc_stages's MMAs
+    epi_start: dict[int, float] = {}
+    epi_end = 0.0
     issue_gap = 0.02e-6
     steps = tiles * k_shown
     spans: list[Span] = []
@@ -81,9 +89,15 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
             own_free[tile % 2] = end[i] + (epi if k == k_shown - 1 else 0.0)
         else:
             start[i] = max(land, cons_free)
+            if bw is not None and k == 0 and tile >= bw.acc_stages:
+                start[i] = max(start[i], acc_free[tile - bw.acc_stages])
             end[i] = start[i] + mma
             cons_free = end[i]
-            if k == k_shown - 1:
+            if k == k_shown - 1 and bw is not None:       # the epilogue warpgroup, not the MMA thread
+                epi_start[tile] = max(end[i], epi_end)
+                epi_end = epi_start[tile] + epi
+                acc_free[tile] = epi_end - epi / bw.epi_chunks
+            elif k == k_shown - 1:
                 cons_free = end[i] + epi
         if i >= 1:
             prev = i - 1
@@ -94,10 +108,12 @@ def simulate_matmul(p, tiles: int = 2, k_shown: int | None = None) -> tuple[list
         s = i % S
         tile, k = divmod(i, k_shown)
         spans.append(Span(f"stage {s}", landed[i], release[i], f"t{tile} k{k}", "hold", s))
-        takers = (tile % 2,) if pingpong else range(p.num_consumers)
+        takers = (tile % 2,) if pingpong else (0,) if bw is not None else range(p.num_consumers)
         for c in takers:
             spans.append(Span(f"consumer {c}", start[i], end[i], f"k{k}", "mma", s))
-        if k == k_shown - 1:
+        if k == k_shown - 1 and bw is not None:
+            spans.append(Span("epilogue", epi_start[tile], epi_start[tile] + epi, f"epilogue t{tile}", "epilogue"))
+        elif k == k_shown - 1:
             for c in takers:
                 spans.append(Span(f"consumer {c}", end[i], end[i] + epi, f"epilogue t{tile}", "epilogue"))
     return spans, k_shown
@@ -110,14 +126,19 @@ def pipeline(p) -> Pipeline:
     names = {"producer": "producer WG\n(1 thread: TMA)",
              **{f"consumer {c}": f"consumer WG {c}\n(wgmma {p.wg_tile_m}x{p.wg_tile_n})"
                 for c in range(p.num_consumers)}}
-    if bw is not None:      # sm_100a: drawn with the same timing model; one thread issues tcgen05.mma
+    if bw is not None:      # sm_100a: one thread issues tcgen05.mma; the epilogue warpgroup is its own row
+        rows = ["producer"] + [f"stage {s}" for s in range(p.stages)] + ["consumer 0", "epilogue"]
         names = {"producer": "producer warp\n(1 thread: TMA)",
-                 **{f"consumer {c}": f"MMA thread\n(tcgen05 {bw.mma_m}x{bw.mma_n})" for c in range(p.num_consumers)}}
+                 "consumer 0": f"MMA thread\n(tcgen05 {bw.mma_m}x{bw.mma_n})",
+                 "epilogue": f"epilogue WG\n(tcgen05.ld, TMA store;\n{bw.acc_stages} TMEM buffers)"}
     title = (f"Pipeline over 2 tiles x {k_shown} k-steps (of {p.k_iters}; the rest of the K loop is cut): "
              f"{p.stages}-stage ring, delay_release {p.delay_release}; stage slot rows: hatched = TMA in flight "
-             f"({kib(p.stage_tx_bytes)}), solid = landed and read by wgmma until released")
-    legend = [dict(facecolor="#4c72b0", label="wgmma k-step"),
-              dict(facecolor="#222222", label="epilogue (apply, stage, TMA store)")]
+             f"({kib(p.stage_tx_bytes)}), solid = landed and read by {'tcgen05.mma' if bw else 'wgmma'} until "
+             f"released" + (f"; the epilogue of a tile runs under the next tile's MMAs ({bw.acc_stages} TMEM "
+                            f"accumulator buffers)" if bw else ""))
+    legend = [dict(facecolor="#4c72b0", label="tcgen05.mma k-step" if bw else "wgmma k-step"),
+              dict(facecolor="#222222", label="epilogue (TMEM load, apply, stage, TMA store)" if bw else
+                   "epilogue (apply, stage, TMA store)")]
     return Pipeline(spans, rows, title, names, legend)
 
 

@@ -105,7 +105,7 @@ def check_saved_outputs(op, out_name: str, shapes: dict, problems: Problems, ran
                                                 + ("" if isinstance(n, int) else ": declare multiple_of: 2"))
 
 
-def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems) -> Dims | None:
+def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems, target: str = "sm_90a") -> Dims | None:
     """Shapes, dtypes, M / N / K and the batch; None (the problems said why) where the later phases cannot run."""
     before = len(problems)
     sizes = size_values(op.sizes)      # a dynamic size is the extent size(name): shapes and M, N, K may be Dims
@@ -113,7 +113,7 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
     shapes[out_name] = resolve_shape(op.outputs[out_name].shape, sizes, ("op", "outputs", out_name, "shape"), problems)
     if len(problems) != before:
         return None
-    check_dtypes(op, out_name, problems)
+    check_dtypes(op, out_name, problems, target)
     check_ranks(op, out_name, shapes, problems)
     check_saved_outputs(op, out_name, shapes, problems, dynamic_ranges(op.sizes))
     if len(problems) != before:
@@ -130,7 +130,7 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems)
                 dynamic_ranges(op.sizes), len(a_shape) == 3, len(b_shape) == 3, extra_ops)
 
 
-def check_dtypes(op, out_name: str, problems: Problems) -> None:
+def check_dtypes(op, out_name: str, problems: Problems, target: str = "sm_90a") -> None:
     """lhs and rhs: one wgmma input type; the output: one the epilogue stores."""
     in_dtype = op.inputs[op.lhs].dtype
     for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
@@ -145,25 +145,35 @@ def check_dtypes(op, out_name: str, problems: Problems) -> None:
                      + (" (convert the 16-bit operand to fp8 with a scale, or the fp8 one to bf16)"
                         if (in_dtype in FP8_DTYPES) != (op.inputs[op.rhs].dtype in FP8_DTYPES) else ""))
     if in_dtype in FP8_DTYPES:
-        check_fp8_layout(op, problems)
+        check_fp8_layout(op, problems, target)
     out_dtype = op.outputs[out_name].dtype
     if out_dtype not in OUT_DTYPES:
         problems.add(("op", "outputs", out_name, "dtype"), f"output dtype {out_dtype} is not supported; legal: "
                                                             f"{', '.join(OUT_DTYPES)}")
 
 
-def check_fp8_layout(op, problems: Problems) -> None:
-    """8-bit wgmma reads both operands K-major from SMEM (the instruction has no transpose operands for e4m3 /
-    e5m2, and there is no 8-bit SMEM transpose on the way): lhs [M, K], rhs [N, K]."""
+# why fp8 operands are read K-major only, per target
+FP8_K_MAJOR_WHY = {
+    "sm_90a": "fp8 wgmma reads {} K-major only (no transpose for 8-bit inputs)",
+    "sm_100a": "the sm_100a kernel's fp8 tcgen05.mma (kind::f8f6f4) reads {} K-major only (its SMEM descriptors are "
+               "rendered for K-major 8-bit operands only)",
+}
+
+
+def check_fp8_layout(op, problems: Problems, target: str = "sm_90a") -> None:
+    """Both fp8 operands K-major in SMEM: lhs [M, K], rhs [N, K]. On sm_90a 8-bit wgmma has no transpose operands
+    for e4m3 / e5m2 (and there is no 8-bit SMEM transpose on the way); the sm_100a kernel keeps the same rule (its
+    kind::f8f6f4 descriptors are K-major), each message naming its target's instruction."""
+    why = FP8_K_MAJOR_WHY.get(target, FP8_K_MAJOR_WHY["sm_90a"])
     if op.transpose_lhs:
         problems.add(("op", "transpose_lhs"),
-                     "fp8 wgmma reads lhs K-major only (no transpose for 8-bit inputs): store lhs [M, K] and remove "
-                     "transpose_lhs (transpose it beforehand, e.g. a.T.contiguous())")
+                     f"{why.format('lhs')}: store lhs [M, K] and remove transpose_lhs (transpose it beforehand, e.g. "
+                     f"a.T.contiguous())")
     if not op.transpose_rhs:
         problems.add(("op", "transpose_rhs"),
-                     "fp8 wgmma reads rhs K-major only (no transpose for 8-bit inputs): store rhs [N, K] (torch.nn."
-                     "Linear's weight layout, what torch._scaled_mm takes as b.T) with shape [N, K] and write "
-                     "transpose_rhs: true (a [K, N] rhs: b.T.contiguous() first)")
+                     f"{why.format('rhs')}: store rhs [N, K] (torch.nn.Linear's weight layout, what torch._scaled_mm "
+                     f"takes as b.T) with shape [N, K] and write transpose_rhs: true (a [K, N] rhs: b.T.contiguous() "
+                     f"first)")
 
 
 def check_ranks(op, out_name: str, shapes: dict, problems: Problems) -> None:

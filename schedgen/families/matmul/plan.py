@@ -84,7 +84,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     body = parse_epilogue(op, out_name, extras, problems)
     if problems and (op.lhs not in op.inputs or op.rhs not in op.inputs):
         return None, problems
-    dims = problem_dims(op, out_name, extras, problems)
+    dims = problem_dims(op, out_name, extras, problems, sch.target)
     if dims is None:
         return None, problems
     tile = block_tile(op, sch, out_name, dims, problems)
@@ -130,11 +130,17 @@ def _sm100(result: MatmulPlan, bw, spec: SpecFile, cluster, loop, pipe, operands
     out = result.kernel_args[2]
     o = operands[out.operand]
     out_map = tensor_map(out.operand, o.shape, o.dtype, EPI_ROWS, bw.epi_cols, bw.epi_swizzle)
+    # the lhs box is the CTA's whole 128 rows (half of them where a [1, 2] cluster multicasts it), also for an M
+    # below the tile: each stage's full barrier expects the whole box's bytes, zero-filled past M
+    a = result.kernel_args[0]
+    lhs = tensor_map(a.operand, a.shape, a.dtype, bw.rows // (2 if cluster.multicast == "lhs" else 1), a.box[-1],
+                     a.swizzle)
     result = dataclasses.replace(
         result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
         kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
         + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
-        kernel_args=(*result.kernel_args[:2], out_map, *result.kernel_args[3:]),
+        kernel_args=(lhs, result.kernel_args[1], out_map, *result.kernel_args[3:]),
+        stage_tx_bytes=bw.stage_bytes, a_box_rows=bw.rows, a_compact=False, a_zero_bytes=0,
         epi_rows=EPI_ROWS, epi_cols=bw.epi_cols, epi_buffers=bw.epi_buffers, epi_swizzle=bw.epi_swizzle,
         epi_bytes=bw.epi_bytes, epi_store="tma", epi_chunks_m=1, epi_chunks_n=bw.epi_chunks, epi_n8=bw.epi_cols // 8,
         epi_row_bytes=bw.epi_swizzle, epi_swizzle_mask=bw.epi_swizzle // 16 - 1, epi_pending=bw.epi_buffers - 1,
@@ -145,14 +151,11 @@ def _sm100(result: MatmulPlan, bw, spec: SpecFile, cluster, loop, pipe, operands
 
 def _cta_pair(result: MatmulPlan, spec: SpecFile, cluster, hw: Hardware) -> MatmulPlan:
     """sm_100a's tcgen05.mma.cta_group::2: the [2, 1] cluster's tile is the 256-row tile itself (the Hopper phases
-    counted two of them a cluster), and each CTA's lhs box is its 128 rows."""
+    counted two of them a cluster; each CTA's lhs box is its 128 rows: _sm100)."""
     pers = spec.schedule.persistent
     num_tiles = cluster.tiles_m * cluster.tiles_n
-    pairs = min(num_tiles, hw.sm_count // 2 if pers.num_blocks == "auto" else max(pers.num_blocks // 2, 1))
-    a = result.kernel_args[0]
-    lhs = tensor_map(a.operand, a.shape, a.dtype, 128, a.box[-1], a.swizzle)
-    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m, num_blocks=2 * pairs,
-                               kernel_args=(lhs, *result.kernel_args[1:]))
+    pairs = D.dmin(num_tiles, hw.sm_count // 2 if pers.num_blocks == "auto" else max(pers.num_blocks // 2, 1))
+    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m, num_blocks=2 * pairs)
 
 
 # --------------------------------------------------------------------------------- names and the epilogue body

@@ -264,12 +264,14 @@ def cluster_shape(op, sch, tile: Tile, dims: Dims, lay: Layout, problems: Proble
         cm, cn, csize = 1, 1, ck
     multicast = "rhs" if cm == 2 else "lhs" if cn == 2 else ""
     tiles_m, tiles_n = D.cdiv(dims.m, tile.tm), D.cdiv(dims.n, tile.tn)
+    # sm_100a's CTA pair (a 256-row tile on a [2, 1] cluster) is one tile a cluster: any count of them divides
+    gm = 1 if sch.target == "sm_100a" and tile.tm == 256 else cm
     if D.is_static(tiles_m) and D.is_static(tiles_n):
-        if tiles_m % cm or tiles_n % cn:
+        if tiles_m % gm or tiles_n % cn:
             problems.add(("schedule", "cluster"), f"a {cm}x{cn} cluster needs the tile grid ({tiles_m} x {tiles_n}) "
                                                   f"divisible by it")
     else:
-        check_dynamic_cluster(cm, cn, dims, tile, problems)
+        check_dynamic_cluster(gm, cn, dims, tile, problems)
     shared_spec = tile.b_spec if multicast == "rhs" else tile.a_spec if multicast == "lhs" else None
     for nm, bs in ((op.lhs, tile.a_spec), (op.rhs, tile.b_spec)):
         wrong = [a for a in (bs.collective_axes if bs is not None else ()) if a != CLUSTER_AXIS]
@@ -661,6 +663,35 @@ def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -
         problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "
                                                         "CUDA kernel's: use store: tma" + hint)
+    pallas_edge_limits(op, ragged, dims, problems)
+    # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
+    # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
+    pipe = sch.pipeline
+    nc = min(pipe.num_compute_wgs, 2)
+    preg = pipe.memory_registers or (40 if nc == 2 else 56)
+    pallas_creg = int(min(256, (512 - preg) // nc) // 8 * 8)
+    if pipe.compute_registers is not None and pipe.compute_registers != pallas_creg:
+        problems.add(("schedule", "pipeline", "compute_registers"),
+                     f"Pallas's emit_pipeline_warp_specialized derives the consumers' budget from memory_registers: "
+                     f"min(256, (512 - {preg}) / {nc}) rounded down to 8 = {pallas_creg}; set compute_registers: "
+                     f"{pallas_creg} or omit it" + hint)
+    # its full / empty barriers are its own: one arrival per input TMA, one per consumer warpgroup (per CTA)
+    for bname, bar in sch.barriers.items():
+        default = 1 if bname == "full" else nc * math.prod(sch.cluster)
+        if bname in ("full", "empty") and bar.num_arrivals != default:
+            problems.add(("schedule", "barriers", bname, "num_arrivals"),
+                         f"Pallas's emit_pipeline_warp_specialized allocates and counts its own '{bname}' barriers; "
+                         f"leave num_arrivals at {default}" + hint)
+    if sch.compiler_params.unsafe_no_auto_barriers:
+        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
+                     "the Pallas matmul's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
+                     "register reads of SMEM and the TMA that overwrites it; remove unsafe_no_auto_barriers" + hint)
+
+
+def pallas_edge_limits(op, ragged: frozenset, dims: Dims, problems: Problems) -> None:
+    """What a Pallas (Mosaic GPU, jax 0.11.2) matmul takes of partial tiles along the `ragged` dimensions: both
+    renderings (sm_90a's, and sm_100a's: tcgen05.py) copy blocks past the edge by TMA alike."""
+    hint = "; or set schedule.backends: [cuda]"
     # Ragged edges: TMA zero-fills the lhs / rhs blocks past M, N, K and skips the output's stores there, as on
     # CUDA. But Mosaic GPU (jax 0.11.2) views each GMEM operand through its SMEM tiling (8 rows x up to 128 B) and
     # cannot round a partial tile up (TileTransform: "When no rounding mode is specified, dimension d must have size
@@ -685,25 +716,3 @@ def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -
                          f"the Pallas epilogue reads '{e.name}' with plgpu.load, which has no masked form in jax "
                          f"0.11.2, and {' and '.join(over)} {'is' if len(over) == 1 else 'are'} not a multiple of the "
                          f"tile here, so the edge tiles would read past its end; use sizes the tile divides" + hint)
-    # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
-    # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).
-    pipe = sch.pipeline
-    nc = min(pipe.num_compute_wgs, 2)
-    preg = pipe.memory_registers or (40 if nc == 2 else 56)
-    pallas_creg = int(min(256, (512 - preg) // nc) // 8 * 8)
-    if pipe.compute_registers is not None and pipe.compute_registers != pallas_creg:
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"Pallas's emit_pipeline_warp_specialized derives the consumers' budget from memory_registers: "
-                     f"min(256, (512 - {preg}) / {nc}) rounded down to 8 = {pallas_creg}; set compute_registers: "
-                     f"{pallas_creg} or omit it" + hint)
-    # its full / empty barriers are its own: one arrival per input TMA, one per consumer warpgroup (per CTA)
-    for bname, bar in sch.barriers.items():
-        default = 1 if bname == "full" else nc * math.prod(sch.cluster)
-        if bname in ("full", "empty") and bar.num_arrivals != default:
-            problems.add(("schedule", "barriers", bname, "num_arrivals"),
-                         f"Pallas's emit_pipeline_warp_specialized allocates and counts its own '{bname}' barriers; "
-                         f"leave num_arrivals at {default}" + hint)
-    if sch.compiler_params.unsafe_no_auto_barriers:
-        problems.add(("schedule", "compiler_params", "unsafe_no_auto_barriers"),
-                     "the Pallas matmul's epilogue relies on Mosaic GPU's automatic warpgroup barriers between "
-                     "register reads of SMEM and the TMA that overwrites it; remove unsafe_no_auto_barriers" + hint)

@@ -16,6 +16,10 @@ CTA's MMA commit frees the stage locally and the producer relays it to the peer 
 CTAs' MMAs have read a stage before either refills it (three warpgroups then: see `relay`). Tiles: `plgpu.nd_loop` (persistent.loop: nd_loop) or `plgpu.dynamic_scheduling_loop` (loop:
 dynamic: one grid CTA a tile, the rest claimed by cluster launch control).
 
+Sizes: partial tiles (TMA zero-fills the copies past M, N, K and clips the stores) and dynamic sizes (the kernel body
+built per call's sizes, `_kernel_body`, as in the sm_90a Pallas module), within the sm_90a Pallas kernel's edge rules
+(schedule.pallas_edge_limits: Mosaic GPU's GMEM tiling, no masked plgpu.load).
+
 NOT RUN on Blackwell hardware: lowered for sm_100a on the CPU (the MLIR holds the tcgen05 / TMEM operations) and run
 in Mosaic GPU's interpreter against float64 (tests/families/matmul/test_sm100_pallas.py).
 """
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 
 from ...plan.common import Problems
 from ...plan.hardware import Hardware
+from .schedule import pallas_edge_limits
 
 EPI_COLS = 32                 # columns of one TMEM load (the CUDA kernel's tcgen05.ld.32x32b.x32 width)
 BARRIER_BYTES = 8
@@ -74,6 +79,9 @@ def tcgen05_plan(op, sch, dims, tile, cl, pipe, bw, hw: Hardware, problems: Prob
         problems.add(("op", "inputs", op.lhs, "dtype"), f"the Pallas sm_100a kernel takes bf16 / f16 inputs "
                                                          f"(tcgen05_mma kind::f16); {dims.in_dtype} (kind::f8f6f4) is "
                                                          f"rendered by the CUDA kernel: write backends: [cuda]")
+    # partial tiles: TMA zero-fills the copies past the edge and clips the stores, where jax 0.11.2 can view the
+    # operands (the sm_90a Pallas kernel's rules)
+    pallas_edge_limits(op, tile.ragged_dims, dims, problems)
     if sch.epilogue.tile is not None:
         problems.add(("schedule", "epilogue", "tile"), f"the Pallas sm_100a kernel stages its epilogue warpgroup's "
                                                        f"{bw.rows} rows x {EPI_COLS} columns (one TMEM load) a chunk; "

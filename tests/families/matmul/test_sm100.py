@@ -199,7 +199,7 @@ def _errors(overrides) -> list[str]:
     ({**FP8, "op.inputs.sa": {"shape": ["M", 32], "dtype": "f32"}, "op.inputs.sb": {"shape": [32, 32], "dtype": "f32"},
       "op.block_scales": {"lhs": "sa", "rhs": "sb"}}, "op.block_scales", "block scales applied in the k-loop"),
     ({"op.inputs.a.dtype": "f32", "op.inputs.b.dtype": "f32"}, "op.inputs.a.dtype", "not supported"),
-    ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "whole tiles only"),
+    ({"op.sizes.M": 4000}, "schedule.in_specs.a.out_of_bounds", "set out_of_bounds: zero"),
     ({"schedule.out_specs.out.block_shape": [64, 256], "schedule.in_specs.a.block_shape": [64, 64]},
      "schedule.out_specs", "a CTA's tile is 128 rows"),
     ({"schedule.out_specs.out.block_shape": [128, 48], "schedule.in_specs.b.block_shape": [64, 48]},
@@ -328,3 +328,44 @@ def test_an_sm100a_package_refuses_the_h200(tmp_path):
                                            r"package's kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
                                            r"cannot run on it: rebuild the spec with schedule.target: sm_90a"):
         kernel(*args)
+
+
+def test_the_fp8_layout_rule_names_the_targets_instruction():
+    """fp8 operands are read K-major on both targets; the message names tcgen05.mma on sm_100a, wgmma on sm_90a."""
+    nk = {**FP8, "op.transpose_rhs": False, "op.inputs.b.shape": ["K", "N"],
+          "schedule.in_specs.b.block_shape": [128, 256]}
+    (line,) = [ln for ln in _errors(nk) if "op.transpose_rhs:" in ln]
+    assert "fp8 tcgen05.mma (kind::f8f6f4) reads rhs K-major only" in line and "wgmma" not in line
+    assert "write transpose_rhs: true" in line
+    hopper = {**nk, "schedule.target": "sm_90a", "schedule.persistent.loop": "nd_loop"}
+    (line,) = [ln for ln in _errors(hopper) if "op.transpose_rhs:" in ln]
+    assert "fp8 wgmma reads rhs K-major only (no transpose for 8-bit inputs)" in line and "tcgen05" not in line
+
+
+def test_the_drawn_timeline_gives_the_epilogue_warpgroup_its_own_row():
+    """explain --draw on sm_100a: the epilogue of tile 0 is on the epilogue warpgroup's row and overlaps the MMA
+    thread's k-steps of tile 1 (the TMEM double buffer); the MMA row holds MMAs only. Hopper keeps the epilogue in
+    its consumer rows."""
+    from schedgen.families.matmul.draw import pipeline
+    p = plan(*load_spec(str(SPEC), {"schedule.persistent.loop": "nd_loop"}))
+    pl = pipeline(p)
+    assert pl.rows[-2:] == ["consumer 0", "epilogue"] and "epilogue WG" in pl.names["epilogue"]
+    assert {s.kind for s in pl.spans if s.row == "consumer 0"} == {"mma"}
+    (epi0,) = [s for s in pl.spans if s.row == "epilogue" and s.label == "epilogue t0"]
+    mma1 = [s for s in pl.spans if s.row == "consumer 0" and s.start >= epi0.start]
+    assert mma1 and mma1[0].start < epi0.end                     # the next tile's MMAs run under the epilogue
+    hopper = pipeline(plan(*load_spec(str(SPECS_DIR / "matmul_bf16_4096.yaml"))))
+    assert "epilogue" not in hopper.rows and any(s.kind == "epilogue" and s.row.startswith("consumer")
+                                                 for s in hopper.spans)
+
+
+def test_explain_and_draw_hooks_take_a_dynamic_ragged_sm100a_plan():
+    from schedgen.families import of
+    p = plan(*load_spec(str(SPEC), {"op.sizes.M": {"dynamic": True, "max": 8192},
+                                    "schedule.in_specs.a.out_of_bounds": "zero",
+                                    "schedule.in_specs.b.out_of_bounds": "zero"}))
+    text = of(p).explain(p)
+    assert "M: dynamic, 1..8192" in text
+    hooks = of(p).draw
+    assert hooks.summary(p)[2].startswith("M x N x K = 8192 x 4096 x 4096")
+    assert {s.row for s in hooks.pipeline(p).spans} <= set(hooks.pipeline(p).rows)

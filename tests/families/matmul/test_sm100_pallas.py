@@ -18,6 +18,7 @@ from conftest import SPECS_DIR
 from schedgen.build import build_spec
 from schedgen.errors import SpecErrors
 from schedgen.frontend import expr as ex
+from schedgen.plan import dims as D
 from schedgen.reference import rel_error
 
 jax = pytest.importorskip("jax")
@@ -48,6 +49,10 @@ MC_LHS = {"schedule.persistent.loop": "nd_loop", "schedule.cluster": [1, 2], "sc
 MC_WRAP = {**MC_RHS, "M": 512, "N": 256, "K": 384, "schedule.persistent.num_blocks": 2,
            "schedule.in_specs.b.block_shape": [64, 128], "schedule.out_specs.out.block_shape": [128, 128],
            "schedule.pipeline.max_concurrent_steps": 3}
+# partial tiles (M, N not multiples of the tile; multiples of Mosaic GPU's GMEM tiling: 8 rows, 64 bf16 columns):
+# TMA zero-fills the copies past the edge and clips the stores
+ZERO = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
+RAGGED = {**ZERO, "M": 200, "N": 320, "K": 192}
 
 LOWER_CASES = {
     "bundled_dynamic": ({}, 1),
@@ -62,6 +67,8 @@ LOWER_CASES = {
     "cluster2x1_multicast_rhs": (MC_RHS, 1),
     "cluster1x2_multicast_lhs": (MC_LHS, 1),
     "cluster2x1_no_multicast": ({"schedule.persistent.loop": "nd_loop", "schedule.cluster": [2, 1]}, 1),
+    "ragged_m_n": (RAGGED, 1),
+    "ragged_cta_pair": ({**PAIR, **ZERO, "M": 264, "N": 320, "K": 128}, 2),
 }
 INTERPRET_CASES = {
     "bundled_dynamic": SMALL,
@@ -73,6 +80,10 @@ INTERPRET_CASES = {
     "cluster2x1_multicast_rhs_wrap": MC_WRAP,
     "cluster1x2_multicast_lhs": {**MC_LHS, "M": 256, "N": 512, "K": 128},
     "one_staging_buffer": {**SMALL, "schedule.epilogue.buffers": 1},
+    "ragged_m_n_nd_loop": {**RAGGED, "schedule.persistent.loop": "nd_loop"},
+    # M below one tile; a per-column bias along a whole-tile N (plgpu.load has no masked form)
+    "ragged_short_m_bias": {**ZERO, "M": 72, "N": 512, "K": 128, **BIAS_SILU_F32},
+    "ragged_cluster2x1_multicast_rhs": {**MC_RHS, **ZERO, "M": 256, "N": 320, "K": 192},
 }
 
 
@@ -111,12 +122,18 @@ def _module(built, folder: Path):
     return mod
 
 
-def _inputs(plan, seed=0):
+def _shape(shape, sizes=None):
+    """An operand's shape at one call (its dynamic sizes from `sizes`)."""
+    return tuple(D.evaluate(x, sizes or {}) for x in shape)
+
+
+def _inputs(plan, seed=0, sizes=None):
     rng = np.random.default_rng(seed)
-    return {o.name: rng.standard_normal(o.shape, dtype=np.float32).astype(NP_DTYPES[o.dtype]) for o in plan.inputs}
+    return {o.name: rng.standard_normal(_shape(o.shape, sizes), dtype=np.float32).astype(NP_DTYPES[o.dtype])
+            for o in plan.inputs}
 
 
-def _reference(built, inputs, epilogue=None):
+def _reference(built, inputs, epilogue=None, sizes=None):
     spec, plan = built.spec, built.plan
     a = np.asarray(inputs[spec.op.lhs], np.float64)
     b = np.asarray(inputs[spec.op.rhs], np.float64)
@@ -126,12 +143,12 @@ def _reference(built, inputs, epilogue=None):
                          outputs=[out], constants=list(spec.op.constants))
     env = {"acc": acc, **{e.name: np.asarray(inputs[e.name], np.float64) for e in plan.extras},
            **{c: float(v) for c, v in spec.op.constants.items()}}
-    return np.broadcast_to(ex.eval_numpy(body, env)[out], plan.outputs[0].shape)
+    return np.broadcast_to(ex.eval_numpy(body, env)[out], _shape(plan.outputs[0].shape, sizes))
 
 
-def _run(mod, plan, inputs):
+def _run(mod, plan, inputs, sizes=None):
     from schedgen.verify import interpret_params
-    poison = np.full(plan.outputs[0].shape, np.nan, NP_DTYPES[plan.out_dtype])
+    poison = np.full(_shape(plan.outputs[0].shape, sizes), np.nan, NP_DTYPES[plan.out_dtype])
     (out,) = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs], [jnp.asarray(poison)],
                           interpret=interpret_params())
     return np.asarray(out)
@@ -208,6 +225,48 @@ def test_pallas_sm100a_interpret_matches_float64(case, tmp_path):
     err = rel_error(out, _reference(built, inputs))
     assert err <= TOL[plan.out_dtype], (case, err)
     assert races_found() is False
+
+
+def dyn(max_, multiple_of):
+    return {"dynamic": True, "max": max_, "min": multiple_of, "multiple_of": multiple_of}
+
+
+# dynamic M, N, K: multiples of Mosaic GPU's GMEM tiling (8 rows; 64 bf16 of K; N a multiple of the tile: the
+# per-column bias is read by plgpu.load, which has no masked form)
+DYNAMIC = {**ZERO, "M": dyn(4096, 8), "N": dyn(4096, 256), "K": dyn(4096, 64), **BIAS_SILU_F32}
+DYNAMIC_CALLS = ({"M": 200, "N": 512, "K": 192}, {"M": 72, "N": 256, "K": 64}, {"M": 384, "N": 256, "K": 320})
+
+
+@pytest.mark.parametrize("loop", ["dynamic", "nd_loop"])
+def test_one_pallas_sm100a_module_serves_several_sizes(loop, tmp_path):
+    """One rendered module (the planner's numbers at the max), several calls of other sizes, each against float64
+    with a NaN-poisoned output: the tile grid, tile count, k-steps and grid come from the call."""
+    from schedgen.verify import races_found
+    built = _build({**DYNAMIC, "schedule.persistent.loop": loop})
+    plan = built.plan
+    assert [r.name for r in plan.dynamic_sizes] == ["M", "N", "K"] and plan.tcgen05 is not None
+    src = built.files["pallas_kernel.py"].decode()
+    assert "def _kernel_body(sz_M, sz_N, sz_K):" in src and "K_ITERS = (-(-sz_K // 64))" in src
+    mod = _module(built, tmp_path)
+    for i, sizes in enumerate(DYNAMIC_CALLS):
+        inputs = _inputs(plan, seed=i, sizes=sizes)
+        assert mod.sizes_of([inputs[o.name] for o in plan.inputs]) == sizes
+        out = _run(mod, plan, inputs, sizes)
+        assert out.shape == (sizes["M"], sizes["N"])
+        assert rel_error(out, _reference(built, inputs, sizes=sizes)) <= TOL[plan.out_dtype], sizes
+    assert races_found() is False
+
+
+@pytest.mark.parametrize("overrides, group", [(DYNAMIC, 1), ({**PAIR, **ZERO, "M": dyn(4096, 8)}, 2)],
+                         ids=["dynamic_mnk", "dynamic_m_cta_pair"])
+def test_a_dynamic_pallas_sm100a_module_lowers_at_a_call_size(overrides, group, tmp_path, sm100a):
+    built = _build(overrides)
+    plan = built.plan
+    sizes = {r.name: v for r, v in zip(plan.dynamic_sizes, (200, 512, 192))}
+    mod = _module(built, tmp_path)
+    args = [jax.ShapeDtypeStruct(_shape(o.shape, sizes), mod._DTYPES[o.dtype]) for o in plan.inputs]
+    text = jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert sm100a and f"tcgen05.mma.cta_group::{group}.kind::f16" in text and "tcgen05.ld.sync.aligned" in text
 
 
 def test_interpreter_catches_a_wrong_epilogue(tmp_path):
@@ -313,7 +372,7 @@ def test_explain_shows_the_pallas_tmem_columns():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["bundled_dynamic", "static_loop", "cta_pair_256", "f32_out_bias_silu",
-                                  "row_scale_residual", "rhs_nk_128"])
+                                  "row_scale_residual", "rhs_nk_128", "ragged_m_n", "ragged_cta_pair"])
 def test_pallas_sm100a_on_blackwell(case, tmp_path):
     """Compiled by Mosaic GPU and run on a B200 (2048^3), poisoned output. Skips on any other GPU."""
     from schedgen.runtime import driver
@@ -339,3 +398,20 @@ def test_pallas_sm100a_refuses_a_hopper_gpu(tmp_path):
     with pytest.raises(RuntimeError, match=r"the Pallas kernel is built for Blackwell \(sm_100a: B200, GB200\) and "
                                            r"cannot run on GPU 0, an NVIDIA H\d+"):
         mod.make()
+
+
+@pytest.mark.gpu
+def test_dynamic_pallas_sm100a_on_blackwell(tmp_path):
+    """One dynamic module on a B200 at several call sizes (partial tiles in M), NaN-poisoned outputs, against float64.
+    Skips on any other GPU."""
+    from schedgen.runtime import driver
+    ok, why = driver.available("sm_100a")
+    if not ok:
+        pytest.skip(why)
+    built = _build(DYNAMIC)
+    plan, mod = built.plan, _module(built, tmp_path)
+    for i, sizes in enumerate(({"M": 2000, "N": 2048, "K": 2048}, *DYNAMIC_CALLS)):
+        inputs = _inputs(plan, seed=i, sizes=sizes)
+        poison = np.full(_shape(plan.outputs[0].shape, sizes), np.nan, NP_DTYPES[plan.out_dtype])
+        (out,) = mod.run_into([jnp.asarray(inputs[o.name]) for o in plan.inputs], [jnp.asarray(poison)])
+        assert rel_error(np.asarray(out), _reference(built, inputs, sizes=sizes)) <= TOL[plan.out_dtype], sizes
