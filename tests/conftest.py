@@ -42,13 +42,16 @@ def update_golden(request) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    """A `gpu` test runs only where a GPU of its target is: `@pytest.mark.gpu` is a Hopper (sm_90a) test,
+    `@pytest.mark.gpu(target="sm_100a")` a Blackwell one; the others are skipped with the driver's reason."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
     from schedgen.runtime.driver import available
-    ok, why = available()
-    if ok:
-        return
-    skip = pytest.mark.skip(reason=f"needs an NVIDIA Hopper GPU: {why}")
+    verdicts: dict[str, tuple[bool, str]] = {}
     for item in gpu_items:
-        item.add_marker(skip)
+        target = item.get_closest_marker("gpu").kwargs.get("target", "sm_90a")
+        ok, why = verdicts.setdefault(target, available(target))
+        if not ok:
+            gpu = "Blackwell" if target == "sm_100a" else "Hopper"
+            item.add_marker(pytest.mark.skip(reason=f"needs an NVIDIA {gpu} GPU ({target}): {why}"))

@@ -299,7 +299,7 @@ BLACKWELL_CASES = {**{name: VARIANTS[name] for name in (
 }
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(target="sm_100a")
 @pytest.mark.parametrize("case", list(BLACKWELL_CASES))
 def test_sm100a_cuda_kernel_on_blackwell(case):
     """On a B200: built at 2048^3, run with a NaN-poisoned output on fresh random inputs and checked against

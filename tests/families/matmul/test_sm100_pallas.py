@@ -370,7 +370,7 @@ def test_explain_shows_the_pallas_tmem_columns():
 
 # ------------------------------------------------------------------------------------ on a Blackwell GPU
 
-@pytest.mark.gpu
+@pytest.mark.gpu(target="sm_100a")
 @pytest.mark.parametrize("case", ["bundled_dynamic", "static_loop", "cta_pair_256", "f32_out_bias_silu",
                                   "row_scale_residual", "rhs_nk_128", "ragged_m_n", "ragged_cta_pair"])
 def test_pallas_sm100a_on_blackwell(case, tmp_path):
@@ -400,7 +400,7 @@ def test_pallas_sm100a_refuses_a_hopper_gpu(tmp_path):
         mod.make()
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(target="sm_100a")
 def test_dynamic_pallas_sm100a_on_blackwell(tmp_path):
     """One dynamic module on a B200 at several call sizes (partial tiles in M), NaN-poisoned outputs, against float64.
     Skips on any other GPU."""

@@ -230,7 +230,7 @@ def test_the_cuda_kernel_alone_takes_what_the_pallas_one_refuses():
 
 # ------------------------------------------------------------------------------------------------ on a B200
 
-@pytest.mark.gpu
+@pytest.mark.gpu(target="sm_100a")
 @pytest.mark.parametrize("case", list(VARIANTS))
 def test_sm100a_partial_and_dynamic_kernels_on_blackwell(case):
     """On a B200: fresh random inputs, a NaN-poisoned output, against float64 (verify's per-dtype tolerance); a
