@@ -115,7 +115,7 @@ def plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
 
 def check_problem(op, names: Names, dims: Dims, blocks: Blocks, problems: Problems) -> None:
     """Fixed sizes, whole blocks."""
-    for n, r in dims.ranges.items():
+    for n in dims.ranges:
         problems.add(("op", "sizes", n), f"the sm_100a attention kernel takes fixed sizes only (one package per "
                                          f"size); give {n} a fixed value, or write target: sm_90a")
     if dims.ranges:
@@ -128,7 +128,8 @@ def check_problem(op, names: Names, dims: Dims, blocks: Blocks, problems: Proble
                          f"block_{what} = {block}; pad the sequence, or write target: sm_90a")
 
 
-def plan_smem(sch, blocks: Blocks, dims: Dims, with_lse: bool, hw: Hardware, problems: Problems) -> tuple[SmemMap, int]:
+def plan_smem(sch, blocks: Blocks, dims: Dims, with_lse: bool, s_buffers: int, hw: Hardware,
+              problems: Problems) -> tuple[SmemMap, int]:
     """The Q tile (O's staging at the end of a tile), the K and V rings, the log-sum-exp rows, the mbarriers."""
     stages = sch.pipeline.max_concurrent_steps
     isz = ITEMSIZE[dims.dtype]
@@ -141,7 +142,7 @@ def plan_smem(sch, blocks: Blocks, dims: Dims, with_lse: bool, hw: Hardware, pro
     for nm, count, note in (("q_full", 1, "Q landed"), ("q_empty", 1, "O's TMA store read the Q tile"),
                             ("k_full", stages, "a K stage landed"), ("k_empty", stages, "S = Q K^T read it"),
                             ("v_full", stages, "a V stage landed"), ("v_empty", stages, "O += P V read it"),
-                            ("s_full", 2, "S is in TMEM"), ("p_full", 1, "P and the rescaled O are in TMEM"),
+                            ("s_full", s_buffers, "an S buffer is in TMEM"), ("p_full", 1, "P and the rescaled O are in TMEM"),
                             ("o_done", 1, "O += P V is done"), ("o_empty", 1, "the epilogue read O")):
         m.alloc(nm, BARRIER_BYTES, count, align=8, note="mbarrier: " + note)
     nbytes = m.top + SMEM_SLACK

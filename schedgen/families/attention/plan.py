@@ -112,8 +112,9 @@ def _plan_sm100(spec: SpecFile, names: Names, dims: Dims, hw: Hardware,
     blocks = bw.plan_blocks(sch, names, dims, problems)
     bw.check_problem(op, names, dims, blocks, problems)
     grid = _grid(sch)
-    smem_map, smem_bytes = bw.plan_smem(sch, blocks, dims, names.lse is not None, hw, problems)
     tmem = bw.plan_tmem(names, blocks, dims, hw, problems)
+    smem_map, smem_bytes = bw.plan_smem(sch, blocks, dims, names.lse is not None, tmem.s_buffers if tmem else 1, hw,
+                                        problems)
     order = _tile_order(op, sch, dims, hw, problems)
     bw.check_limits(sch, grid, names, problems)
     check_unread(sch, names.inputs, problems)
