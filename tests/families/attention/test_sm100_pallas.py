@@ -240,3 +240,25 @@ def test_sm90a_attention_specs_still_plan_for_hopper():
     built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"), {"schedule.backends": ["pallas"]})
     assert built.plan.tcgen05 is None and built.plan.target == "sm_90a"
     assert "tcgen05" not in to_json(built.plan) and "target" not in to_json(built.plan)
+
+
+# ------------------------------------------------------------------------------------ on a Blackwell GPU
+
+def _blackwell_or_skip():
+    devices = [d for d in jax.devices() if d.platform == "gpu"]
+    cc = str(getattr(devices[0], "compute_capability", "")) if devices else ""
+    if not cc.startswith("10."):
+        pytest.skip(f"needs a Blackwell GPU (sm_100a: B200, GB200); GPU 0 is {cc or 'absent'}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("overrides", [{}, {**CAUSAL, **LSE}, {**GQA, **CAUSAL, **D64, "H": 8},
+                                       {**D64, **LSE, "schedule.persistent.loop": "nd_loop"}],
+                         ids=["bundled", "causal_lse", "gqa_causal_d64", "d64_lse_persistent"])
+def test_sm100a_attention_on_blackwell(overrides):
+    """On a B200: the compiled kernel against the float64 reference (verify, small sizes). NOT RUN here (no
+    Blackwell GPU on this project's machines)."""
+    _blackwell_or_skip()
+    from schedgen.verify import verify_file
+    (row,) = verify_file(str(SPEC), ["pallas"], overrides, small=True)
+    assert row.ok and row.backend == "pallas", row
