@@ -13,7 +13,7 @@ in base 2, rescales O in TMEM 64 columns at a time once the previous P V is done
 stores it (and the log-sum-exp rows) by TMA.
 
 NOT RUN on Blackwell hardware: lowered for sm_100a on the CPU (the MLIR holds the tcgen05 / TMEM operations) and run
-in Mosaic GPU's interpreter against float64 (tests/families/attention/test_sm100_pallas.py).
+in Mosaic GPU's interpreter against float64 (tests/families/attention/test_attention_sm100_pallas.py).
 """
 from __future__ import annotations
 
@@ -76,6 +76,10 @@ def check_target(spec, problems: Problems) -> None:
                             "sm_100a attention has the Pallas rendering only (tcgen05 with S and O in TMEM): write "
                             "backends: [pallas], or target: sm_90a")
     check_hopper_only(spec, HOPPER_ONLY, sch.target, problems)
+    if sch.pipeline.kind != "warp_specialized":
+        problems.add(("schedule", "pipeline", "kind"), f"the sm_100a attention kernel is warp-specialized (a TMA warp, "
+                                                       f"a tcgen05 MMA warp, a softmax warpgroup); got "
+                                                       f"{sch.pipeline.kind}: write warp_specialized or leave it out")
     if getattr(spec, "backward", None) is not None:
         problems.add(("backward",), "the attention backward kernels are Hopper's (sm_90a): remove the backward "
                                     "section, or write target: sm_90a")

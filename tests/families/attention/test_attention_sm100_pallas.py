@@ -55,6 +55,8 @@ INTERPRET_CASES = {
     "gqa_causal_d64_kv3": {**GQA, **CAUSAL, **D64, "H": 4, "B": 1, "S": 384, **ONE_BLOCK},
     "top_left_sq_gt_skv": {**D64, **LSE, "B": 1, "H": 1, "op.sizes.SK": 128, "S": 256, "op.causal": "top_left",
                            "op.inputs.k.shape": ["B", "SK", "H", "D"], "op.inputs.v.shape": ["B", "SK", "H", "D"]},
+    "bottom_right_sq_lt_skv": {**D64, **LSE, "B": 1, "H": 1, "op.sizes.SK": 384, "S": 128, **CAUSAL,
+                               "op.inputs.k.shape": ["B", "SK", "H", "D"], "op.inputs.v.shape": ["B", "SK", "H", "D"]},
     "d128_single_s_buffer_f16": {"B": 1, "S": 256, "H": 1, **CAUSAL, **{f"op.inputs.{n}.dtype": "f16" for n in "qkv"},
                                  "op.outputs.o.dtype": "f16", "schedule.in_specs.k.block_shape": [256, 128],
                                  "schedule.in_specs.v.block_shape": [256, 128],
@@ -209,8 +211,11 @@ def test_verify_interpret_passes_the_bundled_spec():
     ({"schedule.persistent.loop": "dynamic"}, "schedule.persistent.loop", "nd_loop"),
     ({"schedule.compiler_params.lowering_semantics": "warpgroup"}, "schedule.compiler_params.lowering_semantics",
      "Lane semantics"),
+    ({"schedule.pipeline.kind": "emit_pipeline"}, "schedule.pipeline.kind", "warp-specialized"),
+    ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 128}}, "op.sizes.S", "fixed sizes only"),
+    ({"backward.wrt": ["q", "k", "v"]}, "backward", "backward kernels are Hopper's"),
 ], ids=["cuda_backend", "num_compute_wgs", "registers", "pingpong_barrier", "tmem_over_budget", "block_q",
-        "block_kv", "ragged", "smem", "dynamic_loop", "semantics"])
+        "block_kv", "ragged", "smem", "dynamic_loop", "semantics", "pipeline_kind", "dynamic_size", "backward"])
 def test_sm100a_attention_refusals_are_located(overrides, path, words):
     with pytest.raises(SpecErrors) as info:
         _build(overrides)
