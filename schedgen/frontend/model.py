@@ -465,7 +465,8 @@ class Schedule(Model):
         "the GPU architecture the kernel is planned, rendered and compiled for: sm_90a (the default: Hopper, H100 / "
         "H200 / GH200; wgmma with the accumulator in registers) or sm_100a (Blackwell, B200 / GB200; tcgen05 MMA "
         "with the accumulator in tensor memory, TMEM). The planner checks the target's limits (SMEM, TMEM columns, "
-        "cluster, MMA shapes); a feature of the other target is a located error. sm_100a: the matmul family only; "
+        "cluster, MMA shapes); a feature of the other target is a located error. sm_100a: the matmul family (both "
+        "backends) and the attention forward (the Pallas backend only: tcgen05 with S, P and O in TMEM); "
         "its kernels are compiled and their SASS checked on the CPU, but have NOT run on Blackwell hardware. A "
         "package runs only on a GPU of its target"), examples=["sm_90a", "sm_100a"])
 

@@ -123,6 +123,19 @@ def register_budget_problem(producer_regs: int, consumers: int, consumer_regs: i
             f"consumer with {producer_regs} for the producer)")
 
 
+# ---------------------------------------------------------------------------------------------- targets
+
+
+def check_hopper_only(spec, fields: Iterable[tuple[tuple, str]], target: str, problems) -> None:
+    """Hopper (sm_90a) schedule fields written in a spec planned for `target`: a located error at each, saying what
+    the `target` kernel does instead. `fields`: (path under schedule, what the kernel does there)."""
+    from .defaults import written
+    for path, what in fields:
+        if written(spec, ("schedule", *path)):
+            problems.add(("schedule", *path), f"{'.'.join(path)} is a Hopper (sm_90a) field; on {target} {what}: "
+                                              f"leave it out, or write target: sm_90a")
+
+
 # ------------------------------------------------------------------------------------------------- SMEM
 
 SMEM_SLACK = 1024          # to align the dynamic SMEM base to the 1 KiB swizzle atom

@@ -111,6 +111,10 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
     ("attention*", "schedule.persistent.tile_order", lambda s, m, _: m.value == "lpt" and s.op.causal and
      "tile_order" not in s.schedule.persistent.model_fields_set,
      "causal attention goes longest-first unless persistent.tile_order is written: lpt restates that"),
+    ("attention*", "schedule.pipeline.num_compute_wgs", lambda s, m, _: m.value == 2 and
+     s.schedule.target == "sm_90a" and "num_compute_wgs" not in s.schedule.pipeline.model_fields_set,
+     "Hopper attention picks 2 consumer warpgroups unless num_compute_wgs is written: 2 restates that (a spec for "
+     "sm_100a, where the field is an error, writes none)"),
     ("matmul_bf16_256x8192x8192", "schedule.persistent.loop", lambda s, m, same: m.value == "none" and
      same == ["pallas"], "64 tiles on 132 SMs: the Pallas kernel's persistent grid is a block a tile already"),
     ("*", "schedule.out_specs.*.memory_space", lambda s, m, _: m.value == "tmem" and s.schedule.target == "sm_100a",

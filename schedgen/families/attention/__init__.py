@@ -29,4 +29,5 @@ FAMILY = register(Family(
     metric="tflops",
     report=REPORT,
     backward=attention_backward_graph,
+    targets=("sm_90a", "sm_100a"),
 ))

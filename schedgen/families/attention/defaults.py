@@ -18,6 +18,8 @@ CONSUMERS = 2
 def attention_defaults(spec, hw: Hardware) -> list[Pick]:
     """Picks for the fields the spec leaves out (plan.defaults applies the ones not written)."""
     picks = []
+    if spec.schedule.target == "sm_100a":
+        return _sm100_picks(spec)
     if not written(spec, ("schedule", "pipeline", "kind")):
         picks.append(Pick(("schedule", "pipeline", "kind"), "warp_specialized",
                           "attention is warp-specialized (a TMA producer and wgmma consumer warpgroups)"))
@@ -29,6 +31,23 @@ def attention_defaults(spec, hw: Hardware) -> list[Pick]:
     if not written(spec, ("schedule", "barriers")) and nc in (2, 3):
         picks.append(Pick(("schedule", "barriers"), {"schedule": Barrier(num_arrivals=nc)},
                           "the consumers take turns issuing their wgmmas (one arrival each)"))
+    if not written(spec, ("schedule", "compiler_params", "approx_math")):
+        picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
+                          "the softmax's exp2 in the fast approximate form (the bundled specs')"))
+    return picks
+
+
+def _sm100_picks(spec) -> list[Pick]:
+    """sm_100a: the Pallas tcgen05 kernel (the CUDA kernel is Hopper's); no consumer warpgroups or ping-pong
+    barrier to pick (one MMA warp, one softmax warpgroup: blackwell.py)."""
+    picks = []
+    if not written(spec, ("schedule", "backends")):
+        picks.append(Pick(("schedule", "backends"), ["pallas"],
+                          "on sm_100a attention has the Pallas rendering only (tcgen05 with S and O in TMEM)"))
+    if not written(spec, ("schedule", "pipeline", "kind")):
+        picks.append(Pick(("schedule", "pipeline", "kind"), "warp_specialized",
+                          "attention on sm_100a is warp-specialized (a TMA warp, a tcgen05 MMA warp, a softmax "
+                          "warpgroup)"))
     if not written(spec, ("schedule", "compiler_params", "approx_math")):
         picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
                           "the softmax's exp2 in the fast approximate form (the bundled specs')"))

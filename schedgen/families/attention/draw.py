@@ -137,6 +137,8 @@ def pipeline(p) -> Pipeline:
         [f"consumer {c}" for c in range(p.num_consumers)]
     names = {"producer": "producer WG\n(1 thread: TMA)",
              **{f"consumer {c}": f"consumer WG {c}\n(64 query rows)" for c in range(p.num_consumers)}}
+    if p.tcgen05 is not None:   # sm_100a: drawn with the same timing model; one warp issues the tcgen05 MMAs
+        names = {"producer": "TMA warp", "consumer 0": f"MMA warp + softmax WG\n({p.block_q} query rows)"}
     title = (f"Pipeline of one tile over {n} key blocks (of {p.kv_blocks}): {p.stages}-stage K and V rings; each "
              f"consumer issues S_j = Q K_j^T with P_(j-1) V_(j-1), then the softmax of S_j runs under its P V"
              + ("; the ping-pong barrier hands the tensor cores round robin" if p.pingpong else ""))
@@ -153,14 +155,24 @@ def summary(p) -> list[str]:
         f"kernel {p.kernel_name}",
         f"B {p.batch}, {heads}, Sq {p.seq_q}, Skv {p.seq_kv}, D {p.head_dim} ({p.layout}, {p.dtype})"
         + (f", causal {p.causal_alignment.replace('_', '-')}" if p.causal else "") + (", with LSE" if p.with_lse else "") + at,
-        f"block_q {p.block_q} ({p.num_consumers} consumer WG x 64 rows), block_kv {p.block_kv}; "
+        f"block_q {p.block_q} (" + ("one softmax WG, thread = row" if p.tcgen05 is not None else
+                                    f"{p.num_consumers} consumer WG x 64 rows") + f"), block_kv {p.block_kv}; "
         f"{p.q_blocks} x {p.kv_blocks} blocks",
         f"{p.num_tiles} tiles" + (" on a persistent grid of one CTA an SM" if p.persistent else ", a CTA each")
         + f"; {p.threads} threads",
         f"{p.stages} K/V stages x {kib(p.kv_stage_bytes)} each; SMEM {p.smem_bytes} B",
-        f"registers: producer {p.producer_regs}, consumers {p.consumer_regs}"
-        + ("; ping-pong schedule barrier" if p.pingpong else ""),
+        *(_tmem_lines(p) if p.tcgen05 is not None else
+          [f"registers: producer {p.producer_regs}, consumers {p.consumer_regs}"
+           + ("; ping-pong schedule barrier" if p.pingpong else "")]),
     ]
+
+
+def _tmem_lines(p) -> list[str]:
+    """sm_100a: the TMEM columns, like the SMEM map (blackwell.tmem_map)."""
+    from .blackwell import tmem_map
+    used = [f"{what.split(':')[0]} {c}-{c + n - 1}" for c, n, what in tmem_map(p) if ":" in what]
+    return ["sm_100a (Blackwell), Pallas: NOT RUN on hardware",
+            f"TMEM {p.tcgen05.tmem_cols} of 512 cols: " + ", ".join(used)]
 
 
 def guide(p) -> str:

@@ -47,6 +47,23 @@ def explain_attention(p) -> str:
         + (f"(lpt: longest first, (batch, head) fastest in {p.sections} section(s) of {p.section_heads} whose K/V share "
            f"the L2)" if p.tile_order == "lpt" else
            f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
+        *(_sm100(p) if p.tcgen05 is not None else _hopper(p)),
+        f"  SMEM       {p.smem_bytes} B",
+    ]
+    for b in p.smem_buffers:
+        lines.append(f"    {b.name:8} @{b.offset:7}  {b.count} x {b.bytes} B  {b.note}")
+    if p.tcgen05 is not None:
+        from .blackwell import tmem_map
+        t = p.tcgen05
+        lines.append(f"  TMEM map   ({t.tmem_cols} of 512 columns allocated, {t.rows} lanes x 32 bit each; lane = query "
+                     f"row)")
+        for col, n, what in tmem_map(p):
+            lines.append(f"    columns {col:3d}-{col + n - 1:3d}  {what}")
+    return "\n".join(lines)
+
+
+def _hopper(p) -> list[str]:
+    return [
         f"  per CTA    {p.block_q} query rows: {p.num_consumers} consumer warpgroup(s) x 64 rows; "
         f"{p.kv_blocks} key blocks of {p.block_kv}"
         + _ragged(p, "q") + _ragged(p, "kv"),
@@ -57,8 +74,26 @@ def explain_attention(p) -> str:
         f"P {p.p_regs} f32/b32 per thread)",
         f"  pipeline   K and V through {p.stages} stages each, separate full/empty mbarrier rings"
         + ("; ping-pong schedule barrier between the consumers" if p.pingpong else ""),
-        f"  SMEM       {p.smem_bytes} B",
     ]
-    for b in p.smem_buffers:
-        lines.append(f"    {b.name:8} @{b.offset:7}  {b.count} x {b.bytes} B  {b.note}")
-    return "\n".join(lines)
+
+
+def _sm100(p) -> list[str]:
+    """The sm_100a Pallas kernel (blackwell.py): its warps, MMAs, softmax and pipeline."""
+    t = p.tcgen05
+    return [
+        "  target     sm_100a (Blackwell, B200), Pallas: lowered for sm_100a and run in Mosaic GPU's interpreter on "
+        "the CPU, NOT RUN on Blackwell hardware",
+        f"  per CTA    {p.block_q} query rows (thread = row of the softmax warpgroup, lane = row of TMEM); "
+        f"{p.kv_blocks} key blocks of {p.block_kv}",
+        "  warps      warpgroup 0: warp 0 TMA (Q, the K / V ring), warp 1 tcgen05_mma issue; warpgroup 1 the "
+        "softmax, the O rescale and the epilogue",
+        f"  per block  S = Q K^T: tcgen05.mma kind::f16 M{t.rows} N{p.block_kv} (SMEM x SMEM) into "
+        f"S[{'(j % 2)' if t.s_buffers > 1 else '0'}]; online softmax in base 2 "
+        f"({'ex2.approx' if p.approx_math else 'exp2'}) on async_load_tmem of S; O rescaled in TMEM {t.chunk} "
+        f"columns at a time; P written with async_store_tmem + commit_tmem; O += P V: tcgen05.mma M{t.rows} "
+        f"N{p.head_dim} with P from TMEM (the TS form) and V from SMEM (N-major)",
+        f"  pipeline   K and V through {p.stages} stages each (full / empty rings, freed by the MMAs' commits); "
+        + ("S double-buffered in TMEM: S_(j+1) is issued before P_j, under the softmax of block j"
+           if t.s_buffers > 1 else "one S buffer (the TMEM columns allow no second): S_(j+1) is issued once P_j is "
+                                   "written"),
+    ]

@@ -9,6 +9,7 @@ MMAs, so one's softmax overlaps the other's tensor-core work (ping-pong). Every 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ from ...plan.legality import (
     register_budget_problem,
     setmaxnreg_problem,
 )
+from . import blackwell as bw
 from .unread import check_unread
 from .records import (
     DTYPES,
@@ -84,6 +86,8 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     dims = _check_problem(op, names, shapes, problems, pinned)
     if len(problems) != before:
         return None, problems
+    if sch.target == "sm_100a":
+        return _plan_sm100(spec, names, dims, hw, problems)
     blocks = _plan_blocks(sch, names, dims, problems)
     if dims.ranges:
         _check_counts(dims, blocks, problems)
@@ -97,6 +101,34 @@ def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, 
     if problems:
         return None, problems
     return _assemble(spec, names, dims, blocks, grid, regs, smem, pingpong, order), problems
+
+
+def _plan_sm100(spec: SpecFile, names: Names, dims: Dims, hw: Hardware,
+                problems: Problems) -> tuple[AttentionPlan | None, Problems]:
+    """sm_100a (blackwell.py): the Pallas tcgen05 kernel's blocks, TMEM, SMEM and limits; the problem, the tile
+    order and the unread fields as on Hopper."""
+    op, sch = spec.op, spec.schedule
+    bw.check_target(spec, problems)
+    blocks = bw.plan_blocks(sch, names, dims, problems)
+    bw.check_problem(op, names, dims, blocks, problems)
+    grid = _grid(sch)
+    tmem = bw.plan_tmem(names, blocks, dims, hw, problems)
+    smem_map, smem_bytes = bw.plan_smem(sch, blocks, dims, names.lse is not None, tmem.s_buffers if tmem else 1, hw,
+                                        problems)
+    order = _tile_order(op, sch, dims, hw, problems)
+    bw.check_limits(sch, grid, names, problems)
+    check_unread(sch, names.inputs, problems)
+    if problems or tmem is None:
+        return None, problems
+    isz = ITEMSIZE[dims.dtype]
+    smem = Smem(sch.pipeline.max_concurrent_steps, dims.d // 64, bw.ROWS * dims.d * isz,
+                blocks.block_kv * dims.d * isz, False, smem_map, smem_bytes)
+    plan = _assemble(spec, names, dims, blocks, grid, Regs(0, 0, 0, 0), smem, False, order)
+    kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_sm100{}".format(spec.name, dims.dtype, dims.d, blocks.block_q,
+                                                        blocks.block_kv, smem.stages, "_persist" if grid.persistent
+                                                        else "")
+    return dataclasses.replace(plan, kernel_name=kname, threads=bw.THREADS, tcgen05=tmem, target=sch.target,
+                               num_blocks=plan.num_tiles), problems
 
 
 def _check_names(spec: SpecFile, problems: Problems) -> Names:

@@ -3,7 +3,7 @@ plan itself (AttentionPlan, with the numbers the templates print derived as prop
 and the phases' small typed values."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, NamedTuple
 
 from ...plan.hardware import target_field
@@ -145,6 +145,8 @@ class AttentionPlan:
     bytes_moved: int
     dynamic_sizes: tuple[SizeRange, ...] = ()   # the op's dynamic sizes, in spec order (the kernel's sz_ arguments)
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    # sm_100a: the Pallas tcgen05 kernel's record (blackwell.AttnTcgen05Plan; absent in plan.json on sm_90a)
+    tcgen05: object = field(default=None, metadata={"omit_default": True})
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:

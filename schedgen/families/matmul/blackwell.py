@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ...plan.common import Problems, SmemBuffer, cdiv
 from ...plan.defaults import written
 from ...plan.hardware import Hardware
+from ...plan.legality import check_hopper_only
 
 THREADS = 192                 # warp 0: TMA, warp 1: TMEM allocation + MMA issue, warps 2-5: the epilogue warpgroup
 EPI_WARP0 = 2                 # the first epilogue warp; warp w reads TMEM lanes 32 x (w % 4) .. + 31
@@ -121,10 +122,7 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
     for backend in sch.backends:
         if backend in UNRENDERED:
             problems.add(("schedule", "target"), f"{UNRENDERED[backend]}; write backends: [cuda], or target: sm_90a")
-    for path, what in HOPPER_ONLY:
-        if written(spec, ("schedule", *path)):
-            problems.add(("schedule", *path), f"{'.'.join(path)} is a Hopper (sm_90a) field; on sm_100a {what}: "
-                                              f"leave it out, or write target: sm_90a")
+    check_hopper_only(spec, HOPPER_ONLY, sch.target, problems)
     if spec.schedule.epilogue.store == "direct":
         problems.add(("schedule", "epilogue", "store"), "the sm_100a kernel stores every output tile by TMA from an "
                                                         "SMEM staging tile (the tensor map clips a partial tile's rows "

@@ -47,13 +47,13 @@ def test_a_launch_record_carries_another_target_and_refuses_an_unknown_one():
         from_dict({**data, "target": "sm_80"})
 
 
-@pytest.mark.parametrize("spec", ["add_bf16.yaml", "attention_bf16_4096.yaml", "rmsnorm_bf16.yaml",
+@pytest.mark.parametrize("spec", ["add_bf16.yaml", "attention_backward_bf16_4096.yaml", "rmsnorm_bf16.yaml",
                                   "grouped_moe_mixtral_bf16_dynamic.yaml"])
 def test_families_without_sm100a_refuse_it_at_the_field(spec):
     lines = _errors(SPECS_DIR / spec, {"schedule.target": "sm_100a"})
     assert len(lines) == 1
     assert "schedule.target: the " in lines[0] and "family plans for sm_90a only" in lines[0]
-    assert "the families that plan for sm_100a: matmul" in lines[0]
+    assert "the families that plan for sm_100a: attention, matmul (write" in lines[0]
 
 
 def test_an_unknown_target_is_a_model_error():
