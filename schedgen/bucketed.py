@@ -142,6 +142,16 @@ def package_bucketed(bb: BucketedBuilt, out_dir: str | Path) -> Path:
     return publish(out_dir, bb.name, fill)
 
 
+def bucket_label(record: DispatchRecord, cell: int) -> str:
+    """`M 96..256` of the dispatch record's bucket `cell` (sizes joined by ', ')."""
+    return ", ".join(f"{s} {lo}..{hi}" for s, (lo, hi) in record.buckets[cell]["range"].items())
+
+
+def served_by(record: DispatchRecord, variant: int) -> str:
+    """The buckets variant `variant` serves, as labels joined by '; '."""
+    return "; ".join(bucket_label(record, c) for c, v in enumerate(record.table) if v == variant)
+
+
 def describe(bb: BucketedBuilt) -> str:
     """The build's lines after the first: the buckets and their variants."""
     n = len(bb.variants)
