@@ -282,7 +282,8 @@ def _build_buckets(path: str, overrides: dict, buckets, args) -> None:
     except OSError as exc:
         raise _os_usage("-o", args.output, exc, "the package") from None
     print(f"{path}: built {bb.name} (bucketed) -> {dest}{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
-    for w in dict.fromkeys(w for b in bb.variants for w in b.warnings):
+    steps = tuple(bb.backward.steps.values()) if bb.backward is not None else ()
+    for w in dict.fromkeys(w for b in (*bb.variants, *steps) for w in b.warnings):
         print(w, file=sys.stderr)
 
 
@@ -384,9 +385,8 @@ def _explain_buckets(args, bb) -> int:
             built = bb.variants[i]
             _, picks = plan_with_picks(built.spec, built.source)
             print(f"\n=== {bb.record.variants[i]} (serves {served_by(bb.record, i)}) ===\n{explain(built.plan, picks).rstrip()}")
-        written = bb.variants[0].backward.written if bb.variants[0].backward is not None else None
-        if written is not None:
-            print(explain_backward(written, bb.variants[0].source), end="")
+        if bb.backward is not None:          # the package's one backward, whichever variant ran the forward
+            print(explain_backward(bb.backward.written, bb.variants[0].source), end="")
     if args.draw:
         from .draw import draw
         try:

@@ -334,14 +334,20 @@ def test_the_command_line_tunes_each_bucket_and_prints_the_table(tmp_path, capsy
     assert record["bounds"] == [[256, 1024]] and record["variants"] == ["v0"] and record["table"] == [0, 0]
 
 
-def test_a_spec_with_a_backward_section_is_refused_at_its_buckets(tmp_path):
-    from schedgen.bucketed import build_bucketed
+def test_a_spec_with_a_backward_section_builds_one_backward_for_the_package(tmp_path, capsys, monkeypatch):
+    """build --tuned of a spec with `backward:` (refused before issue 21's second part): the package's root carries
+    the one backward (tests/runtime/test_bucket_backward.py runs it)."""
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
     spec = tmp_path / "train.yaml"
     spec.write_text(ADD_DYN.format(edge="zero").replace("  body: o = x + y\n", "  body: o = x * y\nbackward: {}\n"))
-    bk, _ = B.load(spec)
-    with pytest.raises(SpecErrors) as err:
-        build_bucketed(spec, {}, bk, [(c, None) for c in bk.cells()], cache=Cache(tmp_path / "c"))
-    assert "tune.buckets: a bucketed package has no backward pass yet" in err.value.render()
+    code, out, err, folder = _build(tmp_path, spec, capsys)
+    assert code == 0, err
+    pkg = folder / "add_dyn"
+    assert json.loads((pkg / "backward.json").read_text())["user_outputs"] == ["o"]
+    assert sorted(p.name for p in (pkg / "backward").iterdir() if p.is_dir()) and \
+        all((p / "launch.json").is_file() for p in (pkg / "backward").iterdir() if p.is_dir())
+    assert "backward (one for every variant): gradients of x, y;" in out
 
 
 def test_a_dry_run_over_buckets_compiles_each_bucket_s_candidates(tmp_path, capsys, monkeypatch):
