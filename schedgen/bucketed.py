@@ -6,17 +6,24 @@ the whole range), and the dispatch record (schedgen/plan/dispatch.py) saying whi
     out/<name>/dispatch.json        the buckets' bounds and the variant of each, as data
     out/<name>/variants/<id>/       one whole one-kernel package per variant (importable on its own)
 
+    out/<name>/backward.json        with a `backward` section: the backward pass, built once (its steps are
+    out/<name>/backward/<step>/     dynamic-size kernels serving every size), as a one-kernel package carries it
+
 A bucket with no verified result, or whose winner does not plan over the whole dynamic range, takes the spec's
-own schedule; `notes` says which and why. Identical schedules (the same plan) are one variant.
+own schedule; `notes` says which and why. Identical schedules (the same plan) are one variant. With a backward
+pass every variant is built from the family's rewritten forward (build_spec does it, as for a plain spec: it writes
+the saved outputs the backward reads); a winner whose forward does not (another backward graph, or no plan of the
+rewritten forward) takes the spec's own schedule, whose build gives the package's backward.
 """
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .build import Built, _write_package, build_spec, publish
+from .build import BackwardBuilt, Built, _write_package, build_spec, publish, write_backward
 from .cache import Cache, write_new
 from .errors import Problem, SpecErrors
 from .plan.dispatch import FILE_NAME as DISPATCH_FILE, VARIANTS_DIR, DispatchRecord
@@ -29,6 +36,7 @@ class BucketedBuilt:
     record: DispatchRecord
     variants: tuple[Built, ...]      # in the record's variant order
     notes: tuple[str, ...]           # one line per bucket: its range and where its schedule came from
+    backward: BackwardBuilt | None = None   # the package's one backward pass (the spec's own schedule's build)
 
     @property
     def name(self) -> str:
@@ -75,8 +83,11 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
                 first = exc.problems[0]
                 notes.append(f"{label}: the winner at {at} does not plan over the whole dynamic range "
                              f"({'.'.join(map(str, first.path))}: {first.message}): the spec's own schedule")
+            if built is not None and built.backward is not None and not _same_backward(built, own_schedule()):
+                notes[-1] = (f"{label}: the winner at {at} writes other saved outputs than the backward pass reads "
+                             f"({_saved(built)} against {_saved(own_schedule())}): the spec's own schedule")
+                built, source = None, "spec"
         built = built or own_schedule()
-        _refuse_backward(built, spec_path)
         key = built.files["plan.json"]
         if key not in by_plan:
             by_plan[key] = len(variants)
@@ -89,7 +100,30 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
     _same_backends(variants, notes, table, spec_path)
     record = DispatchRecord(variants[0].name, tuple(buckets.sizes), tuple(buckets.bounds),
                             tuple(f"v{i}" for i in range(len(variants))), tuple(table), tuple(info))
-    return BucketedBuilt(record, tuple(variants), tuple(notes))
+    backward = own_schedule().backward if variants[0].backward is not None else None
+    return BucketedBuilt(record, tuple(variants), tuple(notes), backward)
+
+
+def _graph_key(bw: BackwardBuilt) -> str:
+    """What the backward reads of a forward, schedules left out (each variant's forward has its own schedule, and a
+    family may derive the steps' schedules from it): the forward's op (its outputs, the saved ones included), what
+    is saved and returned, and each step's op and wiring."""
+    g = bw.graph.to_json()
+    return json.dumps({"op": bw.forward.model_dump(mode="json")["op"], "saved": g["saved"], "grads": g["grads"],
+                       "meta": g["meta"], "user": list(bw.user_outputs),
+                       "steps": [{k: (v["op"] if k == "spec" else v) for k, v in st.items() if k not in ("why",)}
+                                 for st in g["steps"]]}, sort_keys=True, default=str)
+
+
+def _same_backward(built: Built, own: Built) -> bool:
+    """Whether `built`'s forward writes what the package's backward (the spec's own schedule's) reads: the same
+    graph over the same outputs."""
+    return own.backward is not None and _graph_key(built.backward) == _graph_key(own.backward)
+
+
+def _saved(built: Built) -> str:
+    saved = built.backward.graph.saved if built.backward is not None else ()
+    return "saves " + ", ".join(saved) if saved else "saves nothing"
 
 
 def _label(row: Mapping[str, Any]) -> str:
@@ -112,18 +146,11 @@ def _same_backends(variants: list[Built], notes: list[str], table: list[int], sp
                                                         f"variant builds the same")], variants[0].source)
 
 
-def _refuse_backward(built: Built, spec_path: str | Path) -> None:
-    if built.backward is not None:
-        raise SpecErrors([Problem(("tune", "buckets"), "a bucketed package has no backward pass yet: build it "
-                                                        "without buckets (schedgen build without --tuned), or drop "
-                                                        "the backward section")], built.source)
-
-
 def package_bucketed(bb: BucketedBuilt, out_dir: str | Path) -> Path:
     """Write `out_dir/<name>/`: the dispatching package module, dispatch.json and variants/<id>/."""
     from .render import environment
     first = bb.variants[0]
-    module = environment().get_template(PACKAGE_TEMPLATE).render(p=first.plan, record=bb.record)
+    module = environment().get_template(PACKAGE_TEMPLATE).render(p=first.plan, record=bb.record, backward=bb.backward)
     umask = os.umask(0o022)
     os.umask(umask)
 
@@ -136,14 +163,32 @@ def package_bucketed(bb: BucketedBuilt, out_dir: str | Path) -> Path:
                                         f'sizes)."""\n'.encode())
         for vid, built in zip(bb.record.variants, bb.variants):
             (vdir / vid).mkdir()
-            _write_package(built, vdir / vid)
+            # the variant's forward alone: the package's one backward (below) is wired at the package's root
+            _write_package(replace(built, backward=None), vdir / vid)
             os.chmod(vdir / vid, 0o777 & ~umask)
         os.chmod(vdir, 0o777 & ~umask)
+        if bb.backward is not None:
+            write_backward(bb.backward, bb.name, staged)
     return publish(out_dir, bb.name, fill)
+
+
+def bucket_label(record: DispatchRecord, cell: int) -> str:
+    """`M 96..256` of the dispatch record's bucket `cell` (sizes joined by ', ')."""
+    return ", ".join(f"{s} {lo}..{hi}" for s, (lo, hi) in record.buckets[cell]["range"].items())
+
+
+def served_by(record: DispatchRecord, variant: int) -> str:
+    """The buckets variant `variant` serves, as labels joined by '; '."""
+    return "; ".join(bucket_label(record, c) for c, v in enumerate(record.table) if v == variant)
 
 
 def describe(bb: BucketedBuilt) -> str:
     """The build's lines after the first: the buckets and their variants."""
     n = len(bb.variants)
-    return "\n".join([f"  {len(bb.record.table)} buckets, {n} variant{'s' if len(bb.variants) != 1 else ''}:",
-                      *(f"  {note} -> v{i}" for note, i in zip(bb.notes, bb.record.table))])
+    lines = [f"  {len(bb.record.table)} buckets, {n} variant{'s' if len(bb.variants) != 1 else ''}:",
+             *(f"  {note} -> v{i}" for note, i in zip(bb.notes, bb.record.table))]
+    bw = bb.backward
+    if bw is not None:
+        lines.append(f"  backward (one for every variant): gradients of {', '.join(bw.graph.grads) or '(none)'}; "
+                     f"{len(bw.steps)} kernel{'s' if len(bw.steps) != 1 else ''} in backward/: " + ", ".join(bw.steps))
+    return "\n".join(lines)

@@ -445,13 +445,17 @@ def publish(out_dir: str | Path, name: str, fill) -> Path:
 def _fill(built: Built, staged: Path) -> None:
     """One kernel's package (and its backward sub-packages) into the staging folder."""
     _write_package(built, staged)
-    bw = built.backward
-    if bw is None:
-        return
+    if built.backward is not None:
+        write_backward(built.backward, built.name, staged)
+
+
+def write_backward(bw: BackwardBuilt, name: str, staged: Path) -> None:
+    """backward.json and backward/<step>/ (one package per step) of the package `name` into the staging folder:
+    what runtime/autograd.py loads next to the forward (a one-kernel package's, or a bucketed one's)."""
     write_new(staged / BACKWARD_FILE, json.dumps(bw.record(), indent=1, sort_keys=True).encode())
     (staged / BACKWARD_DIR).mkdir()
     write_new(staged / BACKWARD_DIR / "__init__.py",
-              f'"""The backward kernels of {built.name} (backward.json says how they chain)."""\n'.encode())
+              f'"""The backward kernels of {name} (backward.json says how they chain)."""\n'.encode())
     for step, sub in bw.steps.items():
         (staged / BACKWARD_DIR / step).mkdir()
         _write_package(sub, staged / BACKWARD_DIR / step)

@@ -113,6 +113,17 @@ def _add_buckets(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--buckets", action="append", metavar="SIZE=B1,B2,...", help=what)
 
 
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
+
+
+def _add_tuned(p: argparse.ArgumentParser, what: str) -> None:
+    """--tuned, --db and --buckets of verify / explain / bench: the variants of the bucketed build."""
+    p.add_argument("--tuned", action="store_true", help=what)
+    _add_db(p)
+    _add_buckets(p, "with --tuned: these buckets instead of the spec's tune.buckets")
+
+
 def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
     plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
@@ -264,23 +275,43 @@ def cmd_build(args) -> int:
 
 def _build_buckets(path: str, overrides: dict, buckets, args) -> None:
     """build --tuned of a bucketed spec: each bucket's best schedule a variant of one package (bucketed.py)."""
-    from .bucketed import build_bucketed, describe, package_bucketed
-    from .tune import NothingToTune, TuneDBError, current_gpu
-    from .tune.buckets import winners
-    try:
-        choices = winners(path, overrides, buckets, db=args.db, backend="cuda", gpu=current_gpu())
-    except TuneDBError as exc:
-        raise _usage(str(exc)) from None
-    except NothingToTune:
-        choices = [(cell, None) for cell in buckets.cells()]
-    bb = build_bucketed(path, overrides, buckets, choices)
+    from .bucketed import describe, package_bucketed
+    bb = _bucketed(path, overrides, buckets, args)
     try:
         dest = package_bucketed(bb, args.output)
     except OSError as exc:
         raise _os_usage("-o", args.output, exc, "the package") from None
     print(f"{path}: built {bb.name} (bucketed) -> {dest}{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
-    for w in dict.fromkeys(w for b in bb.variants for w in b.warnings):
+    steps = tuple(bb.backward.steps.values()) if bb.backward is not None else ()
+    for w in dict.fromkeys(w for b in (*bb.variants, *steps) for w in b.warnings):
         print(w, file=sys.stderr)
+
+
+def _bucketed(path: str, overrides: dict, buckets, args, *, extra=None, require_result: bool = False):
+    """The bucketed build of `path` (tune/buckets.build_tuned): what build --tuned packages and verify / explain /
+    bench --tuned look at; an unusable --db (or, with require_result, one without any bucket's result) is one
+    line."""
+    from .tune import TuneDBError
+    from .tune.buckets import build_tuned
+    try:
+        return build_tuned(path, overrides, buckets, db=args.db, extra=extra, require_result=require_result)
+    except TuneDBError as exc:
+        raise _usage(str(exc)) from None
+
+
+def _tuned_buckets(path: str, overrides: dict, args, *, extra=None):
+    """verify / explain / bench --tuned: the spec's bucketed build. A spec without buckets, a -D that fixes a
+    bucketed size, or a database without any bucket's result is a one-line usage error."""
+    if not args.tuned:
+        if args.buckets or args.db:
+            raise _usage(f"{'--buckets' if args.buckets else '--db'} goes with --tuned (the variants of a bucketed "
+                         f"build)")
+        return None
+    buckets = _buckets(path, overrides, args)
+    if buckets is None:
+        raise _usage(f"{path}: --tuned looks at the variants of a bucketed build, and there are no buckets here "
+                     f"(no tune.buckets in the spec and no --buckets SIZE=B1,B2,..., or a -D fixes the bucketed size)")
+    return _bucketed(path, overrides, buckets, args, extra=extra, require_result=True)
 
 
 def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
@@ -310,6 +341,11 @@ def cmd_explain(args) -> int:
     from .explain import explain
     from .plan import plan_with_picks, to_json
     from .frontend.validate import load_spec
+    if args.variant is not None and not args.tuned:
+        raise _usage("--variant goes with --tuned (a variant of the bucketed build)")
+    bb = _tuned_buckets(args.file, _overrides(args), args)
+    if bb is not None:
+        return _explain_buckets(args, bb)
     spec, src = load_spec(args.file, _overrides(args))
     p, picks = plan_with_picks(spec, src)
     print(to_json(p) if args.json else explain(p, picks))
@@ -320,6 +356,42 @@ def cmd_explain(args) -> int:
         from .draw import draw
         try:
             print(f"wrote {draw(p, args.draw)}", file=sys.stderr if args.json else sys.stdout)
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
+    return EXIT_OK
+
+
+def _explain_buckets(args, bb) -> int:
+    """explain --tuned: the bucket table, then each variant's explain (or --variant N's alone); --json: the dispatch
+    record and the variants' plans; --draw: the schedule of --variant N."""
+    import json
+
+    from .bucketed import describe, served_by
+    from .explain import explain, explain_backward
+    from .plan import plan_with_picks, to_json
+    n = len(bb.variants)
+    if args.variant is not None and not 0 <= args.variant < n:
+        raise _usage(f"--variant {args.variant}: {bb.name} has {n} variant{'s' if n != 1 else ''} (0..{n - 1})")
+    if args.draw and args.variant is None:
+        raise _usage("--draw draws one schedule: with --tuned, name the variant (--variant N)")
+    shown = [args.variant] if args.variant is not None else list(range(n))
+    if args.json:
+        print(json.dumps({"dispatch": bb.record.to_dict(),
+                          "variants": {bb.record.variants[i]: json.loads(to_json(bb.variants[i].plan))
+                                       for i in shown}}, indent=1, sort_keys=True))
+    else:
+        print(f"{args.file}: {bb.name} (bucketed)\n{describe(bb)}")
+        for i in shown:
+            built = bb.variants[i]
+            _, picks = plan_with_picks(built.spec, built.source)
+            print(f"\n=== {bb.record.variants[i]} (serves {served_by(bb.record, i)}) ===\n{explain(built.plan, picks).rstrip()}")
+        if bb.backward is not None:          # the package's one backward, whichever variant ran the forward
+            print(explain_backward(bb.backward.written, bb.variants[0].source), end="")
+    if args.draw:
+        from .draw import draw
+        try:
+            print(f"wrote {draw(bb.variants[args.variant].plan, args.draw)}",
+                  file=sys.stderr if args.json else sys.stdout)
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK
@@ -337,6 +409,9 @@ def cmd_verify(args) -> int:
     from .verify import Check, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
+        if args.tuned:
+            raise _usage("--sanitize runs the spec's own schedule; drop --tuned (or build --tuned and run a "
+                         "variant's package under compute-sanitizer)")
         return _cmd_sanitize(args, ["cuda"] if args.backend == "all" else backends)
     if args.interpret and "cuda" in backends:
         if args.backend == "all":
@@ -347,17 +422,24 @@ def cmd_verify(args) -> int:
     for path in args.files:
         small = args.small or (args.interpret and not args.full_size)
         try:
-            name = build_spec(path, _overrides(args)).name  # spec errors are reported here, in this process
+            # spec errors (and a --tuned without buckets or results) are reported here, in this process
+            bb = _tuned_buckets(path, _overrides(args), args)
+            name = bb.name if bb is not None else build_spec(path, _overrides(args)).name
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
+        fn, kw = verify_file, {"sizes": args.sizes}
+        if bb is not None:
+            from .tune.buckets import parse_cli
+            from .verify_buckets import verify_tuned_file
+            fn, kw = verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
+                                         "db": args.db}
         if args.timeout <= 0:
-            checks = verify_file(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed,
-                                 sizes=args.sizes)
+            checks = fn(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed, **kw)
         else:
-            run = call_with_timeout(verify_file, path, backends, _overrides(args), timeout=args.timeout,
-                                    interpret=args.interpret, small=small, seed=args.seed, sizes=args.sizes)
+            run = call_with_timeout(fn, path, backends, _overrides(args), timeout=args.timeout,
+                                    interpret=args.interpret, small=small, seed=args.seed, **kw)
             checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
                                                      0.0, False, f"{run.status}: {run.detail}")]
         rows += checks
@@ -429,7 +511,8 @@ def cmd_bench(args) -> int:
     rows = []
     for path in args.files:
         try:
-            built = build_spec(path, _overrides(args))
+            bb = _tuned_buckets(path, _overrides(args), args)
+            built = bb.variants[0] if bb is not None else build_spec(path, _overrides(args))
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             return EXIT_SPEC
@@ -441,7 +524,12 @@ def cmd_bench(args) -> int:
         if problems:
             raise _usage(f"{path}: --at: " + "; ".join(problems))
         for at in ats:
-            rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env, at=at)
+            if bb is None:
+                rows += bench_built(built, _backends(args.backend), iters=args.iters, env=env, at=at)
+                continue
+            vid, variant = _bench_variant(path, bb, at)
+            rows += [dict(r, spec=f"{r['spec']}/{vid}") for r in
+                     bench_built(variant, _backends(args.backend), iters=args.iters, env=env, at=at)]
     rows = print_skips(rows)                                   # not run here (no GPU): SKIP and the reason
     merged = rows
     if args.json and rows:
@@ -455,6 +543,19 @@ def cmd_bench(args) -> int:
         for f in write_report(merged, args.report).values():
             print(f"wrote {f}")
     return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+
+
+def _bench_variant(path: str, bb, at: dict):
+    """bench --tuned --at: (its id, its build) of the variant the package's dispatch picks at `at` (sizes not named: their max, as bench
+    times them), said on stdout."""
+    from .bucketed import bucket_label
+    ranges = {r.name: r for r in bb.variants[0].plan.dynamic_sizes}
+    values = [at.get(s, ranges[s].max) for s in bb.record.sizes]
+    cell = bb.record.cell(values)
+    i = bb.record.table[cell]
+    shown = ", ".join(f"{s}={v}" for s, v in zip(bb.record.sizes, values))
+    print(f"{path}: at {shown} the dispatch picks {bb.record.variants[i]} (bucket {bucket_label(bb.record, cell)})")
+    return bb.record.variants[i], bb.variants[i]
 
 
 def cmd_tune(args) -> int:
@@ -617,7 +718,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="build")
     p.add_argument("--tuned", action="store_true", help="build the best schedule the tuning database knows for "
                                                         "each spec at its shape (see schedgen tune)")
-    p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
+    _add_db(p)
     _add_buckets(p, "with --tuned: one package holding each bucket's best schedule as a variant, dispatched by the "
                     "call's sizes (instead of the spec's tune.buckets)")
     _add_define(p)
@@ -626,6 +727,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
+    _add_tuned(p, "explain the bucketed build (build --tuned): the bucket table and each variant's plan")
+    p.add_argument("--variant", type=_count(0), metavar="N", help="with --tuned: only variant N (vN)")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("verify", help="run kernels against the numpy reference",
@@ -649,6 +752,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=int, default=1, choices=range(1, 6), metavar="N",
                    help="check each spec at N sizes: a dynamic-size spec calls its one package at max(N, 3) sizes "
                         "(always); a fixed-size spec is rebuilt at N - 1 more (default 1)")
+    _add_tuned(p, "verify every variant of the bucketed build (build --tuned) at both edges of each bucket it "
+                  "serves")
     p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,
                    help="seconds per spec before its run is stopped as hung (default 600; at most 86400); 0: no "
                         "watchdog, run in this process")
@@ -663,6 +768,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--at", type=_size_set, action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
                    help="time a dynamic-size package at these sizes (repeat for more shapes; sizes not named: their "
                         "max, the default for all of them); one package, no rebuild")
+    _add_tuned(p, "time the variant of the bucketed build (build --tuned) that the dispatch picks at each --at")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
                                                    "shape against the peers, roofline) here")
     _add_define(p)
@@ -670,7 +776,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="search a spec's tune space: prune, compile, time on the GPU, keep the best")
     p.add_argument("file")
     _add_define(p)
-    p.add_argument("--db", help="the tuning database (default: $SCHEDGEN_TUNE_DB, else tune.sqlite in the cache)")
+    _add_db(p)
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
     p.add_argument("--workers", type=_count(1), help="compile processes (default: CPUs - 1; every CPU with "
                                                         "--dry-run)")

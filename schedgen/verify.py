@@ -187,8 +187,9 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
                  kernel: Kernel | None = None, count: int = 3,
-                 small: Mapping[str, int] | None = None) -> list[Check]:
-    """Every backend asked for, at each of `call_sizes(plan, count, small)` (one package for all of them)."""
+                 small: Mapping[str, int] | None = None, at: Sequence[Mapping[str, int]] | None = None) -> list[Check]:
+    """Every backend asked for, at each of `call_sizes(plan, count, small)` (or each of `at`: whole size
+    assignments) with one package for all of them."""
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
@@ -204,8 +205,8 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
     if kernel is None:
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
-    for sizes in call_sizes(plan, count, small):
-        checks += _verify_at(built, kernel, backends, sizes, interpret, seed)
+    for sizes in at or call_sizes(plan, count, small):
+        checks += _verify_at(built, kernel, backends, dict(sizes), interpret, seed)
     return sorted(checks, key=lambda c: order[c.backend])
 
 
@@ -251,7 +252,8 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
 
 
 def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = False,
-                seed: int | None = None, count: int = 3, small: Mapping[str, int] | None = None) -> list[Check]:
+                seed: int | None = None, count: int = 3, small: Mapping[str, int] | None = None,
+                kernel: Kernel | None = None, at: Sequence[Mapping[str, int]] | None = None) -> list[Check]:
     """verify_built for the backends this machine can run, and a SKIP row saying why for each other one (no GPU,
     for Pallas none without `interpret`): what `schedgen verify` prints. A multi-device family decides for itself."""
     plan = built.plan
@@ -262,7 +264,8 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
         # a Pallas kernel Mosaic GPU's interpreter cannot simulate (the plan says why: not_interpretable)
         why["pallas"] = getattr(plan, "not_interpretable", "")
     run = [b for b in backends if not why.get(b)]
-    checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small) if run else []
+    checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small, kernel=kernel,
+                          at=at) if run else []
     checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]
     order = {b: i for i, b in enumerate(backends)}
     return sorted(checks, key=lambda c: order[c.backend])

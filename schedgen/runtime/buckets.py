@@ -13,6 +13,10 @@ Where the choice is made:
   launch.json and cubin>`) whose fake implementation is the variants' shared launch interface and whose real
   implementation picks the variant from the real tensors at run time, so one trace serves every bucket;
 - jax.jit (Pallas backend): at trace time, from the tracers' static shapes.
+
+A package with a backward pass (backward.json and backward/<step>/ at its root, as a one-kernel package has them)
+has one backward for every variant (runtime/autograd.py): torch autograd is registered on the package's one op,
+and each variant's Pallas function is a jax.custom_vjp running it; `call_user` drops the saved outputs.
 """
 from __future__ import annotations
 
@@ -26,7 +30,6 @@ from ..plan.launch import FILE_NAME as LAUNCH_FILE
 from . import arrays
 from . import autograd as _autograd
 from . import torch_op as _torch_op
-from .arrays import ArgumentError
 from .kernel import _SLOW, Kernel
 
 
@@ -44,7 +47,7 @@ class BucketedKernel:
         self.launch = first.launch            # the call's interface (every variant's is the same): the op's fake
         self.name: str = first.name
         self.torch_op = None                  # the package's one op (attach), set once torch is in use
-        self.backward = None                  # bucketed packages carry no backward pass
+        self.backward = None                  # the package's backward pass (load_bucketed), if it has one
         by_name = {r.name: r for r in self.launch.sizes}
         where = []
         for s in self.dispatch.sizes:
@@ -120,23 +123,28 @@ class BucketedKernel:
                 if res is not _SLOW:
                     return res
             if stream is None and not op.eager_direct(args, out):
-                if _autograd.wants_grad(args, out):
-                    raise self._no_backward(args)
-                routed = op.dispatch(args, out)   # traced, fake, meta, dispatch modes: the op picks at run time
-                if routed is not NotImplemented:
-                    return routed
+                grad = _autograd.wants_grad(args, out)
+                if grad and self.backward is None:
+                    raise _autograd.no_backward_error(self, args, out)
+                if out is None or not grad:
+                    # traced, fake, meta, dispatch modes, autograd: the op picks the variant at run time
+                    routed = op.dispatch(args, out)
+                    if routed is not NotImplemented:
+                        return routed
+        if _autograd.wants_grad(args, out):   # a torch tensor needing grad that the op did not take
+            if self.backward is None:
+                raise _autograd.no_backward_error(self, args, out)
+            raise _autograd.grad_path_error(self, stream, backend, interpret, out)
         return self.pick(args)(*args, out=out, stream=stream, backend=backend, interpret=interpret)
 
-    def _no_backward(self, args: Sequence[Any]) -> ArgumentError:
-        import torch
-        names = [o.name for a, o in zip(args, self.inputs) if isinstance(a, torch.Tensor) and a.requires_grad]
-        what = f"{names[0]}: requires grad" if names else "out: requires grad"
-        return ArgumentError(f"{what}, but {self.name} is a bucketed package, which has no backward pass yet: call it "
-                             f"under torch.no_grad() / torch.inference_mode(), or build the spec without buckets (with "
-                             f"a `backward:` section) for training")
+    # the package function's call (the user's outputs only, out= completed with the saved ones): Kernel's own
+    call_user = Kernel.call_user
 
-    def call_user(self, *args: Any, **kw: Any) -> Any:
-        return self(*args, **kw)
+    def bind(self, shapes: Sequence[Sequence[int]]) -> dict:
+        return self.variants[0].bind(shapes)      # every variant takes the same sizes (_same_interface)
+
+    def shape_of(self, operand: Any, sizes: Mapping[str, int]) -> tuple:
+        return self.variants[0].shape_of(operand, sizes)
 
     def _call_cuda(self, args: Sequence[Any], out: Any, stream: Any) -> Any:
         """The torch op's real implementation (and the CUDA call of real arrays): the variant of these inputs."""
@@ -166,6 +174,10 @@ def load_bucketed(root: str | Path, torch_op: bool = False) -> BucketedKernel:
     """The kernel of a bucketed package folder; with torch_op, its one torch custom op is registered once the
     program uses torch (runtime/torch_op.py)."""
     kernel = BucketedKernel(root)
+    # one backward for every variant: the package op's autograd (attach) and each variant's jax.custom_vjp read it
+    kernel.backward = _autograd.load(kernel, kernel.root, torch_op)
+    for v in kernel.variants:
+        v.backward = kernel.backward
     if torch_op:
         _torch_op.attach(kernel)
     return kernel

@@ -222,6 +222,29 @@ def winners(spec_path: str | Path, overrides: Mapping[str, Any] | None, buckets:
             dbh.close()
 
 
+def build_tuned(spec_path: str | Path, overrides: Mapping[str, Any] | None, buckets: Buckets, *, db: Any = None,
+                extra: Mapping[str, Any] | None = None, cache: Any = None, require_result: bool = False):
+    """What `schedgen build --tuned` builds for a bucketed spec (and verify / explain / bench --tuned look at): each
+    bucket's fastest verified result on this GPU (winners), built as the variants of one package
+    (bucketed.build_bucketed). `extra`: overrides applied to the build only, not to the database lookup (verify's
+    smaller fixed sizes). TuneDBError for an unusable database; with `require_result`, a TuneDBError too when no
+    bucket has a result (nothing tuned: the package would be the spec's own schedule alone)."""
+    from ..bucketed import build_bucketed
+    from .db import TuneDBError
+    from . import current_gpu          # the package's name (what a test replaces)
+    from .picked import NothingToTune
+    overrides = dict(overrides or {})
+    try:
+        choices = winners(spec_path, overrides, buckets, db=db, backend="cuda", gpu=current_gpu())
+    except NothingToTune:
+        choices = [(cell, None) for cell in buckets.cells()]
+    if require_result and all(row is None for _, row in choices):
+        at = "; ".join(", ".join(f"{k}={v}" for k, v in cell.items()) for cell, _ in choices)
+        raise TuneDBError(f"{spec_path}: the tuning database has no verified result for any bucket (tuned at {at}); "
+                          f"run: schedgen tune {spec_path}")
+    return build_bucketed(spec_path, {**overrides, **dict(extra or {})}, buckets, choices, cache=cache)
+
+
 def summary(result: BucketsResult):
     """The final table (rich): bucket -> the shape tuned, the best schedule, its time and rate."""
     from rich import box

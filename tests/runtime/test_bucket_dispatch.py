@@ -230,8 +230,8 @@ def test_eager_torch_calls_go_through_the_op_to_the_chosen_variant(pkg, torch, c
 
 def test_a_tensor_needing_grad_is_refused_in_one_sentence(pkg, torch, calls):
     x = torch.ones(64, 256, dtype=torch.bfloat16)
-    with pytest.raises(ArgumentError, match=r"^y: requires grad, but add_dyn is a bucketed package, which has no "
-                                            r"backward pass yet: call it under torch.no_grad\(\)"):
+    with pytest.raises(ArgumentError, match=r"^y: requires grad, but add_dyn was built without a backward pass: add "
+                                            r"a `backward:` section to its spec"):
         pkg.add_dyn(x, torch.ones(64, 256, dtype=torch.bfloat16, requires_grad=True))
     with torch.no_grad():
         pkg.add_dyn(x, torch.ones(64, 256, dtype=torch.bfloat16, requires_grad=True))

@@ -334,14 +334,20 @@ def test_the_command_line_tunes_each_bucket_and_prints_the_table(tmp_path, capsy
     assert record["bounds"] == [[256, 1024]] and record["variants"] == ["v0"] and record["table"] == [0, 0]
 
 
-def test_a_spec_with_a_backward_section_is_refused_at_its_buckets(tmp_path):
-    from schedgen.bucketed import build_bucketed
+def test_a_spec_with_a_backward_section_builds_one_backward_for_the_package(tmp_path, capsys, monkeypatch):
+    """build --tuned of a spec with `backward:` (refused before issue 21's second part): the package's root carries
+    the one backward (tests/runtime/test_bucket_backward.py runs it)."""
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
     spec = tmp_path / "train.yaml"
     spec.write_text(ADD_DYN.format(edge="zero").replace("  body: o = x + y\n", "  body: o = x * y\nbackward: {}\n"))
-    bk, _ = B.load(spec)
-    with pytest.raises(SpecErrors) as err:
-        build_bucketed(spec, {}, bk, [(c, None) for c in bk.cells()], cache=Cache(tmp_path / "c"))
-    assert "tune.buckets: a bucketed package has no backward pass yet" in err.value.render()
+    code, out, err, folder = _build(tmp_path, spec, capsys)
+    assert code == 0, err
+    pkg = folder / "add_dyn"
+    assert json.loads((pkg / "backward.json").read_text())["user_outputs"] == ["o"]
+    assert sorted(p.name for p in (pkg / "backward").iterdir() if p.is_dir()) and \
+        all((p / "launch.json").is_file() for p in (pkg / "backward").iterdir() if p.is_dir())
+    assert "backward (one for every variant): gradients of x, y;" in out
 
 
 def test_a_dry_run_over_buckets_compiles_each_bucket_s_candidates(tmp_path, capsys, monkeypatch):
@@ -371,3 +377,123 @@ def test_cli_time_budget_reaches_each_bucket_run(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_tune_runner", lambda args, worker_runner: NoRunner())
     assert cli.main(["tune", str(add_dyn(tmp_path)), "--time", "7"]) == 1
     assert seen["time_budget"] == 7.0
+
+
+# ------------------------------------------------------------------------------------------------ verify / explain /
+# bench --tuned: the variants of the bucketed build
+
+
+def _cli(capsys, *argv):
+    """cli.main's status (a usage error's SystemExit code too), stdout and stderr."""
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_verify_tuned_checks_every_variant_at_both_edges_of_its_buckets(tuned, capsys, monkeypatch):
+    """Pallas in interpret mode against float64: v0 at M = 32 and 64, v1 at 96, 256, 288 and 1024 (each picked by
+    the package's own dispatch there)."""
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    code, out, err = _cli(capsys, "verify", spec, "--tuned", "--db", tmp / "tune.sqlite", "--interpret",
+                          "--timeout", "0", "--seed", "3")
+    assert code == 0, out + err
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("add_dyn/")]
+    assert [(r[0], r[4], r[7]) for r in rows] == [
+        (f"add_dyn/v{v}", f"N=256,M={m}", "ok") for v, m in ((0, 32), (0, 64), (1, 96), (1, 256), (1, 288), (1, 1024))]
+    assert all(r[1] == "pallas" and float(r[5]) <= float(r[6]) for r in rows)
+    assert "bucket M 96..256, lower edge" in out and "bucket M 288..1024, bound" in out
+
+
+def test_verify_tuned_fails_a_variant_that_computes_wrong(tuned, capsys, monkeypatch):
+    """A wrong kernel in one variant is a FAIL row of that variant (the check is real): v1's Pallas run returns
+    x - y."""
+    from schedgen import verify as V
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    real = V.run_pallas
+
+    def wrong_for_v1(kernel, plan, inputs, interpret):
+        outs, note = real(kernel, plan, inputs, interpret)
+        if plan.block[0] == 64:
+            outs = [(inputs["x"].astype("float32") - inputs["y"].astype("float32")).astype(outs[0].dtype)]
+        return outs, note
+    monkeypatch.setattr(V, "run_pallas", wrong_for_v1)
+    code, out, err = _cli(capsys, "verify", spec, "--tuned", "--db", tmp / "tune.sqlite", "--interpret",
+                          "--timeout", "0")
+    assert code == 1
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("add_dyn/")]
+    assert {r[0]: r[7] for r in rows if r[0] == "add_dyn/v0"} == {"add_dyn/v0": "ok"}
+    assert [r[7] for r in rows if r[0] == "add_dyn/v1"] == ["FAIL"] * 4
+
+
+def test_explain_tuned_prints_the_bucket_table_and_each_variant(tuned, capsys, monkeypatch):
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    db = tmp / "tune.sqlite"
+    code, out, err = _cli(capsys, "explain", spec, "--tuned", "--db", db)
+    assert code == 0, err
+    assert out.startswith(f"{spec}: add_dyn (bucketed)\n  3 buckets, 2 variants:\n")
+    assert "=== v0 (serves M 32..64) ===\nkernel map_add_dyn_32x256_s2" in out
+    assert "=== v1 (serves M 96..256; M 288..1024) ===\nkernel map_add_dyn_64x256_s2" in out
+    code, one, err = _cli(capsys, "explain", spec, "--tuned", "--db", db, "--variant", "1")
+    assert code == 0 and "=== v1 " in one and "=== v0 " not in one and "3 buckets, 2 variants:" in one
+    code, js, err = _cli(capsys, "explain", spec, "--tuned", "--db", db, "--json")
+    data = json.loads(js)
+    assert data["dispatch"]["table"] == [0, 1, 1] and [p["block"][0] for p in data["variants"].values()] == [32, 64]
+    assert _cli(capsys, "explain", spec, "--tuned", "--db", db, "--variant", "2")[:3:2] == (
+        2, "schedgen: --variant 2: add_dyn has 2 variants (0..1)\n")
+    assert _cli(capsys, "explain", spec, "--tuned", "--db", db, "--draw", tmp / "x.png")[2] == (
+        "schedgen: --draw draws one schedule: with --tuned, name the variant (--variant N)\n")
+    # without --tuned: the spec's own schedule, unchanged
+    code, plain, err = _cli(capsys, "explain", spec)
+    assert code == 0 and plain.startswith("kernel map_add_dyn_32x256_s2") and "bucketed" not in plain
+
+
+def test_bench_tuned_times_the_variant_the_dispatch_picks(tuned, capsys, monkeypatch):
+    """No GPU here: the rows are SKIPs, but each names the variant the dispatch picks at its --at (M=1024, the max,
+    without --at)."""
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    seen = []
+    from schedgen import bench as bench_mod
+    real = bench_mod.bench_built
+
+    def spy(built, backends, **kw):
+        seen.append((built.plan.block[0], kw["at"]))
+        return real(built, backends, **kw)
+    monkeypatch.setattr(bench_mod, "bench_built", spy)
+    code, out, err = _cli(capsys, "bench", spec, "--tuned", "--db", tmp / "tune.sqlite", "--backend", "cuda",
+                          "--at", "M=96", "--at", "M=32")
+    assert code in (0, 1), err
+    assert f"{spec}: at M=96 the dispatch picks v1 (bucket M 96..256)" in out
+    assert f"{spec}: at M=32 the dispatch picks v0 (bucket M 32..64)" in out
+    assert seen == [(64, {"M": 96}), (32, {"M": 32})]
+    assert "SKIP add_dyn/v1 cuda:" in out and "SKIP add_dyn/v0 cuda:" in out
+    seen.clear()
+    _cli(capsys, "bench", spec, "--tuned", "--db", tmp / "tune.sqlite", "--backend", "cuda")
+    assert seen == [(64, {})]
+
+
+def test_tuned_tools_say_in_one_line_what_is_missing(tuned, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    empty = tmp_path / "empty.sqlite"
+    for cmd in (["explain"], ["verify", "--interpret"], ["bench"]):
+        code, out, err = _cli(capsys, *cmd, spec, "--tuned", "--db", empty)
+        assert code == 2 and err == (f"schedgen: {spec}: the tuning database has no verified result for any bucket "
+                                     f"(tuned at M=64; M=256; M=1024); run: schedgen tune {spec}\n"), (cmd, err)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(spec.read_text().replace("  buckets:\n    M: [64, 256, 1024]\n", ""))
+    code, out, err = _cli(capsys, "explain", plain, "--tuned", "--db", tmp / "tune.sqlite")
+    assert code == 2 and err.startswith(f"schedgen: {plain}: --tuned looks at the variants of a bucketed build, and "
+                                        f"there are no buckets here")
+    code, out, err = _cli(capsys, "verify", spec, "--db", tmp / "tune.sqlite")
+    assert code == 2 and err == "schedgen: --db goes with --tuned (the variants of a bucketed build)\n"
+    code, out, err = _cli(capsys, "explain", spec, "--variant", "0")
+    assert code == 2 and "--variant goes with --tuned" in err
+    code, out, err = _cli(capsys, "explain", spec, "--tuned", "--db", tmp / "tune.sqlite", "--buckets", "M=100,1024")
+    assert code == 2 and err.startswith("schedgen: --buckets M (bound 1): 100 is not a multiple of 32")

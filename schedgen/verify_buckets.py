@@ -1,0 +1,74 @@
+"""`schedgen verify --tuned`: every variant of a bucketed build (schedgen/bucketed.py) checked against the float64
+reference at both edges of each bucket it serves (the bucket's lower edge and its bound), called through the
+package's own dispatch (runtime/buckets.py), which must pick that variant there."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .verify import Check, call_sizes, small_overrides, verify_here
+
+
+def bucket_edges(bb, base: Mapping[str, int]) -> list[tuple[int, str, dict[str, int]]]:
+    """(variant index, what, sizes) for the lower edge and the bound of every bucket, in the dispatch table's
+    order; `base` gives every other size (fixed ones and dynamic ones the buckets do not split)."""
+    from .bucketed import bucket_label
+    out = []
+    for cell, (info, vi) in enumerate(zip(bb.record.buckets, bb.record.table)):
+        ranges = info["range"]
+        label = bucket_label(bb.record, cell)
+        lows = {s: lo for s, (lo, hi) in ranges.items()}
+        highs = {s: hi for s, (lo, hi) in ranges.items()}
+        for what, edge in (("lower edge", lows), ("bound", highs)):
+            sizes = {**{k: edge.get(k, v) for k, v in base.items()}, **edge}
+            if what == "bound" or highs != lows:
+                out.append((vi, f"bucket {label}, {what}", sizes))
+    return out
+
+
+def verify_bucketed(bb, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
+                    small: Mapping[str, int] | None = None) -> list[Check]:
+    """Package `bb` into a temporary folder, load it, and verify each variant at the edges of its buckets; a row's
+    spec is `<name>/<variant>` and its note says which bucket edge it is. A size assignment the dispatch would hand
+    to another variant is a FAIL row."""
+    from .bucketed import package_bucketed
+    from .runtime.buckets import load_bucketed
+    root = package_bucketed(bb, Path(tempfile.mkdtemp(prefix="schedgen-verify-buckets-")))
+    kernel = load_bucketed(root)
+    base = call_sizes(bb.variants[0].plan, 1, small)[0]
+    checks: list[Check] = []
+    for vi, what, sizes in bucket_edges(bb, base):
+        vid = bb.record.variants[vi]
+        built = bb.variants[vi]
+        tag = f"{built.name}/{vid}"
+        picked = kernel.variant_for(sizes)
+        if picked is not kernel.variants[vi]:
+            checks += [Check(tag, "/".join(backends), o.name, dict(sizes), o.dtype, math.inf, 0.0, False,
+                             f"{what}: the dispatch picks {picked.root.name}, not {vid}") for o in built.plan.outputs]
+            continue
+        rows = verify_here(built, backends, interpret=interpret, seed=seed, kernel=picked, at=[sizes])
+        checks += [dataclasses.replace(c, spec=tag, note="; ".join(x for x in (what, c.note) if x)) for c in rows]
+    return checks
+
+
+def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
+                      buckets_cli: Mapping[str, Sequence[int]] | None = None, db: Any = None,
+                      interpret: bool = False, small: bool = False, seed: int | None = None) -> list[Check]:
+    """verify_bucketed of the spec's bucketed build (what `schedgen build --tuned` packages). With `small` the
+    fixed sizes shrink to the family's few-tiles sizes (the buckets' edges stay: they are what the variants serve);
+    the database lookup is at the spec's own sizes."""
+    from .tune.buckets import build_tuned, load
+    overrides = dict(overrides or {})
+    buckets, _ = load(path, overrides, buckets_cli)
+    bb = build_tuned(path, overrides, buckets, db=db, require_result=True)
+    few = None
+    if small:
+        dynamic = {r.name for r in getattr(bb.variants[0].plan, "dynamic_sizes", ())}
+        few = small_overrides(bb.variants[0])
+        fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
+        if fixed_small:
+            bb = build_tuned(path, overrides, buckets, db=db, extra=fixed_small, require_result=True)
+    return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few)
