@@ -13,7 +13,7 @@ timeout 300 python3 -m schedgen tune $SPEC --db $DB > $O/tune.log 2> $O/tune.err
 echo "tune: exit $?"; tail -12 $O/tune.log | cut -c1-200
 timeout 120 python3 -m schedgen build $SPEC --tuned --db $DB -o $O/build > $O/build.log 2>&1
 echo "build --tuned: exit $?"; cut -c1-200 $O/build.log
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_bucket_dispatch.py > $O/gputest.log 2>&1
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_bucket_dispatch.py tests/runtime/test_bucket_backward.py > $O/gputest.log 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed" $O/gputest.log | cut -c1-200 | tail -5
 # the bucketed package against the spec's own schedule, per bucket (CUDA events, torch tensors, eager)
 timeout 120 python3 - "$O" > $O/compare.log 2>&1 <<'PY'
