@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import Family, register
+from ...plan.dims import dmax
 from .defaults import attention_backward_defaults
 from .explain import explain_attention_backward
 from .model import AttentionBackwardOp
@@ -24,5 +25,5 @@ FAMILY = register(Family(
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",
-    accumulation=lambda plan: max(plan.seq_q, plan.seq_kv),
+    accumulation=lambda plan: dmax(plan.seq_q, plan.seq_kv),   # a Dim with dynamic sizes (verify evaluates it)
 ))

@@ -143,3 +143,13 @@ def test_one_package_verifies_at_several_sizes_on_gpu(backend):
     from schedgen.verify import verify_file
     checks = verify_file(str(SPEC), [backend], {**DYN_BS, "op.causal": True}, seed=0, sizes=3)
     assert len(checks) >= 3 and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+def test_the_accumulation_depth_of_a_dynamic_plan_is_evaluated_per_call():
+    """Regression (found on the H200, 2026-12-06): verify's tolerance asked the family for its accumulation depth
+    with `max(seq_q, seq_kv)` of two symbolic sizes ("'>' not supported between instances of 'Dim' and 'Dim'"), so
+    verifying a dynamic-size backward failed before any kernel ran."""
+    from schedgen.verify import _depth
+    plan = build_spec(str(SPEC), {**DYN_BS, "op.causal": True}).plan
+    assert _depth(plan, {"B": 2, "S": 384, "H": 16, "D": 128}) == 384
+    assert _depth(plan, {"B": 1, "S": 1024, "H": 16, "D": 128}) == 1024
