@@ -239,7 +239,7 @@ def run_case(name, args, torch, tmp: Path) -> dict:
     # the forward's values feed the backward's references (a matmul's saved `pre` is the gelu step's input): full,
     # never the sampled rows a big matmul's reference gives by default
     def full(s):       # (a grouped matmul's steps too: their gradients are summed and compared whole)
-        return {"sample": False} if s.op.kind in ("matmul", "grouped_matmul") else {}
+        return {"sample": False} if s.op.kind in ("matmul", "grouped_matmul", "attention") else {}
     ref_out = families.of(fwd_spec).reference(fwd_spec, sizes, host64, **full(fwd_spec))
 
     def ref_run(step, values):

@@ -160,13 +160,14 @@ def build_hand(tmp: Path, which: str, name: str, backward: str = "backward: {}",
 
 
 def import_package(folder: Path, name: str):
-    sys.path.insert(0, str(folder))
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(name, None)
+    """The package imported as a user's program imports it: it stays in sys.modules, its folder on sys.path
+    (torch.compile's tracing imports it again by name: popping it made the GPU tests fail with "No module named
+    'fma_plain'"). An earlier import of the same name (another test's folder) is dropped first."""
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return importlib.import_module(name)
 
 
 _BUILT: dict = {}
