@@ -12,6 +12,7 @@ from ...plan.common import (
     resolve_shape,
     size_values,
 )
+from ...plan.hardware import for_target
 from ...plan.legality import (
     check_reserved_names,
     check_unique_names,
@@ -131,7 +132,7 @@ def problem_dims(op, out_name: str, extras: tuple[str, ...], problems: Problems,
 
 
 def check_dtypes(op, out_name: str, problems: Problems, target: str = "sm_90a") -> None:
-    """lhs and rhs: one wgmma input type; the output: one the epilogue stores."""
+    """lhs and rhs: one MMA input type; the output: one the epilogue stores."""
     in_dtype = op.inputs[op.lhs].dtype
     for role, nm in (("lhs", op.lhs), ("rhs", op.rhs)):
         dt = op.inputs[nm].dtype
@@ -141,7 +142,8 @@ def check_dtypes(op, out_name: str, problems: Problems, target: str = "sm_90a") 
                          f"(f32 accumulation)")
     if op.inputs[op.rhs].dtype != in_dtype:
         problems.add(("op", "inputs", op.rhs, "dtype"), f"lhs is {in_dtype} but rhs is {op.inputs[op.rhs].dtype}; "
-                                                       f"wgmma takes one input type: make them equal"
+                                                       f"{for_target(target).mma_instruction} takes one input "
+                                                       f"type: make them equal"
                      + (" (convert the 16-bit operand to fp8 with a scale, or the fp8 one to bf16)"
                         if (in_dtype in FP8_DTYPES) != (op.inputs[op.rhs].dtype in FP8_DTYPES) else ""))
     if in_dtype in FP8_DTYPES:
