@@ -82,3 +82,23 @@ def test_matmul_legality_on_sm100a_names_tcgen05(path, overrides, field, words):
     at = _lines_at(path, overrides, field)
     assert any(words in line for line in at), at
     assert not any(h in line for line in at for h in HOPPER), at
+
+
+FP8 = {"op.inputs.a.dtype": "f8e4m3", "op.inputs.b.dtype": "f8e4m3", "op.transpose_rhs": True,
+       "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 128]}
+LHS_KM = {"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [128, 128]}
+
+
+@pytest.mark.parametrize("dtypes", [FP8, {}], ids=["fp8", "bf16"])
+def test_a_transposed_lhs_on_sm100a_is_one_error_with_its_remedy(dtypes):
+    """fp8's K-major rule and Blackwell's K-major-lhs rule both refuse transpose_lhs: the spec gets one error there,
+    the sm_100a kernel's (it holds for every input type), with what to do."""
+    at = _lines_at(MATMUL, {**dtypes, **LHS_KM}, "op.transpose_lhs")
+    assert len(at) == 1, at
+    assert "the sm_100a matmul kernel reads a K-major lhs" in at[0] and "a.T.contiguous()" in at[0], at
+
+
+def test_fp8_on_sm100a_still_refuses_an_n_major_rhs():
+    at = _lines_at(MATMUL, {**FP8, "op.transpose_rhs": False, "op.inputs.b.shape": ["K", "N"],
+                            "schedule.in_specs.b.block_shape": [128, 256]}, "op.transpose_rhs")
+    assert len(at) == 1 and "kind::f8f6f4" in at[0] and "K-major" in at[0], at
