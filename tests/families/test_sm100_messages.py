@@ -102,3 +102,14 @@ def test_fp8_on_sm100a_still_refuses_an_n_major_rhs():
     at = _lines_at(MATMUL, {**FP8, "op.transpose_rhs": False, "op.inputs.b.shape": ["K", "N"],
                             "schedule.in_specs.b.block_shape": [128, 256]}, "op.transpose_rhs")
     assert len(at) == 1 and "kind::f8f6f4" in at[0] and "K-major" in at[0], at
+
+
+@pytest.mark.parametrize("path, kernels", [(ATTENTION, "the sm_100a pallas attention kernel does not read"),
+                                           (MATMUL, "the sm_100a cuda matmul kernel does not read"),
+                                           (MATMUL_PALLAS, "the sm_100a cuda and pallas matmul kernels do not read")],
+                         ids=lambda v: getattr(v, "stem", None))
+def test_unread_messages_name_the_kernels_the_sm100a_spec_builds(path, kernels):
+    """On sm_100a the message names the kernels the spec builds (attention: the Pallas one only), not a CUDA
+    attention kernel that sm_100a does not have."""
+    at = _lines_at(path, {"schedule.num_warpgroups": 2}, "schedule.num_warpgroups")
+    assert any(kernels in line for line in at), at
