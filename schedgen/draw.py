@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from . import families
 
-from .plan.hardware import COPY_GBPS, H200, PEAK_TFLOPS, SM_COUNT
+from .plan.hardware import COPY_GBPS, DEFAULT_TARGET, H200, PEAK_TFLOPS, SM_COUNT, for_target
 
 SMEM_LIMIT = H200.smem_per_block
 # The illustrative timing model of the pipeline views (per SM; the families' simulations use these):
@@ -102,6 +102,11 @@ def tile_order_text(p) -> str:
     """The persistent tile order of a plan with tile_order / minor_dim / tile_width, for a title."""
     return p.tile_order + (f", minor dim {'M' if p.minor_dim == 0 else 'N'} (dim {p.minor_dim}), bands of "
                            f"{p.tile_width}" if p.tile_order == "planar_snake" else "")
+
+
+def sm_count(p) -> int:
+    """The SMs of the GPU a plan targets (H200: 132, B200: 148), as the tile views count SM slots."""
+    return for_target(getattr(p, "target", DEFAULT_TARGET)).sm_count
 
 
 def persistent_guide(per: int, tiles: Sequence[str] = (), pipeline: Sequence[str] = ()) -> str:

@@ -44,6 +44,11 @@ class Hardware:
         warpgroups but never past this: 384 threads get 168 each, 64512 in all, not the SM's 65536."""
         return threads * (min(256, self.regs_per_sm // threads) // 8 * 8)
 
+    @property
+    def mma_instruction(self) -> str:
+        """The MMA instruction as messages name it: wgmma (Hopper) or tcgen05.mma (Blackwell)."""
+        return "tcgen05.mma" if self.mma == "tcgen05" else self.mma
+
 
 H200 = Hardware()
 

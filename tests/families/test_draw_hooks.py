@@ -58,3 +58,35 @@ def test_a_cta_a_tile_attention_is_coloured_by_sm_slot():
     assert tv.blocks == draw.SM_COUNT and "index mod 132" in tv.colorbar
     assert [t.block for t in tv.tiles] == [t.order % draw.SM_COUNT for t in tv.tiles]
     assert [t.wave for t in tv.tiles] == [t.order // draw.SM_COUNT for t in tv.tiles]
+
+
+def test_sm100a_drawings_use_the_b200_and_the_tcgen05_roles():
+    """issue 20: an sm_100a plan's tile view counts the B200's 148 SM slots (not the H200's 132), and the reading
+    guide and pipeline title name the TMA warp / MMA thread or warp and tcgen05.commit, not Hopper's consumers."""
+    from schedgen.plan.hardware import B200
+    spec, src = load_spec(str(SPECS_DIR / "attention_bf16_4096_sm100_pallas.yaml"))
+    p = plan(spec, src)
+    hooks = families.of(p).draw
+    assert not p.persistent and p.num_tiles > 2 * B200.sm_count
+    tv = hooks.traversal(p, draw.MAX_TILES)
+    assert tv.blocks == B200.sm_count == 148 and "index mod 148" in tv.colorbar
+    assert [t.block for t in tv.tiles] == [t.order % 148 for t in tv.tiles]
+    assert [t.wave for t in tv.tiles] == [t.order // 148 for t in tv.tiles]
+    text = hooks.guide(p)
+    assert "tcgen05.commit" in text and "MMA warp" in text and "consumer" not in text, text
+    pl = hooks.pipeline(p)
+    assert "the MMA warp issues" in pl.title and "consumer" not in pl.title
+    assert pl.legend[0]["label"].startswith("tcgen05.mma")
+    for name in ("matmul_bf16_4096_sm100.yaml", "matmul_bf16_4096_sm100_pallas.yaml"):
+        spec, src = load_spec(str(SPECS_DIR / name))
+        p = plan(spec, src)
+        text = families.of(p).draw.guide(p)
+        assert "tcgen05.commit" in text and "MMA thread" in text and "consumer" not in text, (name, text)
+
+
+def test_sm90a_guides_keep_the_hopper_roles():
+    for name in ("attention_bf16_4096.yaml", "matmul_bf16_4096.yaml"):
+        spec, src = load_spec(str(SPECS_DIR / name))
+        p = plan(spec, src)
+        text = families.of(p).draw.guide(p)
+        assert "consumer" in text and "tcgen05" not in text, (name, text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from ...draw import L2_RATE, SM_COUNT, TENSOR_RATE, Pipeline, Span, Tile, Traversal, kib
+from ...draw import L2_RATE, SM_COUNT, TENSOR_RATE, Pipeline, Span, Tile, Traversal, kib, sm_count
 from .. import DrawHooks
 from .records import tile_of
 
@@ -31,10 +31,12 @@ def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
     """Tiles of an attention plan in the kernel's order (plan.tile_of): rows are (batch, head) pairs, columns
     query blocks. A static persistent grid gives tile t to CTA t % grid; a dynamic one to the CTA that frees up
     first (modelled: a tile costs its key blocks plus one); otherwise each tile is its own CTA, started in index
-    order by the hardware and coloured by its SM slot (index mod SM_COUNT, as the colour bar says). With `limit`,
+    order by the hardware and coloured by its SM slot (index mod the target GPU's SMs, as the colour bar says). With `limit`,
     the first `limit` tiles only."""
-    # a persistent grid's CTAs; otherwise the SM slots the hardware starts a CTA a tile in (index mod SM_COUNT)
-    slots = min(p.num_tiles, SM_COUNT) if p.persistent else SM_COUNT
+    # a persistent grid's CTAs; otherwise the SM slots the hardware starts a CTA a tile in (index mod the target's
+    # SM count)
+    sms = sm_count(p)
+    slots = min(p.num_tiles, sms) if p.persistent else sms
     free = [(0, c) for c in range(slots)] if p.persistent else []      # the CTAs a dynamic grid hands tiles to
     tiles = []
     for t in range(p.num_tiles if limit is None else min(p.num_tiles, limit)):
@@ -51,13 +53,14 @@ def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
 def traversal(p, limit: int) -> Traversal:
     p = _static(p)
     tiles, rows, cols = attention_tiles(p, limit)
-    blocks = max(1, min(p.num_tiles, SM_COUNT) if p.persistent else SM_COUNT)
+    sms = sm_count(p)
+    blocks = max(1, min(p.num_tiles, sms) if p.persistent else sms)
     order = ("query blocks fastest, longest causal rows first" if p.causal else "query blocks fastest") + \
         (", persistent" if p.persistent else ", a CTA a tile")
     return Traversal(
         tiles=tiles, rows=rows, cols=cols, total=p.num_tiles, units=p.num_tiles, blocks=blocks, takers=blocks,
         cell=(p.block_q, p.block_q), names=("query blocks", "batch x q heads"), order=order,
-        colorbar="" if p.persistent else f"SM slot of the tile's CTA in launch order (index mod {SM_COUNT})")
+        colorbar="" if p.persistent else f"SM slot of the tile's CTA in launch order (index mod {sms})")
 
 
 EXP_RATE = 3.9e12 / SM_COUNT           # exp2 a second on an SM's special-function units
@@ -139,10 +142,12 @@ def pipeline(p) -> Pipeline:
              **{f"consumer {c}": f"consumer WG {c}\n(64 query rows)" for c in range(p.num_consumers)}}
     if p.tcgen05 is not None:   # sm_100a: drawn with the same timing model; one warp issues the tcgen05 MMAs
         names = {"producer": "TMA warp", "consumer 0": f"MMA warp + softmax WG\n({p.block_q} query rows)"}
-    title = (f"Pipeline of one tile over {n} key blocks (of {p.kv_blocks}): {p.stages}-stage K and V rings; each "
-             f"consumer issues S_j = Q K_j^T with P_(j-1) V_(j-1), then the softmax of S_j runs under its P V"
+    who = "the MMA warp" if p.tcgen05 is not None else "each consumer"
+    title = (f"Pipeline of one tile over {n} key blocks (of {p.kv_blocks}): {p.stages}-stage K and V rings; {who} "
+             f"issues S_j = Q K_j^T with P_(j-1) V_(j-1), then the softmax of S_j runs under its P V"
              + ("; the ping-pong barrier hands the tensor cores round robin" if p.pingpong else ""))
-    legend = [dict(facecolor="#4c72b0", label="wgmma: S = Q K^T, O += P V (colour: the stage read)"),
+    mma = "tcgen05.mma" if p.tcgen05 is not None else "wgmma"
+    legend = [dict(facecolor="#4c72b0", label=f"{mma}: S = Q K^T, O += P V (colour: the stage read)"),
               dict(facecolor="#55a868", label="online softmax (exp2, max, sum, rescale)")]
     return Pipeline(simulate_attention(p, n), rows, title, names, legend, aside="compute")
 
@@ -175,18 +180,29 @@ def _tmem_lines(p) -> list[str]:
             f"TMEM {p.tcgen05.tmem_cols} of 512 cols: " + ", ".join(used)]
 
 
+def _tcgen05_ring(p) -> list[str]:
+    """The sm_100a pipeline's roles: the TMA warp, the MMA warp, the softmax warpgroup."""
+    return ["- pipeline: the TMA warp refills a K / V slot once",
+            "  the tcgen05.mma that read it is done (tcgen05.commit);",
+            *(["  the softmax WG's work on S_j (green) runs under",
+               "  the MMA warp's S_(j+1) (two S buffers in TMEM)"] if p.tcgen05.s_buffers > 1 else
+              ["  the MMA warp waits for the softmax WG's P_j (one",
+               "  S buffer in TMEM) before it issues S_(j+1)"])]
+
+
 def guide(p) -> str:
     p = _static(p)
     lines = ["How to read it:",
              "- tiles: one row per (batch, q head), one column per",
              "  query block; the numbers give the launch order" + (" (a" if p.persistent else ""),
-             ("  persistent CTA takes every " + str(min(p.num_tiles, SM_COUNT)) + "-th tile)") if p.persistent
+             ("  persistent CTA takes every " + str(min(p.num_tiles, sm_count(p))) + "-th tile)") if p.persistent
              else "  (the hardware starts CTAs in index order)",
              "- SMEM: the Q tile, the K and V stage rings (and O's",
              "  staging buffer where it fits), then the mbarriers",
-             "- pipeline: the producer refills a K / V slot once",
-             "  every consumer has released it; a consumer's",
-             "  softmax (green) runs under its own P V"]
+             *(_tcgen05_ring(p) if p.tcgen05 is not None else
+               ["- pipeline: the producer refills a K / V slot once",
+                "  every consumer has released it; a consumer's",
+                "  softmax (green) runs under its own P V"])]
     return "\n".join(lines)
 
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
+from .blackwell import ROWS
+
+# the sm_100a kernel's roles and tile layout, for the entries whose Hopper text names wgmma or consumer warpgroups
+_BW_ROLES = "a TMA warp, the warp that issues every tcgen05.mma and one softmax warpgroup (S, P and O in TMEM)"
+_BW_SWIZZLE = "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout tcgen05.mma's descriptors read"
 
 SCHEDULE = (
     Unread(("grid",), lambda s: s.grid is not None,
@@ -19,23 +24,32 @@ SCHEDULE = (
            "leave grid_names out"),
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1,
            "a block is one TMA producer warpgroup and pipeline.num_compute_wgs consumer warpgroups",
-           "1 (the default); set pipeline.num_compute_wgs for more consumers"),
+           "1 (the default); set pipeline.num_compute_wgs for more consumers",
+           (f"an sm_100a block is {_BW_ROLES}", "1 (the default)")),
     Unread(("out_specs",), lambda s: bool(s.out_specs),
            "the output's blocks are q's (block_q query rows of one head), stored by TMA", "leave out_specs out"),
     Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None,
            "each consumer normalises its 64 O rows in registers, stages them in SMEM and stores them by TMA",
-           "leave epilogue out"),
+           "leave epilogue out",
+           (f"the softmax warpgroup normalises O's {ROWS} rows from TMEM (a thread a row), stages them in SMEM and "
+            "stores them by TMA", "leave epilogue out")),
     Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2,
            "O is staged once per consumer (in the Q tile, or in its own buffer on a persistent grid)",
-           "leave epilogue out"),
+           "leave epilogue out",
+           ("O is staged once a tile, in the Q tile, by the softmax warpgroup", "leave epilogue out")),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
            "O always leaves through SMEM and a TMA store (which clips a ragged last query block)",
            "tma (the default)"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None,
-           "each consumer warpgroup owns 64 query rows", "leave wg_axis out"),
+           "each consumer warpgroup owns 64 query rows", "leave wg_axis out",
+           (f"one softmax warpgroup owns the tile's {ROWS} query rows (thread = row); no warpgroup splits it",
+            "leave wg_axis out")),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative",
            "the consumer warpgroups share each (query block, head) tile, 64 query rows each",
-           "cooperative (the default)"),
+           "cooperative (the default)",
+           ("nothing takes turns on the tensor cores: one warp issues every tcgen05.mma and S is "
+            "double-buffered in TMEM, so the next block's S = Q K^T runs under this block's softmax",
+            "cooperative (the default)")),
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
            "a persistent attention grid is one CTA an SM, counted at launch", "auto (the default)"),
     Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
@@ -46,19 +60,24 @@ SCHEDULE = (
 
 BLOCK_SPEC = (
     Unread(("memory_space",), lambda b: b.memory_space != "smem",
-           "Q, K and V tiles go to SMEM by TMA (wgmma reads them there)", "smem (the default)"),
+           "Q, K and V tiles go to SMEM by TMA (wgmma reads them there)", "smem (the default)",
+           ("Q, K and V tiles go to SMEM by TMA (tcgen05.mma reads them there)", "smem (the default)")),
     Unread(("transforms", "tiling"), lambda b: b.transforms.tiling is not None,
            "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads",
-           "leave tiling out"),
+           "leave tiling out", (_BW_SWIZZLE, "leave tiling out")),
     Unread(("transforms", "swizzle"), lambda b: b.transforms.swizzle not in ("auto", 128),
            "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout wgmma reads",
-           "128 or auto (the default)"),
+           "128 or auto (the default)", (_BW_SWIZZLE, "128 or auto (the default)")),
     Unread(("transforms", "transpose"), lambda b: b.transforms.transpose is not None,
            "K is read K-major for S = Q K^T and V N-major for O += P V, by the wgmma descriptors",
-           "leave transpose out"),
+           "leave transpose out",
+           ("K is read K-major for S = Q K^T and V N-major for O += P V, by the tcgen05.mma SMEM descriptors",
+            "leave transpose out")),
     Unread(("delay_release",), lambda b: b.delay_release != 0,
            "a K/V stage is refilled once every consumer has released it (the empty mbarrier ring)",
-           "0 (the default)"),
+           "0 (the default)",
+           ("a K/V stage is refilled once the tcgen05.mma that read it completes (its tcgen05.commit arrives on the "
+            "empty mbarrier)", "0 (the default)")),
     Unread(("collective_axes",), lambda b: bool(b.collective_axes),
            "attention CTAs share no operand (cluster: [1]), so nothing is multicast", "leave collective_axes out"),
     Unread(("out_of_bounds",), lambda b: b.out_of_bounds != "reject",

@@ -170,7 +170,9 @@ def _check_problem(op, dims, tile, problems: Problems) -> None:
                                                         "dimension) yet; write target: sm_90a for a batched matmul")
     if op.transpose_lhs:
         problems.add(("op", "transpose_lhs"), "the sm_100a matmul kernel reads a K-major lhs [M, K] only (its "
-                                              "MN-major SMEM layout is not rendered); write the lhs as [M, K]")
+                                              "MN-major SMEM layout is not rendered, for any input type): store lhs "
+                                              "[M, K] and remove transpose_lhs (transpose it beforehand, e.g. "
+                                              "a.T.contiguous())")
 
 
 def _cta_group(op, sch, tile, lay, cl, hw: Hardware, problems: Problems) -> int:

@@ -187,10 +187,14 @@ def _pallas_tmem(p) -> list[str]:
 def guide(p) -> str:
     tiles = (["- black outlines: the CTAs of one cluster", "  (they share one operand tile by multicast)"]
              if p.cluster_size > 1 else [])
-    return persistent_guide(max(1, p.num_blocks // p.cluster_size), tiles,
-                            ["- pipeline: the producer refills a slot only after",
-                             "  both consumers release it (empty barrier); the",
-                             "  consumers wait for it to land (full barrier)"])
+    ring = (["- pipeline: the TMA warp refills a slot once the",
+             "  tcgen05.mma that read it are done (the MMA thread's",
+             "  tcgen05.commit arrives on its empty barrier); the",
+             "  MMA thread waits for it to land (full barrier)"] if p.target == "sm_100a" else
+            ["- pipeline: the producer refills a slot only after",
+             "  both consumers release it (empty barrier); the",
+             "  consumers wait for it to land (full barrier)"])
+    return persistent_guide(max(1, p.num_blocks // p.cluster_size), tiles, ring)
 
 
 def _at_max(hook):

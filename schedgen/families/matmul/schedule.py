@@ -14,7 +14,7 @@ from ...plan.common import (
     SmemMap,
 )
 from ...plan.dims import DimLike
-from ...plan.hardware import Hardware
+from ...plan.hardware import Hardware, for_target
 from ...plan.legality import (
     check_profiler,
     profiler_smem_bytes,
@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 
 # why a BlockSpec's memory_space other than smem cannot be a matmul block
 MEMORY_SPACE_WHY = {
-    "gmem": "gmem would leave the block in global memory, which wgmma cannot read",
-    "regs": "regs would load the block into registers, and the kernel's wgmma takes both operands from SMEM "
-            "(only the accumulator lives in registers)",
+    "gmem": "gmem would leave the block in global memory, which {mma} cannot read",
+    "regs": "regs would load the block into registers, and the kernel's {mma} takes both operands from SMEM "
+            "(only the accumulator lives in {acc})",
     "tmem": "tmem (tensor memory) exists on Blackwell (sm_100a) only: it needs schedule.target: sm_100a (this "
             "spec's target is sm_90a, a Hopper kernel)",
 }
@@ -81,9 +81,10 @@ def block_tile(op, sch, out_name: str, dims: Dims, problems: Problems) -> Tile:
                              "SMEM descriptors; its A-from-TMEM form is not rendered); only the output's block may "
                              "say tmem (the accumulator tile in tensor memory); legal: smem (the default)")
         elif bs.memory_space != "smem":
+            mma = for_target(sch.target).mma_instruction
+            why = MEMORY_SPACE_WHY[bs.memory_space].format(mma=mma, acc="TMEM" if mma != "wgmma" else "registers")
             problems.add(("schedule", group, nm, "memory_space"),
-                         f"matmul blocks are staged in smem ({'tcgen05.mma' if sch.target == 'sm_100a' else 'wgmma'} "
-                         f"reads SMEM descriptors); {MEMORY_SPACE_WHY[bs.memory_space]}"
+                         f"matmul blocks are staged in smem ({mma} reads SMEM descriptors); {why}"
                          f"; legal: smem (the default)")
         if bs.index_map is not None:
             problems.add(("schedule", group, nm, "index_map"),
@@ -190,9 +191,9 @@ def smem_layouts(op, tile: Tile, wg: Warpgroups, isz: int, hw: Hardware, problem
     swz_a = _swizzle(tile.a_spec, tile.tk if k_major_a else WGMMA_M, isz, ("schedule", "in_specs", op.lhs), problems, hw)
     swz_b = _swizzle(tile.b_spec, tile.tk if k_major_b else min(wg.wtn, 64), isz, ("schedule", "in_specs", op.rhs),
                      problems, hw)
-    check_transforms(op, tile, swz_a, swz_b, isz, problems)
+    check_transforms(op, tile, swz_a, swz_b, isz, hw, problems)
     layout = Layout(k_major_a, k_major_b, swz_a, swz_b, max(swz_a // isz, 1), max(swz_b // isz, 1))
-    check_swizzle_widths(op, tile, wg, layout, problems)
+    check_swizzle_widths(op, tile, wg, layout, hw, problems)
     return layout
 
 
@@ -201,13 +202,17 @@ def _swizzle(bs, minor_elems: int, isz: int, path: tuple, problems: Problems, hw
                           (*path, "transforms", "swizzle"), problems, what="the swizzled dimension's bytes", none="none")
 
 
-def check_transforms(op, tile: Tile, swz_a: int, swz_b: int, isz: int, problems: Problems) -> None:
-    """No SMEM transpose (wgmma reads either major order); a tiling, if given, is the swizzle's."""
+def check_transforms(op, tile: Tile, swz_a: int, swz_b: int, isz: int, hw: Hardware, problems: Problems) -> None:
+    """No SMEM transpose (the MMA's descriptors say the major order); a tiling, if given, is the swizzle's."""
+    # wgmma reads either major order of both operands; the sm_100a kernel's tcgen05.mma descriptors are rendered
+    # for a K-major lhs and either major order of rhs (blackwell.py refuses transpose_lhs)
+    reads = ("wgmma reads either major order" if hw.mma == "wgmma" else
+             f"{hw.mma_instruction} reads a K-major lhs and either major order of rhs")
     for bs, nm in ((tile.a_spec, op.lhs), (tile.b_spec, op.rhs)):
         if bs is not None and bs.transforms.transpose is not None:
             problems.add(("schedule", "in_specs", nm, "transforms", "transpose"),
-                         "say the stored layout with op.transpose_lhs / op.transpose_rhs; wgmma reads either major "
-                         "order from SMEM, so no SMEM transpose is needed")
+                         f"say the stored layout with op.transpose_lhs / op.transpose_rhs; {reads} from SMEM, so "
+                         f"no SMEM transpose is needed")
         if bs is not None and bs.transforms.tiling is not None:
             sw = swz_a if nm == op.lhs else swz_b
             want = [8, sw // isz] if sw else None
@@ -217,9 +222,13 @@ def check_transforms(op, tile: Tile, swz_a: int, swz_b: int, isz: int, problems:
                              f"or write {want}")
 
 
-def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, problems: Problems) -> None:
-    """The slabs tile the stage: the swizzled extent of each operand is a multiple of the swizzle width."""
+def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, hw: Hardware, problems: Problems) -> None:
+    """The slabs tile the stage: the swizzled extent of each operand is a multiple of the swizzle width (on Hopper
+    each consumer's share of the tile; on sm_100a one MMA thread issues the whole tile)."""
     tk = tile.tk
+    hopper = hw.mma == "wgmma"
+    whose = "each consumer's" if hopper else "the tile's"
+    rows, cols = (wg.wtm, wg.wtn) if hopper else (tile.tm, tile.tn)
     if lay.k_major_a and tk % lay.atom_a:
         problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
                      f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_a} B = {lay.atom_a} elements)")
@@ -228,11 +237,11 @@ def check_swizzle_widths(op, tile: Tile, wg: Warpgroups, lay: Layout, problems: 
                      f"tile_k {tk} must be a multiple of the swizzle width ({lay.swz_b} B = {lay.atom_b} elements)")
     if not lay.k_major_a and wg.wtm % lay.atom_a:
         problems.add(("schedule", "in_specs", op.lhs, "transforms", "swizzle"),
-                     f"M-major lhs: each consumer's {wg.wtm} rows must be a multiple of the swizzle width "
+                     f"M-major lhs: {whose} {rows} rows must be a multiple of the swizzle width "
                      f"({lay.atom_a} elements)")
     if not lay.k_major_b and (wg.wtn % lay.atom_b or tile.tn % lay.atom_b):
         problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
-                     f"N-major rhs: each consumer's {wg.wtn} columns must be a multiple of the swizzle width "
+                     f"N-major rhs: {whose} {cols} columns must be a multiple of the swizzle width "
                      f"({lay.swz_b} B = {lay.atom_b} elements); use a smaller swizzle or a wider tile_n")
     if lay.swz_a == 0 or lay.swz_b == 0:
         problems.add(("schedule", "in_specs", op.lhs if lay.swz_a == 0 else op.rhs, "transforms", "swizzle"),
@@ -507,7 +516,8 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
     check_sizes_int32({nm: v if isinstance(v, int) else v.max for nm, v in op.sizes.items()}, problems)
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
-                     "the Pallas matmul uses warpgroup semantics (wgmma); remove lowering_semantics: lane")
+                     f"the Pallas matmul uses warpgroup semantics ({for_target(sch.target).mma_instruction}); "
+                     f"remove lowering_semantics: lane")
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends and sch.target != "sm_100a":   # the Hopper rendering's (sm_100a: tcgen05.py)
         _pallas_limits(op, sch, tile.ragged_dims, dims, problems)

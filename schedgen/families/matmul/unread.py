@@ -21,7 +21,9 @@ _DIRECT = "with store: direct each thread stores its accumulator fragment from r
 SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1,
            "a block is one TMA producer warpgroup and pipeline.num_compute_wgs consumer warpgroups",
-           "1 (the default); set pipeline.num_compute_wgs for more consumers"),
+           "1 (the default); set pipeline.num_compute_wgs for more consumers",
+           ("an sm_100a block is a TMA producer warp, the thread that issues every tcgen05.mma and an epilogue "
+            "warpgroup that reads the accumulator from TMEM", "1 (the default)")),
     Unread(("epilogue", "tile"), lambda s: s.epilogue.store == "direct" and s.epilogue.tile is not None, _DIRECT,
            "leave tile out, or store: tma"),
     Unread(("epilogue", "buffers"), lambda s: s.epilogue.store == "direct" and s.epilogue.buffers != 2, _DIRECT,
