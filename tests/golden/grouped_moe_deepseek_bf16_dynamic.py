@@ -6,7 +6,8 @@
 # One warpgroup per item runs a 4-stage TMA pipeline over K (the whole row block of x, w[g]'s block),
 # accumulates by wgmma in f32, applies the epilogue and stores the item's rows only: Mosaic GPU has no masked store,
 # so the rows leave SMEM by TMA stores of power-of-two row counts (the binary digits of the item's row count),
-# each under a predicate.
+# each under a predicate. Rows in no group (before the first group's start, from the last group's end to T) are
+# zeros in every output: cdiv(T, 128) zero items store them the same way.
 import functools
 
 import jax
@@ -39,6 +40,7 @@ B_TRANSFORMS = _transforms(128, "bf16")
 def _kernel_body(t_rows):
     """The kernel for a call with t_rows rows of x and out (T)."""
     grid_m = -(-t_rows // TILE_M) + G - 1      # row items: every block, plus one per group boundary inside one
+    zero_m = -(-t_rows // TILE_M)              # zero items: a block each, its rows in no group
 
     def group_rows(offs_gmem, g):
         """Group g's rows [start, end), as the CUDA kernel reads the ends operand, clamped to 0..T."""
@@ -67,11 +69,28 @@ def _kernel_body(t_rows):
         return grp, blk, first, size
 
     def body(in_x_gmem, in_w_gmem, in_offs_gmem, out_out_gmem):
-        @plgpu.nd_loop((grid_m * GRID_N,), collective_axes="blocks")
+        @plgpu.nd_loop(((grid_m + zero_m) * GRID_N,), collective_axes="blocks")
         def _tile_loop(info):
             (lin,) = info.index
             mi, ni = lax.div(lin, GRID_N), lax.rem(lin, GRID_N)
-            grp, blk, first, size = item(in_offs_gmem, mi)
+            grp, blk, first, size = item(in_offs_gmem, mi)      # no rows past the row items
+
+            @pl.when(mi >= grid_m)
+            def _zero():
+                # rows in no group (before the first group's start, from the last group's end to T) are zeros in
+                # every output: the zero items, one per row block, store the block's rows that lie there
+                zb = mi - grid_m
+                lo, _ = group_rows(in_offs_gmem, 0)
+                _, hi = group_rows(in_offs_gmem, G - 1)
+                hi = jnp.maximum(hi, lo)
+                row0 = zb * TILE_M
+                head = jnp.clip(lo - row0, 0, TILE_M)                     # rows row0 .. lo - 1 of the block
+                tail0 = jnp.clip(hi - row0, 0, TILE_M)                    # rows hi .. T - 1 of the block
+                tail = jnp.clip(t_rows - row0, 0, TILE_M) - tail0
+                for at, size in ((0, head), (tail0, jnp.maximum(tail, 0))):
+                    @pl.when(size > 0)
+                    def _rows(at=at, size=size):
+                        _store_rows(jnp.zeros((TILE_M, TILE_N), jnp.float32), out_out_gmem, "bf16", zb, at, size, ni)
 
             @pl.when(size > 0)
             def _item():

@@ -354,6 +354,18 @@ const __grid_constant__ SgTensorMap tm_out, uint16_t* __restrict__ out_ptr,
         }
       }
     }
+    {
+      const int z_lo = sg_row0[0], z_hi = max(sg_row1[7], z_lo);   // rows [0, z_lo) and [z_hi, T)
+      {
+        const long long head = (long long)z_lo * 1792, tail = (long long)(sg_rows_total - z_hi) * 1792;
+        char* const base = reinterpret_cast<char*>(out_ptr);   // out
+        for (long long u = (long long)blockIdx.x * 256 + (threadIdx.x - 128); u < head + tail;
+             u += (long long)gridDim.x * 256) {
+          char* const at = base + (u < head ? u : u - head + (long long)z_hi * 1792) * 16;
+          asm volatile("st.global.v4.u32 [%0], { %1, %1, %1, %1 };" :: "l"(at), "r"(0u) : "memory");
+        }
+      }
+    }
     if (wg_thread == 0) sg_bulk_wait0();
   }
 }

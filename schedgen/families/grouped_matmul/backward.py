@@ -8,7 +8,8 @@ derivative and the saved forward here too):
 - `dacc` (a map kernel): the epilogue's derivative (`autodiff.derive.vjp`) -> gacc [T, N] in the inputs' dtype. Left
   out when the epilogue is `out = acc` and the output has the inputs' dtype: gacc is the upstream gradient;
 - `dx`: dx[rows of g] = gacc[rows of g] @ w[g]^T, a grouped matmul (ragged: m) with transpose_rhs flipped: it reads
-  w as stored (no copy) and the same group operand;
+  w as stored (no copy) and the same group operand. Rows of x in no group get zeros: the forward writes zeros in
+  those rows of its output (they do not depend on x), and so does this step, a forward of the family;
 - `dw`: dw[g] = x[rows of g]^T @ gacc[rows of g] (w stored [G, K, N]) or gacc[rows of g]^T @ x[rows of g] (w stored
   [G, N, K]), a grouped matmul with `ragged: k` (the reduction runs over each group's rows; a group with no rows
   gets a zero block), f32 accumulation, written in w's dtype.

@@ -33,8 +33,8 @@ class GroupedMatmulOp(Model):
         "the activations lhs [T, K] (rows sorted by group) and the weights rhs [G, K, N] ([G, N, K] with "
         "transpose_rhs); with ragged: k, lhs [T, M] and rhs [T, N], both with rows sorted by group"))
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=2, description=(
-        "the output [T, N]: row r holds the product of x's row r with its group's weight (rows in no group "
-        "are not written); with ragged: k, [G, M, N]. A second output of the output's shape is a value the "
+        "the output [T, N]: row r holds the product of x's row r with its group's weight (rows in no group, "
+        "before the first group's start or from the last group's end to T, are zeros in every output); with ragged: k, [G, M, N]. A second output of the output's shape is a value the "
         "epilogue assigns, kept for a backward (the pre-activation: `pre = acc`)"))
     lhs: Ident = Field(default="x", description="the name of the activation input [T, K] (default x)")
     rhs: Ident = Field(default="w", description="the name of the per-group weight input [G, K, N] (default w)")
@@ -47,7 +47,7 @@ class GroupedMatmulOp(Model):
         "the group operand's layout: offsets [G + 1] (group g is rows offsets[g] .. offsets[g + 1] - 1), ends [G] "
         "(cumulative ends, group 0 starting at row 0: torch._grouped_mm's offs) or counts [G] (rows per group, "
         "groups back to back from row 0). Values must be non-decreasing and at most T; rows outside every group are "
-        "left unwritten"))
+        "zeros in the output (ragged: m); with ragged: k they never reach a sum"))
     epilogue: str | None = Field(default=None, min_length=1, max_length=4000, description=(
         "statements like a map body reading the f32 accumulator as `acc` and the constants, and assigning the "
         "output. Default (absent): `<output> = acc`, cast to the output dtype"),

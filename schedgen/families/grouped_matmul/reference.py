@@ -96,8 +96,8 @@ def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nd
                       seed: int | None = None) -> dict[str, np.ndarray | Sampled]:
     """float64 `epilogue(x[rows of g] @ w[g])` for every group. Full unless the problem has more than SAMPLE_ABOVE
     multiply-adds (`sample=None`), `sample=True` or `rows` is given: then a `Sampled` reference of those rows (or
-    SAMPLE_ROWS random ones). Rows in no group are NaN (the kernel leaves them unwritten; the random inputs put
-    every row in a group). A second output (a value the epilogue keeps for a backward) is computed alongside. With
+    SAMPLE_ROWS random ones). Rows in no group (before the first group's start, from the last group's end to T)
+    are zeros in every output, as the kernels write them. A second output (a value the epilogue keeps for a backward) is computed alongside. With
     `ragged: k`, `epilogue(x[rows of g]^T @ w[rows of g])` for every group ([G, M, N]; sampled rows of its [G x M, N]
     view); an empty group's block is epilogue(0)."""
     op = spec.op
@@ -113,7 +113,7 @@ def grouped_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nd
     picked = np.arange(t, dtype=np.int64) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     body = ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc"], outputs=names,
                          constants=list(op.constants))
-    res = {nm: np.full((len(picked), n), np.nan, np.float64) for nm in names}
+    res = {nm: np.zeros((len(picked), n), np.float64) for nm in names}
     for g, (s, e) in enumerate(group_rows(inputs[op.group_offsets], op.offsets_format, op.groups)):
         s, e = min(max(s, 0), t), min(max(e, s), t)
         sel = np.flatnonzero((picked >= s) & (picked < e))

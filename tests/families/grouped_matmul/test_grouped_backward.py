@@ -6,8 +6,8 @@
 - the ragged: k Pallas kernel in the Mosaic GPU interpreter against float64: uneven groups with an empty one, T not a
   multiple of tile_k, rows in no group holding NaN (the kernel must zero them in both operands), NaN-poisoned
   outputs (every block written, the empty group's with zeros), all three group operand layouts, an epilogue;
-- the forward's (ragged: m) Pallas kernel in the interpreter: each group's rows only (rows in no group keep their
-  poison), a kept pre-activation beside the output;
+- the forward's (ragged: m) Pallas kernel in the interpreter: each group's rows, rows in no group written as zeros over
+  the poison, a kept pre-activation beside the output;
 - jax.grad and jax.jit(jax.grad) of a grouped package with a backward through the interpreter, against float64
   gradients in closed form (both weight layouts, empty groups, a float0 cotangent for the offsets);
 - NVRTC sm_90a compiles of every CUDA kernel of the bundled training spec (the forward writing `pre` too, the map
@@ -101,12 +101,12 @@ CASES = {
 def test_graph_gradients_match_finite_differences(tmp_path, case):
     data, backward = CASES[case]
     spec, graph = _graph(tmp_path, {**data, "backward": backward})
-    t, n, k = 7, 3, 2
+    t, n, k = 9, 3, 2
     sizes = {"T": t, "N": n, "K": k}
     rng = np.random.default_rng(len(case))
-    counts = [2, 0, 1, 0, 3, 1, 0, 0]                        # uneven, empty groups, every row in one
+    counts = [2, 0, 1, 0, 3, 1, 0, 0]                        # uneven, empty groups, rows 0 and 8 in no group
     ins = {"x": rng.standard_normal((t, k)), "w": rng.standard_normal((G, n, k) if spec.op.transpose_rhs else (G, k, n)),
-           "offsets": encode_counts(counts, "offsets")}
+           "offsets": encode_counts(counts, "offsets") + 1}
     fwd = spec if graph.forward is None else validate_data(graph.forward, SourceMap("<forward>"))
     outs = families.of(fwd).reference(fwd, sizes, ins)
     assert not check(graph, {"x", "w", "offsets"}, set(outs))
@@ -129,6 +129,8 @@ def test_graph_gradients_match_finite_differences(tmp_path, case):
         np.testing.assert_allclose(got[name], fd, rtol=1e-5, atol=1e-6, err_msg=name)
     if "w" in graph.grads:                                   # groups 1, 3, 6, 7 hold no rows: zero gradients
         assert not np.asarray(got["w"])[[1, 3, 6, 7]].any()
+    if "x" in graph.grads:                                   # rows in no group: the output is 0 there, so is dx
+        assert not np.asarray(got["x"])[[0, 8]].any()
 
 
 def test_the_steps_and_what_they_read(tmp_path):
@@ -236,7 +238,8 @@ def test_ragged_k_pallas_kernel_in_the_interpreter(tmp_path, case):
 def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
     """The forward's Pallas kernel (predicated TMA stores of power-of-two row counts) in the interpreter: a kept
     pre-activation beside the output, groups crossing 128-row blocks, an empty group, rows in no group (before the
-    first and after the last) keeping the NaN poison, T not a multiple of the tile (of the 8-row SMEM tiling)."""
+    first and after the last, in blocks the groups share and in a block of their own) written as zeros over the NaN
+    poison, T not a multiple of the tile (of the 8-row SMEM tiling)."""
     plgpu = pytest.importorskip("jax.experimental.pallas.mosaic_gpu")
     data = _grouped("out = silu(acc)\npre = acc")
     data["op"]["outputs"]["pre"] = {"shape": ["T", "N"], "dtype": "bf16"}
@@ -244,7 +247,7 @@ def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
     built = build_spec(str(_write(tmp_path, data)), {}, cache=Cache(tmp_path / "cache"))
     assert (built.plan.tile_m, built.plan.tile_n) == (128, 128)
     mod = _pallas_module(built)
-    t, rng = 304, np.random.default_rng(3)
+    t, rng = 440, np.random.default_rng(3)
     x = rng.standard_normal((t, 128), dtype=np.float32).astype(BF16)
     w = (rng.standard_normal((G, 256, 128), dtype=np.float32) / 8).astype(BF16)
     offs = np.array([5, 100, 100, 137, 200, 201, 201, 260, 290], np.int32)
@@ -253,7 +256,8 @@ def test_ragged_m_pallas_kernel_stores_each_groups_rows_only(tmp_path):
     want = families.of(built.spec).reference(built.spec, {"T": t}, {"x": x, "w": w, "offsets": offs})
     for name, g in zip(("out", "pre"), got):
         g = np.asarray(g, np.float64)
-        assert np.isnan(g[:5]).all() and np.isnan(g[290:]).all(), "rows in no group must stay unwritten"
+        assert (g[:5] == 0).all() and (g[290:] == 0).all(), "rows in no group are zeros"
+        assert (want[name][:5] == 0).all() and (want[name][290:] == 0).all(), "the reference's too"
         inside = g[5:290]
         assert np.isfinite(inside).all()
         assert np.abs(inside - want[name][5:290]).max() <= 2 ** -7 * np.abs(want[name][5:290]).max(), name
@@ -313,12 +317,12 @@ def _jax_grad_case(tmp_path, transpose_rhs, interpret):
     assert [s for s in built.backward.steps] == ["dacc", "dx", "dw"]
     mod = import_package(package(built, tmp_path / "pkg").parent, built.name)
     f = getattr(mod, built.name)
-    t, rng = 200, np.random.default_rng(5)
+    t, rng = 360, np.random.default_rng(5)
     counts = [0, 70, 1, 0, 64, 0, 65, 0]
     x = rng.standard_normal((t, 128), dtype=np.float32).astype(BF16)
     w_shape = (G, 256, 128) if transpose_rhs else (G, 128, 256)
     w = (rng.standard_normal(w_shape, dtype=np.float32) / 8).astype(BF16)
-    offs = encode_counts(counts, "offsets")
+    offs = encode_counts(counts, "offsets") + 8              # rows 0..7 and 208..359 in no group
     up = rng.standard_normal((t, 256), dtype=np.float32)
     interp = plgpu.InterpretGPUParams() if interpret else None
 
@@ -341,6 +345,10 @@ def _jax_grad_case(tmp_path, transpose_rhs, interpret):
         got = np.asarray(got, np.float64)
         assert np.abs(got - want).max() <= 2 ** -5 * np.abs(want).max()
     assert not np.asarray(gw, np.float32)[[0, 3, 5, 7]].any(), "groups with no rows: zero weight gradients"
+    gx32 = np.asarray(gx, np.float32)
+    assert not gx32[:8].any() and not gx32[208:].any(), "rows of x in no group: zero gradients (not unwritten)"
+    out = np.asarray(f(jnp.asarray(x), jnp.asarray(w), jnp.asarray(offs), interpret=interp), np.float32)
+    assert not out[:8].any() and not out[208:].any(), "the forward's rows in no group are zeros"
     jx, jw, _ = jax.jit(grad)(jnp.asarray(x), jnp.asarray(w), jnp.asarray(offs))
     np.testing.assert_array_equal(np.asarray(jx, np.float32), np.asarray(gx, np.float32))
     np.testing.assert_array_equal(np.asarray(jw, np.float32), np.asarray(gw, np.float32))

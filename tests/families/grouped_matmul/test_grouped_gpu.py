@@ -1,6 +1,6 @@
 """The grouped_matmul CUDA kernel on the GPU (marked gpu): built, run and checked against the float64 reference per
 group, with skewed counts that include empty groups, a one-row group, groups of a tile minus one, a tile and a tile
-plus one row, a group holding every row, rows outside every group (left unwritten), all three layouts of the group
+plus one row, a group holding every row, rows outside every group (written as zeros), all three layouts of the group
 operand, both weight layouts, a fused epilogue with f32 out and masked stores only, torch tensors (torch._grouped_mm's
 offs) and the bundled full-size specs through verify (three token counts, skewed random counts)."""
 from __future__ import annotations
@@ -104,20 +104,25 @@ def test_groups_against_float64(kernels, variant, case):
     assert covered.all()
 
 
-def test_rows_outside_every_group_are_not_written(kernels):
-    """offsets[G] < T: the rows past it are in no group; an out= tensor of NaNs keeps them (torch: written in place)."""
+@pytest.mark.parametrize("variant", ["default", "silu_f32_direct", "few_blocks"])
+def test_rows_outside_every_group_are_zeros(kernels, variant):
+    """offsets[0] > 0 and offsets[G] < T: the rows before and past them are in no group; the kernel writes them as
+    zeros over an out= tensor of NaNs (torch: written in place), whatever the epilogue (a backward's dx is zero
+    there)."""
     torch = pytest.importorskip("torch")
-    b, k = _kernel(kernels, "default")
+    b, k = _kernel(kernels, variant)
     t = 1000
     ins = _inputs(b.spec, [100, 0, 37, 300, 0, 0, 0, 0], t, np.random.default_rng(7))
-    ins["offsets"] = np.array([0, 100, 100, 137, 437, 437, 437, 437, 437], np.int32)
+    ins["offsets"] = np.array([13, 100, 100, 137, 437, 437, 437, 437, 437], np.int32)
     dev = {nm: torch.from_numpy(a.view(np.int16) if a.dtype == BF16 else a).cuda() for nm, a in ins.items()}
     dev["x"], dev["w"] = dev["x"].view(torch.bfloat16), dev["w"].view(torch.bfloat16)
-    poison = torch.full((t, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
+    dtype = torch.float32 if b.plan.out_dtype == "f32" else torch.bfloat16
+    poison = torch.full((t, 1024), float("nan"), dtype=dtype, device="cuda")
     k(dev["x"], dev["w"], dev["offsets"], out=poison)      # written in place
     torch.cuda.synchronize()
     out = poison.float().cpu().numpy()
-    assert np.isnan(out[437:]).all() and np.isfinite(out[:437]).all()
+    assert not out[:13].any() and not out[437:].any(), "rows in no group are zeros"
+    assert np.isfinite(out).all()
     _check(b, out, ins, t)
 
 
