@@ -434,7 +434,7 @@ def cmd_verify(args) -> int:
             from .tune.buckets import parse_cli
             from .verify_buckets import verify_tuned_file
             fn, kw = verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
-                                         "db": args.db}
+                                         "db": args.db, "sizes": args.sizes}
         if args.timeout <= 0:
             checks = fn(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed, **kw)
         else:
@@ -751,7 +751,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--sizes", type=int, default=1, choices=range(1, 6), metavar="N",
                    help="check each spec at N sizes: a dynamic-size spec calls its one package at max(N, 3) sizes "
-                        "(always); a fixed-size spec is rebuilt at N - 1 more (default 1)")
+                        "(always); a fixed-size spec is rebuilt at N - 1 more (default 1); with --tuned, each "
+                        "bucket at its two edges and N - 1 sizes between them, each through the package's dispatch")
     _add_tuned(p, "verify every variant of the bucketed build (build --tuned) at both edges of each bucket it "
                   "serves")
     p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,

@@ -78,7 +78,7 @@ VERIFY_CAP = 4096          # the largest value verify picks for one dynamic size
 VERIFY_VOLUME = 1 << 24    # and for the product of all of them (inputs stay a few hundred MiB at most)
 
 
-def _pick(r, target: int) -> int:
+def legal_size(r, target: int) -> int:
     """The legal value of range r nearest below `target` (or its min)."""
     v = max(r.min, min(r.max, target)) // r.multiple_of * r.multiple_of
     return max(v, r.min)
@@ -94,14 +94,14 @@ def call_sizes(plan, count: int = 3, small: Mapping[str, int] | None = None) -> 
     fixed = {n: v for n, v in plan.sizes.items() if n not in ranges}
     if not ranges:
         return [dict(fixed)]
-    base = {n: _pick(r, (small or {}).get(n, VERIFY_CAP)) for n, r in ranges.items()}
+    base = {n: legal_size(r, (small or {}).get(n, VERIFY_CAP)) for n, r in ranges.items()}
     while math.prod(base.values()) > VERIFY_VOLUME:
         big = max(base, key=lambda n: base[n] / ranges[n].min)
         if base[big] <= ranges[big].min:
             break
-        base[big] = _pick(ranges[big], base[big] // 2)
-    variants = [base, {n: _pick(ranges[n], v * 3 // 4 + 1) for n, v in base.items()},
-                {n: _pick(ranges[n], max(1, v // 8) + 1) for n, v in base.items()}]
+        base[big] = legal_size(ranges[big], base[big] // 2)
+    variants = [base, {n: legal_size(ranges[n], v * 3 // 4 + 1) for n, v in base.items()},
+                {n: legal_size(ranges[n], max(1, v // 8) + 1) for n, v in base.items()}]
     out: list[dict[str, int]] = []
     for v in variants:
         if v not in out:

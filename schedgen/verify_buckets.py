@@ -9,38 +9,47 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .verify import Check, call_sizes, small_overrides, verify_here
+from .verify import Check, call_sizes, legal_size, small_overrides, verify_here
 
 
-def bucket_edges(bb, base: Mapping[str, int]) -> list[tuple[int, str, dict[str, int]]]:
+def bucket_edges(bb, base: Mapping[str, int], inside: int = 0) -> list[tuple[int, str, dict[str, int]]]:
     """(variant index, what, sizes) for the lower edge and the bound of every bucket, in the dispatch table's
-    order; `base` gives every other size (fixed ones and dynamic ones the buckets do not split)."""
+    order, with `inside` sizes between them (`verify --tuned --sizes N`: N - 1; evenly spaced, each size rounded
+    down to its multiple_of, those that round onto an edge or onto each other dropped); `base` gives every
+    other size (fixed ones and dynamic ones the buckets do not split)."""
     from .bucketed import bucket_label
+    ranges = {r.name: r for r in getattr(bb.variants[0].plan, "dynamic_sizes", ())}
     out = []
     for cell, (info, vi) in enumerate(zip(bb.record.buckets, bb.record.table)):
-        ranges = info["range"]
+        bounds = info["range"]
         label = bucket_label(bb.record, cell)
-        lows = {s: lo for s, (lo, hi) in ranges.items()}
-        highs = {s: hi for s, (lo, hi) in ranges.items()}
-        for what, edge in (("lower edge", lows), ("bound", highs)):
+        lows = {s: lo for s, (lo, hi) in bounds.items()}
+        highs = {s: hi for s, (lo, hi) in bounds.items()}
+        edges = [("lower edge", lows)] if highs != lows else []
+        for j in range(1, inside + 1):
+            mid = {s: legal_size(ranges[s], lo + (hi - lo) * j // (inside + 1)) if s in ranges else lo
+                   for s, (lo, hi) in bounds.items()}
+            if mid not in [lows, highs] + [e for _, e in edges]:
+                edges.append((f"inside ({', '.join(f'{s}={v}' for s, v in mid.items())})", mid))
+        edges.append(("bound", highs))
+        for what, edge in edges:
             sizes = {**{k: edge.get(k, v) for k, v in base.items()}, **edge}
-            if what == "bound" or highs != lows:
-                out.append((vi, f"bucket {label}, {what}", sizes))
+            out.append((vi, f"bucket {label}, {what}", sizes))
     return out
 
 
 def verify_bucketed(bb, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
-                    small: Mapping[str, int] | None = None) -> list[Check]:
-    """Package `bb` into a temporary folder, load it, and verify each variant at the edges of its buckets; a row's
-    spec is `<name>/<variant>` and its note says which bucket edge it is. A size assignment the dispatch would hand
-    to another variant is a FAIL row."""
+                    small: Mapping[str, int] | None = None, inside: int = 0) -> list[Check]:
+    """Package `bb` into a temporary folder, load it, and verify each variant at the edges of its buckets (and at
+    `inside` sizes between them); a row's spec is `<name>/<variant>` and its note says which bucket size it is. A
+    size assignment the dispatch would hand to another variant is a FAIL row."""
     from .bucketed import package_bucketed
     from .runtime.buckets import load_bucketed
     root = package_bucketed(bb, Path(tempfile.mkdtemp(prefix="schedgen-verify-buckets-")))
     kernel = load_bucketed(root)
     base = call_sizes(bb.variants[0].plan, 1, small)[0]
     checks: list[Check] = []
-    for vi, what, sizes in bucket_edges(bb, base):
+    for vi, what, sizes in bucket_edges(bb, base, inside):
         vid = bb.record.variants[vi]
         built = bb.variants[vi]
         tag = f"{built.name}/{vid}"
@@ -56,10 +65,12 @@ def verify_bucketed(bb, backends: Sequence[str], *, interpret: bool = False, see
 
 def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
                       buckets_cli: Mapping[str, Sequence[int]] | None = None, db: Any = None,
-                      interpret: bool = False, small: bool = False, seed: int | None = None) -> list[Check]:
-    """verify_bucketed of the spec's bucketed build (what `schedgen build --tuned` packages). With `small` the
-    fixed sizes shrink to the family's few-tiles sizes (the buckets' edges stay: they are what the variants serve);
-    the database lookup is at the spec's own sizes."""
+                      interpret: bool = False, small: bool = False, seed: int | None = None,
+                      sizes: int = 1) -> list[Check]:
+    """verify_bucketed of the spec's bucketed build (what `schedgen build --tuned` packages), each bucket at its
+    two edges and `sizes - 1` sizes between them (`verify --tuned --sizes N`). With `small` the fixed sizes shrink
+    to the family's few-tiles sizes (the buckets' edges stay: they are what the variants serve); the database
+    lookup is at the spec's own sizes."""
     from .tune.buckets import build_tuned, load
     overrides = dict(overrides or {})
     buckets, _ = load(path, overrides, buckets_cli)
@@ -71,4 +82,4 @@ def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str
         fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
         if fixed_small:
             bb = build_tuned(path, overrides, buckets, db=db, extra=fixed_small, require_result=True)
-    return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few)
+    return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few, inside=max(0, sizes - 1))

@@ -408,6 +408,22 @@ def test_verify_tuned_checks_every_variant_at_both_edges_of_its_buckets(tuned, c
     assert "bucket M 96..256, lower edge" in out and "bucket M 288..1024, bound" in out
 
 
+def test_verify_tuned_honours_sizes_inside_each_bucket(tuned, capsys, monkeypatch):
+    """--sizes 2 with --tuned: each bucket also at a size between its edges (rounded down to M's multiple_of 32,
+    dropped where it lands on an edge: bucket 32..64 has none), each through the package's dispatch."""
+    monkeypatch.setattr(T, "current_gpu", lambda: "Fake H200")
+    tmp, spec, bk, res, _ = tuned
+    code, out, err = _cli(capsys, "verify", spec, "--tuned", "--db", tmp / "tune.sqlite", "--interpret",
+                          "--timeout", "0", "--seed", "4", "--sizes", "2")
+    assert code == 0, out + err
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("add_dyn/")]
+    assert [(r[0], r[4], r[7]) for r in rows] == [
+        (f"add_dyn/v{v}", f"N=256,M={m}", "ok")
+        for v, m in ((0, 32), (0, 64), (1, 96), (1, 160), (1, 256), (1, 288), (1, 640), (1, 1024))]
+    assert "bucket M 96..256, inside (M=160)" in out and "bucket M 288..1024, inside (M=640)" in out
+    assert all(float(r[5]) <= float(r[6]) for r in rows)
+
+
 def test_verify_tuned_fails_a_variant_that_computes_wrong(tuned, capsys, monkeypatch):
     """A wrong kernel in one variant is a FAIL row of that variant (the check is real): v1's Pallas run returns
     x - y."""
