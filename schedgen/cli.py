@@ -530,7 +530,10 @@ def cmd_bench(args) -> int:
             vid, variant = _bench_variant(path, bb, at)
             rows += [dict(r, spec=f"{r['spec']}/{vid}") for r in
                      bench_built(variant, _backends(args.backend), iters=args.iters, env=env, at=at)]
+    skipped = [r for r in rows if r.get("skipped")]
     rows = print_skips(rows)                                   # not run here (no GPU): SKIP and the reason
+    if skipped and not rows:
+        return _nothing_timed(skipped, args.allow_skip)
     merged = rows
     if args.json and rows:
         merged = merge_rows(args.json, rows, old)
@@ -543,6 +546,21 @@ def cmd_bench(args) -> int:
         for f in write_report(merged, args.report).values():
             print(f"wrote {f}")
     return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+
+
+def _nothing_timed(skipped: list[dict], allow: bool) -> int:
+    """bench where every row was skipped: exit 4 (nothing timed) with each reason and the rows it skipped, or 0
+    with --allow-skip (a CPU-only machine, CI)."""
+    why: dict[str, list[str]] = {}
+    for r in skipped:
+        why.setdefault(str(r["skipped"]), []).append(f"{r['spec']} {r['backend']}")
+    said = "; ".join(f"{', '.join(rows)}: {reason}" for reason, rows in why.items())
+    if allow:
+        print(f"schedgen: nothing was timed ({len(skipped)} rows skipped; --allow-skip)", file=sys.stderr)
+        return EXIT_OK
+    print(f"schedgen: nothing was timed: {len(skipped)} of {len(skipped)} rows skipped ({said}); exit status "
+          f"{EXIT_NOTHING_VERIFIED} (--allow-skip exits 0 when every row is skipped)", file=sys.stderr)
+    return EXIT_NOTHING_VERIFIED
 
 
 def _bench_variant(path: str, bb, at: dict):
@@ -760,7 +778,11 @@ def parser() -> argparse.ArgumentParser:
                         "watchdog, run in this process")
     _add_define(p)
     p.set_defaults(fn=cmd_verify)
-    p = sub.add_parser("bench", help="time kernels against their peers (GPU)")
+    p = sub.add_parser("bench", help="time kernels against their peers (GPU)",
+                       description="Verify each kernel against float64, then time it against its peers on this "
+                                   "machine's GPU; a spec/backend not run here prints a SKIP line saying why. Exit "
+                                   "status: 0 every row that ran verified; 1 a row did not verify; 2 a bad spec or "
+                                   "usage; 4 every row was skipped (nothing timed; --allow-skip makes that 0).")
     p.add_argument("files", nargs="+")
     p.add_argument("--backend", choices=["cuda", "pallas", "all"], default="all")
     p.add_argument("--json", help="merge the rows into this benchmark record")
@@ -770,6 +792,9 @@ def parser() -> argparse.ArgumentParser:
                    help="time a dynamic-size package at these sizes (repeat for more shapes; sizes not named: their "
                         "max, the default for all of them); one package, no rebuild")
     _add_tuned(p, "time the variant of the bucketed build (build --tuned) that the dispatch picks at each --at")
+    p.add_argument("--allow-skip", action="store_true", help="exit 0 when every row is skipped (no GPU here, a "
+                                                             "backend the spec lacks); without it that is exit 4, "
+                                                             "nothing timed")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md and PNG plots (throughput per "
                                                    "shape against the peers, roofline) here")
     _add_define(p)
