@@ -41,6 +41,8 @@ def explain_grouped_matmul(p) -> str:
         "  stores     " + ("64-row blocks wholly inside the group: staged in SMEM chunks and TMA-stored; the "
                            "group's last partial block: masked stores from registers" if p.epi_store != "direct"
                            else "masked stores from registers (rows below the group's end)"),
+        "  no group   rows before the first group's start and from the last group's end to T: zeros in every output "
+        "(CUDA: stored by the consumers after their tiles; Pallas: one zero item a row block)",
         f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
         + (", lowered at launch to the SMs" if p.auto_blocks else ""),
     ]
