@@ -1,7 +1,8 @@
 """The grouped_matmul CUDA kernel compiled by NVRTC to sm_90a on the CPU, its SASS checked: wgmma (HGMMA) of the
 consumer's width, no local memory (no spills, no stack), TMA loads of x (2-D) and w (3-D, a group a box), TMA stores
-where the epilogue stages chunks and masked global stores for a group's last block, the warp scans that build the
-group tables, and the block's static + dynamic SMEM within the H200's 227 KiB."""
+where the epilogue stages chunks and masked global stores for a group's last block, 16-byte stores of the zeros in
+rows outside every group, the warp scans that build the group tables, and the block's static + dynamic SMEM within
+the H200's 227 KiB."""
 from __future__ import annotations
 
 import re
@@ -63,6 +64,7 @@ def test_sass_has_wgmma_tma_and_no_local_memory(built, name):
     assert "UTMALDG.2D" in ops and "UTMALDG.3D" in ops           # x rows; w[g] through the 3-D map
     assert "SHFL.UP" in ops                                      # the warp scans of the group tables
     assert any(op.startswith("STG.E") for op in ops)             # masked stores of a group's last block
+    assert "STG.E.128" in ops                                    # the zeros of the rows in no group, 16 B a store
     assert ("UTMASTG.2D" in ops) == (p.epi_store == "tma")
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL" in ops and "USETMAXREG.DEALLOC.CTAPOOL" in ops
     assert not any(op.endswith("MULTICAST") for op in ops)
