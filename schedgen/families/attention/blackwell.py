@@ -23,6 +23,7 @@ from ...frontend.model import ITEMSIZE
 from ...plan.common import Problems, SmemMap
 from ...plan.hardware import Hardware
 from ...plan.legality import SMEM_SLACK, check_hopper_only, check_no_cluster, smem_detail
+from .in_specs import check_in_specs
 from .records import Blocks, Dims, Names
 
 ROWS = 128                    # query rows a tile: one tcgen05.mma M, the 128 TMEM lanes (thread = row)
@@ -88,23 +89,10 @@ def check_target(spec, problems: Problems) -> None:
 def plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
     """block_q 128 (one tcgen05.mma M a tile); block_kv from k's in_spec, else 128 (64 at head_dim 256, for SMEM)."""
     d = dims.d
-    qs, ks, vs = (sch.in_specs.get(n) for n in names.inputs)
+    qs, ks = (sch.in_specs.get(n) for n in (names.q, names.k))
     block_q = qs.block_shape[0] if qs is not None else ROWS
     block_kv = ks.block_shape[0] if ks is not None else (128 if d <= 128 else 64)
-    for n, bs in zip(names.inputs, (qs, ks, vs)):
-        if bs is None:
-            continue
-        path = ("schedule", "in_specs", n, "block_shape")
-        if len(bs.block_shape) != 2 or bs.block_shape[1] != d:
-            problems.add(path, f"a block is [rows, head_dim] = [..., {d}]")
-        if n == names.v and bs.block_shape[0] != block_kv:
-            problems.add((*path, 0), f"v's block has k's {block_kv} rows")
-        if bs.index_map is not None:
-            problems.add(("schedule", "in_specs", n, "index_map"), "attention derives its index maps from the tile "
-                                                                   "order; remove index_map")
-    for n in sch.in_specs:
-        if n not in names.inputs:
-            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are {', '.join(names.inputs)}")
+    check_in_specs(sch, names, d, block_kv, problems)
     if block_q != ROWS:
         problems.add(("schedule", "in_specs", names.q, "block_shape", 0),
                      f"on sm_100a a tile is {ROWS} query rows (one tcgen05.mma M, the {ROWS} TMEM lanes of S and O), "

@@ -39,6 +39,7 @@ from ...plan.legality import (
     setmaxnreg_problem,
 )
 from . import blackwell as bw
+from .in_specs import check_in_specs
 from .unread import check_unread
 from .records import (
     DTYPES,
@@ -299,23 +300,10 @@ def _plan_blocks(sch, names: Names, dims: Dims, problems: Problems) -> Blocks:
     if nc > 3:
         problems.add(("schedule", "pipeline", "num_compute_wgs"), f"1 to 3 consumer warpgroups, got {nc}")
         nc = 3
-    qs, ks, vs = (sch.in_specs.get(n) for n in names.inputs)
+    qs, ks = (sch.in_specs.get(n) for n in (names.q, names.k))
     block_q = qs.block_shape[0] if qs is not None else WGMMA_M * nc
     block_kv = ks.block_shape[0] if ks is not None else (128 if d <= 128 else 64)
-    for n, bs, want in ((names.q, qs, None), (names.k, ks, None), (names.v, vs, block_kv)):
-        if bs is None:
-            continue
-        path = ("schedule", "in_specs", n, "block_shape")
-        if len(bs.block_shape) != 2 or bs.block_shape[1] != d:
-            problems.add(path, f"a block is [rows, head_dim] = [..., {d}]")
-        if want is not None and bs.block_shape[0] != want:
-            problems.add((*path, 0), f"v's block has k's {want} rows")
-        if bs.index_map is not None:
-            problems.add(("schedule", "in_specs", n, "index_map"), "attention derives its index maps from the tile "
-                                                                   "order; remove index_map")
-    for n in sch.in_specs:
-        if n not in names.inputs:
-            problems.add(("schedule", "in_specs", n), f"no input named '{n}'; inputs are {', '.join(names.inputs)}")
+    check_in_specs(sch, names, d, block_kv, problems)
     if block_q != WGMMA_M * nc:
         problems.add(("schedule", "in_specs", names.q, "block_shape", 0),
                      f"each consumer warpgroup owns {WGMMA_M} query rows (one wgmma M block): block_q is "

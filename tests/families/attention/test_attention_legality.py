@@ -48,3 +48,21 @@ def _lines(ov):
 def test_shared_rules_located(ov, want):
     assert _lines(ov) == want
 
+
+
+@pytest.mark.parametrize("path", [BASE, SPECS_DIR / "attention_bf16_4096_sm100_pallas.yaml"], ids=["sm_90a", "sm_100a"])
+def test_in_spec_rules_are_the_same_on_both_targets(path):
+    """attention/in_specs.py: one check of q / k / v blocks for the sm_90a and sm_100a planners (v with k's rows,
+    [rows, head_dim], no index_map, no in_spec for a name that is not an input), each at its field."""
+    ov = {"schedule.in_specs.v.block_shape": [64, 128], "schedule.in_specs.q.index_map": "lambda i, j: (i, j)",
+          "schedule.in_specs.k.block_shape": [128, 64], "schedule.in_specs.bias": {"block_shape": [128, 128]}}
+    spec, src = load_spec(str(path), ov)
+    with pytest.raises(SpecErrors) as info:
+        plan(spec, src)
+    lines = [line.split(": ", 1)[1] for line in info.value.lines()]
+    for want in ("schedule.in_specs.q.index_map: attention derives its index maps from the tile order; remove "
+                 "index_map",
+                 "schedule.in_specs.k.block_shape: a block is [rows, head_dim] = [..., 128]",
+                 "schedule.in_specs.v.block_shape[0]: v's block has k's 128 rows",
+                 "schedule.in_specs.bias: no input named 'bias'; inputs are q, k, v"):
+        assert want in lines, (want, lines)
