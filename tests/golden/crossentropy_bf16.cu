@@ -263,6 +263,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
     for (int s = 0; s < kSteps; ++s) {
       acc1[s] = 0.0f;
       col1[s] = (int)(p_t[s]);
+      // take: the row's one element at its column, loaded by one thread of the row; the
+      // others add 0 (no per-element compare in the sweep), and the level's combination sums them
+      if (t == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {
+        const int gcol = col1[s];
+          const float v_x = sg_bf16_to_f32(__ldg(in_x + (long long)row[s] * kN + gcol));
+
+        acc1[s] = v_x;
+      }
     }
     #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
@@ -276,7 +284,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
           const float v_x = el_in_x(k_x[s][c], j);
 
           acc0[s] = fmaxf(acc0[s], v_x);
-          acc1[s] += (e == col1[s]) ? (v_x) : 0.0f;
 
         }
       }

@@ -171,6 +171,18 @@ def test_a_row_kept_for_a_later_pass_has_a_located_register_limit():
     assert any("even a cluster of 16 CTAs (through DSMEM) does not fit" in line for line in lines), lines
 
 
+def test_take_loads_its_one_element_instead_of_a_compare_per_element():
+    """take(e, i): one thread of the row loads e's inputs at column i (the others add 0); the sweep has no
+    per-element compare against the column."""
+    cu = render(_plan(XENT), "cuda")
+    assert "e == col1" not in cu and "if (t == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {" in cu
+    assert cu.count("__ldg(in_x + (long long)row[s] * kN + gcol)") == 1
+    cu = render(_plan(XENT, TAKE_OF_AN_EXPRESSION), "cuda")
+    assert "__ldg(in_w + gcol)" in cu and "acc2[s] = ((v_x * v_w) - red__r1[s]);" in cu
+    cu = render(_plan(XENT, {"op.sizes.N": 65536, "schedule.cluster": [4]}), "cuda")
+    assert "if (t == 0 && rank == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {" in cu
+
+
 # ------------------------------------------------------------------------------------------------ prefetch ring
 
 def test_the_prefetch_ring_follows_pipeline_kind():
@@ -354,6 +366,10 @@ def test_reference_matches_direct_formulas():
 
 # ------------------------------------------------------------------------------------------------ CUDA: NVRTC, SASS
 
+# take of an expression of a row input, a vector along the row and a lower level's reduction (level 2)
+TAKE_OF_AN_EXPRESSION = {"op.inputs.w": {"shape": ["N"], "dtype": "bf16"},
+                         "op.body": "loss = logsumexp(x) - take(x * w - mean(x), t)"}
+
 VARIANTS = [(SOFTMAX, None), (LAYERNORM, None), (RMSNORM, None), (XENT, None),
             (SOFTMAX, {"op.sizes.N": 1001}),                                   # ragged row: element accesses
             (SOFTMAX, {"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}),
@@ -365,7 +381,8 @@ VARIANTS = [(SOFTMAX, None), (LAYERNORM, None), (RMSNORM, None), (XENT, None),
             (SOFTMAX, {"schedule.pipeline.kind": "none"}),                     # no prefetch: the old loads
             (XENT, {"op.sizes.N": 128256}),                                    # segments through the ring
             (XENT, {"op.sizes.N": 128256, "schedule.pipeline.kind": "none",
-                    "schedule.pipeline.max_concurrent_steps": 2})]
+                    "schedule.pipeline.max_concurrent_steps": 2}),
+            (XENT, TAKE_OF_AN_EXPRESSION)]
 
 
 @pytest.mark.parametrize("path, ov", VARIANTS, ids=lambda v: getattr(v, "stem", str(v)))
