@@ -52,6 +52,8 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     kinds, m, n = _shapes(op, problems)
     _dtypes(op, problems)
     body = _parse_body(op, kinds, problems)
+    if body is not None and sch.compiler_params.approx_math:
+        body = rb.hoist_reciprocals(body)       # a reciprocal a row, a multiply an element
     if kinds is None or n is None:
         return None, problems
     rows, steps, warps_per_row = _blocking(op, sch, kinds, problems)

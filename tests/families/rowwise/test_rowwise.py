@@ -433,6 +433,31 @@ def test_pallas_interpreted_matches_float64(path):
     assert p.n == 512
 
 
+def test_approx_math_hoists_a_per_row_divisor_into_one_reciprocal():
+    """approx_math: softmax's e / sum(e) becomes e * (1 / sum(e)), one reciprocal a row (a per-row statement
+    before y, after the reductions that statement reads); the Pallas kernel, interpreted, still matches float64
+    (the bf16 tolerance of exact math). Exact math keeps the division an element."""
+    ov = {"schedule.compiler_params.approx_math": True}
+    p = _plan(SOFTMAX, ov)
+    assert [t for t, _ in p.body] == ["m", "e", "_q0", "y"] and p.body_roles["_q0"] == "scalar"
+    assert [r.statement for r in p.reductions] == [0, 2]          # sum(e) is reduced before _q0 reads it
+    cu = render(p, "cuda")
+    assert "u__q0[s] = (1.0f / red__r1[s]);" in cu and "const float o_y = (t_e * u__q0[s]);" in cu
+    # SASS: no division check (FCHK) an element, a handful of reciprocals (two rows, their slow paths) where the
+    # exact kernel has one division an element (2 rows x 32 elements a thread)
+    text = sass(compile_cuda(cu).cubin)
+    assert "FCHK" not in text and len(re.findall(r"\bMUFU\.RCP\b", text)) <= 8
+    exact = render(_plan(SOFTMAX), "cuda")
+    assert "const float o_y = (t_e / red__r1[s]);" in exact and "_q0" not in exact
+    assert len(re.findall(r"\bFCHK\b", sass(compile_cuda(exact).cubin))) == 64
+    # a divisor that varies along the row stays a division, and so does one inside a reduction's argument (those
+    # are not rewritten); a per-row divisor of a divided expression is hoisted
+    q = _plan(SOFTMAX, {**ov, "op.body": "m = max(x)\ny = (x - m) / (x * x + 1.0) / sum(exp(x / m))"})
+    assert [t for t, _ in q.body] == ["m", "_q0", "y"], q.body
+    assert "(x * x + 1.0)" in str(q.body[-1][1].expr.text) and "_q1" not in q.body_roles
+    _interpret(SOFTMAX, {"M": 5, "N": 512}, seed=9, ov=ov)
+
+
 def _targets(plan, sizes):
     from schedgen.reference import random_inputs
     rng = np.random.default_rng(11)
