@@ -321,6 +321,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       }
     }
     __syncthreads();
+    // past the last level only thread 0 of the row reads the row's values (it writes the one-value-a-row outputs,
+    // or hands the CTA's partials to the cluster): the row's other warps skip the combination
+    if (wr == 0) {
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const float* slot = sg_red + ((parity * kLevels + 0) * kRows * kSteps + s * kRows + rg) * kWarpsPerRow * kSlots;
@@ -335,6 +338,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       for (int w = 1; w < kWarpsPerRow; ++w) {
         acc1[s] += slot[w * kSlots + 2];
       }
+    }
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {

@@ -183,6 +183,15 @@ def test_take_loads_its_one_element_instead_of_a_compare_per_element():
     assert "if (t == 0 && rank == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {" in cu
 
 
+def test_only_the_lead_warp_combines_a_last_level_nothing_along_the_row_reads():
+    """Cross-entropy's one level feeds only its per-row loss (written by thread 0): the row's 15 other warps skip
+    the SMEM combination of the 16 partials; softmax's last level feeds its rows, so every warp combines."""
+    assert "    if (wr == 0) {" in render(_plan(XENT), "cuda")
+    assert "if (wr == 0)" not in render(_plan(SOFTMAX), "cuda")
+    cu = render(_plan(XENT, {"op.sizes.N": 65536, "schedule.cluster": [4]}), "cuda")
+    assert cu.index("    if (wr == 0) {") < cu.index("sg_cluster_sync();")
+
+
 # ------------------------------------------------------------------------------------------------ prefetch ring
 
 def test_the_prefetch_ring_follows_pipeline_kind():
