@@ -38,6 +38,9 @@ run softmax_16384x8192_old specs/softmax_bf16.yaml M=16384 $OLD
 run xent_8192x32000_old specs/crossentropy_bf16.yaml M=8192 $OLD
 run xent_4096x128256_old specs/crossentropy_bf16.yaml M=4096 -D op.sizes.N=128256 $OLD
 run xent_8192x32000_new_approx specs/crossentropy_bf16.yaml M=8192 $APPROX
+# if time is left: other blockings with the ring (one row in flight, 3 CTAs an SM; two 256-thread CTAs a row each)
+run softmax_16384x8192_new_1step specs/softmax_bf16.yaml M=16384 -D schedule.pipeline.max_concurrent_steps=1
+run xent_8192x32000_new_2wg specs/crossentropy_bf16.yaml M=8192 -D schedule.num_warpgroups=2
 }
 echo "(${SECONDS} s)"
 python3 - "$O" <<'PY' 2>&1 | tee "$O/bench.md"
