@@ -25,11 +25,7 @@ from .plan import (
     _registers,
     _shapes,
     kept_row_registers,
-    prefetches,
-    reduction_smem,
-    red_slots_of,
-    ring_slot_bytes,
-    row_words,
+    ring_layout,
     streaming,
 )
 
@@ -106,12 +102,8 @@ def ring_bytes(spec, kinds, n: int, rows: int, steps: int, wgs: int, csize: int)
     wpr = max(1, 4 * wgs // rows)
     vec, chunks, _, _ = _registers(op, kinds, n, rows, steps, wpr, sch, streaming(op, kinds, body), Problems(),
                                    csize)
-    words = row_words(op, kinds, vec)
-    if not prefetches(sch, vec, words):
-        return 0
-    levels = max((r.level for r in body.reductions), default=0)
-    offset = -(-reduction_smem(levels, rows, steps, wpr, red_slots_of(body), csize) // 16) * 16
-    return offset + 2 * ring_slot_bytes(128 * wgs, steps, chunks, words)
+    prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, wpr, csize, 128 * wgs)
+    return offset + 2 * slot if prefetch else 0
 
 
 def _ring_picks(spec, kinds, n: int, rows: int, steps: int, wgs: int, csize: int, picks: list[Pick],

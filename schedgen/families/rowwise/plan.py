@@ -6,8 +6,8 @@ partials in f32, warp shuffles, then the row group's warps through SMEM), and wr
 stores: one read of each input row from HBM, one write of each output. With pipeline.kind emit_pipeline (the
 default) the next piece of rows (the next row block, or the row's next segment when it streams) is copied into a
 two-slot SMEM ring by cp.async while this one is reduced, each thread copying and reading back only its own
-vectors (no barrier); pipeline.kind none loads straight into the registers, no overlap. The CTAs loop over row blocks (a grid of
-all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
+vectors (no barrier); pipeline.kind none loads straight into the registers, no overlap. The CTAs loop over row
+blocks (a grid of all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
 of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
 across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
@@ -407,30 +407,37 @@ def row_words(op, kinds, vec: int) -> int:
 
 
 def prefetches(sch, vec: int, words: int) -> bool:
-    """Whether the CUDA kernel copies the next piece to SMEM while reducing this one: a CUDA backend,
-    pipeline.kind not none,
-    16-byte accesses (cp.async moves 4, 8 or 16 B; an element access of 2 B cannot), and a row input to copy."""
+    """Whether the CUDA kernel copies the next piece to SMEM while reducing this one: a CUDA backend, pipeline.kind
+    not none, 16-byte accesses (cp.async moves 4, 8 or 16 B; an element access of 2 B cannot), a row input."""
     return "cuda" in sch.backends and sch.pipeline.kind != "none" and vec > 1 and words > 0
 
 
-def _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw: Hardware,
-          problems: Problems) -> tuple[bool, int, int]:
-    """(prefetch, the ring's offset in the dynamic SMEM, one slot's bytes); a located error when two slots do not
-    fit beside the reduction scratch."""
+def ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
+                threads: int) -> tuple[bool, int, int]:
+    """(prefetch, the ring's offset in the dynamic SMEM: the reduction scratch rounded up to 16 B, one slot's
+    bytes) for blocks of `threads`; (False, 0, 0) when the kernel does not prefetch."""
     words = row_words(op, kinds, vec)
     if not prefetches(sch, vec, words):
         return False, 0, 0
     levels = max((r.level for r in body.reductions), default=0)
     offset = -(-reduction_smem(levels, rows, steps, warps_per_row, red_slots_of(body), csize) // 16) * 16
-    slot = ring_slot_bytes(128 * sch.num_warpgroups, steps, chunks, words)
-    if offset + 2 * slot > hw.smem_per_block:
+    return True, offset, ring_slot_bytes(threads, steps, chunks, words)
+
+
+def _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw: Hardware,
+          problems: Problems) -> tuple[bool, int, int]:
+    """ring_layout, and a located error when its two slots do not fit beside the reduction scratch."""
+    prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
+                                         128 * sch.num_warpgroups)
+    words = row_words(op, kinds, vec)
+    if prefetch and offset + 2 * slot > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "kind"),
                      f"the CUDA kernel's prefetch ring (two slots of {steps} row(s) x {chunks} 16-byte vector(s) "
                      f"x {words} word(s) a thread, {128 * sch.num_warpgroups} threads: {2 * slot} B) does not fit "
                      f"the {hw.smem_per_block} B of SMEM a block beside {offset} B of partials: set pipeline.kind: "
                      f"none (loads straight into the registers, no overlap), or use fewer max_concurrent_steps, "
                      f"rows a block or warpgroups")
-    return True, offset, slot
+    return prefetch, offset, slot
 
 
 # ----------------------------------------------------------------------------------------------- Pallas
