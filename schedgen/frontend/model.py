@@ -238,7 +238,8 @@ class Pipeline(Model):
     """How GMEM blocks stream through SMEM: emit_pipeline (all warps) or warp-specialized producer/consumers."""
     kind: Literal["none", "emit_pipeline", "warp_specialized"] = Field(default="emit_pipeline", description=(
         "none: one stage, no overlap; emit_pipeline (the default): plgpu.emit_pipeline, every warp loads and "
-        "computes (map); warp_specialized: a TMA producer warpgroup and 1-3 consumer warpgroups "
+        "computes (map; rowwise's CUDA kernel copies the next row block or row segment into a two-slot SMEM ring by "
+        "cp.async while it reduces this one, where none loads straight into the registers); warp_specialized: a TMA producer warpgroup and 1-3 consumer warpgroups "
         "(emit_pipeline_warp_specialized; matmul, collective_matmul and attention take only it and pick it when kind is "
         "not written; map refuses it)"))
     max_concurrent_steps: Annotated[int, Field(ge=1, le=16)] = Field(default=2, description=(

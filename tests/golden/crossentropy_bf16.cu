@@ -83,6 +83,11 @@ __device__ __forceinline__ void sg_bulk_wait_read0() { asm volatile("cp.async.bu
 __device__ __forceinline__ void sg_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 struct alignas(16) SgV4 { uint32_t x, y, z, w; };
+__device__ __forceinline__ void sg_cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void sg_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void sg_cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 namespace {
 constexpr int kThreads = 512;
@@ -94,6 +99,9 @@ constexpr int kVec = 8;             // elements a thread access
 constexpr int kChunks = 8;          // accesses a thread a row
 constexpr int kN = 32000;
 constexpr int kSlots = 3;          // f32 partials a row a level
+constexpr int kQoff_x = 0;        // its first 16-byte word of an access in a ring slot
+constexpr int kWords = 1;          // 16-byte words of one access, the row inputs together
+constexpr int kRingOffset = 384;   // bytes of dynamic SMEM before the prefetch ring
 constexpr int kLevels = 1;
 [[maybe_unused]] constexpr float kInvN = 0x1.0624de0000000p-15f;
 [[maybe_unused]] constexpr int S_N = 32000;
@@ -162,11 +170,34 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
   [[maybe_unused]] const int S_M = sz_M;  // M: dynamic, 1..65536
   const int kM = sz_M;
   const int num_row_blocks = sz_M;
-  extern __shared__ float sg_red[];             // [2 parities][kLevels][kRows * kSteps][kWarpsPerRow][kSlots]
+  extern __shared__ __align__(16) float sg_red[];   // [2 parities][kLevels][kRows * kSteps][kWarpsPerRow][kSlots], then the ring
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int rg = warp / kWarpsPerRow;           // this thread's row group
   [[maybe_unused]] const int wr = warp % kWarpsPerRow;           // its warp within the row
   const int t = (int)threadIdx.x % kGroup;      // its thread within the row
+  // the prefetch ring: [2 slots][kSteps][kChunks][kWords][kThreads] 16-byte words; a thread copies and reads back
+  // only its own words, so cp.async.wait_group orders them without a barrier
+  SgV4* const sg_ring = reinterpret_cast<SgV4*>(reinterpret_cast<char*>(sg_red) + kRingOffset);
+  auto ring_at = [&](int sl, int s, int c, int w) {
+    return sg_ring + (((sl * kSteps + s) * kChunks + c) * kWords + w) * kThreads + (int)threadIdx.x;
+  };
+  int slot = 0;
+  if ((int)blockIdx.x < num_row_blocks) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int r_ = (((int)blockIdx.x) * kSteps + s) * kRows + rg;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int e0 = (((0) * kChunks + c) * kGroup + t) * kVec;
+          if (r_ >= kM || e0 >= kN) continue;
+          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
+#pragma unroll
+          for (int i = 0; i < kQ_x; ++i)
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+        }
+      }
+  }
+  sg_cp_commit();
   int parity = 0;
   for (int blk = (int)blockIdx.x; blk < num_row_blocks; blk += (int)gridDim.x, parity ^= 1) {
     int row[kSteps];
@@ -176,7 +207,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       row[s] = (blk * kSteps + s) * kRows + rg;
       live[s] = row[s] < kM;
     }
-    // ---- every input row this thread keeps: all loads issued before any is used
+    // ---- the next piece goes into the other ring slot, then this one's vectors (copied a piece ago) come back
+    {
+      const int nseg = 0, nblk = blk + (int)gridDim.x;
+      if (nblk < num_row_blocks) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int r_ = ((nblk) * kSteps + s) * kRows + rg;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int e0 = (((nseg) * kChunks + c) * kGroup + t) * kVec;
+          if (r_ >= kM || e0 >= kN) continue;
+          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
+#pragma unroll
+          for (int i = 0; i < kQ_x; ++i)
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+        }
+      }
+      }
+      sg_cp_commit();
+      sg_cp_wait<1>();                          // every group but the newest: this piece has landed
+    }
     SgV4 k_x[kSteps][kChunks][kQ_x];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
@@ -184,14 +235,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       for (int c = 0; c < kChunks; ++c) {
         const int e0 = (c * kGroup + t) * kVec;
         const bool ok = live[s] && e0 < kN;
-        const long long at = (long long)row[s] * kN + e0;
-        if (ok) ld_in_x(in_x + at, k_x[s][c]);
-        else {
 #pragma unroll
-          for (int i = 0; i < kQ_x; ++i) k_x[s][c][i] = SgV4{0u, 0u, 0u, 0u};
-        }
+        for (int i = 0; i < kQ_x; ++i)
+          k_x[s][c][i] = ok ? *ring_at(slot, s, c, kQoff_x + i) : SgV4{0u, 0u, 0u, 0u};
       }
     }
+    slot ^= 1;
+
     float p_t[kSteps];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) p_t[s] = live[s] ? sg_to_f32(__ldg(in_t + row[s])) : 0.0f;
@@ -213,6 +263,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
     for (int s = 0; s < kSteps; ++s) {
       acc1[s] = 0.0f;
       col1[s] = (int)(p_t[s]);
+      // take: the row's one element at its column, loaded by one thread of the row; the
+      // others add 0 (no per-element compare in the sweep), and the level's combination sums them
+      if (t == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {
+        const int gcol = col1[s];
+          const float v_x = sg_bf16_to_f32(__ldg(in_x + (long long)row[s] * kN + gcol));
+
+        acc1[s] = v_x;
+      }
     }
     #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
@@ -226,7 +284,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
           const float v_x = el_in_x(k_x[s][c], j);
 
           acc0[s] = fmaxf(acc0[s], v_x);
-          acc1[s] += (e == col1[s]) ? (v_x) : 0.0f;
 
         }
       }
@@ -264,6 +321,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       }
     }
     __syncthreads();
+    // past the last level only thread 0 of the row reads the row's values (it writes the one-value-a-row outputs,
+    // or hands the CTA's partials to the cluster): the row's other warps skip the combination
+    if (wr == 0) {
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const float* slot = sg_red + ((parity * kLevels + 0) * kRows * kSteps + s * kRows + rg) * kWarpsPerRow * kSlots;
@@ -278,6 +338,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
       for (int w = 1; w < kWarpsPerRow; ++w) {
         acc1[s] += slot[w * kSlots + 2];
       }
+    }
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {

@@ -85,6 +85,11 @@ __device__ __forceinline__ void sg_bulk_wait_read0() { asm volatile("cp.async.bu
 __device__ __forceinline__ void sg_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 struct alignas(16) SgV4 { uint32_t x, y, z, w; };
+__device__ __forceinline__ void sg_cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void sg_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void sg_cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 namespace {
 constexpr int kThreads = 512;
@@ -98,6 +103,9 @@ constexpr int kN = 262144;
 constexpr int kCluster = 8;          // CTAs a row (a thread-block cluster)
 constexpr int kNc = kN / kCluster;     // columns each CTA of the cluster holds
 constexpr int kSlots = 1;          // f32 partials a row a level
+constexpr int kQoff_x = 0;        // its first 16-byte word of an access in a ring slot
+constexpr int kWords = 1;          // 16-byte words of one access, the row inputs together
+constexpr int kRingOffset = 272;   // bytes of dynamic SMEM before the prefetch ring
 constexpr int kLevels = 2;
 [[maybe_unused]] constexpr float kInvN = 0x1.0000000000000p-18f;
 [[maybe_unused]] constexpr int S_M = 256;
@@ -186,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
 {
   const int kM = 256;
   const int num_row_blocks = 256;
-  extern __shared__ float sg_red[];             // [2 parities][kLevels][kRows * kSteps][kWarpsPerRow][kSlots]
+  extern __shared__ __align__(16) float sg_red[];   // [2 parities][kLevels][kRows * kSteps][kWarpsPerRow][kSlots], then the ring
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int rg = warp / kWarpsPerRow;           // this thread's row group
   [[maybe_unused]] const int wr = warp % kWarpsPerRow;           // its warp within the row
@@ -194,6 +202,29 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
   const int rank = sg_cluster_rank();           // this CTA's slice of every row: columns [col0, col0 + kNc)
   const int col0 = rank * kNc;
   float* const sg_cl = sg_red + 64;   // [2 parities][kLevels][kRows * kSteps][kSlots]: partials the cluster reads
+  // the prefetch ring: [2 slots][kSteps][kChunks][kWords][kThreads] 16-byte words; a thread copies and reads back
+  // only its own words, so cp.async.wait_group orders them without a barrier
+  SgV4* const sg_ring = reinterpret_cast<SgV4*>(reinterpret_cast<char*>(sg_red) + kRingOffset);
+  auto ring_at = [&](int sl, int s, int c, int w) {
+    return sg_ring + (((sl * kSteps + s) * kChunks + c) * kWords + w) * kThreads + (int)threadIdx.x;
+  };
+  int slot = 0;
+  if ((int)blockIdx.x / kCluster < num_row_blocks) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int r_ = (((int)blockIdx.x / kCluster) * kSteps + s) * kRows + rg;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int e0 = (((0) * kChunks + c) * kGroup + t) * kVec;
+          if (r_ >= kM || e0 >= kNc) continue;
+          [[maybe_unused]] const long long at = (long long)r_ * kN + col0 + e0;
+#pragma unroll
+          for (int i = 0; i < kQ_x; ++i)
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+        }
+      }
+  }
+  sg_cp_commit();
   int parity = 0;
   for (int blk = (int)blockIdx.x / kCluster; blk < num_row_blocks; blk += (int)gridDim.x / kCluster, parity ^= 1) {
     int row[kSteps];
@@ -203,7 +234,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
       row[s] = (blk * kSteps + s) * kRows + rg;
       live[s] = row[s] < kM;
     }
-    // ---- every input row this thread keeps: all loads issued before any is used
+    // ---- the next piece goes into the other ring slot, then this one's vectors (copied a piece ago) come back
+    {
+      const int nseg = 0, nblk = blk + (int)gridDim.x / kCluster;
+      if (nblk < num_row_blocks) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int r_ = ((nblk) * kSteps + s) * kRows + rg;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int e0 = (((nseg) * kChunks + c) * kGroup + t) * kVec;
+          if (r_ >= kM || e0 >= kNc) continue;
+          [[maybe_unused]] const long long at = (long long)r_ * kN + col0 + e0;
+#pragma unroll
+          for (int i = 0; i < kQ_x; ++i)
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+        }
+      }
+      }
+      sg_cp_commit();
+      sg_cp_wait<1>();                          // every group but the newest: this piece has landed
+    }
     SgV4 k_x[kSteps][kChunks][kQ_x];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
@@ -211,14 +262,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
       for (int c = 0; c < kChunks; ++c) {
         const int e0 = (c * kGroup + t) * kVec;
         const bool ok = live[s] && e0 < kNc;
-        const long long at = (long long)row[s] * kN + col0 + e0;
-        if (ok) ld_in_x(in_x + at, k_x[s][c]);
-        else {
 #pragma unroll
-          for (int i = 0; i < kQ_x; ++i) k_x[s][c][i] = SgV4{0u, 0u, 0u, 0u};
-        }
+        for (int i = 0; i < kQ_x; ++i)
+          k_x[s][c][i] = ok ? *ring_at(slot, s, c, kQoff_x + i) : SgV4{0u, 0u, 0u, 0u};
       }
     }
+    slot ^= 1;
+
     float u_m[kSteps];
     float red__r0[kSteps];
     float red__r1[kSteps];

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
@@ -132,6 +133,53 @@ def _hoist(assigned: dict[str, ex.Expr], text: str, outs: tuple[str, ...], row_i
         level[target], varies[target] = lv, var
         statements.append((target, _expr(tree, text)))
     return RowBody(tuple(statements), tuple(reductions), text, outs, level, varies)
+
+
+RECIPROCAL = "_q{}"   # a hoisted reciprocal's name (like the placeholders, no spec name can take it)
+
+
+def hoist_reciprocals(body: RowBody) -> RowBody:
+    """Every `a / d` whose divisor `d` has one value a row, in a statement that varies along the row, becomes
+    `a * _q<k>` with `_q<k> = 1.0 / d` a per-row statement just before it (a reciprocal a row and a multiply an
+    element instead of a division an element: softmax's `e / sum(e)`). Approximate math only: a * (1 / d) may
+    differ from a / d in the last bit."""
+    statements: list[tuple[str, ex.Expr]] = []
+    level, varies = dict(body.level), dict(body.varies)
+
+    def lv_of(tree: ast.AST) -> tuple[int, bool]:
+        lv, var = 0, False
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name):
+                if n.id.startswith("_r"):
+                    lv = max(lv, body.reductions[int(n.id[2:])].level)
+                else:
+                    lv, var = max(lv, level.get(n.id, 0)), var or varies.get(n.id, False)
+        return lv, var
+
+    class Hoist(ast.NodeTransformer):
+        def visit_BinOp(self, node: ast.BinOp):
+            self.generic_visit(node)
+            if not isinstance(node.op, ast.Div):
+                return node
+            lv, var = lv_of(node.right)
+            if var:
+                return node
+            name = RECIPROCAL.format(sum(1 for t, _ in statements if t.startswith("_q")))
+            one = ast.BinOp(ast.Constant(1.0), ast.Div(), node.right)
+            statements.append((name, _expr(ast.fix_missing_locations(one), body.text)))
+            level[name], varies[name] = lv, False
+            return ast.copy_location(ast.BinOp(node.left, ast.Mult(), ast.Name(id=name, ctx=ast.Load())), node)
+
+    start = []                      # each statement's first index in the new list (its reductions go there)
+    for target, value in body.statements:
+        start.append(len(statements))
+        if not body.varies[target]:
+            statements.append((target, value))
+            continue
+        tree = ast.fix_missing_locations(Hoist().visit(copy.deepcopy(value.tree)))
+        statements.append((target, _expr(tree, body.text)))
+    reductions = tuple(dataclasses.replace(r, statement=start[r.statement]) for r in body.reductions)
+    return RowBody(tuple(statements), reductions, body.text, body.outputs, level, varies)
 
 
 def _expr(tree: ast.expr, text: str) -> ex.Expr:

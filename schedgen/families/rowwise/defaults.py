@@ -6,7 +6,9 @@ two up to 16. Blocks have 8 warps (two warpgroups; 16 when a row needs them), ro
 warps_per_row, and a row group keeps two rows in flight (max_concurrent_steps: 2) while that costs at most
 TWO_STEP_REGS registers. A block that does not divide M gets out_of_bounds: zero. A row kept for a later pass that
 is too long for one CTA's registers at that blocking gets a cluster (schedule.cluster [C, 1, 1]: C CTAs split the
-row, reduced through DSMEM) and backends: [cuda]. A written field is never replaced.
+row, reduced through DSMEM) and backends: [cuda]. When the CUDA kernel's prefetch ring (two SMEM slots of a piece
+of rows, pipeline.kind emit_pipeline) would not fit a block's SMEM, pipeline.kind: none is picked (no prefetch).
+A written field is never replaced.
 """
 from __future__ import annotations
 
@@ -15,7 +17,17 @@ from ...plan import dims as D
 from ...plan.common import Problems, dynamic_ranges
 from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
-from .plan import CLUSTER_SIZES, MAX_ROW_REGS, _kind, _parse_body, _shapes, kept_row_registers, streaming
+from .plan import (
+    CLUSTER_SIZES,
+    MAX_ROW_REGS,
+    _kind,
+    _parse_body,
+    _registers,
+    _shapes,
+    kept_row_registers,
+    ring_layout,
+    streaming,
+)
 
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
@@ -81,6 +93,33 @@ def _cluster_picks(spec, kinds, n, vec, warps_per_row, steps, kept) -> tuple[int
     return size, picks
 
 
+def ring_bytes(spec, kinds, n: int, rows: int, steps: int, wgs: int, csize: int) -> int:
+    """SMEM of the CUDA kernel at this blocking with its prefetch ring (0 when it does not prefetch)."""
+    op, sch = spec.op, spec.schedule
+    body = _parse_body(op, kinds, Problems())
+    if body is None:
+        return 0
+    wpr = max(1, 4 * wgs // rows)
+    vec, chunks, _, _ = _registers(op, kinds, n, rows, steps, wpr, sch, streaming(op, kinds, body), Problems(),
+                                   csize)
+    prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, wpr, csize, 128 * wgs)
+    return offset + 2 * slot if prefetch else 0
+
+
+def _ring_picks(spec, kinds, n: int, rows: int, steps: int, wgs: int, csize: int, picks: list[Pick],
+                hw: Hardware) -> list[Pick]:
+    """`picks` with pipeline.kind: none (and no depth) when the prefetch ring of the blocking does not fit a
+    block's SMEM and the spec writes neither the kind nor the depth (a written one gets the planner's located
+    error)."""
+    path = ("schedule", "pipeline", "max_concurrent_steps")
+    if ring_bytes(spec, kinds, n, rows, steps, wgs, csize) <= hw.smem_per_block or \
+            written(spec, ("schedule", "pipeline", "kind")) or written(spec, path):
+        return picks
+    return [k for k in picks if k.path != path] + [
+        Pick(("schedule", "pipeline", "kind"), "none", "no prefetch: two SMEM slots of a piece of rows would not fit "
+                                                       "a block's SMEM")]
+
+
 def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
     op, sch = spec.op, spec.schedule
     kinds, m, n = _shapes(op, Problems())
@@ -108,7 +147,7 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
     given = sch.out_specs.get(out0)
     block_rows = given.block_shape[0] if given is not None and given.block_shape else rows
     csize, more = _cluster_picks(spec, kinds, n, vec, max(1, 4 * wgs // max(1, block_rows)), steps, kept)
-    picks += more
+    picks = _ring_picks(spec, kinds, n, max(1, block_rows), steps, wgs, csize, picks + more, hw)
     if not sch.in_specs and not sch.out_specs and not written(spec, ("schedule", "out_specs")):
         ranges = dynamic_ranges(op.sizes)
         ragged = not D.divisible(m, rows * steps, ranges)

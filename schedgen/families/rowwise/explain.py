@@ -17,6 +17,15 @@ def sizes_line(p) -> str:
     return ", ".join(f"{k}: {ranges[k].describe()}" if k in ranges else f"{k}={v}" for k, v in p.sizes.items())
 
 
+def _prefetch_line(p) -> str:
+    if not p.prefetch:
+        why = "16 B accesses only (N is not a multiple of 16 B)" if p.vec == 1 else "pipeline.kind: none"
+        return f"  prefetch   none ({why}): each piece is loaded straight into the registers, then reduced"
+    piece = "segment of the row (the last one's next: the next row block's first)" if p.segments > 1 else "row block"
+    return (f"  prefetch   the next {piece} is copied to SMEM by cp.async while this one is reduced: a ring of two "
+            f"slots of {p.ring_slot_bytes} B, each thread copying and reading back its own 16-byte words (no barrier)")
+
+
 def explain_rowwise(p) -> str:
     group = 32 * p.warps_per_row
     lines = [
@@ -43,9 +52,11 @@ def explain_rowwise(p) -> str:
          if p.segments == 1 else
          f"  passes     one: the row streams through the registers in {p.segments} segments (nothing reads it after "
          f"its one reduction level; log-sum-exp merged online)"),
+        _prefetch_line(p),
         f"  SMEM       {p.smem_bytes} B: " + ("; ".join(
             (["the row group's cross-warp partials (f32, two parities x levels)"] if p.warps_per_row > 1 else []) +
-            (["the CTA's partials its cluster reads (f32, two parities x levels)"] if p.cluster_dims[0] > 1 else []))
+            (["the CTA's partials its cluster reads (f32, two parities x levels)"] if p.cluster_dims[0] > 1 else []) +
+            ([f"the prefetch ring at byte {p.ring_offset} (2 x {p.ring_slot_bytes} B)"] if p.prefetch else []))
             if p.smem_bytes else "none (a row is one warp's: shuffles only)"),
         f"  pallas     emit_pipeline over {p.pallas_tiles} steps of {p.rows_per_block} row(s), {p.steps} stage(s) "
         f"({p.pallas_smem_bytes} B of SMEM), {p.pallas_blocks} blocks of one warpgroup; jnp reductions along the row",

@@ -3,8 +3,11 @@
 CUDA: each CTA runs `rows_per_block` row groups of `warps_per_row` warps; a row group loads `steps` rows into
 registers with 16-byte vector loads (the row stays on chip), sweeps them once per reduction level (per-thread
 partials in f32, warp shuffles, then the row group's warps through SMEM), and writes the outputs with 16-byte
-stores: one read of each input row from HBM, one write of each output. The CTAs loop over row blocks (a grid of
-all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
+stores: one read of each input row from HBM, one write of each output. With pipeline.kind emit_pipeline (the
+default) the next piece of rows (the next row block, or the row's next segment when it streams) is copied into a
+two-slot SMEM ring by cp.async while this one is reduced, each thread copying and reading back only its own
+vectors (no barrier); pipeline.kind none loads straight into the registers, no overlap. The CTAs loop over row
+blocks (a grid of all SMs, or one block a row block); M is a launch argument when dynamic. With schedule.cluster [C, 1, 1] the C CTAs
 of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
 across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 
 MAX_ROW_REGS = 64          # 32-bit registers a thread may give the rows it keeps (the rest: the math, addresses)
 STREAM_CHUNKS = 8          # vectors a thread loads a segment when a long row streams (8 x 16 B in flight)
+STREAM_REGS = 32           # registers of a segment when the row streams through the prefetch ring (whose two SMEM
+                           # slots of a 512-thread block's segments then take at most 128 KiB)
 REGS_PER_SM = 65536
 IN_DTYPES = ("bf16", "f16", "f32")
 LEGAL_SHAPES = "[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row)"
@@ -47,6 +52,8 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     kinds, m, n = _shapes(op, problems)
     _dtypes(op, problems)
     body = _parse_body(op, kinds, problems)
+    if body is not None and sch.compiler_params.approx_math:
+        body = rb.hoist_reciprocals(body)       # a reciprocal a row, a multiply an element
     if kinds is None or n is None:
         return None, problems
     rows, steps, warps_per_row = _blocking(op, sch, kinds, problems)
@@ -60,14 +67,16 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     check_sizes_int32(max_sizes(op.sizes), problems, f"the kernel's 32-bit int index math (at most {ex.MAX_INT})")
     # (element offsets are 64-bit in the CUDA kernel, row and column coordinates 32-bit in both: M x N may pass 2^31)
     operands = _operands(op, kinds, rows, hw)
+    ring = (False, 0, 0)
     if body is not None:
         _check_outputs(op, kinds, body, problems)
         _pallas_limits(op, sch, body, operands, rows, steps, n, hw, problems)
+        ring = _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
     if problems or body is None:
         return None, problems
     return _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs,
-                     ragged, ranges, segments, csize), problems
+                     ragged, ranges, segments, csize, ring), problems
 
 
 # ---------------------------------------------------------------------------------------------------- op
@@ -305,16 +314,18 @@ def kept_row_registers(n: int, vec: int, warps_per_row: int, steps: int, dtypes)
 def _registers(op, kinds, n: int, rows: int, steps: int, warps_per_row: int, sch, streams: bool,
                problems: Problems, csize: int = 1):
     """(vector width, vectors a thread holds per row (per segment when streaming), registers the kept rows take,
-    segments) for each CTA's slice of N / csize columns: a row too long for the registers streams through them in
-    segments when nothing needs it after its one reduction level, else a located error naming the cluster split."""
+    segments) for each CTA's slice of N / csize columns: a row too long for the registers (for STREAM_REGS when it
+    goes through the prefetch ring) streams through them in segments when nothing needs it after its one reduction
+    level, else a located error naming the cluster split."""
     vec = _vec(op, kinds, n)
     group = 32 * warps_per_row
     chunks = -(-(n // csize) // (group * vec))
     per_chunk = sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 4) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
     row_regs = kept_row_registers(n // csize, vec, warps_per_row, steps,
                                   [o.dtype for nm, o in op.inputs.items() if kinds.get(nm) == "row"])
-    if row_regs > MAX_ROW_REGS and streams:
-        chunks = max(1, min(STREAM_CHUNKS, MAX_ROW_REGS // max(1, steps * per_chunk)))
+    limit = STREAM_REGS if prefetches(sch, vec, row_words(op, kinds, vec)) else MAX_ROW_REGS
+    if row_regs > limit and streams:
+        chunks = max(1, min(STREAM_CHUNKS, limit // max(1, steps * per_chunk)))
         return vec, chunks, steps * chunks * per_chunk, -(-(n // csize) // (group * vec * chunks))
     if row_regs > MAX_ROW_REGS:
         per_elem = sum(ITEMSIZE.get(o.dtype, 2) for nm, o in op.inputs.items() if kinds.get(nm) == "row") / 4
@@ -366,6 +377,67 @@ def _operands(op, kinds, rows: int, hw: Hardware) -> tuple[RowOperand, ...]:
             out.append(RowOperand(name, role, kind, o.dtype, shape, ITEMSIZE[o.dtype], CTYPE[o.dtype],
                                   f"{role}_{name}", tuple(int(b) for b in block)))
     return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------ prefetch ring
+
+def red_slots_of(body) -> int:
+    """f32 partials a row takes a level in SMEM: the most reductions of one level (log-sum-exp: two)."""
+    levels = max((r.level for r in body.reductions), default=0)
+    return max((sum(2 if r.op == "logsumexp" else 1 for r in body.reductions if r.level == lv)
+                for lv in range(1, levels + 1)), default=1)
+
+
+def reduction_smem(levels: int, rows: int, steps: int, warps_per_row: int, red_slots: int, csize: int) -> int:
+    """Bytes of the CUDA kernel's reduction scratch: the row groups' cross-warp partials (none when a warp has the
+    row) and, in a cluster, the CTA's partials the others read; two parities each."""
+    smem = 0 if warps_per_row == 1 else 2 * levels * rows * steps * warps_per_row * red_slots * 4
+    return smem + (0 if csize == 1 else 2 * levels * rows * steps * red_slots * 4)
+
+
+def ring_slot_bytes(threads: int, steps: int, chunks: int, words: int) -> int:
+    """One slot of the prefetch ring: every thread's `steps` x `chunks` accesses of `words` 16-byte words (the
+    row inputs' together)."""
+    return threads * steps * chunks * words * 16
+
+
+def row_words(op, kinds, vec: int) -> int:
+    """16-byte words of one access across the row inputs (a bf16 vector of 8: 1; an f32 one of 8: 2)."""
+    return sum(max(1, vec * ITEMSIZE.get(o.dtype, 2) // 16) for nm, o in op.inputs.items() if kinds.get(nm) == "row")
+
+
+def prefetches(sch, vec: int, words: int) -> bool:
+    """Whether the CUDA kernel copies the next piece to SMEM while reducing this one: a CUDA backend, pipeline.kind
+    not none, 16-byte accesses (cp.async moves 4, 8 or 16 B; an element access of 2 B cannot), a row input."""
+    return "cuda" in sch.backends and sch.pipeline.kind != "none" and vec > 1 and words > 0
+
+
+def ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
+                threads: int) -> tuple[bool, int, int]:
+    """(prefetch, the ring's offset in the dynamic SMEM: the reduction scratch rounded up to 16 B, one slot's
+    bytes) for blocks of `threads`; (False, 0, 0) when the kernel does not prefetch."""
+    words = row_words(op, kinds, vec)
+    if not prefetches(sch, vec, words):
+        return False, 0, 0
+    levels = max((r.level for r in body.reductions), default=0)
+    offset = -(-reduction_smem(levels, rows, steps, warps_per_row, red_slots_of(body), csize) // 16) * 16
+    return True, offset, ring_slot_bytes(threads, steps, chunks, words)
+
+
+def _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw: Hardware,
+          problems: Problems) -> tuple[bool, int, int]:
+    """ring_layout, and a located error when its two slots do not fit beside the reduction scratch."""
+    prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
+                                         128 * sch.num_warpgroups)
+    words = row_words(op, kinds, vec)
+    if prefetch and offset + 2 * slot > hw.smem_per_block:
+        problems.add(("schedule", "pipeline", "kind"),
+                     f"the CUDA kernel's prefetch ring (two slots of {steps} row(s) x {chunks} 16-byte vector(s) "
+                     f"x {words} word(s) a thread, {128 * sch.num_warpgroups} threads: {2 * slot} B) does not fit "
+                     f"the {hw.smem_per_block} B of SMEM a block beside {offset} B of partials: set pipeline.kind: "
+                     f"none (loads straight into the registers, no overlap), or use fewer max_concurrent_steps, "
+                     f"rows a block or warpgroups")
+    return prefetch, offset, slot
 
 
 # ----------------------------------------------------------------------------------------------- Pallas
@@ -461,18 +533,18 @@ def _roles(op, kinds, body) -> dict:
 
 
 def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, chunks, row_regs, ragged,
-              ranges, segments, csize) -> RowwisePlan:
+              ranges, segments, csize, ring) -> RowwisePlan:
     op, sch = spec.op, spec.schedule
     kinds = {o.name: o.kind for o in operands}
     threads = 128 * sch.num_warpgroups
     levels = max((r.level for r in body.reductions), default=0)
-    red_slots = max((sum(2 if r.op == "logsumexp" else 1 for r in body.reductions if r.level == lv)
-                     for lv in range(1, levels + 1)), default=1)
-    smem = 0 if warps_per_row == 1 else 2 * levels * rows * steps * warps_per_row * red_slots * 4
-    smem += 0 if csize == 1 else 2 * levels * rows * steps * red_slots * 4    # the CTA's partials its cluster reads
+    red_slots = red_slots_of(body)
+    prefetch, ring_offset, slot = ring
+    smem = ring_offset + 2 * slot if prefetch else reduction_smem(levels, rows, steps, warps_per_row, red_slots,
+                                                                  csize)
     regs = min(255, max(32, 2 * row_regs + 48))
     per_sm = max(1, min(hw.max_threads_per_sm // threads, REGS_PER_SM // (threads * (-(-regs // 8) * 8)),
-                        hw.max_blocks_per_sm))
+                        hw.max_blocks_per_sm, hw.smem_per_sm // (smem + hw.smem_reserved_per_block)))
     num_row_blocks = dims.cdiv(m, rows * steps)
     tiles = dims.cdiv(m, rows)
     persistent = sch.persistent.loop != "none"
@@ -508,6 +580,7 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         body=tuple((t, PlanExpr(e)) for t, e in body.statements), body_level=dict(body.level),
         body_varies={t: bool(v) for t, v in body.varies.items() if t in dict(body.statements)},
         body_roles=_roles(op, kinds, body), reductions=reductions, red_slots=red_slots, smem_bytes=smem,
+        prefetch=prefetch, ring_offset=ring_offset, ring_slot_bytes=slot,
         pallas_smem_bytes=pallas_smem(operands, steps, n), ragged_m=ragged,
         pallas_chunk=pallas_chunks(n, _quantum(operands))[0], pallas_chunks=pallas_chunks(n, _quantum(operands))[1],
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,

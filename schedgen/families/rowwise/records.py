@@ -68,7 +68,10 @@ class RowwisePlan:
     body_roles: dict            # name -> operand | per_row | constant | temporary | output | reduction
     reductions: tuple[RowReduction, ...]
     red_slots: int              # f32 slots a row group's partials take in SMEM per level (lse: 2)
-    smem_bytes: int             # CUDA: the cross-warp reduction scratch
+    smem_bytes: int             # CUDA: the cross-warp reduction scratch, then the prefetch ring (16-byte aligned)
+    prefetch: bool              # CUDA: the next piece of rows is copied to SMEM (cp.async) while this one is reduced
+    ring_offset: int            # CUDA: bytes before the prefetch ring in the dynamic SMEM
+    ring_slot_bytes: int        # CUDA: one of the ring's two slots (every thread's vectors of one piece)
     pallas_smem_bytes: int
     pallas_chunk: int           # Pallas: a row goes through SMEM in chunks of this many columns (a TMA box: <= 256)
     pallas_chunks: int          # chunks a row

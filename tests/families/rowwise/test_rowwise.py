@@ -71,9 +71,15 @@ def test_reductions_get_levels_and_the_row_stays_in_registers():
     assert p.body_level == {"mu": 1, "xc": 1, "var": 2, "y": 2}
     assert p.body_varies == {"mu": False, "xc": True, "var": False, "y": True}
     cu = render(p, "cuda")
-    # x is loaded once (before the sweeps), stored once; no SMEM staging of the row
-    assert cu.count("ld_in_x(in_x + at") == 1 and cu.count("st_out_y(out_y + at") == 1
+    # x is copied once a row block (the first block's before the loop, each next one's in it) into the prefetch
+    # ring, read back once (before the sweeps), stored once
+    assert p.prefetch and cu.count("reinterpret_cast<const uint4*>(in_x + at) + i") == 2
+    assert cu.count("*ring_at(slot, s, c, kQoff_x + i)") == 1 and cu.count("st_out_y(out_y + at") == 1
     assert "__syncthreads();" in cu and "sg_warp_sum" in cu
+    # pipeline.kind: none: no ring, x loaded straight into the registers once
+    cu = render(_plan(LAYERNORM, {"schedule.pipeline.kind": "none",
+                                  "schedule.pipeline.max_concurrent_steps": 2}), "cuda")
+    assert cu.count("ld_in_x(in_x + at") == 1 and "sg_cp16(" not in cu.split("namespace {", 1)[1]
 
 
 def test_softmax_by_logsumexp_is_one_sweep():
@@ -165,6 +171,77 @@ def test_a_row_kept_for_a_later_pass_has_a_located_register_limit():
     assert any("even a cluster of 16 CTAs (through DSMEM) does not fit" in line for line in lines), lines
 
 
+def test_take_loads_its_one_element_instead_of_a_compare_per_element():
+    """take(e, i): one thread of the row loads e's inputs at column i (the others add 0); the sweep has no
+    per-element compare against the column."""
+    cu = render(_plan(XENT), "cuda")
+    assert "e == col1" not in cu and "if (t == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {" in cu
+    assert cu.count("__ldg(in_x + (long long)row[s] * kN + gcol)") == 1
+    cu = render(_plan(XENT, TAKE_OF_AN_EXPRESSION), "cuda")
+    assert "__ldg(in_w + gcol)" in cu and "acc2[s] = ((v_x * v_w) - red__r1[s]);" in cu
+    cu = render(_plan(XENT, {"op.sizes.N": 65536, "schedule.cluster": [4]}), "cuda")
+    assert "if (t == 0 && rank == 0 && live[s] && col1[s] >= 0 && col1[s] < kN) {" in cu
+
+
+def test_only_the_lead_warp_combines_a_last_level_nothing_along_the_row_reads():
+    """Cross-entropy's one level feeds only its per-row loss (written by thread 0): the row's 15 other warps skip
+    the SMEM combination of the 16 partials; softmax's last level feeds its rows, so every warp combines."""
+    assert "    if (wr == 0) {" in render(_plan(XENT), "cuda")
+    assert "if (wr == 0)" not in render(_plan(SOFTMAX), "cuda")
+    cu = render(_plan(XENT, {"op.sizes.N": 65536, "schedule.cluster": [4]}), "cuda")
+    assert cu.index("    if (wr == 0) {") < cu.index("sg_cluster_sync();")
+
+
+# ------------------------------------------------------------------------------------------------ prefetch ring
+
+def test_the_prefetch_ring_follows_pipeline_kind():
+    """emit_pipeline (the default): two SMEM slots of a piece of rows (every thread's vectors of kSteps rows), the
+    next one copied by cp.async while this one is reduced; none: no ring, the SMEM and the occupancy of before."""
+    p = _plan(SOFTMAX)
+    assert p.prefetch and p.ring_slot_bytes == 256 * 2 * 4 * 16 and p.ring_offset % 16 == 0
+    assert p.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes and p.blocks_per_sm == 2
+    cu = render(p, "cuda")
+    assert "sg_cp_wait<1>();" in cu and "constexpr int kRingOffset = 256;" in cu
+    assert "the next row block is copied to SMEM by cp.async" in explain(p)
+    q = _plan(SOFTMAX, {"schedule.pipeline.kind": "none", "schedule.pipeline.max_concurrent_steps": 2})
+    # (2 parities x 2 levels x 8 warps x 1 partial, f32; one row in flight: 80 registers, three blocks an SM)
+    assert not q.prefetch and q.smem_bytes == 2 * 2 * 8 * 1 * 4 and q.steps == 1 and q.blocks_per_sm == 3
+    assert "sg_cp_wait<" not in render(q, "cuda") and "prefetch   none (pipeline.kind: none)" in explain(q)
+    # element accesses (N not a multiple of 8): cp.async cannot move 2 bytes, so no ring
+    assert not _plan(SOFTMAX, {"op.sizes.N": 1001}).prefetch
+    # a Pallas-only spec has no CUDA ring
+    assert not _plan(SOFTMAX, {"schedule.backends": ["pallas"]}).prefetch
+
+
+def test_the_ring_bounds_blocks_per_sm_and_segments():
+    """One 512-thread block of a 32000 vocabulary row: two 64 KiB slots (8 vectors a thread), one block an SM;
+    a streaming row goes through the ring in segments of at most 32 registers."""
+    x = _plan(XENT)
+    assert x.prefetch and x.segments == 1 and x.ring_slot_bytes == 512 * 8 * 16 and x.blocks_per_sm == 1
+    y = _plan(XENT, {"op.sizes.N": 65536})            # 64 registers kept: streams in 2 segments through the ring
+    assert y.prefetch and (y.segments, y.chunks, y.row_regs) == (2, 8, 32)
+    z = _plan(XENT, {"op.sizes.N": 65536, "schedule.pipeline.kind": "none",      # fits the registers whole
+                     "schedule.pipeline.max_concurrent_steps": 2})
+    assert not z.prefetch and (z.segments, z.chunks, z.row_regs) == (1, 16, 64)
+
+
+def test_a_ring_past_smem_is_located_or_picked_away(tmp_path):
+    """A written emit_pipeline whose ring does not fit a block's SMEM is a located error naming pipeline.kind:
+    none; an unscheduled spec at that row length gets pipeline.kind: none picked."""
+    ov = {"op.sizes.N": 65536, "schedule.num_warpgroups": 4, "schedule.pipeline.max_concurrent_steps": 1,
+          "schedule.pipeline.kind": "emit_pipeline", "schedule.backends": ["cuda"]}
+    lines = _errors(SOFTMAX, ov)
+    assert any("schedule.pipeline.kind" in line and "prefetch ring" in line and "262144 B" in line and
+               "pipeline.kind: none" in line for line in lines), lines
+    assert not _plan(SOFTMAX, {**ov, "schedule.pipeline.kind": "none",
+                               "schedule.pipeline.max_concurrent_steps": 2}).prefetch
+    from schedgen.plan import plan_with_picks
+    spec, src = load_spec(str(unscheduled(SOFTMAX, tmp_path)), {"op.sizes.N": 65536})
+    p, picks = plan_with_picks(spec, src)
+    assert not p.prefetch and ("schedule", "pipeline", "kind") in [k.path for k in picks]
+    assert ("schedule", "pipeline", "max_concurrent_steps") not in [k.path for k in picks]
+
+
 # ------------------------------------------------------------------------------------------------ clusters
 
 SOFTMAX_262K = SPECS_DIR / "softmax_bf16_262k.yaml"
@@ -186,8 +263,10 @@ def test_the_bundled_262k_softmax_splits_its_rows_across_a_picked_cluster():
     assert (p.cluster_dims, p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.row_regs) == \
         ((8, 1, 1), 1, 16, 1, 8, 8, 32)
     assert p.num_blocks == 256 * 8 and p.backends == ("cuda",) and p.kernel_name.endswith("_c8")
-    # the cross-warp partials (2 parities x 2 levels x 16 warps) and the cluster's (2 x 2 x 1 row), f32
-    assert p.smem_bytes == (2 * 2 * 16 + 2 * 2) * 4
+    # the cross-warp partials (2 parities x 2 levels x 16 warps) and the cluster's (2 x 2 x 1 row), f32, then the
+    # prefetch ring (16-byte aligned): two slots of 512 threads x 8 vectors of 16 B
+    assert p.ring_offset == (2 * 2 * 16 + 2 * 2) * 4 and p.ring_slot_bytes == 512 * 8 * 16
+    assert p.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes
     assert [(k.path, k.value) for k in picks if k.path == ("schedule", "cluster")] == [(("schedule", "cluster"),
                                                                                         [8, 1, 1])]
     from schedgen.plan.launch import launch_record
@@ -296,6 +375,10 @@ def test_reference_matches_direct_formulas():
 
 # ------------------------------------------------------------------------------------------------ CUDA: NVRTC, SASS
 
+# take of an expression of a row input, a vector along the row and a lower level's reduction (level 2)
+TAKE_OF_AN_EXPRESSION = {"op.inputs.w": {"shape": ["N"], "dtype": "bf16"},
+                         "op.body": "loss = logsumexp(x) - take(x * w - mean(x), t)"}
+
 VARIANTS = [(SOFTMAX, None), (LAYERNORM, None), (RMSNORM, None), (XENT, None),
             (SOFTMAX, {"op.sizes.N": 1001}),                                   # ragged row: element accesses
             (SOFTMAX, {"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"}),
@@ -303,7 +386,12 @@ VARIANTS = [(SOFTMAX, None), (LAYERNORM, None), (RMSNORM, None), (XENT, None),
             (XENT, {"op.inputs.t.shape": ["M", 1], "op.outputs.loss.shape": ["M", 1], "op.sizes.N": 32000,
                     "schedule.out_specs.loss.block_shape": [1, 1],
                     "op.inputs.x.dtype": "bf16"}),
-            (SOFTMAX, {"op.body": "y = exp(x - logsumexp(x))", "schedule.persistent.loop": "none"})]
+            (SOFTMAX, {"op.body": "y = exp(x - logsumexp(x))", "schedule.persistent.loop": "none"}),
+            (SOFTMAX, {"schedule.pipeline.kind": "none"}),                     # no prefetch: the old loads
+            (XENT, {"op.sizes.N": 128256}),                                    # segments through the ring
+            (XENT, {"op.sizes.N": 128256, "schedule.pipeline.kind": "none",
+                    "schedule.pipeline.max_concurrent_steps": 2}),
+            (XENT, TAKE_OF_AN_EXPRESSION)]
 
 
 @pytest.mark.parametrize("path, ov", VARIANTS, ids=lambda v: getattr(v, "stem", str(v)))
@@ -316,9 +404,12 @@ def test_cuda_compiles_without_local_memory(path, ov):
     text = sass(cubin)
     assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"
     assert re.search(r"\bSHFL\.BFLY\b", text)
+    loads = r"\bLDGSTS\.E\.BYPASS\.128\b" if p.prefetch else r"\bLDG\.E\.(128|ENL2\.256)"
     if p.vec > 1:
-        assert re.search(r"\bLDG\.E\.(128|ENL2\.256)", text) and re.search(r"\bSTG\.E\.(EF\.)?128\b", text) or \
-            any(p.outputs[i].kind != "row" for i in range(len(p.outputs)))
+        assert re.search(loads, text)
+        assert re.search(r"\bSTG\.E\.(EF\.)?128\b", text) or any(o.kind != "row" for o in p.outputs)
+    if p.prefetch:         # the ring read back in 16-byte words after waiting for all but the newest group
+        assert re.search(r"\bLDS\.128\b", text) and re.search(r"\bDEPBAR\.LE SB0, 0x1\b", text)
 
 
 # ------------------------------------------------------------------------------------------------ Pallas, interpreted
@@ -349,6 +440,31 @@ def _interpret(path, sizes: dict, seed: int, ov=None, inputs=None):
 def test_pallas_interpreted_matches_float64(path):
     p = _interpret(path, {"M": 7, "N": 512}, seed=3)            # M odd: the last step partial
     assert p.n == 512
+
+
+def test_approx_math_hoists_a_per_row_divisor_into_one_reciprocal():
+    """approx_math: softmax's e / sum(e) becomes e * (1 / sum(e)), one reciprocal a row (a per-row statement
+    before y, after the reductions that statement reads); the Pallas kernel, interpreted, still matches float64
+    (the bf16 tolerance of exact math). Exact math keeps the division an element."""
+    ov = {"schedule.compiler_params.approx_math": True}
+    p = _plan(SOFTMAX, ov)
+    assert [t for t, _ in p.body] == ["m", "e", "_q0", "y"] and p.body_roles["_q0"] == "scalar"
+    assert [r.statement for r in p.reductions] == [0, 2]          # sum(e) is reduced before _q0 reads it
+    cu = render(p, "cuda")
+    assert "u__q0[s] = (1.0f / red__r1[s]);" in cu and "const float o_y = (t_e * u__q0[s]);" in cu
+    # SASS: no division check (FCHK) an element, a handful of reciprocals (two rows, their slow paths) where the
+    # exact kernel has one division an element (2 rows x 32 elements a thread)
+    text = sass(compile_cuda(cu).cubin)
+    assert "FCHK" not in text and len(re.findall(r"\bMUFU\.RCP\b", text)) <= 8
+    exact = render(_plan(SOFTMAX), "cuda")
+    assert "const float o_y = (t_e / red__r1[s]);" in exact and "_q0" not in exact
+    assert len(re.findall(r"\bFCHK\b", sass(compile_cuda(exact).cubin))) == 64
+    # a divisor that varies along the row stays a division, and so does one inside a reduction's argument (those
+    # are not rewritten); a per-row divisor of a divided expression is hoisted
+    q = _plan(SOFTMAX, {**ov, "op.body": "m = max(x)\ny = (x - m) / (x * x + 1.0) / sum(exp(x / m))"})
+    assert [t for t, _ in q.body] == ["m", "_q0", "y"], q.body
+    assert "(x * x + 1.0)" in str(q.body[-1][1].expr.text) and "_q1" not in q.body_roles
+    _interpret(SOFTMAX, {"M": 5, "N": 512}, seed=9, ov=ov)
 
 
 def _targets(plan, sizes):

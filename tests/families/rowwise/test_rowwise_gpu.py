@@ -110,6 +110,9 @@ SOFTMAX_VARIANTS = {
     "f16": ({"op.inputs.x.dtype": "f16", "op.outputs.y.dtype": "f16"}, 8192),
     "lse": ({"op.body": "y = exp(x - logsumexp(x))"}, 8192),
     "grid_per_block": ({"schedule.persistent.loop": "none"}, 8192),
+    # pipeline.kind none: no prefetch ring, rows loaded straight into the registers (the kernel before the ring)
+    "no_prefetch": ({"schedule.pipeline.kind": "none", "schedule.pipeline.max_concurrent_steps": 2}, 8192),
+    "ring_one_step": ({"schedule.pipeline.max_concurrent_steps": 1}, 8192),
     # 4 rows over one warpgroup: a warp a row; a kept row of 2048 (8192 would need 128 registers a thread for it,
     # over the planner's 64: a located error, tests/families/rowwise/test_rowwise.py)
     "one_warp_a_row": ({"op.sizes.N": 2048, "schedule.num_warpgroups": 1, "schedule.pipeline.max_concurrent_steps": 1,
@@ -123,6 +126,29 @@ def test_softmax_variants(case):
     built = build_spec(str(SPECS_DIR / "softmax_bf16.yaml"), ov)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     _check(built, kernel, {"M": 1027, "N": n}, 7, ["cuda"])
+
+
+# Cross-entropy through the prefetch ring and without it: a whole row a piece (32000), a row streamed in segments
+# (65536: two; 128256: four) whose last segment prefetches the next row block's first, one row block a CTA.
+XENT_VARIANTS = {
+    "no_prefetch": ({"schedule.pipeline.kind": "none", "schedule.pipeline.max_concurrent_steps": 2}, 32000),
+    "ring_segments_65536": ({"op.sizes.N": 65536}, 65536),
+    "no_prefetch_128256": ({"op.sizes.N": 128256, "schedule.pipeline.kind": "none",
+                            "schedule.pipeline.max_concurrent_steps": 2}, 128256),
+    "ring_grid_per_block_128256": ({"op.sizes.N": 128256, "schedule.persistent.loop": "none"}, 128256),
+    # take of an expression (a vector along the row, a lower level's reduction): its one element loaded by one thread
+    "take_of_an_expression": ({"op.inputs.w": {"shape": ["N"], "dtype": "bf16"},
+                               "op.body": "loss = logsumexp(x) - take(x * w - mean(x), t)"}, 32000),
+}
+
+
+@pytest.mark.parametrize("case", list(XENT_VARIANTS))
+def test_crossentropy_variants(case):
+    ov, n = XENT_VARIANTS[case]
+    built = build_spec(str(SPECS_DIR / "crossentropy_bf16.yaml"), ov)
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    for m, seed in ((1027, 9), (5, 10)):
+        _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
 
 
 def test_pallas_ragged_step_and_f32():
