@@ -122,3 +122,31 @@ def test_every_bundled_and_edge_map_spec_lowers_in_few_tries(path, tmp_path):
     if spec.schedule.backends and "pallas" not in spec.schedule.backends:
         data["schedule"]["backends"] = [*spec.schedule.backends, "pallas"]
     assert "mosaic_gpu" in lower_map_for_cuda(data, tmp_path, fuel=FUEL)
+
+
+# ------------------------------------------------------------------------------------------------ on the H200
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("semantics", ["warpgroup", "lane"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_broadcast_shapes_verify_on_gpu(case, semantics, tmp_path, monkeypatch):
+    """What the H200 says of the named layouts (the CPU lowers them, the interpreter runs them; only the GPU runs
+    the lowered code): both backends against float64, outputs poisoned."""
+    import yaml
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    data = _case(case, semantics)
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    checks = verify_file(str(path), ["cuda", "pallas"], seed=11)
+    assert {c.backend for c in checks} == {"cuda", "pallas"}
+    assert all(c.ok for c in checks), [(c.backend, c.output, c.shape, c.rel_error, c.tolerance, c.note)
+                                       for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gelu_bias_bf16", "gelu_bias_bf16_dynamic", "bias_add_bf16_dynamic"])
+def test_bundled_bias_specs_verify_on_gpu(name, tmp_path, monkeypatch):
+    """The bundled bias rows: the tiled layout (gelu_bias_bf16) and the strided one (dynamic M)."""
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    checks = verify_file(str(ROOT / "specs" / f"{name}.yaml"), ["pallas"], seed=5)
+    assert checks and all(c.ok for c in checks), [(c.output, c.shape, c.rel_error, c.note) for c in checks]
