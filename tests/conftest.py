@@ -55,3 +55,38 @@ def pytest_collection_modifyitems(config, items):
         if not ok:
             gpu = "Blackwell" if target == "sm_100a" else "Hopper"
             item.add_marker(pytest.mark.skip(reason=f"needs an NVIDIA {gpu} GPU ({target}): {why}"))
+
+
+def lower_map_for_cuda(data: dict, tmp_path: Path, fuel: int | None = None) -> str:
+    """A map spec (plain data) planned, its Pallas kernel rendered and lowered for CUDA on the CPU at the max of
+    every dynamic size (Mosaic GPU's layout inference and lowering run there; the interpreter checks no layouts);
+    the lowered text. With `fuel`, layout inference gets that many tries instead of jax's 100000, so a kernel
+    whose layouts are found only by a long search fails too."""
+    import importlib.util
+
+    import jax
+    from jax.experimental.mosaic.gpu import layout_inference
+
+    from schedgen.errors import SourceMap
+    from schedgen.frontend.validate import validate_data
+    from schedgen.plan import dims, plan
+    from schedgen.render import render
+    src = SourceMap(f"<{data['name']}>")
+    p = plan(validate_data(data, src), src)
+    assert "pallas" in p.backends, p.backends
+    path = tmp_path / f"{p.name}_lowered_pallas.py"
+    path.write_text(render(p, "pallas"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sizes = {r.name: r.max for r in p.dynamic_sizes}
+    args = [jax.ShapeDtypeStruct(tuple(dims.evaluate(x, sizes) for x in o.shape), mod._DTYPES[o.dtype])
+            for o in p.inputs]
+    defaults = layout_inference.infer_layout.__kwdefaults__
+    saved = dict(defaults)
+    if fuel is not None:
+        defaults["fuel"] = fuel
+    try:
+        return jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    finally:
+        defaults.update(saved)

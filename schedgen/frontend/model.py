@@ -384,7 +384,7 @@ class CompilerParams(Model):
         "it is not written; collective_matmul does not read it"))
     lowering_semantics: Literal["lane", "warpgroup"] = Field(default="warpgroup", description=(
         "Mosaic GPU lowering semantics of the Pallas rendering (no effect on CUDA): warpgroup (the default: array "
-        "ops per warpgroup) or lane (per thread). map: both (lane not with broadcast operands); matmul: warpgroup "
+        "ops per warpgroup) or lane (per thread). map: both (a broadcast operand takes a named register layout in either); matmul: warpgroup "
         "(wgmma); attention: its Pallas kernel is written for lane (as jax's attention_mgpu), so leave it out or "
         "write lane"))
     unsafe_no_auto_barriers: bool = Field(default=False, description=(

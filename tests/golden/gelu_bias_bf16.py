@@ -9,6 +9,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
+# Every value of a block in one register layout (a broadcast input: Mosaic GPU's layout inference finds none for a
+# column, and one for a row only by a search that can run out; see schedgen/families/map/columns.py):
+# 4 warps x 1 rows, 32 lanes x 8 elements per 4 x 256 tile.
+_LAYOUT = plgpu.Layout.TILED(plgpu.Tiling(((4, 256), (8,))), warp_dims=(-3,), lane_dims=(-2,),
+                             vector_dim=-1)
 
 
 def _transforms(tiling, swizzle):
@@ -54,9 +59,10 @@ def _kernel_body(sizes):
         def step(indices, in_x_s, in_w_s, in_b_s):
             (k,) = indices
             slot = lax.rem(k, 2)
-            v_x = in_x_s[...].astype(jnp.float32)
-            v_w = in_w_s[...].astype(jnp.float32)
-            v_b = in_b_s[...].astype(jnp.float32)
+            v_x = plgpu.load(in_x_s, layout=_LAYOUT, optimized=False).astype(jnp.float32)
+            v_w = plgpu.load(in_w_s, layout=_LAYOUT, optimized=False).astype(jnp.float32)
+            v_b = plgpu.load(in_b_s, layout=_LAYOUT.reduce((0,)), optimized=False).astype(jnp.float32)
+            v_b = plgpu.layout_cast(lax.broadcast_in_dim(v_b, (32, 256), (1,)), _LAYOUT)
             t_h = ((v_x * v_w) + v_b)
             r_y = jax.nn.gelu(t_h, approximate=True)
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)

@@ -11,6 +11,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32, "f8e4m3": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
+# Every value of a block in one register layout (a broadcast input: Mosaic GPU's layout inference lays it out only
+# by a search that can run out; see schedgen/families/map/columns.py): 2-element vectors over the flattened
+# block, strided over the warpgroup's 128 threads (the SMEM blocks stay untiled: the arrays are not whole tiles).
+_LAYOUT = plgpu.Layout.WG_STRIDED((32, 256), vec_size=2)
 
 
 def _transforms(tiling, swizzle):
@@ -57,9 +61,10 @@ def _kernel_body(sizes):
         def step(indices, in_x_s, in_w_s, in_b_s):
             (k,) = indices
             slot = lax.rem(k, 2)
-            v_x = in_x_s[...].astype(jnp.float32)
-            v_w = in_w_s[...].astype(jnp.float32)
-            v_b = in_b_s[...].astype(jnp.float32)
+            v_x = plgpu.load(in_x_s, layout=_LAYOUT, optimized=False).astype(jnp.float32)
+            v_w = plgpu.load(in_w_s, layout=_LAYOUT, optimized=False).astype(jnp.float32)
+            v_b = plgpu.load(in_b_s, layout=plgpu.Layout.WG_STRIDED((256,), vec_size=2), optimized=False).astype(jnp.float32)
+            v_b = plgpu.layout_cast(lax.broadcast_in_dim(v_b, (32, 256), (1,)), _LAYOUT)
             t_h = ((v_x * v_w) + v_b)
             r_y = jax.nn.gelu(t_h, approximate=True)
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)

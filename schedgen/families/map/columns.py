@@ -1,23 +1,35 @@
-"""The Pallas map kernel's column path: an input broadcast along the minor dimension (an [M, 1] per-row scale).
+"""The Pallas map kernel's named register layout, taken when an input is broadcast: a column (broadcast along the
+minor dimension: an [M, 1] per-row scale, a [1] scalar), a row (along a leading one: an [N] bias against [M, N],
+[B, 1, N]) or both.
 
-jax 0.11.2's Mosaic GPU takes such an input in neither of the ways the other inputs go:
+jax 0.11.2's Mosaic GPU takes a column in neither of the ways the other inputs go:
 - its TMA cannot load it: a tensor map of an [M, 1] array has a row stride of one element, and Mosaic GPU's
   async_copy rejects it ("async_copy requires all GMEM strides except the last one to be a multiple of 16 bytes"),
   even through a `.at[:, 0]` view or a reshape (no non-indexing transforms on GMEM refs);
 - its layout inference finds no register layout for a broadcast along the minor dimension (the WG_STRIDED layout it
   picks for elementwise blocks broadcasts leading dimensions only).
+A row it loads, but its layout inference lays a row out only by search: WG_STRIDED broadcasts a row of C columns
+only in vectors of at most C / 128 elements, so the search walks the SMEM refs' candidate tilings before it settles
+on that (37895 tries of its 100000 for `h = x * w + b; y = h * h` in f32 blocks of 32 x 128, ending at vectors of one
+element), and with one more output (the autodiff's saving forward, which also writes h) spends them all and fails:
+"Layout inference failed to find a solution" (found on the H200, 2026-12-06).
 So the kernel reads a column straight from GMEM into registers (`plgpu.load`, no bounds handling: its dimensions must
 divide into whole blocks; each step loads the next tile's into the pipeline's carry, so the load's latency hides under
-a step's work) and names one TiledLayout for every value of the block: the warpgroup's 4 warps split the
-rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec` elements, so the block's rows must be a
-multiple of 4 * lane_rows. A column's value is that layout reduced along the minor dimension (one value per row,
-replicated over the lanes of the row), broadcast in registers; a row or a full input is read from its SMEM stage in
-the layout reduced along the dimensions it lacks. With that named layout, layout inference tiles an SMEM block of
-8k rows by (8, 128 B) whatever the array's extents, which a ragged array's TMA then refuses (_check_smem_tiling).
-tests/build/test_pallas_lowers.py lowers such kernels for CUDA on the CPU (the interpreter does not check layouts);
-tests/families/map/test_map_columns.py pins each jax limit named here.
+a step's work) and names one TiledLayout for every value of the block whenever an input is broadcast: the
+warpgroup's 4 warps split the rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec` elements, so
+the block's rows must be a multiple of 4 * lane_rows. A column's value is that layout reduced along the minor
+dimension (one value per row, replicated over the lanes of the row), a row's reduced along the rows, each read in
+that reduced layout and broadcast in registers (broadcast_in_dim then a layout_cast to the named layout: lane
+semantics takes the cast as the broadcast's layout, as it infers none); a full input is read from its SMEM stage in
+the named layout. Layout inference is then left only the SMEM refs (a few tries), and lane semantics lowers too.
+With that named layout, layout inference tiles an SMEM block of 8k rows by (8, 128 B) whatever the array's extents,
+which a ragged array's TMA then refuses (_check_smem_tiling).
+tests/build/test_pallas_lowers.py and tests/families/map/test_map_lowers.py lower such kernels for CUDA on the CPU
+(the interpreter does not check layouts); tests/families/map/test_map_columns.py pins each jax limit named here.
 """
 from __future__ import annotations
+
+import math
 
 from ...frontend.model import ITEMSIZE
 from ...plan import dims
@@ -31,23 +43,29 @@ NO_TMA = ("jax 0.11.2's TMA cannot load a column (Mosaic GPU: 'async_copy requir
 
 
 def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problems: Problems) -> RegisterLayout | None:
-    """The register layout and each input's view when the Pallas kernel builds and an input is a column; None when
-    none is (the kernel lets Mosaic GPU infer its layouts), or when a located problem says why it cannot be."""
+    """The register layout and each input's view when the Pallas kernel builds and an input is broadcast (a column
+    or a row); None when none is (the kernel lets Mosaic GPU infer its layouts), or when a located problem says why
+    it cannot be."""
     inputs = [operands[n] for n in op.inputs if n in operands]
+    if "pallas" not in sch.backends or len(inputs) != len(op.inputs) or len(space.block) < 2:
+        return None
     columns = [o for o in inputs if o.minor_bcast]
-    if "pallas" not in sch.backends or not columns or len(inputs) != len(op.inputs):
+    broadcast = [o for o in inputs if _view(o, len(space.block)).reduced]
+    if not broadcast:
         return None
     before = len(problems)
     iblock, out0 = space.block, next(iter(op.outputs))
     min_isz = min(ITEMSIZE[o.dtype] for o in list(op.inputs.values()) + list(op.outputs.values()))
+    if not columns and (strided := _strided_for_ragged(operands, inputs, space, min_isz)) is not None:
+        return strided
     vec = widest_vector(operands.values(), min_isz)
     layout = pick_layout(iblock[-2], iblock[-1], vec, min_isz)
     if layout is None:
         rows, cols = iblock[-2], iblock[-1]
         quantum, lc, v = min(candidates(cols, vec, min_isz))
         problems.add(("schedule", "out_specs", out0, "block_shape", len(iblock) - 2),
-                     f"'{columns[0].name}' broadcasts along the minor dimension (a column), which jax 0.11.2's "
-                     f"Mosaic GPU cannot lay out by itself; the Pallas kernel names a register layout whose 4 warps "
+                     f"'{broadcast[0].name}' {_what(broadcast[0])}, which jax 0.11.2's Mosaic GPU cannot lay out by "
+                     f"itself; the Pallas kernel names a register layout whose 4 warps "
                      f"split the block's rows, each warp {LANES // lc} row{'s' if lc < LANES else ''} of {cols} "
                      f"columns at a time ({lc} lanes x {v} elements), so the block's rows ({rows}) must be a multiple "
                      f"of {quantum}: use {_suggest(rows, quantum)} {HINT}")
@@ -60,6 +78,29 @@ def plan_columns(op, sch, operands: dict[str, MapOperand], space: Space, problem
         return None
     views = tuple(_view(o, len(iblock)) for o in inputs)
     return _layout(len(iblock), *layout, views)
+
+
+def _strided_for_ragged(operands: dict[str, MapOperand], inputs: list[MapOperand], space: Space,
+                        min_isz: int) -> RegisterLayout | None:
+    """Rows only, on arrays whose SMEM blocks the tiled layout's inferred tiling would not fit (_check_smem_tiling:
+    a dynamic M of any multiple): the WG_STRIDED layout, which Mosaic GPU reads and writes from untiled SMEM and
+    broadcasts along leading dimensions, in the widest vectors (16 B of the narrowest dtype at most) that split
+    every value read over the warpgroup's 128 threads; None where the tiled layout fits, or this cannot be (a row
+    that is not the trailing dimensions, a swizzled block, a row of fewer than 128 elements)."""
+    ragged = Problems()
+    for o in operands.values():
+        _check_smem_tiling(o, space, ragged)
+    rank = len(space.block)
+    views = tuple(_view(o, rank) for o in inputs)
+    trailing = all(v.kept == tuple(range(rank - len(v.kept), rank)) for v in views)
+    if not ragged or not trailing or any(o.tma.swizzle or o.tiling for o in operands.values()):
+        return None
+    vec = 16 // min_isz
+    while vec and any(math.prod(shape) % (WARPS * LANES * vec) for shape in [space.block, *(v.shape for v in views)]):
+        vec //= 2
+    if not vec:
+        return None
+    return RegisterLayout(space.block[-2], space.block[-1], 0, 0, vec, (), (), (), -1, views, strided=True)
 
 
 def swizzle_of(o: MapOperand) -> int:
@@ -108,6 +149,11 @@ def pick_layout(rows: int, cols: int, vec: int, min_isz: int) -> tuple[int, int]
         if rows % r == 0:
             return lc, v
     return None
+
+
+def _what(o: MapOperand) -> str:
+    return "broadcasts along the minor dimension (a column)" if o.minor_bcast else \
+        "broadcasts along the rows (a row)"
 
 
 def _suggest(rows: int, quantum: int) -> str:
@@ -167,7 +213,7 @@ def _check_smem_tiling(o: MapOperand, space: Space, problems: Problems) -> None:
             str(space.ranges[n].multiple_of) for n in sorted(dims.sizes_of(extent)))
         group = "in_specs" if o.role == "in" else "out_specs"
         problems.add(("schedule", group, o.name, "block_shape", rank - 2),
-                     f"with a column in the body the Pallas kernel reads and writes blocks in a named register "
+                     f"with a broadcast input in the body the Pallas kernel reads and writes blocks in a named register "
                      f"layout, and jax 0.11.2's Mosaic GPU then tiles the SMEM block of '{o.name}' ({o.block[-2]} "
                      f"rows, a multiple of 8) by (8, {elems}) with a {swizzle} B swizzle without looking at the "
                      f"array, whose dimension {d} ({at}) is not a multiple of {quantum}: lowering fails ('When no "
@@ -182,7 +228,8 @@ def _view(o: MapOperand, rank: int) -> RegisterView:
     off = rank - len(o.block)
     squeezed = tuple(d for d in range(len(o.block)) if _broadcast(o, d, off))
     kept = tuple(off + d for d in range(len(o.block)) if d not in squeezed)
-    return RegisterView(o.name, o.minor_bcast, squeezed, kept, tuple(d for d in range(rank) if d not in kept))
+    shape = tuple(o.block[d] for d in range(len(o.block)) if d not in squeezed)
+    return RegisterView(o.name, o.minor_bcast, squeezed, kept, tuple(d for d in range(rank) if d not in kept), shape)
 
 
 def _broadcast(o: MapOperand, d: int, off: int) -> bool:

@@ -34,10 +34,7 @@ def explain_map(p) -> str:
                      f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
     reg = getattr(p, "registers", None)
     if reg is not None:
-        cols = ", ".join(v.name for v in reg.views if v.gmem)
-        lines.append(f"  pallas     every value in one register layout of {reg.rows} x {reg.cols} tiles (4 warps x "
-                     f"{reg.lane_rows} row{'s' if reg.lane_rows > 1 else ''}, {reg.lane_cols} lanes x {reg.vec} elements); columns read from GMEM into "
-                     f"registers: {cols} (Mosaic GPU infers no layout for a column, nor can its TMA load one)")
+        lines.append(_layout_line(reg))
     lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")
@@ -52,3 +49,22 @@ def explain_map(p) -> str:
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: "
                  f"{floor_ms:.4f} ms")
     return "\n".join(lines)
+
+
+def _layout_line(reg) -> str:
+    """The Pallas kernel's named register layout (families/map/columns.py): what it is and why it is named."""
+    rows = ", ".join(v.name for v in reg.views if v.reduced and not v.gmem)
+    cols = ", ".join(v.name for v in reg.views if v.gmem)
+    if reg.strided:
+        what = f"every value in one strided layout ({reg.vec}-element vectors over the block; the SMEM blocks untiled)"
+    else:
+        what = (f"every value in one register layout of {reg.rows} x {reg.cols} tiles (4 warps x {reg.lane_rows} "
+                f"row{'s' if reg.lane_rows > 1 else ''}, {reg.lane_cols} lanes x {reg.vec} elements)")
+    why = []
+    if cols:
+        why.append(f"columns read from GMEM into registers: {cols} (Mosaic GPU infers no layout for a column, nor can "
+                   f"its TMA load one)")
+    if rows:
+        why.append(f"rows broadcast in registers: {rows} (Mosaic GPU's layout inference lays a row out only by a "
+                   f"search that can run out)")
+    return f"  pallas     {what}; " + "; ".join(why)

@@ -71,7 +71,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     vec = _vector_width(op, sch, space.block, problems)
     sync = _plan_sync(sch, space.stages, smem, hw, problems)
     _check_int32(op, space, problems)
-    _backend_limits(op, sch, body, operands, space.block, problems)
+    _backend_limits(op, sch, body, operands, problems)
     registers = plan_columns(op, sch, operands, space, problems)
     if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
         return None, problems
@@ -259,9 +259,9 @@ def _check_int32(op, space: Space, problems: Problems) -> None:
                      f"(at most {ex.MAX_INT}); use larger blocks")
 
 
-def _backend_limits(op, sch, body, operands: dict, iblock: tuple[int, ...], problems: Problems) -> None:
+def _backend_limits(op, sch, body, operands: dict, problems: Problems) -> None:
     if "pallas" in sch.backends and body is not None:
-        _pallas_limits(op, sch, body, operands, iblock, problems)
+        _pallas_limits(op, sch, body, operands, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "cuda" in sch.backends:
         _cuda_limits(op, operands, problems)
@@ -341,7 +341,7 @@ def _kernel_args(operands, ranges) -> tuple[KernelArg, ...]:
     return tmaps + tuple(KernelArg("i32", -1, value=dims.size(n)) for n in ranges)
 
 
-def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
+def _pallas_limits(op, sch, body, operands, problems: Problems) -> None:
     """What jax 0.11.2's Mosaic GPU lowering cannot do with these kernels, reported before rendering."""
     hint = "or set schedule.backends: [cuda]"
     used = {n.func.id for _, e in body.statements for n in ast.walk(e.tree)
@@ -355,11 +355,6 @@ def _pallas_limits(op, sch, body, operands, iblock, problems: Problems) -> None:
             problems.add((*path, "out_of_bounds"), f"the Pallas map kernel's TMA loads pad a partial block with zeros "
                                                    f"(Mosaic GPU has no NaN fill), so nan changes the CUDA kernel "
                                                    f"only; use zero {hint}")
-        broadcast = len(o.block) < len(iblock) or any(s == 0 for s in o.row_strides[len(iblock) - 1 - len(o.block) + 1:]) \
-            or o.minor_bcast
-        if broadcast and sch.compiler_params.lowering_semantics == "lane":
-            problems.add(("schedule", "compiler_params", "lowering_semantics"),
-                         f"'{o.name}' is broadcast, which Mosaic GPU's lane semantics cannot lay out; use warpgroup {hint}")
 
 
 def _grid_vars(grid_names) -> tuple[str, ...]:

@@ -49,21 +49,25 @@ class MapOperand:
 
 @dataclass(frozen=True)
 class RegisterView:
-    """How the Pallas kernel's column path reads one input into the block's register layout."""
+    """How the Pallas kernel reads one input into the block's named register layout (columns.py)."""
     name: str
     gmem: bool                     # straight from GMEM into registers (a column: Mosaic GPU's TMA cannot load it),
                                    # else from its TMA-filled SMEM stage
     squeezed: tuple[int, ...]      # the operand's broadcast dimensions, indexed at 0 when it is read
     kept: tuple[int, ...]          # the iteration dimensions its value holds (broadcast_in_dim's dimensions)
     reduced: tuple[int, ...]       # the iteration dimensions it lacks (the layout's reduce axes)
+    shape: tuple[int, ...] = ()    # the value read (its block less the squeezed dimensions)
 
 
 @dataclass(frozen=True)
 class RegisterLayout:
-    """The one Mosaic GPU TiledLayout every [.., rows, cols] value of a Pallas block takes when an input is a column:
-    jax 0.11.2's layout inference finds none for a broadcast along the minor dimension, so the kernel names one. A
+    """The one Mosaic GPU TiledLayout every [.., rows, cols] value of a Pallas block takes when an input is broadcast
+    (a column or a row): jax 0.11.2's layout inference finds none for a column, and finds one for a row only by a
+    search that runs out (columns.py), so the kernel names one. A
     warpgroup's 4 warps split the rows, each warp's 32 lanes `lane_rows` rows by `lane_cols` vectors of `vec`
-    elements; (tiles, warp_dims, lane_dims, vector_dim) is that layout in jax's canonical form."""
+    elements; (tiles, warp_dims, lane_dims, vector_dim) is that layout in jax's canonical form. `strided`: instead
+    a WG_STRIDED layout of `vec`-element vectors over the flattened block (rows only, on arrays whose SMEM blocks
+    the tiled layout's inferred tiling would not fit; the tiling fields are then unused)."""
     rows: int                      # the base tile: 4 * lane_rows rows ...
     cols: int                      # ... by lane_cols * vec columns
     lane_rows: int
@@ -74,6 +78,7 @@ class RegisterLayout:
     lane_dims: tuple[int, ...]
     vector_dim: int
     views: tuple[RegisterView, ...]    # one per input, in input order
+    strided: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class MapPlan:
     dynamic_sizes: tuple[SizeRange, ...] = ()            # the op's dynamic sizes, spec order (launch record `sizes`)
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
     auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
-    registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is a column
+    registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is broadcast
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property

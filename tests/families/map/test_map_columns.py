@@ -117,10 +117,17 @@ def test_rank3_views_broadcast_over_the_batch():
     assert views["b"].kept == (2,) and views["x"].kept == (0, 1, 2)
 
 
-def test_no_column_no_layout():
-    """Without a column Mosaic GPU infers the layouts (the rendered kernel is unchanged: tests/golden)."""
-    assert _plan(ROOT / "specs" / "gelu_bias_bf16.yaml").registers is None
+def test_no_broadcast_no_layout():
+    """Without a broadcast input Mosaic GPU infers the layouts; a row alone takes the named layout (its view reduced
+    along the rows), or the strided one where the arrays are not whole SMEM tiles (a dynamic M of any multiple)."""
+    assert _plan(ROOT / "specs" / "add_bf16.yaml").registers is None
     assert _plan(MIXED, {"schedule.backends": ["cuda"]}).registers is None
+    reg = _plan(ROOT / "specs" / "gelu_bias_bf16.yaml").registers
+    assert not reg.strided and (reg.rows, reg.cols, reg.vec) == (4, 256, 8)
+    assert [(v.name, v.gmem, v.kept, v.reduced) for v in reg.views] == [
+        ("x", False, (0, 1), ()), ("w", False, (0, 1), ()), ("b", False, (1,), (0,))]
+    reg = _plan(ROOT / "specs" / "gelu_bias_bf16_dynamic.yaml").registers
+    assert reg.strided and reg.vec == 2          # 256 bias elements over 128 threads
 
 
 def test_rendered_kernel_reads_the_column_from_gmem(cache):
@@ -128,7 +135,7 @@ def test_rendered_kernel_reads_the_column_from_gmem(cache):
     assert "_LAYOUT = plgpu.Layout.TILED(plgpu.Tiling(((4, 128), (4,))), warp_dims=(-3,), lane_dims=(-2,)," in src
     assert "            return plgpu.load(in_s_gmem.at[pl.ds(c[0] * 40, 40), 0],\n" \
            "                              layout=_LAYOUT.reduce((1,)), optimized=False)" in src
-    assert "v_b = lax.broadcast_in_dim(v_b, (40, 128), (1,))" in src
+    assert "v_b = plgpu.layout_cast(lax.broadcast_in_dim(v_b, (40, 128), (1,)), _LAYOUT)" in src
     # no SMEM stage for the column: its block comes in the carry, loaded a step ahead
     assert "def step(indices, in_x_s, in_b_s, in_w_s, columns):" in src
     assert "nxt = (_col_in_s(jnp.minimum(k + 1, my_tiles - 1)), )" in src and "return nxt" in src
@@ -141,7 +148,12 @@ def test_explain_names_the_layout_and_the_columns():
     text = explain_map(_plan(MIXED))
     assert ("  pallas     every value in one register layout of 4 x 128 tiles (4 warps x 1 row, 32 lanes x 4 "
             "elements); columns read from GMEM into registers: s (Mosaic GPU infers no layout for a column, nor can "
-            "its TMA load one)") in text.splitlines()
+            "its TMA load one); rows broadcast in registers: b (Mosaic GPU's layout inference lays a row out only by "
+            "a search that can run out)") in text.splitlines()
+    strided = explain_map(_plan(ROOT / "specs" / "gelu_bias_bf16_dynamic.yaml"))
+    assert ("  pallas     every value in one strided layout (2-element vectors over the block; the SMEM blocks "
+            "untiled); rows broadcast in registers: b (Mosaic GPU's layout inference lays a row out only by a search "
+            "that can run out)") in strided.splitlines()
     assert "  pallas " not in explain_map(_plan(MIXED, {"schedule.backends": ["cuda"]}))
 
 
@@ -213,7 +225,7 @@ def test_a_column_spans_whole_blocks():
         "straight from GMEM into registers, with no bounds handling: its dimension 0 (250) must be a whole number of "
         "blocks of 32; use a block that divides it or set schedule.backends: [cuda]")
     # and x's and o's SMEM blocks, which Mosaic GPU would tile by 8 rows (test_smem_tilings_mosaic_infers_...)
-    assert [line.split(": with a column")[0] for line in lines[1:]] == [
+    assert [line.split(": with a broadcast input")[0] for line in lines[1:]] == [
         "14:3: schedule.in_specs.x.block_shape[0]", "15:23: schedule.out_specs.o.block_shape[0]"]
     assert all("dimension 0 (250) is not a multiple of 8" in line for line in lines[1:])
     assert _plan(EDGE / "col_scale.yaml", {**ov, "schedule.backends": ["cuda"]}).backends == ("cuda",)
@@ -233,11 +245,11 @@ def test_smem_tilings_mosaic_infers_past_the_arrays_edge():
     """40-row blocks at N = 600: Mosaic GPU would tile x's and o's SMEM by (8, 64), w's and r's by (8, 32); 600 is
     neither (test_pallas_lowers pins the lowering failure). 20-row blocks stay untiled and build."""
     lines = _lines(MIXED, _ragged_n(40))
-    assert [line.split(": with a column")[0] for line in lines] == [
+    assert [line.split(": with a broadcast input")[0] for line in lines] == [
         "21:3: schedule.in_specs.x.block_shape[0]", "21:3: schedule.in_specs.w.block_shape[0]",
         "22:23: schedule.out_specs.o.block_shape[0]", "23:23: schedule.out_specs.r.block_shape[0]"]
     assert lines[0] == (
-        "21:3: schedule.in_specs.x.block_shape[0]: with a column in the body the Pallas kernel reads and writes "
+        "21:3: schedule.in_specs.x.block_shape[0]: with a broadcast input in the body the Pallas kernel reads and writes "
         "blocks in a named register layout, and jax 0.11.2's Mosaic GPU then tiles the SMEM block of 'x' (40 rows, "
         "a multiple of 8) by (8, 64) with a 128 B swizzle without looking at the array, whose dimension 1 (600) is "
         "not a multiple of 64: lowering fails ('When no rounding mode is specified, dimension ... must have size "
@@ -258,10 +270,14 @@ def test_column_blockspec_fields_the_pallas_kernel_does_not_read():
         "schedule.backends: [cuda]"]
 
 
-def test_lane_semantics_refuses_a_column():
-    (line,) = _lines(EDGE / "col_scale.yaml", {"schedule.compiler_params.lowering_semantics": "lane"})
-    assert line.endswith("schedule.compiler_params.lowering_semantics: 's' is broadcast, which Mosaic GPU's lane "
-                         "semantics cannot lay out; use warpgroup or set schedule.backends: [cuda]")
+def test_lane_semantics_takes_a_column_and_a_row(cache):
+    """Lane semantics infers no layouts: the named one makes both broadcasts lower (tests/families/map/
+    test_map_lowers.py lowers them), each broadcast cast to it."""
+    built = build_spec(str(MIXED), {"schedule.compiler_params.lowering_semantics": "lane"}, cache=cache)
+    src = built.files["pallas_kernel.py"].decode()
+    assert "lowering_semantics=plgpu.LoweringSemantics.Lane" in src
+    assert "v_b = plgpu.layout_cast(lax.broadcast_in_dim(v_b, (40, 128), (1,)), _LAYOUT)" in src
+    assert "v_s = plgpu.layout_cast(lax.broadcast_in_dim(v_s, (40, 128), (0,)), _LAYOUT)" in src
 
 
 def test_unwritten_backends_fall_back_to_cuda(tmp_path):
