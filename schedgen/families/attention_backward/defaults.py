@@ -5,6 +5,13 @@ from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from .records import CUDA_REG_OVERHEAD, REG_LIMIT
 
+# The Pallas backward's form when pipeline.kind is not written. The one-kernel form (warp_specialized, fused.py)
+# verifies in the interpreter and lowers for the GPU; it becomes the default once the H200 has verified and timed it
+# (bench/backward_gpu.py's attention_d128 case) against the two-kernel form.
+DEFAULT_KIND = "emit_pipeline"
+DEFAULT_KIND_WHY = ("the Pallas backward in two kernels (dK/dV, then dQ recomputing S and dP); warp_specialized is the "
+                    "one-kernel form (dQ by TMA reduce-add), not yet timed on the GPU")
+
 
 def _cuda_fits(spec) -> str | None:
     """Why the CUDA kernel cannot take the spec's head_dim or blocks (None: it can): head_dim 64 or 128, and
@@ -32,6 +39,8 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
                               "both: the CUDA C++ kernel (one launch, mma.sync) and the Pallas (Mosaic GPU) one"))
         else:
             picks.append(Pick(("schedule", "backends"), ["pallas"], f"Pallas only: {why}"))
+    if not written(spec, ("schedule", "pipeline", "kind")):
+        picks.append(Pick(("schedule", "pipeline", "kind"), DEFAULT_KIND, DEFAULT_KIND_WHY))
     if not written(spec, ("schedule", "compiler_params", "approx_math")):
         picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
                           "exp2 of the recomputed P in the fast approximate form (as the forward's)"))

@@ -1,0 +1,83 @@
+"""The one-kernel attention backward (FlashAttention-3's form): `pipeline.kind: warp_specialized` on the Pallas backend.
+
+A block owns block_kv keys of one kv head: block_kv / 64 consumer warpgroups of 64 keys each hold their dK and dV
+(64 x D f32) in registers, and a producer warpgroup streams every q head of the group's Q, dO, lse and delta blocks
+(block_q queries) through a ring of max_concurrent_steps stages. Per step a consumer recomputes S^T = K Q^T and P^T,
+accumulates dV += P^T dO and dK += dS^T Q (P^T, dS^T as register operands) and computes its dQ partial dS K, which a
+TMA reduce-add sums into an f32 workspace; a jnp pass then scales and casts dQ. No second kernel recomputes S and dP.
+Every rule of that form is checked here, at the field that breaks it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...frontend.model import ITEMSIZE
+from ...plan.common import Problems
+from ...plan.defaults import written
+from ...plan.hardware import Hardware
+from .records import REG_OVERHEAD, ROWS
+
+KIND = "warp_specialized"
+MAX_CONSUMERS = 2
+# setmaxnreg budgets (registers a thread) by consumer count: the block's warpgroups share the SM's 64 K registers
+# (2 consumers: 2 x 128 x 232 + 128 x 40 = 64512)
+CONSUMER_REGS = {1: 240, 2: 232}
+PRODUCER_REGS = 40
+
+
+@dataclass(frozen=True)
+class Fused:
+    consumers: int       # consumer warpgroups a block (block_kv / 64)
+    regs: int            # registers a consumer thread needs (estimate)
+    smem_bytes: int
+
+
+def fused_chosen(sch) -> bool:
+    return sch.pipeline.kind == KIND
+
+
+def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: Hardware,
+               problems: Problems) -> Fused | None:
+    """The one kernel's consumers, registers and SMEM, or None (with located errors) when it cannot serve the spec."""
+    d, dtype = dims[5], dims[6]
+    kind = ("schedule", "pipeline", "kind")
+    before = len(problems)
+    if "pallas" not in sch.backends:
+        problems.add(kind, "warp_specialized picks the Pallas backward's one-kernel form, and the backends list no "
+                           "pallas; add pallas to backends or leave kind out (the CUDA kernel has one form)")
+    if ranges:
+        problems.add(kind, "the one-kernel backward (warp_specialized) takes fixed sizes only; with dynamic sizes "
+                           "leave kind out (emit_pipeline: the two-kernel form)")
+    if d not in (64, 128):
+        problems.add(kind, f"the one-kernel backward (warp_specialized) holds a consumer's dK and dV (64 x {d} f32 "
+                           f"each) in registers for head_dim 64 or 128 only; got {d}: leave kind out "
+                           f"(emit_pipeline splits head_dim 256 across blocks)")
+    consumers = block_kv // ROWS
+    if block_kv % ROWS or not 1 <= consumers <= MAX_CONSUMERS:
+        problems.add(("schedule", "in_specs", names[1], "block_shape", 0),
+                     f"with warp_specialized, block_kv is the keys a block owns, 64 a consumer warpgroup: legal 64 "
+                     f"or 128; got {block_kv}")
+        consumers = 1
+    if written(sch, ("pipeline", "num_compute_wgs")) and sch.pipeline.num_compute_wgs != consumers:
+        problems.add(("schedule", "pipeline", "num_compute_wgs"),
+                     f"the one-kernel backward's consumer warpgroups own 64 keys each: block_kv {block_kv} makes "
+                     f"{consumers}; write {consumers} or leave num_compute_wgs out")
+    budget = CONSUMER_REGS[consumers]
+    regs = d + block_q + REG_OVERHEAD   # dK, dV (D / 2 each) + S^T, dP^T (block_q / 2 each), then dS^T and dQ's part
+    if regs > budget:
+        problems.add(("schedule", "in_specs", names[0], "block_shape", 0),
+                     f"a consumer thread of the one-kernel backward holds dK, dV ({d}) and S^T, dP^T ({block_q}) f32 "
+                     f"plus about {REG_OVERHEAD}: {regs} registers, over its {budget}; legal here: block_q <= "
+                     f"{(budget - REG_OVERHEAD - d) // 64 * 64}")
+    isz = ITEMSIZE[dtype]
+    stages = sch.pipeline.max_concurrent_steps
+    smem = consumers * (2 * ROWS * d * isz + ROWS * block_q * isz + block_q * d * 4) \
+        + stages * (2 * block_q * d * isz + 2 * block_q * 4) + 8 * (consumers + 3 * stages) + 1024
+    if smem > hw.smem_per_block:
+        problems.add(("schedule", "pipeline", "max_concurrent_steps"),
+                     f"the one-kernel backward needs {smem} B of SMEM with {stages} stages ({consumers} x (K, V, dS^T "
+                     f"and an f32 dQ partial) + the ring), over the {hw.smem_per_block} B a block may have; use fewer "
+                     f"stages or a smaller block_q")
+    if len(problems) != before:
+        return None
+    return Fused(consumers, regs, smem)
