@@ -30,6 +30,18 @@ def _cuda_fits(spec) -> str | None:
     return None
 
 
+def _consumers(spec) -> Pick:
+    """The one-kernel form's consumer warpgroups: 2 (128 keys a block, FlashAttention-3's) when Skv allows."""
+    op = spec.op
+    kn = list(op.inputs)[1]
+    s = op.inputs[kn].shape[1 if op.layout == "bshd" else 2]
+    s = op.sizes.get(s, s) if isinstance(s, str) else s
+    if isinstance(s, int) and s % 128 == 0:
+        return Pick(("schedule", "pipeline", "num_compute_wgs"), 2,
+                    "two consumer warpgroups of 64 keys (128 keys a block share each streamed Q, dO block)")
+    return Pick(("schedule", "pipeline", "num_compute_wgs"), 1, "one consumer warpgroup: Skv is not a multiple of 128")
+
+
 def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
     picks = []
     if not written(spec, ("schedule", "backends")):
@@ -41,6 +53,9 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
             picks.append(Pick(("schedule", "backends"), ["pallas"], f"Pallas only: {why}"))
     if not written(spec, ("schedule", "pipeline", "kind")):
         picks.append(Pick(("schedule", "pipeline", "kind"), DEFAULT_KIND, DEFAULT_KIND_WHY))
+    if spec.schedule.pipeline.kind == "warp_specialized" and not written(spec, ("schedule", "pipeline",
+                                                                                 "num_compute_wgs")):
+        picks.append(_consumers(spec))
     if not written(spec, ("schedule", "compiler_params", "approx_math")):
         picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
                           "exp2 of the recomputed P in the fast approximate form (as the forward's)"))

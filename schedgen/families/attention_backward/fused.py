@@ -1,6 +1,6 @@
 """The one-kernel attention backward (FlashAttention-3's form): `pipeline.kind: warp_specialized` on the Pallas backend.
 
-A block owns block_kv keys of one kv head: block_kv / 64 consumer warpgroups of 64 keys each hold their dK and dV
+A block owns 64 x num_compute_wgs keys of one kv head: num_compute_wgs consumer warpgroups of 64 keys each hold their dK and dV
 (64 x D f32) in registers, and a producer warpgroup streams every q head of the group's Q, dO, lse and delta blocks
 (block_q queries) through a ring of max_concurrent_steps stages. Per step a consumer recomputes S^T = K Q^T and P^T,
 accumulates dV += P^T dO and dK += dS^T Q (P^T, dS^T as register operands) and computes its dQ partial dS K, which a
@@ -27,7 +27,7 @@ PRODUCER_REGS = 40
 
 @dataclass(frozen=True)
 class Fused:
-    consumers: int       # consumer warpgroups a block (block_kv / 64)
+    consumers: int       # consumer warpgroups a block (pipeline.num_compute_wgs), 64 keys each
     regs: int            # registers a consumer thread needs (estimate)
     smem_bytes: int
 
@@ -52,16 +52,21 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
         problems.add(kind, f"the one-kernel backward (warp_specialized) holds a consumer's dK and dV (64 x {d} f32 "
                            f"each) in registers for head_dim 64 or 128 only; got {d}: leave kind out "
                            f"(emit_pipeline splits head_dim 256 across blocks)")
-    consumers = block_kv // ROWS
-    if block_kv % ROWS or not 1 <= consumers <= MAX_CONSUMERS:
-        problems.add(("schedule", "in_specs", names[1], "block_shape", 0),
-                     f"with warp_specialized, block_kv is the keys a block owns, 64 a consumer warpgroup: legal 64 "
-                     f"or 128; got {block_kv}")
-        consumers = 1
-    if written(sch, ("pipeline", "num_compute_wgs")) and sch.pipeline.num_compute_wgs != consumers:
+    consumers = sch.pipeline.num_compute_wgs
+    if consumers > MAX_CONSUMERS:
         problems.add(("schedule", "pipeline", "num_compute_wgs"),
-                     f"the one-kernel backward's consumer warpgroups own 64 keys each: block_kv {block_kv} makes "
-                     f"{consumers}; write {consumers} or leave num_compute_wgs out")
+                     f"the one-kernel backward's consumer warpgroups own 64 keys each and share the SM's registers "
+                     f"with the producer: legal 1 or {MAX_CONSUMERS}; got {consumers}")
+        consumers = 1
+    if dims[3] % (ROWS * consumers):
+        problems.add(("schedule", "pipeline", "num_compute_wgs"),
+                     f"{consumers} consumer warpgroups make blocks of {ROWS * consumers} keys, and Skv = {dims[3]} is "
+                     f"not a multiple of it; use 1")
+    if "cuda" not in sch.backends and block_kv != ROWS:
+        problems.add(("schedule", "in_specs", names[1], "block_shape", 0),
+                     f"block_kv is the keys a step of the dQ kernels, which the one-kernel backward (warp_specialized) "
+                     f"does not have (its blocks own 64 x num_compute_wgs keys); legal: 64 (the default), or add cuda "
+                     f"to backends; got {block_kv}")
     budget = CONSUMER_REGS[consumers]
     regs = d + block_q + REG_OVERHEAD   # dK, dV (D / 2 each) + S^T, dP^T (block_q / 2 each), then dS^T and dQ's part
     if regs > budget:

@@ -27,7 +27,7 @@ SCHEDULE = NO_GRID + (
            "emit_pipeline (two kernels) or warp_specialized (one kernel, Pallas)"),
     Unread(("pipeline", "num_compute_wgs"),
            lambda s: s.pipeline.kind != "warp_specialized" and s.pipeline.num_compute_wgs != 1, _ONE_WG,
-           "1 (the default), or pipeline.kind: warp_specialized (block_kv / 64 consumers)"),
+           "1 (the default), or pipeline.kind: warp_specialized (1 or 2 consumers of 64 keys)"),
     Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
            "there is no producer warpgroup to give registers to", "leave it out"),
     Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
