@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from ...frontend.model import ITEMSIZE
 from ...plan.common import Problems
-from ...plan.defaults import written
 from ...plan.hardware import Hardware
 from .records import REG_OVERHEAD, ROWS
 
