@@ -29,9 +29,11 @@ SCHEDULE = NO_GRID + (
            lambda s: s.pipeline.kind != "warp_specialized" and s.pipeline.num_compute_wgs != 1, _ONE_WG,
            "1 (the default), or pipeline.kind: warp_specialized (1 or 2 consumers of 64 keys)"),
     Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
-           "there is no producer warpgroup to give registers to", "leave it out"),
+           "the two-kernel form has no producer warpgroup; the one-kernel form's producer takes 40 registers "
+           "(fused.py's budgets, which its consumers' dK and dV need)", "leave it out"),
     Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
-           "the one warpgroup of a block keeps the compiler's register allocation (no setmaxnreg)", "leave it out"),
+           "the two-kernel form keeps the compiler's register allocation (no setmaxnreg); the one-kernel form's "
+           "consumers take 232 (two) or 240 (one), the most the SM's registers leave them", "leave it out"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),
