@@ -14,20 +14,25 @@ from dataclasses import dataclass
 from ...frontend.model import ITEMSIZE
 from ...plan.common import Problems
 from ...plan.hardware import Hardware
+from ...plan.legality import max_consumer_regs
 from .records import REG_OVERHEAD, ROWS
 
 KIND = "warp_specialized"
 MAX_CONSUMERS = 2
-# setmaxnreg budgets (registers a thread) by consumer count: the block's warpgroups share the SM's 64 K registers
-# (2 consumers: 2 x 128 x 232 + 128 x 40 = 64512)
-CONSUMER_REGS = {1: 240, 2: 232}
-PRODUCER_REGS = 40
+PRODUCER_REGS = 40     # setmaxnreg of the producer warpgroup (it computes a step's coordinates and issues 4 TMAs)
+
+
+def consumer_regs(consumers: int, hw: Hardware) -> int:
+    """setmaxnreg of each consumer: what the block's launch registers leave beside the producer (2 consumers: 232,
+    2 x 128 x 232 + 128 x 40 = 64512 = 384 threads x 168; 1: 256)."""
+    return min(256, max_consumer_regs(hw.regs_per_block(128 * (1 + consumers)), PRODUCER_REGS, consumers))
 
 
 @dataclass(frozen=True)
 class Fused:
     consumers: int       # consumer warpgroups a block (pipeline.num_compute_wgs), 64 keys each
     regs: int            # registers a consumer thread needs (estimate)
+    budget: int          # its setmaxnreg
     smem_bytes: int
 
 
@@ -66,7 +71,7 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
                      f"block_kv is the keys a step of the dQ kernels, which the one-kernel backward (warp_specialized) "
                      f"does not have (its blocks own 64 x num_compute_wgs keys); legal: 64 (the default), or add cuda "
                      f"to backends; got {block_kv}")
-    budget = CONSUMER_REGS[consumers]
+    budget = consumer_regs(consumers, hw)
     regs = d + block_q + REG_OVERHEAD   # dK, dV (D / 2 each) + S^T, dP^T (block_q / 2 each), then dS^T and dQ's part
     if regs > budget:
         problems.add(("schedule", "in_specs", names[0], "block_shape", 0),
@@ -84,4 +89,4 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
                      f"stages or a smaller block_q")
     if len(problems) != before:
         return None
-    return Fused(consumers, regs, smem)
+    return Fused(consumers, regs, budget, smem)

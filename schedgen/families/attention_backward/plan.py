@@ -32,7 +32,7 @@ from .records import (
     CudaBackward,
     backward_flops,
 )
-from .fused import CONSUMER_REGS, PRODUCER_REGS, Fused, fused_chosen, plan_fused
+from .fused import PRODUCER_REGS, Fused, fused_chosen, plan_fused
 from .unread import check_unread
 
 if TYPE_CHECKING:
@@ -360,6 +360,6 @@ def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs
         flops=backward_flops(top["b"], top["hq"], top["sq"], top["skv"], d, alignment), cuda=cuda,
         bytes_moved=sum(math.prod(X.upper(x, ranges) for x in o.shape) * o.itemsize for o in inputs + outputs),
         dynamic_sizes=tuple(ranges.values()), fused=fused is not None,
-        consumers=fused.consumers if fused else 1, consumer_regs=CONSUMER_REGS[fused.consumers] if fused else 0,
+        consumers=fused.consumers if fused else 1, consumer_regs=fused.budget if fused else 0,
         producer_regs=PRODUCER_REGS if fused else 0, fused_regs=fused.regs if fused else 0,
         fused_smem_bytes=fused.smem_bytes if fused else 0)

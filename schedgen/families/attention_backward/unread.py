@@ -33,7 +33,7 @@ SCHEDULE = NO_GRID + (
            "(fused.py's budgets, which its consumers' dK and dV need)", "leave it out"),
     Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
            "the two-kernel form keeps the compiler's register allocation (no setmaxnreg); the one-kernel form's "
-           "consumers take 232 (two) or 240 (one), the most the SM's registers leave them", "leave it out"),
+           "consumers take 232 (two) or 256 (one), the most the SM's registers leave them", "leave it out"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),

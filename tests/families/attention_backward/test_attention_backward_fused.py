@@ -159,7 +159,7 @@ def test_rendered_module_reflects_the_plan():
     assert 'reduction_op="add"' in src and "_dkv_body" not in src and "_dq_body" not in src
     assert src.count("if masked:") == 1 and "num_threads=NUM_CONSUMERS + 1" in src
     one = build_spec(str(SPEC), {**FUSED, "schedule.pipeline.num_compute_wgs": 1}).files["pallas_kernel.py"].decode()
-    assert "NUM_CONSUMERS = 1" in one and "CONSUMER_REGS, PRODUCER_REGS = 240, 40" in one and "if masked" not in one
+    assert "NUM_CONSUMERS = 1" in one and "CONSUMER_REGS, PRODUCER_REGS = 256, 40" in one and "if masked" not in one
 
 
 def _plan(ov):
