@@ -6,6 +6,8 @@ lse and delta blocks (block_q queries each) through an SMEM ring, recomputing S^
 dV += P^T dO and dK += dS^T Q in registers; the dQ kernel, one block per (64 queries, q head, batch), streams K and V
 blocks (block_kv keys each) and accumulates dQ += dS K (a separate dQ pass, as JAX's attention_mgpu: no atomics).
 Causal: blocks wholly past the mask are skipped, the ones crossing it masked. Every rule is checked here.
+`pipeline.kind: warp_specialized` renders the Pallas backward as ONE kernel instead (FlashAttention-3's form; its
+rules in fused.py); the two-kernel form's register and SMEM rules then do not apply.
 """
 from __future__ import annotations
 
