@@ -72,7 +72,8 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
                      f"does not have (its blocks own 64 x num_compute_wgs keys); legal: 64 (the default), or add cuda "
                      f"to backends; got {block_kv}")
     budget = consumer_regs(consumers, hw)
-    regs = d + block_q + REG_OVERHEAD   # dK, dV (D / 2 each) + S^T, dP^T (block_q / 2 each), then dS^T and dQ's part
+    # dK, dV (D / 2 each) + S^T, dP^T (block_q / 2 each); later the dQ partial (block_q D / 128 <= block_q)
+    regs = d + block_q + REG_OVERHEAD
     if regs > budget:
         problems.add(("schedule", "in_specs", names[0], "block_shape", 0),
                      f"a consumer thread of the one-kernel backward holds dK, dV ({d}) and S^T, dP^T ({block_q}) f32 "
