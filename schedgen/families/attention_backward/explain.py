@@ -34,8 +34,8 @@ def _fused_lines(p) -> list[str]:
         f"blocks (Q, dO, lse, delta) through {p.stages} SMEM stage(s);",
         "    per step and consumer: S^T = K Q^T, P^T = exp2(S^T scale log2e - lse log2e), dP^T = V dO^T, "
         "dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q (P^T, dS^T from registers),",
-        "    dQ partial = dS K (f32, dS^T through SMEM) summed into an f32 workspace by a TMA reduce-add; "
-        "dK *= scale",
+        "    dQ partial = dS K (f32, dS^T through SMEM) summed into an f32 workspace by a TMA reduce-add (one a "
+        "consumer and step); dK *= scale",
         f"    setmaxnreg {p.consumer_regs} (consumers) / {p.producer_regs} (producer); about {p.fused_regs} registers "
         f"a consumer thread, {p.fused_smem_bytes} B SMEM",
         "  step 3 (jnp): dq = scale * workspace, cast to the inputs' dtype (no kernel recomputes S and dP)",
