@@ -7,7 +7,7 @@ from .records import CUDA_REG_OVERHEAD, REG_LIMIT
 
 # The Pallas backward's form when pipeline.kind is not written. The one-kernel form (warp_specialized, fused.py)
 # verifies in the interpreter and lowers for the GPU; it becomes the default once the H200 has verified and timed it
-# (bench/backward_gpu.py's attention_d128 case) against the two-kernel form.
+# (bench/attention_backward_forms.py) against the two-kernel form.
 DEFAULT_KIND = "emit_pipeline"
 DEFAULT_KIND_WHY = ("the Pallas backward in two kernels (dK/dV, then dQ recomputing S and dP); warp_specialized is the "
                     "one-kernel form (dQ by TMA reduce-add), not yet timed on the GPU")
