@@ -241,7 +241,9 @@ class Pipeline(Model):
         "computes (map; rowwise's CUDA kernel copies the next row block or row segment into a two-slot SMEM ring by "
         "cp.async while it reduces this one, where none loads straight into the registers); warp_specialized: a TMA producer warpgroup and 1-3 consumer warpgroups "
         "(emit_pipeline_warp_specialized; matmul, collective_matmul and attention take only it and pick it when kind is "
-        "not written; map refuses it)"))
+        "not written; map refuses it). attention_backward (Pallas): emit_pipeline (picked when not written) is two "
+        "kernels (dK/dV, then dQ recomputing S and dP); warp_specialized is ONE kernel in FlashAttention-3's form "
+        "(num_compute_wgs consumers of 64 keys and a producer warpgroup; dQ partials summed by TMA reduce-add)"))
     max_concurrent_steps: Annotated[int, Field(ge=1, le=16)] = Field(default=2, description=(
         "the depth of the SMEM ring: stages in flight at once (each holds one block of every streamed operand); "
         "deeper hides more latency and costs SMEM (the planner checks the 227 KiB and says how many would fit). "
@@ -258,7 +260,8 @@ class Pipeline(Model):
         "consumer warpgroups of a warp-specialized kernel, each owning a slice of the output tile: matmul / "
         "collective_matmul 1-2 (split along wg_axis); attention 1-3 on CUDA, 1-2 on Pallas (64 query rows each: "
         "block_q = 64 x this). Not written: matmul picks 2 when tile_m splits into two 64-row multiples, else 1; "
-        "attention picks its consumer count (both backends render it)"))
+        "attention picks its consumer count (both backends render it); attention_backward with kind warp_specialized "
+        "1-2 (64 keys each: 64 x this keys a block; picked 2 when Skv is a multiple of 128)"))
     wg_axis: Ident | None = Field(default=None, description=(
         "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
         "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),

@@ -1,4 +1,5 @@
-"""The attention_backward family: the gradients dq, dk, dv of flash attention (FlashAttention-2's backward)."""
+"""The attention_backward family: the gradients dq, dk, dv of flash attention (FlashAttention-2's backward in two Pallas
+kernels, or with pipeline.kind warp_specialized FlashAttention-3's in one: fused.py)."""
 from __future__ import annotations
 
 from pathlib import Path

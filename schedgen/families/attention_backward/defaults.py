@@ -5,6 +5,13 @@ from ...plan.defaults import Pick, written
 from ...plan.hardware import Hardware
 from .records import CUDA_REG_OVERHEAD, REG_LIMIT
 
+# The Pallas backward's form when pipeline.kind is not written. The one-kernel form (warp_specialized, fused.py)
+# verifies in the interpreter and lowers for the GPU; it becomes the default once the H200 has verified and timed it
+# (bench/attention_backward_forms.py) against the two-kernel form.
+DEFAULT_KIND = "emit_pipeline"
+DEFAULT_KIND_WHY = ("the Pallas backward in two kernels (dK/dV, then dQ recomputing S and dP); warp_specialized is the "
+                    "one-kernel form (dQ by TMA reduce-add), not yet timed on the GPU")
+
 
 def _cuda_fits(spec) -> str | None:
     """Why the CUDA kernel cannot take the spec's head_dim or blocks (None: it can): head_dim 64 or 128, and
@@ -23,6 +30,18 @@ def _cuda_fits(spec) -> str | None:
     return None
 
 
+def _consumers(spec) -> Pick:
+    """The one-kernel form's consumer warpgroups: 2 (128 keys a block, FlashAttention-3's) when Skv allows."""
+    op = spec.op
+    kn = list(op.inputs)[1]
+    s = op.inputs[kn].shape[1 if op.layout == "bshd" else 2]
+    s = op.sizes.get(s, s) if isinstance(s, str) else s
+    if isinstance(s, int) and s % 128 == 0:
+        return Pick(("schedule", "pipeline", "num_compute_wgs"), 2,
+                    "two consumer warpgroups of 64 keys (128 keys a block share each streamed Q, dO block)")
+    return Pick(("schedule", "pipeline", "num_compute_wgs"), 1, "one consumer warpgroup: Skv is not a multiple of 128")
+
+
 def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
     picks = []
     if not written(spec, ("schedule", "backends")):
@@ -32,6 +51,11 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
                               "both: the CUDA C++ kernel (one launch, mma.sync) and the Pallas (Mosaic GPU) one"))
         else:
             picks.append(Pick(("schedule", "backends"), ["pallas"], f"Pallas only: {why}"))
+    if not written(spec, ("schedule", "pipeline", "kind")):
+        picks.append(Pick(("schedule", "pipeline", "kind"), DEFAULT_KIND, DEFAULT_KIND_WHY))
+    if spec.schedule.pipeline.kind == "warp_specialized" and not written(spec, ("schedule", "pipeline",
+                                                                                 "num_compute_wgs")):
+        picks.append(_consumers(spec))
     if not written(spec, ("schedule", "compiler_params", "approx_math")):
         picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
                           "exp2 of the recomputed P in the fast approximate form (as the forward's)"))

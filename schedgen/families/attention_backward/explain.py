@@ -16,6 +16,36 @@ def explain_attention_backward(p) -> str:
         f"  {p.flops / 1e9:.3f} GFLOP{' at the largest sizes' if p.dynamic_sizes else ''} (10 D per unmasked "
         f"(query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x the forward)",
         "  step 1 (jnp): delta = rowsum(dO * O) in f32, [B, Hq, Sq]",
+        *(_fused_lines(p) if p.fused else _two_kernel_lines(p)),
+        "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
+        "  no mask: every block visited",
+        f"  backends: {', '.join(p.backends)}" + (" (Pallas: P^T and dS^T go to the wgmma through SMEM)"
+                                                   if "pallas" in p.backends and not p.fused else ""),
+        *_cuda_lines(p),
+    ]) + "\n"
+
+
+def _fused_lines(p) -> list[str]:
+    """pipeline.kind warp_specialized: the one Pallas kernel (fused.py)."""
+    return [
+        f"  pipeline.kind warp_specialized: ONE Pallas kernel (FlashAttention-3's form), {p.kv_rows_blocks // p.consumers}"
+        f" x {p.heads_kv} x {p.batch} blocks of {p.keys} keys: {p.consumers} consumer warpgroup(s) (num_compute_wgs) of 64 "
+        f"keys and a producer warpgroup that streams the {p.group} q head(s) of the group in {p.block_q}-query "
+        f"blocks (Q, dO, lse, delta) through {p.stages} SMEM stage(s);",
+        "    per step and consumer: S^T = K Q^T, P^T = exp2(S^T scale log2e - lse log2e), dP^T = V dO^T, "
+        "dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q (P^T, dS^T from registers),",
+        "    dQ partial = dS K (f32, dS^T through SMEM) summed into an f32 workspace by a TMA reduce-add (one a "
+        "consumer and step); dK *= scale",
+        f"    setmaxnreg {p.consumer_regs} (consumers) / {p.producer_regs} (producer); about {p.fused_regs} registers "
+        f"a consumer thread, {p.fused_smem_bytes} B SMEM",
+        "  step 3 (jnp): dq = scale * workspace, cast to the inputs' dtype (no kernel recomputes S and dP)",
+    ]
+
+
+def _two_kernel_lines(p) -> list[str]:
+    """pipeline.kind emit_pipeline: the dK/dV kernel, then the dQ kernel."""
+    return [
+        "  pipeline.kind emit_pipeline: two Pallas kernels (warp_specialized: one, dQ by TMA reduce-add)",
         f"  step 2, dK/dV kernel: {p.kv_rows_blocks}{f' x {p.d_split}' if p.d_split > 1 else ''} x {p.heads_kv} x "
         f"{p.batch} blocks of 64 keys{_columns(p)}; each streams "
         f"the {p.group} q head(s) of its group in {p.block_q}-query blocks (Q, dO, lse, delta) through "
@@ -27,12 +57,7 @@ def explain_attention_backward(p) -> str:
         f"in {p.block_kv}-key blocks through {p.stages} stage(s):",
         "    S = Q K^T, P, dP = dO V^T, dS = P (dP - delta), dQ += dS K;  dQ *= scale (a separate pass: no atomics)",
         f"    about {p.dq_regs} registers a thread, {p.dq_smem_bytes} B SMEM",
-        "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
-        "  no mask: every block visited",
-        f"  backends: {', '.join(p.backends)}" + (" (Pallas: P^T and dS^T go to the wgmma through SMEM)"
-                                                   if "pallas" in p.backends else ""),
-        *_cuda_lines(p),
-    ]) + "\n"
+    ]
 
 
 def _columns(p) -> str:

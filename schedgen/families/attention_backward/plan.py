@@ -6,6 +6,8 @@ lse and delta blocks (block_q queries each) through an SMEM ring, recomputing S^
 dV += P^T dO and dK += dS^T Q in registers; the dQ kernel, one block per (64 queries, q head, batch), streams K and V
 blocks (block_kv keys each) and accumulates dQ += dS K (a separate dQ pass, as JAX's attention_mgpu: no atomics).
 Causal: blocks wholly past the mask are skipped, the ones crossing it masked. Every rule is checked here.
+`pipeline.kind: warp_specialized` renders the Pallas backward as ONE kernel instead (FlashAttention-3's form; its
+rules in fused.py); the two-kernel form's register and SMEM rules then do not apply.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from .records import (
     CudaBackward,
     backward_flops,
 )
+from .fused import PRODUCER_REGS, Fused, fused_chosen, plan_fused
 from .unread import check_unread
 
 if TYPE_CHECKING:
@@ -59,8 +62,10 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
         return None, problems
     check_sizes_int32({n: v if isinstance(v, int) else ranges[n].max for n, v in op.sizes.items()}, problems)
     block_q, block_kv = _blocks(sch, op, names, dims, ranges, problems)
-    regs = _registers(names, dims, block_q, block_kv, problems)
-    smem = _smem(sch, dims, block_q, block_kv, hw, problems)
+    fused = plan_fused(sch, dims, block_q, block_kv, names, ranges, hw, problems) if fused_chosen(sch) else None
+    two_kernels = Problems() if fused_chosen(sch) else problems   # the two-kernel form's rules hold for it only
+    regs = _registers(names, dims, block_q, block_kv, two_kernels)
+    smem = _smem(sch, dims, block_q, block_kv, hw, two_kernels)
     _backends(sch, problems)
     cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems) if "cuda" in sch.backends else None
     check_no_cluster(sch.cluster, "attention_backward blocks share no operand", problems)
@@ -70,7 +75,7 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     check_unread(sch, names[:6], problems)
     if problems:
         return None, problems
-    return _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda), problems
+    return _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda, fused), problems
 
 
 def _check_names(spec, problems: Problems) -> tuple[str, ...]:
@@ -320,7 +325,7 @@ def _cuda(op, names, dims, block_q: int, block_kv: int, stages: int, hw: Hardwar
 
 
 def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs, smem,
-              cuda) -> AttentionBackwardPlan:
+              cuda, fused: Fused | None) -> AttentionBackwardPlan:
     """The plan; with dynamic sizes its extents are Dims (plan/dims.py) the kernels compute from the call's sizes,
     its FLOP and byte counts at the largest sizes."""
     op, sch = spec.op, spec.schedule
@@ -338,7 +343,9 @@ def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs
     offset = causal_offset_of(alignment, sq, skv) if X.is_static(sq) and X.is_static(skv) or alignment is None else 0
     top = {n: X.upper(v, ranges) for n, v in (("b", b), ("hq", hq), ("sq", sq), ("skv", skv))}
     stages, dkv_smem, dq_smem = smem
-    kname = "attn_bwd_{}_{}_d{}_q{}_kv{}_s{}".format(spec.name, dtype, d, block_q, block_kv, stages)
+    kname = "attn_bwd_{}_{}_d{}_q{}_kv{}_s{}{}".format(spec.name, dtype, d, block_q, block_kv, stages,
+                                                       "_fa3" if fused else "")
+    pallas_blocks = (skv // (ROWS * fused.consumers) if fused else (skv // ROWS) * regs[2]) * hkv * b
     return AttentionBackwardPlan(
         family="attention_backward", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
         backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
@@ -347,11 +354,14 @@ def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs
         dtype=dtype, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv, stages=stages,
         q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
         d_split=regs[2], dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
-        smem_bytes=cuda.smem_bytes if cuda else max(dkv_smem, dq_smem),
+        smem_bytes=cuda.smem_bytes if cuda else fused.smem_bytes if fused else max(dkv_smem, dq_smem),
         kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) + tuple(KernelArg("i32", -1, value=X.size(n))
                                                                           for n in ranges) if cuda else (),
-        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else (skv // ROWS) * regs[2] * hkv * b, auto_blocks=False,
+        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else pallas_blocks, auto_blocks=False,
         blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
         flops=backward_flops(top["b"], top["hq"], top["sq"], top["skv"], d, alignment), cuda=cuda,
         bytes_moved=sum(math.prod(X.upper(x, ranges) for x in o.shape) * o.itemsize for o in inputs + outputs),
-        dynamic_sizes=tuple(ranges.values()))
+        dynamic_sizes=tuple(ranges.values()), fused=fused is not None,
+        consumers=fused.consumers if fused else 1, consumer_regs=fused.budget if fused else 0,
+        producer_regs=PRODUCER_REGS if fused else 0, fused_regs=fused.regs if fused else 0,
+        fused_smem_bytes=fused.smem_bytes if fused else 0)

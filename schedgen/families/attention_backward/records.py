@@ -99,6 +99,12 @@ class AttentionBackwardPlan:
     cuda: CudaBackward | None = None   # the CUDA kernel's numbers (None without the cuda backend)
     dynamic_sizes: tuple = ()
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    fused: bool = False              # pipeline.kind warp_specialized: the one-kernel form (fused.py), Pallas only
+    consumers: int = 1               # its consumer warpgroups a block (64 keys each)
+    consumer_regs: int = 0           # its setmaxnreg budgets (registers a thread)
+    producer_regs: int = 0
+    fused_regs: int = 0              # registers a consumer thread needs (estimate, checked)
+    fused_smem_bytes: int = 0
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:
@@ -128,3 +134,8 @@ class AttentionBackwardPlan:
     @property
     def rows(self) -> int:
         return ROWS
+
+    @property
+    def keys(self) -> int:
+        """The keys a block of the one-kernel form owns (64 a consumer warpgroup)."""
+        return ROWS * self.consumers

@@ -1,12 +1,14 @@
 """Schedule fields the attention backward kernels do not read: each one set to a value other than its default is a
 located error (the spec would otherwise say something the kernels do not do). The kernels read block_q and
-block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math."""
+block_kv (q's and k's in_specs), pipeline.kind (warp_specialized: the one-kernel form) and num_compute_wgs with it,
+pipeline.max_concurrent_steps and compiler_params.approx_math."""
 from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
 
-_ONE_WG = "a block is one warpgroup of 64 rows that issues its own TMA ring (no producer warpgroup)"
+_ONE_WG = ("a block of the two-kernel form (emit_pipeline) is one warpgroup of 64 rows that issues its own TMA ring "
+           "(no producer warpgroup)")
 
 SCHEDULE = NO_GRID + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1, _ONE_WG, "1 (the default)"),
@@ -20,14 +22,18 @@ SCHEDULE = NO_GRID + (
            "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
            "the gradients leave through SMEM and a TMA store", "tma (the default)"),
-    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind != "emit_pipeline", _ONE_WG,
-           "leave kind out"),
-    Unread(("pipeline", "num_compute_wgs"), lambda s: s.pipeline.num_compute_wgs != 1, _ONE_WG,
-           "1 (the default)"),
+    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind == "none",
+           "the backward always streams its blocks through a TMA ring",
+           "emit_pipeline (two kernels) or warp_specialized (one kernel, Pallas)"),
+    Unread(("pipeline", "num_compute_wgs"),
+           lambda s: s.pipeline.kind != "warp_specialized" and s.pipeline.num_compute_wgs != 1, _ONE_WG,
+           "1 (the default), or pipeline.kind: warp_specialized (1 or 2 consumers of 64 keys)"),
     Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
-           "there is no producer warpgroup to give registers to", "leave it out"),
+           "the two-kernel form has no producer warpgroup; the one-kernel form's producer takes 40 registers "
+           "(fused.py's budgets, which its consumers' dK and dV need)", "leave it out"),
     Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
-           "the one warpgroup of a block keeps the compiler's register allocation (no setmaxnreg)", "leave it out"),
+           "the two-kernel form keeps the compiler's register allocation (no setmaxnreg); the one-kernel form's "
+           "consumers take 232 (two) or 256 (one), the most the SM's registers leave them", "leave it out"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),
