@@ -33,6 +33,7 @@ from .records import (
     backward_flops,
 )
 from .unread import check_unread
+from .wgmma import plan_wgmma, wants_wgmma, with_wgmma
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -62,7 +63,11 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     regs = _registers(names, dims, block_q, block_kv, problems)
     smem = _smem(sch, dims, block_q, block_kv, hw, problems)
     _backends(sch, problems)
-    cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems) if "cuda" in sch.backends else None
+    cuda = wg = None
+    if wants_wgmma(sch):                 # the warp-specialized wgmma kernel (wgmma.py) instead of the mma.sync one
+        wg = plan_wgmma(op, sch, names, dims, (block_q, block_kv), smem[0], ranges, hw, problems)
+    elif "cuda" in sch.backends:
+        cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems)
     check_no_cluster(sch.cluster, "attention_backward blocks share no operand", problems)
     for bname in sch.barriers:
         problems.add(("schedule", "barriers", bname), "the attention backward names no barrier: its TMA rings' "
@@ -70,7 +75,8 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     check_unread(sch, names[:6], problems)
     if problems:
         return None, problems
-    return _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda), problems
+    plan = _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda)
+    return (plan if wg is None else with_wgmma(plan, wg)), problems
 
 
 def _check_names(spec, problems: Problems) -> tuple[str, ...]:

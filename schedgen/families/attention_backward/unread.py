@@ -1,11 +1,13 @@
 """Schedule fields the attention backward kernels do not read: each one set to a value other than its default is a
 located error (the spec would otherwise say something the kernels do not do). The kernels read block_q and
-block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math."""
+block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math; with pipeline.kind:
+warp_specialized (the CUDA wgmma kernel) also num_compute_wgs, memory_registers and compute_registers."""
 from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
 
+WS = "warp_specialized"   # selects the CUDA wgmma kernel (wgmma.py), which reads the pipeline's warpgroup fields
 _ONE_WG = "a block is one warpgroup of 64 rows that issues its own TMA ring (no producer warpgroup)"
 
 SCHEDULE = NO_GRID + (
@@ -20,14 +22,15 @@ SCHEDULE = NO_GRID + (
            "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
            "the gradients leave through SMEM and a TMA store", "tma (the default)"),
-    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind != "emit_pipeline", _ONE_WG,
-           "leave kind out"),
-    Unread(("pipeline", "num_compute_wgs"), lambda s: s.pipeline.num_compute_wgs != 1, _ONE_WG,
-           "1 (the default)"),
-    Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
-           "there is no producer warpgroup to give registers to", "leave it out"),
-    Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
-           "the one warpgroup of a block keeps the compiler's register allocation (no setmaxnreg)", "leave it out"),
+    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind not in ("emit_pipeline", WS), _ONE_WG,
+           f"leave kind out, or {WS} (the CUDA wgmma kernel with a TMA producer warpgroup)"),
+    Unread(("pipeline", "num_compute_wgs"), lambda s: s.pipeline.num_compute_wgs != 1 and s.pipeline.kind != WS,
+           _ONE_WG, f"1 (the default), or kind: {WS}"),
+    Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None and
+           s.pipeline.kind != WS, "there is no producer warpgroup to give registers to", f"leave it out, or kind: {WS}"),
+    Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None and
+           s.pipeline.kind != WS, "the one warpgroup of a block keeps the compiler's register allocation "
+           "(no setmaxnreg)", f"leave it out, or kind: {WS}"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),
