@@ -27,7 +27,10 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
     picks = []
     if not written(spec, ("schedule", "backends")):
         why = _cuda_fits(spec)
-        if why is None:
+        if spec.schedule.pipeline.kind == "warp_specialized":
+            picks.append(Pick(("schedule", "backends"), ["cuda"],
+                              "CUDA only: pipeline.kind warp_specialized selects the CUDA wgmma kernel"))
+        elif why is None:
             picks.append(Pick(("schedule", "backends"), ["cuda", "pallas"],
                               "both: the CUDA C++ kernel (one launch, mma.sync) and the Pallas (Mosaic GPU) one"))
         else:

@@ -44,9 +44,9 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
     b, sq, hq, skv, hkv, d, dtype = dims
     before = len(problems)
     kind = ("schedule", "pipeline", "kind")
-    if "cuda" not in sch.backends:
-        problems.add(kind, "warp_specialized selects the attention backward's CUDA wgmma kernel, and backends has "
-                           "no cuda; add cuda to backends or leave kind out")
+    if tuple(sch.backends) != ("cuda",):
+        problems.add(kind, f"warp_specialized selects the attention backward's CUDA wgmma kernel; the Pallas kernels "
+                           f"do not read it (backends {list(sch.backends)}): give backends: [cuda] or leave kind out")
     if ranges:
         problems.add(("op", "sizes", next(iter(ranges))), "the warp-specialized wgmma backward is specialized to "
                                                           "fixed sizes; give fixed sizes or leave pipeline.kind out")
