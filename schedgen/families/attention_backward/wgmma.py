@@ -46,7 +46,8 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
     kind = ("schedule", "pipeline", "kind")
     if tuple(sch.backends) != ("cuda",):
         problems.add(kind, f"warp_specialized selects the attention backward's CUDA wgmma kernel; the Pallas kernels "
-                           f"do not read it (backends {list(sch.backends)}): give backends: [cuda] or leave kind out")
+                           f"(one warpgroup a block) do not read it (backends {list(sch.backends)}): give backends: "
+                           f"[cuda] or leave kind out")
     if ranges:
         problems.add(("op", "sizes", next(iter(ranges))), "the warp-specialized wgmma backward is specialized to "
                                                           "fixed sizes; give fixed sizes or leave pipeline.kind out")
