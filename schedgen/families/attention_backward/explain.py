@@ -66,7 +66,8 @@ def _wgmma_lines(p) -> list[str]:
         f"num_compute_wgs {w.consumers});",
         f"    dK/dV blocks of {w.rows} keys: S^T = K Q^T and dP^T = V dO^T by wgmma m64n64k16 from SMEM, "
         f"dV += P^T dO and dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; dQ blocks of "
-        f"{w.rows} queries: S, dP from SMEM, dQ += dS K (registers); each role computes delta itself",
+        f"{w.rows} queries: S, dP from SMEM, dQ += dS K (registers); delta = rowsum(dO O) by the producer's "
+        f"warps 1-2 for each dK/dV step (beside the stage's lse), by each dQ consumer once for its rows",
         f"    64-row steps (Q, dO, O, lse; K, V) through a {p.stages}-stage TMA ring (mbarriers full / empty), "
         f"{w.smem_bytes} B SMEM",
     ]

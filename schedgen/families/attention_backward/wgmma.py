@@ -19,11 +19,11 @@ from ..attention.plan import seq_tmap
 from .records import ROWS, WgmmaBackward
 
 STEP = 64                # the rows of a streamed step (the N of S^T / S, the K of the register-A wgmmas)
-PRODUCER_REGS = 24       # the producer warpgroup's setmaxnreg budget (one thread issues the loads)
+PRODUCER_REGS = 24       # the producer warpgroup's setmaxnreg budget (the TMA thread; the delta warps' loads and sums)
 MAX_CONSUMERS = 2
-DELTA_OFFSET = 256       # after the barriers (fixed, full[stages], empty[stages]: 8 B each)
-TILES_OFFSET = 2048      # after the delta buffers (consumers x 2 x 64 f32), 1024-aligned for the 128-byte swizzle
-LSE_BYTES = 1024         # a stage's 64 f32 lse, padded to keep the next stage's tiles 1024-aligned
+DELTA_OFFSET = 256       # after the barriers (fixed, full, empty and delta[stages]: 8 B each)
+TILES_OFFSET = 1024      # after the dQ role's delta (consumers x 64 f32), 1024-aligned for the 128-byte swizzle
+LSE_BYTES = 1024         # a stage's 64 f32 lse and 64 f32 delta, padded to keep the next stage's tiles aligned
 SLACK = 1024             # the dynamic SMEM base is aligned up to 1024 B in the kernel
 
 
@@ -86,7 +86,7 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
     dkv_stage, dq_stage = 3 * tile64 + LSE_BYTES, 2 * tile64
     dkv_ring, dq_ring = TILES_OFFSET + 2 * fixed, TILES_OFFSET + 3 * fixed
     smem = max(dkv_ring + stages * dkv_stage, dq_ring + stages * dq_stage) + SLACK
-    if smem > hw.smem_per_block or 8 + 16 * stages > DELTA_OFFSET:
+    if smem > hw.smem_per_block or 8 + 24 * stages > DELTA_OFFSET:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the warp-specialized wgmma backward needs {smem} B of SMEM with {stages} stages and "
                      f"{nc} consumer warpgroup(s), over the {hw.smem_per_block} B a block may have; use fewer stages")

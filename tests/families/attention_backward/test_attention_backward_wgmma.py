@@ -90,7 +90,7 @@ def test_the_plan_is_one_launch_of_both_roles(built):
     assert p.kernel_args[1].shape == (2, 256, 2 * 128)
     assert w.q_strides == (256 * 4 * 128, 4 * 128, 128) and w.kv_strides == (256 * 2 * 128, 2 * 128, 128)
     # K, V (128 rows) and 2 stages of Q, dO, O (64 rows) and lse; the dQ role's Q, dO, O and 2 stages of K, V
-    assert w.smem_bytes == max(2048 + 2 * 32768 + 2 * (3 * 16384 + 1024), 2048 + 3 * 32768 + 2 * 32768) + 1024
+    assert w.smem_bytes == max(1024 + 2 * 32768 + 2 * (3 * 16384 + 1024), 1024 + 3 * 32768 + 2 * 32768) + 1024
     assert p.smem_bytes == w.smem_bytes <= 232448
     assert (p.producer_regs, p.consumer_regs) == (24, 240)
     one = built["one_consumer_gqa4_causal_stages3"].plan
