@@ -129,6 +129,30 @@ def test_explain_names_the_fields_it_reads(built):
         assert word in text, word
 
 
+# each field the wgmma kernel reads, at another legal value: the rendered kernel changes (or a located error)
+FIELD_VALUES = {
+    "schedule.pipeline.num_compute_wgs": [1],
+    "schedule.pipeline.memory_registers": [32, 40],
+    "schedule.pipeline.compute_registers": [224, 232],
+    "schedule.pipeline.max_concurrent_steps": [1, 3],
+    "schedule.compiler_params.approx_math": [False],
+}
+
+
+@pytest.mark.parametrize("field", list(FIELD_VALUES))
+def test_every_field_it_reads_changes_the_kernel(field):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    from schedgen.render import render
+
+    def source(ov):
+        spec, src = load_spec(str(SPEC), {**WS, **ov})
+        return render(plan(spec, src), "cuda")
+    base = source({})
+    for value in FIELD_VALUES[field]:
+        assert source({field: value}) != base, (field, value)
+
+
 # (overrides on top of WS, path, text)
 ERRORS = {
     "head_dim_256": ({"D": 256, "schedule.in_specs.q.block_shape": [64, 256],
