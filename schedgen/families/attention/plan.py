@@ -556,18 +556,24 @@ def _operands(op, names: Names, dims: Dims) -> tuple[tuple[AttnOperand, ...], tu
     return inputs, tuple(outputs)
 
 
+def seq_tmap(layout: str, dtype: str, i: int, shape, rows: int) -> KernelArg:
+    """The tensor map of operand i, a 4-D [B, S, H, D] (bshd) or [B, H, S, D] (bhsd) array, as a 3-D view [batch,
+    sequence, columns] (bshd: [B, S, H*D]; bhsd: [B*H, S, D]) in boxes of `rows` rows x 64 columns, 128-byte swizzled
+    (the attention backward's wgmma kernel loads its tiles through the same maps)."""
+    isz = ITEMSIZE[dtype]
+    bb, s_or_h, h_or_s, dd = shape
+    v3 = (bb * s_or_h, h_or_s, dd) if layout == "bhsd" else (bb, s_or_h, h_or_s * dd)
+    return KernelArg("tmap", i, dtype, v3, (v3[1] * v3[2] * isz, v3[2] * isz, isz), (1, rows, 64), 128)
+
+
 def _kernel_args(layout: str, names: Names, dims: Dims, block_kv: int, dynamic: bool,
                  sizes: tuple[str, ...]) -> tuple[KernelArg, ...]:
     """Tensor maps: 3-D views [batch, sequence, columns] of the 4-D arrays, so that TMA zero-fills a ragged last
     block on load and clips it on store at each sequence's end (bshd: [B, S, H*D]; bhsd: [B*H, S, D]); the
     log-sum-exp pointer; the dynamic grid's tile counter; each dynamic size (`int sz_<name>`, spec order), from
     which the kernel counts its tiles and blocks at entry."""
-    isz = ITEMSIZE[dims.dtype]
-
     def tmap(i: int, shape, rows: int) -> KernelArg:
-        bb, s_or_h, h_or_s, dd = shape
-        v3 = (bb * s_or_h, h_or_s, dd) if layout == "bhsd" else (bb, s_or_h, h_or_s * dd)
-        return KernelArg("tmap", i, dims.dtype, v3, (v3[1] * v3[2] * isz, v3[2] * isz, isz), (1, rows, 64), 128)
+        return seq_tmap(layout, dims.dtype, i, shape, rows)
 
     shapes = dims.shapes
     args = [tmap(0, shapes[names.q], WGMMA_M), tmap(1, shapes[names.k], block_kv),

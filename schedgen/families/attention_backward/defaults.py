@@ -31,15 +31,22 @@ def _cuda_fits(spec) -> str | None:
 
 
 def _consumers(spec) -> Pick:
-    """The one-kernel form's consumer warpgroups: 2 (128 keys a block, FlashAttention-3's) when Skv allows."""
+    """The warp-specialized forms' consumer warpgroups: 2 (128 keys a block, FlashAttention-3's) when Skv (and for
+    the CUDA kernel Sq) allows."""
     op = spec.op
     kn = list(op.inputs)[1]
     s = op.inputs[kn].shape[1 if op.layout == "bshd" else 2]
     s = op.sizes.get(s, s) if isinstance(s, str) else s
-    if isinstance(s, int) and s % 128 == 0:
+    qn = list(op.inputs)[0]                 # the CUDA wgmma kernel's query blocks are as long as its key blocks
+    sq = op.inputs[qn].shape[1 if op.layout == "bshd" else 2]
+    sq = op.sizes.get(sq, sq) if isinstance(sq, str) else sq
+    if "cuda" not in spec.schedule.backends:
+        sq = None
+    if isinstance(s, int) and s % 128 == 0 and (not isinstance(sq, int) or sq % 128 == 0):
         return Pick(("schedule", "pipeline", "num_compute_wgs"), 2,
                     "two consumer warpgroups of 64 keys (128 keys a block share each streamed Q, dO block)")
-    return Pick(("schedule", "pipeline", "num_compute_wgs"), 1, "one consumer warpgroup: Skv is not a multiple of 128")
+    return Pick(("schedule", "pipeline", "num_compute_wgs"), 1,
+                "one consumer warpgroup: Skv (or, with the CUDA kernel, Sq) is not a multiple of 128")
 
 
 def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
@@ -48,7 +55,8 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
         why = _cuda_fits(spec)
         if why is None:
             picks.append(Pick(("schedule", "backends"), ["cuda", "pallas"],
-                              "both: the CUDA C++ kernel (one launch, mma.sync) and the Pallas (Mosaic GPU) one"))
+                              "both: the CUDA C++ kernel (one launch: mma.sync, or wgmma with "
+                              "kind warp_specialized) and the Pallas (Mosaic GPU) one"))
         else:
             picks.append(Pick(("schedule", "backends"), ["pallas"], f"Pallas only: {why}"))
     if not written(spec, ("schedule", "pipeline", "kind")):

@@ -68,6 +68,8 @@ def _columns(p) -> str:
 
 
 def _cuda_lines(p) -> list[str]:
+    if p.wgmma is not None:
+        return _wgmma_lines(p)
     c = p.cuda
     if c is None:
         return []
@@ -77,4 +79,20 @@ def _cuda_lines(p) -> list[str]:
         f"on mma.sync m16n8k16, P^T / dS^T straight from the S^T fragments (no SMEM staging);",
         f"    Q, dO, O, lse (K, V) through a {p.stages}-stage cp.async ring; about {c.dkv_regs} (dK/dV) and "
         f"{c.dq_regs} (dQ) registers a thread, {c.smem_bytes} B SMEM",
+    ]
+
+
+def _wgmma_lines(p) -> list[str]:
+    w = p.wgmma
+    return [
+        f"  CUDA (pipeline.kind: warp_specialized): one launch of {w.dkv_blocks} + {w.dq_blocks} blocks of "
+        f"{w.threads} threads: a TMA producer warpgroup (setmaxnreg {w.producer_regs}: memory_registers) and "
+        f"{w.consumers} consumer warpgroup(s) of 64 rows (setmaxnreg {w.consumer_regs}: compute_registers; "
+        f"num_compute_wgs {w.consumers});",
+        f"    dK/dV blocks of {w.rows} keys: S^T = K Q^T and dP^T = V dO^T by wgmma m64n64k16 from SMEM, "
+        f"dV += P^T dO and dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; dQ blocks of "
+        f"{w.rows} queries: S, dP from SMEM, dQ += dS K (registers); delta = rowsum(dO O) by the producer's "
+        f"warps 1-2 for each dK/dV step (beside the stage's lse), by each dQ consumer once for its rows",
+        f"    64-row steps (Q, dO, O, lse; K, V) through a {p.stages}-stage TMA ring (mbarriers full / empty), "
+        f"{w.smem_bytes} B SMEM",
     ]

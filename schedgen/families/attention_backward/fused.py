@@ -46,9 +46,6 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
     d, dtype = dims[5], dims[6]
     kind = ("schedule", "pipeline", "kind")
     before = len(problems)
-    if "pallas" not in sch.backends:
-        problems.add(kind, "warp_specialized picks the Pallas backward's one-kernel form, and the backends list no "
-                           "pallas; add pallas to backends or leave kind out (the CUDA kernel has one form)")
     if ranges:
         problems.add(kind, "the one-kernel backward (warp_specialized) takes fixed sizes only; with dynamic sizes "
                            "leave kind out (emit_pipeline: the two-kernel form)")

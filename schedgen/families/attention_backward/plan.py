@@ -36,6 +36,7 @@ from .records import (
 )
 from .fused import PRODUCER_REGS, Fused, fused_chosen, plan_fused
 from .unread import check_unread
+from .wgmma import plan_wgmma, wants_wgmma, with_wgmma
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -62,12 +63,19 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
         return None, problems
     check_sizes_int32({n: v if isinstance(v, int) else ranges[n].max for n, v in op.sizes.items()}, problems)
     block_q, block_kv = _blocks(sch, op, names, dims, ranges, problems)
-    fused = plan_fused(sch, dims, block_q, block_kv, names, ranges, hw, problems) if fused_chosen(sch) else None
+    # pipeline.kind warp_specialized: each backend's warp-specialized form (Pallas: the one-kernel backward of
+    # fused.py; CUDA: the wgmma kernel of wgmma.py); emit_pipeline: the two-kernel Pallas form, the mma.sync CUDA one
+    fused = plan_fused(sch, dims, block_q, block_kv, names, ranges, hw, problems) \
+        if fused_chosen(sch) and "pallas" in sch.backends else None
     two_kernels = Problems() if fused_chosen(sch) else problems   # the two-kernel form's rules hold for it only
     regs = _registers(names, dims, block_q, block_kv, two_kernels)
     smem = _smem(sch, dims, block_q, block_kv, hw, two_kernels)
     _backends(sch, problems)
-    cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems) if "cuda" in sch.backends else None
+    cuda = wg = None
+    if wants_wgmma(sch) and "cuda" in sch.backends:     # the wgmma kernel instead of the mma.sync one
+        wg = plan_wgmma(op, sch, names, dims, (block_q, block_kv), smem[0], ranges, hw, problems)
+    elif "cuda" in sch.backends:
+        cuda = _cuda(op, names, dims, block_q, block_kv, smem[0], hw, problems)
     check_no_cluster(sch.cluster, "attention_backward blocks share no operand", problems)
     for bname in sch.barriers:
         problems.add(("schedule", "barriers", bname), "the attention backward names no barrier: its TMA rings' "
@@ -75,7 +83,8 @@ def plan_attention_backward(spec: SpecFile, hw: Hardware) -> tuple[AttentionBack
     check_unread(sch, names[:6], problems)
     if problems:
         return None, problems
-    return _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda, fused), problems
+    plan = _assemble(spec, names, dims, ranges, block_q, block_kv, regs, smem, cuda, fused)
+    return (plan if wg is None else with_wgmma(plan, wg)), problems
 
 
 def _check_names(spec, problems: Problems) -> tuple[str, ...]:

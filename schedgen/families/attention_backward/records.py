@@ -52,6 +52,34 @@ class CudaBackward:
 
 
 @dataclass(frozen=True)
+class WgmmaBackward:
+    """The warp-specialized wgmma CUDA kernel's numbers (schedule.pipeline.kind: warp_specialized; wgmma.py plans
+    it): one launch of blocks of a TMA producer warpgroup and `consumers` consumer warpgroups of 64 rows, dK/dV blocks
+    (`rows` keys) first, then dQ blocks (`rows` queries); the streamed steps are 64 rows. SMEM offsets in bytes from
+    the 1024-aligned base: barriers at 0, delta buffers at delta_offset, the fixed tiles at tiles_offset, the ring."""
+    consumers: int                 # consumer warpgroups (pipeline.num_compute_wgs)
+    rows: int                      # 64 x consumers: the keys (queries) a dK/dV (dQ) block owns
+    threads: int                   # 128 x (1 + consumers)
+    producer_regs: int             # setmaxnreg budgets (pipeline.memory_registers / compute_registers)
+    consumer_regs: int
+    dkv_blocks: int                # (Skv / rows) x Hkv x B
+    dq_blocks: int                 # (Sq / rows) x Hq x B
+    q_strides: tuple[int, int, int]    # elements between batches, sequence rows, heads of q, o, do, dq
+    kv_strides: tuple[int, int, int]   # of k, v, dk, dv
+    tile64: int                    # 64 rows x head_dim bytes: a streamed tile
+    slab64: int                    # a 64-row tile's 64-column slab (64 x 128 B)
+    slab_rows: int                 # a fixed tile's slab (rows x 128 B)
+    fixed_bytes: int               # a fixed tile: rows x head_dim (K, V of a dK/dV block; Q, dO, O of a dQ block)
+    delta_offset: int
+    tiles_offset: int
+    dkv_ring: int                  # the dK/dV ring's offset; a stage: Q, dO, O (64 rows) and 64 f32 lse
+    dkv_stage: int
+    dq_ring: int                   # the dQ ring's offset; a stage: K, V (64 rows)
+    dq_stage: int
+    smem_bytes: int                # the larger role's, plus the alignment slack
+
+
+@dataclass(frozen=True)
 class AttentionBackwardPlan:
     family: str
     name: str
@@ -97,11 +125,12 @@ class AttentionBackwardPlan:
     flops: int
     bytes_moved: int
     cuda: CudaBackward | None = None   # the CUDA kernel's numbers (None without the cuda backend)
+    wgmma: WgmmaBackward | None = None  # the warp-specialized wgmma kernel's instead (pipeline.kind: warp_specialized)
     dynamic_sizes: tuple = ()
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
-    fused: bool = False              # pipeline.kind warp_specialized: the one-kernel form (fused.py), Pallas only
+    fused: bool = False              # pipeline.kind warp_specialized: the one-kernel Pallas form (fused.py)
     consumers: int = 1               # its consumer warpgroups a block (64 keys each)
-    consumer_regs: int = 0           # its setmaxnreg budgets (registers a thread)
+    consumer_regs: int = 0           # its setmaxnreg budgets (registers a thread); the CUDA wgmma kernel's are wgmma's
     producer_regs: int = 0
     fused_regs: int = 0              # registers a consumer thread needs (estimate, checked)
     fused_smem_bytes: int = 0

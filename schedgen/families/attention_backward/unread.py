@@ -1,14 +1,25 @@
 """Schedule fields the attention backward kernels do not read: each one set to a value other than its default is a
 located error (the spec would otherwise say something the kernels do not do). The kernels read block_q and
-block_kv (q's and k's in_specs), pipeline.kind (warp_specialized: the one-kernel form) and num_compute_wgs with it,
-pipeline.max_concurrent_steps and compiler_params.approx_math."""
+block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math, and pipeline.kind:
+emit_pipeline (two Pallas kernels; the mma.sync CUDA kernel) or warp_specialized (each backend's warp-specialized form:
+the one-kernel Pallas backward, the wgmma CUDA kernel), which read num_compute_wgs; the CUDA one also reads
+memory_registers and compute_registers (the Pallas one sets its own budgets)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
 
-_ONE_WG = ("a block of the two-kernel form (emit_pipeline) is one warpgroup of 64 rows that issues its own TMA ring "
-           "(no producer warpgroup)")
+WS = "warp_specialized"   # each backend's warp-specialized form (fused.py, wgmma.py): they read num_compute_wgs
+_ONE_WG = ("a block of the emit_pipeline forms is one warpgroup of 64 rows that issues its own TMA ring (no producer "
+           "warpgroup)")
+_BUDGETS = ("the emit_pipeline forms have no producer warpgroup and keep the compiler's register allocation; the "
+            "one-kernel Pallas form (warp_specialized) sets its own budgets (producer 40, consumers 232 / 256)")
+
+
+def _budget_unread(s, field: str) -> bool:
+    """memory_registers / compute_registers written where no kernel reads them: only the CUDA wgmma kernel does."""
+    return getattr(s.pipeline, field) is not None and (s.pipeline.kind != WS or "pallas" in s.backends)
+
 
 SCHEDULE = NO_GRID + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1, _ONE_WG, "1 (the default)"),
@@ -22,18 +33,16 @@ SCHEDULE = NO_GRID + (
            "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
            "the gradients leave through SMEM and a TMA store", "tma (the default)"),
-    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind == "none",
+    Unread(("pipeline", "kind"), lambda s: s.pipeline.kind not in ("emit_pipeline", WS),
            "the backward always streams its blocks through a TMA ring",
-           "emit_pipeline (two kernels) or warp_specialized (one kernel, Pallas)"),
-    Unread(("pipeline", "num_compute_wgs"),
-           lambda s: s.pipeline.kind != "warp_specialized" and s.pipeline.num_compute_wgs != 1, _ONE_WG,
-           "1 (the default), or pipeline.kind: warp_specialized (1 or 2 consumers of 64 keys)"),
-    Unread(("pipeline", "memory_registers"), lambda s: s.pipeline.memory_registers is not None,
-           "the two-kernel form has no producer warpgroup; the one-kernel form's producer takes 40 registers "
-           "(fused.py's budgets, which its consumers' dK and dV need)", "leave it out"),
-    Unread(("pipeline", "compute_registers"), lambda s: s.pipeline.compute_registers is not None,
-           "the two-kernel form keeps the compiler's register allocation (no setmaxnreg); the one-kernel form's "
-           "consumers take 232 (two) or 256 (one), the most the SM's registers leave them", "leave it out"),
+           f"emit_pipeline (the default) or {WS} (one Pallas kernel with dQ summed by TMA reduce-add; the CUDA "
+           f"wgmma kernel with a TMA producer warpgroup)"),
+    Unread(("pipeline", "num_compute_wgs"), lambda s: s.pipeline.num_compute_wgs != 1 and s.pipeline.kind != WS,
+           _ONE_WG, f"1 (the default), or kind: {WS} (1 or 2 consumers of 64 keys)"),
+    Unread(("pipeline", "memory_registers"), lambda s: _budget_unread(s, "memory_registers"), _BUDGETS,
+           f"leave it out, or kind: {WS} with backends: [cuda]"),
+    Unread(("pipeline", "compute_registers"), lambda s: _budget_unread(s, "compute_registers"), _BUDGETS,
+           f"leave it out, or kind: {WS} with backends: [cuda]"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),

@@ -246,8 +246,9 @@ ERRORS = {
     "registers": ({"schedule.in_specs.q.block_shape": [256, 128]}, "schedule.in_specs.q.block_shape[0]",
                   "use a smaller block_q"),
     "v_block": ({"schedule.in_specs.v": {"block_shape": [64, 128]}}, "schedule.in_specs.v", "block_q"),
-    "warp_specialized_cuda": ({"schedule.pipeline.kind": "warp_specialized", "schedule.backends": ["cuda"]},
-                              "schedule.pipeline.kind", "the backends list no pallas"),
+    "budgets_with_pallas": ({"schedule.pipeline.kind": "warp_specialized", "schedule.backends": ["cuda", "pallas"],
+                             "schedule.pipeline.memory_registers": 24},
+                            "schedule.pipeline.memory_registers", "sets its own budgets"),
     "dtype": ({"op.outputs.dq.dtype": "f16"}, "op.outputs.dq.dtype", "the inputs' dtype"),
     "gqa_ratio": ({"op.sizes": {"B": 1, "S": 128, "H": 3, "G": 2, "D": 64},
                    **{f"op.{g}.{n}.shape": ["B", "S", "G", "D"] for g, n in

@@ -194,7 +194,8 @@ def test_picks_and_explain():
 DYN = {"op.sizes": {"B": {"dynamic": True, "max": 4}, "S": 4096, "H": 2, "D": 64},
        "schedule.in_specs.q.block_shape": [64, 64], "schedule.in_specs.k.block_shape": [64, 64]}
 ERRORS = {
-    "cuda_only": ({**FUSED, "schedule.backends": ["cuda"]}, "schedule.pipeline.kind", "backends list no pallas"),
+    "budgets": ({**FUSED, "schedule.pipeline.compute_registers": 240}, "schedule.pipeline.compute_registers",
+                "sets its own budgets"),
     "dynamic": ({**FUSED, **DYN}, "schedule.pipeline.kind", "fixed sizes only"),
     "d256": ({**FUSED, "op.sizes": {"B": 1, "S": 4096, "H": 2, "D": 256},
               "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256]},
@@ -212,7 +213,7 @@ ERRORS = {
              "over the 232448 B"),
     "wgs_two_kernels": ({"schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs",
                         "warp_specialized"),
-    "kind_none": ({"schedule.pipeline.kind": "none"}, "schedule.pipeline.kind", "warp_specialized (one kernel"),
+    "kind_none": ({"schedule.pipeline.kind": "none"}, "schedule.pipeline.kind", "warp_specialized (one Pallas kernel"),
 }
 
 
@@ -231,8 +232,9 @@ def test_legal_neighbours_plan():
     p = _plan({**FUSED, "op.sizes": {"B": 1, "S": 4096, "H": 2, "D": 64},
                "schedule.in_specs.q.block_shape": [128, 64], "schedule.in_specs.k.block_shape": [64, 64]})
     assert p.fused and p.block_q == 128 and p.fused_regs == 64 + 128 + 32
-    p = _plan({**FUSED, "schedule.backends": ["cuda", "pallas"]})
-    assert p.fused and p.cuda is not None
+    p = _plan({**FUSED, "schedule.backends": ["cuda", "pallas"]})   # each backend's warp-specialized form
+    assert p.fused and p.cuda is None and p.wgmma is not None and p.wgmma.consumers == p.consumers == 2
+    assert (p.producer_regs, p.consumer_regs) == (40, 232) and (p.wgmma.producer_regs, p.wgmma.consumer_regs) == (24, 240)
 
 
 # ------------------------------------------------------------------------------ the GPU

@@ -1,0 +1,154 @@
+"""The attention backward's CUDA kernels side by side on one GPU, in one process: the mma.sync kernel (the default)
+and the warp-specialized wgmma one (schedule.pipeline.kind: warp_specialized), next to torch SDPA's cuDNN backward.
+
+Each is built from the bundled spec at the given sizes, verified against a float64 reference computed with torch on
+the GPU (fresh random inputs; o and lse the forward's; outputs poisoned with NaN before the checked run; the
+family's tolerance), then timed interleaved with CUDA events (rounds of `--iters` launches each, the median round).
+Prints TFLOP/s (10 D flops per unmasked pair, FlashAttention's convention) and the ratios.
+
+    python bench/attn_bwd_cuda.py [--b 1 --s 4096 --h 16 --d 128] [--causal] [--consumers 2] [--stages 2]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _build(spec: Path, overrides: dict, tmp: Path, label: str):
+    from schedgen.build import build_spec, package
+    from schedgen.runtime.kernel import load_package
+    built = build_spec(str(spec), overrides)
+    for w in built.warnings:
+        print(f"  {label}: {w}")
+    return built.plan, load_package(package(built, tmp / label))
+
+
+def _forward(torch, q, k, v, scale: float, causal: bool):
+    """o (bf16) and lse (f32, [B, H, S]) of the forward, in float32, one head at a time."""
+    b, s, h, _ = q.shape
+    o, lse = torch.empty_like(q), torch.empty(b, h, s, device=q.device, dtype=torch.float32)
+    mask = torch.ones(s, s, device=q.device, dtype=torch.bool).tril() if causal else None
+    for hh in range(h):
+        sc = torch.einsum("bqd,bkd->bqk", q[:, :, hh].float(), k[:, :, hh].float()) * scale
+        if mask is not None:
+            sc = sc.masked_fill(~mask, -math.inf)
+        ls = torch.logsumexp(sc, dim=-1)
+        o[:, :, hh] = torch.einsum("bqk,bkd->bqd", torch.exp(sc - ls[..., None]), v[:, :, hh].float()).to(q.dtype)
+        lse[:, hh] = ls
+    return o, lse
+
+
+def _reference(torch, q, k, v, do, scale: float, causal: bool):
+    """dq, dk, dv in float64 (one head at a time): P = softmax(scale q k^T), dV = P^T dO, dS = P (dO V^T - delta)."""
+    b, s, h, _ = q.shape
+    out = [torch.empty(q.shape, device=q.device, dtype=torch.float64) for _ in range(3)]
+    mask = torch.ones(s, s, device=q.device, dtype=torch.bool).tril() if causal else None
+    for hh in range(h):
+        qd, kd, vd, dod = (x[:, :, hh].double() for x in (q, k, v, do))
+        sc = torch.einsum("bqd,bkd->bqk", qd, kd) * scale
+        if mask is not None:
+            sc = sc.masked_fill(~mask, -math.inf)
+        p = torch.softmax(sc, dim=-1)
+        dp = torch.einsum("bqd,bkd->bqk", dod, vd)
+        ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        out[0][:, :, hh] = torch.einsum("bqk,bkd->bqd", ds, kd) * scale
+        out[1][:, :, hh] = torch.einsum("bqk,bqd->bkd", ds, qd) * scale
+        out[2][:, :, hh] = torch.einsum("bqk,bqd->bkd", p, dod)
+    return out
+
+
+def _time(torch, runs: dict, iters: int, rounds: int) -> dict:
+    """Median ms a call of each contender, timed interleaved (one round of each in turn)."""
+    times = {n: [] for n in runs}
+    for fn in runs.values():
+        fn()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for n, fn in runs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end) / iters)
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--b", type=int, default=1)
+    ap.add_argument("--s", type=int, default=4096)
+    ap.add_argument("--h", type=int, default=16)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--consumers", type=int, default=2, help="pipeline.num_compute_wgs of the wgmma kernel")
+    ap.add_argument("--stages", type=int, default=2, help="pipeline.max_concurrent_steps of both kernels")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from schedgen.families.attention_backward.records import backward_flops
+    from schedgen.reference import tolerance
+    spec = ROOT / "specs" / f"attention_backward{'_causal' if args.causal else ''}_bf16_4096.yaml"
+    sizes = {"B": args.b, "S": args.s, "H": args.h, "D": args.d}
+    common = {"op.sizes": sizes, "schedule.backends": ["cuda"], "schedule.in_specs.q.block_shape": [64, args.d],
+              "schedule.in_specs.k.block_shape": [64, args.d], "schedule.pipeline.max_concurrent_steps": args.stages}
+    tmp = Path(tempfile.mkdtemp(prefix="attn_bwd_cuda_"))
+    kernels = {
+        "mma_sync": _build(spec, common, tmp, "mma_sync"),
+        "wgmma": _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
+                               "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma"),
+    }
+    plan = kernels["wgmma"][0]
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    shape = (args.b, args.s, args.h, args.d)
+    q, k, v, do = (torch.randn(shape, device=dev, generator=g).bfloat16() for _ in range(4))
+    o, lse = _forward(torch, q, k, v, plan.scale, args.causal)
+    ref = _reference(torch, q, k, v, do, plan.scale, args.causal)
+    tol = tolerance("bf16", plan.approx_math, k=args.s)
+    runs, ok = {}, True
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, (p, kern) in kernels.items():
+        outs = [torch.full(shape, float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(3)]
+        launch = kern.prepare([q, k, v, o, do, lse], outs, stream=stream)
+        launch()
+        torch.cuda.synchronize()
+        errs = [float(torch.linalg.norm((a.double() - r).flatten()) / torch.linalg.norm(r.flatten()))
+                for a, r in zip(outs, ref)]
+        good = all(e <= tol for e in errs)          # NaN (an unwritten element) fails
+        ok &= good
+        print(f"{name:9s} {p.kernel_name}: rel. errors dq {errs[0]:.2e} dk {errs[1]:.2e} dv {errs[2]:.2e} "
+              f"(tolerance {tol:.1e}) {'ok' if good else 'FAILED'}")
+        runs[name] = launch
+    qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+    dot = do.transpose(1, 2)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+    runs["cudnn"] = cudnn
+    ms = _time(torch, runs, args.iters, args.rounds)
+    flops = backward_flops(args.b, args.h, args.s, args.s, args.d, "bottom_right" if args.causal else None)
+    print(f"B{args.b} S{args.s} H{args.h} D{args.d} {'causal' if args.causal else 'non-causal'}, "
+          f"{flops / 1e9:.1f} GFLOP (cudnn: the torch autograd call, its preprocessing included)")
+    for name, t in ms.items():
+        print(f"  {name:9s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
+    print(f"  wgmma / mma_sync {ms['mma_sync'] / ms['wgmma']:.2f}x   wgmma / cudnn {ms['cudnn'] / ms['wgmma']:.2f}x")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

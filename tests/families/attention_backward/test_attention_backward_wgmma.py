@@ -1,0 +1,216 @@
+"""The attention_backward family's warp-specialized wgmma CUDA kernel (schedule.pipeline.kind: warp_specialized;
+templates/cuda_wgmma.cu.j2, planned by wgmma.py). On the CPU: it renders and compiles with NVRTC for sm_90a for each
+shape of problem (head_dim 64 and 128, causal both ways, GQA, bhsd, f16, 1 and 2 consumer warpgroups, 1 to 3
+stages), its SASS has the wgmmas of both shapes, the TMA loads (tensor maps and the lse's bulk copy), the mbarrier
+waits and no local memory or atomics, ptxas warns of nothing (no wgmma serialization, no spill); its plan numbers,
+the default left unchanged (the mma.sync kernel) and the located errors. On the GPU (`-m gpu`): `verify` against the
+float64 reference (fresh random inputs, outputs poisoned, per-dtype tolerance) at small and bench sizes."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import SPECS_DIR, opcodes
+from schedgen.build import build_spec
+from schedgen.cache import Cache
+from schedgen.errors import SpecErrors
+from schedgen.toolchain.nvrtc import resource_usage, sass
+from test_attention_backward import _bwd_overrides
+from test_attention_backward_cuda import F16
+
+SPEC = SPECS_DIR / "attention_backward_bf16_4096.yaml"
+CAUSAL_SPEC = SPECS_DIR / "attention_backward_causal_bf16_4096.yaml"
+WS = {"schedule.backends": ["cuda"], "schedule.pipeline.kind": "warp_specialized"}
+
+# small problems (Sq, Skv multiples of the 128 rows of a block of 2 consumers unless num_compute_wgs is 1)
+CASES = {
+    "plain_d64": _bwd_overrides({"B": 1, "SQ": 128, "SKV": 128, "H": 2, "D": 64}),
+    "causal_d128": _bwd_overrides({"B": 2, "SQ": 256, "SKV": 256, "H": 2, "D": 128}, causal=True, d=128),
+    "gqa_causal_d128": _bwd_overrides({"B": 2, "SQ": 256, "SKV": 256, "H": 4, "G": 2, "D": 128}, causal=True,
+                                      gqa=True, d=128),
+    # bottom-right with more keys: the first key blocks are seen by every query, the last by the last rows only
+    "causal_sq_lt_skv": _bwd_overrides({"B": 1, "SQ": 128, "SKV": 256, "H": 1, "D": 64}, causal=True),
+    "top_left_sq_gt_skv": _bwd_overrides({"B": 1, "SQ": 256, "SKV": 128, "H": 1, "D": 64}, causal="top_left"),
+    # top-left with more keys: keys past Sq are seen by no query (dK = dV = 0: blocks with no step)
+    "top_left_sq_lt_skv": _bwd_overrides({"B": 1, "SQ": 128, "SKV": 384, "H": 1, "D": 64}, causal="top_left"),
+    "bhsd_scale_f16_stages1": {**_bwd_overrides({"B": 2, "SQ": 256, "SKV": 384, "H": 3, "D": 128}, layout="bhsd",
+                                                scale=0.3, d=128),
+                               "schedule.pipeline.max_concurrent_steps": 1, **F16,
+                               "schedule.compiler_params.approx_math": False},
+    "one_consumer_gqa4_causal_stages3": {
+        **_bwd_overrides({"B": 1, "SQ": 192, "SKV": 320, "H": 4, "G": 1, "D": 128}, causal=True, gqa=True, d=128),
+        "schedule.pipeline.num_compute_wgs": 1, "schedule.pipeline.max_concurrent_steps": 3},
+}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path_factory.getbasetemp() / "schedgen-cache"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = Cache(tmp_path_factory.mktemp("cache"))
+    out = {name: build_spec(str(SPEC), {**ov, **WS}, cache=cache) for name, ov in CASES.items()}
+    out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+    out["bench_causal"] = build_spec(str(CAUSAL_SPEC), WS, cache=cache)
+    return out
+
+
+@pytest.mark.parametrize("name", [*CASES, "bench", "bench_causal"])
+def test_compiles_to_wgmma_and_tma_without_local_memory(built, name):
+    b = built[name]
+    p = b.plan
+    text = sass(b.files["kernel.cubin"])
+    ops = opcodes(text)
+    kind = ".BF16" if p.dtype == "bf16" else ""          # f16 prints no suffix
+    # S^T, dP^T (S, dP): m64n64k16 from SMEM; dV, dK (dQ): m64n{D}k16 with A from registers
+    assert set(re.findall(r"HGMMA\.(\S+)", text)) == {f"64x64x16.F32{kind}", f"64x{p.head_dim}x16.F32{kind}"}
+    assert "UTMALDG.3D" in ops and "UBLKCP.S.G" in ops            # the tiles by tensor map, the lse by bulk copy
+    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops                 # the ring's mbarrier waits
+    assert "MUFU.EX2" in ops
+    assert not [o for o in ops if o.startswith(("LDL", "STL", "ATOM", "RED", "HMMA", "LDGSTS"))]
+    assert any(o.startswith("USETMAXREG") for o in ops)
+    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0
+    assert b.warnings == []                                        # ptxas: no C7517 (wgmma serialized), no spill
+
+
+def test_the_plan_is_one_launch_of_both_roles(built):
+    p = built["gqa_causal_d128"].plan
+    w = p.wgmma
+    assert p.cuda is None and w.consumers == 2 and w.rows == 128 and w.threads == 384 == p.threads
+    assert (w.dkv_blocks, w.dq_blocks) == (256 // 128 * 2 * 2, 256 // 128 * 4 * 2)
+    assert p.num_blocks == w.dkv_blocks + w.dq_blocks and p.kernel_name.endswith("_ws2")
+    assert [a.kind for a in p.kernel_args] == ["tmap"] * 5 + ["ptr"] * 4
+    assert [a.operand for a in p.kernel_args] == list(range(9))
+    q = p.kernel_args[0]
+    assert q.shape == (2, 256, 4 * 128) and q.box == (1, 64, 64) and q.swizzle == 128
+    assert p.kernel_args[1].shape == (2, 256, 2 * 128)
+    assert w.q_strides == (256 * 4 * 128, 4 * 128, 128) and w.kv_strides == (256 * 2 * 128, 2 * 128, 128)
+    # K, V (128 rows) and 2 stages of Q, dO, O (64 rows) and lse; the dQ role's Q, dO, O and 2 stages of K, V
+    assert w.smem_bytes == max(1024 + 2 * 32768 + 2 * (3 * 16384 + 1024), 1024 + 3 * 32768 + 2 * 32768) + 1024
+    assert p.smem_bytes == w.smem_bytes <= 232448
+    assert (w.producer_regs, w.consumer_regs) == (24, 240)
+    one = built["one_consumer_gqa4_causal_stages3"].plan
+    assert (one.wgmma.rows, one.threads, one.wgmma.dkv_blocks, one.wgmma.dq_blocks) == (64, 256, 5, 3 * 4)
+    bh = built["bhsd_scale_f16_stages1"].plan
+    assert bh.kernel_args[0].shape == (2 * 3, 256, 128) and bh.wgmma.kv_strides == (3 * 384 * 128, 128, 384 * 128)
+
+
+def test_rendering_reflects_the_plan(built):
+    cu = built["causal_sq_lt_skv"].files["kernel.cu"].decode()
+    assert "constexpr int OFFSET = 128;" in cu and "crosses" in cu and "ex2.approx.ftz.f32" in cu
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in cu and "setmaxnreg.inc.sync.aligned.u32 240" in cu
+    assert "mma.sync" not in cu and "cp.async.cg" not in cu
+    plain = built["plain_d64"].files["kernel.cu"].decode()
+    assert "OFFSET" not in plain and "crosses" not in plain
+    f16 = built["bhsd_scale_f16_stages1"].files["kernel.cu"].decode()
+    assert "m64n128k16.f32.f16.f16" in f16 and "exp2f(x)" in f16 and "b * 3 + hq" in f16
+    one = built["one_consumer_gqa4_causal_stages3"].files["kernel.cu"].decode()
+    assert "__launch_bounds__(256, 1)" in one and "sg_mbar_init(BAR_EMPTY + 8 * s, 1);" in one
+
+
+def test_the_default_is_unchanged():
+    """Without pipeline.kind the bundled specs keep the mma.sync kernel (until the H200 verifies this one)."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    spec, src = load_spec(str(SPEC))
+    p = plan(spec, src)
+    assert p.wgmma is None and p.cuda is not None and p.threads == 128
+
+
+def test_explain_names_the_fields_it_reads(built):
+    from schedgen.families.attention_backward.explain import explain_attention_backward
+    text = explain_attention_backward(built["causal_d128"].plan)
+    for word in ("warp_specialized", "memory_registers", "compute_registers", "num_compute_wgs 2", "2-stage",
+                 "m64n128k16", "128 keys"):
+        assert word in text, word
+
+
+# each field the wgmma kernel reads, at another legal value: the rendered kernel changes (or a located error)
+FIELD_VALUES = {
+    "schedule.pipeline.num_compute_wgs": [1],
+    "schedule.pipeline.memory_registers": [32, 40],
+    "schedule.pipeline.compute_registers": [224, 232],
+    "schedule.pipeline.max_concurrent_steps": [1, 3],
+    "schedule.compiler_params.approx_math": [False],
+}
+
+
+@pytest.mark.parametrize("field", list(FIELD_VALUES))
+def test_every_field_it_reads_changes_the_kernel(field):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    from schedgen.render import render
+
+    def source(ov):
+        spec, src = load_spec(str(SPEC), {**WS, **ov})
+        return render(plan(spec, src), "cuda")
+    base = source({})
+    for value in FIELD_VALUES[field]:
+        assert source({field: value}) != base, (field, value)
+
+
+# (overrides on top of WS, path, text)
+ERRORS = {
+    "head_dim_256": ({"D": 256, "schedule.in_specs.q.block_shape": [64, 256],
+                      "schedule.in_specs.k.block_shape": [64, 256]}, "op.inputs.q.shape[3]",
+                     "takes head_dim 64 or 128"),
+    "block_q_128": ({"schedule.in_specs.q.block_shape": [128, 128]}, "schedule.in_specs.q.block_shape[0]",
+                    "streams 64 queries a step"),
+    "three_consumers": ({"schedule.pipeline.num_compute_wgs": 3}, "schedule.pipeline.num_compute_wgs",
+                        "1 or 2 consumer warpgroups"),
+    "ragged_for_two": ({"S": 4032}, "op.inputs.q.shape[1]", "use num_compute_wgs: 1"),
+    "setmaxnreg_step": ({"schedule.pipeline.memory_registers": 30}, "schedule.pipeline.memory_registers",
+                        "multiple of 8"),
+    "register_budget": ({"schedule.pipeline.compute_registers": 256}, "schedule.pipeline.compute_registers", ""),
+    "smem": ({"schedule.pipeline.max_concurrent_steps": 4}, "schedule.pipeline.max_concurrent_steps",
+             "B of SMEM with 4 stages"),
+    "dynamic": ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 128}}, "op.sizes.S",
+                "specialized to fixed sizes"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS), ids=list(ERRORS))
+def test_located_errors(case):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    ov, path, text = ERRORS[case]
+    spec, src = load_spec(str(SPEC), {**WS, **ov})
+    with pytest.raises(SpecErrors) as exc:
+        plan(spec, src)
+    msg = str(exc.value)
+    assert path in msg and text in msg, msg
+
+
+def test_the_warpgroup_fields_are_errors_without_it():
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    for field, value in (("num_compute_wgs", 2), ("memory_registers", 40), ("compute_registers", 232)):
+        spec, src = load_spec(str(SPEC), {f"schedule.pipeline.{field}": value})
+        with pytest.raises(SpecErrors) as exc:
+            plan(spec, src)
+        assert f"schedule.pipeline.{field}" in str(exc.value) and "warp_specialized" in str(exc.value)
+
+
+# ------------------------------------------------------------------------------ on the GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(CASES))
+def test_wgmma_kernel_matches_float64_on_gpu(case):
+    """`schedgen verify --backend cuda`: fresh random inputs (o and lse the forward's), outputs poisoned, every
+    gradient against the float64 reference within the dtype's tolerance."""
+    from schedgen.verify import verify_file
+    checks = verify_file(str(SPEC), ["cuda"], {**CASES[case], **WS}, seed=0)
+    assert {c.backend for c in checks} == {"cuda"}, checks
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [SPEC, CAUSAL_SPEC], ids=["bench", "bench_causal"])
+def test_bench_sizes_verify_on_gpu(spec):
+    from schedgen.verify import verify_file
+    checks = verify_file(str(spec), ["cuda"], WS, seed=1)
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
