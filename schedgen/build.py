@@ -8,7 +8,7 @@ import os
 import re
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -20,7 +20,8 @@ from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of,
 from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .autodiff import graph as bwgraph
-from .autodiff.spec import written
+from .autodiff.spec import value_at, written
+from .autodiff.stepwarn import DerivedStep
 from .errors import Problem, SourceMap, SpecErrors
 from .render import render
 from .frontend.load import read_spec_bytes
@@ -77,6 +78,7 @@ class Built:
     #                             manifest.json
     cache_hit: bool
     backward: "BackwardBuilt | None" = None   # the spec's backward pass (a `backward` section the family took)
+    derived: DerivedStep | None = None        # a backward step: its warnings point into the user's file
 
     @property
     def name(self) -> str:
@@ -85,13 +87,16 @@ class Built:
     @property
     def warnings(self) -> list[str]:
         """The compiler's verdicts that cost speed, located at the field that buys registers back:
-        'file:line:col: schedule.pipeline.compute_registers: warning: ...'."""
+        'file:line:col: schedule.pipeline.compute_registers: warning: ...'. A backward step's name the step and
+        point at what reaches it in the user's file (autodiff/stepwarn.py)."""
         verdicts = json.loads(self.files["manifest.json"]).get("compiler_verdicts", [])
         field = ("schedule", "pipeline", "compute_registers")
         advice = "; raise compute_registers (the budget setmaxnreg gives each consumer) or use smaller blocks"
         own = getattr(self.plan, "spill_advice", None)       # a family whose registers another field buys back
         if own is not None:
             field, advice = own
+        if self.derived is not None:
+            return [self.derived.warning(v, field, advice) for v in verdicts]
         return [self.source.format(Problem(field, f"warning: {v}{advice}")) for v in verdicts]
 
 
@@ -138,16 +143,17 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     forward_spec = _model_copy(forward_spec, backward=None)
     _check_graph(spec, forward_spec, graph)
     steps: dict[str, Built] = {}
+    user = written(spec)
     for step in graph.steps:
         step_spec = _model_copy(_derived(step.spec, f"step {step.name}", spec, src), backward=None)
-        steps[step.name] = _build(step_spec, _step_source(src, step.name), raw, f"{path}#backward/{step.name}",
-                                  cache, where=(spec, src, f"step {step.name}"))
+        built = _build(step_spec, _step_source(src, step.name), raw, f"{path}#backward/{step.name}", cache,
+                       where=(spec, src, f"step {step.name}"))
+        steps[step.name] = replace(built, derived=DerivedStep(step.name, step.why, step.spec, user, src))
     forward = _build(forward_spec, src, raw, str(path), cache,
                      where=(spec, src, "forward") if graph.forward is not None else None)
-    user = tuple(spec.op.outputs)
     # the Built's spec is the forward it built (its plan's spec: verify's reference covers the saved outputs too)
     return Built(forward_spec, src, forward.plan, forward.files, forward.cache_hit,
-                 BackwardBuilt(graph, steps, user, forward_spec, spec))
+                 BackwardBuilt(graph, steps, tuple(spec.op.outputs), forward_spec, spec))
 
 
 def _backward_graph(spec, src: SourceMap):
@@ -184,18 +190,6 @@ def _family_bug(spec, src: SourceMap, what: str, lines: list[str]) -> SpecErrors
                                               f"it): {'; '.join(lines)}")], src)
 
 
-def _value_at(data: Any, path: tuple) -> tuple[bool, Any]:
-    """(found, value) of `path` in plain spec data (dicts and lists)."""
-    for key in path:
-        if isinstance(data, dict) and key in data:
-            data = data[key]
-        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
-            data = data[key]
-        else:
-            return False, None
-    return True, data
-
-
 def _derived_problems(derived, user, user_src: SourceMap, what: str, problems) -> SpecErrors:
     """Planning problems of a spec a family derived. One about a size or a shape the derived spec copied from the
     user's (the same value at the same op path: a sequence length the backward kernel cannot take, say) is the
@@ -205,8 +199,8 @@ def _derived_problems(derived, user, user_src: SourceMap, what: str, problems) -
     for p in problems:
         path = tuple(p.path)
         copied = path[:2] == ("op", "sizes") or path[:2] == ("op", "inputs") and "shape" in path
-        found, value = _value_at(mine, path)
-        found_user, user_value = _value_at(theirs, path)
+        found, value = value_at(mine, path)
+        found_user, user_value = value_at(theirs, path)
         if copied and found and found_user and value == user_value:
             relocated.append(Problem(path, f"the backward's {what} cannot take it: {p.message}; or remove the "
                                            f"backward section"))

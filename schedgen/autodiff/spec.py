@@ -15,6 +15,18 @@ def written(model) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 
+def value_at(data: Any, path: Sequence) -> tuple[bool, Any]:
+    """(found, value) of `path` in plain spec data (dicts and lists)."""
+    for key in path:
+        if isinstance(data, dict) and key in data:
+            data = data[key]
+        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
+            data = data[key]
+        else:
+            return False, None
+    return True, data
+
+
 def wrt_names(spec, problems: Problems, differentiable: Collection[str] | None = None) -> tuple[str, ...]:
     """The inputs that get gradients: `backward.wrt` as written (each checked: an input of a floating dtype, and
     one the family can differentiate), or every such input."""
