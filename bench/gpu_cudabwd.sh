@@ -4,10 +4,7 @@
 # against float64 first); (3) the one-consumer variant. Logs in $OUT/w and one tarball.
 set -u
 O=$OUT/w; mkdir -p $O
-START=$(date +%s)
-LIMIT=${GUARD:-560}
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-cap() { local want=$1 l; l=$(left); [ $l -lt $want ] && want=$l; echo $want; }
+. bench/guard.sh 560
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > $O/clocks.txt 2>&1
 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=long -x \
   tests/families/attention_backward/test_attention_backward_wgmma.py > $O/t1.log 2>&1

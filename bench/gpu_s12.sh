@@ -5,10 +5,7 @@
 # cuDNN), then the grouped backward's and the map layout fix's GPU tests. Logs in one tarball; a guard caps the call.
 set -u
 O=$OUT/w; mkdir -p $O
-START=$(date +%s)
-LIMIT=${GUARD:-550}
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-cap() { local want=$1 l; l=$(left); [ $l -lt $want ] && want=$l; echo $want; }
+. bench/guard.sh 550
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
 timeout 70 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=long -x \

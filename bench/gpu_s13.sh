@@ -3,10 +3,7 @@
 # (bench/gpu_rowcluster.sh), then the short training run of the bundled example. Logs in one tarball; guarded.
 set -u
 O=$OUT/w; mkdir -p $O
-START=$(date +%s)
-LIMIT=${GUARD:-550}
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-cap() { local want=$1 l; l=$(left); [ $l -lt $want ] && want=$l; echo $want; }
+. bench/guard.sh 550
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
 T=$(cap 215); OUT=$O timeout $T bash bench/gpu_rowperf.sh > $O/rowperf.log 2>&1
