@@ -22,16 +22,17 @@ CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8
 @dataclass(frozen=True)
 class KernelArg:
     """One CUDA kernel parameter, in order: a TMA descriptor over an operand, its raw device pointer, or a counter
-    the runtime owns (two u32, zero before each launch: a dynamic persistent grid's tile claims)."""
-    kind: str                 # "tmap" | "ptr" | "counter" | "i32"
-    operand: int              # index into inputs + outputs (-1: a counter or a scalar)
+    the runtime owns (two u32, zero before each launch: a dynamic persistent grid's tile claims), a zeroed scratch
+    buffer of `value` bytes the runtime allocates for the launch ("workspace", plan/launch.py says how)."""
+    kind: str                 # "tmap" | "ptr" | "counter" | "i32" | "workspace"
+    operand: int              # index into inputs + outputs (-1: a counter, a workspace or a scalar)
     dtype: str = ""
     shape: tuple[DimLike, ...] = ()
     strides: tuple[DimLike, ...] = ()   # bytes, numpy order
     box: tuple[int, ...] = ()
     swizzle: int = 0
     oob_nan: bool = False
-    value: DimLike = 0        # an "i32": the extent the runtime evaluates at each call
+    value: DimLike = 0        # an "i32": the extent the runtime evaluates at each call; a "workspace": its bytes
 
 
 def cxx_float(value: float) -> str:

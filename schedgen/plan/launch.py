@@ -44,9 +44,10 @@ from .hardware import TARGETS, target_field
 
 LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
-ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32")
+ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32", "workspace")
 DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2", "i32")   # i32: index operands (grouped_matmul offsets)
 COUNTER_BYTES = 8             # a "counter" argument: two u32, zero before the first launch (the kernel re-zeroes it)
+WORKSPACE_ALIGN = 16          # a "workspace" argument's byte count is a multiple of this (memset in 32-bit words)
 
 
 class LaunchRecordError(ValueError):
@@ -73,9 +74,13 @@ class Arg:
     kind "counter": a COUNTER_BYTES buffer the runtime owns (a dynamic persistent grid's tile claims), one per
     device and stream. kind "u32": a 32-bit scalar the ring host fills, `what` = device (ring position) or epoch.
     kind "i32": a signed 32-bit scalar, the extent `value` evaluated at the call (a dynamic size, a tile count).
+    kind "workspace": the device pointer of a scratch buffer of `value` bytes (an extent, a multiple of
+    WORKSPACE_ALIGN) that the runtime allocates stream-ordered on the launch's stream, zeroes there just before the
+    launch and frees after it (schedgen/runtime/driver.py, Workspace): under CUDA-graph capture these become the
+    graph's allocation, memset and free nodes, so every replay starts from zeros.
     shape and strides of a tensor map are extents too."""
     kind: str
-    operand: int = -1         # -1: not an operand (a counter, or a ring argument named by `what`)
+    operand: int = -1         # -1: not an operand (a counter, a workspace, or a ring argument named by `what`)
     what: str = ""            # a ring argument: lhs | gather | rhs | out | peer_gather | flags | peer_flags_* | ...
     dtype: str = ""
     shape: tuple[DimLike, ...] = ()
@@ -304,6 +309,10 @@ class _Reader:
             raise self.fail(f"{path}.operand", f"{a.operand} is not an operand (the kernel has {count})")
         if a.kind in ("tmap", "ptr") and a.operand < 0 and not a.what:
             raise self.fail(path, f"a {a.kind} argument names an operand or a ring buffer (`what`)")
+        if a.kind == "workspace" and isinstance(a.value, int) and (a.value < WORKSPACE_ALIGN or
+                                                                   a.value % WORKSPACE_ALIGN):
+            raise self.fail(f"{path}.value", f"a workspace is a positive multiple of {WORKSPACE_ALIGN} bytes, got "
+                                             f"{a.value}")
         if a.kind == "tmap":
             if a.dtype not in DTYPES:
                 raise self.fail(f"{path}.dtype", f"{a.dtype!r} is not one of {', '.join(DTYPES)}")
@@ -431,5 +440,5 @@ class PackagePlan(Mapping):
         return f"<plan of {self._path.parent.name} ({self._path})>"
 
 
-__all__ = ["LAUNCH_VERSION", "FILE_NAME", "COUNTER_BYTES", "LaunchRecord", "LaunchRecordError", "Operand", "Arg",
+__all__ = ["LAUNCH_VERSION", "FILE_NAME", "COUNTER_BYTES", "WORKSPACE_ALIGN", "LaunchRecord", "LaunchRecordError", "Operand", "Arg",
            "Ring", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]

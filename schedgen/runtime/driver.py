@@ -20,7 +20,7 @@ __all__ = [
     "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
     "validate_tiled", "encode_tiled", "Arg", "validate_launch", "launch", "Buffer", "synchronize", "time_ms",
     "copy_d2d", "Params", "LaunchConfig", "stream_handle", "is_capturing", "CaptureError", "CounterPool",
-    "counter_pool",
+    "counter_pool", "workspace_pool", "workspace_alloc", "workspace_free",
 ]
 
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -753,6 +753,57 @@ def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> Coun
                                f"call the kernel once before capturing (a warm-up call, as torch.cuda.graph asks)")
         pool = _counter_pools[device] = CounterPool(device)
     return pool
+
+
+# ---------------------------------------------------------------------------------------------- workspaces
+
+# A kernel's "workspace" argument (plan/launch.py): scratch memory zeroed before each launch. It is allocated,
+# zeroed and freed in stream order on the launch's stream (cuMemAllocFromPoolAsync, cuMemsetD32Async, the launch,
+# cuMemFreeAsync), so one design serves every call path: eager launches reuse the pool's memory with no device
+# synchronization (two streams never share a buffer), and under CUDA-graph capture the three calls become the graph's
+# allocation, memset and free nodes (the allocation is the graph's own, zeroed again at every replay; torch's
+# capture-aware allocator is not involved). The pool keeps what it holds (release threshold: all), so steady-state
+# eager calls map no memory.
+_workspace_pools: dict[int, Any] = {}
+
+
+def workspace_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> Any:
+    """The device's workspace memory pool, created on first use; CaptureError when that first use is inside a
+    capture (a pool is made outside any graph, by a warm-up call)."""
+    pool = _workspace_pools.get(device)
+    if pool is None:
+        if is_capturing(stream):
+            raise CaptureError(f"{who}: the first launch of a kernel with a workspace on cuda:{device} creates the "
+                               f"workspace memory pool, which is illegal while stream {stream:#x} captures a CUDA "
+                               f"graph; call the kernel once before capturing (a warm-up call, as torch.cuda.graph "
+                               f"asks)")
+        props = cu.CUmemPoolProps()
+        props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = int(device)
+        pool = _call("cuMemPoolCreate", props)
+        _call("cuMemPoolSetAttribute", pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+              cu.cuuint64_t(2 ** 64 - 1))
+        _workspace_pools[device] = pool
+    return pool
+
+
+def workspace_alloc(pool: Any, nbytes: int, stream: int) -> int:
+    """`nbytes` (a multiple of 4) from `pool`, zeroed, both ordered on `stream` (capturable: allocation and memset
+    nodes)."""
+    s = _cu_stream(stream)
+    ptr = int(_call("cuMemAllocFromPoolAsync", int(nbytes), pool, s))
+    try:
+        _call("cuMemsetD32Async", ptr, 0, int(nbytes) // 4, s)
+    except CudaError:
+        cu.cuMemFreeAsync(ptr, s)
+        raise
+    return ptr
+
+
+def workspace_free(ptr: int, stream: int) -> None:
+    """Give a workspace back to its pool after the work queued on `stream` (capturable: a free node)."""
+    _call("cuMemFreeAsync", ptr, _cu_stream(stream))
 
 
 def allow_nonportable_cluster(func: Any, cluster: Sequence[int]) -> None:

@@ -43,10 +43,12 @@ class _Resolved:
     counters: list                    # kernel-arg indices of the tile counter
     i32: dict                         # kernel-arg index -> value
     device: int
+    workspaces: dict = field(default_factory=dict)   # kernel-arg index -> bytes of a zeroed scratch buffer
     params: Any = None                # driver.Params
     config: Any = None                # driver.LaunchConfig
     ptrs: Any = None                  # the operand pointers packed now
     counter: int = 0                  # the counter pointer packed now
+    spaces: Any = None                # the workspace pointers packed now (kernel-arg index -> pointer)
     where: Any = None                 # torch.device("cuda", device), made at the first torch call
     # (kernel-arg index, pointer) -> its packed Arg (a tensor map encoded once): torch's caching allocator hands
     # an output a few blocks in turn, so a new call's pointer is usually one seen before
@@ -211,9 +213,12 @@ class Kernel:
         by_operand: list[list[int]] = [[] for _ in r.operands]
         i32: dict[int, int] = {}
         counters: list[int] = []
+        workspaces: dict[int, int] = {}
         for i, a in enumerate(r.kernel_args):
             if a.kind == "i32":
                 i32[i] = int(dims.evaluate(a.value, sizes))
+            elif a.kind == "workspace":
+                workspaces[i] = int(dims.evaluate(a.value, sizes))
             elif a.kind == "ptr":
                 by_operand[a.operand].append(i)
             elif a.kind == "counter":
@@ -226,7 +231,7 @@ class Kernel:
             else:
                 raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
         st = _Resolved(dict(sizes), self.output_shapes(sizes), int(dims.evaluate(r.num_blocks, sizes)), tmaps,
-                       by_operand, counters, i32, device)
+                       by_operand, counters, i32, device, workspaces)
         self._states[key] = st
         if len(self._states) > STATE_CACHE:
             self._states.popitem(last=False)
@@ -252,7 +257,7 @@ class Kernel:
         spec = st.tmaps.get(i)
         return driver.Arg.ptr(ptr) if spec is None else driver.Arg.tensor_map(self._tmap(ptr, spec))
 
-    def _args_of(self, st: _Resolved, ptrs: Sequence[int], counter: int) -> list:
+    def _args_of(self, st: _Resolved, ptrs: Sequence[int], counter: int, spaces: dict | None = None) -> list:
         from . import driver
         if len(ptrs) != len(self.launch.operands):
             raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
@@ -261,12 +266,14 @@ class Kernel:
             args[i] = driver.Arg.i32(v)
         for i in st.counters:
             args[i] = driver.Arg.ptr(counter)
+        for i in st.workspaces:
+            args[i] = driver.Arg.ptr((spaces or {}).get(i, 0))
         for operand, idxs in enumerate(st.by_operand):
             for i in idxs:
                 args[i] = st.args_by_ptr[(i, ptrs[operand])] = self._operand_arg(st, i, ptrs[operand])
         return args
 
-    def _realize(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int) -> None:
+    def _realize(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int, spaces: dict) -> None:
         """First launch of a launch state: the CUfunction, the resident-block count, the launch config and the
         packed parameters, built once."""
         from . import driver
@@ -286,15 +293,15 @@ class Kernel:
                     fit = driver.device_info()["sm_count"] * r.blocks_per_sm
                 self._cache[key] = max(1, fit)
             blocks = max(1, min(blocks // cluster[0], self._cache[key])) * cluster[0]
-        params = driver.Params(self._args_of(st, ptrs, counter))
+        params = driver.Params(self._args_of(st, ptrs, counter, spaces))
         st.config = driver.LaunchConfig(func, grid=(blocks, 1, 1), block=(r.threads, 1, 1), smem=r.smem_bytes,
                                         cluster=cluster if cluster[0] > 1 else None)
-        st.params, st.ptrs, st.counter = params, list(ptrs), counter
+        st.params, st.ptrs, st.counter, st.spaces = params, list(ptrs), counter, dict(spaces)
 
-    def _first_launch(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int) -> None:
+    def _first_launch(self, st: _Resolved, ptrs: Sequence[int], stream: int, counter: int, spaces: dict) -> None:
         from . import driver
         try:
-            self._realize(st, ptrs, stream, counter)
+            self._realize(st, ptrs, stream, counter, spaces)
         except driver.CudaError as e:
             if driver.is_capturing(stream):
                 raise driver.CaptureError(
@@ -312,31 +319,61 @@ class Kernel:
             return pool.for_graph(stream, self.name)
         return pool.for_stream(stream)
 
+    def _workspaces(self, st: _Resolved, stream: int) -> dict:
+        """The launch's zeroed scratch buffers (kernel-arg index -> pointer): allocated from the device's pool and
+        zeroed on `stream`, stream-ordered (driver.workspace_alloc: capturable as allocation and memset nodes)."""
+        driver = _driver()
+        pool = driver.workspace_pool(st.device, stream=stream, who=self.name)
+        spaces: dict = {}
+        try:
+            for i, nbytes in st.workspaces.items():
+                spaces[i] = driver.workspace_alloc(pool, nbytes, stream)
+        except BaseException:
+            self._free_workspaces(spaces, stream)
+            raise
+        return spaces
+
+    @staticmethod
+    def _free_workspaces(spaces: dict, stream: int) -> None:
+        for ptr in spaces.values():
+            _driver().workspace_free(ptr, stream)
+
     def _go(self, st: _Resolved, ptrs: list[int], stream: int) -> None:
-        """Launch: re-pack only the operands whose pointer changed (and the counter when it did)."""
-        with self._lock:
-            counter = self._counter_ptr(st.device, stream) if st.counters else 0
-            if st.params is None:
-                self._first_launch(st, ptrs, stream, counter)
-            else:
-                params, cur = st.params, st.ptrs
-                if ptrs != cur:
-                    seen = st.args_by_ptr
-                    for operand, (p, c) in enumerate(zip(ptrs, cur)):
-                        if p != c:
-                            for i in st.by_operand[operand]:
-                                arg = seen.get((i, p))
-                                if arg is None:
-                                    if len(seen) >= ARGS_BY_PTR:
-                                        seen.clear()
-                                    arg = seen[(i, p)] = self._operand_arg(st, i, p)
-                                params.set(i, arg)
-                    st.ptrs = list(ptrs)
-                if counter != st.counter:
-                    for i in st.counters:
-                        params.set(i, _driver().Arg.ptr(counter))
-                    st.counter = counter
-            st.config.launch(st.params, stream)
+        """Launch: re-pack only the operands whose pointer changed (and the counter and workspaces when they did);
+        a kernel with workspaces gets them zeroed before the launch and freed after it, on the launch's stream."""
+        spaces = self._workspaces(st, stream) if st.workspaces else None
+        try:
+            with self._lock:
+                counter = self._counter_ptr(st.device, stream) if st.counters else 0
+                if st.params is None:
+                    self._first_launch(st, ptrs, stream, counter, spaces or {})
+                else:
+                    params, cur = st.params, st.ptrs
+                    if ptrs != cur:
+                        seen = st.args_by_ptr
+                        for operand, (p, c) in enumerate(zip(ptrs, cur)):
+                            if p != c:
+                                for i in st.by_operand[operand]:
+                                    arg = seen.get((i, p))
+                                    if arg is None:
+                                        if len(seen) >= ARGS_BY_PTR:
+                                            seen.clear()
+                                        arg = seen[(i, p)] = self._operand_arg(st, i, p)
+                                    params.set(i, arg)
+                        st.ptrs = list(ptrs)
+                    if counter != st.counter:
+                        for i in st.counters:
+                            params.set(i, _driver().Arg.ptr(counter))
+                        st.counter = counter
+                    if spaces is not None and spaces != st.spaces:
+                        for i, ptr in spaces.items():
+                            if st.spaces.get(i) != ptr:
+                                params.set(i, _driver().Arg.ptr(ptr))
+                        st.spaces = dict(spaces)
+                st.config.launch(st.params, stream)
+        finally:
+            if spaces:   # stream-ordered: after the launch's work (or none, when it failed)
+                self._free_workspaces(spaces, stream)
 
     def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: Any,
                   device: int = 0, sizes: dict[str, int] | None = None) -> Callable[[], None]:
@@ -355,7 +392,8 @@ class Kernel:
     def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0,
                    sizes: dict[str, int] | None = None) -> list:
         """The kernel's parameters, in the record's order, over the operands' device pointers (inputs then
-        outputs): tensor maps encoded here (driver.encode_tiled checks every rule before the driver sees it)."""
+        outputs): tensor maps encoded here (driver.encode_tiled checks every rule before the driver sees it); a
+        workspace argument is a null pointer here (a launch allocates it)."""
         st = self._resolved(device, sizes or {})
         return self._args_of(st, ptrs, self._counter_ptr(device, stream) if st.counters else 0)
 

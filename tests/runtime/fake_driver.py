@@ -13,6 +13,7 @@ class FakeDriver:
         self.encoded, self.launches, self.functions, self.buffers = [], [], [], []
         self.params, self.sets, self.configs, self.capturing, self.downloads = [], [], [], False, []
         self.sm_count, self.clusters = sm_count, clusters
+        self.events, self.pools = [], []     # workspace allocations, memsets, launches and frees, in order
         fake = self
 
         class Module:
@@ -59,6 +60,26 @@ class FakeDriver:
 
             def launch(self, params, stream):
                 fake.launches.append(dict(self.kw, stream=stream, args=[params.get(i) for i in range(len(params))]))
+                fake.events.append(("launch", stream))
+
+        def workspace_pool(device, *, stream=0, who="schedgen"):
+            if device not in fake.pools:
+                if fake.capturing:
+                    raise driver.CaptureError(f"{who}: the first launch of a kernel with a workspace on "
+                                              f"cuda:{device} creates the workspace memory pool")
+                fake.pools.append(device)
+            return ("pool", device)
+
+        def workspace_alloc(pool, nbytes, stream):
+            # a stream-ordered pool hands back the memory freed before on this stream: the same address
+            live = sum(1 for e in fake.events if e[0] == "alloc") - sum(1 for e in fake.events if e[0] == "free")
+            ptr = 0xD00000000 + 0x100000000 * pool[1] + 0x10000000 * live
+            fake.events.append(("alloc", stream, ptr, nbytes, fake.capturing))
+            fake.events.append(("memset0", stream, ptr, nbytes))
+            return ptr
+
+        def workspace_free(ptr, stream):
+            fake.events.append(("free", stream, ptr))
 
         for name, value in {"Module": Module, "Buffer": Buffer, "encode_tiled": encode_tiled, "launch": launch,
                             "Params": Params, "LaunchConfig": LaunchConfig, "_counter_pools": {},
@@ -67,5 +88,7 @@ class FakeDriver:
                             "ensure_context": lambda device=0: None,
                             "synchronize": lambda stream=0: None,
                             "device_info": lambda: {"sm_count": fake.sm_count},
-                            "max_active_clusters": lambda func, **kw: fake.clusters}.items():
+                            "max_active_clusters": lambda func, **kw: fake.clusters,
+                            "workspace_pool": workspace_pool, "workspace_alloc": workspace_alloc,
+                            "workspace_free": workspace_free}.items():
             monkeypatch.setattr(driver, name, value)
