@@ -84,15 +84,19 @@ def _cuda_lines(p) -> list[str]:
 
 def _wgmma_lines(p) -> list[str]:
     w = p.wgmma
+    split = (f"each consumer {p.head_dim // w.consumers} of the columns over all {w.rows} keys" if w.dq_column_split
+             else "each consumer all columns over its own 64 keys")
     return [
-        f"  CUDA (pipeline.kind: warp_specialized): one launch of {w.dkv_blocks} + {w.dq_blocks} blocks of "
-        f"{w.threads} threads: a TMA producer warpgroup (setmaxnreg {w.producer_regs}: memory_registers) and "
-        f"{w.consumers} consumer warpgroup(s) of 64 rows (setmaxnreg {w.consumer_regs}: compute_registers; "
-        f"num_compute_wgs {w.consumers});",
-        f"    dK/dV blocks of {w.rows} keys: S^T = K Q^T and dP^T = V dO^T by wgmma m64n64k16 from SMEM, "
-        f"dV += P^T dO and dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; dQ blocks of "
-        f"{w.rows} queries: S, dP from SMEM, dQ += dS K (registers); delta = rowsum(dO O) by the producer's "
-        f"warps 1-2 for each dK/dV step (beside the stage's lse), by each dQ consumer once for its rows",
-        f"    64-row steps (Q, dO, O, lse; K, V) through a {p.stages}-stage TMA ring (mbarriers full / empty), "
-        f"{w.smem_bytes} B SMEM",
+        f"  CUDA (pipeline.kind: warp_specialized): one launch of {w.dkv_blocks} blocks of {w.threads} threads: a "
+        f"TMA producer warpgroup (setmaxnreg {w.producer_regs}: memory_registers) and {w.consumers} consumer "
+        f"warpgroup(s) of 64 keys (setmaxnreg {w.consumer_regs}: compute_registers; num_compute_wgs {w.consumers});",
+        f"    blocks of {w.rows} keys: S^T = K Q^T and dP^T = V dO^T by wgmma m64n64k16 from SMEM, dV += P^T dO and "
+        f"dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; delta = rowsum(dO O) by the "
+        f"producer's warps 1-2 for each step (beside the stage's lse);",
+        f"    dQ as FlashAttention-3: dS^T to SMEM (stmatrix.trans), dQ partial = dS K by wgmma m64n64k16 from SMEM "
+        f"({split}), added to a {w.workspace_bytes} B f32 workspace (zeroed by the runtime before each launch) by "
+        f"red.global.add.v4.f32; the last arrival at a 64-query tile (a counter a tile) writes its dq "
+        f"(summation order varies run to run)",
+        f"    64-query steps (Q, dO, O, lse) through a {p.stages}-stage TMA ring (mbarriers full / empty), two dS "
+        f"buffers, {w.smem_bytes} B SMEM",
     ]

@@ -54,29 +54,35 @@ class CudaBackward:
 @dataclass(frozen=True)
 class WgmmaBackward:
     """The warp-specialized wgmma CUDA kernel's numbers (schedule.pipeline.kind: warp_specialized; wgmma.py plans
-    it): one launch of blocks of a TMA producer warpgroup and `consumers` consumer warpgroups of 64 rows, dK/dV blocks
-    (`rows` keys) first, then dQ blocks (`rows` queries); the streamed steps are 64 rows. SMEM offsets in bytes from
-    the 1024-aligned base: barriers at 0, delta buffers at delta_offset, the fixed tiles at tiles_offset, the ring."""
+    it): one launch of blocks of a TMA producer warpgroup and `consumers` consumer warpgroups of 64 keys, each block
+    `rows` keys of one kv head; the streamed steps are 64 queries. dQ is summed in an f32 workspace (B x Hq x Sq x D,
+    then one u32 arrival counter a 64-query tile). SMEM offsets in bytes from the 1024-aligned base: barriers at 0,
+    the consumers' flags at flag_offset, the fixed tiles (K, V) at tiles_offset, the ring, the two dS buffers."""
     consumers: int                 # consumer warpgroups (pipeline.num_compute_wgs)
-    rows: int                      # 64 x consumers: the keys (queries) a dK/dV (dQ) block owns
+    rows: int                      # 64 x consumers: the keys a block owns
     threads: int                   # 128 x (1 + consumers)
     producer_regs: int             # setmaxnreg budgets (pipeline.memory_registers / compute_registers)
     consumer_regs: int
-    dkv_blocks: int                # (Skv / rows) x Hkv x B
-    dq_blocks: int                 # (Sq / rows) x Hq x B
+    dkv_blocks: int                # (Skv / rows) x Hkv x B: the grid
     q_strides: tuple[int, int, int]    # elements between batches, sequence rows, heads of q, o, do, dq
     kv_strides: tuple[int, int, int]   # of k, v, dk, dv
     tile64: int                    # 64 rows x head_dim bytes: a streamed tile
     slab64: int                    # a 64-row tile's 64-column slab (64 x 128 B)
     slab_rows: int                 # a fixed tile's slab (rows x 128 B)
-    fixed_bytes: int               # a fixed tile: rows x head_dim (K, V of a dK/dV block; Q, dO, O of a dQ block)
-    delta_offset: int
+    fixed_bytes: int               # a fixed tile: rows x head_dim (K, V)
+    flag_offset: int
     tiles_offset: int
-    dkv_ring: int                  # the dK/dV ring's offset; a stage: Q, dO, O (64 rows) and 64 f32 lse
+    dkv_ring: int                  # the ring's offset; a stage: Q, dO, O (64 rows) and 64 f32 lse, 64 f32 delta
     dkv_stage: int
-    dq_ring: int                   # the dQ ring's offset; a stage: K, V (64 rows)
-    dq_stage: int
-    smem_bytes: int                # the larger role's, plus the alignment slack
+    ds_offset: int                 # dS of a step (64 queries x rows keys), double-buffered
+    ds_bytes: int
+    dq_column_split: bool          # 2 consumers at head_dim 128: each sums 64 columns over all keys (else: all
+    dq_slabs: int                  # columns over its own 64 keys); 64-column accumulators a consumer holds
+    dq_ksteps: int                 # k-steps of 16 keys in a consumer's dS K
+    counters_offset: int           # f32 elements before the arrival counters in the workspace
+    counters_bytes: int
+    workspace_bytes: int           # the launch's zeroed workspace (the "workspace" kernel argument)
+    smem_bytes: int                # plus the alignment slack
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,25 @@
 """Planning of the attention backward's warp-specialized wgmma CUDA kernel (templates/cuda_wgmma.cu.j2), chosen by
 `schedule.pipeline.kind: warp_specialized` (the default stays the mma.sync kernel of templates/cuda.cu.j2).
 
-FlashAttention-3's split on Hopper: a block is a TMA producer warpgroup (one thread issuing the loads into an
-mbarrier ring) and `num_compute_wgs` consumer warpgroups of 64 rows. dK/dV blocks own 64 x consumers keys of one kv
-head and stream the group's Q, dO, O (64 queries) and lse: S^T = K Q^T and dP^T = V dO^T by wgmma from SMEM, P^T and
-dS^T in registers, dV += P^T dO and dK += dS^T Q by wgmma with A from registers. dQ blocks own 64 x consumers
-queries and stream K, V (64 keys): S, dP from SMEM, dQ += dS K (A from registers). One launch, no atomics (the
-runtime gives a kernel no f32 workspace to accumulate dQ into). Every rule is checked here and located."""
+FlashAttention-3's form on Hopper: a block is a TMA producer warpgroup (one thread issuing the loads into an
+mbarrier ring, two warps computing delta = rowsum(dO * O)) and `num_compute_wgs` consumer warpgroups of 64 keys of
+one kv head. It streams the group's Q, dO, O (64 queries) and lse: S^T = K Q^T and dP^T = V dO^T by wgmma from SMEM,
+P^T and dS^T in registers, dV += P^T dO and dK += dS^T Q by wgmma with A from registers (5 matmuls a step, none
+recomputed). dS^T also goes to SMEM (stmatrix.trans: dS, K-major) for dQ_partial = dS K by wgmma from SMEM: with 2
+consumers at head_dim 128 each takes 64 of the columns over all 128 keys, so a block adds each dQ element once;
+otherwise each consumer takes all columns over its own 64 keys.
+
+The partial goes into an f32 workspace (the launch record's "workspace" argument: the runtime zeroes it on the
+launch's stream before each launch) by red.global.add.v4.f32 straight from the accumulators (a lane trades a pair
+with its neighbour so that one REDG.E.ADD.F32x4 adds 4 consecutive floats): a TMA bulk reduce would need the
+partial staged in SMEM (16 KiB a consumer), which the 2-stage ring of K, V, Q, dO, O and the dS buffers leaves no
+room for at head_dim 128. dq = scale * the sum is written by the last consumer to add to a 64-query tile (an arrival
+counter a tile in the workspace: fence.acq_rel + atom.add.acq_rel at gpu scope, the expected count known from the
+causal geometry), not by a second pass: the runtime launches one kernel a call, and a pass inside the same launch
+would have to wait for the other blocks (no grid barrier without cooperative launch). The sums' order, so dq's
+last bits, vary between runs. The earlier no-atomics form (separate dQ blocks recomputing S and dP: 7 matmuls) is
+gone: keeping it selectable needs a new schedule field in every family's model and unread table.
+Every rule is checked here and located."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +34,8 @@ from .records import ROWS, WgmmaBackward
 STEP = 64                # the rows of a streamed step (the N of S^T / S, the K of the register-A wgmmas)
 PRODUCER_REGS = 24       # the producer warpgroup's setmaxnreg budget (the TMA thread; the delta warps' loads and sums)
 MAX_CONSUMERS = 2
-DELTA_OFFSET = 256       # after the barriers (fixed, full, empty and delta[stages]: 8 B each)
-TILES_OFFSET = 1024      # after the dQ role's delta (consumers x 64 f32), 1024-aligned for the 128-byte swizzle
+FLAG_OFFSET = 256        # after the barriers (fixed, full, empty and delta[stages]: 8 B each): a u32 a consumer
+TILES_OFFSET = 1024      # 1024-aligned for the 128-byte swizzle
 LSE_BYTES = 1024         # a stage's 64 f32 lse and 64 f32 delta, padded to keep the next stage's tiles aligned
 SLACK = 1024             # the dynamic SMEM base is aligned up to 1024 B in the kernel
 
@@ -78,22 +91,28 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
         problems.add(("schedule", "pipeline", "compute_registers"), message)
     isz = ITEMSIZE[dtype]
     tile64, fixed = STEP * d * isz, rows * d * isz
-    dkv_stage, dq_stage = 3 * tile64 + LSE_BYTES, 2 * tile64
-    dkv_ring, dq_ring = TILES_OFFSET + 2 * fixed, TILES_OFFSET + 3 * fixed
-    smem = max(dkv_ring + stages * dkv_stage, dq_ring + stages * dq_stage) + SLACK
-    if smem > hw.smem_per_block or 8 + 24 * stages > DELTA_OFFSET:
+    dkv_stage = 3 * tile64 + LSE_BYTES
+    dkv_ring = TILES_OFFSET + 2 * fixed
+    ds_offset, ds_bytes = dkv_ring + stages * dkv_stage, STEP * rows * isz
+    smem = ds_offset + 2 * ds_bytes + SLACK
+    if smem > hw.smem_per_block or 8 + 24 * stages > FLAG_OFFSET:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the warp-specialized wgmma backward needs {smem} B of SMEM with {stages} stages and "
-                     f"{nc} consumer warpgroup(s), over the {hw.smem_per_block} B a block may have; use fewer stages")
+                     f"{nc} consumer warpgroup(s) (K, V of {rows} keys, a stage of Q, dO, O, and two dS buffers), "
+                     f"over the {hw.smem_per_block} B a block may have; use fewer stages")
     if len(problems) != before:
         return None
+    split = nc == 2 and d == 128
+    acc = b * hq * sq * d                                   # f32 dQ sums, then a u32 counter a 64-query tile
+    counters = -(-b * hq * (sq // STEP) * 4 // 16) * 16
     return WgmmaBackward(
         consumers=nc, rows=rows, threads=128 * (1 + nc), producer_regs=preg, consumer_regs=creg,
-        dkv_blocks=(skv // rows) * hkv * b, dq_blocks=(sq // rows) * hq * b,
-        q_strides=_strides(op.layout, sq, hq, d), kv_strides=_strides(op.layout, skv, hkv, d), tile64=tile64,
-        slab64=STEP * 128, slab_rows=rows * 128, fixed_bytes=fixed, delta_offset=DELTA_OFFSET,
-        tiles_offset=TILES_OFFSET, dkv_ring=dkv_ring, dkv_stage=dkv_stage, dq_ring=dq_ring, dq_stage=dq_stage,
-        smem_bytes=smem)
+        dkv_blocks=(skv // rows) * hkv * b, q_strides=_strides(op.layout, sq, hq, d),
+        kv_strides=_strides(op.layout, skv, hkv, d), tile64=tile64, slab64=STEP * 128, slab_rows=rows * 128,
+        fixed_bytes=fixed, flag_offset=FLAG_OFFSET, tiles_offset=TILES_OFFSET, dkv_ring=dkv_ring,
+        dkv_stage=dkv_stage, ds_offset=ds_offset, ds_bytes=ds_bytes, dq_column_split=split,
+        dq_slabs=1 if split else d // 64, dq_ksteps=rows // 16 if split else 4, counters_offset=acc,
+        counters_bytes=counters, workspace_bytes=acc * 4 + counters, smem_bytes=smem)
 
 
 def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
@@ -101,18 +120,18 @@ def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
     return strides(layout, seq, heads, d)
 
 
-def wgmma_kernel_args(layout: str, dtype: str, shapes: list) -> tuple[KernelArg, ...]:
+def wgmma_kernel_args(layout: str, dtype: str, shapes: list, workspace_bytes: int) -> tuple[KernelArg, ...]:
     """Tensor maps of q, k, v, o, do (3-D views, boxes of 64 rows x 64 columns, 128-byte swizzled); pointers of
-    lse, dq, dk, dv."""
+    lse, dq, dk, dv; the zeroed f32 workspace of the dQ sums and arrival counters."""
     return tuple(seq_tmap(layout, dtype, i, shapes[i], STEP) for i in range(5)) + tuple(
-        KernelArg("ptr", i) for i in range(5, 9))
+        KernelArg("ptr", i) for i in range(5, 9)) + (KernelArg("workspace", -1, value=workspace_bytes),)
 
 
 def with_wgmma(plan, wg: WgmmaBackward):
-    """The plan with the wgmma kernel's launch (its blocks, threads, SMEM, tensor maps) in place of the mma.sync
-    kernel's."""
+    """The plan with the wgmma kernel's launch (its blocks, threads, SMEM, tensor maps, workspace) in place of the
+    mma.sync kernel's."""
     shapes = [o.shape for o in plan.operands]
     return dataclasses.replace(
         plan, wgmma=wg, kernel_name=f"{plan.kernel_name}_ws{wg.consumers}", threads=wg.threads,
-        smem_bytes=wg.smem_bytes, num_blocks=wg.dkv_blocks + wg.dq_blocks,
-        kernel_args=wgmma_kernel_args(plan.layout, plan.dtype, shapes))
+        smem_bytes=wg.smem_bytes, num_blocks=wg.dkv_blocks,
+        kernel_args=wgmma_kernel_args(plan.layout, plan.dtype, shapes, wg.workspace_bytes))

@@ -2,9 +2,11 @@
 templates/cuda_wgmma.cu.j2, planned by wgmma.py). On the CPU: it renders and compiles with NVRTC for sm_90a for each
 shape of problem (head_dim 64 and 128, causal both ways, GQA, bhsd, f16, 1 and 2 consumer warpgroups, 1 to 3
 stages), its SASS has the wgmmas of both shapes, the TMA loads (tensor maps and the lse's bulk copy), the mbarrier
-waits and no local memory or atomics, ptxas warns of nothing (no wgmma serialization, no spill); its plan numbers,
+waits, dS stored by stmatrix, the dQ sums as REDG.E.ADD.F32x4 and the tiles' arrival counter, no local memory, ptxas
+warns of nothing (no wgmma serialization, no spill); its plan numbers (one block a key tile, the workspace's bytes),
 the default left unchanged (the mma.sync kernel) and the located errors. On the GPU (`-m gpu`): `verify` against the
-float64 reference (fresh random inputs, outputs poisoned, per-dtype tolerance) at small and bench sizes."""
+float64 reference (fresh random inputs, outputs poisoned, per-dtype tolerance) at small and bench sizes, the same
+gradients twice in a row (the workspace zeroed again) and under CUDA-graph capture and torch.compile."""
 from __future__ import annotations
 
 import re
@@ -65,36 +67,52 @@ def test_compiles_to_wgmma_and_tma_without_local_memory(built, name):
     text = sass(b.files["kernel.cubin"])
     ops = opcodes(text)
     kind = ".BF16" if p.dtype == "bf16" else ""          # f16 prints no suffix
-    # S^T, dP^T (S, dP): m64n64k16 from SMEM; dV, dK (dQ): m64n{D}k16 with A from registers
+    # S^T, dP^T and dQ partial: m64n64k16 from SMEM; dV, dK: m64n{D}k16 with A from registers
     assert set(re.findall(r"HGMMA\.(\S+)", text)) == {f"64x64x16.F32{kind}", f"64x{p.head_dim}x16.F32{kind}"}
     assert "UTMALDG.3D" in ops and "UBLKCP.S.G" in ops            # the tiles by tensor map, the lse by bulk copy
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops                 # the ring's mbarrier waits
     assert "MUFU.EX2" in ops
-    assert not [o for o in ops if o.startswith(("LDL", "STL", "ATOM", "RED", "HMMA", "LDGSTS"))]
+    assert "STSM.16.MT88.4" in ops                                 # dS^T to SMEM, transposed (stmatrix.trans x4)
+    # the dQ partials: 4 consecutive floats an instruction (the pairs traded between neighbour lanes), 8 an
+    # accumulator of 64 x 64 a thread, into the workspace; then one arrival a tile
+    reds = [ln for ln in text.splitlines() if "REDG." in ln]
+    assert reds and all("REDG.E.ADD.F32x4" in ln for ln in reds), reds
+    assert len(reds) == 8 * p.wgmma.dq_slabs
+    assert "ATOMG.E.ADD.STRONG.GPU" in ops and "MEMBAR.ALL.GPU" in ops
+    assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
     assert any(o.startswith("USETMAXREG") for o in ops)
     u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []                                        # ptxas: no C7517 (wgmma serialized), no spill
 
 
-def test_the_plan_is_one_launch_of_both_roles(built):
+def test_the_plan_is_one_launch_of_key_blocks_with_a_workspace(built):
     p = built["gqa_causal_d128"].plan
     w = p.wgmma
     assert p.cuda is None and w.consumers == 2 and w.rows == 128 and w.threads == 384 == p.threads
-    assert (w.dkv_blocks, w.dq_blocks) == (256 // 128 * 2 * 2, 256 // 128 * 4 * 2)
-    assert p.num_blocks == w.dkv_blocks + w.dq_blocks and p.kernel_name.endswith("_ws2")
-    assert [a.kind for a in p.kernel_args] == ["tmap"] * 5 + ["ptr"] * 4
-    assert [a.operand for a in p.kernel_args] == list(range(9))
+    assert w.dkv_blocks == 256 // 128 * 2 * 2 == p.num_blocks and p.kernel_name.endswith("_ws2")
+    assert [a.kind for a in p.kernel_args] == ["tmap"] * 5 + ["ptr"] * 4 + ["workspace"]
+    assert [a.operand for a in p.kernel_args] == [*range(9), -1]
+    # f32 sums of dQ (B x Hq x Sq x D), then a u32 counter a 64-query tile (rounded up to 16 bytes)
+    assert w.counters_offset == 2 * 4 * 256 * 128 and w.counters_bytes == 2 * 4 * (256 // 64) * 4
+    assert p.kernel_args[-1].value == w.workspace_bytes == 4 * w.counters_offset + w.counters_bytes
+    assert (w.dq_column_split, w.dq_slabs, w.dq_ksteps) == (True, 1, 8)   # 64 columns each, over all 128 keys
+    rec_arg = __import__("schedgen.plan.launch", fromlist=["x"]).launch_record(p).kernel_args[-1]
+    assert (rec_arg.kind, rec_arg.value) == ("workspace", w.workspace_bytes)
     q = p.kernel_args[0]
     assert q.shape == (2, 256, 4 * 128) and q.box == (1, 64, 64) and q.swizzle == 128
     assert p.kernel_args[1].shape == (2, 256, 2 * 128)
     assert w.q_strides == (256 * 4 * 128, 4 * 128, 128) and w.kv_strides == (256 * 2 * 128, 2 * 128, 128)
-    # K, V (128 rows) and 2 stages of Q, dO, O (64 rows) and lse; the dQ role's Q, dO, O and 2 stages of K, V
-    assert w.smem_bytes == max(1024 + 2 * 32768 + 2 * (3 * 16384 + 1024), 1024 + 3 * 32768 + 2 * 32768) + 1024
+    # K, V (128 rows), 2 stages of Q, dO, O (64 rows) and lse, delta; two dS buffers (64 x 128 bf16)
+    assert w.ds_offset == 1024 + 2 * 32768 + 2 * (3 * 16384 + 1024) and w.ds_bytes == 64 * 128 * 2
+    assert w.smem_bytes == w.ds_offset + 2 * w.ds_bytes + 1024
     assert p.smem_bytes == w.smem_bytes <= 232448
     assert (w.producer_regs, w.consumer_regs) == (24, 240)
     one = built["one_consumer_gqa4_causal_stages3"].plan
-    assert (one.wgmma.rows, one.threads, one.wgmma.dkv_blocks, one.wgmma.dq_blocks) == (64, 256, 5, 3 * 4)
+    assert (one.wgmma.rows, one.threads, one.wgmma.dkv_blocks) == (64, 256, 5)
+    assert (one.wgmma.dq_column_split, one.wgmma.dq_slabs, one.wgmma.dq_ksteps) == (False, 2, 4)
+    d64 = built["plain_d64"].plan.wgmma                                   # 2 consumers, head_dim 64: by keys
+    assert (d64.dq_column_split, d64.dq_slabs, d64.dq_ksteps) == (False, 1, 4)
     bh = built["bhsd_scale_f16_stages1"].plan
     assert bh.kernel_args[0].shape == (2 * 3, 256, 128) and bh.wgmma.kv_strides == (3 * 384 * 128, 128, 384 * 128)
 
@@ -110,6 +128,10 @@ def test_rendering_reflects_the_plan(built):
     assert "m64n128k16.f32.f16.f16" in f16 and "exp2f(x)" in f16 and "b * 3 + hq" in f16
     one = built["one_consumer_gqa4_causal_stages3"].files["kernel.cu"].decode()
     assert "__launch_bounds__(256, 1)" in one and "sg_mbar_init(BAR_EMPTY + 8 * s, 1);" in one
+    # the arrivals a tile expects: consumers x the key blocks that reach it (causal: from the geometry)
+    assert "return 2u * (uint32_t)min(2, ((qb + 1) * 64 + OFFSET + 127) / 128);" in cu
+    assert "return 1u * (uint32_t)min(5, ((qb + 1) * 64 + OFFSET + 63) / 64);" in one
+    assert "return 2u;" in plain and "sg_named_sync(1, 256);" in plain and "sg_named_sync(1, 128);" in one
 
 
 def test_the_default_is_unchanged():
@@ -125,7 +147,8 @@ def test_explain_names_the_fields_it_reads(built):
     from schedgen.families.attention_backward.explain import explain_attention_backward
     text = explain_attention_backward(built["causal_d128"].plan)
     for word in ("warp_specialized", "memory_registers", "compute_registers", "num_compute_wgs 2", "2-stage",
-                 "m64n128k16", "128 keys"):
+                 "m64n128k16", "128 keys", "red.global.add.v4.f32", "64 of the columns over all 128 keys",
+                 f"{built['causal_d128'].plan.wgmma.workspace_bytes} B f32 workspace"):
         assert word in text, word
 
 
@@ -134,7 +157,7 @@ FIELD_VALUES = {
     "schedule.pipeline.num_compute_wgs": [1],
     "schedule.pipeline.memory_registers": [32, 40],
     "schedule.pipeline.compute_registers": [224, 232],
-    "schedule.pipeline.max_concurrent_steps": [1, 3],
+    "schedule.pipeline.max_concurrent_steps": [1],
     "schedule.compiler_params.approx_math": [False],
 }
 
@@ -168,6 +191,9 @@ ERRORS = {
     "register_budget": ({"schedule.pipeline.compute_registers": 256}, "schedule.pipeline.compute_registers", ""),
     "smem": ({"schedule.pipeline.max_concurrent_steps": 4}, "schedule.pipeline.max_concurrent_steps",
              "B of SMEM with 4 stages"),
+    # head_dim 128, 2 consumers: 3 stages leave no room for the two dS buffers
+    "smem_ds": ({"schedule.pipeline.max_concurrent_steps": 3}, "schedule.pipeline.max_concurrent_steps",
+                "and two dS buffers), over the"),
     "dynamic": ({"op.sizes.S": {"dynamic": True, "max": 4096, "multiple_of": 128}}, "op.sizes.S",
                 "specialized to fixed sizes"),
 }
