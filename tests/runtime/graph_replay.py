@@ -40,8 +40,8 @@ def to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
     return raw.view(arrays.DTYPES[dtype]).reshape(tuple(t.shape))
 
 
-def replay(spec: str, cache: Cache | None, out_dir: Path) -> dict:
-    built = build_spec(spec, cache=cache)
+def replay(spec: str, cache: Cache | None, out_dir: Path, overrides: dict | None = None) -> dict:
+    built = build_spec(spec, overrides or {}, cache=cache)
     plan = built.plan
     if families.of(plan).multi_device:
         return {"skip": "a multi-device kernel: its ring host launches on every GPU, not one captured stream"}

@@ -240,3 +240,66 @@ def test_bench_sizes_verify_on_gpu(spec):
     from schedgen.verify import verify_file
     checks = verify_file(str(spec), ["cuda"], WS, seed=1)
     assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+def _c_expr(cu: str, pattern: str) -> str:
+    """A rendered C expression (non-negative int math) as Python: / floors, casts and unsigned suffixes dropped."""
+    m = re.search(pattern, cu)
+    assert m, pattern
+    expr = re.sub(r"\(uint32_t\)", "", m.group(1))
+    expr = re.sub(r"(\d+)u\b", r"\1", expr)
+    return expr.replace("/", "//")
+
+
+@pytest.mark.parametrize("name", [*CASES, "bench_causal"])
+def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
+    """The rendered kernel's own formulas, evaluated: every (q head, 64-query tile) gets one arrival from each
+    consumer of each key block whose steps reach it (sg_block's first / n_it, enumerated) and sg_arrivals expects
+    exactly that many, so the last one writes dq once it has every partial (a miscount would write early or never)."""
+    b = built[name]
+    p, cu = b.plan, b.files["kernel.cu"].decode()
+    w = p.wgmma
+    env = {"min": min, "max": max}
+    m = re.search(r"constexpr int OFFSET = (\d+);", cu)
+    env["OFFSET"] = int(m.group(1)) if m else 0
+    first = _c_expr(cu, r"B\.first = (.+);")
+    n_it = _c_expr(cu, r"B\.n_it = (.+);\s+//")
+    arrivals = _c_expr(cu, r"sg_arrivals\(int qb\) \{\n(?:\{%.*\n)?\s*return (.+);")
+    got: dict = {}
+    for blk in range(w.dkv_blocks):
+        kt, u = divmod(blk, p.heads_kv * p.batch)
+        hb, hk = divmod(u, p.heads_kv)
+        row0 = kt * w.rows
+        f = eval(first, {**env, "B": type("B", (), {"row0": row0})})
+        n = eval(n_it, {**env, "B": type("B", (), {"first": f})})
+        n_qb = p.seq_q // 64 - f
+        for it in range(n):
+            key = (hb, hk * p.group + it // n_qb, f + it % n_qb)
+            got[key] = got.get(key, 0) + w.consumers
+    tiles = {(bb, h, qb) for bb in range(p.batch) for h in range(p.heads_q) for qb in range(p.seq_q // 64)}
+    assert set(got) == tiles                               # every tile is written by someone
+    for (_, _, qb), count in got.items():
+        assert eval(arrivals, {**env, "qb": qb}) == count, (qb, count)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gqa_causal_d128", "one_consumer_gqa4_causal_stages3", "plain_d64"])
+def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
+    """wgmma_dq_paths.py in a fresh interpreter: two eager calls in a row (the workspace zeroed again), a CUDA graph
+    captured and replayed on new inputs, torch.compile(fullgraph=True); each gradient against float64."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from conftest import ROOT
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    script = Path(__file__).with_name("wgmma_dq_paths.py")
+    res = subprocess.run([sys.executable, str(script), str(tmp_path), case], capture_output=True, text=True,
+                         env=env, timeout=600)
+    rows = [json.loads(ln[len("RESULT "):]) for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert [r["path"] for r in rows] == ["eager+compile", "graph"], res.stderr[-3000:]
+    assert all(r["ok"] for r in rows), rows
