@@ -1,5 +1,9 @@
 """The attention backward's CUDA kernels side by side on one GPU, in one process: the mma.sync kernel (the default)
-and the warp-specialized wgmma one (schedule.pipeline.kind: warp_specialized), next to torch SDPA's cuDNN backward.
+and the warp-specialized wgmma one (schedule.pipeline.kind: warp_specialized: FlashAttention-3's form, dQ summed by
+red.global.add into the runtime's zeroed f32 workspace, 5 matmuls a step), next to torch SDPA's cuDNN backward. The
+wgmma launcher's time includes the runtime's per-call workspace allocation and memset on the stream (printed with
+its size). The earlier wgmma form (separate dQ blocks recomputing S and dP: 7 matmuls) was replaced; its numbers
+come from this script at the commit before the change (git log -- schedgen/families/attention_backward/wgmma.py).
 
 Each is built from the bundled spec at the given sizes, verified against a float64 reference computed with torch on
 the GPU (fresh random inputs; o and lse the forward's; outputs poisoned with NaN before the checked run; the
@@ -130,6 +134,10 @@ def main(argv=None) -> int:
         ok &= good
         print(f"{name:9s} {p.kernel_name}: rel. errors dq {errs[0]:.2e} dk {errs[1]:.2e} dv {errs[2]:.2e} "
               f"(tolerance {tol:.1e}) {'ok' if good else 'FAILED'}")
+        if p.wgmma is not None:
+            w = p.wgmma
+            print(f"{'':9s} {w.dkv_blocks} blocks; dQ workspace {w.workspace_bytes / 2**20:.1f} MiB zeroed each call; "
+                  f"{'64 columns a consumer over all keys' if w.dq_column_split else 'all columns over 64 keys'}")
         runs[name] = launch
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
