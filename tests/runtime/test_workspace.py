@@ -144,3 +144,22 @@ def test_launch_json_refuses_a_bad_size(value, text):
     data["kernel_args"].append({**data["kernel_args"][0], "kind": "workspace", "operand": -1, "value": value})
     with pytest.raises(L.LaunchRecordError, match=rf"kernel_args\[{len(data['kernel_args']) - 1}\]\.value: {text}"):
         L.loads(json.dumps(data))
+
+
+def test_the_wgmma_attention_backward_launches_with_its_dq_workspace(tmp_path, fakes):
+    """The planner's record (no edit): the kernel's last argument is the dQ workspace of the plan's size, zeroed on
+    the stream before the launch of its key blocks."""
+    fake, torch = fakes
+    overrides = {"schedule.backends": ["cuda"], "schedule.pipeline.kind": "warp_specialized"}
+    spec, src = load_spec(str(SPECS_DIR / "attention_backward_causal_bf16_4096.yaml"), overrides)
+    p = plan(spec, src)
+    rec = L.launch_record(p)
+    (tmp_path / "launch.json").write_text(rec.to_json())
+    (tmp_path / "kernel.cubin").write_bytes(b"CUBIN")
+    kernel = K.load_package(tmp_path)
+    kernel(*_ins(rec))
+    alloc = next(e for e in fake.events if e[0] == "alloc")
+    assert alloc[3] == p.wgmma.workspace_bytes == rec.kernel_args[-1].value
+    assert [e[0] for e in fake.events] == ["alloc", "memset0", "launch", "free"]
+    assert fake.launches[0]["args"][-1] == driver.Arg.ptr(alloc[2])
+    assert fake.launches[0]["grid"][0] == p.wgmma.dkv_blocks
