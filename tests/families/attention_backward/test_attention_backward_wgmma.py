@@ -106,6 +106,9 @@ def test_the_plan_is_one_launch_of_key_blocks_with_a_workspace(built):
     # K, V (128 rows), 2 stages of Q, dO, O (64 rows) and lse, delta; two dS buffers (64 x 128 bf16)
     assert w.ds_offset == 1024 + 2 * 32768 + 2 * (3 * 16384 + 1024) and w.ds_bytes == 64 * 128 * 2
     assert w.smem_bytes == w.ds_offset + 2 * w.ds_bytes + 1024
+    for other in built.values():   # the dS buffers start 128-byte-swizzle atoms (1024 B), as stmatrix and wgmma assume
+        ow = other.plan.wgmma
+        assert ow.ds_offset % 1024 == 0 and ow.ds_bytes % 1024 == 0 and ow.dkv_ring % 1024 == 0
     assert p.smem_bytes == w.smem_bytes <= 232448
     assert (w.producer_regs, w.consumer_regs) == (24, 240)
     one = built["one_consumer_gqa4_causal_stages3"].plan
