@@ -306,3 +306,43 @@ def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
     rows = [json.loads(ln[len("RESULT "):]) for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert [r["path"] for r in rows] == ["eager+compile", "graph"], res.stderr[-3000:]
     assert all(r["ok"] for r in rows), rows
+
+
+@pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])
+def test_stmatrix_addresses_put_ds_where_the_dq_wgmma_reads_it(built, name):
+    """The rendered stmatrix addresses, evaluated for every lane of every warp of every consumer, with the
+    instruction's semantics (x4: lane 8j + i gives row i of matrix j; .trans: that row holds column i of the
+    fragment matrix j, whose element (a, b) is half b % 2 of register j of lane 4a + b / 2) and the 128-byte swizzle
+    (16-byte chunk c of row r at c ^ (r % 8), 64-key slabs of 64 rows): the bytes land as dS[query][key], K-major,
+    which is how the dQ wgmma's A descriptor (sg_desc_k over 8192-byte slabs) reads it; every element written once."""
+    b = built[name]
+    w_ = b.plan.wgmma
+    cu = b.files["kernel.cu"].decode()
+    chunk_expr = _c_expr(cu, r"const int chunk = (.+);")
+    row_expr = _c_expr(cu, r"sg_stmatrix_t\(sg_chunk\(s_ds, 8192u, (.+), chunk\), pd")
+    rows = w_.rows
+    ds_t = {}                                    # (key, query) -> the value a thread's pd holds (a label)
+    mem = {}                                     # byte offset in the dS buffer -> label
+    for w in range(w_.consumers):
+        for warp in range(4):
+            for m in range(4):
+                for lane in range(32):
+                    j = lane // 8
+                    env = {"w": w, "warp": warp, "lane": lane, "j": j, "m": m}
+                    chunk, row = eval(chunk_expr, env), eval(row_expr, env)
+                    addr = (chunk // 8) * 8192 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4)
+                    i = lane % 8
+                    for k in range(8):           # memory row i, column k = fragment matrix j (row k, column i)
+                        src = 4 * k + i // 2     # the lane holding it; register pd[4m + j], half i % 2
+                        n8, half = 2 * m + j // 2, j % 2
+                        key = w * 64 + warp * 16 + src // 4 + 8 * half          # r0 (+ 8) of the source lane
+                        query = n8 * 8 + 2 * (src % 4) + i % 2                 # its column c2 (+ 1)
+                        label = (key, query)
+                        ds_t[label] = True
+                        where = addr + 2 * k
+                        assert where not in mem, (name, where)
+                        mem[where] = label
+    assert len(mem) == 64 * rows == len(ds_t)
+    for where, (key, query) in mem.items():      # read back as the K-major A of dQ: row = query, column = key
+        c = key // 8
+        assert where == (c // 8) * 8192 + query * 128 + (((c & 7) ^ (query & 7)) << 4) + 2 * (key % 8)
