@@ -61,6 +61,12 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"{', '.join(have) or 'none yet'}): remove the backward section, or "
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
+    if spec.schedule.pipeline.partial_sums is not None and getattr(spec.op, "block_scales", None) is None:
+        problems = Problems()
+        problems.add(("schedule", "pipeline", "partial_sums"),
+                     f"partial_sums sets how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "
+                     f"partial sums; this {spec.op.kind} op has no block scales: remove it")
+        raise SpecErrors(problems, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
