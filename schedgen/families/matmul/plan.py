@@ -116,8 +116,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
                            inputs, outputs, args)
-    if partial_sums != 1:
-        result = dataclasses.replace(result, partial_sums=partial_sums, kernel_name=f"{result.kernel_name}_ps2")
+    if partial_sums != 1 or sch.pipeline.scale_prefetch:
+        suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if sch.pipeline.scale_prefetch else "")
+        result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=sch.pipeline.scale_prefetch,
+                                     kernel_name=result.kernel_name + suffix)
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:

@@ -47,6 +47,7 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "cluster_n": (target(_bs("cluster"), 1), target(_bs("in_specs", op.lhs, "collective_axes"), None, SHARED)),
         "split_k": (target(_bs("cluster"), 2),),
         "partial_sums": (target(_bs("pipeline", "partial_sums")),),
+        "scale_prefetch": (target(_bs("pipeline", "scale_prefetch")),),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),
                           target(_bs("in_specs", op.rhs, "delay_release"))),
         "epilogue_m": (target(_bs("epilogue", "tile"), 0),),

@@ -404,6 +404,7 @@ def test_block_scaled_planner_picks():
 
 
 PS1 = {"schedule.pipeline.partial_sums": 1}
+PF = {"schedule.pipeline.scale_prefetch": True}
 
 
 def _promotion_order(text: str) -> str:
@@ -422,13 +423,15 @@ def _promotion_order(text: str) -> str:
 
 
 @pytest.mark.parametrize("ov, sets", [({}, 2), (BLOCK_RAGGED, 2), (PS1, 1), ({**BLOCK_SMALL, **PS1}, 1),
-                                      (BLOCK_SMALL, 2)],
-                         ids=["bundled", "ragged", "one_set", "one_set_kb5", "kb5"])
+                                      (BLOCK_SMALL, 2), (PF, 2), ({**PS1, **PF}, 1), ({**BLOCK_SMALL, **PF}, 2)],
+                         ids=["bundled", "ragged", "one_set", "one_set_kb5", "kb5", "prefetch", "one_set_prefetch",
+                              "kb5_prefetch"])
 def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
     """Each K block's first wgmma starts its partial sum (scale-d 0, no zeroing); one set waits for every block
     before its promotion; two sets issue block kb + 1's wgmmas before block kb is waited for (wait_group 1) and
-    promoted, then wait for kb + 1 (wait_group 0) and promote it; an odd last block waits alone. No spills, no
-    ptxas verdicts (C7514 would serialize the wgmmas)."""
+    promoted, then wait for kb + 1 (wait_group 0) and promote it; an odd last block waits alone. With
+    scale_prefetch the first step's scales are loaded before any wgmma (the loop then loads a step ahead); without,
+    every scale load follows a wgmma. No spills, no ptxas verdicts (C7514 would serialize the wgmmas)."""
     import json
     from schedgen.toolchain.nvrtc import resource_usage, sass
     b = build_spec(str(BLOCK), ov)
@@ -442,10 +445,17 @@ def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
     (usage,) = resource_usage(b.files["kernel.cubin"]).values()
     assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage
     assert json.loads(b.files["manifest.json"])["compiler_verdicts"] == []
+    lines = text.splitlines()
+    first_wgmma = next(i for i, ln in enumerate(lines) if "QGMMA" in ln)
+    early_loads = sum("LDG.E" in ln for ln in lines[:first_wgmma])
+    assert b.plan.scale_prefetch == bool(ov.get("schedule.pipeline.scale_prefetch"))
+    assert (early_loads >= 3) == b.plan.scale_prefetch and early_loads in (0, 3, 6), early_loads
     order = _promotion_order(text)
     kb = b.plan.k_iters
     if sets == 1:
-        assert "W1" not in order and re.search(r"zqqqW0(W0)?f\{64\}", order), order
+        # (the caller's release waits again: ptxas may place a few of the FFMAs between the two waits)
+        m = re.search(r"zqqqW0(?:f\{(\d+)\})?(?:W0)?f\{(\d+)\}", order)
+        assert "W1" not in order and m and int(m.group(1) or 0) + int(m.group(2)) == 64, order
     else:
         # the pair: set 0's four wgmmas, set 1's four, wait_group 1, set 0's promotion, wait_group 0, set 1's (ptxas
         # may place the odd last block's wait and promotion between the two sets' wgmmas, behind a branch)
@@ -458,6 +468,7 @@ def test_partial_sums_rules_are_located_errors():
     tiles within compute_registers; the planner picks 1 where two sets do not fit."""
     cases = [
         (PER_TENSOR, {"schedule.pipeline.partial_sums": 2}, "schedule.pipeline.partial_sums", "no block scales"),
+        (PER_TENSOR, PF, "schedule.pipeline.scale_prefetch", "no block scales"),
         (BLOCK, {"schedule.pipeline.partial_sums": 2, "schedule.in_specs.a.delay_release": 1,
                  "schedule.in_specs.b.delay_release": 1}, "schedule.pipeline.partial_sums", "delay_release must be 0"),
         (BLOCK, {"schedule.pipeline.partial_sums": 2, "schedule.pipeline.compute_registers": 224},
@@ -499,8 +510,12 @@ def test_block_scaled_reference_is_the_scaled_product():
     # split-K over a [1, 1, 2] cluster: rank 1's share starts at K block 16 of 33 (17 blocks, odd)
     {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, "schedule.cluster": [1, 1, 2],
      "schedule.in_specs.b.collective_axes": [], "schedule.pipeline.max_concurrent_steps": 4},
+    # the scales read a step ahead (the last step's read clamped to the last block)
+    PF, {**BLOCK_RAGGED, **PS1, **PF}, {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, **PF},
+    {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, "schedule.cluster": [1, 1, 2],
+     "schedule.in_specs.b.collective_axes": [], "schedule.pipeline.max_concurrent_steps": 4, **PF},
 ], ids=["bundled_4096x7168x16384", "ragged", "2048x2048x4096", "one_set_bundled", "one_set_ragged", "kb33",
-        "split_k2_kb33"])
+        "split_k2_kb33", "prefetch_bundled", "prefetch_one_set_ragged", "prefetch_kb33", "prefetch_split_k2_kb33"])
 def test_block_scaled_on_gpu(ov):
     checks = _verify(BLOCK, ov, backends=("cuda",))
     # promoted every 128 K terms: as close to float64 as bf16's own rounding allows
