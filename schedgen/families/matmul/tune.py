@@ -129,8 +129,13 @@ def matmul_space(spec) -> TuneSpace:
         widths = _distinct_widths(band, sch.persistent.tile_width)
         if len(widths) > 1:
             params["tile_width"] = widths
+    if getattr(op, "block_scales", None) is not None:
+        # the k-loop's promotion: one or two partial-sum sets (two are pruned where they do not fit the registers),
+        # the scales read while a block's wgmmas run or a step ahead
+        params["partial_sums"] = (1, 2)
+        params["scale_prefetch"] = (False, True)
     what = ["the tile", "the ring depth"] + ["the 2-CTA cluster"] * ("cluster_m" in params) + \
-        ["the band width"] * ("tile_width" in params)
+        ["the band width"] * ("tile_width" in params) + ["the promotion"] * ("partial_sums" in params)
     # ping-pong consumers each hold a whole tile: the planner's register check prunes there (its located error)
     cooperative = sch.pipeline.consumer_schedule == "cooperative"
     return TuneSpace(params, (f"tile_m * tile_n <= {ACC_LIMIT}",) if cooperative else (),
