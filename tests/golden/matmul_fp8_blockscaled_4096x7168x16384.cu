@@ -297,7 +297,7 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
           }
           sg_wgmma_commit();
         }
-        // K block kb's scales, read while the wgmmas run
+        // this K block's scales, read while the wgmmas run
 #pragma unroll
         for (int i = 0; i < 1; ++i)
 #pragma unroll
@@ -326,7 +326,7 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
             }
             sg_wgmma_commit();
           }
-          // K block kb + 1's scales, read while the wgmmas run
+          // this K block's scales, read while the wgmmas run
   #pragma unroll
           for (int i = 0; i < 1; ++i)
   #pragma unroll
