@@ -10,7 +10,7 @@ O=${OUT:-/tmp/schedgen-out}/fp8promo; mkdir -p "$O"
 . bench/guard.sh 148
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > "$O/clocks.txt" 2>&1
-timeout "$(cap 85)" python3 bench/sweep.py specs/matmul_fp8_blockscaled_4096x7168x16384.yaml --iters 20 \
+timeout "$(cap 90)" python3 bench/sweep.py specs/matmul_fp8_blockscaled_4096x7168x16384.yaml --iters 20 \
   --out "$O/sweep.json" \
   --variant "ps1:schedule.pipeline.partial_sums=1" \
   --variant "ps1_delay1:schedule.pipeline.partial_sums=1;schedule.in_specs.a.delay_release=1;schedule.in_specs.b.delay_release=1" \
@@ -19,7 +19,7 @@ timeout "$(cap 85)" python3 bench/sweep.py specs/matmul_fp8_blockscaled_4096x716
   > "$O/sweep.out" 2>&1
 echo "sweep (rc $?):"; grep -E "verify FAILED|build failed" "$O/sweep.out"; tail -8 "$O/sweep.out" | cut -c1-160
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> "$O/clocks.txt" 2>&1
-timeout "$(cap 60)" python3 -m pytest -q -m gpu -p no:cacheprovider -rA tests/families/matmul/test_fp8.py \
+timeout "$(cap 55)" python3 -m pytest -q -m gpu -p no:cacheprovider -rA tests/families/matmul/test_fp8.py \
   -k "block_scaled" > "$O/tests.log" 2>&1
 echo "tests (rc $?):"; grep -E "rel_error|^(PASSED|FAILED|ERROR)|passed|failed" "$O/tests.log" | cut -c1-200
 echo done $(( $(date +%s) - START )) s
