@@ -266,6 +266,17 @@ class Pipeline(Model):
         "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
         "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
         examples=["m", "n"])
+    partial_sums: Annotated[int, Field(ge=1, le=2)] | None = Field(default=None, description=(
+        "matmul with op.block_scales (CUDA): the partial-sum register sets each consumer rotates through. 1: a 128-K "
+        "block's wgmmas run into one partial sum that is waited for (wgmma.wait_group 0) and promoted into the f32 "
+        "accumulator before the next block's wgmmas are issued; 2: two sets in turn, block k + 1's wgmmas issued "
+        "before block k is waited for (wait_group 1) and promoted, so the tensor cores run under the promotion "
+        "(three accumulator tiles of registers a thread, delay_release 0). Default (absent): the planner's (2 "
+        "where the registers allow). Other ops take none"), examples=[1, 2])
+    scale_prefetch: bool = Field(default=False, description=(
+        "matmul with op.block_scales (CUDA): each consumer reads a K block's scales (global loads) a step ahead, "
+        "a block ahead with partial_sums 1 and a pair ahead with 2, so their latency runs under a whole step's "
+        "wgmmas; false (the default): while the block's own wgmmas run. Other ops take false only"))
     consumer_schedule: Literal["cooperative", "pingpong"] = Field(
         default="cooperative", description=(
             "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "

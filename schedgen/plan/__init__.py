@@ -61,6 +61,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"{', '.join(have) or 'none yet'}): remove the backward section, or "
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
+    _block_scale_fields(spec, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
@@ -69,6 +70,21 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
     if problems or result is None:
         raise SpecErrors(problems, src)
     return result, picks
+
+
+def _block_scale_fields(spec, src: SourceMap) -> None:
+    """pipeline.partial_sums and scale_prefetch shape the k-loop of a block-scaled fp8 matmul (op.block_scales): on
+    any other op they would change nothing, which is a located error (every family)."""
+    if getattr(spec.op, "block_scales", None) is not None:
+        return
+    pipe, problems = spec.schedule.pipeline, Problems()
+    for field, is_set in (("partial_sums", pipe.partial_sums is not None), ("scale_prefetch", pipe.scale_prefetch)):
+        if is_set:
+            problems.add(("schedule", "pipeline", field),
+                         f"{field} shapes how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "
+                         f"partial sums; this {spec.op.kind} op has no block scales: remove it")
+    if problems:
+        raise SpecErrors(problems, src)
 
 
 def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):

@@ -148,6 +148,26 @@ __device__ __forceinline__ void sg_wgmma(float (&d)[64], uint64_t da, uint64_t d
       : "l"(da), "l"(db));
 }
 
+// D[64 x 128] = A(desc) * B(desc): scale-d 0, so d's old values are not read (a block-scaled K
+// block's first wgmma starts its partial sum without zeroing the registers).
+__device__ __forceinline__ void sg_wgmma_first(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 0, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), 
+"+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), 
+"+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), 
+"+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), 
+"+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), 
+"+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), 
+"+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), 
+"+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+      : "l"(da), "l"(db));
+}
+
 // Byte offset inside a TMA-swizzled staging chunk (Swizzle<B,4,3>: 16-byte unit ^= row bits).
 __device__ __forceinline__ uint32_t sg_epi_swz(uint32_t off) {
   return off ^ (((off >> 7) & 7u) << 4);
@@ -172,7 +192,7 @@ __device__ __forceinline__ void sg_tile_coords(int t, int& b, int& tm, int& tn) 
   tm = minor_idx; tn = major_idx;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1(
+extern "C" __global__ void __launch_bounds__(384, 1) matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1_ps2(
     const __grid_constant__ SgTensorMap tm_a, const __grid_constant__ SgTensorMap tm_b,
 const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a, const float* __restrict__ in_scale_b) {
   extern __shared__ uint8_t sg_smem_raw[];
@@ -249,50 +269,112 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
       for (int i = 0; i < 1; ++i)
 #pragma unroll
         for (int r = 0; r < 64; ++r) acc[i][r] = 0.0f;
-      float part[1][64];
       const int sc_row = m0 + m_off + warp * 16 + lane / 4;             // this thread's first row (and +8) of M block 0
       const float* __restrict__ sb_row = in_scale_b + (long long)((n0 + n_off) / 128) * 128;   // the consumer's column block
-
-      for (int kb = 0; kb < 128; ++kb, ++it) {   // kb: the global K block (its scales' column)
-        const int s = it % 6;
-        sg_mbar_wait(S_full + 8 * s, (it / 6) & 1);
-        const uint32_t sa = S_a + (uint32_t)s * 16384u + a_off;
-        const uint32_t sb = S_b + (uint32_t)s * 16384u + b_off;
+      // two partial-sum sets, K blocks in pairs: block kb + 1's wgmmas run while block kb is promoted (ptxas keeps
+      // the wgmmas asynchronous only where every group is waited for before a set is issued again: C7514)
+      float part0[1][64], ra0[1][2], rb0;
+      float part1[1][64], ra1[1][2], rb1;
+      const int kb_end = 128;
+#pragma unroll 1
+      for (int kb = 0; kb < kb_end; kb += 2) {   // kb: the global K block (its scales' column) in set 0
+        const int s0 = it % 6;
+        sg_mbar_wait(S_full + 8 * s0, (it / 6) & 1);
+        ++it;
+        {
+          const uint32_t sa = S_a + (uint32_t)s0 * 16384u + a_off;
+          const uint32_t sb = S_b + (uint32_t)s0 * 16384u + b_off;
+          sg_wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 1; ++i)
+          for (int kk = 0; kk < 4; ++kk) {
+            const uint64_t db = sg_desc(sb + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
 #pragma unroll
-          for (int r = 0; r < 64; ++r) part[i][r] = 0.0f;
-        sg_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = sg_desc(sb + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
-#pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const uint64_t da = sg_desc(sa + (uint32_t)i * 8192u + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
-            sg_wgmma(part[i], da, db);
+            for (int i = 0; i < 1; ++i) {
+              const uint64_t da = sg_desc(sa + (uint32_t)i * 8192u + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
+              if (kk == 0) sg_wgmma_first(part0[i], da, db);
+              else sg_wgmma(part0[i], da, db);
+            }
           }
+          sg_wgmma_commit();
         }
-        sg_wgmma_commit();
         // this K block's scales, read while the wgmmas run
-        float ra[1][2];
 #pragma unroll
         for (int i = 0; i < 1; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = sc_row + i * 64 + 8 * h;
-            ra[i][h] = __ldg(in_scale_a + (long long)row * 128 + kb);
+            ra0[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb));
           }
-        const float rb = __ldg(sb_row + kb);
-        sg_wgmma_wait<0>();
-        sg_wgmma_wait<0>();
-        if (wg_thread == 0) {
-          for (uint32_t c = 0; c < 2; ++c) sg_mbar_arrive_cluster(sg_map_rank(S_empty + 8 * s, c));
-        }
-#pragma unroll
-        for (int i = 0; i < 1; ++i) {
-          const float s0 = ra[i][0] * rb, s1 = ra[i][1] * rb;
-#pragma unroll
-          for (int r = 0; r < 64; ++r) acc[i][r] = fmaf(part[i][r], (r & 2) ? s1 : s0, acc[i][r]);
+        rb0 = __ldg(sb_row + (kb));
+        if (kb + 1 < kb_end) {
+          const int s1 = it % 6;
+          sg_mbar_wait(S_full + 8 * s1, (it / 6) & 1);
+          ++it;
+          {
+            const uint32_t sa = S_a + (uint32_t)s1 * 16384u + a_off;
+            const uint32_t sb = S_b + (uint32_t)s1 * 16384u + b_off;
+            sg_wgmma_fence();
+  #pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const uint64_t db = sg_desc(sb + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
+  #pragma unroll
+              for (int i = 0; i < 1; ++i) {
+                const uint64_t da = sg_desc(sa + (uint32_t)i * 8192u + (uint32_t)((kk * 32) / 128) * 16384u + (uint32_t)((kk * 32) % 128) * 1u, 1u, 1024u, 1u);
+                if (kk == 0) sg_wgmma_first(part1[i], da, db);
+                else sg_wgmma(part1[i], da, db);
+              }
+            }
+            sg_wgmma_commit();
+          }
+          // this K block's scales, read while the wgmmas run
+  #pragma unroll
+          for (int i = 0; i < 1; ++i)
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = sc_row + i * 64 + 8 * h;
+              ra1[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb + 1));
+            }
+          rb1 = __ldg(sb_row + (kb + 1));
+          sg_wgmma_wait<1>();
+          if (wg_thread == 0) {
+            for (uint32_t c = 0; c < 2; ++c) sg_mbar_arrive_cluster(sg_map_rank(S_empty + 8 * s0, c));
+          }
+  #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float sc0 = ra0[i][0] * rb0, sc1 = ra0[i][1] * rb0;
+  #pragma unroll
+            for (int r = 0; r < 64; ++r) {
+              asm volatile("" : "+f"(part0[i][r]) :: "memory");
+              acc[i][r] = fmaf(part0[i][r], (r & 2) ? sc1 : sc0, acc[i][r]);
+            }
+          }
+          sg_wgmma_wait<0>();
+          if (wg_thread == 0) {
+            for (uint32_t c = 0; c < 2; ++c) sg_mbar_arrive_cluster(sg_map_rank(S_empty + 8 * s1, c));
+          }
+  #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float sc0 = ra1[i][0] * rb1, sc1 = ra1[i][1] * rb1;
+  #pragma unroll
+            for (int r = 0; r < 64; ++r) {
+              asm volatile("" : "+f"(part1[i][r]) :: "memory");
+              acc[i][r] = fmaf(part1[i][r], (r & 2) ? sc1 : sc0, acc[i][r]);
+            }
+          }
+        } else {                 // an odd last block
+          sg_wgmma_wait<0>();
+          if (wg_thread == 0) {
+            for (uint32_t c = 0; c < 2; ++c) sg_mbar_arrive_cluster(sg_map_rank(S_empty + 8 * s0, c));
+          }
+  #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float sc0 = ra0[i][0] * rb0, sc1 = ra0[i][1] * rb0;
+  #pragma unroll
+            for (int r = 0; r < 64; ++r) {
+              asm volatile("" : "+f"(part0[i][r]) :: "memory");
+              acc[i][r] = fmaf(part0[i][r], (r & 2) ? sc1 : sc0, acc[i][r]);
+            }
+          }
         }
       }
 

@@ -70,6 +70,23 @@ def test_default_matmul_space_at_the_shapes_users_bring(spec, overrides, want, s
     assert space.picked and all(k.startswith("schedule.") for k in space.picked)
 
 
+def test_block_scaled_space_sweeps_the_promotion():
+    """A block-scaled fp8 spec also sweeps partial_sums and scale_prefetch; the planner's own point (two sets, no
+    prefetch) is one of the kept candidates, and two sets on a tile whose three accumulator tiles do not fit the
+    registers are pruned at partial_sums."""
+    path = SPECS_DIR / "matmul_fp8_blockscaled_4096x7168x16384.yaml"
+    space = T.load_space(path)
+    got = knobs(space)
+    assert got["partial_sums"] == (1, 2) and got["scale_prefetch"] == (False, True)
+    pruning = T.prune(space)
+    bare, src = load_spec(str(path))
+    want = to_json(plan(bare, src))
+    assert len([c for c in pruning.kept if to_json(c.plan) == want]) == 1
+    assert {c.plan.partial_sums for c in pruning.kept} == {1, 2}
+    assert {c.plan.scale_prefetch for c in pruning.kept} == {False, True}
+    assert any(g.field == "schedule.pipeline.partial_sums" for g in pruning.groups)
+
+
 def test_dynamic_m_gets_no_cluster_it_cannot_pair():
     """linear_gelu_bf16_dynamic's M is a multiple of 1 only: a 2-CTA cluster along it would not pair at every M."""
     space = T.load_space(SPECS_DIR / "linear_gelu_bf16_dynamic.yaml")

@@ -64,11 +64,14 @@ def check_block_scale_names(op, problems: Problems) -> None:
                                              f"{op.inputs[op.lhs].dtype}: remove block_scales")
 
 
-def check_block_scaled_schedule(op, sch, tile, wg, creg: int, dims, problems: Problems) -> None:
+def check_block_scaled_schedule(op, sch, tile, wg, creg: int, delay: int, dims, problems: Problems) -> int:
     """A stage is one 128-K scale block, each consumer's columns lie in one 128-column scale block of rhs, the
-    partial sums fit beside the accumulators, CUDA only, no batch."""
+    partial sums fit beside the accumulators, CUDA only, no batch. Returns the partial-sum sets a consumer rotates
+    through (pipeline.partial_sums, or the planner's pick: 2 where three accumulator tiles fit the registers and
+    no stage is held past its wgmma, else 1); 1 without block scales."""
+    written = sch.pipeline.partial_sums
     if getattr(op, "block_scales", None) is None:
-        return
+        return 1
     where = ("schedule", "in_specs", op.lhs, "block_shape")
     if tile.tk != SCALE_BLOCK:
         problems.add(where, f"with block_scales a stage is one {SCALE_BLOCK}-K scale block: tile_k must be "
@@ -79,11 +82,19 @@ def check_block_scaled_schedule(op, sch, tile, wg, creg: int, dims, problems: Pr
                      f"block of rhs: a consumer's N ({wg.wtn}) must divide {SCALE_BLOCK} (e.g. tile_n 128 with the "
                      f"consumers split along m)")
     acc = wg.wtm * wg.wtn // 128
-    if 2 * acc + REG_OVERHEAD > min(creg, 255):
-        problems.add(("schedule", "pipeline", "compute_registers"),
-                     f"block scaling keeps a K block's partial sum beside the accumulators: 2 x {acc} f32 registers "
-                     f"per consumer thread plus about {REG_OVERHEAD}, over the budget of {min(creg, 255)}; use a "
-                     f"smaller tile (128 x 128 with two consumers)")
+    budget = min(creg, 255)
+    sets = written or (2 if 3 * acc + REG_OVERHEAD <= budget and delay == 0 else 1)
+    if (1 + sets) * acc + REG_OVERHEAD > budget:
+        where = ("schedule", "pipeline", "partial_sums" if written == 2 else "compute_registers")
+        problems.add(where, f"block scaling keeps {sets} K block partial sum{'s' if sets > 1 else ''} beside the "
+                            f"accumulators: {1 + sets} x {acc} f32 registers per consumer thread plus about "
+                            f"{REG_OVERHEAD}, over the budget of {budget}; use a smaller tile (128 x 128 with two "
+                            f"consumers){' or partial_sums: 1' if sets == 2 else ''}")
+    if sets == 2 and delay != 0:
+        problems.add(("schedule", "pipeline", "partial_sums"),
+                     f"with partial_sums 2 a stage is released as soon as its wgmmas are waited for, one block "
+                     f"behind the next block's wgmmas: delay_release must be 0 on '{op.lhs}' and '{op.rhs}' (got "
+                     f"{delay}), or set partial_sums: 1")
     if D.upper(dims.batch, dims.ranges) != 1:
         problems.add(("op", "block_scales"), "block scales take an unbatched product in this release")
     if "pallas" in sch.backends:
@@ -91,3 +102,4 @@ def check_block_scaled_schedule(op, sch, tile, wg, creg: int, dims, problems: Pr
                      "block_scales are rendered for the CUDA backend only in this release (the Pallas matmul's "
                      "pipeline body has no per-stage promotion of a partial wgmma sum yet); set schedule.backends: "
                      "[cuda]")
+    return sets

@@ -129,9 +129,17 @@ def _explain(p) -> str:
                  + f", {waves:.2f} waves")
     if is_block_scaled(p):
         sa, sb = scale_operand(p, "lhs"), scale_operand(p, "rhs")
+        sets = p.partial_sums
+        how = ("one partial-sum set: each block's wgmmas are waited for (wait_group 0) before its promotion"
+               if sets == 1 else
+               "two partial-sum sets, K blocks in pairs: block kb + 1's wgmmas are issued before block kb is waited "
+               "for (wait_group 1) and promoted, so they run under its promotion")
         lines.append(f"  scales     128 x 128 blocks: each stage's wgmmas (one 128-K block) run into a fresh partial sum, "
                      f"added to acc x {sa.name}[row, kb] x {sb.name}[col / 128, kb] ({sa.name} {list(sa.shape)}, "
-                     f"{sb.name} {list(sb.shape)}, f32; {2 * p.acc_regs} f32 registers per consumer thread)")
+                     f"{sb.name} {list(sb.shape)}, f32); partial_sums {sets}: {how} ({(1 + sets) * p.acc_regs} f32 "
+                     f"registers per consumer thread); the scales read "
+                     + (f"a {'K block' if sets == 1 else 'pair'} ahead (scale_prefetch)" if p.scale_prefetch else
+                        "while the block's own wgmmas run"))
     epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))

@@ -102,7 +102,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                     lhs_stage_rows(tile, layout, cluster, dims.m))
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
-    check_block_scaled_schedule(op, sch, tile, wg, regs.creg, dims, problems)
+    partial_sums = check_block_scaled_schedule(op, sch, tile, wg, regs.creg, pipe.delay, dims, problems)
     check_target(written_spec, op, sch, hw, problems)
     bw = blackwell_plan(op, written_spec.schedule, dims, tile, layout, cluster, pipe, hw, problems)
     tc = tcgen05_plan(op, written_spec.schedule, dims, tile, cluster, pipe, bw, hw, problems)
@@ -116,6 +116,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
                            inputs, outputs, args)
+    if partial_sums != 1 or sch.pipeline.scale_prefetch:
+        suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if sch.pipeline.scale_prefetch else "")
+        result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=sch.pipeline.scale_prefetch,
+                                     kernel_name=result.kernel_name + suffix)
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:

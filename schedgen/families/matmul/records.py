@@ -181,6 +181,12 @@ class MatmulPlan:
     flops: DimLike
     bytes_moved: DimLike
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    # op.block_scales: partial-sum register sets a consumer rotates through (pipeline.partial_sums; 1: each K block
+    # waits for its wgmmas before its promotion, 2: block k + 1's wgmmas run under block k's promotion)
+    partial_sums: int = dataclasses.field(default=1, metadata={"omit_default": True})
+    # ... and whether a consumer reads a K block's scales a step ahead (pipeline.scale_prefetch: a block with one set,
+    # a pair with two), so their global-load latency runs under the wgmmas of a whole step
+    scale_prefetch: bool = dataclasses.field(default=False, metadata={"omit_default": True})
     # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
     blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
     # sm_100a with pallas in backends: the Pallas (Mosaic GPU) kernel's numbers (tcgen05.py); absent otherwise

@@ -46,6 +46,8 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "cluster_m": (target(_bs("cluster"), 0), target(_bs("in_specs", op.rhs, "collective_axes"), None, SHARED)),
         "cluster_n": (target(_bs("cluster"), 1), target(_bs("in_specs", op.lhs, "collective_axes"), None, SHARED)),
         "split_k": (target(_bs("cluster"), 2),),
+        "partial_sums": (target(_bs("pipeline", "partial_sums")),),
+        "scale_prefetch": (target(_bs("pipeline", "scale_prefetch")),),
         "delay_release": (target(_bs("in_specs", op.lhs, "delay_release")),
                           target(_bs("in_specs", op.rhs, "delay_release"))),
         "epilogue_m": (target(_bs("epilogue", "tile"), 0),),
@@ -127,8 +129,13 @@ def matmul_space(spec) -> TuneSpace:
         widths = _distinct_widths(band, sch.persistent.tile_width)
         if len(widths) > 1:
             params["tile_width"] = widths
+    if getattr(op, "block_scales", None) is not None:
+        # the k-loop's promotion: one or two partial-sum sets (two are pruned where they do not fit the registers),
+        # the scales read while a block's wgmmas run or a step ahead
+        params["partial_sums"] = (1, 2)
+        params["scale_prefetch"] = (False, True)
     what = ["the tile", "the ring depth"] + ["the 2-CTA cluster"] * ("cluster_m" in params) + \
-        ["the band width"] * ("tile_width" in params)
+        ["the band width"] * ("tile_width" in params) + ["the promotion"] * ("partial_sums" in params)
     # ping-pong consumers each hold a whole tile: the planner's register check prunes there (its located error)
     cooperative = sch.pipeline.consumer_schedule == "cooperative"
     return TuneSpace(params, (f"tile_m * tile_n <= {ACC_LIMIT}",) if cooperative else (),

@@ -403,19 +403,86 @@ def test_block_scaled_planner_picks():
     assert (q.tile_m, q.tile_n, q.tile_k, q.stages, q.delay_release, q.cluster_m) == (128, 128, 128, 6, 0, 2)
 
 
-@pytest.mark.parametrize("ov", [{}, BLOCK_RAGGED], ids=["bundled", "ragged"])
-def test_block_scaled_cuda_compiles_promoting_per_k_block(ov):
+PS1 = {"schedule.pipeline.partial_sums": 1}
+PF = {"schedule.pipeline.scale_prefetch": True}
+
+
+def _promotion_order(text: str) -> str:
+    """The k-loop's wgmma / wait / promotion order in SASS, one letter an instruction: z a QGMMA with scale-d 0 (a
+    K block's first: `RZ, !UPT`, no zeroed registers), q a QGMMA, W<n> a WARPGROUP.DEPBAR.LE gsb0 n
+    (wgmma.wait_group n), f{count} a run of FFMAs (the promotion)."""
+    out = []
+    for line in text.splitlines():
+        if "QGMMA" in line:
+            out.append("z" if "RZ, !UPT" in line else "q")
+        elif "WARPGROUP.DEPBAR.LE" in line:
+            out.append("W" + re.search(r"gsb0, 0x(\d)", line).group(1))
+        elif re.search(r"\bFFMA\b", line):
+            out.append("f")
+    return re.sub(r"f{2,}", lambda m: f"f{{{len(m.group())}}}", "".join(out))
+
+
+@pytest.mark.parametrize("ov, sets", [({}, 2), (BLOCK_RAGGED, 2), (PS1, 1), ({**BLOCK_SMALL, **PS1}, 1),
+                                      (BLOCK_SMALL, 2), (PF, 2), ({**PS1, **PF}, 1), ({**BLOCK_SMALL, **PF}, 2)],
+                         ids=["bundled", "ragged", "one_set", "one_set_kb5", "kb5", "prefetch", "one_set_prefetch",
+                              "kb5_prefetch"])
+def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
+    """Each K block's first wgmma starts its partial sum (scale-d 0, no zeroing); one set waits for every block
+    before its promotion; two sets issue block kb + 1's wgmmas before block kb is waited for (wait_group 1) and
+    promoted, then wait for kb + 1 (wait_group 0) and promote it; an odd last block waits alone. With
+    scale_prefetch the first step's scales are loaded before any wgmma (the loop then loads a step ahead); without,
+    every scale load follows a wgmma. No spills, no ptxas verdicts (C7514 would serialize the wgmmas)."""
+    import json
     from schedgen.toolchain.nvrtc import resource_usage, sass
     b = build_spec(str(BLOCK), ov)
+    assert b.plan.partial_sums == sets
     src = b.files["kernel.cu"].decode()
-    assert "part[i][r] = 0.0f" in src and "acc[i][r] = fmaf(part[i][r]" in src
+    assert "part[i][r] = 0.0f" not in src and "part0[i][r] = 0.0f" not in src
     text = sass(b.files["kernel.cubin"])
     assert set(re.findall(r"\b[HQ]GMMA\.[0-9A-Za-z_.]+", text)) == {"QGMMA.64x128x32.F32.E4M3.E4M3"}
     ops = opcodes(text)
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
-    assert sum(op.startswith("FFMA") for op in ops) >= 64          # the promotion: one FMA per accumulator
     (usage,) = resource_usage(b.files["kernel.cubin"]).values()
     assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage
+    assert json.loads(b.files["manifest.json"])["compiler_verdicts"] == []
+    lines = text.splitlines()
+    first_wgmma = next(i for i, ln in enumerate(lines) if "QGMMA" in ln)
+    early_loads = sum("LDG.E" in ln for ln in lines[:first_wgmma])
+    assert b.plan.scale_prefetch == bool(ov.get("schedule.pipeline.scale_prefetch"))
+    assert (early_loads >= 3) == b.plan.scale_prefetch and early_loads in (0, 3, 6), early_loads
+    order = _promotion_order(text)
+    kb = b.plan.k_iters
+    if sets == 1:
+        # (the caller's release waits again: ptxas may place a few of the FFMAs between the two waits)
+        m = re.search(r"zqqqW0(?:f\{(\d+)\})?(?:W0)?f\{(\d+)\}", order)
+        assert "W1" not in order and m and int(m.group(1) or 0) + int(m.group(2)) == 64, order
+    else:
+        # the pair: set 0's four wgmmas, set 1's four, wait_group 1, set 0's promotion, wait_group 0, set 1's (ptxas
+        # may place the odd last block's wait and promotion between the two sets' wgmmas, behind a branch)
+        assert re.search(r"zqqq(W0f\{64\})?zqqqW1f\{64\}W0f\{64\}", order), order
+        assert ("zqqqW0f{64}" in order) == (kb % 2 == 1), order    # the odd last block
+
+
+def test_partial_sums_rules_are_located_errors():
+    """partial_sums: only with block scales (every family), 2 only with delay_release 0 and three accumulator
+    tiles within compute_registers; the planner picks 1 where two sets do not fit."""
+    cases = [
+        (PER_TENSOR, {"schedule.pipeline.partial_sums": 2}, "schedule.pipeline.partial_sums", "no block scales"),
+        (PER_TENSOR, PF, "schedule.pipeline.scale_prefetch", "no block scales"),
+        (BLOCK, {"schedule.pipeline.partial_sums": 2, "schedule.in_specs.a.delay_release": 1,
+                 "schedule.in_specs.b.delay_release": 1}, "schedule.pipeline.partial_sums", "delay_release must be 0"),
+        (BLOCK, {"schedule.pipeline.partial_sums": 2, "schedule.pipeline.compute_registers": 224},
+         "schedule.pipeline.partial_sums", "3 x 64 f32 registers"),
+    ]
+    for path, ov, where, words in cases:
+        text = _errors(path, ov)
+        line = next((ln for ln in text.splitlines() if where + ":" in ln), None)
+        assert line is not None and words in line, (ov, text)
+    # not written: two sets where they fit, one where the registers or a held stage say so
+    assert build_spec(str(BLOCK), {}).plan.partial_sums == 2
+    assert build_spec(str(BLOCK), {"schedule.pipeline.compute_registers": 224}).plan.partial_sums == 1
+    held = {"schedule.in_specs.a.delay_release": 1, "schedule.in_specs.b.delay_release": 1}
+    assert build_spec(str(BLOCK), held).plan.partial_sums == 1
 
 
 def test_block_scaled_reference_is_the_scaled_product():
@@ -436,8 +503,19 @@ def test_block_scaled_reference_is_the_scaled_product():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ov", [{}, BLOCK_RAGGED, {"M": 2048, "N": 2048, "K": 4096, "KB": 32, "NB": 16}],
-                         ids=["bundled_4096x7168x16384", "ragged", "2048x2048x4096"])
+@pytest.mark.parametrize("ov", [
+    {}, BLOCK_RAGGED, {"M": 2048, "N": 2048, "K": 4096, "KB": 32, "NB": 16}, PS1, {**BLOCK_RAGGED, **PS1},
+    # an odd number of K blocks: two sets' last block waits alone
+    {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16},
+    # split-K over a [1, 1, 2] cluster: rank 1's share starts at K block 16 of 33 (17 blocks, odd)
+    {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, "schedule.cluster": [1, 1, 2],
+     "schedule.in_specs.b.collective_axes": [], "schedule.pipeline.max_concurrent_steps": 4},
+    # the scales read a step ahead (the last step's read clamped to the last block)
+    PF, {**BLOCK_RAGGED, **PS1, **PF}, {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, **PF},
+    {"M": 2048, "N": 2048, "K": 4224, "KB": 33, "NB": 16, "schedule.cluster": [1, 1, 2],
+     "schedule.in_specs.b.collective_axes": [], "schedule.pipeline.max_concurrent_steps": 4, **PF},
+], ids=["bundled_4096x7168x16384", "ragged", "2048x2048x4096", "one_set_bundled", "one_set_ragged", "kb33",
+        "split_k2_kb33", "prefetch_bundled", "prefetch_one_set_ragged", "prefetch_kb33", "prefetch_split_k2_kb33"])
 def test_block_scaled_on_gpu(ov):
     checks = _verify(BLOCK, ov, backends=("cuda",))
     # promoted every 128 K terms: as close to float64 as bf16's own rounding allows
