@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...frontend.model import BlockSpec, Operand
@@ -101,6 +101,15 @@ class GroupedMatmulPlan:
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     ragged: str = "m"          # op.ragged: m (rows of x and out grouped) | k (the contraction grouped: ragged_k.py)
     m: DimLike = 0             # ragged k: the rows of each group's output block (M of out [G, M, N])
+    # schedule.cluster [1, 2]: two CTAs a cluster on adjacent tile columns of one (group, tile row), the x tile
+    # multicast to both (mm.multicast == "lhs"); left out of plan.json while absent, so plans read as before
+    cluster_n: int = field(default=1, metadata={"omit_default": True})
+    cluster_dims: tuple[int, int, int] = field(default=(1, 1, 1), metadata={"omit_default": True})
+
+    @property
+    def cluster_tiles_n(self) -> int:
+        """Tile columns of a group in cluster units (a cluster computes cluster_n adjacent columns at once)."""
+        return self.tiles_n // self.cluster_n
 
     @property
     def dynamic_sizes(self) -> tuple[SizeRange, ...]:
@@ -237,10 +246,13 @@ def step_op_of(op, out_name: str) -> MatmulOp:
 def step_spec_of(spec: SpecFile, out_name: str, step_op: MatmulOp | None = None) -> SpecFile:
     """The spec of one group's product (`step_op`, default `step_op_of`): the grouped spec's schedule with the lhs /
     rhs edges zero-padded (a group's row tiles are ragged at every call: the rows past its end are loaded and never
-    stored, or masked), on the CUDA backend, without clusters, multicast or ping-pong."""
+    stored, or masked), on the CUDA backend, without ping-pong; with the grouped kernel's one cluster ([1, 2]: two
+    tile columns of one group's tile row, x multicast) planned by the matmul family's cluster rules (the tile grid's
+    columns divisible by 2, each CTA's half of the x tile, the collective_axes written), else without clusters."""
     op, sch = spec.op, spec.schedule
     step_op = step_op or step_op_of(op, out_name)
-    in_specs = {nm: bs.model_copy(update={"out_of_bounds": "zero", "collective_axes": []})
+    paired = pairs_n(op, sch)
+    in_specs = {nm: bs.model_copy(update={"out_of_bounds": "zero", **({} if paired else {"collective_axes": []})})
                 for nm, bs in sch.in_specs.items()}
     out_specs = {nm: bs.model_copy(update={"block_shape": bs.block_shape[1:]})
                  if len(bs.block_shape) == 3 and bs.block_shape[0] == 1 and op.ragged == "k" else bs
@@ -257,8 +269,8 @@ def step_spec_of(spec: SpecFile, out_name: str, step_op: MatmulOp | None = None)
     pipe = sch.pipeline.model_copy(update={"consumer_schedule": "cooperative"})
     pers = sch.persistent.model_copy(update={"loop": "nd_loop", **({"tile_order": "row_major"}
                                                                    if sch.persistent.tile_order == "lpt" else {})})
-    step_sch = sch.model_copy(update={"in_specs": in_specs, "backends": ["cuda"], "cluster": [1], "pipeline": pipe,
-                                      "persistent": pers})
+    step_sch = sch.model_copy(update={"in_specs": in_specs, "backends": ["cuda"], "cluster": [1, 2] if paired else [1],
+                                      "pipeline": pipe, "persistent": pers})
     return spec.model_copy(update={"op": step_op, "schedule": step_sch})
 
 
@@ -281,17 +293,16 @@ def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,
 # ------------------------------------------------------------------------ what the grouped kernel takes of the schedule
 
 
+def pairs_n(op, sch) -> bool:
+    """schedule.cluster is the grouped kernel's one cluster, [1, 2] (or [1, 2, 1]), on ragged: m."""
+    return op.ragged != "k" and list(sch.cluster) + [1] * (3 - len(sch.cluster)) == [1, 2, 1]
+
+
 def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
-    """No clusters, cooperative consumers, a persistent nd_loop; fields it does not read."""
+    """Clusters [1] or [1, 2] (ragged m, CUDA), cooperative consumers, a persistent nd_loop; fields it does not
+    read."""
     check_unread(sch, TABLE, (op.lhs, op.rhs), (out_name,), problems)
-    if math.prod(sch.cluster) != 1:
-        problems.add(("schedule", "cluster"), f"the grouped matmul runs without clusters: two CTAs of a cluster may "
-                                              f"hold tiles of different groups (no shared weight tile to multicast, "
-                                              f"no common k-loop to split); use cluster: [1], got {list(sch.cluster)}")
-    for nm, bs in sch.in_specs.items():
-        if bs.collective_axes:
-            problems.add(("schedule", "in_specs", nm, "collective_axes"),
-                         "no cluster multicast in the grouped matmul (cluster: [1]); remove collective_axes")
+    check_cluster(op, sch, problems)
     if sch.pipeline.consumer_schedule != "cooperative":
         problems.add(("schedule", "pipeline", "consumer_schedule"),
                      f"consumer_schedule: {sch.pipeline.consumer_schedule} is not rendered for the grouped matmul "
@@ -305,6 +316,36 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
+
+
+def check_cluster(op, sch, problems: Problems) -> None:
+    """The grouped kernel's clusters: [1], or [1, 2] on ragged: m for the CUDA kernel. A [1, 2] cluster's CTAs take
+    adjacent tile columns of the same tile row of one group, so both always work on one group (the pair shares the x
+    tile, multicast; each loads its own weight tile); pairing along M ([2, 1], the weight tile shared) is not
+    rendered: a group's tile-row count is known only at the call, so a pair of tile rows could straddle two groups
+    (different weights). The matmul family's rules (the tile columns' count even, collective_axes on x only, the half
+    x tile's rows) run on the step's plan."""
+    if math.prod(sch.cluster) == 1:
+        for nm, bs in sch.in_specs.items():
+            if bs.collective_axes:
+                problems.add(("schedule", "in_specs", nm, "collective_axes"),
+                             "no cluster multicast without a cluster (cluster: [1]); remove collective_axes, or use "
+                             "cluster: [1, 2] (x multicast between two tile columns of a group)")
+        return
+    if op.ragged == "k":
+        problems.add(("schedule", "cluster"), f"ragged: k runs without clusters (its tiles are whole output blocks "
+                                              f"of one group each, no pair rendered); use cluster: [1], got "
+                                              f"{list(sch.cluster)}")
+    elif not pairs_n(op, sch):
+        problems.add(("schedule", "cluster"), f"the grouped matmul takes cluster [1] or [1, 2] (two CTAs on adjacent "
+                                              f"tile columns of one group's tile row, x multicast to both); "
+                                              f"{list(sch.cluster)} is not rendered: pairs along M ([2, 1]) could "
+                                              f"straddle two groups (a group's tile rows are known only at the "
+                                              f"call), and split-K ([1, 1, S]) is not rendered for grouped tiles")
+    if "pallas" in sch.backends:
+        problems.add(("schedule", "backends"), f"cluster {list(sch.cluster)}: the grouped matmul's Pallas kernel "
+                                               f"runs without clusters; use backends: [cuda] for the 2-CTA cluster, "
+                                               f"or cluster: [1]")
 
 
 PALLAS_ROWS = 8                # the SMEM tiling's rows, through which Mosaic GPU views each GMEM operand
@@ -387,12 +428,13 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
     outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),
                *(mat_operand(nm, "saved", mm.out_dtype, s.out) for nm in list(op.outputs)[1:]))
     tiles_n = -(-s.n // mm.tile_n)
-    max_tiles = (D.cdiv(s.t, mm.tile_m) + g) * tiles_n
+    max_tiles = (D.cdiv(s.t, mm.tile_m) + g) * tiles_n      # CTA tiles (a cluster takes cluster_n of them at once)
     pers = sch.persistent
     auto = pers.num_blocks == "auto"
-    blocks = hw.sm_count if auto else pers.num_blocks
+    cn = mm.cluster_n
+    blocks = (hw.sm_count // cn * cn) if auto else pers.num_blocks
     kname = "grouped_{}_{}_{}x{}x{}_s{}_wg{}_g{}".format(spec.name, mm.in_dtype, mm.tile_m, mm.tile_n, mm.tile_k,
-                                                         mm.stages, mm.num_consumers, g)
+                                                         mm.stages, mm.num_consumers, g) + (f"_c1x{cn}" if cn > 1 else "")
     nbytes = sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0)
     return GroupedMatmulPlan(
         family="grouped_matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes),
@@ -404,4 +446,4 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
         table_bytes=table, kernel_args=args, num_blocks=blocks, auto_blocks=auto, blocks_per_sm=1,
         threads=mm.threads, producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes, approx_math=mm.approx_math,
         lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space, profile_dir=mm.profile_dir,
-        flops=2 * s.t * s.n * s.k, bytes_moved=nbytes)
+        flops=2 * s.t * s.n * s.k, bytes_moved=nbytes, cluster_n=cn, cluster_dims=(cn, 1, 1))
