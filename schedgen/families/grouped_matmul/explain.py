@@ -44,8 +44,15 @@ def explain_grouped_matmul(p) -> str:
         "  no group   rows before the first group's start and from the last group's end to T: zeros in every output "
         "(CUDA: stored by the consumers after their tiles; Pallas: one zero item a row block)",
         f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
-        + (", lowered at launch to the SMs" if p.auto_blocks else ""),
+        + (", lowered at launch to the SMs" if p.auto_blocks and p.cluster_n == 1 else
+           ", lowered at launch to the clusters the GPU holds at once" if p.auto_blocks else ""),
     ]
+    if p.cluster_n > 1:
+        lines.append(f"  cluster    1x{p.cluster_n} (schedule.cluster): the cluster's CTAs take adjacent tile columns "
+                     f"2 x c and 2 x c + 1 of the same tile row of one group (the tile space counts column pairs: "
+                     f"cdiv(M_g, {p.tile_m}) x {p.cluster_tiles_n} a group, so a pair never straddles groups); each "
+                     f"CTA loads {p.mm.mc_rank_elems} of the {p.tile_m} x rows and multicasts them to both, and its "
+                     f"own {w.name}[g] tile; a stage is freed when the consumers of both CTAs have read it")
     lines += _tmaps_and_step(p, "x @ w[g]")
     return "\n".join(lines)
 

@@ -1,12 +1,13 @@
 """The grouped_matmul family's tune aliases (the matmul family's knobs for one group's product, without the
-cluster and consumer-schedule ones the grouped kernel does not take) and its default tune space."""
+M-cluster, split-K and consumer-schedule ones the grouped kernel does not take) and its default tune space."""
 from __future__ import annotations
 
 from .. import TuneSpace
 from ..matmul.tune import matmul_aliases
 
-# knobs of the matmul family the grouped kernel has no use for (its planner rejects clusters and ping-pong)
-DROPPED = ("cluster_m", "cluster_n", "split_k", "consumer_schedule")
+# knobs of the matmul family the grouped kernel has no use for (its planner takes the [1, 2] cluster only: cluster_n
+# and the x multicast, not pairs along M, split-K or ping-pong)
+DROPPED = ("cluster_m", "split_k", "consumer_schedule")
 TILE_N = (128, 256)
 STAGES = (3, 4, 5, 6)
 STAGE_BYTES = 196608   # the ring's share of SMEM beside the staging buffers and tables (4 x 48 KiB, 6 x 32 KiB)
@@ -27,16 +28,19 @@ def grouped_aliases(spec) -> dict:
 
 def grouped_space(spec) -> TuneSpace:
     """Around the planner's picks: tile_n 128 / 256, 3-6 stages (as many as SMEM holds beside the staging buffers),
-    and the band width of the planar snake inside a group (4, 8, 16 tile rows); the tile rows stay 128 (two 64-row
-    consumers: a group's rows are known only at the call)."""
+    the [1, 2] cluster or none (cluster_n 1 / 2: x multicast to two tile columns of a group; on the CUDA backend
+    alone, and where N's tile columns pair up), and the band width of the planar snake inside a group (4, 8, 16 tile
+    rows); the tile rows stay 128 (two 64-row consumers: a group's rows are known only at the call)."""
     if spec.op.ragged == "k":
         return TuneSpace(why="ragged: k has no default tune space yet (its knobs are the schedule fields: write a tune "
                              "section over them)")
     sch = spec.schedule
     stages = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
     params = {"tile_n": TILE_N, "stages": stages}
+    if sch.backends == ["cuda"]:
+        params["cluster_n"] = (1, 2)
     if sch.persistent.tile_order == "planar_snake":
         params["tile_width"] = tuple(sorted({4, 8, 16, sch.persistent.tile_width}))
     return TuneSpace(params=params, constraints=(f"(128 + tile_n) * 128 * stages <= {STAGE_BYTES}",),
-                     why="the tile width, the ring depth and the band width of a group's tiles (128-row tiles: a "
-                         "group's rows are known only at the call)")
+                     why="the tile width, the ring depth, the x-multicast cluster and the band width of a group's "
+                         "tiles (128-row tiles: a group's rows are known only at the call)")

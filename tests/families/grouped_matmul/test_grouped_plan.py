@@ -143,17 +143,17 @@ def test_explain_describes_the_groups():
     assert "masked stores from registers" in text and "the product of one group" in text
 
 
-def test_tune_aliases_drop_the_cluster_knobs():
+def test_tune_aliases_drop_the_knobs_the_kernel_does_not_take():
     spec, _ = load_spec(str(MIXTRAL))
     al = families.get("grouped_matmul").tune_aliases(spec)
-    assert {"tile_m", "tile_n", "tile_k", "stages"} <= set(al)
-    assert not {"cluster_m", "cluster_n", "split_k", "consumer_schedule"} & set(al)
+    assert {"tile_m", "tile_n", "tile_k", "stages", "cluster_n"} <= set(al)      # cluster_n: the [1, 2] pair
+    assert not {"cluster_m", "split_k", "consumer_schedule"} & set(al)
 
 
 # --------------------------------------------------------------------------------------------- located errors
 
 @pytest.mark.parametrize("overrides, field, text", [
-    ({"schedule.cluster": [2, 1]}, "schedule.cluster", "runs without clusters"),
+    ({"schedule.cluster": [2, 1]}, "schedule.cluster", "takes cluster [1] or [1, 2]"),
     ({"schedule.pipeline.consumer_schedule": "pingpong"}, "schedule.pipeline.consumer_schedule", "use cooperative"),
     ({"schedule.persistent.loop": "none"}, "schedule.persistent.loop", "use loop: nd_loop"),
     ({"schedule.persistent.tile_order": "lpt"}, "schedule.persistent.tile_order", "row_major or planar_snake"),
@@ -247,11 +247,12 @@ def test_arguments_check_the_int32_operand(tmp_path):
 
 
 def test_tune_space_candidates_plan():
-    """The default tune space (tile_n, stages, the band width); its candidates that keep the constraint plan."""
+    """The default tune space (tile_n, stages, the [1, 2] cluster, the band width); its candidates that keep the
+    constraint plan."""
     spec, _ = load_spec(str(MIXTRAL))
     fam = families.get("grouped_matmul")
     space = fam.tune_space(spec)
-    assert set(space.params) == {"tile_n", "stages", "tile_width"} and space.constraints
+    assert set(space.params) == {"tile_n", "stages", "cluster_n", "tile_width"} and space.constraints
     for tn, stages in ((128, 6), (256, 4), (256, 3)):
         assert (128 + tn) * 128 * stages <= 196608
         p = _plan(MIXTRAL, {"schedule.in_specs.w.block_shape": [tn, 64], "schedule.out_specs.out.block_shape": [128, tn],

@@ -55,21 +55,25 @@ def _group_tile(t, TM, TN, order, width):
     return minor_idx, major_idx
 
 
-def _walk(p, rows, t_total, blocks):
-    """How many times each output element is stored."""
+def _walk(p, rows, t_total, blocks, walks=None):
+    """How many times each output element is stored. A [1, 2] cluster: CTA b is rank b % 2 of cluster b // 2, which
+    walks the tiles (in cluster units: tile-column pairs) from its cluster's index by the cluster count, rank r
+    taking column 2 x tn + r; `walks` (a dict) gets each CTA's list of (group, m0) per tile."""
     tm_, tn_ = p.tile_m, p.tile_n
-    mm = p.mm
-    row0, row1, tile0 = _tables(rows, t_total, tm_, p.tiles_n)
+    mm, cs = p.mm, p.cluster_n
+    row0, row1, tile0 = _tables(rows, t_total, tm_, p.cluster_tiles_n)
     stored = np.zeros((t_total, p.n), np.int32)
     for b in range(blocks):
         grp = 0
-        for t in range(b, tile0[-1], blocks):
+        for t in range(b // cs, tile0[-1], blocks // cs):
             while t >= tile0[grp + 1]:
                 grp += 1
             r0, row_end = row0[grp], row1[grp]
-            tm, tn = _group_tile(t - tile0[grp], -(-(row_end - r0) // tm_), p.tiles_n, p.tile_order,
+            tm, tn = _group_tile(t - tile0[grp], -(-(row_end - r0) // tm_), p.cluster_tiles_n, p.tile_order,
                                  mm.tile_width)
-            m0, n0 = r0 + tm * tm_, tn * tn_
+            m0, n0 = r0 + tm * tm_, (tn * cs + b % cs) * tn_
+            if walks is not None:
+                walks.setdefault(b, []).append((grp, m0))
             for w in range(mm.num_consumers):
                 m_off = w * mm.wg_tile_m if mm.wg_axis == "m" else 0
                 n_off = w * mm.wg_tile_n if mm.wg_axis == "n" else 0
@@ -104,6 +108,39 @@ def test_every_element_of_every_group_is_stored_once(overrides, seed, total, blo
     rows = group_rows(encode_counts(counts, p.offsets_format), p.offsets_format, 8)
     stored = _walk(p, rows, total, blocks)
     assert (stored == 1).all(), np.argwhere(stored != 1)[:5]
+
+
+PAIRED = ("for (int t = (int)(blockIdx.x / 2); t < num_tiles; t += (int)(gridDim.x / 2)) {{",
+          "const int n0 = (tn * 2 + (int)(blockIdx.x % 2)) * {tn};",
+          "const int TN = {ctn};   // tile column pairs of the [1, 2] cluster",
+          "const int tiles = g < 8 ? (e - s + 127) / 128 * {ctn} : 0;   // cluster units")
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}},
+    {"schedule.epilogue.store": "direct", "op.offsets_format": "ends"},
+    {"op.sizes": {"T": {"dynamic": True, "max": 65536}, "N": 1536, "K": 512},          # 6 columns: 3 pairs
+     "schedule.persistent": {"loop": "nd_loop", "tile_order": "planar_snake", "tile_width": 4}},
+])
+@pytest.mark.parametrize("seed, total, blocks", [(0, 3000, 132), (1, 700, 6), (2, 20000, 132), (3, 9, 2)])
+def test_cluster_pairs_cover_every_tile_once_inside_one_group(overrides, seed, total, blocks):
+    """schedule.cluster [1, 2]: every (group, tile row, tile column) is covered once (each element stored once), and
+    the two CTAs of a cluster walk the same (group, first row) sequence: a pair never straddles two groups, and both
+    run the same count of tiles (so of k-steps: their multicast rings stay in step)."""
+    spec, src = load_spec(str(MIXTRAL), {**SMALL, "schedule.cluster": [1, 2], **overrides})
+    p = plan(spec, src)
+    assert p.cluster_n == 2 and p.tiles_n % 2 == 0
+    cu = render(p, "cuda")
+    want = [line.format(tn=p.tile_n, ctn=p.cluster_tiles_n) for line in PAIRED] + list(MIRRORED[2:])
+    assert all(line in cu for line in want), [line for line in want if line not in cu]
+    counts = skewed_counts(total, 8, np.random.default_rng(seed))
+    rows = group_rows(encode_counts(counts, p.offsets_format), p.offsets_format, 8)
+    walks: dict = {}
+    stored = _walk(p, rows, total, blocks, walks)
+    assert (stored == 1).all(), np.argwhere(stored != 1)[:5]
+    for c in range(blocks // 2):
+        assert walks.get(2 * c, []) == walks.get(2 * c + 1, []), c
 
 
 def test_rows_in_no_group_are_never_stored():
