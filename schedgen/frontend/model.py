@@ -214,7 +214,8 @@ class BlockSpec(Model):
     collective_axes: list[Ident] = Field(default_factory=list, max_length=2, description=(
         "cluster axes over which this block is loaded once and multicast to every CTA. matmul: only the operand "
         "the cluster's CTAs share (rhs with cluster [2, 1], lhs with [1, 2]); the multicast follows "
-        "schedule.cluster. map and attention share no operand: a value is a located error"),
+        "schedule.cluster. grouped_matmul: x (the lhs) with cluster [1, 2]. map and attention share no operand: a "
+        "value is a located error"),
         examples=[["x"]])
     out_of_bounds: Literal["reject", "zero", "nan"] = Field(default="reject", description=(
         "a block that runs past the array's edge: reject (the default): the extent must be a multiple of the "
@@ -442,7 +443,9 @@ class Schedule(Model):
         "memory into the cluster's rank 0, which runs the epilogue (for problems with fewer tiles than SMs: decode, "
         "long K; CUDA backend). rowwise [C, 1, 1] (C = 2, 4, 8 or 16, 16 non-portable) splits each row across C "
         "CTAs that combine every reduction's partials through distributed shared memory (CUDA backend; picked when "
-        "a row kept for a later pass is too long for one CTA). Default [1] (no cluster). map and attention share "
+        "a row kept for a later pass is too long for one CTA). grouped_matmul [1, 2] (ragged: m, CUDA backend): "
+        "the two CTAs take adjacent tile columns of the same tile row of one group, x multicast to both (pairs "
+        "along M could straddle two groups: not rendered). Default [1] (no cluster). map and attention share "
         "no operand: [1] only"),
         examples=[[1], [2, 1], [1, 2], [1, 1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
