@@ -2,7 +2,8 @@
 group, with skewed counts that include empty groups, a one-row group, groups of a tile minus one, a tile and a tile
 plus one row, a group holding every row, rows outside every group (written as zeros), all three layouts of the group
 operand, both weight layouts, a fused epilogue with f32 out and masked stores only, torch tensors (torch._grouped_mm's
-offs) and the bundled full-size specs through verify (three token counts, skewed random counts)."""
+offs) and the bundled full-size specs through verify (three token counts, skewed random counts); each also with the
+2-CTA cluster (schedule.cluster [1, 2]: x multicast to two tile columns of a group), over poisoned outputs too."""
 from __future__ import annotations
 
 import tempfile
@@ -48,6 +49,19 @@ VARIANTS = {
                     "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}},
     "few_blocks": {"schedule.persistent.num_blocks": 3},     # each CTA walks many tiles across the groups
     "wg_axis_n": {"schedule.pipeline.wg_axis": "n"},         # consumers split the columns: two 64-row blocks each
+    # the [1, 2] cluster: the pair's tile columns, x multicast (each CTA loads half of its rows into both)
+    "cluster": {"schedule.cluster": [1, 2]},
+    "cluster_ends_row_major": {"schedule.cluster": [1, 2], "op.offsets_format": "ends",
+                               "schedule.persistent": {"loop": "nd_loop", "tile_order": "row_major"}},
+    "cluster_few_blocks": {"schedule.cluster": [1, 2], "schedule.persistent.num_blocks": 4},   # two clusters
+    "cluster_kn_silu_direct": {"schedule.cluster": [1, 2], "op.transpose_rhs": False,
+                               "op.inputs.w.shape": [8, "K", "N"], "schedule.in_specs.w.block_shape": [64, 256],
+                               "op.outputs.out.dtype": "f32", "op.epilogue": "out = silu(acc) * alpha",
+                               "op.constants": {"alpha": 0.5}, "schedule.epilogue.store": "direct"},
+    "cluster_64x128": {"schedule.cluster": [1, 2],
+                       "schedule.in_specs.x": {"block_shape": [64, 64], "delay_release": 1},
+                       "schedule.in_specs.w": {"block_shape": [128, 64], "delay_release": 1},
+                       "schedule.out_specs.out": {"block_shape": [64, 128]}, "schedule.pipeline.num_compute_wgs": 1},
 }
 
 
@@ -104,7 +118,8 @@ def test_groups_against_float64(kernels, variant, case):
     assert covered.all()
 
 
-@pytest.mark.parametrize("variant", ["default", "silu_f32_direct", "few_blocks"])
+@pytest.mark.parametrize("variant", ["default", "silu_f32_direct", "few_blocks", "cluster", "cluster_few_blocks",
+                                     "cluster_kn_silu_direct"])
 def test_rows_outside_every_group_are_zeros(kernels, variant):
     """offsets[0] > 0 and offsets[G] < T: the rows before and past them are in no group; the kernel writes them as
     zeros over an out= tensor of NaNs (torch: written in place), whatever the epilogue (a backward's dx is zero
@@ -154,10 +169,14 @@ def test_torch_tensors_with_grouped_mm_offs():
     del rng
 
 
-@pytest.mark.parametrize("path, count", [(MIXTRAL, 3), (DEEPSEEK, 2)], ids=["mixtral", "deepseek"])
-def test_bundled_specs_verify(path, count):
+@pytest.mark.parametrize("path, count, overrides", [(MIXTRAL, 3, {}), (DEEPSEEK, 2, {}),
+                                                   (MIXTRAL, 2, {"schedule.cluster": [1, 2]}),
+                                                   (DEEPSEEK, 2, {"schedule.cluster": [1, 2]})],
+                         ids=["mixtral", "deepseek", "mixtral_cluster", "deepseek_cluster"])
+def test_bundled_specs_verify(path, count, overrides):
     """Full-size weights, skewed random counts with empty experts, `count` token counts up to the max."""
     from schedgen.verify import verify_built
-    b = build_spec(str(path), {}, cache=Cache(Path(tempfile.mkdtemp(prefix="schedgen-grouped-v-"))))
+    b = build_spec(str(path), overrides, cache=Cache(Path(tempfile.mkdtemp(prefix="schedgen-grouped-v-"))))
+    assert b.plan.cluster_n == (2 if overrides else 1)
     checks = verify_built(b, ["cuda"], count=count)
     assert checks and all(c.ok for c in checks), checks
