@@ -58,6 +58,7 @@ def _check(torch, out, x, w, rows, rng, dtype: str, k: int) -> float:
 def _case(torch, spec: str, t: int, iters: int, cache: Cache, seed: int) -> dict:
     plans = {name: _build(spec, ov, cache) for name, ov in VARIANTS.items()}
     p = plans["ours"][0]
+    assert p.transpose_rhs and p.out_dtype == "bf16", "the bundled specs: w [G, N, K], bf16 out"
     g, n, k = p.groups, p.n, p.k
     rng = np.random.default_rng(seed)
     counts = skewed_counts(t, g, rng)
@@ -131,7 +132,8 @@ def main(argv=None) -> int:
             print(f"{r['spec']:38} {r['T']:>6} ERROR {r['error']}")
             continue
         f = lambda v: f"{v:.3f}x" if v else "-"  # noqa: E731
-        print(f"{r['spec']:38} {r['T']:>6} {r['ours']['time_ms']:8.4f} {r['ours_cluster']['time_ms']:10.4f} "
+        ms = {nm: r[nm].get("time_ms") or float("nan") for nm in VARIANTS}
+        print(f"{r['spec']:38} {r['T']:>6} {ms['ours']:8.4f} {ms['ours_cluster']:10.4f} "
               f"{f(r['cluster_speedup']):>10} {f(r.get('cluster_vs_cublas_loop')):>18} "
               f"{f(r.get('cluster_vs_torch_grouped_mm')):>18} {f(r.get('ours_vs_cublas_loop')):>13}")
     if args.json:
