@@ -1,5 +1,5 @@
 # Session 11 (2026-12-06), second H200 call (<= 560 s): the grouped backward (torch autograd of a package) and the
-# map layout fix with tracebacks; the wgmma backward's dQ workspace on the eager / CUDA graph / torch.compile paths
+# map layout fix with tracebacks; the wgmma backward's dQ workspace on the eager / CUDA graph / torch.compile paths;
 # the grouped 2-CTA cluster (tests, then timed against torch._grouped_mm and a cuBLAS loop); the block-scaled fp8 GPU tests; the rowwise prefetch ring (bench/gpu_rowperf.sh). One tarball.
 set -u
 O=$OUT/w; mkdir -p $O
