@@ -125,7 +125,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if stream_k:
         result = dataclasses.replace(result, stream_k=True, kernel_name=result.kernel_name + "_sk",
                                      kernel_args=result.kernel_args + (
-                                         workspace_arg(result.num_blocks, tile.tm, tile.tn),))
+                                         workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc),))
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:

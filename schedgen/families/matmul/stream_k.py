@@ -24,7 +24,7 @@ from ...plan.common import KernelArg, Problems
 from ...plan.launch import WORKSPACE_ALIGN
 
 FIELD = ("schedule", "persistent", "decomposition")
-FLAG_BYTES = 4                 # a block's partial-ready flag (u32), after the slots
+FLAG_BYTES = 4                 # a block's partial-ready flag (u32) a consumer warpgroup, after the slots
 WAVE_EFFICIENCY = 0.9          # the default rule: stream-K where the data-parallel waves are less full than this
 MIN_K_ITERS = 4                # ... and a tile has enough k-steps to share
 
@@ -65,14 +65,15 @@ def contributors(tile: int, k_iters: int, grid: int, sk_iters: int) -> tuple[int
     return first, list(range(first + 1, last + 1))
 
 
-def workspace_bytes(max_grid: int, tile_m: int, tile_n: int) -> int:
-    """A slot of tile_m x tile_n f32 a block, then a u32 flag a block, rounded up to WORKSPACE_ALIGN."""
-    raw = max_grid * (tile_m * tile_n * 4 + FLAG_BYTES)
+def workspace_bytes(max_grid: int, tile_m: int, tile_n: int, consumers: int) -> int:
+    """A slot of tile_m x tile_n f32 a block, then a u32 flag a block and consumer warpgroup, rounded up to
+    WORKSPACE_ALIGN."""
+    raw = max_grid * (tile_m * tile_n * 4 + FLAG_BYTES * consumers)
     return -(-raw // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
 
 
-def workspace_arg(max_grid: int, tile_m: int, tile_n: int) -> KernelArg:
-    return KernelArg("workspace", -1, value=workspace_bytes(max_grid, tile_m, tile_n))
+def workspace_arg(max_grid: int, tile_m: int, tile_n: int, consumers: int) -> KernelArg:
+    return KernelArg("workspace", -1, value=workspace_bytes(max_grid, tile_m, tile_n, consumers))
 
 
 def stream_k_pays(num_tiles: int, k_iters: int, sm_count: int) -> bool:
@@ -119,3 +120,21 @@ def check_stream_k(op, sch, dims, cluster, hw, problems: Problems) -> bool:
         problems.add(FIELD, why + "a plain accumulator; op.block_scales promotes partial sums per K block: use "
                                   "data_parallel")
     return len(problems) == bad
+
+
+def explain_lines(p) -> list[str]:
+    """explain's lines of a stream-K plan, at the planned grid (the runtime may lower it: the kernel splits at
+    gridDim.x)."""
+    grid, t, k = p.num_blocks, p.num_tiles, p.k_iters
+    sk = sk_tiles(t, grid)
+    s = sk * k
+    shares = sorted({len(contributors(x, k, grid, s)[1]) + 1 for x in range(sk)}) if sk else []
+    how = (f"{sk} of the {t} tiles ({t % grid} of the last partial wave + a full wave) are split by k-steps: "
+           f"{s} k-steps over {grid} blocks, {s / grid:.2f} each, {'-'.join(map(str, (shares[0], shares[-1])))} "
+           f"blocks a tile; then {t - sk} tiles data-parallel ({(t - sk) // grid} whole waves)" if sk else
+           f"the {t} tiles fill whole waves of {grid} blocks: every tile runs data-parallel")
+    return [f"  stream-K   {how}",
+            f"             a tile's non-final blocks store f32 partials (a {p.tile_m * p.tile_n * 4} B slot a "
+            f"block) and raise a flag (fence.acq_rel + red, gpu scope); the block holding its k-step 0 waits "
+            f"(ld.acquire, bounded spin, trap) and adds them before the epilogue; workspace "
+            f"{workspace_bytes(grid, p.tile_m, p.tile_n, p.num_consumers)} B, zeroed at each launch"]
