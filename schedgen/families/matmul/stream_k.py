@@ -65,15 +65,20 @@ def contributors(tile: int, k_iters: int, grid: int, sk_iters: int) -> tuple[int
     return first, list(range(first + 1, last + 1))
 
 
+def flag_bytes(max_grid: int, consumers: int) -> int:
+    """The flags at the workspace's start, a u32 a block and consumer warpgroup, rounded up to WORKSPACE_ALIGN (the
+    slots after them stay 16-byte aligned): the only bytes the runtime zeroes before a launch."""
+    return -(-max_grid * consumers * FLAG_BYTES // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+
+
 def workspace_bytes(max_grid: int, tile_m: int, tile_n: int, consumers: int) -> int:
-    """A slot of tile_m x tile_n f32 a block, then a u32 flag a block and consumer warpgroup, rounded up to
-    WORKSPACE_ALIGN."""
-    raw = max_grid * (tile_m * tile_n * 4 + FLAG_BYTES * consumers)
-    return -(-raw // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    """The flags, then a slot of tile_m x tile_n f32 a block (written before it is read: never zeroed)."""
+    return flag_bytes(max_grid, consumers) + max_grid * tile_m * tile_n * 4
 
 
 def workspace_arg(max_grid: int, tile_m: int, tile_n: int, consumers: int) -> KernelArg:
-    return KernelArg("workspace", -1, value=workspace_bytes(max_grid, tile_m, tile_n, consumers))
+    return KernelArg("workspace", -1, value=workspace_bytes(max_grid, tile_m, tile_n, consumers),
+                     zero=flag_bytes(max_grid, consumers))
 
 
 def stream_k_pays(num_tiles: int, k_iters: int, sm_count: int) -> bool:
@@ -137,4 +142,5 @@ def explain_lines(p) -> list[str]:
             f"             a tile's non-final blocks store f32 partials (a {p.tile_m * p.tile_n * 4} B slot a "
             f"block) and raise a flag (fence.acq_rel + red, gpu scope); the block holding its k-step 0 waits "
             f"(ld.acquire, bounded spin, trap) and adds them before the epilogue; workspace "
-            f"{workspace_bytes(grid, p.tile_m, p.tile_n, p.num_consumers)} B, zeroed at each launch"]
+            f"{workspace_bytes(grid, p.tile_m, p.tile_n, p.num_consumers)} B, its "
+            f"{flag_bytes(grid, p.num_consumers)} B of flags zeroed at each launch"]

@@ -149,12 +149,16 @@ def test_plan_adds_the_workspace_and_names_the_kernel():
     ws = p.kernel_args[-1]
     assert ws.kind == "workspace"
     assert ws.value == SK.workspace_bytes(p.num_blocks, p.tile_m, p.tile_n, p.num_consumers)
-    assert ws.value == p.num_blocks * (p.tile_m * p.tile_n * 4 + 4 * p.num_consumers)
+    # the flags first (132 blocks x 2 consumers x 4 B), the only bytes zeroed at a launch, then the 98304 B slots
+    assert (ws.zero, ws.value) == (1056, 1056 + 132 * 128 * 192 * 4)
     cu = render(p, "cuda")
     assert ", float* __restrict__ sk_ws)" in cu and cu.count("sg_sk_next(sk, t, kb_lo, kb_hi)") == 2
     assert "for (int kb = kb_lo; kb < kb_hi; ++kb, ++it)" in cu      # the producer loads the unit's k-steps
     assert "for (int kb = 0; kb < kb_n; ++kb, ++it)" in cu            # the consumers count them from 0
-    assert f"sk_ws + {p.num_blocks}LL * {p.tile_m * p.tile_n}" in cu  # the flags after the planned grid's slots
+    assert "reinterpret_cast<uint32_t*>(sk_ws)" in cu                 # the flags, then the slots after them
+    assert "sk_ws + 264 + (long long)cluster_id * 24576 + frag" in cu and "sk_ws + 264 + (long long)c * 24576" in cu
+    rec = json.loads(build_spec(str(GEMM_1536), SKW).files["launch.json"])
+    assert rec["kernel_args"][-1]["kind"] == "workspace" and rec["kernel_args"][-1]["zero"] == 1056
 
 
 def test_absent_and_data_parallel_plan_the_same_kernel():
