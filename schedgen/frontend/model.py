@@ -317,6 +317,14 @@ class Persistent(Model):
         "leave it 0)"))
     tile_width: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description=(
         "planar_snake: the band width in tiles (1: plain snake) (map, matmul; attention must leave it 1)"))
+    decomposition: Literal["data_parallel", "stream_k"] = Field(default="data_parallel", description=(
+        "how the persistent grid shares the work (matmul, CUDA backend, sm_90a): data_parallel (the default): each "
+        "block runs whole tiles; stream_k: the tiles of the last partial wave plus one full wave are cut into "
+        "k-steps split evenly over the blocks (the rest run whole, data-parallel); a tile's non-final blocks hand "
+        "f32 partial tiles over a zeroed workspace and the block holding its first k-step sums them before the "
+        "epilogue. Needs loop: nd_loop, num_blocks auto or at most the SM count, a 1-CTA cluster, "
+        "consumer_schedule: cooperative, static sizes and the cuda backend only. Other families take "
+        "data_parallel only"))
 
 
 class Epilogue(Model):

@@ -33,6 +33,9 @@ class KernelArg:
     swizzle: int = 0
     oob_nan: bool = False
     value: DimLike = 0        # an "i32": the extent the runtime evaluates at each call; a "workspace": its bytes
+    # a "workspace": the bytes zeroed from its start before each launch (-1: all of it); a kernel that writes
+    # before it reads past them (stream-K's partial tiles after their flags) spares the launch that memset
+    zero: int = field(default=-1, metadata={"omit_default": True})
 
 
 def cxx_float(value: float) -> str:

@@ -33,7 +33,7 @@ evaluates it at each call from the sizes it bound. A record with no dynamic size
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -77,7 +77,8 @@ class Arg:
     kind "workspace": the device pointer of a scratch buffer of `value` bytes (an extent, a multiple of
     WORKSPACE_ALIGN) that the runtime allocates stream-ordered on the launch's stream, zeroes there just before the
     launch and frees after it (schedgen/runtime/driver.py, Workspace): under CUDA-graph capture these become the
-    graph's allocation, memset and free nodes, so every replay starts from zeros.
+    graph's allocation, memset and free nodes, so every replay starts from zeros. `zero` (omitted: -1, all of it):
+    only the first `zero` bytes are zeroed, for a kernel that writes the rest before reading it.
     shape and strides of a tensor map are extents too."""
     kind: str
     operand: int = -1         # -1: not an operand (a counter, a workspace, or a ring argument named by `what`)
@@ -89,6 +90,7 @@ class Arg:
     swizzle: int = 0
     oob_nan: bool = False
     value: DimLike = 0
+    zero: int = field(default=-1, metadata={"omit_default": True})   # a workspace: bytes zeroed from its start (-1: all)
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def _arg(a: Any) -> Arg:
                dtype=str(a.dtype), shape=tuple(_extent(x) for x in a.shape),
                strides=tuple(_extent(x) for x in a.strides), box=tuple(int(x) for x in a.box),
                swizzle=int(a.swizzle), oob_nan=bool(getattr(a, "oob_nan", False)),
-               value=_extent(getattr(a, "value", 0)))
+               value=_extent(getattr(a, "value", 0)), zero=int(getattr(a, "zero", -1)))
 
 
 def launch_record(plan: Any) -> LaunchRecord:
@@ -304,7 +306,8 @@ class _Reader:
                 shape=self.extents(d["shape"], f"{path}.shape", names),
                 strides=self.extents(d["strides"], f"{path}.strides", names), box=self.ints(d["box"], f"{path}.box"),
                 swizzle=self.int(d["swizzle"], f"{path}.swizzle"), oob_nan=self.bool(d["oob_nan"],
-                f"{path}.oob_nan"), value=self.extent(d["value"], f"{path}.value", names))
+                f"{path}.oob_nan"), value=self.extent(d["value"], f"{path}.value", names),
+                zero=self.int(d["zero"], f"{path}.zero", -1) if "zero" in d else -1)
         if a.operand >= count:
             raise self.fail(f"{path}.operand", f"{a.operand} is not an operand (the kernel has {count})")
         if a.kind in ("tmap", "ptr") and a.operand < 0 and not a.what:
@@ -313,6 +316,10 @@ class _Reader:
                                                                    a.value % WORKSPACE_ALIGN):
             raise self.fail(f"{path}.value", f"a workspace is a positive multiple of {WORKSPACE_ALIGN} bytes, got "
                                              f"{a.value}")
+        if a.zero != -1 and (a.kind != "workspace" or a.zero < 4 or a.zero % 4 or
+                             (isinstance(a.value, int) and a.zero > a.value)):
+            raise self.fail(f"{path}.zero", f"a workspace's zeroed prefix is a positive multiple of 4 bytes, at most "
+                                            f"its size (-1: all of it), got {a.zero}")
         if a.kind == "tmap":
             if a.dtype not in DTYPES:
                 raise self.fail(f"{path}.dtype", f"{a.dtype!r} is not one of {', '.join(DTYPES)}")

@@ -64,6 +64,12 @@ PLANAR_SNAKE_ONLY = (
            "leave it out, or set persistent.tile_order: planar_snake"),
 )
 
+DATA_PARALLEL_ONLY = (
+    Unread(("persistent", "decomposition"), lambda s: s.persistent.decomposition != "data_parallel",
+           "each block of this family's grid runs whole tiles (stream_k is the matmul family's CUDA kernel's)",
+           "data_parallel (the default)"),
+)
+
 ONE_BLOCK_A_TILE = (
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.loop == "none" and s.persistent.num_blocks != "auto",
            "with persistent.loop: none the grid is one block a tile", "auto (the default), or a persistent loop"),

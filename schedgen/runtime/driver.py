@@ -788,13 +788,13 @@ def workspace_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> An
     return pool
 
 
-def workspace_alloc(pool: Any, nbytes: int, stream: int) -> int:
-    """`nbytes` (a multiple of 4) from `pool`, zeroed, both ordered on `stream` (capturable: allocation and memset
-    nodes)."""
+def workspace_alloc(pool: Any, nbytes: int, stream: int, zero: int | None = None) -> int:
+    """`nbytes` (a multiple of 4) from `pool`, its first `zero` bytes (default all) zeroed, both ordered on `stream`
+    (capturable: allocation and memset nodes)."""
     s = _cu_stream(stream)
     ptr = int(_call("cuMemAllocFromPoolAsync", int(nbytes), pool, s))
     try:
-        _call("cuMemsetD32Async", ptr, 0, int(nbytes) // 4, s)
+        _call("cuMemsetD32Async", ptr, 0, int(nbytes if zero is None else zero) // 4, s)
     except CudaError:
         cu.cuMemFreeAsync(ptr, s)
         raise

@@ -43,7 +43,7 @@ class _Resolved:
     counters: list                    # kernel-arg indices of the tile counter
     i32: dict                         # kernel-arg index -> value
     device: int
-    workspaces: dict = field(default_factory=dict)   # kernel-arg index -> bytes of a zeroed scratch buffer
+    workspaces: dict = field(default_factory=dict)   # kernel-arg index -> (bytes, bytes zeroed from its start)
     params: Any = None                # driver.Params
     config: Any = None                # driver.LaunchConfig
     ptrs: Any = None                  # the operand pointers packed now
@@ -218,7 +218,8 @@ class Kernel:
             if a.kind == "i32":
                 i32[i] = int(dims.evaluate(a.value, sizes))
             elif a.kind == "workspace":
-                workspaces[i] = int(dims.evaluate(a.value, sizes))
+                nbytes = int(dims.evaluate(a.value, sizes))
+                workspaces[i] = (nbytes, nbytes if a.zero == -1 else min(a.zero, nbytes))
             elif a.kind == "ptr":
                 by_operand[a.operand].append(i)
             elif a.kind == "counter":
@@ -326,8 +327,8 @@ class Kernel:
         pool = driver.workspace_pool(st.device, stream=stream, who=self.name)
         spaces: dict = {}
         try:
-            for i, nbytes in st.workspaces.items():
-                spaces[i] = driver.workspace_alloc(pool, nbytes, stream)
+            for i, (nbytes, zero) in st.workspaces.items():
+                spaces[i] = driver.workspace_alloc(pool, nbytes, stream, zero)
         except BaseException:
             self._free_workspaces(spaces, stream)
             raise

@@ -127,6 +127,10 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
     # hook cannot take is a located error when the package is built (tests/autodiff: wrt / save errors)
     ("*", "backward*", lambda s, m, _: families.of(s).backward is not None,
      "the backward section asks for the backward graph's kernels, not a different forward"),
+    ("*", "schedule.backends", lambda s, m, _: m.value == ["cuda"] and
+     s.schedule.persistent.decomposition == "stream_k" and "backends" not in s.schedule.model_fields_set,
+     "stream_k is the CUDA kernel's: with backends not written the planner picks [cuda] for it (the Pallas matmul "
+     "has no stream-K), so [cuda] restates the pick"),
     ("collective_matmul*", "schedule.collective", lambda s, m, _: m.value is None,
      "the spec's collective section restates the defaults (the gather ring, its semaphores)"),
 ]

@@ -70,12 +70,12 @@ class FakeDriver:
                 fake.pools.append(device)
             return ("pool", device)
 
-        def workspace_alloc(pool, nbytes, stream):
+        def workspace_alloc(pool, nbytes, stream, zero=None):
             # a stream-ordered pool hands back the memory freed before on this stream: the same address
             live = sum(1 for e in fake.events if e[0] == "alloc") - sum(1 for e in fake.events if e[0] == "free")
             ptr = 0xD00000000 + 0x100000000 * pool[1] + 0x10000000 * live
             fake.events.append(("alloc", stream, ptr, nbytes, fake.capturing))
-            fake.events.append(("memset0", stream, ptr, nbytes))
+            fake.events.append(("memset0", stream, ptr, nbytes if zero is None else zero))
             return ptr
 
         def workspace_free(ptr, stream):

@@ -71,7 +71,7 @@ def test_a_new_address_is_repacked_alone(tmp_path, fakes, monkeypatch):
     ins = _ins(rec)
     kernel(*ins)
     real = driver.workspace_alloc
-    monkeypatch.setattr(driver, "workspace_alloc", lambda pool, n, s: real(pool, n, s) + 0x1000)
+    monkeypatch.setattr(driver, "workspace_alloc", lambda pool, n, s, z=None: real(pool, n, s, z) + 0x1000)
     kernel(*ins)
     assert fake.sets == [0]
     assert fake.launches[1]["args"][0] != fake.launches[0]["args"][0]
@@ -144,6 +144,32 @@ def test_launch_json_refuses_a_bad_size(value, text):
     data["kernel_args"].append({**data["kernel_args"][0], "kind": "workspace", "operand": -1, "value": value})
     with pytest.raises(L.LaunchRecordError, match=rf"kernel_args\[{len(data['kernel_args']) - 1}\]\.value: {text}"):
         L.loads(json.dumps(data))
+
+
+@pytest.mark.parametrize("zero, text", [(0, "got 0"), (6, "got 6"), (2048, "at most its size"), (-2, "got -2")])
+def test_launch_json_refuses_a_bad_zeroed_prefix(zero, text):
+    spec, src = load_spec(str(SPECS_DIR / "add_bf16.yaml"))
+    data = L.launch_record(plan(spec, src)).to_dict()
+    data["kernel_args"].append({**data["kernel_args"][0], "kind": "workspace", "operand": -1, "value": 1024,
+                                "zero": zero})
+    with pytest.raises(L.LaunchRecordError, match=rf"kernel_args\[{len(data['kernel_args']) - 1}\]\.zero: .*{text}"):
+        L.loads(json.dumps(data))
+
+
+def test_a_zeroed_prefix_is_all_the_launch_memsets(tmp_path, fakes):
+    """A workspace whose kernel writes its tail before reading it (stream-K's partial tiles after their flags) gets
+    only its first `zero` bytes zeroed; the record without the field (every other kernel) zeroes all of it."""
+    fake, _ = fakes
+    spec, src = load_spec(str(SPECS_DIR / "add_bf16.yaml"))
+    rec = L.launch_record(plan(spec, src))
+    rec = dataclasses.replace(rec, kernel_args=rec.kernel_args + (L.Arg(kind="workspace", value=4096, zero=64),))
+    text = rec.to_json()
+    assert json.loads(text)["kernel_args"][-1]["zero"] == 64 and L.loads(text).kernel_args[-1].zero == 64
+    assert "zero" not in json.loads(L.launch_record(plan(spec, src)).to_json())["kernel_args"][0]
+    (tmp_path / "launch.json").write_text(text)
+    (tmp_path / "kernel.cubin").write_bytes(b"CUBIN")
+    K.load_package(tmp_path)(*_ins(rec))
+    assert [(e[0], e[3]) for e in fake.events if e[0] in ("alloc", "memset0")] == [("alloc", 4096), ("memset0", 64)]
 
 
 def test_the_wgmma_attention_backward_launches_with_its_dq_workspace(tmp_path, fakes):

@@ -19,6 +19,8 @@ SHAPES = ROOT / "bench" / "user_shapes"
 GEMM = SHAPES / "gemm_3000x5000x1000.yaml"
 DECODE = SHAPES / "decode_16x8192x8192.yaml"
 ACC = ("tile_m * tile_n <= 32768",)
+SK = {"decomposition": ("data_parallel", "stream_k")}     # the Hopper kernel's data-parallel waves or stream-K tail
+ACC_SK = ACC + ("decomposition == 'data_parallel' or cluster_m == 1",)   # stream-K runs on 1-CTA launches
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +45,16 @@ def knobs(space) -> dict:
 @pytest.mark.parametrize("spec, overrides, want, size, constraints", [
     # ragged (out_of_bounds: zero picked): every tile; 24 tile rows: every band width differs
     ("gemm_3000x5000x1000", {}, {"tile_m": (128, 256), "tile_n": (128, 192, 256), "stages": (3, 4, 5, 6),
-                                 "cluster_m": (1, 2), "tile_width": (4, 8, 16)}, 144, ACC),
+                                 "cluster_m": (1, 2), "tile_width": (4, 8, 16), **SK}, 288, ACC_SK),
     # the tile divides 4096 (out_of_bounds: reject picked): no 192-wide tile, which would not
     ("linear_4096x4096x1024_noepi", {}, {"tile_m": (128, 256), "tile_n": (128, 256), "stages": (3, 4, 5, 6),
-                                         "cluster_m": (1, 2), "tile_width": (4, 8, 16)}, 96, ACC),
+                                         "cluster_m": (1, 2), "tile_width": (4, 8, 16), **SK}, 192, ACC_SK),
     # 1536 rows: 12 of 128; bands of 16 and wider are one order
     ("gemm_1536x3072x1536", {}, {"tile_m": (128, 256), "tile_n": (128, 192, 256), "stages": (3, 4, 5, 6),
-                                 "cluster_m": (1, 2), "tile_width": (4, 8, 16)}, 144, ACC),
+                                 "cluster_m": (1, 2), "tile_width": (4, 8, 16), **SK}, 288, ACC_SK),
     # M = 256: two tile rows, one band: no tile_width
     ("decode_256x8192x8192", {}, {"tile_m": (128, 256), "tile_n": (128, 256), "stages": (3, 4, 5, 6),
-                                  "cluster_m": (1, 2)}, 32, ACC),
+                                  "cluster_m": (1, 2), **SK}, 64, ACC_SK),
     # skinny: 64-row tiles as picked, the K a stage loads; the picked 64-wide tile_n is among the values
     ("decode_16x8192x8192", {}, {"tile_n": (64, 128, 192, 256), "tile_k": (64, 128, 256), "stages": (3, 4, 5, 6)},
      48, ()),
@@ -133,7 +135,7 @@ def test_cluster_m_moves_the_picked_rhs_collective_axes():
     space = T.load_space(GEMM)
     assert space.picked["schedule.cluster"] == [2, 1]
     assert space.picked["schedule.in_specs.b.collective_axes"] == ["cluster"]
-    base = {"tile_m": 128, "tile_n": 256, "stages": 4, "tile_width": 8}
+    base = {"tile_m": 128, "tile_n": 256, "stages": 4, "tile_width": 8, "decomposition": "data_parallel"}
     by = {c.values["cluster_m"]: c for c in T.expand(space) if {k: c.values[k] for k in base} == base}
     assert by[1].overrides["schedule.cluster"] == [1, 1]
     assert by[1].overrides["schedule.in_specs.b.collective_axes"] == []
@@ -258,8 +260,9 @@ def test_cli_dry_run_of_a_bare_spec_prints_the_space(cache, monkeypatch, capsys)
     text = " ".join((captured.out + captured.err).split())      # rich wraps long lines at the console's width
     assert "no tune section: the matmul family's default space around the planner's picks" in text
     assert ("tune: {params: {tile_m: [128, 256], tile_n: [128, 192, 256], stages: [3, 4, 5, 6], cluster_m: [1, 2], "
-            "tile_width: [4, 8, 16]}, constraints: [\"tile_m * tile_n <= 32768\"]}") in text
-    assert "a random sample of 4 of 144 points" in text
+            "tile_width: [4, 8, 16], decomposition: [data_parallel, stream_k]}, constraints: [\"tile_m * tile_n <= "
+            "32768\", \"decomposition == 'data_parallel' or cluster_m == 1\"]}") in text
+    assert "a random sample of 4 of 288 points" in text
     assert "2 of 2 candidates compiled (dry run" in captured.out
 
 

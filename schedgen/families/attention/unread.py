@@ -8,14 +8,14 @@ cannot express is _pallas_limits' (plan.py)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
+from ...plan.unread import DATA_PARALLEL_ONLY, PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
 from .blackwell import ROWS
 
 # the sm_100a kernel's roles and tile layout, for the entries whose Hopper text names wgmma or consumer warpgroups
 _BW_ROLES = "a TMA warp, the warp that issues every tcgen05.mma and one softmax warpgroup (S, P and O in TMEM)"
 _BW_SWIZZLE = "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout tcgen05.mma's descriptors read"
 
-SCHEDULE = (
+SCHEDULE = DATA_PARALLEL_ONLY + (
     Unread(("grid",), lambda s: s.grid is not None,
            "the planner launches one block a (query block, head, batch) tile, or one an SM with persistent.loop",
            "leave grid out"),

@@ -7,7 +7,7 @@ memory_registers and compute_registers (the Pallas one sets its own budgets)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
+from ...plan.unread import DATA_PARALLEL_ONLY, NO_GRID, Unread, UnreadTable, check_unread as _check
 
 WS = "warp_specialized"   # each backend's warp-specialized form (fused.py, wgmma.py): they read num_compute_wgs
 _ONE_WG = ("a block of the emit_pipeline forms is one warpgroup of 64 rows that issues its own TMA ring (no producer "
@@ -21,7 +21,7 @@ def _budget_unread(s, field: str) -> bool:
     return getattr(s.pipeline, field) is not None and (s.pipeline.kind != WS or "pallas" in s.backends)
 
 
-SCHEDULE = NO_GRID + (
+SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1, _ONE_WG, "1 (the default)"),
     Unread(("out_specs",), lambda s: bool(s.out_specs),
            "the gradients' blocks are the kernels' rows (64 keys or queries of one head), stored by TMA",

@@ -307,6 +307,10 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
         problems.add(("schedule", "persistent", "loop"),
                      "the collective matmul's blocks wait for data from the peer device: every block must be resident "
                      "at once, so the grid is persistent (nd_loop), never one block per tile")
+    if sch.persistent.decomposition != "data_parallel":
+        problems.add(("schedule", "persistent", "decomposition"),
+                     "the collective matmul's blocks run whole tiles of each ring step (stream_k is the matmul "
+                     "family's); use data_parallel (the default)")
     if sch.persistent.num_blocks != "auto" and sch.persistent.num_blocks > hw.sm_count:
         problems.add(("schedule", "persistent", "num_blocks"),
                      f"num_blocks {sch.persistent.num_blocks} exceeds the {hw.sm_count} SMs: blocks that are not "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import (
+    DATA_PARALLEL_ONLY,
     ONE_BLOCK_A_TILE,
     OUTPUT_DELAY_RELEASE,
     PALLAS_COMPILER_PARAMS,
@@ -18,7 +19,7 @@ _ROLES = ("every warpgroup of a map kernel loads, computes and stores alike (no 
           "setmaxnreg)")
 _EPILOGUE = "outputs leave in their out_specs blocks, staged in SMEM and stored by TMA (epilogue is the matmul's)"
 
-SCHEDULE = PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
+SCHEDULE = PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + DATA_PARALLEL_ONLY + (
     Unread(("pipeline", "max_concurrent_steps"),
            lambda s: s.pipeline.kind == "none" and s.pipeline.max_concurrent_steps != 2,
            "with pipeline.kind: none each step loads, computes and stores in turn (one stage)",

@@ -102,6 +102,8 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     # ping-pong: two consumers, each on a whole tile of its own (its accumulators in one warpgroup's registers)
     pingpong = spec.schedule.pipeline.consumer_schedule != "cooperative"
     shared = False                            # 2-CTA clusters sharing the rhs (picked with the tile)
+    # stream-K runs on 1-CTA launches (stream_k.py): no cluster is picked for it
+    clusters_ok = not sch_written("cluster") and spec.schedule.persistent.decomposition != "stream_k"
     if any(tiled):
         tm, tn, tk = tile_from_block_specs(op, spec.schedule, out_name, Problems())
     else:
@@ -109,9 +111,9 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         if getattr(op, "block_scales", None) is not None:
             (tm, tn, tk), why = BLOCK_SCALED_TILE, BLOCK_SCALED_WHY
         else:
-            (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=not sch_written("cluster"),
+            (tm, tn, tk), why = _tile(op, dims, hw, nc_fit, clusters=clusters_ok,
                                       cluster=tuple(spec.schedule.cluster) if sch_written("cluster") else None)
-        shared = not sch_written("cluster") and _clusters(op, dims, tm, tn, hw)
+        shared = clusters_ok and _clusters(op, dims, tm, tn, hw)
         picks += _block_specs(op, out_name, dims, tm, tn, tk, why, shared,
                               delay=0 if getattr(op, "block_scales", None) is not None else 1)
     nc = 2 if pingpong or (tm >= 2 * WGMMA_M and tm % (2 * WGMMA_M) == 0) else 1

@@ -5,6 +5,7 @@ from ...explain import COPY_GBPS
 from .epilogue import epilogue_text
 from .blockscale import is_block_scaled, scale_operand
 from .records import at_max, peak_tflops
+from .stream_k import explain_lines
 
 
 def _sizes_differ(p) -> bool:
@@ -127,6 +128,8 @@ def _explain(p) -> str:
                  + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
                  + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
                  + f", {waves:.2f} waves")
+    if p.stream_k:
+        lines += explain_lines(p)
     if is_block_scaled(p):
         sa, sb = scale_operand(p, "lhs"), scale_operand(p, "rhs")
         sets = p.partial_sums

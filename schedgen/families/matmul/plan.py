@@ -22,6 +22,7 @@ from ...plan import dims as D
 from ...plan.hardware import Hardware
 from .blackwell import EPI_ROWS, THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule
+from .stream_k import check_stream_k, workspace_arg
 from .tcgen05 import tcgen05_plan
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
@@ -102,6 +103,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
                     lhs_stage_rows(tile, layout, cluster, dims.m))
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
+    stream_k = check_stream_k(op, sch, dims, cluster, hw, problems)
     partial_sums = check_block_scaled_schedule(op, sch, tile, wg, regs.creg, pipe.delay, dims, problems)
     check_target(written_spec, op, sch, hw, problems)
     bw = blackwell_plan(op, written_spec.schedule, dims, tile, layout, cluster, pipe, hw, problems)
@@ -120,6 +122,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if sch.pipeline.scale_prefetch else "")
         result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=sch.pipeline.scale_prefetch,
                                      kernel_name=result.kernel_name + suffix)
+    if stream_k:
+        result = dataclasses.replace(result, stream_k=True, kernel_name=result.kernel_name + "_sk",
+                                     kernel_args=result.kernel_args + (
+                                         workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc),))
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:

@@ -187,6 +187,9 @@ class MatmulPlan:
     # ... and whether a consumer reads a K block's scales a step ahead (pipeline.scale_prefetch: a block with one set,
     # a pair with two), so their global-load latency runs under the wgmmas of a whole step
     scale_prefetch: bool = dataclasses.field(default=False, metadata={"omit_default": True})
+    # schedule.persistent.decomposition: stream_k: the tail waves' tiles are shared by k-steps over the grid, partial
+    # tiles handed over a workspace (stream_k.py)
+    stream_k: bool = dataclasses.field(default=False, metadata={"omit_default": True})
     # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
     blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
     # sm_100a with pallas in backends: the Pallas (Mosaic GPU) kernel's numbers (tcgen05.py); absent otherwise

@@ -58,6 +58,10 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "minor_dim": (target(_bs("persistent", "minor_dim")),),
         "tile_width": (target(_bs("persistent", "tile_width")),),
         "num_blocks": (target(_bs("persistent", "num_blocks")),),
+        # stream_k is the CUDA kernel's alone: its points build backends: [cuda] (data_parallel keeps the spec's)
+        "decomposition": (target(_bs("persistent", "decomposition")),
+                          target(_bs("backends"), None, (("data_parallel", list(sch.backends)),
+                                                         ("stream_k", ["cuda"])))),
     }
 
 
@@ -84,7 +88,9 @@ def matmul_space(spec) -> TuneSpace:
     the 4096^3 winner of docs/tuning.md's 3-minute run had width 4, the planner picks 8, and 16 was measured at the
     issue-17 shapes; the space is still 144 points, 96 after the accumulator constraint and 54 that plan at 3000 x
     5000 x 1000 (SMEM drops the deep rings of the large tiles, the cluster's half-rhs swizzle rule the 2-CTA
-    192-wide ones): about 5 s on the H200 and a minute of CPU compiles.
+    192-wide ones): about 5 s on the H200 and a minute of CPU compiles. On sm_90a with static sizes and cooperative
+    consumers each point also comes data_parallel or stream_k (persistent.decomposition; stream_k on 1-CTA
+    launches only, building the CUDA backend alone), doubling the space.
     Skinny problems (M <= 64, or one the planner gave 64-row tiles because larger ones would leave SMs idle, e.g.
     decode at M = 128): tile_m 64 as picked, tile_n as above, tile_k in {64, 128, 256} (the K a stage loads: the
     weight bytes in flight) and stages; no cluster (the planner's 2-CTA clusters pair 128-row tiles) and no
@@ -134,12 +140,25 @@ def matmul_space(spec) -> TuneSpace:
         # the scales read while a block's wgmmas run or a step ahead
         params["partial_sums"] = (1, 2)
         params["scale_prefetch"] = (False, True)
-    what = ["the tile", "the ring depth"] + ["the 2-CTA cluster"] * ("cluster_m" in params) + \
-        ["the band width"] * ("tile_width" in params) + ["the promotion"] * ("partial_sums" in params)
     # ping-pong consumers each hold a whole tile: the planner's register check prunes there (its located error)
     cooperative = sch.pipeline.consumer_schedule == "cooperative"
-    return TuneSpace(params, (f"tile_m * tile_n <= {ACC_LIMIT}",) if cooperative else (),
-                     f"M, N, K = {m}, {n}, {k}: {', '.join(what[:-1])} and {what[-1]}")
+    constraints = (f"tile_m * tile_n <= {ACC_LIMIT}",) if cooperative else ()
+    if _stream_k_applies(op, sch, dims, cooperative):
+        # data-parallel waves or a stream-K tail (1-CTA launches only: stream_k.py)
+        params["decomposition"] = ("data_parallel", "stream_k")
+        if "cluster_m" in params:
+            constraints += ("decomposition == 'data_parallel' or cluster_m == 1",)
+    what = ["the tile", "the ring depth"] + ["the 2-CTA cluster"] * ("cluster_m" in params) + \
+        ["the band width"] * ("tile_width" in params) + ["the promotion"] * ("partial_sums" in params) + \
+        ["the decomposition"] * ("decomposition" in params)
+    return TuneSpace(params, constraints, f"M, N, K = {m}, {n}, {k}: {', '.join(what[:-1])} and {what[-1]}")
+
+
+def _stream_k_applies(op, sch, dims, cooperative: bool) -> bool:
+    """Stream-K is a knob where the planner could take it: the Hopper kernel, static sizes, cooperative consumers,
+    no block scales, a persistent grid (stream_k.check_stream_k's rules; the knob sets backends: [cuda])."""
+    return (cooperative and sch.target != "sm_100a" and not dims.ranges
+            and getattr(op, "block_scales", None) is None and sch.persistent.loop == "nd_loop")
 
 
 def _distinct_widths(band: int, picked: int) -> tuple[int, ...]:

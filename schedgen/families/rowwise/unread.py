@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import (
+    DATA_PARALLEL_ONLY,
     NO_GRID,
     ONE_BLOCK_A_TILE,
     OUTPUT_DELAY_RELEASE,
@@ -21,7 +22,7 @@ _ROLES = ("every warp of a rowwise kernel loads, reduces and stores its rows ali
 _EPILOGUE = "outputs are stored straight from registers (epilogue is the matmul's)"
 _ROWS = "a block's rows go from GMEM into registers (CUDA) or through emit_pipeline's plain SMEM stages (Pallas)"
 
-SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + (
+SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + DATA_PARALLEL_ONLY + (
     Unread(("pipeline", "max_concurrent_steps"),
            lambda s: s.pipeline.kind == "none" and s.pipeline.max_concurrent_steps != 2,
            "with pipeline.kind: none a row group keeps one row in flight", "leave it out, or pipeline.kind: "
