@@ -90,3 +90,19 @@ def lower_map_for_cuda(data: dict, tmp_path: Path, fuel: int | None = None) -> s
         return jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     finally:
         defaults.update(saved)
+
+
+def import_package(folder, name: str):
+    """The package `name` that schedgen wrote under `folder`, imported as a user's program imports it: it stays in
+    sys.modules and its folder on sys.path (first), because torch.compile's tracing imports it again by name (a
+    helper that popped both made the GPU tests fail with "No module named ..."). An earlier import of the same name
+    (another test's folder: tests build packages of one name at different sizes) is dropped first."""
+    import importlib
+    import sys
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+    entry = str(folder)
+    while entry in sys.path:
+        sys.path.remove(entry)
+    sys.path.insert(0, entry)
+    return importlib.import_module(name)

@@ -298,6 +298,9 @@ def grad_path_error(kernel: Any, stream: Any, backend: Any, interpret: Any, out:
     elif backend == "pallas" or interpret is not None:
         why = ("backend=\"pallas\": torch tensors on the Pallas backend are not recorded by autograd; use the CUDA "
                "backend (the default for torch tensors)")
+    elif not getattr(kernel, "torch_op_asked", True):
+        why = ("this kernel was loaded without its torch op (load_package(folder) registers none): import the "
+               "package, or call load_package(folder, torch_op=True), to get the op autograd goes through")
     else:
         why = "this package's CUDA backend has no torch op here (torch could not register it, see the warning)"
     return ArgumentError(f"{kernel.name}: a call that needs gradients: {why}")

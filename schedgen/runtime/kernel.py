@@ -68,6 +68,7 @@ class Kernel:
         self._tmaps: OrderedDict = OrderedDict()    # (ptr, dtype, shape, strides, box, swizzle, oob) -> 128 bytes
         self._lock = threading.Lock()
         self.torch_op = None   # schedgen/runtime/torch_op.py: the custom ops torch tensors go through (packages)
+        self.torch_op_asked = False   # load_package(torch_op=True) asked for them (a package's __init__ does)
         self.backward = None   # schedgen/runtime/autograd.py: the package's backward pass (backward.json), if any
         self._torch_dtypes: tuple | None = None   # (inputs, outputs) as torch dtype objects: the fast path
 
@@ -725,5 +726,6 @@ def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
     kernel.backward = _autograd.load(kernel, kernel.root, torch_op)   # before attach: the op's autograd reads it
     if torch_op:
         from . import torch_op as ops
+        kernel.torch_op_asked = True
         ops.attach(kernel)
     return kernel

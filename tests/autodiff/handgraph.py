@@ -11,13 +11,12 @@ The forward is `y = x * w + b` over x, w [M, N] and a bias row b [N] (f32):
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import import_package  # noqa: F401  (re-exported to the autodiff tests)
 from schedgen import families
 from schedgen.autodiff.graph import BackwardGraph, Step, evaluate
 from schedgen.build import build_spec, package
@@ -159,15 +158,6 @@ def build_hand(tmp: Path, which: str, name: str, backward: str = "backward: {}",
     return built, package(built, tmp / "out")
 
 
-def import_package(folder: Path, name: str):
-    """The package imported as a user's program imports it: it stays in sys.modules, its folder on sys.path
-    (torch.compile's tracing imports it again by name: popping it made the GPU tests fail with "No module named
-    'fma_plain'"). An earlier import of the same name (another test's folder) is dropped first."""
-    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-        del sys.modules[mod]
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    return importlib.import_module(name)
 
 
 _BUILT: dict = {}

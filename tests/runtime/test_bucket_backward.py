@@ -9,12 +9,12 @@ The package: y = (x * w)^2 (f32, M dynamic in 16..512, multiples of 16, N = 128)
 h = x * w; buckets M <= 32 (16-row blocks), <= 128 and <= 512 (32-row blocks): two variants, table [0, 1, 1]."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import numpy as np
 import pytest
+
+from conftest import import_package as _import
 
 from schedgen.bucketed import build_bucketed, describe, package_bucketed
 from schedgen.cache import Cache
@@ -61,14 +61,6 @@ def row(block_m: int, at: int, edge: str = "zero") -> dict:
 CHOICES = [({"M": 32}, row(16, 32)), ({"M": 128}, row(32, 128)), ({"M": 512}, row(32, 512))]
 
 
-def _import(folder, name):
-    sys.path.insert(0, str(folder))
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(name, None)
 
 
 def _spec(tmp):

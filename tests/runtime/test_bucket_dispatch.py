@@ -8,14 +8,12 @@ The package here: o = x + y with M dynamic in 32..1024 (multiples of 32), bucket
 winners are 32-row blocks, 64-row blocks and 32-row blocks again: two variants, table [0, 1, 0]."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import SPECS_DIR
+from conftest import import_package as _import, SPECS_DIR
 from schedgen.bucketed import build_bucketed, package_bucketed
 from schedgen.cache import Cache
 from schedgen.plan import dispatch as D
@@ -55,14 +53,6 @@ def row(block_m: int, at: int) -> dict:
             "gbps": 1.0}
 
 
-def _import(folder, name):
-    sys.path.insert(0, str(folder))
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, import_package
 
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
@@ -65,16 +65,6 @@ def add_module(tmp_path_factory, cache):
     yield import_package(out, "add_bf16"), built
 
 
-def import_package(folder, name: str):
-    """The package `name` that schedgen wrote under `folder`, freshly imported: tests build packages of one name at
-    different sizes in different folders, and `import` alone would hand back the first one from sys.modules."""
-    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-        del sys.modules[mod]
-    sys.path.insert(0, str(folder))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
 
 
 def _expected(built, x, y):

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import SPECS_DIR, spec_files
+from conftest import import_package as _import, SPECS_DIR, spec_files
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
 from schedgen.plan.launch import Ring
@@ -50,14 +50,6 @@ def FakeTensorMode():
 M_MAX, M_STEP = 4096, 32
 
 
-def _import(folder, name):
-    sys.path.insert(0, str(folder))
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture(scope="module")
@@ -490,3 +482,27 @@ def test_opcheck_and_results_on_gpu(path, tmp_path):
                           str(family.accumulation(b.plan)), "1" if b.plan.approx_math else "0"],
                          capture_output=True, text=True, env=env, timeout=1200)
     assert res.returncode == 0 and "ok" in res.stdout, (res.stdout[-2000:], res.stderr[-4000:])
+
+
+def test_an_imported_package_imports_again_by_name(built):
+    """torch.compile's tracing imports a package's module again by its name: the tests' import helper must leave it
+    importable (the bucketed bundled spec's GPU test failed in dynamo with "No module named ..." when it did not)."""
+    tmp, folder = built
+    mod = _import(folder.parent, "add_bf16")
+    sys.modules.pop("add_bf16")
+    assert importlib.import_module("add_bf16").__file__ == mod.__file__
+
+
+def test_a_kernel_loaded_without_its_op_says_how_to_get_one(built):
+    """A call needing gradients on a kernel loaded by load_package(folder) (no torch op asked for) names the way to
+    get the op, instead of pointing at a registration warning that never came."""
+    from schedgen.runtime import autograd
+    from schedgen.runtime.kernel import load_package
+    tmp, folder = built
+    bare = load_package(folder)
+    assert not bare.torch_op_asked
+    msg = str(autograd.grad_path_error(bare, None, None, None, None))
+    assert "load_package(folder, torch_op=True)" in msg and "see the warning" not in msg
+    wired = load_package(folder, torch_op=True)
+    assert wired.torch_op_asked
+    assert "see the warning" in str(autograd.grad_path_error(wired, None, None, None, None))

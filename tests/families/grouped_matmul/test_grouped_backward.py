@@ -513,7 +513,7 @@ def test_gpu_torch_autograd_of_a_grouped_package(tmp_path):
     data = {**_grouped("out = silu(acc)", transpose_rhs=True), "backward": {}}
     data["op"]["sizes"] = {"T": {"dynamic": True, "max": 4096}, "N": 512, "K": 256}
     built = build_spec(str(_write(tmp_path, data)), {}, cache=Cache(tmp_path / "cache"))
-    k = load_package(package(built, tmp_path / "pkg"))
+    k = load_package(package(built, tmp_path / "pkg"), torch_op=True)
     counts = [0, 100, 1, 0, 300, 64, 0, 47]
     t = sum(counts)
     rng = np.random.default_rng(1)
