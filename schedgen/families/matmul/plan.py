@@ -123,9 +123,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=sch.pipeline.scale_prefetch,
                                      kernel_name=result.kernel_name + suffix)
     if stream_k:
+        ws = workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc)
         result = dataclasses.replace(result, stream_k=True, kernel_name=result.kernel_name + "_sk",
-                                     kernel_args=result.kernel_args + (
-                                         workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc),))
+                                     kernel_args=result.kernel_args + (ws,), sk_flag_words=ws.zero // 4,
+                                     sk_slot_floats=tile.tm * tile.tn, sk_quads=result.wgmma_regs // 4)
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
         if tc is not None:

@@ -190,6 +190,11 @@ class MatmulPlan:
     # schedule.persistent.decomposition: stream_k: the tail waves' tiles are shared by k-steps over the grid, partial
     # tiles handed over a workspace (stream_k.py)
     stream_k: bool = dataclasses.field(default=False, metadata={"omit_default": True})
+    # ... its workspace: u32 flags first (sk_flag_words, the zeroed prefix), then a slot of sk_slot_floats f32 a block;
+    # a thread's fragment moves sk_quads 16-byte pieces an m block
+    sk_flag_words: int = dataclasses.field(default=0, metadata={"omit_default": True})
+    sk_slot_floats: int = dataclasses.field(default=0, metadata={"omit_default": True})
+    sk_quads: int = dataclasses.field(default=0, metadata={"omit_default": True})
     # sm_100a: the tcgen05 kernel's own numbers (blackwell.py); absent (None) on sm_90a
     blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
     # sm_100a with pallas in backends: the Pallas (Mosaic GPU) kernel's numbers (tcgen05.py); absent otherwise
