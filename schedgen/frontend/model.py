@@ -274,10 +274,11 @@ class Pipeline(Model):
         "before block k is waited for (wait_group 1) and promoted, so the tensor cores run under the promotion "
         "(three accumulator tiles of registers a thread, delay_release 0). Default (absent): the planner's (2 "
         "where the registers allow). Other ops take none"), examples=[1, 2])
-    scale_prefetch: bool = Field(default=False, description=(
+    scale_prefetch: bool | None = Field(default=None, description=(
         "matmul with op.block_scales (CUDA): each consumer reads a K block's scales (global loads) a step ahead, "
         "a block ahead with partial_sums 1 and a pair ahead with 2, so their latency runs under a whole step's "
-        "wgmmas; false (the default): while the block's own wgmmas run. Other ops take false only"))
+        "wgmmas; false: while the block's own wgmmas run. Default (absent): true with block scales (measured on "
+        "the H200 at 4096x7168x16384: 1134 against 1102 TFLOP/s). Other ops take none"))
     consumer_schedule: Literal["cooperative", "pingpong"] = Field(
         default="cooperative", description=(
             "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "

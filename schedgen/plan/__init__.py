@@ -78,7 +78,7 @@ def _block_scale_fields(spec, src: SourceMap) -> None:
     if getattr(spec.op, "block_scales", None) is not None:
         return
     pipe, problems = spec.schedule.pipeline, Problems()
-    for field, is_set in (("partial_sums", pipe.partial_sums is not None), ("scale_prefetch", pipe.scale_prefetch)):
+    for field, is_set in (("partial_sums", pipe.partial_sums is not None), ("scale_prefetch", pipe.scale_prefetch is not None)):
         if is_set:
             problems.add(("schedule", "pipeline", field),
                          f"{field} shapes how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "

@@ -273,7 +273,11 @@ def mutations(node: dict, path: tuple, cur: Any) -> Iterator[Mutation]:
             if cur is not None:
                 yield Mutation(path, None)
         elif t == "boolean":
-            yield Mutation(path, not cur if isinstance(cur, bool) else True)
+            if isinstance(cur, bool):
+                yield Mutation(path, not cur)
+            else:   # a boolean the planner picks when absent: both values (one of them may be its pick)
+                yield Mutation(path, True)
+                yield Mutation(path, False)
         elif t == "integer":
             for v in _ints(alt, cur):
                 yield Mutation(path, v)

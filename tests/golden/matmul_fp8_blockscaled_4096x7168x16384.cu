@@ -192,7 +192,7 @@ __device__ __forceinline__ void sg_tile_coords(int t, int& b, int& tm, int& tn) 
   tm = minor_idx; tn = major_idx;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1_ps2(
+extern "C" __global__ void __launch_bounds__(384, 1) matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1_ps2_pf(
     const __grid_constant__ SgTensorMap tm_a, const __grid_constant__ SgTensorMap tm_b,
 const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a, const float* __restrict__ in_scale_b) {
   extern __shared__ uint8_t sg_smem_raw[];
@@ -276,6 +276,28 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
       float part0[1][64], ra0[1][2], rb0;
       float part1[1][64], ra1[1][2], rb1;
       const int kb_end = 128;
+      // the scales are read a pair ahead (into ran0 / rbn0, ran1 / rbn1), so their latency runs under two blocks
+      float ran0[1][2], rbn0, ran1[1][2], rbn1;
+      const int kb_last = kb_end - 1;
+      if (0 <= kb_last) {
+          // the first pair's scales
+  #pragma unroll
+          for (int i = 0; i < 1; ++i)
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = sc_row + i * 64 + 8 * h;
+              ran0[i][h] = __ldg(in_scale_a + (long long)row * 128 + (0));
+            }
+          rbn0 = __ldg(sb_row + (0));
+  #pragma unroll
+          for (int i = 0; i < 1; ++i)
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = sc_row + i * 64 + 8 * h;
+              ran1[i][h] = __ldg(in_scale_a + (long long)row * 128 + ((0) + 1 < kb_last ? (0) + 1 : kb_last));
+            }
+          rbn1 = __ldg(sb_row + ((0) + 1 < kb_last ? (0) + 1 : kb_last));
+      }
 #pragma unroll 1
       for (int kb = 0; kb < kb_end; kb += 2) {   // kb: the global K block (its scales' column) in set 0
         const int s0 = it % 6;
@@ -297,15 +319,18 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
           }
           sg_wgmma_commit();
         }
-        // this K block's scales, read while the wgmmas run
+#pragma unroll
+        for (int i = 0; i < 1; ++i) { ra0[i][0] = ran0[i][0]; ra0[i][1] = ran0[i][1]; }
+        rb0 = rbn0;
+        // the next pair's scales (the last block's again at the end)
 #pragma unroll
         for (int i = 0; i < 1; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = sc_row + i * 64 + 8 * h;
-            ra0[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb));
+            ran0[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb + 2 < kb_last ? kb + 2 : kb_last));
           }
-        rb0 = __ldg(sb_row + (kb));
+        rbn0 = __ldg(sb_row + (kb + 2 < kb_last ? kb + 2 : kb_last));
         if (kb + 1 < kb_end) {
           const int s1 = it % 6;
           sg_mbar_wait(S_full + 8 * s1, (it / 6) & 1);
@@ -326,15 +351,17 @@ const __grid_constant__ SgTensorMap tm_out, const float* __restrict__ in_scale_a
             }
             sg_wgmma_commit();
           }
-          // this K block's scales, read while the wgmmas run
+  #pragma unroll
+          for (int i = 0; i < 1; ++i) { ra1[i][0] = ran1[i][0]; ra1[i][1] = ran1[i][1]; }
+          rb1 = rbn1;
   #pragma unroll
           for (int i = 0; i < 1; ++i)
   #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int row = sc_row + i * 64 + 8 * h;
-              ra1[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb + 1));
+              ran1[i][h] = __ldg(in_scale_a + (long long)row * 128 + (kb + 3 < kb_last ? kb + 3 : kb_last));
             }
-          rb1 = __ldg(sb_row + (kb + 1));
+          rbn1 = __ldg(sb_row + (kb + 3 < kb_last ? kb + 3 : kb_last));
           sg_wgmma_wait<1>();
           if (wg_thread == 0) {
             for (uint32_t c = 0; c < 2; ++c) sg_mbar_arrive_cluster(sg_map_rank(S_empty + 8 * s0, c));

@@ -160,7 +160,7 @@ def make(sizes=None, interpret=None, outputs_as_refs=False):
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,
         ),
         interpret=interpret,
-        kernel_name="matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1_ps2",
+        kernel_name="matmul_matmul_fp8_blockscaled_4096x7168x16384_f8e4m3_128x128x128_s6_wg2_c2x1_ps2_pf",
     )
 
 

@@ -73,7 +73,7 @@ def test_default_matmul_space_at_the_shapes_users_bring(spec, overrides, want, s
 
 
 def test_block_scaled_space_sweeps_the_promotion():
-    """A block-scaled fp8 spec also sweeps partial_sums and scale_prefetch; the planner's own point (two sets, no
+    """A block-scaled fp8 spec also sweeps partial_sums and scale_prefetch; the planner's own point (two sets,
     prefetch) is one of the kept candidates, and two sets on a tile whose three accumulator tiles do not fit the
     registers are pruned at partial_sums."""
     path = SPECS_DIR / "matmul_fp8_blockscaled_4096x7168x16384.yaml"

@@ -21,7 +21,7 @@ from ...plan.common import (
 from ...plan import dims as D
 from ...plan.hardware import Hardware
 from .blackwell import EPI_ROWS, THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
-from .blockscale import check_block_scaled_schedule
+from .blockscale import check_block_scaled_schedule, scale_prefetch_of
 from .stream_k import check_stream_k, workspace_arg
 from .tcgen05 import tcgen05_plan
 from .unread import check_unread
@@ -118,9 +118,10 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         return None, problems
     result = launch_record(spec, dims, tile, wg, layout, cluster, chunks, regs, pipe, smem, loop, code,
                            inputs, outputs, args)
-    if partial_sums != 1 or sch.pipeline.scale_prefetch:
-        suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if sch.pipeline.scale_prefetch else "")
-        result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=sch.pipeline.scale_prefetch,
+    prefetch = scale_prefetch_of(op, sch)
+    if partial_sums != 1 or prefetch:
+        suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if prefetch else "")
+        result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=prefetch,
                                      kernel_name=result.kernel_name + suffix)
     if stream_k:
         ws = workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc)

@@ -405,6 +405,7 @@ def test_block_scaled_planner_picks():
 
 PS1 = {"schedule.pipeline.partial_sums": 1}
 PF = {"schedule.pipeline.scale_prefetch": True}
+NPF = {"schedule.pipeline.scale_prefetch": False}
 
 
 def _promotion_order(text: str) -> str:
@@ -422,15 +423,17 @@ def _promotion_order(text: str) -> str:
     return re.sub(r"f{2,}", lambda m: f"f{{{len(m.group())}}}", "".join(out))
 
 
-@pytest.mark.parametrize("ov, sets", [({}, 2), (BLOCK_RAGGED, 2), (PS1, 1), ({**BLOCK_SMALL, **PS1}, 1),
-                                      (BLOCK_SMALL, 2), (PF, 2), ({**PS1, **PF}, 1), ({**BLOCK_SMALL, **PF}, 2)],
+@pytest.mark.parametrize("ov, sets", [({}, 2), ({**BLOCK_RAGGED, **NPF}, 2), ({**PS1, **NPF}, 1),
+                                      ({**BLOCK_SMALL, **PS1, **NPF}, 1), ({**BLOCK_SMALL, **NPF}, 2), (PF, 2),
+                                      ({**PS1, **PF}, 1), ({**BLOCK_SMALL, **PF}, 2)],
                          ids=["bundled", "ragged", "one_set", "one_set_kb5", "kb5", "prefetch", "one_set_prefetch",
                               "kb5_prefetch"])
 def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
     """Each K block's first wgmma starts its partial sum (scale-d 0, no zeroing); one set waits for every block
     before its promotion; two sets issue block kb + 1's wgmmas before block kb is waited for (wait_group 1) and
     promoted, then wait for kb + 1 (wait_group 0) and promote it; an odd last block waits alone. With
-    scale_prefetch the first step's scales are loaded before any wgmma (the loop then loads a step ahead); without,
+    scale_prefetch (the planner's pick when absent) the first step's scales are loaded before any wgmma (the loop
+    then loads a step ahead); without,
     every scale load follows a wgmma. No spills, no ptxas verdicts (C7514 would serialize the wgmmas)."""
     import json
     from schedgen.toolchain.nvrtc import resource_usage, sass
@@ -448,7 +451,7 @@ def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
     lines = text.splitlines()
     first_wgmma = next(i for i, ln in enumerate(lines) if "QGMMA" in ln)
     early_loads = sum("LDG.E" in ln for ln in lines[:first_wgmma])
-    assert b.plan.scale_prefetch == bool(ov.get("schedule.pipeline.scale_prefetch"))
+    assert b.plan.scale_prefetch == ov.get("schedule.pipeline.scale_prefetch", True)   # absent: the planner's true
     assert (early_loads >= 3) == b.plan.scale_prefetch and early_loads in (0, 3, 6), early_loads
     order = _promotion_order(text)
     kb = b.plan.k_iters
