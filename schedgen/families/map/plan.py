@@ -64,8 +64,8 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
         return None, problems
     iter_shape = _check_broadcasts(op, shapes, problems)
     space = _plan_space(spec, iter_shape, seen, problems)
-    if space is None:
-        return None, problems
+    if space is None or any(len(shape) > len(iter_shape) for shape in shapes.values()):
+        return None, problems   # an operand of a higher rank than the iteration space: located above, no operands
     smem = SmemMap()
     operands = _plan_operands(op, sch, shapes, space, hw, smem, problems)
     vec = _vector_width(op, sch, space.block, problems)

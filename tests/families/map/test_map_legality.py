@@ -44,3 +44,19 @@ def test_grid_names_share_the_ops_namespace():
     lines = _lines({"schedule.grid_names": ["i", "M"]})
     assert lines[0] == "15:15: schedule.grid_names: grid name 'M' is already used in op.sizes"
     assert sum("already used" in line for line in lines) == 1
+
+
+
+def test_an_output_of_higher_rank_is_located_not_a_crash():
+    """A second output of a higher rank than the first (the iteration space) is reported at its shape; planning
+    stops before the operands (it raised IndexError there: tests/frontend/test_fuzz.py's document, kept here)."""
+    from schedgen.errors import SourceMap
+    from schedgen.frontend.validate import validate_data
+    doc = {"name": "x", "op": {"kind": "map", "body": "o = x", "inputs": {"x": {"shape": [1], "dtype": "bf16"}},
+                               "outputs": {"o": {"shape": [1], "dtype": "bf16"},
+                                           "y": {"shape": [1, 1], "dtype": "bf16"}}}}
+    src = SourceMap("<doc>")
+    with pytest.raises(SpecErrors) as info:
+        plan(validate_data(doc, src), src)
+    assert any("op.outputs.y.shape: all outputs must have one shape (1,), got (1, 1)" in ln
+               for ln in info.value.lines()), info.value.lines()
