@@ -2,9 +2,11 @@
 # Pallas Mosaic GPU kernels for jax 0.11.2: dq, dk, dv of fwd_o = softmax(0.08838834764831843 * q k^T + causal mask) v (bottom_right),
 # given the upstream gradient grad_o and the forward's log-sum-exp lse.
 # B=2 Hq=16 Hkv=16 Sq=4096 Skv=4096 D=128, layout bshd ([B, S, H, D], read and written in place), bf16.
-# delta = rowsum(dO * O) in f32 (jnp), then two kernels of one warpgroup a block, each streaming its operands through
-# a 2-stage TMA ring that the warpgroup refills itself: the dK/dV kernel (64 keys of one kv head a block, every
-# q head of its group, 64 queries a step) and the dQ kernel (64 queries of one head a block, 64 keys a step).# P^T, dS^T and dS go to their wgmma through SMEM. Causal: blocks wholly past the mask are skipped, those crossing it masked.
+# delta = rowsum(dO * O) in f32 (jnp), then ONE kernel (FlashAttention-3's form, pipeline.kind warp_specialized): a block
+# owns 128 keys of one kv head (2 consumer warpgroup(s) of 64 keys, dK and dV in registers) and visits every q head of
+# its group, 64 queries a step, streamed by a producer warpgroup through a 2-stage TMA ring; each step's dQ partial
+# dS K leaves by a TMA reduce-add into an f32 workspace, which a jnp pass scales and casts into dq.
+# P^T and dS^T are the register operands of dV += P^T dO and dK += dS^T Q; dS^T goes to dQ's wgmma through SMEM. Causal: blocks wholly past the mask are skipped, those crossing it masked.
 import functools
 
 import jax
@@ -21,6 +23,12 @@ SCALE = 0.08838834764831843
 SCALE_LOG2 = 0.12751743082459868   # scale * log2(e): P = exp2(S SCALE_LOG2 - lse LOG2E)
 LOG2E = 1.4426950408889634
 ROWS = 64                    # rows of a block (one wgmma M block)
+NUM_CONSUMERS = 2            # consumer warpgroups a block, 64 keys each
+KEYS = 128                 # keys a block
+CONSUMER_REGS, PRODUCER_REGS = 232, 40   # setmaxnreg budgets (registers a thread)
+# the f32 dQ partial in 32-element (128-byte) rows with the 128-byte swizzle: the WGMMA-layout stores into it do not
+# conflict on banks (plain 512-byte rows would put a warp's 8 rows on one bank), and its TMA reduce-add reads it so
+F32_TRANSFORMS = (plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))
 D_SPLIT = 1                  # column parts of head_dim in SMEM; a dK/dV block computes one part of dK, dV
 D_PART = 128                 # HEAD_DIM // D_SPLIT
 BLOCK_Q = 64                # queries a dK/dV step
@@ -49,223 +57,163 @@ def _acc(shape):
     return plgpu.layout_cast(jnp.full(shape, 0.0, jnp.float32), plgpu.Layout.WGMMA)
 
 
-def _dkv_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dk_gmem, dv_gmem):
-    """dK, dV (columns part dh) of 64 keys of one kv head: every q head of the group, BLOCK_Q queries a step."""
+def _fused_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dq_acc_gmem, dk_gmem, dv_gmem, *, emulate):
+    """dK, dV of KEYS keys of one kv head (64 a consumer warpgroup) and their share of dQ: every q head of the
+    group, BLOCK_Q queries a step, streamed by the producer warpgroup through the ring. A step's dQ partial
+    (dS K, f32) leaves by a TMA reduce-add into dq_acc. emulate (the interpreter, which has no TMA reduction): a
+    plain TMA store into dq_acc[64-key block] instead (the caller sums them), and P^T, dS^T staged through SMEM for
+    their wgmmas (the interpreter takes no register operand)."""
     kv, hk, b = lax.axis_index("kv"), lax.axis_index("heads"), lax.axis_index("batch")
-    kb, dh = lax.div(kv, D_SPLIT), lax.rem(kv, D_SPLIT)
-    k0 = kb * ROWS
+    k0 = kv * KEYS
     # the first query block that sees a key of this block: its last query q0 + BLOCK_Q - 1 + CAUSAL_OFFSET >= k0
-    q_first = jnp.maximum(lax.div(jnp.maximum(k0 - CAUSAL_OFFSET, 0), BLOCK_Q), 0)
-    per_head = Q_BLOCKS - q_first
+    q_first = lax.div(jnp.maximum(k0 - CAUSAL_OFFSET, 0), BLOCK_Q)
+    per_head = jnp.maximum(Q_BLOCKS - q_first, 0)
     steps = GROUP * per_head
 
-    def kernel(k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, s_smem, kv_full, q_full, do_full, lse_full,
-               delta_full):
-        def load(t):
-            """Step t's Q, dO, lse and delta blocks into ring slot t % STAGES."""
-            slot = lax.rem(t, STAGES)
-            h = hk * GROUP + lax.div(t, per_head)
-            q0 = (q_first + lax.rem(t, per_head)) * BLOCK_Q
-            for part in range(D_SPLIT):
-                plgpu.copy_gmem_to_smem(_part(q_gmem, b, h, q0, BLOCK_Q, part), q_smem.at[slot, part],
-                                        q_full.at[slot])
-                plgpu.copy_gmem_to_smem(_part(do_gmem, b, h, q0, BLOCK_Q, part), do_smem.at[slot, part],
+    def where(t):
+        """Step t's q head and first query."""
+        return hk * GROUP + lax.div(t, per_head), (q_first + lax.rem(t, per_head)) * BLOCK_Q
+
+    def kernel(k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, kv_full, q_full, do_full,
+               q_free, p_smem=None):
+        wg = lax.axis_index("wg")
+
+        @pl.when(wg < NUM_CONSUMERS)
+        def _consumer():
+            plgpu.set_max_registers(CONSUMER_REGS, action="increase")
+            kc = k0 + wg * ROWS     # this consumer's 64 keys
+            ks, vs, dss, dqs = k_smem.at[wg], v_smem.at[wg], ds_smem.at[wg], dq_smem.at[wg]
+            plgpu.copy_gmem_to_smem(_rows(k_gmem, b, hk, kc, ROWS), ks, kv_full.at[wg])
+            plgpu.copy_gmem_to_smem(_rows(v_gmem, b, hk, kc, ROWS), vs, kv_full.at[wg])
+            plgpu.barrier_wait(kv_full.at[wg])
+
+            def dv_dk(dv_acc, dk_acc, p16, ds16, qs, dos):
+                """dV += P^T dO and dK += dS^T Q, issued back to back: P^T and dS^T from registers, or (emulate)
+                from their SMEM copies."""
+                if emulate:
+                    def mma(dv_ref, dk_ref):
+                        plgpu.wgmma(dv_ref, p_smem.at[wg], dos)
+                        plgpu.wgmma(dk_ref, dss, qs)
+                        return dv_ref[...], dk_ref[...]
+
+                    dv, dk = pl.run_scoped(mma, plgpu.ACC(dv_acc.shape, jnp.float32),
+                                           plgpu.ACC(dk_acc.shape, jnp.float32))
+                    return dv_acc + dv, dk_acc + dk
+
+                def mma_rs(refs):
+                    dv_ref, dk_ref = refs
+                    plgpu.wgmma(dv_ref, p16, dos)
+                    plgpu.wgmma(dk_ref, ds16, qs)
+
+                return pl.run_state(mma_rs)((plgpu.ACC.init(dv_acc), plgpu.ACC.init(dk_acc)))
+
+            def step(t, carry, masked=False):
+                dk_acc, dv_acc = carry
+                slot = lax.rem(t, STAGES)
+                h, q0 = where(t)
+                qs, dos = q_smem.at[slot], do_smem.at[slot]
+                plgpu.barrier_wait(q_full.at[slot])
+                plgpu.barrier_wait(do_full.at[slot])
+
+                def st_dpt(s_ref, dp_ref):     # S^T = K Q^T and dP^T = V dO^T, issued back to back
+                    plgpu.wgmma(s_ref, ks, qs.transpose((1, 0)))
+                    plgpu.wgmma(dp_ref, vs, dos.transpose((1, 0)))
+                    return s_ref[...], dp_ref[...]
+
+                s_t, dp_t = pl.run_scoped(st_dpt, plgpu.ACC((ROWS, BLOCK_Q), jnp.float32),
+                                          plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
+                lse_c = plgpu.load(lse_smem.at[slot], layout=COL_VEC) * LOG2E
+                p_t = jnp.exp2(s_t * SCALE_LOG2 - lax.broadcast_in_dim(lse_c, s_t.shape, [1]))
+                if masked:   # key kc + r is seen by query q0 + c iff kc + r <= q0 + c + CAUSAL_OFFSET
+                    r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 0, layout=plgpu.Layout.WGMMA)
+                    c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 1, layout=plgpu.Layout.WGMMA)
+                    p_t = jnp.where(r + kc <= c + (q0 + CAUSAL_OFFSET), p_t, 0.0)
+                p16 = p_t.astype(DTYPE)
+                if emulate:
+                    p_smem.at[wg][...] = p16
+                    plgpu.commit_smem()
+                delta_c = plgpu.load(delta_smem.at[slot], layout=COL_VEC)
+                ds16 = (p_t * (dp_t - lax.broadcast_in_dim(delta_c, dp_t.shape, [1]))).astype(DTYPE)
+                dss[...] = ds16
+                plgpu.commit_smem()
+                dv_acc, dk_acc = dv_dk(dv_acc, dk_acc, p16, ds16, qs, dos)
+                plgpu.barrier_arrive(q_free.at[slot])              # the wgmmas that read Q, dO of this slot are done
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)    # the last step's dQ partial has left dqs
+
+                def dq_part(acc_ref):  # dQ partial = dS K = (dS^T)^T K
+                    plgpu.wgmma(acc_ref, dss.transpose((1, 0)), ks)
+                    return acc_ref[...]
+
+                dqs[...] = pl.run_scoped(dq_part, plgpu.ACC((BLOCK_Q, HEAD_DIM), jnp.float32))
+                plgpu.commit_smem()
+                if emulate:
+                    plgpu.copy_smem_to_gmem(dqs, _rows(dq_acc_gmem.at[kv * NUM_CONSUMERS + wg], b, h, q0, BLOCK_Q))
+                else:
+                    plgpu.copy_smem_to_gmem(dqs, _rows(dq_acc_gmem, b, h, q0, BLOCK_Q), reduction_op="add")
+                return dk_acc, dv_acc
+
+            init = (_acc((ROWS, HEAD_DIM)), _acc((ROWS, HEAD_DIM)))
+            # per q head: the query blocks crossing the diagonal of the block's KEYS keys first (masked), then those
+            # whose first query sees every key here (q0 + CAUSAL_OFFSET >= k0 + KEYS - 1)
+            q_whole = lax.div(k0 + KEYS - 1 - CAUSAL_OFFSET + BLOCK_Q - 1, BLOCK_Q)
+            crossing = jnp.clip(q_whole - q_first, 0, per_head)
+
+            def head(g, carry):
+                t0 = g * per_head
+                carry = lax.fori_loop(t0, t0 + crossing, functools.partial(step, masked=True), carry)
+                return lax.fori_loop(t0 + crossing, t0 + per_head, step, carry)
+
+            dk_acc, dv_acc = lax.fori_loop(0, GROUP, head, init)
+            # stage dK, dV in the K and V rows (the wgmmas that read them are done) and store them by TMA
+            ks[...] = (dk_acc * SCALE).astype(DTYPE)
+            vs[...] = dv_acc.astype(DTYPE)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(ks, _rows(dk_gmem, b, hk, kc, ROWS), commit_group=False)
+            plgpu.copy_smem_to_gmem(vs, _rows(dv_gmem, b, hk, kc, ROWS), commit_group=False)
+            plgpu.commit_smem_to_gmem_group()
+            plgpu.wait_smem_to_gmem(0)     # and every dQ partial
+
+        @pl.when(wg == NUM_CONSUMERS)
+        def _producer():
+            plgpu.set_max_registers(PRODUCER_REGS, action="decrease")
+
+            @pl.loop(0, steps)
+            def _load(t):
+                slot = lax.rem(t, STAGES)
+                h, q0 = where(t)
+
+                @pl.when(t >= STAGES)
+                def _():
+                    plgpu.barrier_wait(q_free.at[slot])
+
+                plgpu.copy_gmem_to_smem(_rows(q_gmem, b, h, q0, BLOCK_Q), q_smem.at[slot], q_full.at[slot])
+                plgpu.copy_gmem_to_smem(lse_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], lse_smem.at[slot], q_full.at[slot])
+                plgpu.copy_gmem_to_smem(_rows(do_gmem, b, h, q0, BLOCK_Q), do_smem.at[slot], do_full.at[slot])
+                plgpu.copy_gmem_to_smem(delta_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], delta_smem.at[slot],
                                         do_full.at[slot])
-            plgpu.copy_gmem_to_smem(lse_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], lse_smem.at[slot], lse_full.at[slot])
-            plgpu.copy_gmem_to_smem(delta_gmem.at[b, h, pl.ds(q0, BLOCK_Q)], delta_smem.at[slot],
-                                    delta_full.at[slot])
 
-        for part in range(D_SPLIT):
-            plgpu.copy_gmem_to_smem(_part(k_gmem, b, hk, k0, ROWS, part), k_smem.at[part], kv_full.at[0])
-            plgpu.copy_gmem_to_smem(_part(v_gmem, b, hk, k0, ROWS, part), v_smem.at[part], kv_full.at[1])
+            @pl.loop(jnp.maximum(steps - STAGES, 0), steps)
+            def _last_releases(t):
+                """Observe the releases of the last stages too: every phase of q_free is waited once."""
+                plgpu.barrier_wait(q_free.at[lax.rem(t, STAGES)])
 
-        @pl.loop(0, jnp.minimum(steps, STAGES))
-        def _prologue(t):
-            load(t)
-
-        plgpu.barrier_wait(kv_full.at[0])
-        plgpu.barrier_wait(kv_full.at[1])
-
-        def step(t, carry, masked=False):
-            dk_acc, dv_acc = carry
-            slot = lax.rem(t, STAGES)
-            q0 = (q_first + lax.rem(t, per_head)) * BLOCK_Q
-            qs, dos = q_smem.at[slot], do_smem.at[slot]
-            plgpu.barrier_wait(q_full.at[slot])
-            plgpu.barrier_wait(lse_full.at[slot])
-
-            def st(acc_ref):       # S^T = K Q^T (summed over the column parts)
-                for part in range(D_SPLIT):
-                    plgpu.wgmma(acc_ref, k_smem.at[part], qs.at[part].transpose((1, 0)))
-                return acc_ref[...]
-
-            s_t = pl.run_scoped(st, plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
-            lse_c = plgpu.load(lse_smem.at[slot], layout=COL_VEC) * LOG2E
-            p_t = jnp.exp2(s_t * SCALE_LOG2 - lax.broadcast_in_dim(lse_c, s_t.shape, [1]))
-            if masked:   # key k0 + r is seen by query q0 + c iff k0 + r <= q0 + c + CAUSAL_OFFSET
-                r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 0, layout=plgpu.Layout.WGMMA)
-                c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_Q), 1, layout=plgpu.Layout.WGMMA)
-                p_t = jnp.where(r + k0 <= c + (q0 + CAUSAL_OFFSET), p_t, 0.0)
-            s_smem[...] = p_t.astype(DTYPE)
-            plgpu.commit_smem()
-            plgpu.barrier_wait(do_full.at[slot])
-
-            def dv_dpt(dv_ref, dpt_ref):   # P^T dO (this block's columns), dP^T = V dO^T
-                plgpu.wgmma(dv_ref, s_smem, dos.at[dh])
-                for part in range(D_SPLIT):
-                    plgpu.wgmma(dpt_ref, v_smem.at[part], dos.at[part].transpose((1, 0)))
-                return dv_ref[...], dpt_ref[...]
-
-            pdo, dp_t = pl.run_scoped(dv_dpt, plgpu.ACC((ROWS, D_PART), jnp.float32),
-                                      plgpu.ACC((ROWS, BLOCK_Q), jnp.float32))
-            dv_acc = dv_acc + pdo
-            plgpu.barrier_wait(delta_full.at[slot])
-            delta_c = plgpu.load(delta_smem.at[slot], layout=COL_VEC)
-            ds_t = p_t * (dp_t - lax.broadcast_in_dim(delta_c, dp_t.shape, [1]))
-            s_smem[...] = ds_t.astype(DTYPE)
-            plgpu.commit_smem()
-
-            def dk_step(acc_ref):  # dS^T Q (this block's columns)
-                plgpu.wgmma(acc_ref, s_smem, qs.at[dh])
-                return acc_ref[...]
-
-            dk_acc = dk_acc + pl.run_scoped(dk_step, plgpu.ACC((ROWS, D_PART), jnp.float32))
-
-            @pl.when(t + STAGES < steps)
-            def _refill():
-                load(t + STAGES)
-
-            return dk_acc, dv_acc
-
-        init = (_acc((ROWS, D_PART)), _acc((ROWS, D_PART)))
-        # per q head: the query blocks crossing the diagonal first (masked), then those that see every key here
-        # (the first query of the block, q0 + CAUSAL_OFFSET >= k0 + ROWS - 1)
-        q_whole = lax.div(k0 + ROWS - 1 - CAUSAL_OFFSET + BLOCK_Q - 1, BLOCK_Q)
-        crossing = jnp.clip(q_whole - q_first, 0, per_head)
-
-        def head(g, carry):
-            t0 = g * per_head
-            carry = lax.fori_loop(t0, t0 + crossing, functools.partial(step, masked=True), carry)
-            return lax.fori_loop(t0 + crossing, t0 + per_head, step, carry)
-
-        dk_acc, dv_acc = lax.fori_loop(0, GROUP, head, init)
-        # stage dK, dV in the K and V rows (the wgmmas that read them are done) and store them by TMA
-        k_out, v_out = k_smem.at[dh], v_smem.at[dh]
-        k_out[...] = (dk_acc * SCALE).astype(DTYPE)
-        v_out[...] = dv_acc.astype(DTYPE)
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(k_out, _part(dk_gmem, b, hk, k0, ROWS, dh), commit_group=False)
-        plgpu.copy_smem_to_gmem(v_out, _part(dv_gmem, b, hk, k0, ROWS, dh), commit_group=False)
-        plgpu.commit_smem_to_gmem_group()
-        plgpu.wait_smem_to_gmem(0)
-
-    pl.run_scoped(
-        kernel,
-        plgpu.SMEM((D_SPLIT, ROWS, D_PART), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((D_SPLIT, ROWS, D_PART), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((STAGES, D_SPLIT, BLOCK_Q, D_PART), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((STAGES, D_SPLIT, BLOCK_Q, D_PART), DTYPE, transforms=TRANSFORMS),
+    scratch = [
+        plgpu.SMEM((NUM_CONSUMERS, ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),    # K (then dK)
+        plgpu.SMEM((NUM_CONSUMERS, ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),    # V (then dV)
+        plgpu.SMEM((STAGES, BLOCK_Q, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
+        plgpu.SMEM((STAGES, BLOCK_Q, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
         plgpu.SMEM((STAGES, BLOCK_Q), jnp.float32),
         plgpu.SMEM((STAGES, BLOCK_Q), jnp.float32),
-        plgpu.SMEM((ROWS, BLOCK_Q), DTYPE, transforms=TRANSFORMS),
-        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=2),        # one TMA a column part
-        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=STAGES),
-        plgpu.Barrier(num_arrivals=D_SPLIT, num_barriers=STAGES),
-        plgpu.Barrier(num_barriers=STAGES),
-        plgpu.Barrier(num_barriers=STAGES),
-        collective_axes="wg",
-    )
-
-
-def _dq_body(q_gmem, k_gmem, v_gmem, do_gmem, lse_gmem, delta_gmem, dq_gmem):
-    """dQ of 64 queries of one q head: BLOCK_KV keys a step."""
-    qb, h, b = lax.axis_index("q"), lax.axis_index("heads"), lax.axis_index("batch")
-    hk = lax.div(h, GROUP)
-    q0 = qb * ROWS
-    # key blocks up to the one holding the last key this block's last query sees (q0 + ROWS - 1 + CAUSAL_OFFSET)
-    steps = jnp.minimum(lax.div(q0 + ROWS + CAUSAL_OFFSET + BLOCK_KV - 1, BLOCK_KV), KV_BLOCKS)
-
-    def kernel(q_smem, do_smem, lse_smem, delta_smem, k_smem, v_smem, s_smem, rows_full, k_full, v_full):
-        def load(t):
-            slot = lax.rem(t, STAGES)
-            plgpu.copy_gmem_to_smem(_rows(k_gmem, b, hk, t * BLOCK_KV, BLOCK_KV), k_smem.at[slot], k_full.at[slot])
-            plgpu.copy_gmem_to_smem(_rows(v_gmem, b, hk, t * BLOCK_KV, BLOCK_KV), v_smem.at[slot], v_full.at[slot])
-
-        plgpu.copy_gmem_to_smem(_rows(q_gmem, b, h, q0, ROWS), q_smem, rows_full.at[0])
-        plgpu.copy_gmem_to_smem(_rows(do_gmem, b, h, q0, ROWS), do_smem, rows_full.at[1])
-        plgpu.copy_gmem_to_smem(lse_gmem.at[b, h, pl.ds(q0, ROWS)], lse_smem, rows_full.at[2])
-        plgpu.copy_gmem_to_smem(delta_gmem.at[b, h, pl.ds(q0, ROWS)], delta_smem, rows_full.at[3])
-
-        @pl.loop(0, jnp.minimum(steps, STAGES))
-        def _prologue(t):
-            load(t)
-
-        for i in range(4):
-            plgpu.barrier_wait(rows_full.at[i])
-        lse_r = plgpu.load(lse_smem, layout=ROW_VEC) * LOG2E
-        delta_r = plgpu.load(delta_smem, layout=ROW_VEC)
-
-        def step(t, dq_acc, masked=False):
-            slot = lax.rem(t, STAGES)
-            ks, vs = k_smem.at[slot], v_smem.at[slot]
-            plgpu.barrier_wait(k_full.at[slot])
-
-            def s_step(acc_ref):   # S = Q K^T
-                plgpu.wgmma(acc_ref, q_smem, ks.transpose((1, 0)))
-                return acc_ref[...]
-
-            s = pl.run_scoped(s_step, plgpu.ACC((ROWS, BLOCK_KV), jnp.float32))
-            p = jnp.exp2(s * SCALE_LOG2 - lax.broadcast_in_dim(lse_r, s.shape, [0]))
-            if masked:   # query q0 + r sees key t BLOCK_KV + c iff t BLOCK_KV + c <= q0 + r + CAUSAL_OFFSET
-                r = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 0, layout=plgpu.Layout.WGMMA)
-                c = plgpu.broadcasted_iota(jnp.int32, (ROWS, BLOCK_KV), 1, layout=plgpu.Layout.WGMMA)
-                p = jnp.where(c + t * BLOCK_KV <= r + (q0 + CAUSAL_OFFSET), p, 0.0)
-            plgpu.barrier_wait(v_full.at[slot])
-
-            def dp_step(acc_ref):  # dP = dO V^T
-                plgpu.wgmma(acc_ref, do_smem, vs.transpose((1, 0)))
-                return acc_ref[...]
-
-            dp = pl.run_scoped(dp_step, plgpu.ACC((ROWS, BLOCK_KV), jnp.float32))
-            ds = p * (dp - lax.broadcast_in_dim(delta_r, dp.shape, [0]))
-            s_smem[...] = ds.astype(DTYPE)
-            plgpu.commit_smem()
-
-            def dq_step(acc_ref):  # dS K
-                plgpu.wgmma(acc_ref, s_smem, ks)
-                return acc_ref[...]
-
-            dq_acc = dq_acc + pl.run_scoped(dq_step, plgpu.ACC((ROWS, HEAD_DIM), jnp.float32))
-
-            @pl.when(t + STAGES < steps)
-            def _refill():
-                load(t + STAGES)
-
-            return dq_acc
-
-        # the key blocks every query of the block sees whole (their last key <= q0 + CAUSAL_OFFSET), then the masked
-        whole = jnp.minimum(lax.div(q0 + CAUSAL_OFFSET + 1, BLOCK_KV), steps)
-        dq_acc = lax.fori_loop(0, whole, step, _acc((ROWS, HEAD_DIM)))
-        dq_acc = lax.fori_loop(whole, steps, functools.partial(step, masked=True), dq_acc)
-        q_smem[...] = (dq_acc * SCALE).astype(DTYPE)   # staged in the Q rows (the wgmmas that read them are done)
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(q_smem, _rows(dq_gmem, b, h, q0, ROWS))
-        plgpu.wait_smem_to_gmem(0)
-
-    pl.run_scoped(
-        kernel,
-        plgpu.SMEM((ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((ROWS, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((ROWS,), jnp.float32),
-        plgpu.SMEM((ROWS,), jnp.float32),
-        plgpu.SMEM((STAGES, BLOCK_KV, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((STAGES, BLOCK_KV, HEAD_DIM), DTYPE, transforms=TRANSFORMS),
-        plgpu.SMEM((ROWS, BLOCK_KV), DTYPE, transforms=TRANSFORMS),
-        plgpu.Barrier(num_barriers=4),
-        plgpu.Barrier(num_barriers=STAGES),
-        plgpu.Barrier(num_barriers=STAGES),
-        collective_axes="wg",
-    )
+        plgpu.SMEM((NUM_CONSUMERS, ROWS, BLOCK_Q), DTYPE, transforms=TRANSFORMS),     # dS^T
+        plgpu.SMEM((NUM_CONSUMERS, BLOCK_Q, HEAD_DIM), jnp.float32, transforms=F32_TRANSFORMS),   # a dQ partial
+        plgpu.Barrier(num_arrivals=2, num_barriers=NUM_CONSUMERS),                   # K and V
+        plgpu.Barrier(num_arrivals=2, num_barriers=STAGES),                          # Q and lse
+        plgpu.Barrier(num_arrivals=2, num_barriers=STAGES),                          # dO and delta
+        plgpu.Barrier(num_arrivals=NUM_CONSUMERS, num_barriers=STAGES),              # a stage read by every consumer
+    ]
+    if emulate:
+        scratch.append(plgpu.SMEM((NUM_CONSUMERS, ROWS, BLOCK_Q), DTYPE, transforms=TRANSFORMS))   # P^T
+    pl.run_scoped(kernel, *scratch, collective_axes="wg")
 
 
 def delta_of(out, dout):
@@ -279,31 +227,30 @@ def make(sizes=None, interpret=None, outputs_as_refs=False):
     inputs. interpret: None compiles for the GPU; a plgpu.InterpretGPUParams runs jax's Mosaic GPU interpreter."""
     q_type = jax.ShapeDtypeStruct([2, 4096, 16, 128], DTYPE)
     kv_type = jax.ShapeDtypeStruct([2, 4096, 16, 128], DTYPE)
-    common = dict(
-        num_threads=1,
-        thread_name="wg",
+    emulate = interpret is not None    # the interpreter has no TMA reduce-add: one dQ slice a 64-key block, summed
+    ws_shape = (64,) * emulate + tuple(q_type.shape)
+    fused = plgpu.kernel(functools.partial(_fused_body, emulate=emulate), out_type=() if outputs_as_refs else (kv_type, kv_type),
+                         grid=(32, HEADS_KV, BATCH), grid_names=("kv", "heads", "batch"),
+                         num_threads=NUM_CONSUMERS + 1, thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             approx_math=True,
             lowering_semantics=plgpu.LoweringSemantics.Lane,
         ),
-        interpret=interpret,
-    )
-    dkv = plgpu.kernel(_dkv_body, out_type=() if outputs_as_refs else (kv_type, kv_type),
-                       grid=(64 * D_SPLIT, HEADS_KV, BATCH), grid_names=("kv", "heads", "batch"),
-                       kernel_name="attn_bwd_attention_backward_causal_bf16_4096_bf16_d128_q64_kv64_s2_dkv", **common)
-    dq_kernel = plgpu.kernel(_dq_body, out_type=() if outputs_as_refs else (q_type,),
-                             grid=(64, HEADS_Q, BATCH), grid_names=("q", "heads", "batch"),
-                             kernel_name="attn_bwd_attention_backward_causal_bf16_4096_bf16_d128_q64_kv64_s2_dq", **common)
+                         interpret=interpret, kernel_name="attn_bwd_attention_backward_causal_bf16_4096_bf16_d128_q64_kv64_s2_fa3_ws2_fused")
 
     def backward(q, k, v, out, dout, lse, *refs):
         """(dq, dk, dv); with outputs_as_refs written into refs (dq, dk, dv) instead."""
         delta = delta_of(out, dout)
+        dq_acc = jax.new_ref(jnp.zeros(ws_shape, jnp.float32))   # dQ / SCALE in f32, summed by TMA reduce-adds
         if outputs_as_refs:
-            dkv(q, k, v, dout, lse, delta, refs[1], refs[2])
-            dq_kernel(q, k, v, dout, lse, delta, refs[0])
+            fused(q, k, v, dout, lse, delta, dq_acc, refs[1], refs[2])
+        else:
+            dk, dv = fused(q, k, v, dout, lse, delta, dq_acc)
+        acc = jax.freeze(dq_acc)
+        dq = ((acc.sum(axis=0) if emulate else acc) * SCALE).astype(DTYPE)
+        if outputs_as_refs:
+            refs[0][...] = dq
             return None
-        dk, dv = dkv(q, k, v, dout, lse, delta)
-        (dq,) = dq_kernel(q, k, v, dout, lse, delta)
         return dq, dk, dv
 
     return backward

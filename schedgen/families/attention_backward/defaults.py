@@ -1,16 +1,21 @@
 """What the attention backward planner picks for the schedule fields a spec does not write."""
 from __future__ import annotations
 
-from ...plan.defaults import Pick, written
+from ...plan.defaults import Pick, apply, written
 from ...plan.hardware import Hardware
 from .records import CUDA_REG_OVERHEAD, REG_LIMIT
 
-# The Pallas backward's form when pipeline.kind is not written. The one-kernel form (warp_specialized, fused.py)
-# verifies in the interpreter and lowers for the GPU; it becomes the default once the H200 has verified and timed it
-# (bench/attention_backward_forms.py) against the two-kernel form.
+# pipeline.kind when not written: the warp-specialized forms wherever the spec lets them plan (fixed sizes, head_dim
+# 64 or 128, whole 64-row blocks, ...). Measured on the H200 (docs/benchmarks.md, session 11, D128 B1 S4096 H16 bf16):
+# the Pallas one-kernel form 450 TFLOP/s against the two-kernel form's 333 (causal 376 / 269); the CUDA wgmma kernel
+# 270 against the mma.sync kernel's 151. Elsewhere the two-kernel Pallas form and the mma.sync kernel, which take
+# every spec the family does.
+FAST_KIND = "warp_specialized"
+FAST_KIND_WHY = ("one kernel a backend: the Pallas form of FlashAttention-3 (dQ by TMA reduce-add) and the CUDA wgmma "
+                 "kernel (dQ by red.global.add into a workspace); 1.35x and 1.79x the two-kernel / mma.sync forms on "
+                 "the H200")
 DEFAULT_KIND = "emit_pipeline"
-DEFAULT_KIND_WHY = ("the Pallas backward in two kernels (dK/dV, then dQ recomputing S and dP); warp_specialized is the "
-                    "one-kernel form (dQ by TMA reduce-add), not yet timed on the GPU")
+DEFAULT_KIND_WHY = "the two-kernel Pallas form (dK/dV, then dQ recomputing S and dP) and the mma.sync CUDA kernel"
 
 
 def _cuda_fits(spec) -> str | None:
@@ -59,12 +64,27 @@ def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
                               "kind warp_specialized) and the Pallas (Mosaic GPU) one"))
         else:
             picks.append(Pick(("schedule", "backends"), ["pallas"], f"Pallas only: {why}"))
-    if not written(spec, ("schedule", "pipeline", "kind")):
-        picks.append(Pick(("schedule", "pipeline", "kind"), DEFAULT_KIND, DEFAULT_KIND_WHY))
-    if spec.schedule.pipeline.kind == "warp_specialized" and not written(spec, ("schedule", "pipeline",
-                                                                                 "num_compute_wgs")):
-        picks.append(_consumers(spec))
     if not written(spec, ("schedule", "compiler_params", "approx_math")):
         picks.append(Pick(("schedule", "compiler_params", "approx_math"), True,
                           "exp2 of the recomputed P in the fast approximate form (as the forward's)"))
-    return picks
+    consumers = [] if written(spec, ("schedule", "pipeline", "num_compute_wgs")) else [_consumers(spec)]
+    if written(spec, ("schedule", "pipeline", "kind")):
+        return picks + (consumers if spec.schedule.pipeline.kind == FAST_KIND else [])
+    why_not = _fast_form_refuses(spec, hw, picks + consumers)
+    if why_not is None:
+        return picks + [Pick(("schedule", "pipeline", "kind"), FAST_KIND, FAST_KIND_WHY)] + consumers
+    return picks + [Pick(("schedule", "pipeline", "kind"), DEFAULT_KIND, f"{DEFAULT_KIND_WHY}; {why_not}")]
+
+
+def _fast_form_refuses(spec, hw: Hardware, picks: list[Pick]) -> str | None:
+    """Why the warp-specialized forms cannot take the spec with the other picks (None: they can): the planner's
+    first problem with pipeline.kind set to warp_specialized, so the pick and the rules never disagree."""
+    from .plan import plan_attention_backward       # the planner imports this module's neighbours, not this one
+
+    trial, _ = apply(spec, [*picks, Pick(("schedule", "pipeline", "kind"), FAST_KIND, "")])
+    result, problems = plan_attention_backward(trial, hw)
+    if result is not None:
+        return None
+    first = next(iter(problems), None)
+    said = first.message if first is not None else "it does not plan"
+    return f"warp_specialized does not take this spec ({said})"

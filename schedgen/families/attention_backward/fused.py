@@ -49,6 +49,7 @@ def plan_fused(sch, dims, block_q: int, block_kv: int, names, ranges: dict, hw: 
     if ranges:
         problems.add(kind, "the one-kernel backward (warp_specialized) takes fixed sizes only; with dynamic sizes "
                            "leave kind out (emit_pipeline: the two-kernel form)")
+        return None                       # the rules below compare extents known only at launch
     if d not in (64, 128):
         problems.add(kind, f"the one-kernel backward (warp_specialized) holds a consumer's dK and dV (64 x {d} f32 "
                            f"each) in registers for head_dim 64 or 128 only; got {d}: leave kind out "

@@ -45,10 +45,13 @@ def wants_wgmma(sch) -> bool:
     return sch.pipeline.kind == "warp_specialized"
 
 
-def consumers_of(sch) -> int:
-    """pipeline.num_compute_wgs as written, else 2 (128 keys a dK/dV block, as FlashAttention-3's)."""
+def consumers_of(sch, sq: int, skv: int) -> int:
+    """pipeline.num_compute_wgs as written, else the planner's rule (defaults._consumers): 2 (128 keys a dK/dV
+    block, as FlashAttention-3's) when Sq and Skv are multiples of 128, else 1."""
     pipe = sch.pipeline
-    return pipe.num_compute_wgs if "num_compute_wgs" in pipe.model_fields_set else MAX_CONSUMERS
+    if "num_compute_wgs" in pipe.model_fields_set:
+        return pipe.num_compute_wgs
+    return MAX_CONSUMERS if sq % (ROWS * MAX_CONSUMERS) == 0 and skv % (ROWS * MAX_CONSUMERS) == 0 else 1
 
 
 def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, ranges: dict, hw: Hardware,
@@ -69,7 +72,7 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
             problems.add(("schedule", "in_specs", n, "block_shape", 0),
                          f"the warp-specialized wgmma backward streams {STEP} {what} a step (the N of its score "
                          f"wgmmas, m64n64k16); got {block}; legal: {STEP}")
-    nc = consumers_of(sch)
+    nc = consumers_of(sch, sq, skv)
     if nc > MAX_CONSUMERS:
         problems.add(("schedule", "pipeline", "num_compute_wgs"),
                      f"the warp-specialized wgmma backward takes 1 or 2 consumer warpgroups (64 rows each), got {nc}")

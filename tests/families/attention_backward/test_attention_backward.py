@@ -38,7 +38,12 @@ def _fwd_overrides(sizes, causal=False, gqa=False, layout="bshd", scale=None):
     return ov
 
 
+TWO = {"schedule.pipeline.kind": "emit_pipeline"}   # the two-kernel Pallas form and the mma.sync CUDA kernel
+
+
 def _bwd_overrides(sizes, causal=False, gqa=False, layout="bshd", scale=None, blocks=(64, 64), d=64):
+    """Overrides of the bundled spec for these sizes, in the two-kernel / mma.sync form (TWO: not the planner's
+    warp-specialized pick, which its own tests cover); the other forms' tests write their kind over it."""
     kvh = "G" if gqa else "H"
     qs, ks = ["B", "SQ", "H", "D"], ["B", "SKV", kvh, "D"]
     if layout == "bhsd":
@@ -47,7 +52,7 @@ def _bwd_overrides(sizes, causal=False, gqa=False, layout="bshd", scale=None, bl
           **{f"op.inputs.{n}.shape": qs for n in ("q", "fwd_o", "grad_o")},
           **{f"op.inputs.{n}.shape": ks for n in ("k", "v")}, "op.inputs.lse.shape": ["B", "H", "SQ"],
           "op.outputs.dq.shape": qs, "op.outputs.dk.shape": ks, "op.outputs.dv.shape": ks,
-          "schedule.in_specs.q.block_shape": [blocks[0], d], "schedule.in_specs.k.block_shape": [blocks[1], d]}
+          "schedule.in_specs.q.block_shape": [blocks[0], d], "schedule.in_specs.k.block_shape": [blocks[1], d], **TWO}
     if scale is not None:
         ov["op.scale"] = scale
     return ov
@@ -215,7 +220,7 @@ LOWER_CASES = {
 @pytest.mark.parametrize("case", list(LOWER_CASES), ids=list(LOWER_CASES))
 def test_pallas_lowers_for_cuda(case, tmp_path):
     jax = pytest.importorskip("jax")
-    built = build_spec(str(SPEC), LOWER_CASES[case])
+    built = build_spec(str(SPEC), {**TWO, **LOWER_CASES[case]})
     plan = built.plan
     mod = _module(built, tmp_path)
     args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in plan.inputs]
@@ -272,20 +277,21 @@ def test_bundled_specs_plan():
     from schedgen.plan import plan
     for name in ("attention_backward_bf16_4096", "attention_backward_causal_bf16_4096"):
         spec, src = load_spec(str(SPECS_DIR / f"{name}.yaml"))
-        p = plan(spec, src)
-        assert p.backends == ("cuda", "pallas") and p.cuda is not None and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
+        p = plan(spec, src)         # the planner's pick: each backend's warp-specialized form (one kernel each)
+        assert p.fused and p.wgmma is not None and p.cuda is None and p.consumers == 2
+        assert p.backends == ("cuda", "pallas") and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
         assert p.flops == backward_flops(p.batch, 16, 4096, 4096, 128, p.causal_alignment)
 
 
 def test_rendered_module_reflects_the_plan():
     """The knobs reach the Pallas source: blocks, ring depth, scale, mask (split at the diagonal), layout."""
-    built = build_spec(str(SPEC), {})
+    built = build_spec(str(SPEC), TWO)
     p, src = built.plan, built.files["pallas_kernel.py"].decode()
     assert f"BLOCK_Q = {p.block_q}" in src and f"BLOCK_KV = {p.block_kv}" in src and f"STAGES = {p.stages}" in src
     assert f"SCALE_LOG2 = {p.scale_log2!r}" in src and "approx_math=True" in src and "LoweringSemantics.Lane" in src
     assert "ref.at[b, pl.ds(start, size), h]" in src and "bshd,bshd->bhs" in src
     assert "broadcasted_iota" not in src and "CAUSAL_OFFSET" not in src
-    causal = build_spec(str(SPEC), {"op.causal": True, "schedule.compiler_params.approx_math": False,
+    causal = build_spec(str(SPEC), {**TWO, "op.causal": True, "schedule.compiler_params.approx_math": False,
                                     **LOWER_CASES["bhsd"]}).files["pallas_kernel.py"].decode()
     assert causal.count("if masked:") == 2 and "CAUSAL_OFFSET = 0" in causal and "approx_math=False" in causal
     assert "ref.at[b, h, pl.ds(start, size)]" in causal and "bhsd,bhsd->bhs" in causal

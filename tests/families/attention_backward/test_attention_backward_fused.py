@@ -176,12 +176,18 @@ def _explain(ov) -> str:
 
 
 def test_picks_and_explain():
-    """kind not written: the two-kernel form (until the H200 times the one-kernel form); warp_specialized written:
-    two consumers when Skv is a multiple of 128, else one; explain says which form and its numbers."""
-    assert not _plan({}).fused
+    """kind not written: warp_specialized where it plans (the bundled spec: two consumers), with the reason; with
+    emit_pipeline written, the two-kernel form; warp_specialized: two consumers when Skv is a multiple of 128, else
+    one; explain says which form and its numbers."""
+    p = _plan({})
+    assert p.fused and p.consumers == 2
     text = _explain({})
-    assert "pipeline.kind emit_pipeline: two Pallas kernels" in text
-    assert "schedule.pipeline.kind = emit_pipeline" in text
+    assert "schedule.pipeline.kind = warp_specialized" in text and "1.35x" in text
+    assert "schedule.pipeline.num_compute_wgs = 2" in text
+    two = {"schedule.pipeline.kind": "emit_pipeline"}
+    assert not _plan(two).fused
+    text = _explain(two)
+    assert "pipeline.kind emit_pipeline: two Pallas kernels" in text and "schedule.pipeline.kind =" not in text
     p = _plan(FUSED)
     assert p.fused and p.consumers == 2 and p.num_blocks == 32 * 16 * 2
     text = _explain(FUSED)
@@ -191,12 +197,31 @@ def test_picks_and_explain():
     assert odd.consumers == 1 and odd.num_blocks == 3 * 2
 
 
+def test_the_kind_pick_falls_back_with_the_reason():
+    """Where the warp-specialized forms cannot plan (dynamic sizes, head_dim 256, a block they do not stream), kind
+    not written picks emit_pipeline and says why; the spec plans."""
+    for ov, said in (({**DYN}, "fixed sizes only"),
+                      ({"op.sizes": {"B": 1, "S": 4096, "H": 2, "D": 256}, "schedule.backends": ["pallas"],
+                       "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256]},
+                      "head_dim 64 or 128 only"),
+                     ({"op.sizes": {"B": 1, "S": 4096, "H": 2, "D": 64}, "schedule.in_specs.q.block_shape": [64, 64],
+                       "schedule.in_specs.k.block_shape": [128, 64]}, "streams 64 keys a step")):
+        p = _plan(ov)
+        assert not p.fused, ov
+        text = _explain(ov)
+        assert "schedule.pipeline.kind = emit_pipeline" in text and "warp_specialized does not take this spec" in text
+        assert said in text, text
+
+
 DYN = {"op.sizes": {"B": {"dynamic": True, "max": 4}, "S": 4096, "H": 2, "D": 64},
        "schedule.in_specs.q.block_shape": [64, 64], "schedule.in_specs.k.block_shape": [64, 64]}
 ERRORS = {
     "budgets": ({**FUSED, "schedule.pipeline.compute_registers": 240}, "schedule.pipeline.compute_registers",
                 "sets its own budgets"),
     "dynamic": ({**FUSED, **DYN}, "schedule.pipeline.kind", "fixed sizes only"),
+    # a dynamic sequence length: a located error, not the TypeError of comparing Skv's launch-time extent
+    "dynamic_seq": ({**FUSED, **DYN, "op.sizes": {"B": 1, "S": {"dynamic": True, "max": 4096}, "H": 2, "D": 64}},
+                    "schedule.pipeline.kind", "fixed sizes only"),
     "d256": ({**FUSED, "op.sizes": {"B": 1, "S": 4096, "H": 2, "D": 256},
               "schedule.in_specs.q.block_shape": [64, 256], "schedule.in_specs.k.block_shape": [64, 256]},
              "schedule.pipeline.kind", "head_dim 64 or 128 only"),
@@ -211,8 +236,10 @@ ERRORS = {
                         "schedule.in_specs.k.block_shape[0]", "legal: 64 (the default), or add cuda"),
     "smem": ({**FUSED, "schedule.pipeline.max_concurrent_steps": 3}, "schedule.pipeline.max_concurrent_steps",
              "over the 232448 B"),
-    "wgs_two_kernels": ({"schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs",
-                        "warp_specialized"),
+    "wgs_two_kernels": ({"schedule.pipeline.kind": "emit_pipeline", "schedule.pipeline.num_compute_wgs": 2},
+                        "schedule.pipeline.num_compute_wgs", "warp_specialized"),
+    "wgs_kind_fell_back": ({**DYN, "schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs",
+                           "warp_specialized"),
     "kind_none": ({"schedule.pipeline.kind": "none"}, "schedule.pipeline.kind", "warp_specialized (one Pallas kernel"),
 }
 

@@ -137,13 +137,33 @@ def test_rendering_reflects_the_plan(built):
     assert "return 2u;" in plain and "sg_named_sync(1, 256);" in plain and "sg_named_sync(1, 128);" in one
 
 
-def test_the_default_is_unchanged():
-    """Without pipeline.kind the bundled specs keep the mma.sync kernel (until the H200 verifies this one)."""
+def test_the_default_is_this_kernel_where_it_plans():
+    """Without pipeline.kind the bundled spec gets this kernel (verified and timed on the H200: 1.79x the mma.sync
+    one); kind emit_pipeline written keeps the mma.sync kernel; where this kernel cannot plan (block_kv 128 at
+    head_dim 64) the planner picks the mma.sync one."""
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan
     spec, src = load_spec(str(SPEC))
     p = plan(spec, src)
+    assert p.wgmma is not None and p.cuda is None and p.threads == 384
+    spec, src = load_spec(str(SPEC), {"schedule.pipeline.kind": "emit_pipeline"})
+    p = plan(spec, src)
     assert p.wgmma is None and p.cuda is not None and p.threads == 128
+    ov = _bwd_overrides({"B": 1, "SQ": 256, "SKV": 256, "H": 2, "D": 64}, blocks=(64, 128))
+    del ov["schedule.pipeline.kind"]
+    spec, src = load_spec(str(SPEC), ov)
+    p = plan(spec, src)
+    assert p.wgmma is None and p.cuda is not None
+
+
+def test_consumers_not_written_follow_the_planners_pick():
+    """num_compute_wgs not written and Sq = 4032 (a multiple of 64, not of 128): one consumer warpgroup, as the
+    planner's pick says (the kernel took 2 and failed with an error about a field the user never wrote)."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    spec, src = load_spec(str(SPEC), {**WS, "S": 4032})
+    p = plan(spec, src)
+    assert p.wgmma is not None and p.wgmma.consumers == 1 and p.wgmma.rows == 64
 
 
 def test_explain_names_the_fields_it_reads(built):
@@ -188,7 +208,8 @@ ERRORS = {
                     "streams 64 queries a step"),
     "three_consumers": ({"schedule.pipeline.num_compute_wgs": 3}, "schedule.pipeline.num_compute_wgs",
                         "1 or 2 consumer warpgroups"),
-    "ragged_for_two": ({"S": 4032}, "op.inputs.q.shape[1]", "use num_compute_wgs: 1"),
+    "ragged_for_two": ({"S": 4032, "schedule.pipeline.num_compute_wgs": 2}, "op.inputs.q.shape[1]",
+                       "use num_compute_wgs: 1"),
     "setmaxnreg_step": ({"schedule.pipeline.memory_registers": 30}, "schedule.pipeline.memory_registers",
                         "multiple of 8"),
     "register_budget": ({"schedule.pipeline.compute_registers": 256}, "schedule.pipeline.compute_registers", ""),
@@ -218,7 +239,8 @@ def test_the_warpgroup_fields_are_errors_without_it():
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan
     for field, value in (("num_compute_wgs", 2), ("memory_registers", 40), ("compute_registers", 232)):
-        spec, src = load_spec(str(SPEC), {f"schedule.pipeline.{field}": value})
+        spec, src = load_spec(str(SPEC), {"schedule.pipeline.kind": "emit_pipeline",
+                                          f"schedule.pipeline.{field}": value})
         with pytest.raises(SpecErrors) as exc:
             plan(spec, src)
         assert f"schedule.pipeline.{field}" in str(exc.value) and "warp_specialized" in str(exc.value)
