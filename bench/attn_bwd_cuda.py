@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--consumers", type=int, default=2, help="pipeline.num_compute_wgs of the wgmma kernel")
     ap.add_argument("--stages", type=int, default=2, help="pipeline.max_concurrent_steps of both kernels")
+    ap.add_argument("--dq-own", action="store_true",
+                    help="also time the wgmma kernel whose consumers each add all of dQ's columns over their own "
+                         "keys (no dS shared between them: wgmma.shares_ds False)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
@@ -113,6 +116,15 @@ def main(argv=None) -> int:
         "wgmma": _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
                                "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma"),
     }
+    if args.dq_own:
+        from schedgen.families.attention_backward import wgmma as wgmma_plan
+        shares = wgmma_plan.shares_ds
+        wgmma_plan.shares_ds = lambda nc, d: False
+        try:
+            kernels["wgmma_own"] = _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
+                                                 "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma_own")
+        finally:
+            wgmma_plan.shares_ds = shares
     plan = kernels["wgmma"][0]
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -155,6 +167,9 @@ def main(argv=None) -> int:
     for name, t in ms.items():
         print(f"  {name:9s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
     print(f"  wgmma / mma_sync {ms['mma_sync'] / ms['wgmma']:.2f}x   wgmma / cudnn {ms['cudnn'] / ms['wgmma']:.2f}x")
+    if "wgmma_own" in ms:
+        print(f"  wgmma_own / wgmma {ms['wgmma'] / ms['wgmma_own']:.2f}x   wgmma_own / cudnn "
+              f"{ms['cudnn'] / ms['wgmma_own']:.2f}x")
     return 0 if ok else 1
 
 

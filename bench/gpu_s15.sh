@@ -1,4 +1,5 @@
-# Session 12 (2026-12-06), the second H200 call: the short training run of the bundled example (issue 19: every
+# Session 12 (2026-12-06), the second H200 call: the CUDA wgmma backward's dQ with and without dS shared between
+# its consumers (bench/attn_bwd_cuda.py --dq-own), the short training run of the bundled example (issue 19: every
 # backward through schedgen's kernels, the attention block's now the planner's warp-specialized wgmma kernel), then
 # the rowwise cluster sweep to 262k (bench/gpu_rowcluster.sh, issue 18). Logs in one tarball; guarded.
 set -u
@@ -6,7 +7,11 @@ O=$OUT/w; mkdir -p $O
 . bench/guard.sh 550
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
-T=$(cap 300); timeout $T bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"
+T=$(cap 80); timeout $T python3 bench/attn_bwd_cuda.py --dq-own > $O/own.log 2>&1
+echo "0a wgmma dQ shared vs own (rc $?):"; tail -9 $O/own.log | cut -c1-200
+T=$(cap 70); timeout $T python3 bench/attn_bwd_cuda.py --dq-own --causal > $O/own_causal.log 2>&1
+echo "0b causal (rc $?):"; tail -6 $O/own_causal.log | cut -c1-200
+T=$(cap 260); timeout $T bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"
 echo "1 training run (rc $?):"; tail -14 $O/train.log | cut -c1-220
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
 T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1

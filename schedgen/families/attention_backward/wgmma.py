@@ -55,6 +55,15 @@ def consumers_of(sch, sq: int, skv: int) -> int:
     return MAX_CONSUMERS if sq % (ROWS * MAX_CONSUMERS) == 0 and skv % (ROWS * MAX_CONSUMERS) == 0 else 1
 
 
+def shares_ds(nc: int, d: int) -> bool:
+    """Whether the two consumers share dS through SMEM and split dQ's columns over all the block's keys (half the
+    adds into the workspace, but a barrier of both consumers every step, which keeps them in lock-step), rather than
+    each adding all of dQ's columns over its own 64 keys (twice the adds, no barrier between them). Head_dim 128 with
+    two consumers shares (a consumer's own dQ partial would be 64 more registers); bench/attn_bwd_cuda.py --dq-own
+    times the other form."""
+    return nc == 2 and d == 128
+
+
 def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, ranges: dict, hw: Hardware,
                problems: Problems) -> WgmmaBackward | None:
     """The wgmma kernel's record, or None with located problems."""
@@ -106,7 +115,7 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
                      f"over the {hw.smem_per_block} B a block may have; use fewer stages")
     if len(problems) != before:
         return None
-    split = nc == 2 and d == 128
+    split = shares_ds(nc, d)
     acc = b * hq * sq * d                                   # f32 dQ sums, then a u32 counter a 64-query tile
     counters = -(-b * hq * (sq // STEP) * 4 // 16) * 16
     return WgmmaBackward(

@@ -134,7 +134,11 @@ def test_rendering_reflects_the_plan(built):
     # the arrivals a tile expects: consumers x the key blocks that reach it (causal: from the geometry)
     assert "return 2u * (uint32_t)min(2, ((qb + 1) * 64 + OFFSET + 127) / 128);" in cu
     assert "return 1u * (uint32_t)min(5, ((qb + 1) * 64 + OFFSET + 63) / 64);" in one
-    assert "return 2u;" in plain and "sg_named_sync(1, 256);" in plain and "sg_named_sync(1, 128);" in one
+    # dS shared between two consumers (head_dim 128): a barrier of both; else each consumer's own (head_dim 64)
+    d128 = built["causal_d128"].files["kernel.cu"].decode()
+    assert "sg_named_sync(1, 256);" in d128 and "sg_named_sync(2 + w, 128);   " not in d128
+    assert "return 2u;" in plain and "sg_named_sync(1, 256);" not in plain and "sg_named_sync(2 + w, 128);   " in plain
+    assert "sg_named_sync(2 + w, 128);   " in one
 
 
 def test_the_default_is_this_kernel_where_it_plans():
