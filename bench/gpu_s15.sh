@@ -14,6 +14,13 @@ echo "0b causal (rc $?):"; tail -6 $O/own_causal.log | cut -c1-200
 T=$(cap 260); timeout $T bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"
 echo "1 training run (rc $?):"; tail -14 $O/train.log | cut -c1-220
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
+# cross-entropy: is the kernel bound by its instructions (IEEE expf) once the ring overlaps the loads? approx_math
+# (ex2.approx, what torch.compile's Triton kernel uses) against the default, at 8192 x 32000 and 4096 x 128256
+xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m schedgen bench specs/crossentropy_bf16.yaml \
+  --backend cuda "$@" --json $O/$case.json > $O/$case.out 2>&1; echo "$case (rc $?):"; tail -8 $O/$case.out | cut -c1-160; }
+xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
+xb xent_128256 --at M=4096 -D op.sizes.N=128256
+xb xent_128256_approx --at M=4096 -D op.sizes.N=128256 -D schedule.compiler_params.approx_math=true
 T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1
 echo "2 rowcluster:"; tail -20 $O/rowcluster.log | cut -c1-200
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
