@@ -76,6 +76,14 @@ def _same_lowest(spec, m) -> bool:
     return (m.value if m.value is not None else size.multiple_of) == size.lowest
 
 
+def _picked(spec, path: tuple):
+    """The planner's pick for the field at `path` (None when it picks none: the field is written, or not its to
+    pick)."""
+    from schedgen.plan import complete
+    _, picks = complete(spec)
+    return next((p.value for p in picks if tuple(p.path) == path), None)
+
+
 def _cuda_only(spec, m, same) -> bool:
     return same == ["cuda"]
 
@@ -115,6 +123,10 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      s.schedule.target == "sm_90a" and "num_compute_wgs" not in s.schedule.pipeline.model_fields_set,
      "Hopper attention picks 2 consumer warpgroups unless num_compute_wgs is written: 2 restates that (a spec for "
      "sm_100a, where the field is an error, writes none)"),
+    ("attention_backward*", "schedule.pipeline.kind", lambda s, m, _: m.value == "warp_specialized" and
+     _picked(s, ("schedule", "pipeline", "kind")) == m.value,
+     "the attention backward picks warp_specialized wherever it plans unless pipeline.kind is written: "
+     "warp_specialized restates that"),
     ("matmul_bf16_256x8192x8192", "schedule.persistent.loop", lambda s, m, same: m.value == "none" and
      same == ["pallas"], "64 tiles on 132 SMs: the Pallas kernel's persistent grid is a block a tile already"),
     ("*", "schedule.out_specs.*.memory_space", lambda s, m, _: m.value == "tmem" and s.schedule.target == "sm_100a",
