@@ -14,6 +14,9 @@ echo "0b causal (rc $?):"; tail -6 $O/own_causal.log | cut -c1-200
 T=$(cap 260); timeout $T bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"
 echo "1 training run (rc $?):"; tail -14 $O/train.log | cut -c1-220
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
+T=$(cap 70); timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/families/rowwise/test_rowwise_gpu.py \
+  -k "crossentropy_variants or bundled_spec_at or (ragged_rows and crossentropy) or (softmax_variants and lse)" > $O/t_rowwise.log 2>&1
+echo "rowwise GPU tests (the log-sum-exp merges):"; grep -E "^E  |^FAILED|passed|failed" $O/t_rowwise.log | cut -c1-250 | tail -8
 # cross-entropy: is the kernel bound by its instructions (IEEE expf) once the ring overlaps the loads? approx_math
 # (ex2.approx, what torch.compile's Triton kernel uses) against the default, at 8192 x 32000 and 4096 x 128256
 xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m schedgen bench specs/crossentropy_bf16.yaml \

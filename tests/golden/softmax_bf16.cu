@@ -127,6 +127,8 @@ __device__ __forceinline__ float sg_warp_min(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// exp(x - m)
+__device__ __forceinline__ float sg_exp_sub(float x, float m) { return expf(x - m); }
 // (m, s) stands for s * exp(m): log-sum-exp partials, combined without overflow (m = -inf: nothing yet).
 __device__ __forceinline__ void sg_lse_add(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
@@ -134,12 +136,30 @@ __device__ __forceinline__ void sg_lse_add(float& m, float& s, float m2, float s
   s = (m == sg_ninf() ? 0.0f : s * sg_exp(m - mx)) + (m2 == sg_ninf() ? 0.0f : s2 * sg_exp(m2 - mx));
   m = mx;
 }
+// the warp's (m, s): its max first, then each lane's sum rescaled to it (one exp a lane), then the sum
 __device__ __forceinline__ void sg_warp_lse(float& m, float& s) {
+  const float mx = sg_warp_max(m);
+  s = m == sg_ninf() ? 0.0f : s * sg_exp_sub(m, mx);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    sg_lse_add(m, s, m2, s2);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  m = mx;
+}
+// the (m, s) pairs at p[0], p[stride], ... (n of them) merged: their max, then the rescaled sum (n exps)
+template <int N>
+__device__ __forceinline__ void sg_lse_gather(const float* p, int stride, float& m, float& s) {
+  float mx = p[0];
+#pragma unroll
+  for (int w = 1; w < N; ++w) mx = fmaxf(mx, p[w * stride]);
+  float sum = 0.0f;
+  if (mx != sg_ninf()) {
+#pragma unroll
+    for (int w = 0; w < N; ++w) {
+      const float mw = p[w * stride];
+      sum += mw == sg_ninf() ? 0.0f : p[w * stride + 1] * sg_exp_sub(mw, mx);
+    }
   }
+  m = mx;
+  s = sum;
 }
 
 // ---- input 'x': bf16 [M, 8192] (row)

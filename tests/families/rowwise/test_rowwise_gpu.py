@@ -136,6 +136,9 @@ XENT_VARIANTS = {
     "no_prefetch_128256": ({"op.sizes.N": 128256, "schedule.pipeline.kind": "none",
                             "schedule.pipeline.max_concurrent_steps": 2}, 128256),
     "ring_grid_per_block_128256": ({"op.sizes.N": 128256, "schedule.persistent.loop": "none"}, 128256),
+    # ex2.approx of one FFMA (x log2 e - m log2 e) in the sweep and the merges (sg_exp_sub)
+    "approx_math": ({"schedule.compiler_params.approx_math": True}, 32000),
+    "approx_math_segments_128256": ({"op.sizes.N": 128256, "schedule.compiler_params.approx_math": True}, 128256),
     # take of an expression (a vector along the row, a lower level's reduction): its one element loaded by one thread
     "take_of_an_expression": ({"op.inputs.w": {"shape": ["N"], "dtype": "bf16"},
                                "op.body": "loss = logsumexp(x) - take(x * w - mean(x), t)"}, 32000),
