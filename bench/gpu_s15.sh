@@ -1,7 +1,7 @@
 # Session 12 (2026-12-06), the second H200 call: the CUDA wgmma backward's dQ with and without dS shared between
 # its consumers (bench/attn_bwd_cuda.py --dq-own), the short training run of the bundled example (issue 19: every
-# backward through schedgen's kernels, the attention block's now the planner's warp-specialized wgmma kernel), then
-# the rowwise cluster sweep to 262k (bench/gpu_rowcluster.sh, issue 18). Logs in one tarball; guarded.
+# backward through schedgen's kernels, the attention block's now the planner's warp-specialized wgmma kernel), then the
+# rowwise GPU tests of the new log-sum-exp merges. Logs in one tarball; guarded.
 set -u
 O=$OUT/w; mkdir -p $O
 . bench/guard.sh 550
@@ -17,15 +17,6 @@ nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheade
 T=$(cap 70); timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/families/rowwise/test_rowwise_gpu.py \
   -k "crossentropy_variants or bundled_spec_at or (ragged_rows and crossentropy) or (softmax_variants and lse)" > $O/t_rowwise.log 2>&1
 echo "rowwise GPU tests (the log-sum-exp merges):"; grep -E "^E  |^FAILED|passed|failed" $O/t_rowwise.log | cut -c1-250 | tail -8
-# cross-entropy: is the kernel bound by its instructions (IEEE expf) once the ring overlaps the loads? approx_math
-# (ex2.approx, what torch.compile's Triton kernel uses) against the default, at 8192 x 32000 and 4096 x 128256
-xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m schedgen bench specs/crossentropy_bf16.yaml \
-  --backend cuda "$@" --json $O/$case.json > $O/$case.out 2>&1; echo "$case (rc $?):"; tail -8 $O/$case.out | cut -c1-160; }
-xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
-xb xent_128256 --at M=4096 -D op.sizes.N=128256
-xb xent_128256_approx --at M=4096 -D op.sizes.N=128256 -D schedule.compiler_params.approx_math=true
-T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1
-echo "2 rowcluster:"; tail -20 $O/rowcluster.log | cut -c1-200
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
 tar czf $OUT/s15.tgz -C $OUT w 2>/dev/null; rm -rf $O
 echo done $(( $(date +%s) - START )) s

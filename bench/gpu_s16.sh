@@ -1,0 +1,22 @@
+# Session 12 (2026-12-06), the third H200 call: cross-entropy after the log-sum-exp merge change (one exp a partial,
+# exp(x - m) as one FFMA + ex2 under approx_math), default and approx_math, at 8192 x 32000 and 4096 x 128256
+# (`schedgen bench`: copy, torch, torch.compile in the same run), then the rowwise cluster sweep to 262k
+# (bench/gpu_rowcluster.sh). Logs in one tarball; guarded.
+set -u
+O=$OUT/w; mkdir -p $O
+. bench/guard.sh 500
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
+# cross-entropy: is the kernel bound by its instructions (IEEE expf) once the ring overlaps the loads? approx_math
+# (ex2.approx, what torch.compile's Triton kernel uses) against the default, at 8192 x 32000 and 4096 x 128256
+xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m schedgen bench specs/crossentropy_bf16.yaml \
+  --backend cuda "$@" --json $O/$case.json > $O/$case.out 2>&1; echo "$case (rc $?):"; tail -8 $O/$case.out | cut -c1-160; }
+xb xent_32000 --at M=8192
+xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
+xb xent_128256 --at M=4096 -D op.sizes.N=128256
+xb xent_128256_approx --at M=4096 -D op.sizes.N=128256 -D schedule.compiler_params.approx_math=true
+T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1
+echo "2 rowcluster:"; tail -20 $O/rowcluster.log | cut -c1-200
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
+tar czf $OUT/s16.tgz -C $OUT w 2>/dev/null; rm -rf $O
+echo done $(( $(date +%s) - START )) s
