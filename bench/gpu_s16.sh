@@ -13,6 +13,7 @@ xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m
   --backend cuda "$@" --json $O/$case.json > $O/$case.out 2>&1; echo "$case (rc $?):"; tail -8 $O/$case.out | cut -c1-160; }
 xb xent_32000 --at M=8192
 xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
+xb xent_32000_approx_wg2 --at M=8192 -D schedule.compiler_params.approx_math=true -D schedule.num_warpgroups=2
 xb xent_128256 --at M=4096 -D op.sizes.N=128256
 xb xent_128256_approx --at M=4096 -D op.sizes.N=128256 -D schedule.compiler_params.approx_math=true
 T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1
