@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, opcodes
+from conftest import opcodes
+from grouped_specs import DEEPSEEK, MIXTRAL, TRAIN, error_about, plan_spec, spec_errors
 from runtime.fake_driver import FakeDriver
 from schedgen import families
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.errors import SpecErrors
 from schedgen.explain import explain
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import launch as L
@@ -26,33 +26,14 @@ from schedgen.plan import plan
 from schedgen.runtime.kernel import load_package
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
-MIXTRAL = ROOT / "specs" / "grouped_moe_mixtral_bf16_dynamic.yaml"
-DEEPSEEK = ROOT / "specs" / "grouped_moe_deepseek_bf16_dynamic.yaml"
-TRAIN = ROOT / "specs" / "grouped_moe_mixtral_bf16_train.yaml"
 PAIR = {"schedule.cluster": [1, 2]}
-
-
-def _plan(path, overrides=None):
-    return plan(*load_spec(str(path), overrides or {}))
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
-def _one(lines: list[str], field: str) -> str:
-    got = [ln for ln in lines if f": {field}: " in ln]
-    assert len(got) == 1, (field, lines)
-    return got[0]
 
 
 # ------------------------------------------------------------------------------------------------ the plan
 
 @pytest.mark.parametrize("path, tiles_n", [(MIXTRAL, 56), (DEEPSEEK, 16)])
 def test_pair_plan_multicasts_x_between_two_tile_columns(path, tiles_n):
-    base, p = _plan(path), _plan(path, PAIR)
+    base, p = plan_spec(path), plan_spec(path, PAIR)
     assert (p.cluster_n, p.cluster_dims, p.tiles_n, p.cluster_tiles_n) == (2, (2, 1, 1), tiles_n, tiles_n // 2)
     mm = p.mm
     assert (mm.cluster_m, mm.cluster_n, mm.multicast, mm.split_k) == (1, 2, "lhs", 1)
@@ -67,16 +48,16 @@ def test_pair_plan_multicasts_x_between_two_tile_columns(path, tiles_n):
 
 
 def test_plan_json_is_unchanged_without_the_cluster():
-    base, p = L._plain(_plan(MIXTRAL)), L._plain(_plan(MIXTRAL, PAIR))
+    base, p = L._plain(plan_spec(MIXTRAL)), L._plain(plan_spec(MIXTRAL, PAIR))
     assert "cluster_n" not in base and "cluster_dims" not in base
     assert p["cluster_n"] == 2 and p["cluster_dims"] == [2, 1, 1]
 
 
 def test_explain_describes_the_pair():
-    text = explain(_plan(MIXTRAL, PAIR))
+    text = explain(plan_spec(MIXTRAL, PAIR))
     assert "cluster    1x2 (schedule.cluster)" in text and "cdiv(M_g, 128) x 28 a group" in text
     assert "each CTA loads 64 of the 128 x rows" in text and "TMA        x       box [64, 64]" in text
-    assert "cluster    " not in explain(_plan(MIXTRAL))
+    assert "cluster    " not in explain(plan_spec(MIXTRAL))
 
 
 # --------------------------------------------------------------------------------------------- located errors
@@ -95,15 +76,15 @@ def test_explain_describes_the_pair():
      "schedule.persistent.num_blocks", "multiple of the cluster size 2"),
 ])
 def test_cluster_errors_are_located(path, overrides, field, text):
-    line = _one(_errors(path, overrides), field)
+    line = error_about(spec_errors(path, overrides), field)
     assert text in line and line.split(":")[0].endswith(path.name), line
 
 
 def test_pallas_backend_with_the_cluster_is_a_located_backend_gap():
     rows8 = {"op.sizes.T": {"dynamic": True, "max": 32768, "multiple_of": 8}}
-    lines = _errors(MIXTRAL, {**PAIR, **rows8, "schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {},
-                              "schedule.out_specs": {}})
-    line = _one(lines, "schedule.backends")
+    lines = spec_errors(MIXTRAL, {**PAIR, **rows8, "schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {},
+                                   "schedule.out_specs": {}})
+    line = error_about(lines, "schedule.backends")
     assert "Pallas kernel runs without clusters" in line and "backends: [cuda]" in line
 
 
@@ -116,7 +97,7 @@ def test_ragged_k_with_the_cluster_is_located(tmp_path):
           "group_offsets": "offs"}
     path = tmp_path / "dwk.yaml"
     path.write_text(yaml.safe_dump({"name": "dwk", "op": op, "schedule": {"backends": ["cuda"], "cluster": [1, 2]}}))
-    line = _one(_errors(path, {}), "schedule.cluster")
+    line = error_about(spec_errors(path, {}), "schedule.cluster")
     assert "ragged: k runs without clusters" in line and "dwk.yaml:" in line
     assert plan(*load_spec(str(path), {"schedule.cluster": [1]})).cluster_n == 1
 
@@ -136,7 +117,7 @@ def test_tune_knob_and_space_sweep_the_cluster():
     for cand in expand(load_space(str(MIXTRAL))):
         v = cand.values["cluster_n"]
         if v not in seen and cand.values["tile_n"] == 256:
-            seen[v] = _plan(MIXTRAL, cand.overrides)
+            seen[v] = plan_spec(MIXTRAL, cand.overrides)
     assert {v: p.cluster_n for v, p in seen.items()} == {1: 1, 2: 2}
     assert seen[2].mm.multicast == "lhs" and seen[1].mm.multicast == ""
     both, _ = load_spec(str(MIXTRAL), {"schedule.backends": ["cuda", "pallas"]})
@@ -147,7 +128,7 @@ def test_tune_knob_and_space_sweep_the_cluster():
 
 def test_launch_asks_for_the_clusters_the_gpu_holds(tmp_path, monkeypatch):
     fake = FakeDriver(monkeypatch, sm_count=132, clusters=60)
-    p = _plan(MIXTRAL, PAIR)
+    p = plan_spec(MIXTRAL, PAIR)
     folder = tmp_path / "pkg"
     folder.mkdir()
     (folder / "launch.json").write_text(L.launch_record(p).to_json())

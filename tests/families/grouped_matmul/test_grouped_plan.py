@@ -8,38 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from grouped_specs import DEEPSEEK, MIXTRAL, error_about, plan_spec, spec_errors
 from runtime.fake_driver import FakeDriver
 from schedgen import families
-from schedgen.errors import SpecErrors
 from schedgen.explain import explain
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import launch as L
-from schedgen.plan import plan
 from schedgen.render import render
 from schedgen.runtime import driver
 from schedgen.runtime.arrays import ArgumentError
 from schedgen.runtime.kernel import load_package
 
-MIXTRAL = ROOT / "specs" / "grouped_moe_mixtral_bf16_dynamic.yaml"
-DEEPSEEK = ROOT / "specs" / "grouped_moe_deepseek_bf16_dynamic.yaml"
-
-
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
-def _one(lines: list[str], field: str) -> str:
-    got = [ln for ln in lines if f": {field}: " in ln]
-    assert len(got) == 1, (field, lines)
-    return got[0]
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -51,7 +30,7 @@ def test_family_is_registered_with_its_hooks():
 
 
 def test_mixtral_plan_walks_the_groups_tiles():
-    p = _plan(MIXTRAL)
+    p = plan_spec(MIXTRAL)
     assert (p.family, p.groups, p.n, p.k, p.transpose_rhs) == ("grouped_matmul", 8, 14336, 4096, True)
     assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages, p.mm.num_consumers) == (128, 256, 64, 4, 2)
     assert p.tiles_n == 56 and p.tile_order == "planar_snake" and p.epi_store == "tma"
@@ -65,7 +44,7 @@ def test_mixtral_plan_walks_the_groups_tiles():
 
 
 def test_kernel_arguments_and_launch_record():
-    p = _plan(MIXTRAL)
+    p = plan_spec(MIXTRAL)
     kinds = [(a.kind, a.operand) for a in p.kernel_args]
     assert kinds == [("tmap", 0), ("tmap", 1), ("tmap", 3), ("ptr", 3), ("ptr", 2), ("i32", -1)]
     w = p.kernel_args[1]
@@ -78,7 +57,7 @@ def test_kernel_arguments_and_launch_record():
 
 
 def test_deepseek_plan_takes_torch_grouped_mm_ends():
-    p = _plan(DEEPSEEK)
+    p = plan_spec(DEEPSEEK)
     assert (p.groups, p.n, p.k, p.offsets_format, p.offsets_len, p.offsets_name) == (64, 4096, 7168, "ends", 64,
                                                                                      "offs")
     assert p.tiles_n == 16 and p.table_bytes == 4 * (3 * 64 + 1)
@@ -87,28 +66,28 @@ def test_deepseek_plan_takes_torch_grouped_mm_ends():
 
 
 def test_rendered_kernel_reads_the_group_operand_and_clips_the_stores():
-    cu = render(_plan(MIXTRAL), "cuda")
+    cu = render(plan_spec(MIXTRAL), "cuda")
     assert "const int* __restrict__ sg_offs, const int sz_T)" in cu
     assert "sg_tma_load_3d(sb + 0u, &tm_b, full, k0 + 0, n0, grp);" in cu     # w[grp]: a box of one group
     assert "sg_tma_load_2d(sa + 0u, &tm_a, full, k0 + 0, m0);" in cu
     assert "while (t >= sg_tile0[grp + 1]) ++grp;" in cu
     assert "if (blk0 + 64 <= row_end) {" in cu and "if (r >= row_end) continue;" in cu
     assert "sg_tma_store_2d(&tm_out, stage_buf, n0 + n_off + ch * 64, blk0);" in cu
-    direct = render(_plan(MIXTRAL, {"schedule.epilogue.store": "direct"}), "cuda")
+    direct = render(plan_spec(MIXTRAL, {"schedule.epilogue.store": "direct"}), "cuda")
     assert "sg_tma_store" not in direct.split("extern \"C\"")[1] and "tm_out" not in direct
 
 
 @pytest.mark.parametrize("fmt, want", [("offsets", "__ldg(sg_offs + g + 1)"), ("ends", "__ldg(sg_offs + g - 1)"),
                                        ("counts", "sg_warp_scan(count, lane)")])
 def test_offsets_formats(fmt, want):
-    p = _plan(MIXTRAL, {"op.offsets_format": fmt})
+    p = plan_spec(MIXTRAL, {"op.offsets_format": fmt})
     assert p.offsets_len == (9 if fmt == "offsets" else 8) and want in render(p, "cuda")
 
 
 def test_weights_k_n_layout_and_epilogue():
-    p = _plan(MIXTRAL, {"op.transpose_rhs": False, "op.inputs.w.shape": [8, "K", "N"],
-                 "schedule.in_specs.w.block_shape": [64, 256], "op.epilogue":
-                        "out = silu(acc) * alpha", "op.constants": {"alpha": 0.5}, "op.outputs.out.dtype": "f32"})
+    p = plan_spec(MIXTRAL, {"op.transpose_rhs": False, "op.inputs.w.shape": [8, "K", "N"],
+                     "schedule.in_specs.w.block_shape": [64, 256], "op.epilogue":
+                            "out = silu(acc) * alpha", "op.constants": {"alpha": 0.5}, "op.outputs.out.dtype": "f32"})
     assert not p.mm.k_major_b and p.out_dtype == "f32"
     assert p.kernel_args[1].shape == (8, 4096, 14336)
     cu = render(p, "cuda")
@@ -128,7 +107,7 @@ def test_picks_for_a_spec_without_schedule(tmp_path):
     got = {tuple(pk.path): pk.value for pk in picks}
     assert got[("schedule", "backends")] == ["cuda"] and got[("schedule", "persistent", "tile_order")] == "planar_snake"
     assert got[("schedule", "pipeline", "max_concurrent_steps")] == 4
-    bundled = _plan(MIXTRAL)     # the bundled spec writes the picks out
+    bundled = plan_spec(MIXTRAL)     # the bundled spec writes the picks out
     assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages) == (bundled.tile_m, bundled.tile_n, bundled.tile_k, 4)
     data["op"]["sizes"]["N"] = 2048 + 128          # no multiple of 256: 128-wide tiles
     path.write_text(yaml.safe_dump(data))
@@ -137,7 +116,7 @@ def test_picks_for_a_spec_without_schedule(tmp_path):
 
 
 def test_explain_describes_the_groups():
-    text = explain(_plan(MIXTRAL))
+    text = explain(plan_spec(MIXTRAL))
     assert "kernel grouped_moe_up_mixtral_bf16_128x256x64_s4_wg2_g8" in text
     assert "offsets: int32 offsets [G + 1]" in text and "TMA        w       box [1, 256, 64]" in text
     assert "masked stores from registers" in text and "the product of one group" in text
@@ -170,7 +149,7 @@ def test_tune_aliases_drop_the_knobs_the_kernel_does_not_take():
     ({"schedule.epilogue.tile": [32, 64]}, "schedule.epilogue.tile[0]", "64 rows, got 32"),
 ])
 def test_errors_are_located_and_say_what_is_legal(overrides, field, text):
-    line = _one(_errors(MIXTRAL, overrides), field)
+    line = error_about(spec_errors(MIXTRAL, overrides), field)
     assert text in line and line.split(":")[0].endswith(MIXTRAL.name)
 
 
@@ -178,14 +157,14 @@ def test_pallas_backend_takes_tiles_one_warpgroup_holds():
     """The Pallas rendering runs one warpgroup a tile: with backends naming pallas the planner picks 128 x 128; a
     written 128 x 256 tile, or a T that may not be a multiple of 8, is one error at schedule.backends saying why."""
     rows8 = {"op.sizes.T": {"dynamic": True, "max": 32768, "multiple_of": 8}}
-    p = _plan(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {}, "schedule.out_specs": {},
-                        **rows8})
+    p = plan_spec(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {}, "schedule.out_specs": {},
+                            **rows8})
     assert (p.tile_m, p.tile_n) == (128, 128) and p.backends == ("cuda", "pallas")
-    line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], **rows8}), "schedule.backends")
+    line = error_about(spec_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], **rows8}), "schedule.backends")
     assert "one warpgroup a tile" in line and "at most 16384" in line and "128 x 256" in line
     # T must be a multiple of the SMEM tiling's 8 rows (Mosaic GPU cannot round a partial one up)
-    line = _one(_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {},
-                                  "schedule.out_specs": {}}), "schedule.backends")
+    line = error_about(spec_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {},
+                                             "schedule.out_specs": {}}), "schedule.backends")
     assert "declare multiple_of: 8 on T" in line
 
 
@@ -201,9 +180,9 @@ def test_jax_store_lowering_takes_no_mask():
 
 
 def test_too_many_groups_for_smem_is_located():
-    lines = _errors(MIXTRAL, {"op.groups": 1024, "op.inputs.w.shape": [1024, "N", "K"],
-                              "schedule.pipeline.max_concurrent_steps": 4})
-    assert "group tables" in _one(lines, "schedule.pipeline.max_concurrent_steps")
+    lines = spec_errors(MIXTRAL, {"op.groups": 1024, "op.inputs.w.shape": [1024, "N", "K"],
+                                   "schedule.pipeline.max_concurrent_steps": 4})
+    assert "group tables" in error_about(lines, "schedule.pipeline.max_concurrent_steps")
 
 
 # ------------------------------------------------------------------------------- the call path (fake driver)
@@ -218,7 +197,7 @@ def _kernel(tmp_path, p):
 
 def test_call_path_packs_the_offsets_pointer_and_t(tmp_path, monkeypatch):
     fake = FakeDriver(monkeypatch, sm_count=132)
-    p = _plan(MIXTRAL)
+    p = plan_spec(MIXTRAL)
     kernel = _kernel(tmp_path, p)
     rec = kernel.launch
     shapes = [(3000, 4096), (8, 14336, 4096), (9,)]
@@ -237,7 +216,7 @@ def test_call_path_packs_the_offsets_pointer_and_t(tmp_path, monkeypatch):
 def test_arguments_check_the_int32_operand(tmp_path):
     import ml_dtypes
     small = {"op.sizes": {"T": {"dynamic": True, "max": 32768}, "N": 256, "K": 64}}
-    kernel = _kernel(tmp_path, _plan(MIXTRAL, small))
+    kernel = _kernel(tmp_path, plan_spec(MIXTRAL, small))
     x, w = np.zeros((64, 64), ml_dtypes.bfloat16), np.zeros((8, 256, 64), ml_dtypes.bfloat16)
     assert kernel.check_args([x, w, np.zeros(9, np.int32)], None) == {"T": 64}
     with pytest.raises(ArgumentError, match="offsets"):
@@ -255,6 +234,7 @@ def test_tune_space_candidates_plan():
     assert set(space.params) == {"tile_n", "stages", "cluster_n", "tile_width"} and space.constraints
     for tn, stages in ((128, 6), (256, 4), (256, 3)):
         assert (128 + tn) * 128 * stages <= 196608
-        p = _plan(MIXTRAL, {"schedule.in_specs.w.block_shape": [tn, 64], "schedule.out_specs.out.block_shape": [128, tn],
-                            "schedule.pipeline.max_concurrent_steps": stages})
+        p = plan_spec(MIXTRAL, {"schedule.in_specs.w.block_shape": [tn, 64],
+                                "schedule.out_specs.out.block_shape": [128, tn],
+                                "schedule.pipeline.max_concurrent_steps": stages})
         assert (p.tile_n, p.mm.stages) == (tn, stages)
