@@ -53,6 +53,10 @@ def _render(node: ast.expr, names: Mapping[str, str], symbols: Mapping[type, str
             return f"({r(n.left)} {sym} {r(n.right)})"
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in calls \
                 and not n.keywords and len(n.args) == FUNCTIONS[n.func.id]:
+            arg = n.args[0] if n.args else None
+            if calls is _CXX_CALL and n.func.id == "exp" and isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Sub):
+                # exp(a - b): one FFMA and ex2 under approx_math (b log2(e) hoisted where b is invariant)
+                return f"sg_exp_sub({r(arg.left)}, {r(arg.right)})"
             return calls[n.func.id].format(*(r(a) for a in n.args))
         raise ExprError(f"cannot render {_describe(n)} here (not a validated expression of this kind)")
 

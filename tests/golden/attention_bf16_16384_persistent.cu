@@ -36,6 +36,8 @@ __device__ __forceinline__ float sg_f32_to_f32(float f) { return f; }
 // ---- the math the body may use (approximate variants)
 __device__ __forceinline__ float sg_exp2(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float sg_exp(float x) { return sg_exp2(x * 1.4426950408889634f); }
+// exp(a - b) (what the body's exp(a - b) renders to): one FFMA and ex2, b log2(e) hoisted where b is invariant
+__device__ __forceinline__ float sg_exp_sub(float a, float b) { return sg_exp2(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f))); }
 __device__ __forceinline__ float sg_log2(float x) { float r; asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float sg_log(float x) { return sg_log2(x) * 0.6931471805599453f; }
 __device__ __forceinline__ float sg_tanh(float x) { float r; asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }

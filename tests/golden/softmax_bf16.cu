@@ -35,6 +35,7 @@ __device__ __forceinline__ float sg_f32_to_f32(float f) { return f; }
 // ---- the math the body may use (IEEE-accurate variants)
 __device__ __forceinline__ float sg_exp2(float x) { return exp2f(x); }
 __device__ __forceinline__ float sg_exp(float x) { return expf(x); }
+__device__ __forceinline__ float sg_exp_sub(float a, float b) { return expf(a - b); }
 __device__ __forceinline__ float sg_log2(float x) { return log2f(x); }
 __device__ __forceinline__ float sg_log(float x) { return logf(x); }
 __device__ __forceinline__ float sg_tanh(float x) { return tanhf(x); }
@@ -127,8 +128,6 @@ __device__ __forceinline__ float sg_warp_min(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// exp(x - m)
-__device__ __forceinline__ float sg_exp_sub(float x, float m) { return expf(x - m); }
 // (m, s) stands for s * exp(m): log-sum-exp partials, combined without overflow (m = -inf: nothing yet).
 __device__ __forceinline__ void sg_lse_add(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
@@ -344,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rowwise_softmax_bf16_r1w8_s
         for (int j = 0; j < kVec; ++j) {
           [[maybe_unused]] const int e = e0 + j;
           const float v_x = el_in_x(k_x[s][c], j);
-          const float t_e = sg_exp((v_x - u_m[s]));
+          const float t_e = sg_exp_sub(v_x, u_m[s]);
 
           acc1[s] += t_e;
 
@@ -393,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rowwise_softmax_bf16_r1w8_s
         for (int j = 0; j < kVec; ++j) {
           [[maybe_unused]] const int e = e0 + j;
           const float v_x = el_in_x(k_x[s][c], j);
-          const float t_e = sg_exp((v_x - u_m[s]));
+          const float t_e = sg_exp_sub(v_x, u_m[s]);
           const float o_y = (t_e / red__r1[s]);
 
           y_y[j] = o_y;
