@@ -285,7 +285,10 @@ def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
     """The rendered kernel's own formulas, evaluated: every (q head, 64-query tile) gets one arrival from each
     consumer of each key block whose steps reach it (sg_block's first / n_it, enumerated) and sg_arrivals expects
     exactly that many, so the last one writes dq once it has every partial (a miscount would write early or never)."""
-    b = built[name]
+    _check_arrivals(built[name], per_block=built[name].plan.wgmma.consumers)
+
+
+def _check_arrivals(b, per_block: int):
     p, cu = b.plan, b.files["kernel.cu"].decode()
     w = p.wgmma
     env = {"min": min, "max": max}
@@ -304,7 +307,7 @@ def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
         n_qb = p.seq_q // 64 - f
         for it in range(n):
             key = (hb, hk * p.group + it // n_qb, f + it % n_qb)
-            got[key] = got.get(key, 0) + w.consumers
+            got[key] = got.get(key, 0) + per_block
     tiles = {(bb, h, qb) for bb in range(p.batch) for h in range(p.heads_q) for qb in range(p.seq_q // 64)}
     assert set(got) == tiles                               # every tile is written by someone
     for (_, _, qb), count in got.items():
@@ -372,3 +375,138 @@ def test_stmatrix_addresses_put_ds_where_the_dq_wgmma_reads_it(built, name):
     for where, (key, query) in mem.items():      # read back as the K-major A of dQ: row = query, column = key
         c = key // 8
         assert where == (c // 8) * 8192 + query * 128 + (((c & 7) ^ (query & 7)) << 4) + 2 * (key % 8)
+
+
+# ------------------------------------------------------------------------------ dQ by bulk reduce-add (dq_reduce "bulk")
+
+BULK_CASES = [*CASES, "bench", "bench_causal"]
+
+
+def _bulk(monkeypatch_ctx):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    monkeypatch_ctx.setattr(wgmma_plan, "dq_reduce_of", lambda nc, d: "bulk")
+
+
+@pytest.fixture(scope="module")
+def built_bulk(tmp_path_factory):
+    """Each case built with wgmma.dq_reduce_of patched to "bulk" (as bench/attn_bwd_cuda.py --dq-bulk does)."""
+    cache = Cache(tmp_path_factory.mktemp("cache_bulk"))
+    with pytest.MonkeyPatch.context() as mp:
+        _bulk(mp)
+        out = {name: build_spec(str(SPEC), {**ov, **WS}, cache=cache) for name, ov in CASES.items()}
+        out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+        out["bench_causal"] = build_spec(str(CAUSAL_SPEC), WS, cache=cache)
+    return out
+
+
+def test_the_default_adds_by_red_and_its_plan_json_has_no_bulk_fields(built):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    from schedgen.plan import to_dict
+    assert {wgmma_plan.dq_reduce_of(nc, d) for nc in (1, 2) for d in (64, 128)} == {"red"}
+    for b in built.values():
+        w = to_dict(b.plan)["wgmma"]
+        assert b.plan.wgmma.dq_reduce == "red" and "dq_reduce" not in w and "dq_offset" not in w
+        assert "cp.reduce.async.bulk" not in b.files["kernel.cu"].decode()
+
+
+@pytest.mark.parametrize("name", BULK_CASES)
+def test_bulk_variant_compiles_to_one_bulk_reduce_a_tile(built_bulk, name):
+    b = built_bulk[name]
+    p, w = b.plan, b.plan.wgmma
+    assert w.dq_reduce == "bulk"
+    text = sass(b.files["kernel.cubin"])
+    ops = opcodes(text)
+    kind = ".BF16" if p.dtype == "bf16" else ""
+    assert set(re.findall(r"HGMMA\.(\S+)", text)) == {f"64x64x16.F32{kind}", f"64x{p.head_dim}x16.F32{kind}"}
+    # the partials: one cp.reduce.async.bulk .add.f32 a staged tile (UBLKRED), no red.global from registers
+    assert ops.count("UBLKRED.G.S.ADD.F32.RN") == w.dq_bulk_ops, [o for o in ops if "BLK" in o]
+    assert not [ln for ln in text.splitlines() if "REDG." in ln]
+    # staged by st.shared.v4 (8 a 64 x 64 accumulator), made visible to the async proxy, then the completed adds
+    # ordered before the arrival (proxy fence on global, MEMBAR.GPU) counted by one atomic
+    assert ops.count("STS.128") == 8 * w.dq_slabs
+    assert "FENCE.VIEW.ASYNC.S" in ops and "FENCE.VIEW.ASYNC.G" in ops and "MEMBAR.ALL.GPU" in ops
+    assert ops.count("ATOMG.E.ADD.STRONG.GPU") == 1
+    assert "BAR.ARV" in ops and "STSM.16.MT88.4" in ops and "UTMALDG.3D" in ops
+    assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
+    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0
+    assert b.warnings == []                                        # ptxas: no wgmma serialization, no spill
+
+
+def test_bulk_plan_accounts_its_smem(built, built_bulk):
+    """One dS buffer (freed by barrier 5 each step) and the f32 staging buffer of a step's partials after it; at
+    head_dim 128 with 2 consumers and 2 stages the staging buffer does not fit beside two dS buffers."""
+    limit = 232448
+    for name in BULK_CASES:
+        w, red = built_bulk[name].plan.wgmma, built[name].plan.wgmma
+        tile = 64 * built_bulk[name].plan.head_dim * 4
+        assert (w.ds_buffers, w.dq_bulk_bytes, w.dq_tile_vec4) == (1, tile, tile // 16)
+        assert w.dq_bulk_ops == (1 if w.dq_column_split else w.consumers)
+        assert w.dq_consumer_bytes == (64 * 64 * 4 if w.dq_column_split else tile)
+        assert w.ds_offset == red.ds_offset and w.dq_offset == w.ds_offset + w.ds_bytes and w.dq_offset % 1024 == 0
+        assert w.smem_bytes == w.dq_offset + w.dq_bulk_ops * w.dq_bulk_bytes + 1024 <= limit
+        assert built_bulk[name].plan.smem_bytes == w.smem_bytes
+        assert (w.dq_sync_threads, w.dq_converters) == (32 + 128 * w.consumers, 128 * w.consumers)
+        assert w.workspace_bytes == red.workspace_bytes
+    w, red = built_bulk["bench"].plan.wgmma, built["bench"].plan.wgmma
+    assert (w.consumers, w.dq_column_split, w.smem_bytes) == (2, True, 217088)
+    assert red.smem_bytes + w.dq_bulk_bytes > limit                  # two dS buffers and the staging buffer
+    one = built_bulk["one_consumer_gqa4_causal_stages3"].plan.wgmma
+    assert (one.dq_bulk_ops, one.smem_bytes) == (1, 226304)
+
+
+def test_bulk_smem_error_is_located(monkeypatch):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    _bulk(monkeypatch)
+    spec, src = load_spec(str(SPEC), {**WS, "schedule.pipeline.max_concurrent_steps": 3})
+    with pytest.raises(SpecErrors) as exc:
+        plan(spec, src)
+    msg = str(exc.value)
+    assert "schedule.pipeline.max_concurrent_steps" in msg and "one dS buffer and the f32 dQ staging buffer" in msg
+
+
+@pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])
+def test_bulk_staging_order_is_what_the_converter_reads(built_bulk, name):
+    """The rendered staging addresses (sg_stage_dq's, at each consumer's slab) and the converter's decoding of a
+    float4 of the workspace tile, evaluated: each accumulator element (thread t's acc[4 n8 + k]: row 16 (t / 32) +
+    t % 32 / 4 (+ 8 for k >= 2), column 8 n8 + 2 (t % 4) + k % 2 of its 64-column slab) lands where the converter
+    looks for that (row, column); the consumers' parts tile the staging buffer (split: columns side by side, else a
+    tile each, summed by their bulk adds) and every element of the tile is written and read once."""
+    b = built_bulk[name]
+    w_ = b.plan.wgmma
+    cu = b.files["kernel.cu"].decode()
+    slab_expr = _c_expr(cu, r"sg_stage_dq\(S_DQ \+ (.+), dqp\[j\], wg_thread\);")
+    elem_expr = _c_expr(cu, r"st\.shared\.v4\.f32 \[%0\].*:: \"r\"\(slab \+ (.+)\),\n")
+    dec = re.search(r"const int t = (.+), row = (.+), col = (.+);\n", cu)
+    t_e, row_e, col_e = (_c_expr(dec.group(k), r"(.+)") for k in (1, 2, 3))
+    staged = {}                                       # byte offset in the staging buffer -> (part, row, column)
+    for w in range(w_.consumers):
+        for j in range(w_.dq_slabs):
+            slab = eval(slab_expr, {"w": w, "j": j})
+            col0 = 64 * (w if w_.dq_column_split else j)
+            for t in range(128):
+                for n8 in range(8):
+                    addr = slab + eval(elem_expr, {"n8": n8, "wg_thread": t})
+                    for k in range(4):
+                        at = addr + 4 * k
+                        assert at not in staged
+                        row = 16 * (t // 32) + (t % 32) // 4 + 8 * (k // 2)
+                        staged[at] = (at // w_.dq_bulk_bytes, row, col0 + 8 * n8 + 2 * (t % 4) + k % 2)
+    assert sorted(staged) == list(range(0, w_.dq_bulk_ops * w_.dq_bulk_bytes, 4))
+    read = {}
+    for i in range(w_.dq_tile_vec4):                 # float4 i of the workspace tile: (row, col .. col + 1) and row + 8
+        env = {"i": i}
+        env["t"] = eval(t_e, env)
+        row, col = eval(row_e, env), eval(col_e, env)
+        for k, rc in enumerate(((row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1))):
+            read[16 * i + 4 * k] = rc
+    assert sorted(set(read.values())) == [(r, c) for r in range(64) for c in range(b.plan.head_dim)]
+    for at, (_, row, col) in staged.items():          # the bulk add puts byte `at % tile` of a part there
+        assert read[at % w_.dq_bulk_bytes] == (row, col), (at, row, col)
+
+
+@pytest.mark.parametrize("name", [*CASES, "bench_causal"])
+def test_bulk_tiles_expect_one_arrival_a_block(built_bulk, name):
+    """As test_each_tile_expects_exactly_the_arrivals_the_blocks_make, with warp 3's one arrival a block."""
+    _check_arrivals(built_bulk[name], per_block=1)
