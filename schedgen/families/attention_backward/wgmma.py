@@ -12,9 +12,11 @@ otherwise each consumer takes all columns over its own 64 keys.
 
 The partial goes into an f32 workspace (the launch record's "workspace" argument: the runtime zeroes it on the
 launch's stream before each launch) by red.global.add.v4.f32 straight from the accumulators (a lane trades a pair
-with its neighbour so that one REDG.E.ADD.F32x4 adds 4 consecutive floats): a TMA bulk reduce would need the
-partial staged in SMEM (16 KiB a consumer), which the 2-stage ring of K, V, Q, dO, O and the dS buffers leaves no
-room for at head_dim 128. dq = scale * the sum is written by the last consumer to add to a 64-query tile (an arrival
+with its neighbour so that one REDG.E.ADD.F32x4 adds 4 consecutive floats), or, where dq_reduce_of says "bulk"
+(FlashAttention-3's form; not the default until the H200 times it), staged in SMEM and added a tile at a time by a
+TMA bulk reduce-add (cp.reduce.async.bulk) issued by the producer's warp 3, which also counts the block's arrival
+once the adds completed; the staging buffer (32 KiB at head_dim 128) fits beside the 2-stage ring of K, V, Q, dO,
+O only with one dS buffer instead of two. dq = scale * the sum is written by the last consumer to add to a 64-query tile (an arrival
 counter a tile in the workspace: fence.acq_rel + atom.add.acq_rel at gpu scope, the expected count known from the
 causal geometry), not by a second pass: the runtime launches one kernel a call, and a pass inside the same launch
 would have to wait for the other blocks (no grid barrier without cooperative launch). The sums' order, so dq's

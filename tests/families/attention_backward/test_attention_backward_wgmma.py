@@ -6,7 +6,10 @@ waits, dS stored by stmatrix, the dQ sums as REDG.E.ADD.F32x4 and the tiles' arr
 warns of nothing (no wgmma serialization, no spill); its plan numbers (one block a key tile, the workspace's bytes),
 the default left unchanged (the mma.sync kernel) and the located errors. On the GPU (`-m gpu`): `verify` against the
 float64 reference (fresh random inputs, outputs poisoned, per-dtype tolerance) at small and bench sizes, the same
-gradients twice in a row (the workspace zeroed again) and under CUDA-graph capture and torch.compile."""
+gradients twice in a row (the workspace zeroed again) and under CUDA-graph capture and torch.compile.
+The bulk form of dQ's sums (wgmma.dq_reduce_of patched to "bulk", FlashAttention-3's TMA reduce-add): the same CPU
+checks (UBLKRED a staged tile, no REDG), its SMEM accounting, the staging order against the converter's decoding,
+one arrival a block; on the GPU the float64 checks, two eager calls, a CUDA graph replay and torch.compile."""
 from __future__ import annotations
 
 import re
@@ -319,6 +322,10 @@ def _check_arrivals(b, per_block: int):
 def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
     """wgmma_dq_paths.py in a fresh interpreter: two eager calls in a row (the workspace zeroed again), a CUDA graph
     captured and replayed on new inputs, torch.compile(fullgraph=True); each gradient against float64."""
+    _dq_paths(tmp_path, case, [])
+
+
+def _dq_paths(tmp_path, case: str, extra: list[str]) -> None:
     import importlib.util
     import json
     import os
@@ -330,11 +337,12 @@ def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
         pytest.skip("torch is not installed")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     script = Path(__file__).with_name("wgmma_dq_paths.py")
-    res = subprocess.run([sys.executable, str(script), str(tmp_path), case], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, str(script), str(tmp_path), case, *extra], capture_output=True, text=True,
                          env=env, timeout=600)
     rows = [json.loads(ln[len("RESULT "):]) for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert [r["path"] for r in rows] == ["eager+compile", "graph"], res.stderr[-3000:]
     assert all(r["ok"] for r in rows), rows
+    assert rows[0]["dq_reduce"] == ("bulk" if extra == ["bulk"] else "red"), rows[0]
 
 
 @pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])
@@ -426,6 +434,9 @@ def test_bulk_variant_compiles_to_one_bulk_reduce_a_tile(built_bulk, name):
     assert ops.count("STS.128") == 8 * w.dq_slabs
     assert "FENCE.VIEW.ASYNC.S" in ops and "FENCE.VIEW.ASYNC.G" in ops and "MEMBAR.ALL.GPU" in ops
     assert ops.count("ATOMG.E.ADD.STRONG.GPU") == 1
+    from schedgen.families.attention_backward.explain import explain_attention_backward
+    text = explain_attention_backward(p)
+    assert "cp.reduce.async.bulk" in text and "red.global" not in text and "one dS buffer" in text
     assert "BAR.ARV" in ops and "STSM.16.MT88.4" in ops and "UTMALDG.3D" in ops
     assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
     u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
@@ -510,3 +521,32 @@ def test_bulk_staging_order_is_what_the_converter_reads(built_bulk, name):
 def test_bulk_tiles_expect_one_arrival_a_block(built_bulk, name):
     """As test_each_tile_expects_exactly_the_arrivals_the_blocks_make, with warp 3's one arrival a block."""
     _check_arrivals(built_bulk[name], per_block=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3",
+                                  "bhsd_scale_f16_stages1", "top_left_sq_lt_skv"])
+def test_bulk_variant_matches_float64_on_gpu(case, monkeypatch):
+    """The bulk form (wgmma.dq_reduce_of patched) under `verify`: fresh random inputs, outputs poisoned, every
+    gradient against float64 (a tile converted before all its bulk adds completed, or twice, fails dq)."""
+    from schedgen.verify import verify_file
+    _bulk(monkeypatch)
+    checks = verify_file(str(SPEC), ["cuda"], {**CASES[case], **WS}, seed=2)
+    assert {c.backend for c in checks} == {"cuda"}, checks
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [SPEC, CAUSAL_SPEC], ids=["bench", "bench_causal"])
+def test_bulk_variant_at_bench_sizes_on_gpu(spec, monkeypatch):
+    from schedgen.verify import verify_file
+    _bulk(monkeypatch)
+    checks = verify_file(str(spec), ["cuda"], WS, seed=3)
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gqa_causal_d128", "plain_d64"])
+def test_bulk_variant_on_every_call_path_on_gpu(tmp_path, case):
+    """wgmma_dq_paths.py ... bulk: two eager calls in a row, a CUDA graph replay, torch.compile, the bulk form."""
+    _dq_paths(tmp_path, case, ["bulk"])
