@@ -550,3 +550,180 @@ def test_bulk_variant_at_bench_sizes_on_gpu(spec, monkeypatch):
 def test_bulk_variant_on_every_call_path_on_gpu(tmp_path, case):
     """wgmma_dq_paths.py ... bulk: two eager calls in a row, a CUDA graph replay, torch.compile, the bulk form."""
     _dq_paths(tmp_path, case, ["bulk"])
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one at text[start]."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    raise AssertionError(text)
+
+
+def _py(expr: str) -> str:
+    expr = re.sub(r"\(uint32_t\)", "", expr)
+    expr = re.sub(r"(\d+)u\b", r"\1", expr)
+    return expr.replace("&&", " and ").replace("||", " or ").replace("/", "//")
+
+
+def _protocol_events(lines: list[str], env: dict, slot_expr: str) -> list[tuple]:
+    """The barrier-4/5 and flag events a rendered code region makes, in order, for the values in `env`: the region's
+    control flow (for, if, else, braces) run as Python, its statements kept where they are barrier 4 / 5 waits or
+    arrivals (sg_named_sync / sg_named_arrive), warp 3's flag stores (the slot, and the step of the sg_step before)
+    and the consumers' flag reads (sg_maybe_convert: its step and slot); every other statement dropped."""
+    out, body, stack = [], [], []
+
+    def stmt(s: str) -> str | None:
+        if m := re.match(r"sg_named_(sync|arrive)\(([45]), ", s):
+            return f"_ev.append(('{m.group(1)}', {m.group(2)}))"
+        if m := re.match(r"sg_step\(B, (.+), hq, qb\);", s):
+            return f"_step = {_py(m.group(1))}"
+        if m := re.search(r'st\.shared\.u32 \[%0\], %1;" :: "r"\(S_LAST \+ 4u \* (.+)\), "r"\(last\)', s):
+            return f"_ev.append(('write', {_py(m.group(1))}, _step))"
+        if m := re.match(r"sg_maybe_convert\(B, (.+?), S_LAST", s):
+            return f"_ev.append(('read', ({slot_expr.replace('s', '_s')}), _s)) if (_s := {_py(m.group(1))}) is not None else None"
+        return None
+
+    def emit(code: str):
+        body.append("    " * (len(stack) + 1) + code)
+
+    def open_block(header: list[str], loop):
+        for h in header:
+            emit(h)
+        stack.append(loop)
+        emit("pass")
+    pending = None                                       # a header without braces: it governs the next line
+    for raw in lines:
+        line = re.sub(r"\s*//.*$", "", raw).strip()
+        if not line or line.startswith("#pragma"):
+            continue
+        if line.startswith("} else {"):
+            stack.pop()
+            open_block(["else:"], "if")
+            continue
+        if line == "}":
+            kind = stack.pop()
+            if isinstance(kind, tuple):                  # a for loop: its increment at the end of its body
+                body.append("    " * (len(stack) + 2) + kind[1])
+            continue
+        if line == "{":
+            open_block(["if True:"], "if")
+            continue
+        m = re.match(r"(for|if) \(", line)
+        if m:
+            close = _balanced(line, len(m.group(1)) + 1)
+            head, rest = line[len(m.group(1)) + 2:close - 1], line[close:].strip()
+            if m.group(1) == "for":
+                init, cond, inc = (x.strip() for x in head.split(";"))
+                var = re.match(r"int (\w+) = ", init).group(1)
+                step = {"++": f"{var} += 1", "--": f"{var} -= 1"}.get(inc[:2], _py(inc))
+                header = [f"{var} = {_py(init.split('=', 1)[1])}", f"while {_py(cond)}:"]
+                loop = (var, step)
+            else:
+                header, loop = [f"if {_py(head)}:"], "if"
+            if rest == "{":
+                open_block(header, loop)
+            elif rest.startswith("{") or rest.endswith(";") or not rest:
+                inner = stmt(rest.strip("{} ")) if rest else None
+                if rest and inner is None and "sg_named" not in rest:
+                    continue                             # nothing of the protocol in it (a one-line loop or if)
+                if not rest:
+                    pending = (header, loop)
+                    continue
+                open_block(header, loop)
+                emit(inner)
+                if isinstance(loop, tuple):
+                    emit(loop[1])
+                stack.pop()
+            continue
+        code = stmt(line)
+        if pending is not None:                          # the body of a braceless header: kept only if relevant
+            header, loop = pending
+            pending = None
+            if code is not None:
+                open_block(header, loop)
+                emit(code)
+                if isinstance(loop, tuple):
+                    emit(loop[1])
+                stack.pop()
+            continue
+        if code is not None:
+            emit(code)
+    assert not stack, stack
+    src = "def _run():\n    _step = None\n" + "\n".join(body) + "\n    return _ev\n"
+    scope = dict(env, _ev=out)
+    exec(src, scope)
+    return scope["_run"]()
+
+
+def _interleavings_ok(consumer: list[tuple], issuer: list[tuple]) -> None:
+    """Every interleaving of the two event lists under named-barrier semantics (a phase completes when both have
+    arrived; a wait blocks until then): no one arrives twice in a phase, no deadlock, every flag read sees the
+    flag of the step it asks for (the last write to its slot)."""
+    progs = (consumer, issuer)
+    seen, todo = set(), [((0, 0), (frozenset(), frozenset()), (None,) * 4, frozenset())]
+    while todo:
+        state = todo.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        pcs, bars, slots, waiting = state
+        if all(pcs[i] >= len(progs[i]) for i in (0, 1)):
+            continue
+        moved = False
+        for who in (0, 1):
+            if pcs[who] >= len(progs[who]) or who in waiting:
+                continue
+            ev = progs[who][pcs[who]]
+            npcs, nbars, nslots, nwait = list(pcs), list(bars), list(slots), set(waiting)
+            if ev[0] in ("sync", "arrive"):
+                b = ev[1] - 4
+                assert who not in nbars[b], ("a second arrival in one phase of barrier", ev[1], who, pcs)
+                arrived = nbars[b] | {who}
+                if len(arrived) == 2:
+                    arrived = frozenset()
+                    for other in list(nwait):
+                        if progs[other][pcs[other]] == ("sync", ev[1]):
+                            nwait.discard(other)
+                            npcs[other] += 1
+                    npcs[who] += 1
+                elif ev[0] == "sync":
+                    nwait.add(who)
+                else:
+                    npcs[who] += 1
+                nbars[b] = arrived
+            elif ev[0] == "write":
+                nslots[ev[1]] = ev[2]
+                npcs[who] += 1
+            else:
+                assert nslots[ev[1]] == ev[2], ("a stale flag", ev, nslots)
+                npcs[who] += 1
+            moved = True
+            todo.append((tuple(npcs), tuple(nbars), tuple(nslots), frozenset(nwait)))
+        assert moved, ("deadlock", pcs, progs)
+
+
+@pytest.mark.parametrize("name", ["plain_d64", "bhsd_scale_f16_stages1"])
+def test_bulk_barrier_protocol_has_no_race_or_deadlock(built_bulk, name):
+    """Warp 3's rounds and a consumer's steps, as the rendered kernel spells them (its loops and conditions run for
+    n_it 1 to 8), under every interleaving: barriers 4 and 5 strictly alternate (no warp arrives twice in one phase,
+    which would complete a phase early), nothing deadlocks, and every "last arrival" flag a consumer reads is the
+    one warp 3 stored for that step (not an older step's in the same slot)."""
+    cu = built_bulk[name].files["kernel.cu"].decode()
+    lines = cu.splitlines()
+    slot = _c_expr(cu, r"flags \+ 4u \* (\(uint32_t\)\(s & 3\))\)")
+    i0 = next(i for i, ln in enumerate(lines) if "lane = wg_thread - 96;" in ln) + 1
+    i1 = next(i for i in range(i0, len(lines)) if lines[i].strip() == "return;") - 1   # the producer branch's "}"
+    issuer = lines[i0:i1]
+    c0 = next(i for i, ln in enumerate(lines) if "for (int it = 0; it < n_it; ++it) {" in ln and i > i1)
+    c1 = next(i for i in range(c0, len(lines)) if "const long long base" in lines[i])
+    consumer = [ln for ln in lines[c0:c1] if "crosses" not in ln]
+    for n_it in range(1, 9):
+        env = {"n_it": n_it, "lane": 0, "wg_thread": 0, "w": 0}
+        ev_i = _protocol_events(issuer, env, slot)
+        ev_c = _protocol_events(consumer, env, slot)
+        assert [e for e in ev_i if e[0] == "write"] == [("write", s % 4, s) for s in range(n_it)]
+        assert sorted(e[2] for e in ev_c if e[0] == "read") == list(range(n_it))
+        _interleavings_ok(ev_c, ev_i)
