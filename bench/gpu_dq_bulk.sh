@@ -6,7 +6,7 @@ set -u
 O=$OUT/b; mkdir -p $O
 . bench/guard.sh 550
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $O/clocks.txt 2>&1
-T=$(cap 240); timeout $T python3 -m pytest -q -m gpu tests/families/attention_backward/test_attention_backward_wgmma.py \
+T=$(cap 240); timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider --tb=long tests/families/attention_backward/test_attention_backward_wgmma.py \
   -k "bulk" > $O/tests.log 2>&1
 echo "0 bulk GPU tests (rc $?):"; tail -15 $O/tests.log | cut -c1-240
 T=$(cap 120); timeout $T python3 bench/attn_bwd_cuda.py --dq-bulk > $O/bulk.log 2>&1
