@@ -137,12 +137,8 @@ def main(argv=None) -> int:
     common = {"op.sizes": sizes, "schedule.backends": ["cuda"], "schedule.in_specs.q.block_shape": [64, args.d],
               "schedule.in_specs.k.block_shape": [64, args.d], "schedule.pipeline.max_concurrent_steps": args.stages}
     tmp = Path(tempfile.mkdtemp(prefix="attn_bwd_cuda_"))
-    kernels = {
-        "mma_sync": _build(spec, common, tmp, "mma_sync"),
-        "wgmma": _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
-                               "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma"),
-    }
     ws = {**common, "schedule.pipeline.kind": "warp_specialized", "schedule.pipeline.num_compute_wgs": args.consumers}
+    kernels = {"mma_sync": _build(spec, common, tmp, "mma_sync"), "wgmma": _build(spec, ws, tmp, "wgmma")}
     for label, own, bulk in (("wgmma_own", True, False), ("wgmma_bulk", False, True), ("wgmma_own_bulk", True, True)):
         if (own and not args.dq_own) or (bulk and not args.dq_bulk):
             continue

@@ -10,9 +10,9 @@ T=$(cap 240); timeout $T python3 -m pytest -q -m gpu -p no:cacheprovider --tb=lo
   -k "bulk" > $O/tests.log 2>&1
 echo "0 bulk GPU tests (rc $?):"; tail -15 $O/tests.log | cut -c1-240
 T=$(cap 120); timeout $T python3 bench/attn_bwd_cuda.py --dq-bulk > $O/bulk.log 2>&1
-echo "1 non-causal (rc $?):"; tail -10 $O/bulk.log | cut -c1-200
+echo "1 non-causal (rc $?):"; tail -16 $O/bulk.log | cut -c1-200
 T=$(cap 100); timeout $T python3 bench/attn_bwd_cuda.py --dq-bulk --causal > $O/bulk_causal.log 2>&1
-echo "2 causal (rc $?):"; tail -10 $O/bulk_causal.log | cut -c1-200
+echo "2 causal (rc $?):"; tail -16 $O/bulk_causal.log | cut -c1-200
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
 tar czf $OUT/dq_bulk.tgz -C $OUT b 2>/dev/null; rm -rf $O
 echo done $(( $(date +%s) - START )) s
