@@ -57,7 +57,8 @@ class WgmmaBackward:
     it): one launch of blocks of a TMA producer warpgroup and `consumers` consumer warpgroups of 64 keys, each block
     `rows` keys of one kv head; the streamed steps are 64 queries. dQ is summed in an f32 workspace (B x Hq x Sq x D,
     then one u32 arrival counter a 64-query tile). SMEM offsets in bytes from the 1024-aligned base: barriers at 0,
-    the consumers' flags at flag_offset, the fixed tiles (K, V) at tiles_offset, the ring, the two dS buffers."""
+    the consumers' flags at flag_offset, the fixed tiles (K, V) at tiles_offset, the ring, the two dS buffers (one
+    in the bulk form, then its f32 dQ staging buffer at dq_offset)."""
     consumers: int                 # consumer warpgroups (pipeline.num_compute_wgs)
     rows: int                      # 64 x consumers: the keys a block owns
     threads: int                   # 128 x (1 + consumers)
