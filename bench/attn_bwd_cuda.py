@@ -11,6 +11,13 @@ family's tolerance), then timed interleaved with CUDA events (rounds of `--iters
 Prints TFLOP/s (10 D flops per unmasked pair, FlashAttention's convention) and the ratios.
 
     python bench/attn_bwd_cuda.py [--b 1 --s 4096 --h 16 --d 128] [--causal] [--consumers 2] [--stages 2]
+                                  [--dq-own] [--dq-bulk]
+
+--dq-own and --dq-bulk each add a variant of the wgmma kernel, built with a planner choice monkeypatched: --dq-own
+the consumers each adding all of dQ's columns over their own keys (wgmma.shares_ds False), --dq-bulk dQ's partials
+staged in SMEM and added by cp.reduce.async.bulk (wgmma.dq_reduce_of "bulk", FlashAttention-3's form). Both together
+also try the two combined, which needs a staging tile a consumer: it does not fit at head_dim 128 with 2 consumers
+and 2 stages (249856 B of SMEM), and the script says so and times the others.
 """
 from __future__ import annotations
 
@@ -32,6 +39,21 @@ def _build(spec: Path, overrides: dict, tmp: Path, label: str):
     for w in built.warnings:
         print(f"  {label}: {w}")
     return built.plan, load_package(package(built, tmp / label))
+
+
+def _build_variant(spec: Path, overrides: dict, tmp: Path, label: str, own: bool, bulk: bool):
+    """The wgmma kernel built with the planner's choices patched: own: each consumer adds all of dQ's columns over its
+    own keys (wgmma.shares_ds False); bulk: dQ's partials through SMEM to a TMA bulk reduce-add (dq_reduce_of)."""
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    saved = wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of
+    if own:
+        wgmma_plan.shares_ds = lambda nc, d: False
+    if bulk:
+        wgmma_plan.dq_reduce_of = lambda nc, d: "bulk"
+    try:
+        return _build(spec, overrides, tmp, label)
+    finally:
+        wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of = saved
 
 
 def _forward(torch, q, k, v, scale: float, causal: bool):
@@ -98,12 +120,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dq-own", action="store_true",
                     help="also time the wgmma kernel whose consumers each add all of dQ's columns over their own "
                          "keys (no dS shared between them: wgmma.shares_ds False)")
+    ap.add_argument("--dq-bulk", action="store_true",
+                    help="also time the wgmma kernel whose dQ partials go through SMEM to a TMA bulk reduce-add "
+                         "(wgmma.dq_reduce_of 'bulk'); with --dq-own also the two combined where they fit")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from schedgen.errors import SpecErrors
     from schedgen.families.attention_backward.records import backward_flops
     from schedgen.reference import tolerance
     spec = ROOT / "specs" / f"attention_backward{'_causal' if args.causal else ''}_bf16_4096.yaml"
@@ -111,20 +137,15 @@ def main(argv=None) -> int:
     common = {"op.sizes": sizes, "schedule.backends": ["cuda"], "schedule.in_specs.q.block_shape": [64, args.d],
               "schedule.in_specs.k.block_shape": [64, args.d], "schedule.pipeline.max_concurrent_steps": args.stages}
     tmp = Path(tempfile.mkdtemp(prefix="attn_bwd_cuda_"))
-    kernels = {
-        "mma_sync": _build(spec, common, tmp, "mma_sync"),
-        "wgmma": _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
-                               "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma"),
-    }
-    if args.dq_own:
-        from schedgen.families.attention_backward import wgmma as wgmma_plan
-        shares = wgmma_plan.shares_ds
-        wgmma_plan.shares_ds = lambda nc, d: False
+    ws = {**common, "schedule.pipeline.kind": "warp_specialized", "schedule.pipeline.num_compute_wgs": args.consumers}
+    kernels = {"mma_sync": _build(spec, common, tmp, "mma_sync"), "wgmma": _build(spec, ws, tmp, "wgmma")}
+    for label, own, bulk in (("wgmma_own", True, False), ("wgmma_bulk", False, True), ("wgmma_own_bulk", True, True)):
+        if (own and not args.dq_own) or (bulk and not args.dq_bulk):
+            continue
         try:
-            kernels["wgmma_own"] = _build(spec, {**common, "schedule.pipeline.kind": "warp_specialized",
-                                                 "schedule.pipeline.num_compute_wgs": args.consumers}, tmp, "wgmma_own")
-        finally:
-            wgmma_plan.shares_ds = shares
+            kernels[label] = _build_variant(spec, ws, tmp, label, own, bulk)
+        except SpecErrors as e:
+            print(f"  {label}: not built (the planner's error: {e})")
     plan = kernels["wgmma"][0]
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -144,12 +165,13 @@ def main(argv=None) -> int:
                 for a, r in zip(outs, ref)]
         good = all(e <= tol for e in errs)          # NaN (an unwritten element) fails
         ok &= good
-        print(f"{name:9s} {p.kernel_name}: rel. errors dq {errs[0]:.2e} dk {errs[1]:.2e} dv {errs[2]:.2e} "
+        print(f"{name:14s} {p.kernel_name}: rel. errors dq {errs[0]:.2e} dk {errs[1]:.2e} dv {errs[2]:.2e} "
               f"(tolerance {tol:.1e}) {'ok' if good else 'FAILED'}")
         if p.wgmma is not None:
             w = p.wgmma
-            print(f"{'':9s} {w.dkv_blocks} blocks; dQ workspace {w.workspace_bytes / 2**20:.1f} MiB zeroed each call; "
-                  f"{'64 columns a consumer over all keys' if w.dq_column_split else 'all columns over 64 keys'}")
+            print(f"{'':14s} {w.dkv_blocks} blocks; dQ workspace {w.workspace_bytes / 2**20:.1f} MiB zeroed each call; "
+                  f"{'64 columns a consumer over all keys' if w.dq_column_split else 'all columns over 64 keys'}; "
+                  f"dQ by {'red.global.add' if w.dq_reduce == 'red' else 'cp.reduce.async.bulk'}; {w.smem_bytes} B SMEM")
         runs[name] = launch
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -165,11 +187,11 @@ def main(argv=None) -> int:
     print(f"B{args.b} S{args.s} H{args.h} D{args.d} {'causal' if args.causal else 'non-causal'}, "
           f"{flops / 1e9:.1f} GFLOP (cudnn: the torch autograd call, its preprocessing included)")
     for name, t in ms.items():
-        print(f"  {name:9s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
+        print(f"  {name:14s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
     print(f"  wgmma / mma_sync {ms['mma_sync'] / ms['wgmma']:.2f}x   wgmma / cudnn {ms['cudnn'] / ms['wgmma']:.2f}x")
-    if "wgmma_own" in ms:
-        print(f"  wgmma_own / wgmma {ms['wgmma'] / ms['wgmma_own']:.2f}x   wgmma_own / cudnn "
-              f"{ms['cudnn'] / ms['wgmma_own']:.2f}x")
+    for label in ("wgmma_own", "wgmma_bulk", "wgmma_own_bulk"):
+        if label in ms:
+            print(f"  {label} / wgmma {ms['wgmma'] / ms[label]:.2f}x   {label} / cudnn {ms['cudnn'] / ms[label]:.2f}x")
     return 0 if ok else 1
 
 

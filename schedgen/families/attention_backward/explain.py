@@ -86,6 +86,9 @@ def _wgmma_lines(p) -> list[str]:
     w = p.wgmma
     split = (f"each consumer {p.head_dim // w.consumers} of the columns over all {w.rows} keys" if w.dq_column_split
              else "each consumer all columns over its own 64 keys")
+    adds = ("red.global.add.v4.f32" if w.dq_reduce == "red" else
+            f"cp.reduce.async.bulk from an f32 SMEM staging buffer ({w.dq_bulk_ops} x {w.dq_bulk_bytes} B, issued by "
+            f"the producer's warp 3, which counts the block's arrival once the adds complete)")
     return [
         f"  CUDA (pipeline.kind: warp_specialized): one launch of {w.dkv_blocks} blocks of {w.threads} threads: a "
         f"TMA producer warpgroup (setmaxnreg {w.producer_regs}: memory_registers) and {w.consumers} consumer "
@@ -95,8 +98,8 @@ def _wgmma_lines(p) -> list[str]:
         f"producer's warps 1-2 for each step (beside the stage's lse);",
         f"    dQ as FlashAttention-3: dS^T to SMEM (stmatrix.trans), dQ partial = dS K by wgmma m64n64k16 from SMEM "
         f"({split}), added to a {w.workspace_bytes} B f32 workspace (zeroed by the runtime before each launch) by "
-        f"red.global.add.v4.f32; the last arrival at a 64-query tile (a counter a tile) writes its dq "
+        f"{adds}; the last arrival at a 64-query tile (a counter a tile) writes its dq "
         f"(summation order varies run to run)",
-        f"    64-query steps (Q, dO, O, lse) through a {p.stages}-stage TMA ring (mbarriers full / empty), two dS "
-        f"buffers, {w.smem_bytes} B SMEM",
+        f"    64-query steps (Q, dO, O, lse) through a {p.stages}-stage TMA ring (mbarriers full / empty), "
+        f"{'two dS buffers' if w.ds_buffers == 2 else 'one dS buffer'}, {w.smem_bytes} B SMEM",
     ]

@@ -1,7 +1,7 @@
 """What the attention_backward planner returns: the plan (every number the templates print) and its FLOP count."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...plan.hardware import target_field
 from ...plan.common import KernelArg
@@ -57,7 +57,8 @@ class WgmmaBackward:
     it): one launch of blocks of a TMA producer warpgroup and `consumers` consumer warpgroups of 64 keys, each block
     `rows` keys of one kv head; the streamed steps are 64 queries. dQ is summed in an f32 workspace (B x Hq x Sq x D,
     then one u32 arrival counter a 64-query tile). SMEM offsets in bytes from the 1024-aligned base: barriers at 0,
-    the consumers' flags at flag_offset, the fixed tiles (K, V) at tiles_offset, the ring, the two dS buffers."""
+    the consumers' flags at flag_offset, the fixed tiles (K, V) at tiles_offset, the ring, the two dS buffers (one
+    in the bulk form, then its f32 dQ staging buffer at dq_offset)."""
     consumers: int                 # consumer warpgroups (pipeline.num_compute_wgs)
     rows: int                      # 64 x consumers: the keys a block owns
     threads: int                   # 128 x (1 + consumers)
@@ -83,6 +84,21 @@ class WgmmaBackward:
     counters_bytes: int
     workspace_bytes: int           # the launch's zeroed workspace (the "workspace" kernel argument)
     smem_bytes: int                # plus the alignment slack
+    # How the dQ partials reach the workspace (wgmma.dq_reduce_of): "red" (red.global.add.v4.f32 from the consumers'
+    # registers, row-major sums) or "bulk" (FlashAttention-3's: each consumer stores its f32 partial to an SMEM
+    # buffer in accumulator-fragment order, one thread of the producer's warp 3 adds it to the workspace tile by
+    # cp.reduce.async.bulk and counts the block's one arrival; the workspace tile in that order). The fields below
+    # are the bulk form's (left out of the plan's JSON at their defaults: the red form's).
+    dq_reduce: str = field(default="red", metadata={"omit_default": True})
+    ds_buffers: int = field(default=2, metadata={"omit_default": True})     # dS buffers (bulk: 1, freed by a barrier)
+    dq_offset: int = field(default=0, metadata={"omit_default": True})      # SMEM: the f32 dQ staging buffer
+    dq_bulk_ops: int = field(default=0, metadata={"omit_default": True})    # bulk reduce-adds a step (a tile each)
+    dq_bulk_bytes: int = field(default=0, metadata={"omit_default": True})  # bytes of each: 64 x head_dim f32
+    dq_consumer_bytes: int = field(default=0, metadata={"omit_default": True})  # between consumers' parts of it
+    dq_sync_threads: int = field(default=0, metadata={"omit_default": True})    # the consumers and warp 3
+    dq_converters: int = field(default=0, metadata={"omit_default": True})      # threads converting a tile to dq
+    dq_tile_vec4: int = field(default=0, metadata={"omit_default": True})       # float4s of a workspace tile
+    tile_arrivals: int = field(default=0, metadata={"omit_default": True})      # non-causal: a tile's arrivals
 
 
 @dataclass(frozen=True)

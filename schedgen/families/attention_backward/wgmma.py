@@ -12,9 +12,11 @@ otherwise each consumer takes all columns over its own 64 keys.
 
 The partial goes into an f32 workspace (the launch record's "workspace" argument: the runtime zeroes it on the
 launch's stream before each launch) by red.global.add.v4.f32 straight from the accumulators (a lane trades a pair
-with its neighbour so that one REDG.E.ADD.F32x4 adds 4 consecutive floats): a TMA bulk reduce would need the
-partial staged in SMEM (16 KiB a consumer), which the 2-stage ring of K, V, Q, dO, O and the dS buffers leaves no
-room for at head_dim 128. dq = scale * the sum is written by the last consumer to add to a 64-query tile (an arrival
+with its neighbour so that one REDG.E.ADD.F32x4 adds 4 consecutive floats), or, where dq_reduce_of says "bulk"
+(FlashAttention-3's form; not the default until the H200 times it), staged in SMEM and added a tile at a time by a
+TMA bulk reduce-add (cp.reduce.async.bulk) issued by the producer's warp 3, which also counts the block's arrival
+once the adds completed; the staging buffer (32 KiB at head_dim 128) fits beside the 2-stage ring of K, V, Q, dO,
+O only with one dS buffer instead of two. dq = scale * the sum is written by the last consumer to add to a 64-query tile (an arrival
 counter a tile in the workspace: fence.acq_rel + atom.add.acq_rel at gpu scope, the expected count known from the
 causal geometry), not by a second pass: the runtime launches one kernel a call, and a pass inside the same launch
 would have to wait for the other blocks (no grid barrier without cooperative launch). The sums' order, so dq's
@@ -64,6 +66,35 @@ def shares_ds(nc: int, d: int) -> bool:
     return nc == 2 and d == 128
 
 
+def dq_reduce_of(nc: int, d: int) -> str:
+    """How the dQ partials reach the f32 workspace: "red" (red.global.add.v4.f32 straight from the consumers'
+    registers) or "bulk" (FlashAttention-3's: the consumers store the f32 partial to SMEM, one thread of the producer
+    warpgroup's warp 3 adds it to the workspace by cp.reduce.async.bulk, waits for the add to complete a step later
+    and counts the block's arrival). "red" everywhere until the H200 times "bulk" (bench/attn_bwd_cuda.py --dq-bulk).
+    The bulk form's SMEM: one dS buffer (not two) and the f32 staging buffer (64 x head_dim x 4 B, a consumer's own
+    where the consumers do not share dS): at head_dim 128 with 2 consumers and 2 stages it fits (217088 B), with
+    two dS buffers it would not (233472 B of 232448)."""
+    del nc, d
+    return "red"
+
+
+def _smem(stages: int, dkv_stage: int, dkv_ring: int, ds_bytes: int, bulk: dict) -> int:
+    ds_offset = dkv_ring + stages * dkv_stage
+    if bulk:
+        return ds_offset + ds_bytes + bulk["dq_bulk_ops"] * bulk["dq_bulk_bytes"] + SLACK
+    return ds_offset + 2 * ds_bytes + SLACK
+
+
+def _bulk_fields(nc: int, d: int, split: bool, ds_offset: int, ds_bytes: int, skv: int, rows: int) -> dict:
+    """The bulk form's record fields (dq_reduce_of "bulk"): one dS buffer, then the f32 dQ staging buffer: one tile
+    of 64 queries x d (the consumers' column halves side by side) where they share dS, else one a consumer."""
+    tile = STEP * d * 4
+    return dict(dq_reduce="bulk", ds_buffers=1, dq_offset=ds_offset + ds_bytes, dq_bulk_ops=1 if split else nc,
+                dq_bulk_bytes=tile, dq_consumer_bytes=STEP * 64 * 4 if split else tile,
+                dq_sync_threads=32 + 128 * nc, dq_converters=128 * nc, dq_tile_vec4=tile // 16,
+                tile_arrivals=skv // rows)
+
+
 def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, ranges: dict, hw: Hardware,
                problems: Problems) -> WgmmaBackward | None:
     """The wgmma kernel's record, or None with located problems."""
@@ -107,15 +138,17 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
     dkv_stage = 3 * tile64 + LSE_BYTES
     dkv_ring = TILES_OFFSET + 2 * fixed
     ds_offset, ds_bytes = dkv_ring + stages * dkv_stage, STEP * rows * isz
-    smem = ds_offset + 2 * ds_bytes + SLACK
+    split = shares_ds(nc, d)
+    bulk = _bulk_fields(nc, d, split, ds_offset, ds_bytes, skv, rows) if dq_reduce_of(nc, d) == "bulk" else {}
+    smem = _smem(stages, dkv_stage, dkv_ring, ds_bytes, bulk)
     if smem > hw.smem_per_block or 8 + 24 * stages > FLAG_OFFSET:
+        buffers = "one dS buffer and the f32 dQ staging buffer" if bulk else "two dS buffers"
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the warp-specialized wgmma backward needs {smem} B of SMEM with {stages} stages and "
-                     f"{nc} consumer warpgroup(s) (K, V of {rows} keys, a stage of Q, dO, O, and two dS buffers), "
+                     f"{nc} consumer warpgroup(s) (K, V of {rows} keys, a stage of Q, dO, O, and {buffers}), "
                      f"over the {hw.smem_per_block} B a block may have; use fewer stages")
     if len(problems) != before:
         return None
-    split = shares_ds(nc, d)
     acc = b * hq * sq * d                                   # f32 dQ sums, then a u32 counter a 64-query tile
     counters = -(-b * hq * (sq // STEP) * 4 // 16) * 16
     return WgmmaBackward(
@@ -125,7 +158,7 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
         fixed_bytes=fixed, flag_offset=FLAG_OFFSET, tiles_offset=TILES_OFFSET, dkv_ring=dkv_ring,
         dkv_stage=dkv_stage, ds_offset=ds_offset, ds_bytes=ds_bytes, dq_column_split=split,
         dq_slabs=1 if split else d // 64, dq_ksteps=rows // 16 if split else 4, counters_offset=acc,
-        counters_bytes=counters, workspace_bytes=acc * 4 + counters, smem_bytes=smem)
+        counters_bytes=counters, workspace_bytes=acc * 4 + counters, smem_bytes=smem, **bulk)
 
 
 def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:

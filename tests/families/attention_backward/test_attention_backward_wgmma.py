@@ -6,7 +6,10 @@ waits, dS stored by stmatrix, the dQ sums as REDG.E.ADD.F32x4 and the tiles' arr
 warns of nothing (no wgmma serialization, no spill); its plan numbers (one block a key tile, the workspace's bytes),
 the default left unchanged (the mma.sync kernel) and the located errors. On the GPU (`-m gpu`): `verify` against the
 float64 reference (fresh random inputs, outputs poisoned, per-dtype tolerance) at small and bench sizes, the same
-gradients twice in a row (the workspace zeroed again) and under CUDA-graph capture and torch.compile."""
+gradients twice in a row (the workspace zeroed again) and under CUDA-graph capture and torch.compile.
+The bulk form of dQ's sums (wgmma.dq_reduce_of patched to "bulk", FlashAttention-3's TMA reduce-add): the same CPU
+checks (UBLKRED a staged tile, no REDG), its SMEM accounting, the staging order against the converter's decoding,
+one arrival a block; on the GPU the float64 checks, two eager calls, a CUDA graph replay and torch.compile."""
 from __future__ import annotations
 
 import re
@@ -285,7 +288,10 @@ def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
     """The rendered kernel's own formulas, evaluated: every (q head, 64-query tile) gets one arrival from each
     consumer of each key block whose steps reach it (sg_block's first / n_it, enumerated) and sg_arrivals expects
     exactly that many, so the last one writes dq once it has every partial (a miscount would write early or never)."""
-    b = built[name]
+    _check_arrivals(built[name], per_block=built[name].plan.wgmma.consumers)
+
+
+def _check_arrivals(b, per_block: int):
     p, cu = b.plan, b.files["kernel.cu"].decode()
     w = p.wgmma
     env = {"min": min, "max": max}
@@ -304,7 +310,7 @@ def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
         n_qb = p.seq_q // 64 - f
         for it in range(n):
             key = (hb, hk * p.group + it // n_qb, f + it % n_qb)
-            got[key] = got.get(key, 0) + w.consumers
+            got[key] = got.get(key, 0) + per_block
     tiles = {(bb, h, qb) for bb in range(p.batch) for h in range(p.heads_q) for qb in range(p.seq_q // 64)}
     assert set(got) == tiles                               # every tile is written by someone
     for (_, _, qb), count in got.items():
@@ -316,6 +322,10 @@ def test_each_tile_expects_exactly_the_arrivals_the_blocks_make(built, name):
 def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
     """wgmma_dq_paths.py in a fresh interpreter: two eager calls in a row (the workspace zeroed again), a CUDA graph
     captured and replayed on new inputs, torch.compile(fullgraph=True); each gradient against float64."""
+    _dq_paths(tmp_path, case, [])
+
+
+def _dq_paths(tmp_path, case: str, extra: list[str]) -> None:
     import importlib.util
     import json
     import os
@@ -327,11 +337,12 @@ def test_dq_workspace_on_every_call_path_on_gpu(tmp_path, case):
         pytest.skip("torch is not installed")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     script = Path(__file__).with_name("wgmma_dq_paths.py")
-    res = subprocess.run([sys.executable, str(script), str(tmp_path), case], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, str(script), str(tmp_path), case, *extra], capture_output=True, text=True,
                          env=env, timeout=600)
     rows = [json.loads(ln[len("RESULT "):]) for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert [r["path"] for r in rows] == ["eager+compile", "graph"], res.stderr[-3000:]
     assert all(r["ok"] for r in rows), rows
+    assert rows[0]["dq_reduce"] == ("bulk" if extra == ["bulk"] else "red"), rows[0]
 
 
 @pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])
@@ -372,3 +383,347 @@ def test_stmatrix_addresses_put_ds_where_the_dq_wgmma_reads_it(built, name):
     for where, (key, query) in mem.items():      # read back as the K-major A of dQ: row = query, column = key
         c = key // 8
         assert where == (c // 8) * 8192 + query * 128 + (((c & 7) ^ (query & 7)) << 4) + 2 * (key % 8)
+
+
+# ------------------------------------------------------------------------------ dQ by bulk reduce-add (dq_reduce "bulk")
+
+BULK_CASES = [*CASES, "bench", "bench_causal"]
+
+
+def _bulk(monkeypatch_ctx):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    monkeypatch_ctx.setattr(wgmma_plan, "dq_reduce_of", lambda nc, d: "bulk")
+
+
+@pytest.fixture(scope="module")
+def built_bulk(tmp_path_factory):
+    """Each case built with wgmma.dq_reduce_of patched to "bulk" (as bench/attn_bwd_cuda.py --dq-bulk does)."""
+    cache = Cache(tmp_path_factory.mktemp("cache_bulk"))
+    with pytest.MonkeyPatch.context() as mp:
+        _bulk(mp)
+        out = {name: build_spec(str(SPEC), {**ov, **WS}, cache=cache) for name, ov in CASES.items()}
+        out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+        out["bench_causal"] = build_spec(str(CAUSAL_SPEC), WS, cache=cache)
+    return out
+
+
+def test_the_default_adds_by_red_and_its_plan_json_has_no_bulk_fields(built):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    from schedgen.plan import to_dict
+    assert {wgmma_plan.dq_reduce_of(nc, d) for nc in (1, 2) for d in (64, 128)} == {"red"}
+    for b in built.values():
+        w = to_dict(b.plan)["wgmma"]
+        assert b.plan.wgmma.dq_reduce == "red" and "dq_reduce" not in w and "dq_offset" not in w
+        assert "cp.reduce.async.bulk" not in b.files["kernel.cu"].decode()
+
+
+@pytest.mark.parametrize("name", BULK_CASES)
+def test_bulk_variant_compiles_to_one_bulk_reduce_a_tile(built_bulk, name):
+    b = built_bulk[name]
+    p, w = b.plan, b.plan.wgmma
+    assert w.dq_reduce == "bulk"
+    text = sass(b.files["kernel.cubin"])
+    ops = opcodes(text)
+    kind = ".BF16" if p.dtype == "bf16" else ""
+    assert set(re.findall(r"HGMMA\.(\S+)", text)) == {f"64x64x16.F32{kind}", f"64x{p.head_dim}x16.F32{kind}"}
+    # the partials: one cp.reduce.async.bulk .add.f32 a staged tile (UBLKRED), no red.global from registers
+    assert ops.count("UBLKRED.G.S.ADD.F32.RN") == w.dq_bulk_ops, [o for o in ops if "BLK" in o]
+    assert not [ln for ln in text.splitlines() if "REDG." in ln]
+    # staged by st.shared.v4 (8 a 64 x 64 accumulator), made visible to the async proxy, then the completed adds
+    # (their completion: an implicit generic-async proxy fence) released by MEMBAR.GPU and counted by one atomic
+    assert ops.count("STS.128") == 8 * w.dq_slabs
+    assert "FENCE.VIEW.ASYNC.S" in ops and "MEMBAR.ALL.GPU" in ops
+    assert ops.count("ATOMG.E.ADD.STRONG.GPU") == 1
+    from schedgen.families.attention_backward.explain import explain_attention_backward
+    text = explain_attention_backward(p)
+    assert "cp.reduce.async.bulk" in text and "red.global" not in text and "one dS buffer" in text
+    assert "BAR.ARV" in ops and "STSM.16.MT88.4" in ops and "UTMALDG.3D" in ops
+    assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
+    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0
+    assert b.warnings == []                                        # ptxas: no wgmma serialization, no spill
+
+
+def test_bulk_plan_accounts_its_smem(built, built_bulk):
+    """One dS buffer (freed by barrier 5 each step) and the f32 staging buffer of a step's partials after it; at
+    head_dim 128 with 2 consumers and 2 stages the staging buffer does not fit beside two dS buffers."""
+    limit = 232448
+    for name in BULK_CASES:
+        w, red = built_bulk[name].plan.wgmma, built[name].plan.wgmma
+        tile = 64 * built_bulk[name].plan.head_dim * 4
+        assert (w.ds_buffers, w.dq_bulk_bytes, w.dq_tile_vec4) == (1, tile, tile // 16)
+        assert w.dq_bulk_ops == (1 if w.dq_column_split else w.consumers)
+        assert w.dq_consumer_bytes == (64 * 64 * 4 if w.dq_column_split else tile)
+        assert w.ds_offset == red.ds_offset and w.dq_offset == w.ds_offset + w.ds_bytes and w.dq_offset % 1024 == 0
+        assert w.smem_bytes == w.dq_offset + w.dq_bulk_ops * w.dq_bulk_bytes + 1024 <= limit
+        assert built_bulk[name].plan.smem_bytes == w.smem_bytes
+        assert (w.dq_sync_threads, w.dq_converters) == (32 + 128 * w.consumers, 128 * w.consumers)
+        assert w.workspace_bytes == red.workspace_bytes
+    w, red = built_bulk["bench"].plan.wgmma, built["bench"].plan.wgmma
+    assert (w.consumers, w.dq_column_split, w.smem_bytes) == (2, True, 217088)
+    assert red.smem_bytes + w.dq_bulk_bytes > limit                  # two dS buffers and the staging buffer
+    one = built_bulk["one_consumer_gqa4_causal_stages3"].plan.wgmma
+    assert (one.dq_bulk_ops, one.smem_bytes) == (1, 226304)
+
+
+def test_bulk_smem_error_is_located(monkeypatch):
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    _bulk(monkeypatch)
+    spec, src = load_spec(str(SPEC), {**WS, "schedule.pipeline.max_concurrent_steps": 3})
+    with pytest.raises(SpecErrors) as exc:
+        plan(spec, src)
+    msg = str(exc.value)
+    assert "schedule.pipeline.max_concurrent_steps" in msg and "one dS buffer and the f32 dQ staging buffer" in msg
+
+
+@pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])
+def test_bulk_staging_order_is_what_the_converter_reads(built_bulk, name):
+    """The rendered staging addresses (sg_stage_dq's, at each consumer's slab) and the converter's decoding of a
+    float4 of the workspace tile, evaluated: each accumulator element (thread t's acc[4 n8 + k]: row 16 (t / 32) +
+    t % 32 / 4 (+ 8 for k >= 2), column 8 n8 + 2 (t % 4) + k % 2 of its 64-column slab) lands where the converter
+    looks for that (row, column); the consumers' parts tile the staging buffer (split: columns side by side, else a
+    tile each, summed by their bulk adds) and every element of the tile is written and read once."""
+    b = built_bulk[name]
+    w_ = b.plan.wgmma
+    cu = b.files["kernel.cu"].decode()
+    slab_expr = _c_expr(cu, r"sg_stage_dq\(S_DQ \+ (.+), dqp\[j\], wg_thread\);")
+    elem_expr = _c_expr(cu, r"st\.shared\.v4\.f32 \[%0\].*:: \"r\"\(slab \+ (.+)\),\n")
+    dec = re.search(r"const int t = (.+), row = (.+), col = (.+);\n", cu)
+    t_e, row_e, col_e = (_c_expr(dec.group(k), r"(.+)") for k in (1, 2, 3))
+    staged = {}                                       # byte offset in the staging buffer -> (part, row, column)
+    for w in range(w_.consumers):
+        for j in range(w_.dq_slabs):
+            slab = eval(slab_expr, {"w": w, "j": j})
+            col0 = 64 * (w if w_.dq_column_split else j)
+            for t in range(128):
+                for n8 in range(8):
+                    addr = slab + eval(elem_expr, {"n8": n8, "wg_thread": t})
+                    for k in range(4):
+                        at = addr + 4 * k
+                        assert at not in staged
+                        row = 16 * (t // 32) + (t % 32) // 4 + 8 * (k // 2)
+                        staged[at] = (at // w_.dq_bulk_bytes, row, col0 + 8 * n8 + 2 * (t % 4) + k % 2)
+    assert sorted(staged) == list(range(0, w_.dq_bulk_ops * w_.dq_bulk_bytes, 4))
+    read = {}
+    for i in range(w_.dq_tile_vec4):                 # float4 i of the workspace tile: (row, col .. col + 1) and row + 8
+        env = {"i": i}
+        env["t"] = eval(t_e, env)
+        row, col = eval(row_e, env), eval(col_e, env)
+        for k, rc in enumerate(((row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1))):
+            read[16 * i + 4 * k] = rc
+    assert sorted(set(read.values())) == [(r, c) for r in range(64) for c in range(b.plan.head_dim)]
+    for at, (_, row, col) in staged.items():          # the bulk add puts byte `at % tile` of a part there
+        assert read[at % w_.dq_bulk_bytes] == (row, col), (at, row, col)
+
+
+@pytest.mark.parametrize("name", [*CASES, "bench_causal"])
+def test_bulk_tiles_expect_one_arrival_a_block(built_bulk, name):
+    """As test_each_tile_expects_exactly_the_arrivals_the_blocks_make, with warp 3's one arrival a block."""
+    _check_arrivals(built_bulk[name], per_block=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3",
+                                  "bhsd_scale_f16_stages1", "top_left_sq_lt_skv"])
+def test_bulk_variant_matches_float64_on_gpu(case, monkeypatch):
+    """The bulk form (wgmma.dq_reduce_of patched) under `verify`: fresh random inputs, outputs poisoned, every
+    gradient against float64 (a tile converted before all its bulk adds completed, or twice, fails dq)."""
+    from schedgen.verify import verify_file
+    _bulk(monkeypatch)
+    checks = verify_file(str(SPEC), ["cuda"], {**CASES[case], **WS}, seed=2)
+    assert {c.backend for c in checks} == {"cuda"}, checks
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [SPEC, CAUSAL_SPEC], ids=["bench", "bench_causal"])
+def test_bulk_variant_at_bench_sizes_on_gpu(spec, monkeypatch):
+    from schedgen.verify import verify_file
+    _bulk(monkeypatch)
+    checks = verify_file(str(spec), ["cuda"], WS, seed=3)
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gqa_causal_d128", "plain_d64"])
+def test_bulk_variant_on_every_call_path_on_gpu(tmp_path, case):
+    """wgmma_dq_paths.py ... bulk: two eager calls in a row, a CUDA graph replay, torch.compile, the bulk form."""
+    _dq_paths(tmp_path, case, ["bulk"])
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one at text[start]."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    raise AssertionError(text)
+
+
+def _py(expr: str) -> str:
+    expr = re.sub(r"\(uint32_t\)", "", expr)
+    expr = re.sub(r"(\d+)u\b", r"\1", expr)
+    return expr.replace("&&", " and ").replace("||", " or ").replace("/", "//")
+
+
+def _protocol_events(lines: list[str], env: dict, slot_expr: str) -> list[tuple]:
+    """The barrier-4/5 and flag events a rendered code region makes, in order, for the values in `env`: the region's
+    control flow (for, if, else, braces) run as Python, its statements kept where they are barrier 4 / 5 waits or
+    arrivals (sg_named_sync / sg_named_arrive), warp 3's flag stores (the slot, and the step of the sg_step before)
+    and the consumers' flag reads (sg_maybe_convert: its step and slot); every other statement dropped."""
+    out, body, stack = [], [], []
+
+    def stmt(s: str) -> str | None:
+        if m := re.match(r"sg_named_(sync|arrive)\(([45]), ", s):
+            return f"_ev.append(('{m.group(1)}', {m.group(2)}))"
+        if m := re.match(r"sg_step\(B, (.+), hq, qb\);", s):
+            return f"_step = {_py(m.group(1))}"
+        if m := re.search(r'st\.shared\.u32 \[%0\], %1;" :: "r"\(S_LAST \+ 4u \* (.+)\), "r"\(last\)', s):
+            return f"_ev.append(('write', {_py(m.group(1))}, _step))"
+        if m := re.match(r"sg_maybe_convert\(B, (.+?), S_LAST", s):
+            return f"_ev.append(('read', ({slot_expr.replace('s', '_s')}), _s)) if (_s := {_py(m.group(1))}) is not None else None"
+        return None
+
+    def emit(code: str):
+        body.append("    " * (len(stack) + 1) + code)
+
+    def open_block(header: list[str], loop):
+        for h in header:
+            emit(h)
+        stack.append(loop)
+        emit("pass")
+    pending = None                                       # a header without braces: it governs the next line
+    for raw in lines:
+        line = re.sub(r"\s*//.*$", "", raw).strip()
+        if not line or line.startswith("#pragma"):
+            continue
+        if line.startswith("} else {"):
+            stack.pop()
+            open_block(["else:"], "if")
+            continue
+        if line == "}":
+            kind = stack.pop()
+            if isinstance(kind, tuple):                  # a for loop: its increment at the end of its body
+                body.append("    " * (len(stack) + 2) + kind[1])
+            continue
+        if line == "{":
+            open_block(["if True:"], "if")
+            continue
+        m = re.match(r"(for|if) \(", line)
+        if m:
+            close = _balanced(line, len(m.group(1)) + 1)
+            head, rest = line[len(m.group(1)) + 2:close - 1], line[close:].strip()
+            if m.group(1) == "for":
+                init, cond, inc = (x.strip() for x in head.split(";"))
+                var = re.match(r"int (\w+) = ", init).group(1)
+                step = {"++": f"{var} += 1", "--": f"{var} -= 1"}.get(inc[:2], _py(inc))
+                header = [f"{var} = {_py(init.split('=', 1)[1])}", f"while {_py(cond)}:"]
+                loop = (var, step)
+            else:
+                header, loop = [f"if {_py(head)}:"], "if"
+            if rest == "{":
+                open_block(header, loop)
+            elif rest.startswith("{") or rest.endswith(";") or not rest:
+                inner = stmt(rest.strip("{} ")) if rest else None
+                if rest and inner is None and "sg_named" not in rest:
+                    continue                             # nothing of the protocol in it (a one-line loop or if)
+                if not rest:
+                    pending = (header, loop)
+                    continue
+                open_block(header, loop)
+                emit(inner)
+                if isinstance(loop, tuple):
+                    emit(loop[1])
+                stack.pop()
+            continue
+        code = stmt(line)
+        if pending is not None:                          # the body of a braceless header: kept only if relevant
+            header, loop = pending
+            pending = None
+            if code is not None:
+                open_block(header, loop)
+                emit(code)
+                if isinstance(loop, tuple):
+                    emit(loop[1])
+                stack.pop()
+            continue
+        if code is not None:
+            emit(code)
+    assert not stack, stack
+    src = "def _run():\n    _step = None\n" + "\n".join(body) + "\n    return _ev\n"
+    scope = dict(env, _ev=out)
+    exec(src, scope)
+    return scope["_run"]()
+
+
+def _interleavings_ok(consumer: list[tuple], issuer: list[tuple]) -> None:
+    """Every interleaving of the two event lists under named-barrier semantics (a phase completes when both have
+    arrived; a wait blocks until then): no one arrives twice in a phase, no deadlock, every flag read sees the
+    flag of the step it asks for (the last write to its slot)."""
+    progs = (consumer, issuer)
+    seen, todo = set(), [((0, 0), (frozenset(), frozenset()), (None,) * 4, frozenset())]
+    while todo:
+        state = todo.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        pcs, bars, slots, waiting = state
+        if all(pcs[i] >= len(progs[i]) for i in (0, 1)):
+            continue
+        moved = False
+        for who in (0, 1):
+            if pcs[who] >= len(progs[who]) or who in waiting:
+                continue
+            ev = progs[who][pcs[who]]
+            npcs, nbars, nslots, nwait = list(pcs), list(bars), list(slots), set(waiting)
+            if ev[0] in ("sync", "arrive"):
+                b = ev[1] - 4
+                assert who not in nbars[b], ("a second arrival in one phase of barrier", ev[1], who, pcs)
+                arrived = nbars[b] | {who}
+                if len(arrived) == 2:
+                    arrived = frozenset()
+                    for other in list(nwait):
+                        if progs[other][pcs[other]] == ("sync", ev[1]):
+                            nwait.discard(other)
+                            npcs[other] += 1
+                    npcs[who] += 1
+                elif ev[0] == "sync":
+                    nwait.add(who)
+                else:
+                    npcs[who] += 1
+                nbars[b] = arrived
+            elif ev[0] == "write":
+                nslots[ev[1]] = ev[2]
+                npcs[who] += 1
+            else:
+                assert nslots[ev[1]] == ev[2], ("a stale flag", ev, nslots)
+                npcs[who] += 1
+            moved = True
+            todo.append((tuple(npcs), tuple(nbars), tuple(nslots), frozenset(nwait)))
+        assert moved, ("deadlock", pcs, progs)
+
+
+@pytest.mark.parametrize("name", ["plain_d64", "bhsd_scale_f16_stages1"])
+def test_bulk_barrier_protocol_has_no_race_or_deadlock(built_bulk, name):
+    """Warp 3's rounds and a consumer's steps, as the rendered kernel spells them (its loops and conditions run for
+    n_it 1 to 8), under every interleaving: barriers 4 and 5 strictly alternate (no warp arrives twice in one phase,
+    which would complete a phase early), nothing deadlocks, and every "last arrival" flag a consumer reads is the
+    one warp 3 stored for that step (not an older step's in the same slot)."""
+    cu = built_bulk[name].files["kernel.cu"].decode()
+    lines = cu.splitlines()
+    slot = _c_expr(cu, r"flags \+ 4u \* (\(uint32_t\)\(s & 3\))\)")
+    i0 = next(i for i, ln in enumerate(lines) if "lane = wg_thread - 96;" in ln) + 1
+    i1 = next(i for i in range(i0, len(lines)) if lines[i].strip() == "return;") - 1   # the producer branch's "}"
+    issuer = lines[i0:i1]
+    c0 = next(i for i, ln in enumerate(lines) if "for (int it = 0; it < n_it; ++it) {" in ln and i > i1)
+    c1 = next(i for i in range(c0, len(lines)) if "const long long base" in lines[i])
+    consumer = [ln for ln in lines[c0:c1] if "crosses" not in ln]
+    for n_it in range(1, 9):
+        env = {"n_it": n_it, "lane": 0, "wg_thread": 0, "w": 0}
+        ev_i = _protocol_events(issuer, env, slot)
+        ev_c = _protocol_events(consumer, env, slot)
+        assert [e for e in ev_i if e[0] == "write"] == [("write", s % 4, s) for s in range(n_it)]
+        assert sorted(e[2] for e in ev_c if e[0] == "read") == list(range(n_it))
+        _interleavings_ok(ev_c, ev_i)
