@@ -1,6 +1,7 @@
 # Session 12 (2026-12-06), the third H200 call: cross-entropy after the log-sum-exp merge change (one exp a partial,
 # exp(x - m) as one FFMA + ex2 under approx_math), default and approx_math, at 8192 x 32000 and 4096 x 128256
-# (`schedgen bench`: copy, torch, torch.compile in the same run), then the rowwise cluster sweep to 262k
+# (`schedgen bench`: copy, torch, torch.compile in the same run), then the attention and grouped backward against torch autograd
+# (bench/backward_gpu.py: the attention case did not run before), then the rowwise cluster sweep to 262k
 # (bench/gpu_rowcluster.sh). Logs in one tarball; guarded.
 set -u
 O=$OUT/w; mkdir -p $O
@@ -16,6 +17,9 @@ xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
 xb xent_32000_approx_wg2 --at M=8192 -D schedule.compiler_params.approx_math=true -D schedule.num_warpgroups=2
 xb xent_128256 --at M=4096 -D op.sizes.N=128256
 xb xent_128256_approx --at M=4096 -D op.sizes.N=128256 -D schedule.compiler_params.approx_math=true
+T=$(cap 150); timeout $T python3 bench/backward_gpu.py --only attention_d128 attention_causal_gqa grouped_moe_silu \
+  --iters 30 --out $O/backward > $O/backward.log 2>&1
+echo "backward vs torch autograd (rc $?):"; tail -10 $O/backward.log | cut -c1-200
 T=$(cap 200); [ $T -gt 60 ] && OUT=$O timeout $T bash bench/gpu_rowcluster.sh > $O/rowcluster.log 2>&1
 echo "2 rowcluster:"; tail -20 $O/rowcluster.log | cut -c1-200
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
