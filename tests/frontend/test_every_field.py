@@ -123,10 +123,9 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      s.schedule.target == "sm_90a" and "num_compute_wgs" not in s.schedule.pipeline.model_fields_set,
      "Hopper attention picks 2 consumer warpgroups unless num_compute_wgs is written: 2 restates that (a spec for "
      "sm_100a, where the field is an error, writes none)"),
-    ("attention_backward*", "schedule.pipeline.kind", lambda s, m, _: m.value == "warp_specialized" and
-     _picked(s, ("schedule", "pipeline", "kind")) == m.value,
-     "the attention backward picks warp_specialized wherever it plans unless pipeline.kind is written: "
-     "warp_specialized restates that"),
+    ("*", "schedule.*", lambda s, m, _: _picked(s, tuple(m.path)) == m.value,
+     "the value the planner picks where the field is not written (explain lists it), written out: e.g. the "
+     "attention backward's pipeline.kind warp_specialized, a 16-bit rowwise op's approx_math true"),
     ("matmul_bf16_256x8192x8192", "schedule.persistent.loop", lambda s, m, same: m.value == "none" and
      same == ["pallas"], "64 tiles on 132 SMs: the Pallas kernel's persistent grid is a block a tile already"),
     ("*", "schedule.out_specs.*.memory_space", lambda s, m, _: m.value == "tmem" and s.schedule.target == "sm_100a",

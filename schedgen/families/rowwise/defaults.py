@@ -29,6 +29,12 @@ from .plan import (
     streaming,
 )
 
+# approx_math where every output is 16-bit: ex2.approx, rsqrt.approx and a reciprocal a row err by about 1e-6
+# relative, far below a bf16 / f16 output's rounding (2^-9 / 2^-12); an f32 output (cross-entropy's loss) keeps the
+# IEEE-accurate functions unless the spec writes approx_math
+SIXTEEN_BIT = ("bf16", "f16")
+APPROX_WHY = ("the fast exp2 / log2 / rsqrt and a reciprocal a row: their error (about 1e-6 relative) is far below "
+              "the 16-bit outputs' rounding")
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
 CLUSTER_ROW_REGS = 32   # a picked cluster aims at this many registers of kept row a thread (the planner allows 64,
@@ -158,6 +164,9 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
                           f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-(n // csize) // (32 * (4 * wgs // rows) * vec))} a thread a row"
                           + (f" of a CTA's {n // csize} columns" if csize > 1 else "") + ")"
                           + ("; the last block is partial (out_of_bounds: zero)" if ragged else "")))
+    if not written(spec, ("schedule", "compiler_params", "approx_math")) and \
+            all(o.dtype in SIXTEEN_BIT for o in op.outputs.values()):
+        picks.append(Pick(("schedule", "compiler_params", "approx_math"), True, APPROX_WHY))
     return picks
 
 

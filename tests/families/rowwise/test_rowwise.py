@@ -442,6 +442,19 @@ def test_pallas_interpreted_matches_float64(path):
     assert p.n == 512
 
 
+def test_approx_math_is_picked_where_every_output_is_16_bit():
+    """Not written: approx_math where every output is bf16 / f16 (softmax), not where one is f32 (cross-entropy's
+    loss); written, as written."""
+    p = _plan(SOFTMAX)
+    assert p.approx_math is True
+    assert _plan(SOFTMAX, {"schedule.compiler_params.approx_math": False}).approx_math is False
+    assert _plan(SOFTMAX, {"op.outputs.y.dtype": "f32"}).approx_math is False
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    spec, src = load_spec(str(SPECS_DIR / "crossentropy_bf16.yaml"))
+    assert plan(spec, src).approx_math is False
+
+
 def test_approx_math_hoists_a_per_row_divisor_into_one_reciprocal():
     """approx_math: softmax's e / sum(e) becomes e * (1 / sum(e)), one reciprocal a row (a per-row statement
     before y, after the reductions that statement reads); the Pallas kernel, interpreted, still matches float64
@@ -456,7 +469,7 @@ def test_approx_math_hoists_a_per_row_divisor_into_one_reciprocal():
     # exact kernel has one division an element (2 rows x 32 elements a thread)
     text = sass(compile_cuda(cu).cubin)
     assert "FCHK" not in text and len(re.findall(r"\bMUFU\.RCP\b", text)) <= 8
-    exact = render(_plan(SOFTMAX), "cuda")
+    exact = render(_plan(SOFTMAX, {"schedule.compiler_params.approx_math": False}), "cuda")
     assert "const float o_y = (t_e / red__r1[s]);" in exact and "_q0" not in exact
     assert len(re.findall(r"\bFCHK\b", sass(compile_cuda(exact).cubin))) == 64
     # a divisor that varies along the row stays a division, and so does one inside a reduction's argument (those
