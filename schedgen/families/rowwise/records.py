@@ -13,7 +13,7 @@ from ...plan.exprs import PlanExpr
 class RowOperand:
     name: str
     role: str                   # "in" | "out"
-    kind: str                   # "row" [M, N] | "col" [N] (along the row) | "per_row" [M] / [M, 1]
+    kind: str                   # "row" [M, N] | "col" [N] (along the row) | "per_row" [M] / [M, 1] | "partial" [P, N]
     dtype: str
     shape: tuple[DimLike, ...]
     itemsize: int
@@ -85,6 +85,7 @@ class RowwisePlan:
     kernel_args: tuple[KernelArg, ...]
     dynamic_sizes: tuple[SizeRange, ...] = ()
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
+    partials: int = 0           # P: the blocks of partial-sum outputs [P, N] (grid P exactly); 0: none
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
