@@ -1,0 +1,180 @@
+"""The rowwise backward sums a vector's gradient (a norm's w, b: [N] over [M, N]) in the kernel: the step writes
+[P, N] f32 partial column sums (one row a block, P fixed by the step's spec), the graph's sum_to adds the P rows.
+Checked in the Mosaic GPU interpreter through jax.grad against float64 (M below P, M not a whole number of row
+blocks, M above P), the step kernel alone with poisoned outputs, the planner's errors, and on the GPU through torch
+autograd and torch.compile(fullgraph=True)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from backward_util import graph_gradients, spec_with, step_spec
+from conftest import import_package
+from schedgen import families
+from schedgen.build import build_spec, package
+from schedgen.cache import Cache
+from schedgen.errors import SourceMap, SpecErrors
+from schedgen.families.rowwise.backward import PARTIALS
+from schedgen.plan import plan
+
+N = 256
+BODIES = {
+    "layernorm": ({"x": ["M", "N"], "w": ["N"], "b": ["N"]}, {"eps": 1e-5},
+                  "mu = mean(x)\nxc = x - mu\nvar = mean(xc * xc)\ny = xc * rsqrt(var + eps) * w + b"),
+    "rmsnorm": ({"x": ["M", "N"], "w": ["N"]}, {"eps": 1e-6}, "y = x * rsqrt(mean(x * x) + eps) * w"),
+}
+
+
+def norm_spec(case: str, m, dtype: str = "f32") -> dict:
+    ins, consts, body = BODIES[case]
+    return {"name": f"{case}_{dtype}_cg", "op": {
+        "kind": "rowwise", "sizes": {"M": m, "N": N}, "constants": consts,
+        "inputs": {k: {"shape": s, "dtype": dtype} for k, s in ins.items()},
+        "outputs": {"y": {"shape": ["M", "N"], "dtype": dtype}}, "body": body}}
+
+
+DYNAMIC = {"dynamic": True, "max": 1024, "multiple_of": 1}
+
+
+@pytest.mark.parametrize("case", BODIES)
+def test_the_step_writes_p_rows_of_partial_sums(tmp_path, case):
+    spec, src = spec_with(tmp_path, norm_spec(case, DYNAMIC), {})
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems
+    outs = graph.steps[0].spec["op"]["outputs"]
+    assert outs["grad_w"] == {"shape": [PARTIALS, "N"], "dtype": "f32"} and outs["grad_x"]["shape"] == ["M", "N"]
+    p = plan(step_spec(graph.steps[0]), SourceMap("<step>"))
+    assert p.partials == PARTIALS and p.num_blocks == PARTIALS and p.pallas_blocks == PARTIALS
+    assert not p.auto_blocks and p.persistent
+    assert {o.name: o.kind for o in p.outputs}["grad_w"] == "partial"
+    # a small fixed M: P = M // 2 (< M, so the shape never reads as rows); M < 4: the [M, N] path
+    spec, src = spec_with(tmp_path, norm_spec(case, 10), {})
+    assert families.of(spec).backward(spec, src)[0].steps[0].spec["op"]["outputs"]["grad_w"]["shape"] == [5, "N"]
+    spec, src = spec_with(tmp_path, norm_spec(case, 3), {})
+    assert families.of(spec).backward(spec, src)[0].steps[0].spec["op"]["outputs"]["grad_w"]["shape"] == ["M", "N"]
+
+
+def _partial_spec(**out) -> dict:
+    data = {"name": "colsum", "op": {
+        "kind": "rowwise", "sizes": {"M": 64, "N": N},
+        "inputs": {"x": {"shape": ["M", "N"], "dtype": "f32"}},
+        "outputs": {"y": {"shape": ["M", "N"], "dtype": "f32"}, "s": {"shape": [8, "N"], "dtype": "f32"}},
+        "body": "y = x - mean(x)\ns = y * x"}}
+    data["op"]["outputs"]["s"].update(out)
+    return data
+
+
+@pytest.mark.parametrize("change, where, what", [
+    ({"dtype": "bf16"}, "op.outputs.s.dtype", "f32"),
+    ({"shape": [8, 128]}, "op.outputs.s.shape", "none of the row shapes"),
+])
+def test_partial_output_errors_are_located(tmp_path, change, where, what):
+    from schedgen.frontend.validate import load_spec
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_partial_spec(**change), sort_keys=False))
+    spec, src = load_spec(str(path))
+    with pytest.raises(SpecErrors) as err:
+        plan(spec, src)
+    assert where in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_a_per_row_value_cannot_be_a_partial_output(tmp_path):
+    from schedgen.frontend.validate import load_spec
+    data = _partial_spec()
+    data["op"]["body"] = "y = x - mean(x)\ns = mean(x)"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec, src = load_spec(str(path))
+    with pytest.raises(SpecErrors) as err:
+        plan(spec, src)
+    assert "op.outputs.s.shape" in str(err.value) and "one value a row" in str(err.value)
+
+
+def test_the_step_kernel_verifies_with_poisoned_outputs(tmp_path, monkeypatch):
+    """The step alone in the interpreter at the verifier's small sizes (NaN-poisoned outputs: every one of the P
+    rows must be written, zeros by the blocks with no rows), its partials' column sums against float64."""
+    pytest.importorskip("jax")
+    from schedgen.verify import verify_file
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    spec, src = spec_with(tmp_path, norm_spec("layernorm", 70), {})
+    graph, _ = families.of(spec).backward(spec, src)
+    path = tmp_path / "step.yaml"
+    path.write_text(yaml.safe_dump(graph.steps[0].spec, sort_keys=False))
+    checks = verify_file(str(path), ["pallas"], interpret=True, seed=1)
+    assert {c.output for c in checks} >= {"grad_w", "grad_b"}
+    assert checks and all(c.ok and c.rel_error <= c.tolerance for c in checks), checks
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("colgrad")
+    out = {}
+    for case in BODIES:
+        path = tmp / f"{case}.yaml"
+        data = norm_spec(case, DYNAMIC)
+        data["backward"] = {}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        built = build_spec(str(path), cache=Cache(tmp / "cache"))
+        folder = package(built, tmp / "out")
+        out[case] = (built, import_package(folder.parent, built.spec.name))
+    return out
+
+
+def _case(case: str, m: int, seed: int):
+    rng = np.random.default_rng(seed)
+    ins = {k: rng.standard_normal((m, N) if len(s) == 2 else (N,)).astype(np.float32)
+           for k, s in BODIES[case][0].items()}
+    return ins, rng.standard_normal((m, N)).astype(np.float32)
+
+
+def _float64_grads(tmp_path, case, ins, gy):
+    spec, src = spec_with(tmp_path, norm_spec(case, DYNAMIC), {})
+    graph, _ = families.of(spec).backward(spec, src)
+    return graph_gradients(spec, graph, {"M": len(gy), "N": N}, {k: v.astype(np.float64) for k, v in ins.items()},
+                           {"y": gy.astype(np.float64)})
+
+
+@pytest.mark.parametrize("m", [3, 37, 300], ids=["M<P", "ragged", "M>P"])
+@pytest.mark.parametrize("case", BODIES)
+def test_jax_grad_through_the_package(tmp_path, packages, case, m):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    f = getattr(packages[case][1], packages[case][0].spec.name)
+    ins, gy = _case(case, m, seed=m)
+    names = list(ins)
+
+    def loss(*args):
+        return jnp.sum(f(*args, interpret=plgpu.InterpretGPUParams()) * gy)
+
+    got = jax.grad(loss, argnums=tuple(range(len(names))))(*(jnp.asarray(v) for v in ins.values()))
+    want = _float64_grads(tmp_path, case, ins, gy)
+    for n, g in zip(names, got):
+        assert g.shape == ins[n].shape
+        scale = np.abs(want[n]).max()
+        np.testing.assert_allclose(np.asarray(g, np.float64), want[n], rtol=1e-4, atol=2e-5 * scale, err_msg=n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
+@pytest.mark.parametrize("m", [3, 37, 4000], ids=["M<P", "ragged", "M>P"])
+@pytest.mark.parametrize("case", BODIES)
+def test_gpu_torch_autograd(tmp_path, packages, case, m, compiled):
+    """The CUDA step kernel under torch autograd (and torch.compile(fullgraph=True): the step op's fake gives
+    [P, N]) against float64."""
+    torch = pytest.importorskip("torch")
+    f = getattr(packages[case][1], packages[case][0].spec.name)
+    ins, gy = _case(case, m, seed=m + 1)
+    args = [torch.tensor(v, device="cuda", requires_grad=True) for v in ins.values()]
+    g = torch.tensor(gy, device="cuda")
+
+    def step(*a):
+        return (f(*a) * g).sum()
+
+    run = torch.compile(step, fullgraph=True) if compiled else step
+    run(*args).backward()
+    want = _float64_grads(tmp_path, case, ins, gy)
+    for n, a in zip(ins, args):
+        scale = np.abs(want[n]).max()
+        np.testing.assert_allclose(a.grad.double().cpu().numpy(), want[n], rtol=1e-4, atol=2e-5 * scale, err_msg=n)
