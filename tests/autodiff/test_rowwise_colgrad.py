@@ -178,3 +178,63 @@ def test_gpu_torch_autograd(tmp_path, packages, case, m, compiled):
     for n, a in zip(ins, args):
         scale = np.abs(want[n]).max()
         np.testing.assert_allclose(a.grad.double().cpu().numpy(), want[n], rtol=1e-4, atol=2e-5 * scale, err_msg=n)
+
+
+@pytest.mark.parametrize("m", [37, 5], ids=["ragged", "M<P"])
+def test_a_forward_partial_output_masks_rows_past_m(tmp_path, monkeypatch, m):
+    """A partial-sum output whose value is not 0 on a zero row (exp): rows past M (the last step's) must add
+    nothing; with P = 8 blocks, M = 5 leaves blocks with no rows (zeros, over poisoned outputs)."""
+    pytest.importorskip("jax")
+    from schedgen.verify import verify_file
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    data = _partial_spec()
+    data["op"]["sizes"]["M"] = m
+    data["op"]["body"] = "y = x - mean(x)\ns = exp(y - max(y))"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    checks = verify_file(str(path), ["pallas"], interpret=True, seed=2)
+    assert {c.output for c in checks} == {"y", "s"}
+    assert all(c.ok and c.rel_error <= c.tolerance for c in checks), checks
+
+
+@pytest.mark.parametrize("case, n", [("layernorm", 4096), ("rmsnorm", 8192), ("layernorm", 1001)])
+def test_cuda_step_compiles_without_local_memory(tmp_path, case, n):
+    """The CUDA step (bf16 rows: 16-byte vectors; N = 1001: one element an access) compiles for sm_90a: the
+    column sums stay in registers (no local memory), the block's row is written with f32 stores, and its P blocks
+    are the launch's grid exactly (not lowered to the SMs: a block's partial row must exist)."""
+    import re
+    from schedgen.render import render
+    from schedgen.toolchain.nvrtc import compile_cuda, sass
+    data = norm_spec(case, DYNAMIC, "bf16")
+    data["op"]["sizes"]["N"] = n
+    spec, src = spec_with(tmp_path, data, {})
+    graph, _ = families.of(spec).backward(spec, src)
+    p = plan(step_spec(graph.steps[0]), SourceMap("<step>"))
+    code = render(p, "cuda")
+    assert "pa_grad_w[c][j] +=" in code and p.num_blocks == PARTIALS and not p.auto_blocks
+    assert p.vec == (1 if n % 8 else 8)
+    text = sass(compile_cuda(code).cubin)
+    assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"
+    assert re.search(r"\bSTG\.E\b", text) and re.search(r"\bBAR\.SYNC", text)
+
+
+def test_pallas_step_lowers_for_cuda(tmp_path):
+    """The Pallas step (the SMEM accumulator, the masked adds, one TMA row a block after the pipeline) lowers
+    through Mosaic GPU for the GPU (layernorm, bf16, N = 512: two TMA boxes a row; lowering is slow on the CPU)."""
+    jax = pytest.importorskip("jax")
+    from schedgen.runtime.arrays import DTYPES
+    from schedgen.runtime.kernel import load_package
+    data = norm_spec("layernorm", DYNAMIC, "bf16")
+    data["op"]["sizes"]["N"] = 512
+    spec, src = spec_with(tmp_path, data, {})
+    graph, _ = families.of(spec).backward(spec, src)
+    step = dict(graph.steps[0].spec, schedule={"backends": ["pallas"]})     # (no NVRTC build here)
+    path = tmp_path / "step.yaml"
+    path.write_text(yaml.safe_dump(step, sort_keys=False))
+    built = build_spec(str(path), cache=Cache(tmp_path / "cache"))
+    kernel = load_package(package(built, tmp_path / "out"))
+    sizes = {r.name: r.max for r in kernel.launch.sizes}
+    args = [jax.ShapeDtypeStruct(kernel.shape_of(o, sizes), DTYPES[o.dtype]) for o in kernel.inputs]
+    text = jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
+    assert [kernel.shape_of(o, sizes) for o in kernel.outputs if o.name == "grad_w"] == [(PARTIALS, 512)]
