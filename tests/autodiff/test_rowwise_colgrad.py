@@ -91,18 +91,20 @@ def test_a_per_row_value_cannot_be_a_partial_output(tmp_path):
     assert "op.outputs.s.shape" in str(err.value) and "one value a row" in str(err.value)
 
 
-def test_the_step_kernel_verifies_with_poisoned_outputs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("wrt", [None, ["w", "b"]], ids=["all", "w_b_only"])
+def test_the_step_kernel_verifies_with_poisoned_outputs(tmp_path, monkeypatch, wrt):
     """The step alone in the interpreter at the verifier's small sizes (NaN-poisoned outputs: every one of the P
-    rows must be written, zeros by the blocks with no rows), its partials' column sums against float64."""
+    rows must be written, zeros by the blocks with no rows), its partials' column sums against float64; with
+    wrt [w, b] every output is partial (the rows a step: the first one's BlockSpec [R, N])."""
     pytest.importorskip("jax")
     from schedgen.verify import verify_file
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
-    spec, src = spec_with(tmp_path, norm_spec("layernorm", 70), {})
+    spec, src = spec_with(tmp_path, norm_spec("layernorm", 70), {"wrt": wrt} if wrt else {})
     graph, _ = families.of(spec).backward(spec, src)
     path = tmp_path / "step.yaml"
     path.write_text(yaml.safe_dump(graph.steps[0].spec, sort_keys=False))
     checks = verify_file(str(path), ["pallas"], interpret=True, seed=1)
-    assert {c.output for c in checks} >= {"grad_w", "grad_b"}
+    assert {c.output for c in checks} == ({"grad_w", "grad_b"} if wrt else {"grad_x", "grad_w", "grad_b"})
     assert checks and all(c.ok and c.rel_error <= c.tolerance for c in checks), checks
 
 
@@ -197,20 +199,24 @@ def test_a_forward_partial_output_masks_rows_past_m(tmp_path, monkeypatch, m):
     assert all(c.ok and c.rel_error <= c.tolerance for c in checks), checks
 
 
-@pytest.mark.parametrize("case, n", [("layernorm", 4096), ("rmsnorm", 8192), ("layernorm", 1001)])
-def test_cuda_step_compiles_without_local_memory(tmp_path, case, n):
+@pytest.mark.parametrize("case, n, wrt", [("layernorm", 4096, None), ("rmsnorm", 8192, None),
+                                          ("layernorm", 1001, None), ("layernorm", 4096, ["w", "b"])])
+def test_cuda_step_compiles_without_local_memory(tmp_path, case, n, wrt):
     """The CUDA step (bf16 rows: 16-byte vectors; N = 1001: one element an access) compiles for sm_90a: the
     column sums stay in registers (no local memory), the block's row is written with f32 stores, and its P blocks
-    are the launch's grid exactly (not lowered to the SMs: a block's partial row must exist)."""
+    are the launch's grid exactly (not lowered to the SMs: a block's partial row must exist). wrt [w, b]: the
+    step has no [M, N] output, yet every warp of a row needs the last level's sums (no thread-0-only combine)."""
     import re
     from schedgen.render import render
     from schedgen.toolchain.nvrtc import compile_cuda, sass
     data = norm_spec(case, DYNAMIC, "bf16")
     data["op"]["sizes"]["N"] = n
-    spec, src = spec_with(tmp_path, data, {})
+    spec, src = spec_with(tmp_path, data, {"wrt": wrt} if wrt else {})
     graph, _ = families.of(spec).backward(spec, src)
     p = plan(step_spec(graph.steps[0]), SourceMap("<step>"))
     code = render(p, "cuda")
+    if wrt:
+        assert {o.kind for o in p.outputs} == {"partial"} and p.warps_per_row > 1 and "if (wr == 0) {" not in code
     assert "pa_grad_w[c][j] +=" in code and p.num_blocks == PARTIALS and not p.auto_blocks
     assert p.vec == (1 if n % 8 else 8)
     text = sass(compile_cuda(code).cubin)
@@ -238,3 +244,43 @@ def test_pallas_step_lowers_for_cuda(tmp_path):
     text = jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
     assert [kernel.shape_of(o, sizes) for o in kernel.outputs if o.name == "grad_w"] == [(PARTIALS, 512)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, wrt", [("layernorm_bf16.yaml", None), ("layernorm_bf16.yaml", ["w", "b"]),
+                                       ("rmsnorm_bf16.yaml", None)], ids=["layernorm", "layernorm_wb", "rmsnorm"])
+def test_gpu_bundled_norms_backward(tmp_path, name, wrt):
+    """The bundled bf16 norms (N = 4096, 8192; the planner's own schedule) under torch autograd and
+    torch.compile(fullgraph=True) at M = 4099 (ragged) against float64 of the bf16 inputs."""
+    torch = pytest.importorskip("torch")
+    from backward_util import bundled
+    data = bundled(name)
+    data["backward"] = {"wrt": wrt} if wrt else {}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    built = build_spec(str(path), cache=Cache(tmp_path / "cache"))
+    f = getattr(import_package(package(built, tmp_path / "out").parent, built.spec.name), built.spec.name)
+    m, n = 4099, data["op"]["sizes"]["N"]
+    rng = np.random.default_rng(7)
+    ins = {k: rng.standard_normal((m, n) if len(o["shape"]) == 2 else (n,)) for k, o in data["op"]["inputs"].items()}
+    ups = {k: rng.standard_normal((m, n)) for k in data["op"]["outputs"]}
+    args = {k: torch.tensor(v, dtype=torch.bfloat16, device="cuda") for k, v in ins.items()}
+    ins64 = {k: a.double().cpu().numpy() for k, a in args.items()}
+    gs = {k: torch.tensor(v, dtype=torch.bfloat16, device="cuda") for k, v in ups.items()}
+    spec, src = spec_with(tmp_path, data)
+    graph, _ = families.of(spec).backward(spec, src)
+    want = graph_gradients(spec, graph, {"M": m, "N": n}, ins64, {k: g.double().cpu().numpy() for k, g in gs.items()})
+
+    def loss(*a):
+        outs = f(*a)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return sum((o.float() * g.float()).sum() for o, g in zip(outs, gs.values()))
+
+    for run in (loss, torch.compile(loss, fullgraph=True)):
+        leaves = [a.clone().requires_grad_(k in (wrt or ins)) for k, a in args.items()]
+        run(*leaves).backward()
+        for k, a in zip(args, leaves):
+            if k not in (wrt or ins):
+                continue
+            scale = np.abs(want[k]).max()
+            np.testing.assert_allclose(a.grad.double().cpu().numpy(), want[k], rtol=2e-2, atol=2e-2 * scale, err_msg=k)

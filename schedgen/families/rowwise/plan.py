@@ -236,11 +236,6 @@ def _blocking(op, sch, kinds, problems: Problems) -> tuple[int, int, int]:
             continue
         kind, shape = kinds[name], list(getattr(op, "outputs" if group == "out_specs" else "inputs")[name].shape)
         blk = list(bs.block_shape)
-        if kind == "partial":
-            problems.add(("schedule", group, name), f"'{name}' holds partial sums [P, N]: each block writes its "
-                                                    f"one row, no BlockSpec; give the rows a block on an [M, N] "
-                                                    f"output, or leave them to the defaults")
-            continue
         if len(blk) != len(shape):
             problems.add(path, f"block_shape has {len(blk)} dimensions but '{name}' has {len(shape)} ({shape})")
             continue
@@ -249,7 +244,7 @@ def _blocking(op, sch, kinds, problems: Problems) -> tuple[int, int, int]:
                 problems.add(path, f"'{name}' runs along the row: its block is the whole of it, "
                                    f"{[1] * (len(blk) - 1) + [_n(op, shape[-1])]}")
             continue
-        if kind == "row" and blk[1] != _n(op, shape[1]):
+        if kind in ("row", "partial") and blk[1] != _n(op, shape[1]):   # partial: [rows a step of its block, N]
             problems.add((*path, 1), f"a block holds whole rows (the reductions run along them): its second "
                                      f"dimension is the row length N = {_n(op, shape[1])}, got {blk[1]}")
         if kind == "per_row" and len(blk) == 2 and blk[1] != 1:
