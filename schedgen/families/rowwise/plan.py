@@ -635,4 +635,4 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), kernel_args=args,
-        dynamic_sizes=tuple(ranges.values()), cluster_dims=(csize, 1, 1), partials=partials)
+        dynamic_sizes=tuple(ranges.values()), cluster_dims=(csize, 1, 1))

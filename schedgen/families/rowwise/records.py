@@ -85,9 +85,13 @@ class RowwisePlan:
     kernel_args: tuple[KernelArg, ...]
     dynamic_sizes: tuple[SizeRange, ...] = ()
     cluster_dims: tuple[int, int, int] = (1, 1, 1)
-    partials: int = 0           # P: the blocks of partial-sum outputs [P, N] (grid P exactly); 0: none
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[RowOperand, ...]:
         return self.inputs + self.outputs
+
+    @property
+    def partials(self) -> int:
+        """P: the blocks of the partial-sum outputs [P, N] (the grid, exactly); 0 when there are none."""
+        return next((o.shape[0] for o in self.outputs if o.kind == "partial"), 0)
