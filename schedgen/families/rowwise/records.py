@@ -95,3 +95,9 @@ class RowwisePlan:
     def partials(self) -> int:
         """P: the blocks of the partial-sum outputs [P, N] (the grid, exactly); 0 when there are none."""
         return next((o.shape[0] for o in self.outputs if o.kind == "partial"), 0)
+
+    @property
+    def summed_outputs(self) -> tuple[str, ...]:
+        """Outputs that verify compares by their sum over the first axis (the P partial sums: how the column sums
+        split among the blocks is the kernel's)."""
+        return tuple(o.name for o in self.outputs if o.kind == "partial")
