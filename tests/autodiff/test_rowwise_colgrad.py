@@ -48,6 +48,8 @@ def test_the_step_writes_p_rows_of_partial_sums(tmp_path, case):
     assert p.partials == PARTIALS and p.num_blocks == PARTIALS and p.pallas_blocks == PARTIALS
     assert not p.auto_blocks and p.persistent
     assert {o.name: o.kind for o in p.outputs}["grad_w"] == "partial"
+    from schedgen.explain import explain
+    assert f"partials   grad_w{', grad_b' if case == 'layernorm' else ''}: each of the {PARTIALS} blocks" in explain(p)
     # a small fixed M: P = M // 2 (< M, so the shape never reads as rows); M < 4: the [M, N] path
     spec, src = spec_with(tmp_path, norm_spec(case, 10), {})
     assert families.of(spec).backward(spec, src)[0].steps[0].spec["op"]["outputs"]["grad_w"]["shape"] == [5, "N"]
@@ -77,6 +79,22 @@ def test_partial_output_errors_are_located(tmp_path, change, where, what):
     with pytest.raises(SpecErrors) as err:
         plan(spec, src)
     assert where in str(err.value) and what in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("schedule, where", [
+    ({"persistent": {"num_blocks": 64}}, "schedule.persistent.num_blocks"),
+    ({"persistent": {"loop": "none"}}, "schedule.persistent.loop"),
+    ({"cluster": [2, 1, 1], "backends": ["cuda"]}, "schedule.cluster"),
+])
+def test_a_schedule_that_would_change_p_is_an_error(tmp_path, schedule, where):
+    from schedgen.frontend.validate import load_spec
+    data = dict(_partial_spec(), schedule=schedule)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec, src = load_spec(str(path))
+    with pytest.raises(SpecErrors) as err:
+        plan(spec, src)
+    assert where in str(err.value) and "partial" in str(err.value), str(err.value)
 
 
 def test_a_per_row_value_cannot_be_a_partial_output(tmp_path):

@@ -178,6 +178,11 @@ def _check_partials(op, sch, kinds, body, csize: int, problems: Problems) -> Non
     if csize > 1:
         problems.add(("schedule", "cluster"), "partial-sum outputs [P, N] take whole rows in each block: a cluster "
                                               "that splits the row is not supported with them; cluster: [1, 1, 1]")
+    if sch.persistent.loop == "none" or sch.persistent.num_blocks != "auto":
+        field = "loop" if sch.persistent.loop == "none" else "num_blocks"
+        problems.add(("schedule", "persistent", field), f"with partial-sum outputs [{p}, N] the kernel runs "
+                                                        f"exactly {p} persistent blocks (one row of partials each): "
+                                                        f"leave persistent.{field} unset (nd_loop, auto)")
 
 
 def _dtypes(op, problems: Problems) -> None:
