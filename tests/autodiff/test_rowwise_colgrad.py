@@ -84,7 +84,6 @@ def test_partial_output_errors_are_located(tmp_path, change, where, what):
 @pytest.mark.parametrize("schedule, where", [
     ({"persistent": {"num_blocks": 64}}, "schedule.persistent.num_blocks"),
     ({"persistent": {"loop": "none"}}, "schedule.persistent.loop"),
-    ({"cluster": [2, 1, 1], "backends": ["cuda"]}, "schedule.cluster"),
 ])
 def test_a_schedule_that_would_change_p_is_an_error(tmp_path, schedule, where):
     from schedgen.frontend.validate import load_spec
@@ -218,7 +217,8 @@ def test_a_forward_partial_output_masks_rows_past_m(tmp_path, monkeypatch, m):
 
 
 @pytest.mark.parametrize("case, n, wrt", [("layernorm", 4096, None), ("rmsnorm", 8192, None),
-                                          ("layernorm", 1001, None), ("layernorm", 4096, ["w", "b"])])
+                                          ("layernorm", 1001, None), ("layernorm", 4096, ["w", "b"]),
+                                          ("layernorm", 65536, None)])
 def test_cuda_step_compiles_without_local_memory(tmp_path, case, n, wrt):
     """The CUDA step (bf16 rows: 16-byte vectors; N = 1001: one element an access) compiles for sm_90a: the
     column sums stay in registers (no local memory), the block's row is written with f32 stores, and its P blocks
@@ -235,7 +235,10 @@ def test_cuda_step_compiles_without_local_memory(tmp_path, case, n, wrt):
     code = render(p, "cuda")
     if wrt:
         assert {o.kind for o in p.outputs} == {"partial"} and p.warps_per_row > 1 and "if (wr == 0) {" not in code
-    assert "pa_grad_w[c][j] +=" in code and p.num_blocks == PARTIALS and not p.auto_blocks
+    if n == 65536:     # a row too long for one CTA: the defaults' cluster; each CTA writes its columns of the row
+        c = p.cluster_dims[0]
+        assert c > 1 and p.num_blocks == PARTIALS * c and "(long long)((int)blockIdx.x / kCluster) * kN + col0 + e0" in code
+    assert "pa_grad_w[c][j] +=" in code and p.num_blocks == PARTIALS * p.cluster_dims[0] and not p.auto_blocks
     assert p.vec == (1 if n % 8 else 8)
     text = sass(compile_cuda(code).cubin)
     assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"
@@ -265,20 +268,26 @@ def test_pallas_step_lowers_for_cuda(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, wrt", [("layernorm_bf16.yaml", None), ("layernorm_bf16.yaml", ["w", "b"]),
-                                       ("rmsnorm_bf16.yaml", None)], ids=["layernorm", "layernorm_wb", "rmsnorm"])
-def test_gpu_bundled_norms_backward(tmp_path, name, wrt):
-    """The bundled bf16 norms (N = 4096, 8192; the planner's own schedule) under torch autograd and
-    torch.compile(fullgraph=True) at M = 4099 (ragged) against float64 of the bf16 inputs."""
+@pytest.mark.parametrize("name, wrt, n, m", [
+    ("layernorm_bf16.yaml", None, None, 4099), ("layernorm_bf16.yaml", ["w", "b"], None, 4099),
+    ("rmsnorm_bf16.yaml", None, None, 4099), ("layernorm_bf16.yaml", None, 65536, 67),
+], ids=["layernorm", "layernorm_wb", "rmsnorm", "layernorm_65536_cluster"])
+def test_gpu_bundled_norms_backward(tmp_path, name, wrt, n, m):
+    """The bundled bf16 norms (N = 4096, 8192; 65536: the step's rows split over a cluster; the planner's own
+    schedule) under torch autograd and torch.compile(fullgraph=True) at a ragged M against float64 of the bf16
+    inputs."""
     torch = pytest.importorskip("torch")
     from backward_util import bundled
     data = bundled(name)
     data["backward"] = {"wrt": wrt} if wrt else {}
+    if n:                  # another row length: the planner's schedule, not the file's
+        data["op"]["sizes"]["N"] = n
+        data.pop("schedule", None)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     built = build_spec(str(path), cache=Cache(tmp_path / "cache"))
     f = getattr(import_package(package(built, tmp_path / "out").parent, built.spec.name), built.spec.name)
-    m, n = 4099, data["op"]["sizes"]["N"]
+    n = data["op"]["sizes"]["N"]
     rng = np.random.default_rng(7)
     ins = {k: rng.standard_normal((m, n) if len(o["shape"]) == 2 else (n,)) for k, o in data["op"]["inputs"].items()}
     ups = {k: rng.standard_normal((m, n)) for k in data["op"]["outputs"]}

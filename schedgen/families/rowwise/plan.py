@@ -72,7 +72,7 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     ring = (False, 0, 0)
     if body is not None:
         _check_outputs(op, kinds, body, problems)
-        _check_partials(op, sch, kinds, body, csize, problems)
+        _check_partials(op, sch, kinds, body, problems)
         _pallas_limits(op, sch, body, operands, rows, steps, n, hw, problems)
         ring = _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
@@ -155,8 +155,9 @@ def partial_blocks(kinds, op) -> int:
     return next((int(op.outputs[nm].shape[0]) for nm in op.outputs if kinds.get(nm) == "partial"), 0)
 
 
-def _check_partials(op, sch, kinds, body, csize: int, problems: Problems) -> None:
-    """Partial-sum outputs: f32, a value that varies along the row, one P, no cluster, at most MAX_PARTIALS."""
+def _check_partials(op, sch, kinds, body, problems: Problems) -> None:
+    """Partial-sum outputs: f32, a value that varies along the row, one P, at most MAX_PARTIALS, P persistent
+    blocks (clusters with schedule.cluster: each CTA writes its slice of the cluster's row)."""
     names = [nm for nm in op.outputs if kinds.get(nm) == "partial"]
     if not names:
         return
@@ -175,9 +176,6 @@ def _check_partials(op, sch, kinds, body, csize: int, problems: Problems) -> Non
         if body is not None and not body.varies.get(nm, True):
             problems.add(("op", "outputs", nm, "shape"), f"'{nm}' [P, N] sums a value along the columns, but the "
                                                          f"body's value of it is one value a row: make it [M]")
-    if csize > 1:
-        problems.add(("schedule", "cluster"), "partial-sum outputs [P, N] take whole rows in each block: a cluster "
-                                              "that splits the row is not supported with them; cluster: [1, 1, 1]")
     if sch.persistent.loop == "none" or sch.persistent.num_blocks != "auto":
         field = "loop" if sch.persistent.loop == "none" else "num_blocks"
         problems.add(("schedule", "persistent", field), f"with partial-sum outputs [{p}, N] the kernel runs "
@@ -607,8 +605,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     if csize > 1:
         num_blocks = num_blocks * csize         # a cluster of csize CTAs a row block
     partials = partial_blocks(kinds, op)
-    if partials:                                # exactly P blocks striding over the rows, each writes its partials
-        num_blocks = pallas_blocks = partials
+    if partials:             # exactly P blocks (clusters) striding over the rows, each writes its row of partials
+        num_blocks, pallas_blocks = partials * csize, partials
         persistent = True
     ins = tuple(o for o in operands if o.role == "in")
     outs = tuple(o for o in operands if o.role == "out")
