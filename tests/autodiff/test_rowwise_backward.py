@@ -98,7 +98,9 @@ def test_step_is_a_rowwise_kernel_with_the_row_length_constant(tmp_path):
     graph, _ = families.of(spec).backward(spec, src)
     step = step_spec(graph.steps[0])
     assert step.op.kind == "rowwise" and step.op.constants["inv_n"] == pytest.approx(1 / 4096)
-    assert step.op.outputs["grad_w"].dtype == "f32" and step.op.outputs["grad_w"].shape == ["M", "N"]
+    # M = 64 fixed: P = M // 2 = 32 rows of partial column sums (the kernel's blocks), summed after the step
+    assert step.op.outputs["grad_w"].dtype == "f32" and step.op.outputs["grad_w"].shape == [32, "N"]
+    assert graph.steps[0].outputs["grad_w"] == "grad:w"
     assert step.op.outputs["grad_x"].dtype == "bf16"
 
 

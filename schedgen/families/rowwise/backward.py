@@ -8,7 +8,10 @@ element of `e` as `g` (one value a row, broadcast back), of `mean(e)` as `g / N`
 two-reduction backward (the row sums of `g w` and of `g w xhat`) without anyone writing it.
 
 Shapes: a row input's ([M, N]) gradient has its dtype; a vector's along the row ([N]: a norm's weight or bias)
-is written [M, N] in f32 and summed over the rows after the step (the graph's `sum_to`); a per-row input's ([M])
+is summed over the rows in the kernel: each of its P blocks (`partial_rows`: 256, or M // 2 for a small fixed M)
+writes one f32 row of partial sums, [P, N], and the graph's `sum_to` adds the P rows after the step (one
+deterministic pass over P x N, not M x N; a second in-kernel pass would need a grid-wide barrier or atomics); a
+per-row input's ([M])
 gradient is the row sum of its contributions, one value a row. `take(e, i)`'s gradient is `g` at the column it
 read: the step reads the column indices as a [N] input (`arange:N`, filled by the runtime) and compares them with
 i; the class index itself gets no gradient. Cross-entropy's backward comes out as g (softmax(x) - onehot(t)).
@@ -128,7 +131,7 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     row_dim = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[1]
     if cols in derived.inputs:
         step_inputs[cols] = {"shape": [row_dim], "dtype": "f32"}
-    step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w)) for w in nonzero}
+    step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w), partial_rows(op)) for w in nonzero}
     data["op"].update(inputs=step_inputs, outputs=step_outputs, body=text, constants=constants)
     refs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
         | {s: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
@@ -181,9 +184,21 @@ def _forward_with_saved(spec, saved, shape_of) -> dict:
     return data
 
 
-def _grad_operand(spec, name: str, kind: str | None) -> dict:
+PARTIALS = 256      # the step's blocks when it sums a vector's gradient over the rows: [P, N] partial sums
+
+
+def partial_rows(op) -> int:
+    """P, the rows of partial column sums a vector's gradient is written in: PARTIALS, or M // 2 for a fixed M
+    below 2 x PARTIALS (so P < M: an [M, N] shape stays rows); 0 (write [M, N]) when that is under 2."""
+    m = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[0]
+    m = op.sizes.get(m, m) if isinstance(m, str) else m
+    p = min(PARTIALS, m // 2) if isinstance(m, int) else PARTIALS
+    return p if p >= 2 else 0
+
+
+def _grad_operand(spec, name: str, kind: str | None, partials: int) -> dict:
     o = spec.op.inputs[name]
-    if kind == "col":      # a vector along the row: written per row in f32, summed over the rows after the step
+    if kind == "col":      # a vector along the row: its per-row terms summed in the kernel, P rows of partial sums
         first = next(i for i in spec.op.inputs.values() if len(i.shape) == 2)
-        return {"shape": list(first.shape), "dtype": "f32"}
+        return {"shape": [partials, first.shape[1]] if partials else list(first.shape), "dtype": "f32"}
     return {"shape": list(o.shape), "dtype": o.dtype}

@@ -158,7 +158,7 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
         ranges = dynamic_ranges(op.sizes)
         ragged = not D.divisible(m, rows * steps, ranges)
         shape = op.outputs[out0].shape
-        block = [rows, n] if kinds[out0] == "row" else [rows] + ([1] if len(shape) == 2 else [])
+        block = [rows, n] if kinds[out0] in ("row", "partial") else [rows] + ([1] if len(shape) == 2 else [])
         picks.append(Pick(("schedule", "out_specs", out0), BlockSpec(block_shape=block,
                                                                    out_of_bounds="zero" if ragged else "reject"),
                           f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-(n // csize) // (32 * (4 * wgs // rows) * vec))} a thread a row"

@@ -39,6 +39,9 @@ def explain_rowwise(p) -> str:
                                            "over the row blocks" if p.auto_blocks else
                                            "persistent over the row blocks" if p.persistent else "one row block a block"),
     ] + ([
+        f"  partials   {', '.join(p.summed_outputs)}: each of the {p.partials} blocks (exactly, every backend) adds "
+        f"its rows' values per column in f32 and writes one row of [{p.partials}, N] (zeros with no rows); the "
+        f"caller sums the {p.partials} rows"] if p.partials else []) + ([
         f"  cluster    {p.cluster_dims[0]} CTAs a row block (a thread-block cluster"
         f"{', non-portable size: the runtime allows it' if p.cluster_dims[0] > 8 else ''}): CTA r holds columns "
         f"[r x {p.n // p.cluster_dims[0]}, (r+1) x {p.n // p.cluster_dims[0]}) of its rows; each reduction level "
@@ -62,9 +65,11 @@ def explain_rowwise(p) -> str:
         f"({p.pallas_smem_bytes} B of SMEM), {p.pallas_blocks} blocks of one warpgroup; jnp reductions along the row",
         "  operands",
     ]
+    kinds = {"row": "rows", "col": "a vector along the row", "per_row": "one value a row",
+             "partial": "partial column sums, one row a block"}
     for o in p.operands:
         lines.append(f"    {o.role:3} {o.name:10} {o.dtype:5} {'[' + ', '.join(map(str, o.shape)) + ']':16} "
-                     f"{ {'row': 'rows', 'col': 'a vector along the row', 'per_row': 'one value a row'}[o.kind]}")
+                     f"{kinds[o.kind]}")
     ids = spell(p.body_roles, CXX_SPELLING)
     lines.append("  reductions")
     for r in p.reductions:

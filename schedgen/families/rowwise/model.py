@@ -23,7 +23,9 @@ class RowwiseOp(Model):
         "target class index, as a float); bf16, f16 or f32, computed in f32"))
     outputs: dict[Ident, Operand] = Field(min_length=1, max_length=8, description=(
         "the output arrays by name (returned in this order): rows [M, N] or one value a row [M] / [M, 1] (a "
-        "row sum, a log-sum-exp, a loss); bf16, f16 or f32"))
+        "row sum, a log-sum-exp, a loss); bf16, f16 or f32; or [P, N] in f32 (P >= 2 a literal): the value "
+        "summed over the rows in P partial sums, one row a block of the kernel's exactly P (a norm's weight "
+        "gradient; their sum over the P rows is the column sum)"))
     body: str = Field(min_length=1, max_length=4000, description=(
         "statements `name = expression`, one a line, assigning every output (temporaries allowed) from inputs, "
         "constants, float literals, the map family's operators and functions (+ - * /, ** 2 / 3 / 4, abs exp exp2 "

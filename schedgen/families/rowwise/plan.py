@@ -31,13 +31,15 @@ from .unread import check_unread
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
+MAX_PARTIALS = 4096        # blocks of a kernel with partial-sum outputs [P, N] (P x N f32 summed after it)
 MAX_ROW_REGS = 64          # 32-bit registers a thread may give the rows it keeps (the rest: the math, addresses)
 STREAM_CHUNKS = 8          # vectors a thread loads a segment when a long row streams (8 x 16 B in flight)
 STREAM_REGS = 32           # registers of a segment when the row streams through the prefetch ring (whose two SMEM
                            # slots of a 512-thread block's segments then take at most 128 KiB)
 REGS_PER_SM = 65536
 IN_DTYPES = ("bf16", "f16", "f32")
-LEGAL_SHAPES = "[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row)"
+LEGAL_SHAPES = ("[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row), an "
+                "output [P, N] (P partial column sums, P >= 2 a literal)")
 
 
 def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Problems]:
@@ -70,6 +72,7 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     ring = (False, 0, 0)
     if body is not None:
         _check_outputs(op, kinds, body, problems)
+        _check_partials(op, sch, kinds, body, problems)
         _pallas_limits(op, sch, body, operands, rows, steps, n, hw, problems)
         ring = _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
@@ -106,7 +109,7 @@ def _shapes(op, problems: Problems):
         problems.add(("op", g0, n0, "shape", 1), f"the row length is {n}: a row needs at least 2 elements")
     kinds = {}
     for (group, name), s in shapes.items():
-        kind = _kind(s, m, n)
+        kind = _kind(s, m, n) or (_partial_kind(s, n) if group == "outputs" else None)
         if kind is None:
             problems.add(("op", group, name, "shape"), f"shape {list(map(str, s))} is none of the row shapes "
                                                        f"{LEGAL_SHAPES} with M = {m}, N = {n}")
@@ -136,6 +139,48 @@ def _kind(shape, m, n) -> str | None:
     if (len(shape) == 1 and same(shape[0], m)) or (len(shape) == 2 and same(shape[0], m) and shape[1] == 1):
         return "per_row"
     return None
+
+
+def _partial_kind(shape, n) -> str | None:
+    """An output [P, N], P a literal of at least 2 other than M: the body's value summed over the rows, in P
+    partial sums (one row a block; their sum over the P rows is the column sum)."""
+    if len(shape) == 2 and isinstance(shape[0], int) and not isinstance(shape[0], dims.Dim) and shape[0] >= 2 \
+            and shape[1] == n:
+        return "partial"
+    return None
+
+
+def partial_blocks(kinds, op) -> int:
+    """P: the blocks of a kernel with partial-sum outputs [P, N] (0: it has none)."""
+    return next((int(op.outputs[nm].shape[0]) for nm in op.outputs if kinds.get(nm) == "partial"), 0)
+
+
+def _check_partials(op, sch, kinds, body, problems: Problems) -> None:
+    """Partial-sum outputs: f32, a value that varies along the row, one P, at most MAX_PARTIALS, P persistent
+    blocks (clusters with schedule.cluster: each CTA writes its slice of the cluster's row)."""
+    names = [nm for nm in op.outputs if kinds.get(nm) == "partial"]
+    if not names:
+        return
+    p = partial_blocks(kinds, op)
+    for nm in names:
+        o = op.outputs[nm]
+        if o.dtype != "f32":
+            problems.add(("op", "outputs", nm, "dtype"), f"'{nm}' [{o.shape[0]}, N] holds partial column sums: "
+                                                         f"f32 (the sums of many rows), got {o.dtype}")
+        if int(o.shape[0]) != p:
+            problems.add(("op", "outputs", nm, "shape", 0), f"every partial-sum output has the same P (the kernel's "
+                                                            f"blocks): another has {p}, this one {o.shape[0]}")
+        if p > MAX_PARTIALS:
+            problems.add(("op", "outputs", nm, "shape", 0), f"P = {o.shape[0]} blocks of partial sums: at most "
+                                                            f"{MAX_PARTIALS}")
+        if body is not None and not body.varies.get(nm, True):
+            problems.add(("op", "outputs", nm, "shape"), f"'{nm}' [P, N] sums a value along the columns, but the "
+                                                         f"body's value of it is one value a row: make it [M]")
+    if sch.persistent.loop == "none" or sch.persistent.num_blocks != "auto":
+        field = "loop" if sch.persistent.loop == "none" else "num_blocks"
+        problems.add(("schedule", "persistent", field), f"with partial-sum outputs [{p}, N] the kernel runs "
+                                                        f"exactly {p} persistent blocks (one row of partials each): "
+                                                        f"leave persistent.{field} unset (nd_loop, auto)")
 
 
 def _dtypes(op, problems: Problems) -> None:
@@ -202,7 +247,7 @@ def _blocking(op, sch, kinds, problems: Problems) -> tuple[int, int, int]:
                 problems.add(path, f"'{name}' runs along the row: its block is the whole of it, "
                                    f"{[1] * (len(blk) - 1) + [_n(op, shape[-1])]}")
             continue
-        if kind == "row" and blk[1] != _n(op, shape[1]):
+        if kind in ("row", "partial") and blk[1] != _n(op, shape[1]):   # partial: [rows a step of its block, N]
             problems.add((*path, 1), f"a block holds whole rows (the reductions run along them): its second "
                                      f"dimension is the row length N = {_n(op, shape[1])}, got {blk[1]}")
         if kind == "per_row" and len(blk) == 2 and blk[1] != 1:
@@ -261,7 +306,7 @@ def _vec(op, kinds, n: int) -> int:
 def streaming(op, kinds, body) -> bool:
     """Whether nothing needs the row after its one reduction level (only per-row outputs: cross-entropy,
     logsumexp, row sums), so a long row streams through the registers rather than being kept."""
-    return not any(kinds.get(o) == "row" for o in op.outputs) and \
+    return not any(kinds.get(o) in ("row", "partial") for o in op.outputs) and \
         max((r.level for r in body.reductions), default=0) == 1
 
 
@@ -373,7 +418,8 @@ def _operands(op, kinds, rows: int, hw: Hardware) -> tuple[RowOperand, ...]:
         for name, o in group.items():
             shape = tuple(d if isinstance(d, int) else sizes[d] for d in o.shape)
             kind = kinds[name]
-            block = {"row": (rows, shape[-1]), "col": tuple(shape), "per_row": (rows,) + tuple(shape[1:])}[kind]
+            block = {"row": (rows, shape[-1]), "col": tuple(shape), "per_row": (rows,) + tuple(shape[1:]),
+                     "partial": (1, shape[-1])}[kind]
             out.append(RowOperand(name, role, kind, o.dtype, shape, ITEMSIZE[o.dtype], CTYPE[o.dtype],
                                   f"{role}_{name}", tuple(int(b) for b in block)))
     return tuple(out)
@@ -478,7 +524,7 @@ def pallas_smem(operands, steps: int, n: int) -> int:
     total = 0
     for o in operands:
         elems = math.prod(o.block) if o.kind == "per_row" else math.prod(o.block) // n * chunk * chunks
-        total += elems * o.itemsize * (steps if o.role == "in" else 2)
+        total += elems * o.itemsize * (steps if o.role == "in" else 1 if o.kind == "partial" else 2)
     return total
 
 
@@ -542,7 +588,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     prefetch, ring_offset, slot = ring
     smem = ring_offset + 2 * slot if prefetch else reduction_smem(levels, rows, steps, warps_per_row, red_slots,
                                                                   csize)
-    regs = min(255, max(32, 2 * row_regs + 48))
+    partial_regs = chunks * vec * sum(1 for o in operands if o.kind == "partial")   # a thread's column sums
+    regs = min(255, max(32, 2 * row_regs + 48 + partial_regs))
     per_sm = max(1, min(hw.max_threads_per_sm // threads, REGS_PER_SM // (threads * (-(-regs // 8) * 8)),
                         hw.max_blocks_per_sm, hw.smem_per_sm // (smem + hw.smem_reserved_per_block)))
     num_row_blocks = dims.cdiv(m, rows * steps)
@@ -557,11 +604,15 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         pallas_blocks = dims.dmin(tiles, sch.persistent.num_blocks)
     if csize > 1:
         num_blocks = num_blocks * csize         # a cluster of csize CTAs a row block
+    partials = partial_blocks(kinds, op)
+    if partials:             # exactly P blocks (clusters) striding over the rows, each writes its row of partials
+        num_blocks, pallas_blocks = partials * csize, partials
+        persistent = True
     ins = tuple(o for o in operands if o.role == "in")
     outs = tuple(o for o in operands if o.role == "out")
     m_max = dims.upper(m, ranges)
-    bytes_moved = sum((m_max * n if o.kind == "row" else n if o.kind == "col" else m_max) * o.itemsize
-                      for o in operands)
+    bytes_moved = sum((m_max * n if o.kind == "row" else n if o.kind == "col" else o.shape[0] * n
+                       if o.kind == "partial" else m_max) * o.itemsize for o in operands)
     reductions = tuple(RowReduction(r.index, r.op, rb.COMBINE[r.op], PlanExpr(r.arg),
                                     PlanExpr(r.index_arg) if r.index_arg is not None else None, r.level, r.statement)
                        for r in body.reductions)
@@ -575,7 +626,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         warps_per_row=warps_per_row, steps=steps, vec=vec, chunks=chunks, segments=segments, row_regs=row_regs,
         threads=threads,
         num_warpgroups=sch.num_warpgroups, num_row_blocks=num_row_blocks, pallas_tiles=tiles, num_blocks=num_blocks,
-        pallas_blocks=pallas_blocks, blocks_per_sm=per_sm, auto_blocks=persistent and sch.persistent.num_blocks == "auto",
+        pallas_blocks=pallas_blocks, blocks_per_sm=per_sm,
+        auto_blocks=persistent and not partials and sch.persistent.num_blocks == "auto",
         persistent=persistent, levels=levels, inputs=ins, outputs=outs,
         body=tuple((t, PlanExpr(e)) for t, e in body.statements), body_level=dict(body.level),
         body_varies={t: bool(v) for t, v in body.varies.items() if t in dict(body.statements)},

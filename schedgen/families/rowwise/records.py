@@ -13,7 +13,7 @@ from ...plan.exprs import PlanExpr
 class RowOperand:
     name: str
     role: str                   # "in" | "out"
-    kind: str                   # "row" [M, N] | "col" [N] (along the row) | "per_row" [M] / [M, 1]
+    kind: str                   # "row" [M, N] | "col" [N] (along the row) | "per_row" [M] / [M, 1] | "partial" [P, N]
     dtype: str
     shape: tuple[DimLike, ...]
     itemsize: int
@@ -90,3 +90,14 @@ class RowwisePlan:
     @property
     def operands(self) -> tuple[RowOperand, ...]:
         return self.inputs + self.outputs
+
+    @property
+    def partials(self) -> int:
+        """P: the blocks of the partial-sum outputs [P, N] (the grid, exactly); 0 when there are none."""
+        return next((o.shape[0] for o in self.outputs if o.kind == "partial"), 0)
+
+    @property
+    def summed_outputs(self) -> tuple[str, ...]:
+        """Outputs that verify compares by their sum over the first axis (the P partial sums: how the column sums
+        split among the blocks is the kernel's)."""
+        return tuple(o.name for o in self.outputs if o.kind == "partial")
