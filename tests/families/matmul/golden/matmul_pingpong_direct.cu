@@ -35,6 +35,7 @@ __device__ __forceinline__ float sg_f32_to_f32(float f) { return f; }
 // ---- the math the body may use (IEEE-accurate variants)
 __device__ __forceinline__ float sg_exp2(float x) { return exp2f(x); }
 __device__ __forceinline__ float sg_exp(float x) { return expf(x); }
+__device__ __forceinline__ float sg_exp_sub(float a, float b) { return expf(a - b); }
 __device__ __forceinline__ float sg_log2(float x) { return log2f(x); }
 __device__ __forceinline__ float sg_log(float x) { return logf(x); }
 __device__ __forceinline__ float sg_tanh(float x) { return tanhf(x); }
