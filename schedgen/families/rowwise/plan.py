@@ -109,7 +109,9 @@ def _shapes(op, problems: Problems):
         problems.add(("op", g0, n0, "shape", 1), f"the row length is {n}: a row needs at least 2 elements")
     kinds = {}
     for (group, name), s in shapes.items():
-        kind = _kind(s, m, n) or (_partial_kind(s, n) if group == "outputs" else None)
+        written_p = group == "outputs" and len(op.outputs[name].shape) == 2 and \
+            isinstance(op.outputs[name].shape[0], int)     # P is a literal in the file, not a size's value
+        kind = _kind(s, m, n) or (_partial_kind(s, n) if written_p else None)
         if kind is None:
             problems.add(("op", group, name, "shape"), f"shape {list(map(str, s))} is none of the row shapes "
                                                        f"{LEGAL_SHAPES} with M = {m}, N = {n}")

@@ -623,3 +623,13 @@ def test_a_dynamic_clustered_launch_record_round_trips():
     for m in (1, 3, 4096):
         got = dims.evaluate(rec.num_blocks, {"M": m})
         assert got == -(-m // 2) * 16 and got % 16 == 0
+
+
+def test_an_output_rows_size_that_is_no_literal_is_no_partial_sum_output():
+    """softmax_bf16_262k with x [2, N] written (y stays [M, N], M = 256): y's first extent is a size's value, not a
+    literal P, so y is no partial-sum output: a located error about its shape, not a ValueError from int('M')
+    (found by test_every_field)."""
+    spec, src = load_spec(str(SPECS_DIR / "softmax_bf16_262k.yaml"), {"op.inputs.x.shape": [2, "N"]})
+    with pytest.raises(SpecErrors) as exc:
+        plan(spec, src)
+    assert "op.outputs.y.shape" in str(exc.value) and "none of the row shapes" in str(exc.value)
