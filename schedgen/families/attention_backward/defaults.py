@@ -54,7 +54,15 @@ def _consumers(spec) -> Pick:
                 "one consumer warpgroup: Skv (or, with the CUDA kernel, Sq) is not a multiple of 128")
 
 
+def _well_formed(spec) -> bool:
+    """q and k given, 4-D: the picks read their extents (otherwise the planner reports the op's problems)."""
+    ins = list(spec.op.inputs.values())
+    return len(ins) >= 2 and all(len(o.shape) == 4 for o in ins[:2])
+
+
 def attention_backward_defaults(spec, hw: Hardware) -> list[Pick]:
+    if not _well_formed(spec):
+        return []
     picks = []
     if not written(spec, ("schedule", "backends")):
         why = _cuda_fits(spec)

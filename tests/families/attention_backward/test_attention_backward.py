@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import SPECS_DIR
 from schedgen.build import build_spec
@@ -306,3 +307,17 @@ def test_pallas_head_dim_256_verifies_on_gpu(causal):
           "op.sizes": {"B": 2, "SQ": 512, "SKV": 512, "H": 4, "G": 2, "D": 256}}
     checks = verify_file(str(SPEC), ["pallas"], ov, seed=0)
     assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+def test_malformed_shapes_get_located_errors_not_a_crash_in_the_picks(tmp_path):
+    """q and k of rank 1 (a fuzzed document): the planner's picks read Skv and Sq, and raised IndexError once the
+    kind pick planned every spec; now they leave such a spec to the planner's located errors."""
+    from schedgen.plan import plan
+    ins = {n: {"shape": [1], "dtype": "bf16"} for n in ("x", "y", "o", "a", "b", "c")}
+    outs = {n: {"shape": [1], "dtype": "bf16"} for n in ("x", "y", "o")}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "op": {"kind": "attention_backward", "inputs": ins, "outputs": outs}}))
+    spec, src = load_spec(str(path))
+    with pytest.raises(SpecErrors) as exc:
+        plan(spec, src)
+    assert "op.inputs.a.shape" in str(exc.value) and "4-D" in str(exc.value)
