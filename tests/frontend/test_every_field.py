@@ -119,10 +119,6 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
     ("attention*", "schedule.persistent.tile_order", lambda s, m, _: m.value == "lpt" and s.op.causal and
      "tile_order" not in s.schedule.persistent.model_fields_set,
      "causal attention goes longest-first unless persistent.tile_order is written: lpt restates that"),
-    ("attention*", "schedule.pipeline.num_compute_wgs", lambda s, m, _: m.value == 2 and
-     s.schedule.target == "sm_90a" and "num_compute_wgs" not in s.schedule.pipeline.model_fields_set,
-     "Hopper attention picks 2 consumer warpgroups unless num_compute_wgs is written: 2 restates that (a spec for "
-     "sm_100a, where the field is an error, writes none)"),
     ("*", "schedule.*", lambda s, m, _: _picked(s, tuple(m.path)) == m.value,
      "the value the planner picks where the field is not written (explain lists it), written out: e.g. the "
      "attention backward's pipeline.kind warp_specialized, a 16-bit rowwise op's approx_math true"),

@@ -48,13 +48,10 @@ def wants_wgmma(sch) -> bool:
     return sch.pipeline.kind == "warp_specialized"
 
 
-def consumers_of(sch, sq: int, skv: int) -> int:
-    """pipeline.num_compute_wgs as written, else the planner's rule (defaults._consumers): 2 (128 keys a dK/dV
-    block, as FlashAttention-3's) when Sq and Skv are multiples of 128, else 1."""
-    pipe = sch.pipeline
-    if "num_compute_wgs" in pipe.model_fields_set:
-        return pipe.num_compute_wgs
-    return MAX_CONSUMERS if sq % (ROWS * MAX_CONSUMERS) == 0 and skv % (ROWS * MAX_CONSUMERS) == 0 else 1
+def consumers_of(sch) -> int:
+    """pipeline.num_compute_wgs: as written, or the planner's pick (defaults._consumers: 2 where Sq and Skv are
+    multiples of 128, else 1), which complete() applies before planning."""
+    return sch.pipeline.num_compute_wgs
 
 
 def shares_ds(nc: int, d: int) -> bool:
@@ -113,7 +110,7 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
             problems.add(("schedule", "in_specs", n, "block_shape", 0),
                          f"the warp-specialized wgmma backward streams {STEP} {what} a step (the N of its score "
                          f"wgmmas, m64n64k16); got {block}; legal: {STEP}")
-    nc = consumers_of(sch, sq, skv)
+    nc = consumers_of(sch)
     if nc > MAX_CONSUMERS:
         problems.add(("schedule", "pipeline", "num_compute_wgs"),
                      f"the warp-specialized wgmma backward takes 1 or 2 consumer warpgroups (64 rows each), got {nc}")
