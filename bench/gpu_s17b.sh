@@ -1,7 +1,7 @@
 # Session 12's second H200 call, after bench/gpu_s17c.sh (<= 500 s): the wgmma backward's bulk dQ variant against
 # float64 and the three dQ forms causal, the norm backward's in-kernel column sums timed (bench/backward_gpu.py
-# against torch autograd with the attention and grouped cases), cross-entropy after the log-sum-exp change (default and
-# approx_math, `schedgen bench`: copy, torch, torch.compile in the same run). One tarball.
+# against torch autograd with the attention and grouped cases), cross-entropy after the log-sum-exp change (default, now
+# approx_math, and IEEE; `schedgen bench`: copy, torch, torch.compile in the same run). One tarball.
 set -u
 O=$OUT/b; mkdir -p $O
 . bench/guard.sh 500
@@ -18,7 +18,8 @@ echo "backward vs torch autograd (rc $?):"; tail -10 $O/backward.log | cut -c1-2
 xb() { local case=$1; shift; T=$(cap 45); [ $T -gt 25 ] && timeout $T python3 -m schedgen bench specs/crossentropy_bf16.yaml \
   --backend cuda "$@" --json $O/$case.json > $O/$case.out 2>&1; echo "$case (rc $?):"; tail -8 $O/$case.out | cut -c1-160; }
 xb xent_32000 --at M=8192
-xb xent_32000_approx --at M=8192 -D schedule.compiler_params.approx_math=true
+xb xent_32000_ieee --at M=8192 -D schedule.compiler_params.approx_math=false
+xb xent_128256 --at M=4096 -D op.sizes.N=128256
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
 tar czf $OUT/s17b.tgz -C $OUT b 2>/dev/null; rm -rf $O
 echo done $(( $(date +%s) - START )) s

@@ -406,7 +406,8 @@ class CompilerParams(Model):
         "fast approximate math: plgpu.CompilerParams approx_math on Pallas (map, matmul, attention); attention's "
         "CUDA kernel also takes the approximate exp2 (ex2.approx) for its softmax, and attention picks true when "
         "it is not written; rowwise: ex2 / lg2 / rsqrt.approx and a reciprocal a row on CUDA, picked true when "
-        "every output is bf16 or f16; collective_matmul does not read it"))
+        "every output is bf16 or f16, or the f32 outputs are per-row values of bf16 / f16 rows (cross-entropy's "
+        "loss); collective_matmul does not read it"))
     lowering_semantics: Literal["lane", "warpgroup"] = Field(default="warpgroup", description=(
         "Mosaic GPU lowering semantics of the Pallas rendering (no effect on CUDA): warpgroup (the default: array "
         "ops per warpgroup) or lane (per thread). map: both (a broadcast operand takes a named register layout in either); matmul: warpgroup "

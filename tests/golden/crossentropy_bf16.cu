@@ -32,15 +32,16 @@ __device__ __forceinline__ uint8_t sg_f32_to_f8e5m2(float f) {
 }
 __device__ __forceinline__ float sg_f32_to_f32(float f) { return f; }
 
-// ---- the math the body may use (IEEE-accurate variants)
-__device__ __forceinline__ float sg_exp2(float x) { return exp2f(x); }
-__device__ __forceinline__ float sg_exp(float x) { return expf(x); }
-__device__ __forceinline__ float sg_exp_sub(float a, float b) { return expf(a - b); }
-__device__ __forceinline__ float sg_log2(float x) { return log2f(x); }
-__device__ __forceinline__ float sg_log(float x) { return logf(x); }
-__device__ __forceinline__ float sg_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ float sg_rsqrt(float x) { return rsqrtf(x); }
-__device__ __forceinline__ float sg_div(float a, float b) { return a / b; }
+// ---- the math the body may use (approximate variants)
+__device__ __forceinline__ float sg_exp2(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float sg_exp(float x) { return sg_exp2(x * 1.4426950408889634f); }
+// exp(a - b) (what the body's exp(a - b) renders to): one FFMA and ex2, b log2(e) hoisted where b is invariant
+__device__ __forceinline__ float sg_exp_sub(float a, float b) { return sg_exp2(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f))); }
+__device__ __forceinline__ float sg_log2(float x) { float r; asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float sg_log(float x) { return sg_log2(x) * 0.6931471805599453f; }
+__device__ __forceinline__ float sg_tanh(float x) { float r; asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float sg_rsqrt(float x) { float r; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float sg_div(float a, float b) { return __fdividef(a, b); }
 __device__ __forceinline__ float sg_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ float sg_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ float sg_square(float x) { return x * x; }
@@ -205,14 +206,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = (((int)blockIdx.x) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((0) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((0) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kN) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
         }
       }
   }
@@ -233,14 +236,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_crossentropy_bf16_r
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = ((nblk) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((nseg) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((nseg) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kN) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
         }
       }
       }

@@ -143,7 +143,7 @@ def make(sizes=None, interpret=None, outputs_as_refs=False):
         grid=(num_blocks,),
         grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(
-            approx_math=False,
+            approx_math=True,
             unsafe_no_auto_barriers=False,
             profile_space=0,
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup,

@@ -262,17 +262,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) rowwise_rmsnorm_bf16_r1w8_s
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = (((int)blockIdx.x) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((0) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((0) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kN) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
 #pragma unroll
           for (int i = 0; i < kQ_residual; ++i)
-            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_residual + i)), reinterpret_cast<const uint4*>(in_residual + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_residual + i)), reinterpret_cast<const uint4*>(in_residual + at0 + c * kGroup * kVec) + i);
         }
       }
   }
@@ -293,17 +295,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) rowwise_rmsnorm_bf16_r1w8_s
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = ((nblk) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((nseg) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((nseg) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kN) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
 #pragma unroll
           for (int i = 0; i < kQ_residual; ++i)
-            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_residual + i)), reinterpret_cast<const uint4*>(in_residual + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_residual + i)), reinterpret_cast<const uint4*>(in_residual + at0 + c * kGroup * kVec) + i);
         }
       }
       }

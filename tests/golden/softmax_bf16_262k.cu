@@ -233,14 +233,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = (((int)blockIdx.x / kCluster) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((0) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + col0 + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((0) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kNc) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + col0 + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(0, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
         }
       }
   }
@@ -261,14 +263,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) rowwise_softmax_bf16_262k_r
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int r_ = ((nblk) * kSteps + s) * kRows + rg;
+        // one 64-bit row address a step; a chunk's is a constant offset from it (an immediate of the copy)
+        const int g0 = ((nseg) * kChunks * kGroup + t) * kVec;
+        [[maybe_unused]] const long long at0 = (long long)r_ * kN + col0 + g0;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const int e0 = (((nseg) * kChunks + c) * kGroup + t) * kVec;
+          const int e0 = g0 + c * kGroup * kVec;
           if (r_ >= kM || e0 >= kNc) continue;
-          [[maybe_unused]] const long long at = (long long)r_ * kN + col0 + e0;
 #pragma unroll
           for (int i = 0; i < kQ_x; ++i)
-            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at) + i);
+            sg_cp16(sg_smem_addr(ring_at(slot ^ 1, s, c, kQoff_x + i)), reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i);
         }
       }
       }

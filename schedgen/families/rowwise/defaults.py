@@ -30,11 +30,15 @@ from .plan import (
 )
 
 # approx_math where every output is 16-bit: ex2.approx, rsqrt.approx and a reciprocal a row err by about 1e-6
-# relative, far below a bf16 / f16 output's rounding (2^-9 / 2^-12); an f32 output (cross-entropy's loss) keeps the
-# IEEE-accurate functions unless the spec writes approx_math
+# relative, far below a bf16 / f16 output's rounding (2^-9 / 2^-12); and where the f32 outputs are per-row values
+# (cross-entropy's loss, a saved mean or log-sum-exp) reduced from 16-bit rows: 1e-6 relative is far below what the
+# rows' own rounding carries (torch.compile's Triton kernels take the same fast exp2). A full row written in f32, or
+# f32 rows in with an f32 result, keep the IEEE-accurate functions unless the spec writes approx_math
 SIXTEEN_BIT = ("bf16", "f16")
 APPROX_WHY = ("the fast exp2 / log2 / rsqrt and a reciprocal a row: their error (about 1e-6 relative) is far below "
               "the 16-bit outputs' rounding")
+APPROX_WHY_ROWS = ("the fast exp2 / log2 / rsqrt and a reciprocal a row: their error (about 1e-6 relative) is far "
+                   "below the rounding the 16-bit rows in already carry (the f32 outputs are per-row values)")
 TARGET_CHUNKS = 4
 TWO_STEP_REGS = 32
 CLUSTER_ROW_REGS = 32   # a picked cluster aims at this many registers of kept row a thread (the planner allows 64,
@@ -164,10 +168,22 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
                           f"{rows} row(s) a block (16-byte vectors of {vec} elements, {vec and -(-(n // csize) // (32 * (4 * wgs // rows) * vec))} a thread a row"
                           + (f" of a CTA's {n // csize} columns" if csize > 1 else "") + ")"
                           + ("; the last block is partial (out_of_bounds: zero)" if ragged else "")))
-    if not written(spec, ("schedule", "compiler_params", "approx_math")) and \
-            all(o.dtype in SIXTEEN_BIT for o in op.outputs.values()):
-        picks.append(Pick(("schedule", "compiler_params", "approx_math"), True, APPROX_WHY))
+    why = approx_reason(op, kinds)
+    if why and not written(spec, ("schedule", "compiler_params", "approx_math")):
+        picks.append(Pick(("schedule", "compiler_params", "approx_math"), True, why))
     return picks
+
+
+
+def approx_reason(op, kinds) -> str | None:
+    """Why approx_math is the default for this op, or None where the IEEE-accurate functions are."""
+    if all(o.dtype in SIXTEEN_BIT for o in op.outputs.values()):
+        return APPROX_WHY
+    rows_in = [o.dtype for nm, o in op.inputs.items() if kinds[nm] == "row"]
+    full_rows_out = [o.dtype for nm, o in op.outputs.items() if kinds[nm] == "row"]
+    if rows_in and all(d in SIXTEEN_BIT for d in rows_in + full_rows_out):
+        return APPROX_WHY_ROWS
+    return None
 
 
 __all__ = ["rowwise_defaults", "pick_blocking", "pick_cluster", "_kind"]

@@ -11,6 +11,7 @@ import pytest
 from conftest import SPECS_DIR
 from schedgen.build import build_spec, package
 from schedgen.errors import SpecErrors
+from schedgen.families.rowwise.defaults import APPROX_WHY_ROWS
 from schedgen.explain import explain
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import dims, plan
@@ -73,7 +74,7 @@ def test_reductions_get_levels_and_the_row_stays_in_registers():
     cu = render(p, "cuda")
     # x is copied once a row block (the first block's before the loop, each next one's in it) into the prefetch
     # ring, read back once (before the sweeps), stored once
-    assert p.prefetch and cu.count("reinterpret_cast<const uint4*>(in_x + at) + i") == 2
+    assert p.prefetch and cu.count("reinterpret_cast<const uint4*>(in_x + at0 + c * kGroup * kVec) + i") == 2
     assert cu.count("*ring_at(slot, s, c, kQoff_x + i)") == 1 and cu.count("st_out_y(out_y + at") == 1
     assert "__syncthreads();" in cu and "sg_warp_sum" in cu
     # pipeline.kind: none: no ring, x loaded straight into the registers once
@@ -442,17 +443,21 @@ def test_pallas_interpreted_matches_float64(path):
     assert p.n == 512
 
 
-def test_approx_math_is_picked_where_every_output_is_16_bit():
-    """Not written: approx_math where every output is bf16 / f16 (softmax), not where one is f32 (cross-entropy's
-    loss); written, as written."""
+def test_approx_math_is_picked_where_the_16_bit_data_bounds_the_error():
+    """Not written: approx_math where every output is bf16 / f16 (softmax), and where the f32 outputs are per-row
+    values of 16-bit rows (cross-entropy's loss); not where a full row is written in f32, nor for f32 logits;
+    written, as written."""
     p = _plan(SOFTMAX)
     assert p.approx_math is True
     assert _plan(SOFTMAX, {"schedule.compiler_params.approx_math": False}).approx_math is False
     assert _plan(SOFTMAX, {"op.outputs.y.dtype": "f32"}).approx_math is False
-    from schedgen.frontend.validate import load_spec
-    from schedgen.plan import plan
-    spec, src = load_spec(str(SPECS_DIR / "crossentropy_bf16.yaml"))
-    assert plan(spec, src).approx_math is False
+    assert _plan(SOFTMAX, {"op.inputs.x.dtype": "f32"}).approx_math is True      # the bf16 output rounds
+    assert _plan(XENT).approx_math is True
+    assert _plan(XENT, {"op.inputs.x.dtype": "f32"}).approx_math is False
+    assert _plan(XENT, {"schedule.compiler_params.approx_math": False}).approx_math is False
+    from schedgen.plan import plan_with_picks
+    _, picks = plan_with_picks(*load_spec(str(XENT)))
+    assert [p.why for p in picks if p.path[-1] == "approx_math"] == [APPROX_WHY_ROWS]
 
 
 def test_approx_math_hoists_a_per_row_divisor_into_one_reciprocal():
