@@ -1,5 +1,5 @@
 # Issue 17 call 3: the planner's new defaults (wave-quantized tile choice, 2-CTA clusters, skinny K) against
-# the old ones and cuBLAS. Run on the H200: bash bench/sweeps17b.sh (writes $OUT/l).
+# the old ones and cuBLAS. Run on the H200: bash bench/calls/sweeps17b.sh (writes $OUT/l).
 set -u
 O=$OUT/l; mkdir -p $O
 S=bench/user_shapes

@@ -1,4 +1,4 @@
-# Session 12's second H200 call, after bench/gpu_s17c.sh (<= 500 s): the wgmma backward's bulk dQ variant against
+# Session 12's second H200 call, after bench/calls/gpu_s17c.sh (<= 500 s): the wgmma backward's bulk dQ variant against
 # float64 and the three dQ forms causal, the norm backward's in-kernel column sums timed (bench/backward_gpu.py
 # against torch autograd with the attention and grouped cases), cross-entropy after the log-sum-exp change (default, now
 # approx_math, and IEEE; `schedgen bench`: copy, torch, torch.compile in the same run). One tarball.

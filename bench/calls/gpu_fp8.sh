@@ -2,8 +2,8 @@
 # against float64 at 4096^3, ragged sizes and variants), then `schedgen bench` of each bundled fp8 spec (and the
 # per-tensor one at 8192^3) against torch._scaled_mm (fast and exact accumulation) and a bf16 cuBLAS GEMM of the
 # same values; the table last. About 3-4 minutes. From the repo root, after `. .devkit/activate`:
-#     bash bench/gpu_fp8.sh                  # files under $OUT/fp8/ ($OUT defaults to /tmp/schedgen-out)
-#     FP8_VARIANTS=1 bash bench/gpu_fp8.sh   # and two schedule variants of the per-tensor spec (for tuning)
+#     bash bench/calls/gpu_fp8.sh                  # files under $OUT/fp8/ ($OUT defaults to /tmp/schedgen-out)
+#     FP8_VARIANTS=1 bash bench/calls/gpu_fp8.sh   # and two schedule variants of the per-tensor spec (for tuning)
 set -u
 O=${OUT:-/tmp/schedgen-out}/fp8; mkdir -p "$O"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > "$O/clocks.txt" 2>&1

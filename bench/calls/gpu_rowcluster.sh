@@ -2,7 +2,7 @@
 # tests of the cluster path against float64, then `schedgen bench` of softmax over rows of 4 K .. 256 K columns at
 # a constant 64 M elements (M x N = 2^26, bf16: 128 MiB in, 128 MiB out) to see whether it stays flat, against a
 # device copy and torch's own softmax. Run from the repo root after `. .devkit/activate`:
-#   OUT=/some/dir bash bench/gpu_rowcluster.sh       (on the device machine $OUT is set already)
+#   OUT=/some/dir bash bench/calls/gpu_rowcluster.sh       (on the device machine $OUT is set already)
 # Writes $OUT/rowcluster/{pytest.log, N<n>.json, N<n>.out}. At most 240 + 6 x 45 s.
 set -u
 O=${OUT:-/tmp/out}/rowcluster; mkdir -p "$O"

@@ -19,5 +19,5 @@ echo "2 backward bench:"; tail -10 $O/bwd_bench.log | cut -c1-250
 T=$(cap 170); [ $T -gt 40 ] && timeout $T bash -c "python3 -m schedgen build examples/train/qkv.yaml examples/train/proj.yaml examples/train/up.yaml examples/train/down.yaml examples/train/attn.yaml -o build/train > $O/train.log 2>&1 && python3 examples/train_mlp_attention.py --steps 120 --json $O/train.json >> $O/train.log 2>&1"
 echo "3 training run:"; tail -5 $O/train.log | cut -c1-220
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> $O/clocks.txt 2>&1
-T=$(cap 200); [ $T -gt 60 ] && OUT=$O/buckets timeout $T bash bench/gpu_buckets.sh > $O/buckets.log 2>&1
+T=$(cap 200); [ $T -gt 60 ] && OUT=$O/buckets timeout $T bash bench/calls/gpu_buckets.sh > $O/buckets.log 2>&1
 echo "4 buckets:"; tail -14 $O/buckets.log | cut -c1-200

@@ -5,7 +5,7 @@
 # clusters), then `schedgen bench` of softmax 16384 x 8192, cross-entropy 8192 x 32000 and 4096 x 128256, each with
 # the new default ("new"), with approx_math ("new_approx") and with pipeline.kind: none ("old"), while time is left.
 # Run from the repo root after `. .devkit/activate`:
-#   OUT=/some/dir bash bench/gpu_rowperf.sh          (on the device machine $OUT is set already)
+#   OUT=/some/dir bash bench/calls/gpu_rowperf.sh          (on the device machine $OUT is set already)
 # Writes $OUT/rowperf/{pytest.log, <case>.json, <case>.out, bench.md}; prints a short table last. At most ~200 s:
 # 65 s of tests, then each bench (35 s at most, the first of a spec 45 s) started only while fewer than 165 s have
 # passed (about 200 s; what is skipped says so).

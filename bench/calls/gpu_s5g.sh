@@ -3,7 +3,7 @@
 # 1200).
 set -u
 D=$OUT; START=$(date +%s)
-OUT=/tmp/s5o timeout 330 bash bench/gpu_rowwise.sh; tar czf $D/rowwise.tgz -C /tmp/s5o rowwise
+OUT=/tmp/s5o timeout 330 bash bench/calls/gpu_rowwise.sh; tar czf $D/rowwise.tgz -C /tmp/s5o rowwise
 if [ $(( $(date +%s) - START )) -lt 380 ]; then
   mkdir -p /tmp/s5o/bs
   timeout 120 python3 bench/sweep.py specs/matmul_fp8_blockscaled_4096x7168x16384.yaml --iters 20 --out /tmp/s5o/bs/blockscaled.json \

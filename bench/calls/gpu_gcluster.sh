@@ -4,7 +4,7 @@
 # bundled specs is left to the test file: minutes of host-side weights), then bench/grouped_cluster.py: both builds
 # of the Mixtral-like (T 8k, 32k) and DeepSeek-like (T 16k) specs timed interleaved against torch._grouped_mm and a
 # cuBLAS loop. Run from the repo root after `. .devkit/activate`:
-#     bash bench/gpu_gcluster.sh          # writes $OUT/gcluster/ (OUT defaults to ./out): tests.log, gcluster.json
+#     bash bench/calls/gpu_gcluster.sh          # writes $OUT/gcluster/ (OUT defaults to ./out): tests.log, gcluster.json
 # At most 120 s: 45 for the tests, 75 for the builds and the timing.
 set -u
 O=${OUT:-out}/gcluster

@@ -1,6 +1,6 @@
 # The rowwise family (issue 18) on the H200: its GPU tests, then `schedgen bench` of each bundled rowwise spec
 # against a device copy, torch's own op and torch.compile. Run from the repo root after `. .devkit/activate`:
-#   OUT=/some/dir bash bench/gpu_rowwise.sh          (on the device machine $OUT is set already)
+#   OUT=/some/dir bash bench/calls/gpu_rowwise.sh          (on the device machine $OUT is set already)
 # Writes $OUT/rowwise/{pytest.log, <spec>.json, <spec>.out, bench.md}; prints a short table last. At most 120 + 5 x 45 s.
 set -u
 O=${OUT:-/tmp/out}/rowwise; mkdir -p "$O"

@@ -4,7 +4,7 @@
 # few token counts, skewed random expert counts with empty experts (schedgen/families/grouped_matmul/reference.py),
 # against torch._grouped_mm, a Python loop of cuBLAS calls (torch.matmul per expert) and a device copy; a short table
 # last. Run from the repo root after `. .devkit/activate`:
-#     bash bench/gpu_grouped.sh          # writes $OUT/grouped/ (OUT defaults to ./out): logs, grouped.json
+#     bash bench/calls/gpu_grouped.sh          # writes $OUT/grouped/ (OUT defaults to ./out): logs, grouped.json
 # About 3 minutes (most of it host-side: random weights of up to 1.9G elements and float64 reference rows).
 set -u
 O=${OUT:-out}/grouped

@@ -4,7 +4,7 @@
 # k-loop, now without the zeroing), 1 with delay_release 1 (the session-5 sweep's best, 895 TFLOP/s), and each set
 # count with scale_prefetch (the scales read a step ahead). Then the block-scaled GPU tests (every partial_sums /
 # scale_prefetch choice, ragged sizes, an odd K-block count, split-K, against float64). About 140 s, guarded.
-# From the repo root, after `. .devkit/activate`:  OUT=/tmp/o bash bench/gpu_fp8promo.sh
+# From the repo root, after `. .devkit/activate`:  OUT=/tmp/o bash bench/calls/gpu_fp8promo.sh
 set -u
 O=${OUT:-/tmp/schedgen-out}/fp8promo; mkdir -p "$O"
 . bench/guard.sh 148

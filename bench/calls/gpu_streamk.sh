@@ -2,7 +2,7 @@
 # (float64 at ragged sizes with epilogues, few blocks with many units, a CUDA-graph replay), then stream_k vs
 # data_parallel vs cuBLAS at the two user shapes whose waves are part-full (issue 17), each <= 60 s with
 # bench/sweep.py (variants verified against float64, then timed in interleaved rounds with the peers).
-#   bash bench/gpu_streamk.sh          (writes $OUT/sk; tarball $OUT/sk.tgz)
+#   bash bench/calls/gpu_streamk.sh          (writes $OUT/sk; tarball $OUT/sk.tgz)
 set -u
 O=$OUT/sk; mkdir -p $O
 . bench/guard.sh 300
