@@ -134,11 +134,13 @@ def _int_text_problem(text: str) -> str | None:
                     f"(at most {MAX_INT})")
         return None
     body = text.lstrip("+-").lower().replace("_", "")
+    if not body:                                # `!!int` on nothing, or on a lone sign
+        return f"{text!r} is not a valid !!int value; {_WRITE_DECIMAL} (or drop the tag)"
     if len(body) > 2 * MAX_INT_DIGITS:
         return f"{_shown_digits(text)} is not a decimal integer (and is too large); {_WRITE_DECIMAL}"
     try:
         value = yaml.SafeLoader("").construct_yaml_int(yaml.ScalarNode("tag:yaml.org,2002:int", text))
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, IndexError, yaml.YAMLError):
         value = None
     is_value = "" if value is None else f" (read as {value})"
     if ":" in body:

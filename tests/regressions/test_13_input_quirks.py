@@ -100,3 +100,14 @@ def test_overlong_integer_override_is_shortened(capsys):
     assert code == 2
     assert lines == ["schedgen: -D M: integer 777777777…(20000 digits) is too large; no field takes more than 19 "
                      "digits (at most 9223372036854775807) (column 1 of the value)"]
+
+
+@pytest.mark.parametrize("text", ["!!int ''", "!!int +", "!!int _", "!!int -_"])
+def test_yaml_int_tag_on_no_digits_is_a_located_error(tmp_path, capsys, text):
+    """`!!int` on an empty value (found by the long fuzz campaign): PyYAML's own reader raised IndexError, a
+    traceback out of `schedgen validate`; now a located error."""
+    path = write(tmp_path, YAML.replace("{M: 4096,", f"{{M: {text},"))
+    code, lines = run_cli(capsys, "validate", str(path))
+    assert code == 2
+    line = one_located_line(lines, path, 6, 14)
+    assert line.startswith(f"{path}:6:14: op.sizes.M: ") and "is not a valid !!int value" in line, line
