@@ -174,7 +174,6 @@ def rowwise_defaults(spec, hw: Hardware) -> list[Pick]:
     return picks
 
 
-
 def approx_reason(op, kinds) -> str | None:
     """Why approx_math is the default for this op, or None where the IEEE-accurate functions are."""
     if all(o.dtype in SIXTEEN_BIT for o in op.outputs.values()):
