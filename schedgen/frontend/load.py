@@ -140,7 +140,7 @@ def _int_text_problem(text: str) -> str | None:
         return f"{_shown_digits(text)} is not a decimal integer (and is too large); {_WRITE_DECIMAL}"
     try:
         value = yaml.SafeLoader("").construct_yaml_int(yaml.ScalarNode("tag:yaml.org,2002:int", text))
-    except (ValueError, IndexError, yaml.YAMLError):
+    except (ValueError, yaml.YAMLError):
         value = None
     is_value = "" if value is None else f" (read as {value})"
     if ":" in body:
