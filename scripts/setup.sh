@@ -52,6 +52,14 @@ TORCH_DEPS=("triton==3.8.0" "sympy>=1.13.3" "networkx>=2.5.1" "filelock" "fsspec
   "nvidia-nvtx${PIN}13.0.85")
 if [ -z "${SCHEDGEN_NO_TORCH:-}" ]; then
   if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    # torch and its CUDA libraries take about 5.5 GB in the venv: say so up front rather than fail half-way with
+    # pip's "No space left on device" (a CI run on 2026-12-06 did, on a disk filled by old checkouts)
+    free_kb=$(df -Pk "$VENV" | awk 'NR==2 {print $4}')
+    if [ "${free_kb:-0}" -lt 6500000 ]; then
+      echo "setup: only $((free_kb / 1024)) MiB free on the disk of $VENV; torch needs about 6 GB" \
+        "(free some space, or SCHEDGEN_NO_TORCH=1 to leave torch out: its tests then skip)" >&2
+      exit 1
+    fi
     echo "installing $TORCH (torch extra)"
     "$VENV/bin/python" -m pip install -q --no-deps "$TORCH"
     "$VENV/bin/python" -m pip install -q "${TORCH_DEPS[@]}"
