@@ -332,7 +332,8 @@ class Epilogue(Model):
     """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
     consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
     written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
-    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA."""
+    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA. `operands`: where
+    the epilogue reads its row and column operands (global memory, or SMEM slices a producer warp copies in early)."""
     tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
         "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
         "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
@@ -348,6 +349,12 @@ class Epilogue(Model):
         "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
         "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
         "matmul keep TMA stores; attention takes tma only"))
+    operands: Literal["global", "smem"] = Field(default="global", description=(
+        "where the epilogue reads its vector operands (a row [N] such as a bias, a column [M, 1]): global (the "
+        "default): each thread loads its values from global memory in the epilogue; smem: a producer warp copies "
+        "each tile's slice of them into SMEM with cp.async while the k-loop runs, and the epilogue reads them "
+        "there. matmul on sm_90a, CUDA backend only (the Pallas and sm_100a matmuls read global memory); needs a "
+        "row or column operand"))
 
 
 class RemoteRef(Model):

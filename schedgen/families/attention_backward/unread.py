@@ -33,6 +33,9 @@ SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
            "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
            "the gradients leave through SMEM and a TMA store", "tma (the default)"),
+    Unread(("epilogue", "operands"), lambda s: s.epilogue.operands != "global",
+           "the gradients' epilogue reads no operands (each block scales its rows in registers)",
+           "global (the default)"),
     Unread(("pipeline", "kind"), lambda s: s.pipeline.kind not in ("emit_pipeline", WS),
            "the backward always streams its blocks through a TMA ring",
            f"emit_pipeline (the default) or {WS} (one Pallas kernel with dQ summed by TMA reduce-add; the CUDA "

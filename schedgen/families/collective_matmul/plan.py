@@ -40,6 +40,7 @@ from ...plan.exprs import PlanExpr
 from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul
+from ..matmul.smem_operands import check_smem_operands
 from ..matmul.records import FP8_DTYPES, MatmulPlan, MatOperand, mat_operand
 from ..matmul.schedule import tile_from_block_specs
 
@@ -322,6 +323,8 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
                      f"{mm.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
+    check_smem_operands(sch, "the collective matmul's epilogue reads its operands from global memory (its producer "
+                             "warps 1-3 copy the chunks to the peer)", problems)
     if sch.pipeline.consumer_schedule != "cooperative":
         problems.add(("schedule", "pipeline", "consumer_schedule"),
                      "the collective matmul's kernels render cooperative consumers only (both split each tile: its "

@@ -36,6 +36,7 @@ from ...plan.unread import check_unread
 from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul
+from ..matmul.smem_operands import check_smem_operands
 from ..matmul.records import MatmulPlan, MatOperand, mat_operand
 from ..matmul.schedule import tensor_map, tile_from_block_specs
 from .unread import TABLE
@@ -316,6 +317,8 @@ def check_schedule(op, sch, out_name: str, problems: Problems) -> None:
         problems.add(("schedule", "persistent", "tile_order"), "lpt (longest tiles first) orders attention tiles; "
                                                                "a group's tiles are all alike: use row_major or "
                                                                "planar_snake")
+    check_smem_operands(sch, "the grouped matmul's epilogue reads its operands from global memory (a group's tiles "
+                             "are found on the device, no producer warp stages them)", problems)
 
 
 def check_cluster(op, sch, problems: Problems) -> None:

@@ -30,6 +30,7 @@ from ...plan.common import Problems, SmemBuffer, cdiv
 from ...plan.defaults import written
 from ...plan.hardware import Hardware
 from ...plan.legality import check_hopper_only
+from .smem_operands import check_smem_operands
 
 THREADS = 192                 # warp 0: TMA, warp 1: TMEM allocation + MMA issue, warps 2-5: the epilogue warpgroup
 EPI_WARP0 = 2                 # the first epilogue warp; warp w reads TMEM lanes 32 x (w % 4) .. + 31
@@ -127,6 +128,7 @@ def check_target(spec, op, sch, hw: Hardware, problems: Problems) -> None:
         problems.add(("schedule", "epilogue", "store"), "the sm_100a kernel stores every output tile by TMA from an "
                                                         "SMEM staging tile (the tensor map clips a partial tile's rows "
                                                         "and columns past M and N): write store: tma or leave it out")
+    check_smem_operands(sch, "the sm_100a kernel's epilogue warpgroup reads its operands from global memory", problems)
     if sch.pipeline.kind != "warp_specialized":
         problems.add(("schedule", "pipeline", "kind"), f"the sm_100a matmul kernel is warp-specialized (a TMA producer "
                                                        f"warp, a tcgen05 MMA thread, an epilogue warpgroup); got "

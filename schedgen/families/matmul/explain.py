@@ -149,6 +149,7 @@ def _explain(p) -> str:
     for e in p.extras:
         if not e.bcast.startswith("kblock"):
             lines.append(f"             {e.name} {e.dtype} {list(e.shape)}: {e.bcast}")
+    lines += operand_lines(p)
 
     if getattr(p, "epi_store", "tma") == "direct":
         lines.append("             stored directly: each thread writes its accumulator fragments from registers (no SMEM "
@@ -157,6 +158,23 @@ def _explain(p) -> str:
         lines.append(f"             {p.epi_rows} x {p.epi_cols} chunks ({p.epi_bytes} B, swizzle {p.epi_swizzle or 'none'}) "
                      f"through {p.epi_buffers} SMEM buffer{'s' if p.epi_buffers > 1 else ''} per consumer, stored by TMA")
     return "\n".join(lines)
+
+
+def operand_lines(p) -> list[str]:
+    """Where the epilogue reads its row and column operands (schedule.epilogue.operands)."""
+    vs = getattr(p, "epi_vectors", None)
+    if vs is not None and vs.slots:
+        what = ", ".join(f"{v.name} ({v.elems} {'columns' if v.bcast == 'row' else 'rows'} a tile)" for v in vs.vectors)
+        return [f"             operands from SMEM: producer warp 1 copies each tile's slice of {what} with 16-byte "
+                f"cp.async (zero-filled past {'N' if any(v.bcast == 'row' for v in vs.vectors) else 'M'}) into "
+                f"{vs.slots} slot{'s' if vs.slots > 1 else ''} of {vs.slot_bytes} B while the k-loop runs; the "
+                f"consumers wait on vec_full before the epilogue, read them with ld.shared and free the slot on "
+                f"vec_empty"]
+    vectors = [e.name for e in p.extras if e.bcast in ("row", "col")]
+    if vectors:
+        return [f"             operands from global memory: each thread loads its values of {', '.join(vectors)} in "
+                f"the epilogue (epilogue.operands: smem stages them in SMEM during the k-loop)"]
+    return []
 
 
 def tmem_map(p) -> list[tuple[int, int, str]]:

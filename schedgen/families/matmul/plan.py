@@ -24,6 +24,7 @@ from .blackwell import EPI_ROWS, THREADS as SM100_THREADS, blackwell_plan, check
 from .blockscale import check_block_scaled_schedule, scale_prefetch_of
 from .stream_k import check_stream_k, workspace_arg
 from .tcgen05 import tcgen05_plan
+from .smem_operands import vector_slots
 from .unread import check_unread
 from .operands import check_names, epilogue_code, mat_operands, parse_epilogue, problem_dims
 from .records import (
@@ -99,8 +100,9 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, hopper)
     regs = registers(sch.pipeline, wg, hw, hopper)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
+    vecs = vector_slots(sch, dims.extra_ops, tile, wg.nc, wg.pingpong, hopper)
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, hopper, layout,
-                    lhs_stage_rows(tile, layout, cluster, dims.m))
+                    lhs_stage_rows(tile, layout, cluster, dims.m), vecs)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
     backend_limits(op, sch, tile, dims, problems)
     stream_k = check_stream_k(op, sch, dims, cluster, hw, problems)
@@ -123,6 +125,8 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
         suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if prefetch else "")
         result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=prefetch,
                                      kernel_name=result.kernel_name + suffix)
+    if vecs.slots:
+        result = dataclasses.replace(result, epi_vectors=vecs, kernel_name=result.kernel_name + "_vs")
     if stream_k:
         ws = workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc)
         result = dataclasses.replace(result, stream_k=True, kernel_name=result.kernel_name + "_sk",

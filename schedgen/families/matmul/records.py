@@ -46,6 +46,38 @@ class MatOperand:
 
 
 @dataclass(frozen=True)
+class StagedVector:
+    """One operand staged in SMEM: its slot offset, its elements a tile (tile_n for a row, tile_m for a column)
+    and the 16-byte copies they take."""
+    name: str
+    cname: str
+    bcast: str                # "row" | "col"
+    dtype: str
+    itemsize: int
+    offset: int               # bytes into a slot
+    elems: int
+    copies: int
+
+
+@dataclass(frozen=True)
+class VectorSlots:
+    vectors: tuple[StagedVector, ...] = ()
+    slots: int = 0            # 1 (cooperative) or 2 (ping-pong: one a consumer)
+    slot_bytes: int = 0
+    readers: int = 0          # consumer warpgroups reading a slot: vec_empty counts 128 x this thread arrivals
+    fill_threads: int = 32    # the producer's warp 1 copies; each lane arrives once on vec_full a fill
+
+    @property
+    def nbytes(self) -> int:
+        """The SMEM the slots and their two barrier rings take (beside the ring, in the budget)."""
+        return self.slots * (self.slot_bytes + 16)
+
+    @property
+    def by_name(self) -> dict[str, StagedVector]:
+        return {v.name: v for v in self.vectors}
+
+
+@dataclass(frozen=True)
 class MatmulPlan:
     family: str
     name: str
@@ -199,6 +231,8 @@ class MatmulPlan:
     blackwell: "BlackwellPlan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
     # sm_100a with pallas in backends: the Pallas (Mosaic GPU) kernel's numbers (tcgen05.py); absent otherwise
     tcgen05: "Tcgen05Plan | None" = dataclasses.field(default=None, metadata={"omit_default": True})
+    # schedule.epilogue.operands: smem: the row / column operands a producer warp stages in SMEM a tile (smem_operands.py)
+    epi_vectors: VectorSlots = dataclasses.field(default=VectorSlots(), metadata={"omit_default": True})
 
     @property
     def not_interpretable(self) -> str:

@@ -41,6 +41,7 @@ from .records import (
     Smem,
     Tile,
     TileLoop,
+    VectorSlots,
     Warpgroups,
 )
 
@@ -424,10 +425,11 @@ def compact_lhs(tile: Tile, a_rows: int) -> bool:
 
 
 def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, chunks: EpilogueChunks,
-             hw: Hardware, problems: Problems, lay: Layout, a_rows: int) -> Smem:
+             hw: Hardware, problems: Problems, lay: Layout, a_rows: int, vecs: VectorSlots | None = None) -> Smem:
     """The lhs / rhs stage rings (`a_rows`: the lhs rows a stage loads, lhs_stage_rows; a compact lhs ring where a
-    static M is below a one-block tile), the output staging buffers, a split-K cluster's partial tile and the
-    barriers; they must fit a block's SMEM."""
+    static M is below a one-block tile), the output staging buffers, a split-K cluster's partial tile, the epilogue
+    operands' SMEM slots (`vecs`: epilogue.operands: smem) and the barriers; they must fit a block's SMEM."""
+    vecs = vecs or VectorSlots()
     compact = compact_lhs(tile, a_rows)
     a_stage = (a_rows * tile.tk if compact else tile.tm * tile.tk) * isz
     b_stage = tile.tn * tile.tk * isz
@@ -444,6 +446,9 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, 
     partial = tile.tm * tile.tn * 4 if cluster.ck > 1 else 0
     if partial:
         smem.alloc("red", partial, note="split-K: this CTA's f32 partial tile, read by rank 0 through DSMEM")
+    if vecs.slots:
+        smem.alloc("vec", vecs.slot_bytes, vecs.slots, align=16,
+                   note=f"epilogue operands a tile ({', '.join(v.name for v in vecs.vectors)}), copied by producer warp 1")
     # consumers reading a stage: each multicast stage is read in every CTA of the cluster
     readers = (1 if sch.pipeline.consumer_schedule != "cooperative" else nc) * (cluster.csize if cluster.multicast
                                                                                 else 1)
@@ -454,11 +459,14 @@ def smem_map(sch, tile: Tile, isz: int, stages: int, nc: int, cluster: Cluster, 
         smem.alloc("red_full", 8, align=8, note=f"rank 0: the peers' partials written ({(cluster.ck - 1) * nc * 128} "
                                                 f"thread arrivals)")
         smem.alloc("red_empty", 8, align=8, note=f"a peer: rank 0 has read its partial ({nc * 128} thread arrivals)")
+    if vecs.slots:
+        smem.alloc("vec_full", 8, vecs.slots, align=8, note=f"operand slot copied ({vecs.fill_threads} cp.async arrivals)")
+        smem.alloc("vec_empty", 8, vecs.slots, align=8, note=f"operand slot read ({vecs.readers * 128} thread arrivals)")
     profile = profiler_smem_bytes(sch.compiler_params.profile_space, nc + 1)
     if profile:
         smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
     staging = (0 if chunks.direct else chunks.nbytes * buffers * nc) + partial
-    fit = stages_that_fit(hw, staging + 16 * stages + profile + tail, a_stage + b_stage)
+    fit = stages_that_fit(hw, staging + 16 * stages + profile + tail + vecs.nbytes, a_stage + b_stage)
     nbytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
                             f"at most {fit} stages fit this tile" + (" beside the profiler's "
                                                                       f"{profile} B" if profile else ""))
@@ -673,6 +681,11 @@ def _pallas_limits(op, sch, ragged: frozenset, dims: Dims, problems: Problems) -
         problems.add(("schedule", "epilogue", "store"), "the Pallas matmul stages its output through SMEM and stores "
                                                         "it by TMA (plgpu.copy_smem_to_gmem); store: direct is the "
                                                         "CUDA kernel's: use store: tma" + hint)
+    if sch.epilogue.operands != "global":
+        problems.add(("schedule", "epilogue", "operands"),
+                     "the Pallas matmul's epilogue reads its operands with plgpu.load from global memory; operands: "
+                     "smem (a producer warp staging them with cp.async) is the CUDA kernel's: use operands: global"
+                     + hint)
     pallas_edge_limits(op, ragged, dims, problems)
     # emit_pipeline_warp_specialized (jax 0.11.2) takes only the producer's budget and gives each consumer
     # min(256, (512 - memory_registers) / num_compute_wgs) rounded down to 8 (pipeline._compute_registers).

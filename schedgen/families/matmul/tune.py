@@ -54,6 +54,9 @@ def matmul_aliases(spec) -> dict[str, tuple]:
         "epilogue_n": (target(_bs("epilogue", "tile"), 1),),
         "epilogue_buffers": (target(_bs("epilogue", "buffers")),),
         "epilogue_store": (target(_bs("epilogue", "store")),),
+        # operands in SMEM are the CUDA kernel's alone: its points build backends: [cuda] (global keeps the spec's)
+        "epilogue_operands": (target(_bs("epilogue", "operands")),
+                              target(_bs("backends"), None, (("global", list(sch.backends)), ("smem", ["cuda"])))),
         "tile_order": (target(_bs("persistent", "tile_order")),),
         "minor_dim": (target(_bs("persistent", "minor_dim")),),
         "tile_width": (target(_bs("persistent", "tile_width")),),

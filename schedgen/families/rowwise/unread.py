@@ -40,6 +40,7 @@ SCHEDULE = NO_GRID + PLANAR_SNAKE_ONLY + ONE_BLOCK_A_TILE + DATA_PARALLEL_ONLY +
     Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None, _EPILOGUE, "leave epilogue out"),
     Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2, _EPILOGUE, "leave epilogue out"),
     Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma", _EPILOGUE, "leave epilogue out"),
+    Unread(("epilogue", "operands"), lambda s: s.epilogue.operands != "global", _EPILOGUE, "leave epilogue out"),
 )
 
 BLOCK = (
