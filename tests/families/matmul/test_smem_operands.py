@@ -233,3 +233,15 @@ def test_smem_operands_match_float64_on_gpu(case):
 def test_gpu_cases_plan_on_the_cpu():
     for case, (path, ov) in GPU_CASES.items():
         assert _plan(path, {**SMEM, **ov}).epi_vectors.slots, case
+
+
+def test_tune_alias_sets_the_field_and_builds_cuda_for_smem(tmp_path):
+    from schedgen import tune as T
+    spec = tmp_path / "tuned.yaml"
+    spec.write_text(BIAS_GELU.read_text() + "tune:\n  params:\n    epilogue_operands: [global, smem]\n")
+    points = {c.values["epilogue_operands"]: c.overrides for c in T.expand(T.load_space(spec))}
+    assert points["smem"]["schedule.epilogue.operands"] == "smem" and points["smem"]["schedule.backends"] == ["cuda"]
+    assert points["global"]["schedule.epilogue.operands"] == "global"
+    assert points["global"]["schedule.backends"] == ["cuda", "pallas"]          # the spec's own (the default)
+    for ov in points.values():
+        _plan(spec, ov)                                                         # both plan
