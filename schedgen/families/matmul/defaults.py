@@ -25,6 +25,7 @@ from . import blackwell as bw
 from .operands import check_names, problem_dims
 from .records import REG_OVERHEAD, WGMMA_M
 from .schedule import tile_from_block_specs
+from .smem_operands import vector_slots
 
 # (tile_m, tile_n), largest first; a ring depth that suits each (the bundled specs': 4 stages of 128 x 256,
 # 6 of 128 x 128)
@@ -125,7 +126,9 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     else:
         nc = spec.schedule.pipeline.num_compute_wgs
     if not sch_written("pipeline", "max_concurrent_steps"):
-        picks.append(_stages(dims, tm, tn, tk, nc, hw))
+        # epilogue.operands: smem: the operand slots take SMEM beside the ring too
+        vecs = vector_slots(spec.schedule, dims.extra_ops, tm, tn, nc, pingpong, Problems()).nbytes
+        picks.append(_stages(dims, tm, tn, tk, nc, hw, vecs))
     if shared:
         rows = D.upper(D.cdiv(dims.m, tm), dims.ranges)
         picks.append(Pick(("schedule", "cluster"), [2, 1],
@@ -217,13 +220,14 @@ def _block_specs(op, out_name: str, dims, tm: int, tn: int, tk: int, why: str, s
             Pick(("schedule", "out_specs", out_name), BlockSpec(block_shape=[tm, tn]), "the same tile")]
 
 
-def _stages(dims, tm: int, tn: int, tk: int, nc: int, hw: Hardware) -> Pick:
-    """The ring depth that suits the tile, as deep as SMEM allows beside the epilogue's staging buffers."""
+def _stages(dims, tm: int, tn: int, tk: int, nc: int, hw: Hardware, vecs: int = 0) -> Pick:
+    """The ring depth that suits the tile, as deep as SMEM allows beside the epilogue's staging buffers (and `vecs`
+    bytes of its operand slots)."""
     stage = (tm + tn) * tk * dims.isz
     epi_cols = min(tn, 128 // dims.osz)        # the consumers split the tile along M: each has all tn columns
     staging = WGMMA_M * epi_cols * dims.osz * EPI_BUFFERS * nc
     want = STAGES.get(tn, 4)
-    fit = stages_that_fit(hw, staging + 16 * want, stage)
+    fit = stages_that_fit(hw, staging + 16 * want + vecs, stage)
     stages = max(2, min(want, fit))
     return Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                 f"{stages} stages of {stage // 1024} KiB" + ("" if stages == want else " (what fits in SMEM)"))

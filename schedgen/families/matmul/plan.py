@@ -100,7 +100,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     chunks = epilogue_chunks(sch.epilogue, wg, dims, hw, hopper)
     regs = registers(sch.pipeline, wg, hw, hopper)
     pipe = pipeline(op, sch.pipeline, tile, dims.k, problems)
-    vecs = vector_slots(sch, dims.extra_ops, tile, wg.nc, wg.pingpong, hopper)
+    vecs = vector_slots(sch, dims.extra_ops, tile.tm, tile.tn, wg.nc, wg.pingpong, hopper)
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, hopper, layout,
                     lhs_stage_rows(tile, layout, cluster, dims.m), vecs)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)

@@ -12,23 +12,23 @@ start at k-step 0."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from .records import MatOperand, StagedVector, Tile, VectorSlots
+from .records import MatOperand, StagedVector, VectorSlots
 
 COPY_BYTES = 16            # one cp.async: 16 bytes (a vector slice is a multiple: tile_n and tile_m are multiples of 8)
 STAGED = ("row", "col")    # the operands a tile reads a slice of
 
 
-def vector_slots(sch, extras: tuple[MatOperand, ...], tile: Tile, nc: int, pingpong: bool,
+def vector_slots(sch, extras: tuple[MatOperand, ...], tm: int, tn: int, nc: int, pingpong: bool,
                  problems: Problems) -> VectorSlots:
-    """The slots of schedule.epilogue.operands: smem (none for global); a located error where nothing would be
-    staged."""
+    """The slots of schedule.epilogue.operands: smem for a tm x tn tile (none for global); a located error where
+    nothing would be staged."""
     if sch.epilogue.operands != "smem":
         return VectorSlots()
     vectors, offset = [], 0
     for e in extras:
         if e.bcast not in STAGED:
             continue
-        elems = tile.tn if e.bcast == "row" else tile.tm
+        elems = tn if e.bcast == "row" else tm
         nbytes = elems * e.itemsize                      # bf16 / f16 / f32 and a multiple of 8 elements: 16-byte copies
         vectors.append(StagedVector(e.name, e.cname, e.bcast, e.dtype, e.itemsize, offset, elems,
                                     -(-nbytes // COPY_BYTES)))
