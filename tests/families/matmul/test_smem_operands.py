@@ -111,6 +111,17 @@ def test_rendered_reads_come_from_the_slot():
     assert "ld2_in_bias(in_bias" not in cu
 
 
+def test_rendered_fills_follow_the_tiles_that_run_an_epilogue():
+    pp = render(_plan(RESIDUAL_PP, {"schedule.epilogue.operands": "smem"}), "cuda")
+    assert "const int vslot = lt % 2;" in pp and "sg_mbar_wait(S_vec_full + 8 * vslot, (lt / 2) & 1);" in pp
+    assert "sg_mbar_init(S_vec_empty + 8 * s, 128);" in pp                 # one consumer reads a ping-pong slot
+    split = render(_plan(RESIDUAL, {**SMEM, **VARIANTS["split_k"][1]}), "cuda")
+    assert "} else if (wg_thread / 32 == 1 && rank == 0) {" in split       # rank 0 runs the epilogue
+    sk = render(_plan(RESIDUAL, {**SMEM, **VARIANTS["stream_k"][1]}), "cuda")
+    fill = sk[sk.index("} else if (wg_thread / 32 == 1) {"):]
+    assert fill.index("if (kb_lo != 0) continue;") < fill.index("sg_cp16_zfill(")   # only the k-step-0 units
+
+
 # ------------------------------------------------------------------------------------------------------- SASS
 
 @pytest.fixture(scope="module")
