@@ -62,6 +62,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
     _block_scale_fields(spec, src)
+    _delta_field(spec, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
@@ -85,6 +86,18 @@ def _block_scale_fields(spec, src: SourceMap) -> None:
                          f"partial sums; this {spec.op.kind} op has no block scales: remove it")
     if problems:
         raise SpecErrors(problems, src)
+
+
+def _delta_field(spec, src: SourceMap) -> None:
+    """pipeline.delta picks where the attention backward's wgmma kernel gets delta = rowsum(dO * O): on any other
+    op it would change nothing, which is a located error (every family; the attention backward's own rules are its
+    unread table's)."""
+    if spec.op.kind == "attention_backward" or spec.schedule.pipeline.delta == "in_kernel":
+        return
+    problems = Problems()
+    problems.add(("schedule", "pipeline", "delta"),
+                 f"delta (rowsum(dO * O)) is the attention backward's; this {spec.op.kind} op computes none: remove it")
+    raise SpecErrors(problems, src)
 
 
 def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):
