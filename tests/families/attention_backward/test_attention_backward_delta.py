@@ -9,7 +9,8 @@ one tile a step less by TMA and delta by a second bulk copy, and has the preproc
 the flag wait; its plan record (a stage of 2 tiles + 1 KiB, the stage count the SMEM allows rising from 2 to 3 at
 head_dim 128 with 2 consumers, the workspace's layout and zeroed prefix, the launch's arguments); the rendered
 preprocessing loop and flag formula, evaluated, cover every 64-query tile once and set the flag the key blocks wait
-for; each tile still expects the arrivals the key blocks make; the refused combinations are located errors.
+for; its loads, lane products and shuffle butterfly, run in numpy for every thread, give each row's sum of dO * O;
+each tile still expects the arrivals the key blocks make; the refused combinations are located errors.
 On the GPU (`-m gpu`): `verify` against the float64 reference (fresh random inputs, outputs poisoned) at D64 and
 D128, causal and not, GQA, both dq_reduce modes, and the bench sizes; two eager calls, a CUDA graph replay and
 torch.compile (the zeroed prefix of the workspace re-zeroed each launch)."""
@@ -181,6 +182,67 @@ def test_preprocessing_covers_every_tile_once_and_flags_what_the_producer_waits_
     assert set(seen) == tiles
     assert sorted(seen.values()) == list(range(1, 1 + len(tiles)))      # one flag a tile, after the ticket
     assert "sg_wait_flag(sg_flag(g_work, b, hq, q0 / 64));" in cu
+
+
+@pytest.mark.parametrize("name", ["gqa_causal_d128", "bhsd_scale_f16_stages1", "one_consumer_gqa4_causal_stages3",
+                                  "plain_d64"])
+def test_preprocessing_loads_and_sums_are_the_row_sums_of_do_times_o(built, name):
+    """The rendered preprocessing of one tile, run for every thread of a block on random dO and O (numpy, float64):
+    its chunk loop (a warp's chunks all valid or none), the 16-byte load addresses (base of the tile's (batch, q
+    head, 64-query block) in the layout's strides, row and column chunk), the 8 products a lane, the butterfly of
+    __shfl_xor_sync over the lanes of a row and the one lane that stores: each of the tile's 64 rows gets
+    sum_d dO * O, written once."""
+    import numpy as np
+    b = built[("red", "preprocess")][name]
+    p, w, cu = b.plan, b.plan.wgmma, b.files["kernel.cu"].decode()
+
+    def c_expr(pattern):
+        return _c_expr(cu, pattern).replace("(long long)", "").replace("LL", "")
+    base_e, at_e = c_expr(r"const long long base = (.+);"), c_expr(r"const long long at = (.+);")
+    c_e, valid = c_expr(r"const int c = (tid \+ k \* \d+);\n      if"), c_expr(r"if \((c < \d+)\) \{\n")
+    nk = int(re.search(r"uint4 x\[(\d+)\], y\[", cu).group(1))
+    offsets = [int(x) for x in re.search(r"for \(int m = (\d+); m > 0; m >>= 1\) sum \+=", cu).groups()]
+    lanes = int(re.search(r"if \(c % (\d+) == 0\) delta\[c / (\d+)\] = sum;", cu).group(1))
+    rng = np.random.default_rng(11)
+    shape = p.inputs[0].shape
+    do, o = rng.standard_normal(shape), rng.standard_normal(shape)
+    flat_do, flat_o = do.reshape(-1), o.reshape(-1)
+    tiles = p.batch * p.heads_q * p.seq_q // 64
+    for t in (0, tiles // 2 + 1, tiles - 1):
+        bh, qb = t % (p.batch * p.heads_q), t // (p.batch * p.heads_q)
+        bb, hq = divmod(bh, p.heads_q)
+        base = eval(base_e, {"bh": bh, "qb": qb})
+        got = {}
+        for warp in range(w.threads // 32):
+            for k in range(nk):
+                sums, cs = [], []
+                for lane in range(32):
+                    tid = warp * 32 + lane
+                    c = eval(c_e, {"tid": tid, "k": k})
+                    cs.append(c)
+                    if not eval(valid, {"c": c}):
+                        sums.append(None)
+                        continue
+                    at = eval(at_e, {"base": base, "c": c})
+                    sums.append(float(np.dot(flat_do[at:at + 8], flat_o[at:at + 8])))
+                if all(x is None for x in sums):
+                    continue
+                assert None not in sums, (warp, k)               # the shuffle needs every lane of the warp
+                m = offsets[0]
+                while m > 0:                                     # __shfl_xor_sync: every lane reads lane ^ m's
+                    sums = [sums[i] + sums[i ^ m] for i in range(32)]
+                    m >>= 1
+                for lane in range(32):
+                    if cs[lane] % lanes == 0:
+                        assert cs[lane] // lanes not in got
+                        got[cs[lane] // lanes] = sums[lane]
+        qs = slice(qb * 64, qb * 64 + 64)
+        if p.layout == "bshd":
+            want = (do[bb, qs, hq] * o[bb, qs, hq]).sum(-1)
+        else:
+            want = (do[bb, hq, qs] * o[bb, hq, qs]).sum(-1)
+        assert sorted(got) == list(range(64))
+        assert np.allclose([got[r] for r in range(64)], want, rtol=1e-12, atol=1e-12), (name, t)
 
 
 @pytest.mark.parametrize("reduce", ["red", "bulk"])
