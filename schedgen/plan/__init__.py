@@ -62,7 +62,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
     _block_scale_fields(spec, src)
-    _delta_field(spec, src)
+    _own_fields_of_others(spec, family, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
@@ -88,16 +88,22 @@ def _block_scale_fields(spec, src: SourceMap) -> None:
         raise SpecErrors(problems, src)
 
 
-def _delta_field(spec, src: SourceMap) -> None:
-    """pipeline.delta picks where the attention backward's wgmma kernel gets delta = rowsum(dO * O): on any other
-    op it would change nothing, which is a located error (every family; the attention backward's own rules are its
-    unread table's)."""
-    if spec.op.kind == "attention_backward" or spec.schedule.pipeline.delta == "in_kernel":
-        return
+def _own_fields_of_others(spec, family, src: SourceMap) -> None:
+    """A schedule field another family declares its own (Family.own_schedule_fields: e.g. the attention backward's
+    pipeline.delta), set to a value other than its default: this op's kernels would ignore it, a located error."""
     problems = Problems()
-    problems.add(("schedule", "pipeline", "delta"),
-                 f"delta (rowsum(dO * O)) is the attention backward's; this {spec.op.kind} op computes none: remove it")
-    raise SpecErrors(problems, src)
+    for other in families.all_families():
+        if other.kind == family.kind:
+            continue
+        for path in other.own_schedule_fields:
+            owner = spec.schedule
+            for name in path[:-1]:
+                owner = getattr(owner, name)
+            if getattr(owner, path[-1]) != type(owner).model_fields[path[-1]].default:
+                problems.add(("schedule", *path), f"{'.'.join(path)} is read by the {other.kind} family's kernels "
+                                                  f"only; this {spec.op.kind} op's kernels do not read it: remove it")
+    if problems:
+        raise SpecErrors(problems, src)
 
 
 def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):

@@ -311,7 +311,7 @@ def test_delta_on_another_op_is_a_located_error(spec_name):
     with pytest.raises(SpecErrors) as exc:
         plan(spec, src)
     msg = str(exc.value)
-    assert "schedule.pipeline.delta" in msg and "is the attention backward's" in msg, msg
+    assert "schedule.pipeline.delta" in msg and "read by the attention_backward family's kernels only" in msg, msg
     spec, src = load_spec(str(path), {"schedule.pipeline.delta": "in_kernel"})
     assert plan(spec, src) is not None                      # the default restated: nothing to refuse
 
