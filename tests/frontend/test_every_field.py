@@ -138,9 +138,6 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      s.schedule.persistent.decomposition == "stream_k" and "backends" not in s.schedule.model_fields_set,
      "stream_k is the CUDA kernel's: with backends not written the planner picks [cuda] for it (the Pallas matmul "
      "has no stream-K), so [cuda] restates the pick"),
-    ("attention_backward*", "schedule.pipeline.delta", lambda s, m, same: same == ["pallas"],
-     "the Pallas backward always computes delta before its kernel(s) (a jnp step): the field picks the CUDA wgmma "
-     "kernel's (with backends [pallas] alone, or the mma.sync kernel, preprocess is a located error)"),
     ("collective_matmul*", "schedule.collective", lambda s, m, _: m.value is None,
      "the spec's collective section restates the defaults (the gather ring, its semaphores)"),
 ]

@@ -189,6 +189,7 @@ FIELD_VALUES = {
     "schedule.pipeline.compute_registers": [224, 232],
     "schedule.pipeline.max_concurrent_steps": [1],
     "schedule.compiler_params.approx_math": [False],
+    "schedule.pipeline.delta": ["preprocess"],
 }
 
 
