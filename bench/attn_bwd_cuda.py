@@ -11,13 +11,18 @@ family's tolerance), then timed interleaved with CUDA events (rounds of `--iters
 Prints TFLOP/s (10 D flops per unmasked pair, FlashAttention's convention) and the ratios.
 
     python bench/attn_bwd_cuda.py [--b 1 --s 4096 --h 16 --d 128] [--causal] [--consumers 2] [--stages 2]
-                                  [--dq-own] [--dq-bulk]
+                                  [--dq-own] [--dq-bulk] [--delta-preprocess]
 
 --dq-own and --dq-bulk each add a variant of the wgmma kernel, built with a planner choice monkeypatched: --dq-own
 the consumers each adding all of dQ's columns over their own keys (wgmma.shares_ds False), --dq-bulk dQ's partials
 staged in SMEM and added by cp.reduce.async.bulk (wgmma.dq_reduce_of "bulk", FlashAttention-3's form). Both together
 also try the two combined, which needs a staging tile a consumer: it does not fit at head_dim 128 with 2 consumers
 and 2 stages (249856 B of SMEM), and the script says so and times the others.
+
+--delta-preprocess adds the wgmma kernel with pipeline.delta: preprocess (delta = rowsum(dO * O) computed once by
+the launch's first blocks, which also zero the dQ sums; a stage of Q, dO, lse, delta): at --stages, and again at the
+most stages its SMEM allows (the plan's max_stages, capped at 4) when that is more; with --dq-bulk also the bulk form
+with it. Its launcher's time includes the runtime's memset of only the workspace's tickets and flags.
 """
 from __future__ import annotations
 
@@ -54,6 +59,27 @@ def _build_variant(spec: Path, overrides: dict, tmp: Path, label: str, own: bool
         return _build(spec, overrides, tmp, label)
     finally:
         wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of = saved
+
+
+def _add_preprocess(kernels: dict, spec: Path, ws: dict, tmp: Path, stages: int, bulk: bool) -> None:
+    """--delta-preprocess: the wgmma kernel with pipeline.delta preprocess at `stages`, then at the most stages it
+    fits (max_stages, at most 4) when more; with bulk also the bulk dQ form with it at `stages`."""
+    from schedgen.errors import SpecErrors
+    pre = {**ws, "schedule.pipeline.delta": "preprocess"}
+    try:
+        kernels["wgmma_pre"] = _build(spec, pre, tmp, "wgmma_pre")
+    except SpecErrors as e:
+        print(f"  wgmma_pre: not built (the planner's error: {e})")
+        return
+    most = min(4, kernels["wgmma_pre"][0].wgmma.max_stages)
+    if most > stages:
+        label = f"wgmma_pre_s{most}"
+        kernels[label] = _build(spec, {**pre, "schedule.pipeline.max_concurrent_steps": most}, tmp, label)
+    if bulk:
+        try:
+            kernels["wgmma_pre_bulk"] = _build_variant(spec, pre, tmp, "wgmma_pre_bulk", False, True)
+        except SpecErrors as e:
+            print(f"  wgmma_pre_bulk: not built (the planner's error: {e})")
 
 
 def _forward(torch, q, k, v, scale: float, causal: bool):
@@ -123,6 +149,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dq-bulk", action="store_true",
                     help="also time the wgmma kernel whose dQ partials go through SMEM to a TMA bulk reduce-add "
                          "(wgmma.dq_reduce_of 'bulk'); with --dq-own also the two combined where they fit")
+    ap.add_argument("--delta-preprocess", action="store_true",
+                    help="also time the wgmma kernel with pipeline.delta: preprocess (delta computed once by the "
+                         "launch's first blocks; a stage without O), at --stages and at the most stages that fit")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
@@ -146,6 +175,8 @@ def main(argv=None) -> int:
             kernels[label] = _build_variant(spec, ws, tmp, label, own, bulk)
         except SpecErrors as e:
             print(f"  {label}: not built (the planner's error: {e})")
+    if args.delta_preprocess:
+        _add_preprocess(kernels, spec, ws, tmp, args.stages, args.dq_bulk)
     plan = kernels["wgmma"][0]
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -169,9 +200,12 @@ def main(argv=None) -> int:
               f"(tolerance {tol:.1e}) {'ok' if good else 'FAILED'}")
         if p.wgmma is not None:
             w = p.wgmma
-            print(f"{'':14s} {w.dkv_blocks} blocks; dQ workspace {w.workspace_bytes / 2**20:.1f} MiB zeroed each call; "
+            zeroed = (f"{w.workspace_zero} B of it zeroed each call, delta by {w.pre_blocks} preprocessing blocks"
+                      if w.delta == "preprocess" else "zeroed each call")
+            print(f"{'':14s} {w.dkv_blocks} blocks; dQ workspace {w.workspace_bytes / 2**20:.1f} MiB {zeroed}; "
                   f"{'64 columns a consumer over all keys' if w.dq_column_split else 'all columns over 64 keys'}; "
-                  f"dQ by {'red.global.add' if w.dq_reduce == 'red' else 'cp.reduce.async.bulk'}; {w.smem_bytes} B SMEM")
+                  f"dQ by {'red.global.add' if w.dq_reduce == 'red' else 'cp.reduce.async.bulk'}; {p.stages} stages "
+                  f"(up to {w.max_stages} fit); {w.smem_bytes} B SMEM")
         runs[name] = launch
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -189,7 +223,7 @@ def main(argv=None) -> int:
     for name, t in ms.items():
         print(f"  {name:14s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
     print(f"  wgmma / mma_sync {ms['mma_sync'] / ms['wgmma']:.2f}x   wgmma / cudnn {ms['cudnn'] / ms['wgmma']:.2f}x")
-    for label in ("wgmma_own", "wgmma_bulk", "wgmma_own_bulk"):
+    for label in ("wgmma_own", "wgmma_bulk", "wgmma_own_bulk", *(n for n in ms if n.startswith("wgmma_pre"))):
         if label in ms:
             print(f"  {label} / wgmma {ms['wgmma'] / ms[label]:.2f}x   {label} / cudnn {ms['cudnn'] / ms[label]:.2f}x")
     return 0 if ok else 1

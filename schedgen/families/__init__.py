@@ -95,6 +95,9 @@ class Family:
     # the schedule.target values (GPU architectures) the family plans for; another is a located error at
     # schedule.target naming the families that take it
     targets: tuple[str, ...] = ("sm_90a",)
+    # schedule fields (paths under schedule) that only this family's kernels read: written with a value other than
+    # its default on another family's op, each is a located error (plan._own_fields_of_others)
+    own_schedule_fields: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self):
         problems = []

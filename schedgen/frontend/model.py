@@ -279,6 +279,15 @@ class Pipeline(Model):
         "a block ahead with partial_sums 1 and a pair ahead with 2, so their latency runs under a whole step's "
         "wgmmas; false: while the block's own wgmmas run. Default (absent): true with block scales (measured on "
         "the H200 at 4096x7168x16384: 1134 against 1102 TFLOP/s). Other ops take none"))
+    delta: Literal["in_kernel", "preprocess"] = Field(default="in_kernel", description=(
+        "attention_backward's warp-specialized CUDA (wgmma) kernel only: where delta = rowsum(dO * O) (f32, a query "
+        "row) comes from. in_kernel (the default): each key block's producer warps compute it from every streamed "
+        "step's O tile (a stage holds Q, dO, O and lse); preprocess (FlashAttention-3's): the launch's first blocks "
+        "compute it once into the workspace (16-byte loads of dO and O) and zero the dQ sums there (no memset of "
+        "them), and a stage holds Q, dO, lse and delta (one tile less: more stages fit the SMEM). The Pallas "
+        "backward always computes delta before its kernel(s) (a jnp step), so it reads no value of this; "
+        "preprocess elsewhere (the mma.sync CUDA kernel, other ops) is a located error"),
+        examples=["in_kernel", "preprocess"])
     consumer_schedule: Literal["cooperative", "pingpong"] = Field(
         default="cooperative", description=(
             "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "

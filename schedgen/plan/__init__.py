@@ -62,6 +62,7 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
     _block_scale_fields(spec, src)
+    _own_fields_of_others(spec, family, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
@@ -83,6 +84,24 @@ def _block_scale_fields(spec, src: SourceMap) -> None:
             problems.add(("schedule", "pipeline", field),
                          f"{field} shapes how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "
                          f"partial sums; this {spec.op.kind} op has no block scales: remove it")
+    if problems:
+        raise SpecErrors(problems, src)
+
+
+def _own_fields_of_others(spec, family, src: SourceMap) -> None:
+    """A schedule field another family declares its own (Family.own_schedule_fields: e.g. the attention backward's
+    pipeline.delta), set to a value other than its default: this op's kernels would ignore it, a located error."""
+    problems = Problems()
+    for other in families.all_families():
+        if other.kind == family.kind:
+            continue
+        for path in other.own_schedule_fields:
+            owner = spec.schedule
+            for name in path[:-1]:
+                owner = getattr(owner, name)
+            if getattr(owner, path[-1]) != type(owner).model_fields[path[-1]].default:
+                problems.add(("schedule", *path), f"{'.'.join(path)} is read by the {other.kind} family's kernels "
+                                                  f"only; this {spec.op.kind} op's kernels do not read it: remove it")
     if problems:
         raise SpecErrors(problems, src)
 

@@ -27,4 +27,5 @@ FAMILY = register(Family(
     peers=f"{__package__}.peers",
     metric="tflops",
     accumulation=lambda plan: dmax(plan.seq_q, plan.seq_kv),   # a Dim with dynamic sizes (verify evaluates it)
+    own_schedule_fields=(("pipeline", "delta"),),             # where the wgmma kernel's delta comes from
 ))

@@ -89,17 +89,25 @@ def _wgmma_lines(p) -> list[str]:
     adds = ("red.global.add.v4.f32" if w.dq_reduce == "red" else
             f"cp.reduce.async.bulk from an f32 SMEM staging buffer ({w.dq_bulk_ops} x {w.dq_bulk_bytes} B, issued by "
             f"the producer's warp 3, which counts the block's arrival once the adds complete)")
+    pre = w.delta == "preprocess"
     return [
+        *([f"  CUDA delta (pipeline.delta: preprocess): the launch's first {w.pre_blocks} blocks (by ticket) compute "
+           f"delta of the {w.pre_tiles} 64-query tiles into the workspace (16-byte loads of dO and O) and zero the "
+           f"tiles' dQ sums, a flag a tile (the key blocks' producers wait for it); the runtime zeroes "
+           f"{w.workspace_zero} B of the workspace"] if pre else []),
         f"  CUDA (pipeline.kind: warp_specialized): one launch of {w.dkv_blocks} blocks of {w.threads} threads: a "
         f"TMA producer warpgroup (setmaxnreg {w.producer_regs}: memory_registers) and {w.consumers} consumer "
         f"warpgroup(s) of 64 keys (setmaxnreg {w.consumer_regs}: compute_registers; num_compute_wgs {w.consumers});",
         f"    blocks of {w.rows} keys: S^T = K Q^T and dP^T = V dO^T by wgmma m64n64k16 from SMEM, dV += P^T dO and "
-        f"dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; delta = rowsum(dO O) by the "
-        f"producer's warps 1-2 for each step (beside the stage's lse);",
+        f"dK += dS^T Q by wgmma m64n{p.head_dim}k16 with P^T, dS^T from registers; "
+        + ("delta from the preprocessing blocks, by bulk copy beside the stage's lse;" if pre else
+           "delta = rowsum(dO O) by the producer's warps 1-2 for each step (beside the stage's lse);"),
         f"    dQ as FlashAttention-3: dS^T to SMEM (stmatrix.trans), dQ partial = dS K by wgmma m64n64k16 from SMEM "
-        f"({split}), added to a {w.workspace_bytes} B f32 workspace (zeroed by the runtime before each launch) by "
+        f"({split}), added to a {w.workspace_bytes} B f32 workspace "
+        f"({'the sums zeroed by the preprocessing blocks' if pre else 'zeroed by the runtime before each launch'}) by "
         f"{adds}; the last arrival at a 64-query tile (a counter a tile) writes its dq "
         f"(summation order varies run to run)",
-        f"    64-query steps (Q, dO, O, lse) through a {p.stages}-stage TMA ring (mbarriers full / empty), "
-        f"{'two dS buffers' if w.ds_buffers == 2 else 'one dS buffer'}, {w.smem_bytes} B SMEM",
+        f"    64-query steps ({'Q, dO, lse, delta' if pre else 'Q, dO, O, lse'}) through a {p.stages}-stage TMA ring "
+        f"(mbarriers full / empty; {w.dkv_stage} B a stage, up to {w.max_stages} stages fit the SMEM: "
+        f"max_concurrent_steps), {'two dS buffers' if w.ds_buffers == 2 else 'one dS buffer'}, {w.smem_bytes} B SMEM",
     ]

@@ -84,6 +84,7 @@ class WgmmaBackward:
     counters_bytes: int
     workspace_bytes: int           # the launch's zeroed workspace (the "workspace" kernel argument)
     smem_bytes: int                # plus the alignment slack
+    max_stages: int                # the most ring stages this block's SMEM and barrier area allow (stages: as written)
     # How the dQ partials reach the workspace (wgmma.dq_reduce_of): "red" (red.global.add.v4.f32 from the consumers'
     # registers, row-major sums) or "bulk" (FlashAttention-3's: each consumer stores its f32 partial to an SMEM
     # buffer in accumulator-fragment order, one thread of the producer's warp 3 adds it to the workspace tile by
@@ -99,6 +100,16 @@ class WgmmaBackward:
     dq_converters: int = field(default=0, metadata={"omit_default": True})      # threads converting a tile to dq
     dq_tile_vec4: int = field(default=0, metadata={"omit_default": True})       # float4s of a workspace tile
     tile_arrivals: int = field(default=0, metadata={"omit_default": True})      # non-causal: a tile's arrivals
+    # Where delta = rowsum(dO * O) comes from (wgmma.delta_of: pipeline.delta): "in_kernel" (the producer's warps
+    # 1-2, from each stage's O tile) or "preprocess" (the launch's first pre_blocks blocks, by ticket, compute it
+    # into the workspace and zero the dQ sums and counters, a 64-query tile at a time, each tile's flag set after;
+    # a stage holds Q, dO, lse, delta). The fields below are the preprocess form's (left out at their defaults).
+    delta: str = field(default="in_kernel", metadata={"omit_default": True})
+    pre_blocks: int = field(default=0, metadata={"omit_default": True})      # blocks [0, pre_blocks) by ticket
+    pre_tiles: int = field(default=0, metadata={"omit_default": True})       # B x Hq x Sq / 64: their tiles
+    delta_offset: int = field(default=0, metadata={"omit_default": True})    # workspace bytes: delta [B, Hq, Sq] f32
+    acc_offset: int = field(default=0, metadata={"omit_default": True})      # workspace bytes: the dQ sums
+    workspace_zero: int = field(default=0, metadata={"omit_default": True})  # bytes the runtime zeroes: tickets, flags
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ located error (the spec would otherwise say something the kernels do not do). Th
 block_kv (q's and k's in_specs), pipeline.max_concurrent_steps and compiler_params.approx_math, and pipeline.kind:
 emit_pipeline (two Pallas kernels; the mma.sync CUDA kernel) or warp_specialized (each backend's warp-specialized form:
 the one-kernel Pallas backward, the wgmma CUDA kernel), which read num_compute_wgs; the CUDA one also reads
-memory_registers and compute_registers (the Pallas one sets its own budgets)."""
+memory_registers, compute_registers (the Pallas one sets its own budgets) and delta (the Pallas backward always
+computes delta before its kernels)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
@@ -19,6 +20,11 @@ _BUDGETS = ("the emit_pipeline forms have no producer warpgroup and keep the com
 def _budget_unread(s, field: str) -> bool:
     """memory_registers / compute_registers written where no kernel reads them: only the CUDA wgmma kernel does."""
     return getattr(s.pipeline, field) is not None and (s.pipeline.kind != WS or "pallas" in s.backends)
+
+
+def _wgmma_built(s) -> bool:
+    """Whether the spec builds the wgmma CUDA kernel (the one that reads pipeline.delta)."""
+    return s.pipeline.kind == WS and "cuda" in s.backends
 
 
 SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
@@ -46,6 +52,11 @@ SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
            f"leave it out, or kind: {WS} with backends: [cuda]"),
     Unread(("pipeline", "compute_registers"), lambda s: _budget_unread(s, "compute_registers"), _BUDGETS,
            f"leave it out, or kind: {WS} with backends: [cuda]"),
+    Unread(("pipeline", "delta"), lambda s: s.pipeline.delta != "in_kernel" and not _wgmma_built(s),
+           "delta = rowsum(dO * O) comes from a preprocessing step only in the warp-specialized CUDA (wgmma) kernel; "
+           "the Pallas backward always computes it before its kernel(s) (a jnp step) and the mma.sync CUDA kernel "
+           "(emit_pipeline) in each block",
+           f"in_kernel (the default), or kind: {WS} with cuda in backends"),
     Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
     Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
            "cooperative (the default)"),

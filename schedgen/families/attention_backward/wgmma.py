@@ -22,6 +22,16 @@ causal geometry), not by a second pass: the runtime launches one kernel a call, 
 would have to wait for the other blocks (no grid barrier without cooperative launch). The sums' order, so dq's
 last bits, vary between runs. The earlier no-atomics form (separate dQ blocks recomputing S and dP: 7 matmuls) is
 gone: keeping it selectable needs a new schedule field in every family's model and unread table.
+
+`pipeline.delta: preprocess` (FlashAttention-3's preprocessing, delta_of) takes delta = rowsum(dO * O) out of the
+key blocks: a stage then holds Q, dO, lse and delta (2 tiles + 512 B instead of 3 tiles + 512 B: no O re-read by
+every key block, no delta loop in the producer, more stages fit: max_stages). The runtime launches one kernel a call,
+so the preprocessing is the same launch's first `pre_blocks` blocks: each block takes a ticket from a counter in
+the workspace as it starts, and the first tickets compute delta of their 64-query tiles (16-byte loads of dO and O)
+into the workspace, zero the tiles' dQ sums and arrival counters (the runtime then zeroes only the tickets and
+flags: no memset of the sums) and set each tile's flag (release); a key block's producer waits for a tile's flag
+(acquire) before it loads the tile's delta by bulk copy. A key block waits only on blocks that hold earlier tickets,
+which are running (they took them), so the wait always ends (no assumption on the order blocks are scheduled in).
 Every rule is checked here and located."""
 from __future__ import annotations
 
@@ -37,9 +47,11 @@ from .records import ROWS, WgmmaBackward
 STEP = 64                # the rows of a streamed step (the N of S^T / S, the K of the register-A wgmmas)
 PRODUCER_REGS = 24       # the producer warpgroup's setmaxnreg budget (the TMA thread; the delta warps' loads and sums)
 MAX_CONSUMERS = 2
+MAX_STAGES = 16          # pipeline.max_concurrent_steps's bound (the model's)
 FLAG_OFFSET = 256        # after the barriers (fixed, full, empty and delta[stages]: 8 B each): a u32 a consumer
+TICKET_OFFSET = FLAG_OFFSET + 64   # delta "preprocess": the block's ticket (its role), after the flags
 TILES_OFFSET = 1024      # 1024-aligned for the 128-byte swizzle
-LSE_BYTES = 1024         # a stage's 64 f32 lse and 64 f32 delta, padded to keep the next stage's tiles aligned
+LSE_BYTES = 1024         # a stage's 64 f32 lse and 64 f32 delta (512 B), padded to keep the next stage's tiles aligned
 SLACK = 1024             # the dynamic SMEM base is aligned up to 1024 B in the kernel
 
 
@@ -75,11 +87,48 @@ def dq_reduce_of(nc: int, d: int) -> str:
     return "red"
 
 
+def delta_of(sch) -> str:
+    """pipeline.delta: "in_kernel" (the producer's warps 1-2 compute delta = rowsum(dO * O) of every step from the
+    stage's O tile) or "preprocess" (FlashAttention-3's: the launch's first `pre_blocks` blocks compute it once into
+    the workspace and zero the dQ sums; a stage then carries Q, dO, lse and delta, no O). The default stays
+    in_kernel until the H200 times preprocess (bench/attn_bwd_cuda.py --delta-preprocess)."""
+    return sch.pipeline.delta
+
+
+def stage_bytes(tile64: int, delta: str) -> int:
+    """A ring stage: Q, dO (and O when delta is computed in the kernel), 64 tiles of 64 rows, and the 64 f32 lse and
+    64 f32 delta (LSE_BYTES)."""
+    return (3 if delta == "in_kernel" else 2) * tile64 + LSE_BYTES
+
+
+def _barriers_fit(stages: int, delta: str) -> bool:
+    """The barriers before the flags: fixed, then full and empty a stage (and delta a stage, in_kernel)."""
+    return 8 + (24 if delta == "in_kernel" else 16) * stages <= FLAG_OFFSET
+
+
 def _smem(stages: int, dkv_stage: int, dkv_ring: int, ds_bytes: int, bulk: dict) -> int:
     ds_offset = dkv_ring + stages * dkv_stage
     if bulk:
         return ds_offset + ds_bytes + bulk["dq_bulk_ops"] * bulk["dq_bulk_bytes"] + SLACK
     return ds_offset + 2 * ds_bytes + SLACK
+
+
+def max_stages_of(dkv_stage: int, dkv_ring: int, ds_bytes: int, bulk: dict, delta: str, hw: Hardware) -> int:
+    """The most ring stages the SMEM (and the barrier area) of a block allows (0: not even one)."""
+    fit = [n for n in range(1, MAX_STAGES + 1)
+           if _smem(n, dkv_stage, dkv_ring, ds_bytes, bulk) <= hw.smem_per_block and _barriers_fit(n, delta)]
+    return max(fit, default=0)
+
+
+def _preprocess_fields(b: int, hq: int, sq: int, hw: Hardware) -> dict:
+    """The preprocess form's record fields (delta_of "preprocess"). Workspace: a u32 ticket counter and a u32 flag a
+    64-query tile (the only bytes the runtime zeroes), delta [B, Hq, Sq] f32, then the f32 dQ sums and the arrival
+    counters (zeroed by the preprocessing blocks, a tile before its flag). pre_blocks: the launch's first blocks (by
+    ticket), one an SM at most, each taking the tiles pre_block, pre_block + pre_blocks, ... (query tile major)."""
+    tiles = b * hq * (sq // STEP)
+    head = -(-4 * (1 + tiles) // 128) * 128              # delta and the sums start 128-byte lines
+    return dict(delta="preprocess", pre_blocks=min(tiles, hw.sm_count), pre_tiles=tiles, delta_offset=head,
+                acc_offset=head + b * hq * sq * 4, workspace_zero=head)
 
 
 def _bulk_fields(nc: int, d: int, split: bool, ds_offset: int, ds_bytes: int, skv: int, rows: int) -> dict:
@@ -132,22 +181,26 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
         problems.add(("schedule", "pipeline", "compute_registers"), message)
     isz = ITEMSIZE[dtype]
     tile64, fixed = STEP * d * isz, rows * d * isz
-    dkv_stage = 3 * tile64 + LSE_BYTES
+    delta = delta_of(sch)
+    dkv_stage = stage_bytes(tile64, delta)
     dkv_ring = TILES_OFFSET + 2 * fixed
     ds_offset, ds_bytes = dkv_ring + stages * dkv_stage, STEP * rows * isz
     split = shares_ds(nc, d)
     bulk = _bulk_fields(nc, d, split, ds_offset, ds_bytes, skv, rows) if dq_reduce_of(nc, d) == "bulk" else {}
     smem = _smem(stages, dkv_stage, dkv_ring, ds_bytes, bulk)
-    if smem > hw.smem_per_block or 8 + 24 * stages > FLAG_OFFSET:
+    most = max_stages_of(dkv_stage, dkv_ring, ds_bytes, bulk, delta, hw)
+    if smem > hw.smem_per_block or not _barriers_fit(stages, delta):
         buffers = "one dS buffer and the f32 dQ staging buffer" if bulk else "two dS buffers"
+        tiles = "Q, dO, O" if delta == "in_kernel" else "Q, dO (delta: preprocess)"
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
                      f"the warp-specialized wgmma backward needs {smem} B of SMEM with {stages} stages and "
-                     f"{nc} consumer warpgroup(s) (K, V of {rows} keys, a stage of Q, dO, O, and {buffers}), "
-                     f"over the {hw.smem_per_block} B a block may have; use fewer stages")
+                     f"{nc} consumer warpgroup(s) (K, V of {rows} keys, a stage of {tiles}, and {buffers}), "
+                     f"over the {hw.smem_per_block} B a block may have; legal: at most {most} stages")
     if len(problems) != before:
         return None
     acc = b * hq * sq * d                                   # f32 dQ sums, then a u32 counter a 64-query tile
     counters = -(-b * hq * (sq // STEP) * 4 // 16) * 16
+    pre = _preprocess_fields(b, hq, sq, hw) if delta == "preprocess" else {}
     return WgmmaBackward(
         consumers=nc, rows=rows, threads=128 * (1 + nc), producer_regs=preg, consumer_regs=creg,
         dkv_blocks=(skv // rows) * hkv * b, q_strides=_strides(op.layout, sq, hq, d),
@@ -155,7 +208,8 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
         fixed_bytes=fixed, flag_offset=FLAG_OFFSET, tiles_offset=TILES_OFFSET, dkv_ring=dkv_ring,
         dkv_stage=dkv_stage, ds_offset=ds_offset, ds_bytes=ds_bytes, dq_column_split=split,
         dq_slabs=1 if split else d // 64, dq_ksteps=rows // 16 if split else 4, counters_offset=acc,
-        counters_bytes=counters, workspace_bytes=acc * 4 + counters, smem_bytes=smem, **bulk)
+        counters_bytes=counters, workspace_bytes=pre.get("acc_offset", 0) + acc * 4 + counters, smem_bytes=smem,
+        max_stages=most, **bulk, **pre)
 
 
 def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
@@ -163,11 +217,17 @@ def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
     return strides(layout, seq, heads, d)
 
 
-def wgmma_kernel_args(layout: str, dtype: str, shapes: list, workspace_bytes: int) -> tuple[KernelArg, ...]:
+def wgmma_kernel_args(layout: str, dtype: str, shapes: list, wg: WgmmaBackward) -> tuple[KernelArg, ...]:
     """Tensor maps of q, k, v, o, do (3-D views, boxes of 64 rows x 64 columns, 128-byte swizzled); pointers of
-    lse, dq, dk, dv; the zeroed f32 workspace of the dQ sums and arrival counters."""
-    return tuple(seq_tmap(layout, dtype, i, shapes[i], STEP) for i in range(5)) + tuple(
-        KernelArg("ptr", i) for i in range(5, 9)) + (KernelArg("workspace", -1, value=workspace_bytes),)
+    lse, dq, dk, dv; the zeroed f32 workspace of the dQ sums and arrival counters. delta "preprocess": no tensor map
+    of o (no stage holds it), the pointers of o and do (the preprocessing blocks' 16-byte loads) after do's map, and
+    only the workspace's tickets and flags zeroed by the runtime."""
+    if wg.delta == "in_kernel":
+        return tuple(seq_tmap(layout, dtype, i, shapes[i], STEP) for i in range(5)) + tuple(
+            KernelArg("ptr", i) for i in range(5, 9)) + (KernelArg("workspace", -1, value=wg.workspace_bytes),)
+    return tuple(seq_tmap(layout, dtype, i, shapes[i], STEP) for i in (0, 1, 2, 4)) + tuple(
+        KernelArg("ptr", i) for i in range(3, 9)) + (
+        KernelArg("workspace", -1, value=wg.workspace_bytes, zero=wg.workspace_zero),)
 
 
 def with_wgmma(plan, wg: WgmmaBackward):
@@ -175,6 +235,6 @@ def with_wgmma(plan, wg: WgmmaBackward):
     mma.sync kernel's."""
     shapes = [o.shape for o in plan.operands]
     return dataclasses.replace(
-        plan, wgmma=wg, kernel_name=f"{plan.kernel_name}_ws{wg.consumers}", threads=wg.threads,
-        smem_bytes=wg.smem_bytes, num_blocks=wg.dkv_blocks,
-        kernel_args=wgmma_kernel_args(plan.layout, plan.dtype, shapes, wg.workspace_bytes))
+        plan, wgmma=wg, kernel_name=f"{plan.kernel_name}_ws{wg.consumers}{'_pre' if wg.pre_blocks else ''}",
+        threads=wg.threads, smem_bytes=wg.smem_bytes, num_blocks=wg.pre_blocks + wg.dkv_blocks,
+        kernel_args=wgmma_kernel_args(plan.layout, plan.dtype, shapes, wg))

@@ -189,6 +189,7 @@ FIELD_VALUES = {
     "schedule.pipeline.compute_registers": [224, 232],
     "schedule.pipeline.max_concurrent_steps": [1],
     "schedule.compiler_params.approx_math": [False],
+    "schedule.pipeline.delta": ["preprocess"],
 }
 
 
@@ -342,7 +343,8 @@ def _dq_paths(tmp_path, case: str, extra: list[str]) -> None:
     rows = [json.loads(ln[len("RESULT "):]) for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert [r["path"] for r in rows] == ["eager+compile", "graph"], res.stderr[-3000:]
     assert all(r["ok"] for r in rows), rows
-    assert rows[0]["dq_reduce"] == ("bulk" if extra == ["bulk"] else "red"), rows[0]
+    assert rows[0]["dq_reduce"] == ("bulk" if "bulk" in extra else "red"), rows[0]
+    assert rows[0].get("delta") == ("preprocess" if "preprocess" in extra else "in_kernel"), rows[0]
 
 
 @pytest.mark.parametrize("name", ["gqa_causal_d128", "plain_d64", "one_consumer_gqa4_causal_stages3"])

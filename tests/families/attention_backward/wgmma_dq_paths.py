@@ -8,8 +8,9 @@ one JSON line per path, each output against the float64 reference of fresh rando
   workspace's allocation, memset and free are the graph's nodes);
 - compile: torch.compile(fullgraph=True) of a function calling the package (the custom op's real implementation).
 
-    python wgmma_dq_paths.py OUT_DIR CASE [bulk]     (CASE: a key of test_attention_backward_wgmma.CASES; bulk: with
-                                                     wgmma.dq_reduce_of patched to "bulk", the TMA reduce-add form)
+    python wgmma_dq_paths.py OUT_DIR CASE [bulk] [preprocess]
+        (CASE: a key of test_attention_backward_wgmma.CASES; bulk: with wgmma.dq_reduce_of patched to "bulk", the
+        TMA reduce-add form; preprocess: pipeline.delta preprocess, delta from the launch's first blocks)
 """
 from __future__ import annotations
 
@@ -65,15 +66,18 @@ def eager_and_compiled(overrides: dict, out_dir: Path) -> dict:
     torch.cuda.synchronize()
     errors += [dict(e, path="torch.compile") for e in _errors(built, sizes, inputs, list(got), 6)]
     return {"ok": all(e["rel_error"] <= e["tolerance"] for e in errors), "errors": errors,
-            "dq_reduce": plan.wgmma.dq_reduce}
+            "dq_reduce": plan.wgmma.dq_reduce, "delta": plan.wgmma.delta}
 
 
 def main() -> None:
     out_dir, case = Path(sys.argv[1]), sys.argv[2]
-    if sys.argv[3:] == ["bulk"]:
+    extra = sys.argv[3:]
+    if "bulk" in extra:
         from schedgen.families.attention_backward import wgmma as wgmma_plan
         wgmma_plan.dq_reduce_of = lambda nc, d: "bulk"
     overrides = {**CASES[case], **WS}
+    if "preprocess" in extra:
+        overrides["schedule.pipeline.delta"] = "preprocess"
     for path, run in (("eager+compile", lambda: eager_and_compiled(overrides, out_dir / "a")),
                       ("graph", lambda: replay(str(SPEC), None, out_dir / "b", overrides))):
         try:
