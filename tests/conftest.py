@@ -23,6 +23,22 @@ def spec_files(family: str | None = None, target: str | None = None) -> list[Pat
             and (target is None or s.schedule.target == target)]
 
 
+def plan_spec(path, overrides: dict | None = None):
+    """The plan of a spec file with `-D`-style overrides ({dotted.field: value}), as `schedgen build` makes it."""
+    from schedgen.frontend.validate import load_spec
+    from schedgen.plan import plan
+    spec, src = load_spec(str(path), overrides or {})
+    return plan(spec, src)
+
+
+def plan_errors(path, overrides: dict | None = None) -> list[str]:
+    """The located error lines that planning the spec file with these overrides raises (fails if it plans)."""
+    from schedgen.errors import SpecErrors
+    with pytest.raises(SpecErrors) as info:
+        plan_spec(path, overrides)
+    return info.value.lines()
+
+
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.M)
 
 

@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SPECS_DIR
-from schedgen.errors import SpecErrors
+from conftest import SPECS_DIR, plan_errors, plan_spec
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import dims as D
 from schedgen.plan import launch as L
@@ -24,17 +23,6 @@ BASE = SPECS_DIR.parent / "tests" / "data" / "matmul_base.yaml"
 CUDA = {"schedule.backends": ["cuda"]}
 
 
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
 def dyn(max_, multiple_of=1):
     return {"dynamic": True, "max": max_, "min": multiple_of, "multiple_of": multiple_of}
 
@@ -42,7 +30,7 @@ def dyn(max_, multiple_of=1):
 # ------------------------------------------------------------------------------------------------ planning
 
 def test_linear_gelu_plans_a_dynamic_m():
-    p = _plan(LINEAR)
+    p = plan_spec(LINEAR)
     assert p.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
     assert p.ragged and p.m == D.size("M") and (p.n, p.k) == (4096, 4096)
     assert p.inputs[0].shape == (D.size("M"), 4096) and p.outputs[0].shape == (D.size("M"), 4096)
@@ -59,28 +47,28 @@ def test_linear_gelu_plans_a_dynamic_m():
 
 
 def test_ragged_dynamic_size_needs_out_of_bounds_zero():
-    lines = _errors(LINEAR, {"schedule.in_specs.x.out_of_bounds": "reject", "schedule.in_specs.w.out_of_bounds": "reject"})
+    lines = plan_errors(LINEAR, {"schedule.in_specs.x.out_of_bounds": "reject", "schedule.in_specs.w.out_of_bounds": "reject"})
     (line,) = [ln for ln in lines if "out_of_bounds" in ln]
     assert "schedule.in_specs.x.out_of_bounds" in line
     assert "M is dynamic, a multiple of 1, and tile_m is 128" in line and "out_of_bounds: zero" in line
 
 
 def test_dynamic_size_a_multiple_of_the_tile_is_not_ragged():
-    p = _plan(LINEAR, {"M": dyn(65536, 128), "schedule.in_specs.x.out_of_bounds": "reject",
+    p = plan_spec(LINEAR, {"M": dyn(65536, 128), "schedule.in_specs.x.out_of_bounds": "reject",
                        "schedule.in_specs.w.out_of_bounds": "reject"})
     assert not p.ragged
 
 
 def test_cluster_along_a_dynamic_m_needs_tile_times_cluster():
-    lines = _errors(BASE, {**CUDA, "M": dyn(8192, 128)})
+    lines = plan_errors(BASE, {**CUDA, "M": dyn(8192, 128)})
     (line,) = [ln for ln in lines if "schedule.cluster" in ln]
     assert "a 2x1 cluster" in line and "multiple of tile_m x 2 = 256" in line and "declare multiple_of: 256" in line
-    p = _plan(BASE, {**CUDA, "M": dyn(8192, 256)})
+    p = plan_spec(BASE, {**CUDA, "M": dyn(8192, 256)})
     assert D.evaluate(p.num_tiles, {"M": 512}) == (512 // 256) * 16
 
 
 def test_32_bit_tile_math_at_the_max():
-    lines = _errors(LINEAR, {"M": dyn((1 << 31) - 1)})
+    lines = plan_errors(LINEAR, {"M": dyn((1 << 31) - 1)})
     assert any("op.sizes.M" in ln and "32-bit tile math" in ln for ln in lines), lines
 
 
@@ -91,7 +79,7 @@ def test_n_k_and_batch_dynamic():
             "op.inputs.c": {"shape": ["B", "M", "N"], "dtype": "bf16"}, "op.outputs.out.shape": ["B", "M", "N"],
             "op.epilogue": "out = acc + c", "schedule.in_specs.a.block_shape": [1, 128, 64],
             "schedule.in_specs.b.block_shape": [1, 64, 256]}
-    p = _plan(BASE, over)
+    p = plan_spec(BASE, over)
     assert [r.name for r in p.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.ragged
     sizes = {"B": 3, "M": 512, "N": 768, "K": 320}
     assert D.evaluate(p.num_tiles, sizes) == 3 * (512 // 256) * (768 // 256)
@@ -104,7 +92,7 @@ def test_n_k_and_batch_dynamic():
 
 def test_explain_prints_the_range():
     from schedgen.families import of
-    p = _plan(LINEAR)
+    p = plan_spec(LINEAR)
     text = of(p).explain(p)
     assert "M: dynamic, 1..65536" in text
     assert "at M = 65536" in text
@@ -113,7 +101,7 @@ def test_explain_prints_the_range():
 # ------------------------------------------------------------------------------------------------ CUDA source
 
 def test_cuda_kernel_takes_the_sizes_as_launch_arguments():
-    cu = render(_plan(LINEAR), "cuda")
+    cu = render(plan_spec(LINEAR), "cuda")
     assert "const float* __restrict__ in_b, const int sz_M) {" in cu
     assert "const int num_tiles = (((sz_M + 128 - 1) / 128) * 16);" in cu
     assert "t < num_tiles;" in cu and "sg_tile_coords(t, tiles_mc, tiles_nc, b, tmc, tnc);" in cu
@@ -123,14 +111,14 @@ def test_cuda_kernel_takes_the_sizes_as_launch_arguments():
 
 
 def test_dynamic_k_is_a_loop_bound():
-    cu = render(_plan(LINEAR, {"K": dyn(8192, 64)}), "cuda")
+    cu = render(plan_spec(LINEAR, {"K": dyn(8192, 64)}), "cuda")
     assert "const int k_iters = ((sz_K + 64 - 1) / 64);" in cu and cu.count("kb < k_iters;") == 2
 
 
 # ------------------------------------------------------------------------------------------------ launch record
 
 def _static(path, m, overrides=None):
-    return _plan(path, {"M": m, **(overrides or {})})
+    return plan_spec(path, {"M": m, **(overrides or {})})
 
 
 @pytest.mark.parametrize("m", [1, 200, 4096, 65536])
@@ -138,7 +126,7 @@ def test_record_extents_match_a_static_build(m, tmp_path, monkeypatch):
     """The dynamic package's tensor maps, grid and scalar arguments at M = m are the static build's at M = m."""
     from runtime.fake_driver import FakeDriver
     from schedgen.runtime.kernel import load_package
-    dyn_p, stat_p = _plan(LINEAR), _static(LINEAR, m)
+    dyn_p, stat_p = plan_spec(LINEAR), _static(LINEAR, m)
     for p, sub in ((dyn_p, "dyn"), (stat_p, "static")):
         (tmp_path / sub).mkdir()
         (tmp_path / sub / "launch.json").write_text(L.launch_record(p).to_json())
@@ -190,11 +178,11 @@ def test_pallas_takes_a_ragged_dynamic_m_of_whole_row_groups_only():
     operands through 8-row tiles, so M must be a multiple of 8 (any M is CUDA only); a dynamic N of any 64 would
     read the [N] bias past its end (plgpu.load has no masked form)."""
     both = {"schedule.backends": ["cuda", "pallas"]}
-    lines = _errors(LINEAR, both)
+    lines = plan_errors(LINEAR, both)
     assert any("schedule.backends" in ln and "M a multiple of 8" in ln for ln in lines), lines
     eight = {"op.sizes.M": {"dynamic": True, "max": 65536, "multiple_of": 8}}
-    assert "pallas" in _plan(LINEAR, {**both, **eight}).backends
-    lines = _errors(LINEAR, {**both, **eight, "op.sizes.N": {"dynamic": True, "max": 4096, "multiple_of": 64}})
+    assert "pallas" in plan_spec(LINEAR, {**both, **eight}).backends
+    lines = plan_errors(LINEAR, {**both, **eight, "op.sizes.N": {"dynamic": True, "max": 4096, "multiple_of": 64}})
     assert any("op.inputs.b.shape" in ln and "no masked form" in ln for ln in lines), lines
 
 
@@ -203,7 +191,7 @@ def test_one_pallas_module_serves_several_sizes(tmp_path):
     import jax.numpy as jnp
     import ml_dtypes
     from schedgen.verify import interpret_params, races_found
-    p = _plan(LINEAR, PALLAS_DYN)
+    p = plan_spec(LINEAR, PALLAS_DYN)
     mod = _module(render(p, "pallas"), tmp_path)
     rng = np.random.default_rng(0)
     w = rng.standard_normal((256, 128), dtype=np.float32).astype(ml_dtypes.bfloat16)
@@ -241,7 +229,7 @@ def test_bundled_dynamic_pallas_module_lowers_at_two_sizes(tmp_path):
     import re
 
     import jax
-    p = _plan(BUNDLED_PALLAS)
+    p = plan_spec(BUNDLED_PALLAS)
     assert p.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.ragged
     mod = _module(render(p, "pallas"), tmp_path)
     for m in (256, 1280):
@@ -257,7 +245,7 @@ def test_bundled_dynamic_pallas_interpret_two_sizes(tmp_path):
     import jax.numpy as jnp
     import ml_dtypes
     from schedgen.verify import interpret_params, races_found
-    p = _plan(BUNDLED_PALLAS, {"N": 256, "K": 128})
+    p = plan_spec(BUNDLED_PALLAS, {"N": 256, "K": 128})
     mod = _module(render(p, "pallas"), tmp_path)
     rng = np.random.default_rng(3)
     b = rng.standard_normal((128, 256), dtype=np.float32).astype(ml_dtypes.bfloat16)
@@ -279,7 +267,7 @@ def test_package_binds_m_from_the_call_and_refuses_what_is_out_of_range(tmp_path
     FakeDriver(monkeypatch)
     for spec, sub in ((LINEAR, "linear"), (BUNDLED_PALLAS, "plain")):
         (tmp_path / sub).mkdir()
-        (tmp_path / sub / "launch.json").write_text(L.launch_record(_plan(spec)).to_json())
+        (tmp_path / sub / "launch.json").write_text(L.launch_record(plan_spec(spec)).to_json())
         (tmp_path / sub / "kernel.cubin").write_bytes(b"CUBIN")
     lin = load_package(tmp_path / "linear")
     for m in (1, 77, 65536):
@@ -314,12 +302,12 @@ def test_dynamic_m_keeps_the_hot_loop_of_the_static_kernel(tmp_path):
 
 def test_tma_strides_over_a_dynamic_size_must_be_16_byte_multiples():
     """x [M, K] bf16 with K dynamic: its rows are K x 2 B apart, a multiple of 16 B only when K is a multiple of 8."""
-    lines = _errors(LINEAR, {"K": dyn(8192, 4)})
+    lines = plan_errors(LINEAR, {"K": dyn(8192, 4)})
     x_line, w_line = [ln for ln in lines if "TMA needs" in ln]      # one per tensor map over [., K]
     assert "op.sizes.K: x's dimension 0 steps (K * 2) B (K bf16 elements)" in x_line
     assert "op.sizes.K: w's dimension 0 steps (K * 2) B" in w_line
     assert "declare multiple_of: 8 (or a multiple of it) on K" in x_line
-    assert _plan(LINEAR, {"K": dyn(8192, 8)}).ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
+    assert plan_spec(LINEAR, {"K": dyn(8192, 8)}).ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
 
 
 def test_verify_runs_one_dynamic_package_at_several_sizes():
@@ -329,7 +317,7 @@ def test_verify_runs_one_dynamic_package_at_several_sizes():
     pytest.importorskip("jax")
     from schedgen.build import build_spec
     from schedgen.verify import call_sizes, verify_built
-    picked = [s["M"] for s in call_sizes(_plan(LINEAR))]
+    picked = [s["M"] for s in call_sizes(plan_spec(LINEAR))]
     assert len(picked) == 3 and any(m % 128 for m in picked), picked
     built = build_spec(str(BUNDLED_PALLAS), {"N": 256, "K": 128})
     checks = verify_built(built, ["pallas"], interpret=True, small={"M": 512})

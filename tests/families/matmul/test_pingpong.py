@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SPECS_DIR, opcodes
+from conftest import ROOT, SPECS_DIR, opcodes, plan_errors, plan_spec
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.errors import SpecErrors
@@ -22,7 +22,6 @@ from schedgen.explain import explain
 from schedgen.families.matmul.tune import matmul_aliases
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import dims as D
-from schedgen.plan import plan
 from schedgen.render import render
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
@@ -39,25 +38,14 @@ RAGGED = {"op.sizes": {"M": 3000, "N": 5000, "K": 1000}, **NOCLUSTER,
           "schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
 
 
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
 # ------------------------------------------------------------------------------------------------ planning
 
 def test_each_consumer_owns_the_whole_tile():
-    p = _plan(BASE, PP)
+    p = plan_spec(BASE, PP)
     assert p.consumer_schedule == "pingpong" and p.pingpong
     assert (p.num_consumers, p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (2, 128, 128, 2, 64, 128)
     # a stage is read by one consumer in each CTA of the 2-CTA cluster (cooperative: both consumers of both)
-    assert p.empty_arrivals == 2 and _plan(BASE, CUDA).empty_arrivals == 4
+    assert p.empty_arrivals == 2 and plan_spec(BASE, CUDA).empty_arrivals == 4
     assert p.kernel_name.endswith("_c2x1_pp")
     # each consumer has its own epilogue staging buffers
     (epi,) = [b for b in p.smem_buffers if b.name == "epi"]
@@ -65,13 +53,13 @@ def test_each_consumer_owns_the_whole_tile():
 
 
 def test_a_64_row_tile_is_one_m_block_of_n256():
-    p = _plan(BASE, {**PP, "schedule.in_specs.a.block_shape": [64, 64], "schedule.in_specs.b.block_shape": [64, 256],
+    p = plan_spec(BASE, {**PP, "schedule.in_specs.a.block_shape": [64, 64], "schedule.in_specs.b.block_shape": [64, 256],
                      "schedule.out_specs.out.block_shape": [64, 256], "schedule.pipeline.max_concurrent_steps": 4})
     assert (p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (64, 256, 1, 128, 128)
 
 
 def test_pingpong_errors_are_located_and_reported_together():
-    lines = _errors(BASE, {**CUDA, "schedule.pipeline.consumer_schedule": "pingpong",
+    lines = plan_errors(BASE, {**CUDA, "schedule.pipeline.consumer_schedule": "pingpong",
                            "schedule.pipeline.num_compute_wgs": 1})
     by_field = {re.search(r": (schedule\.[\w.]+):", ln).group(1): ln for ln in lines}
     assert "matmul_base.yaml:" in lines[0]
@@ -82,7 +70,7 @@ def test_pingpong_errors_are_located_and_reported_together():
 
 
 def test_the_pallas_backend_is_a_located_error():
-    (line,) = [ln for ln in _errors(BASE, {**PP, "schedule.backends": ["cuda", "pallas"]})
+    (line,) = [ln for ln in plan_errors(BASE, {**PP, "schedule.backends": ["cuda", "pallas"]})
                if "consumer_schedule" in ln.split(":")[3]]
     assert "schedule.pipeline.consumer_schedule" in line and "emit_pipeline_warp_specialized" in line
     assert "schedule.backends: [cuda]" in line
@@ -90,15 +78,15 @@ def test_the_pallas_backend_is_a_located_error():
 
 @pytest.mark.parametrize("spec", ["attention_bf16_4096.yaml", "add_bf16.yaml", "collective_matmul_bf16_1024x4096.yaml"])
 def test_families_without_pingpong_refuse_it(spec):
-    lines = _errors(SPECS_DIR / spec, {"schedule.pipeline.consumer_schedule": "pingpong"})
+    lines = plan_errors(SPECS_DIR / spec, {"schedule.pipeline.consumer_schedule": "pingpong"})
     assert len(lines) == 1 and "schedule.pipeline.consumer_schedule" in lines[0] and "cooperative" in lines[0]
 
 
 def test_explain_says_pingpong():
-    text = explain(_plan(BASE, PP))
+    text = explain(plan_spec(BASE, PP))
     assert "ping-pong (pingpong)" in text and "alternate tiles" in text and "take turns" in text
     assert "one consumer reads a stage" in text
-    assert "ping-pong" not in explain(_plan(BASE, CUDA))
+    assert "ping-pong" not in explain(plan_spec(BASE, CUDA))
 
 
 def test_no_unordered_pingpong():
@@ -106,7 +94,7 @@ def test_no_unordered_pingpong():
     failure): a consumer a ring round ahead of the other waits on a stage's full-barrier parity that an earlier
     round already completed. The value is gone; it is a validation error naming the legal ones."""
     with pytest.raises(SpecErrors, match="cooperative.*pingpong"):
-        _plan(BASE, {**PP, "schedule.pipeline.consumer_schedule": "pingpong_unordered"})
+        plan_spec(BASE, {**PP, "schedule.pipeline.consumer_schedule": "pingpong_unordered"})
 
 
 def test_tune_knob_sets_the_field():
@@ -120,7 +108,7 @@ def test_tune_knob_sets_the_field():
 def test_rendered_pingpong_cuda_matches_golden(update_golden):
     for stem, overrides in (("matmul_pingpong", {}),
                             ("matmul_pingpong_direct", {**RAGGED, "schedule.epilogue.store": "direct"})):
-        text = render(_plan(PINGPONG, overrides), "cuda")
+        text = render(plan_spec(PINGPONG, overrides), "cuda")
         golden = GOLDEN / f"{stem}.cu"
         if update_golden:
             golden.write_text(text)
@@ -129,7 +117,7 @@ def test_rendered_pingpong_cuda_matches_golden(update_golden):
 
 
 def test_consumers_take_alternate_tiles_and_the_ordered_form_takes_turns():
-    cu = render(_plan(BASE, PP), "cuda")
+    cu = render(plan_spec(BASE, PP), "cuda")
     # consumer w starts at its CTA's w-th tile (of 512 cluster tiles), steps two tiles, and finds its ring position
     # from the tile index (64 k-steps a tile)
     assert "for (int t = cluster_id + w * num_clusters, lt = w; t < 512; t += 2 * num_clusters, lt += 2)" in cu
@@ -137,9 +125,9 @@ def test_consumers_take_alternate_tiles_and_the_ordered_form_takes_turns():
     assert "if (lt > 0) sg_named_sync(4 + w, 256);" in cu
     assert "if (t + num_clusters < 512) sg_named_arrive(5 - w, 256);" in cu
     # dynamic sizes: the ring position uses the call's k-steps
-    dyn = render(_plan(BASE, {**PP, "op.sizes.K": {"dynamic": True, "max": 8192, "multiple_of": 64}}), "cuda")
+    dyn = render(plan_spec(BASE, {**PP, "op.sizes.K": {"dynamic": True, "max": 8192, "multiple_of": 64}}), "cuda")
     assert "int it = lt * k_iters;" in dyn and "const int k_iters = " in dyn
-    cooperative = render(_plan(BASE, CUDA), "cuda")
+    cooperative = render(plan_spec(BASE, CUDA), "cuda")
     assert "lt = w" not in cooperative and "int it = 0;" in cooperative
 
 
@@ -196,7 +184,7 @@ def test_sass_has_the_tiles_wgmma_and_no_spills(built, name):
 def test_bench_specs_are_pingpong_and_cuda_only():
     assert len(SPECS) >= 4
     for name, path in SPECS.items():
-        p = _plan(path)
+        p = plan_spec(path)
         assert p.pingpong and p.backends == ("cuda",), name
 
 
@@ -247,9 +235,9 @@ def test_pingpong_dynamic_m_at_three_sizes_on_gpu():
 def test_gpu_cases_plan_on_the_cpu():
     """What the GPU tests build is legal (so a GPU run fails only on numbers)."""
     for case, (path, overrides) in GPU_CASES.items():
-        p = _plan(path, overrides)
+        p = plan_spec(path, overrides)
         assert p.pingpong, case
-    p = _plan(BASE, GPU_CASES["few_blocks_odd_tiles"][1])
+    p = plan_spec(BASE, GPU_CASES["few_blocks_odd_tiles"][1])
     assert p.num_tiles == 15 and p.num_blocks == 2          # 8 and 7 tiles per block: an odd count in one
     assert D.is_static(p.num_tiles)
 
@@ -281,7 +269,7 @@ def test_explain_draw_model_gives_alternate_tiles_to_the_consumers():
     """`explain --draw`'s pipeline model: tile 0 is consumer 0's, tile 1 consumer 1's, and consumer 1's k-loop runs
     while consumer 0's epilogue does (cooperative: both consumers on every k-step)."""
     from schedgen.families.matmul.draw import simulate_matmul, summary
-    p = _plan(BASE, PP)
+    p = plan_spec(BASE, PP)
     spans, k = simulate_matmul(p)
     rows = {(s.row, s.kind): [] for s in spans}
     for s in spans:
@@ -292,7 +280,7 @@ def test_explain_draw_model_gives_alternate_tiles_to_the_consumers():
     epi0 = rows[("consumer 0", "epilogue")][0]
     assert any(m.start < epi0.end and m.end > epi0.start for m in rows[("consumer 1", "mma")])
     assert "ping-pong (pingpong)" in " ".join(summary(p))
-    coop_spans, coop_k = simulate_matmul(_plan(BASE, CUDA))
+    coop_spans, coop_k = simulate_matmul(plan_spec(BASE, CUDA))
     assert sum(s.row == "consumer 1" and s.kind == "mma" for s in coop_spans) == 2 * coop_k
 
 

@@ -16,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, opcodes
+from conftest import ROOT, opcodes, plan_errors, plan_spec
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.errors import SpecErrors
 from schedgen.explain import explain
-from schedgen.frontend.validate import load_spec
-from schedgen.plan import plan
 from schedgen.render import render
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
@@ -55,17 +52,6 @@ BATCHED = textwrap.dedent("""\
     """)
 
 
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
 def _counts(built) -> Counter:
     return Counter(op.split(".")[0] for op in opcodes(sass(built.files["kernel.cubin"])))
 
@@ -78,7 +64,7 @@ def _no_local(built) -> None:
 # ------------------------------------------------------------------------------------------------------ the plan
 
 def test_default_reads_global_memory_and_smem_adds_a_slot():
-    g, s = _plan(BIAS_GELU, CUDA), _plan(BIAS_GELU, SMEM)
+    g, s = plan_spec(BIAS_GELU, CUDA), plan_spec(BIAS_GELU, SMEM)
     assert g.epi_vectors.slots == 0 and not g.kernel_name.endswith("_vs")
     assert "vec" not in {b.name for b in g.smem_buffers}
     vs = s.epi_vectors
@@ -91,15 +77,15 @@ def test_default_reads_global_memory_and_smem_adds_a_slot():
 
 
 def test_pingpong_has_a_slot_a_consumer_and_columns_are_staged():
-    pp = _plan(RESIDUAL_PP, {"schedule.epilogue.operands": "smem"}).epi_vectors
+    pp = plan_spec(RESIDUAL_PP, {"schedule.epilogue.operands": "smem"}).epi_vectors
     assert (pp.slots, pp.readers) == (2, 1)
-    col = _plan(RESIDUAL, {**SMEM, **RAGGED, "op.inputs.bias": {"shape": ["M", 1], "dtype": "bf16"}})
+    col = plan_spec(RESIDUAL, {**SMEM, **RAGGED, "op.inputs.bias": {"shape": ["M", 1], "dtype": "bf16"}})
     v, = col.epi_vectors.vectors
     assert (v.bcast, v.elems, v.itemsize, v.copies) == ("col", col.tile_m, 2, col.tile_m * 2 // 16)
 
 
 def test_rendered_reads_come_from_the_slot():
-    cu = render(_plan(RESIDUAL, {**SMEM, **RAGGED}), "cuda")
+    cu = render(plan_spec(RESIDUAL, {**SMEM, **RAGGED}), "cuda")
     assert "sg_mbar_wait(S_vec_full + 8 * vslot, (vec_n / 1) & 1);" in cu                  # before the epilogue
     assert "lds2_in_bias(vbase + 0u + (uint32_t)(gcol - n0) * 4u, p_bias);" in cu
     assert "const float v_bias = p_bias[q & 1];" in cu
@@ -112,12 +98,12 @@ def test_rendered_reads_come_from_the_slot():
 
 
 def test_rendered_fills_follow_the_tiles_that_run_an_epilogue():
-    pp = render(_plan(RESIDUAL_PP, {"schedule.epilogue.operands": "smem"}), "cuda")
+    pp = render(plan_spec(RESIDUAL_PP, {"schedule.epilogue.operands": "smem"}), "cuda")
     assert "const int vslot = lt % 2;" in pp and "sg_mbar_wait(S_vec_full + 8 * vslot, (lt / 2) & 1);" in pp
     assert "sg_mbar_init(S_vec_empty + 8 * s, 128);" in pp                 # one consumer reads a ping-pong slot
-    split = render(_plan(RESIDUAL, {**SMEM, **VARIANTS["split_k"][1]}), "cuda")
+    split = render(plan_spec(RESIDUAL, {**SMEM, **VARIANTS["split_k"][1]}), "cuda")
     assert "} else if (wg_thread / 32 == 1 && rank == 0) {" in split       # rank 0 runs the epilogue
-    sk = render(_plan(RESIDUAL, {**SMEM, **VARIANTS["stream_k"][1]}), "cuda")
+    sk = render(plan_spec(RESIDUAL, {**SMEM, **VARIANTS["stream_k"][1]}), "cuda")
     fill = sk[sk.index("} else if (wg_thread / 32 == 1) {"):]
     assert fill.index("if (kb_lo != 0) continue;") < fill.index("sg_cp16_zfill(")   # only the k-step-0 units
 
@@ -194,7 +180,7 @@ def test_batched_with_a_column_operand_compiles(tmp_path):
     (ROOT / "specs" / "attention_bf16_4096.yaml", {"schedule.epilogue.operands": "smem"}, "global (the default)"),
 ])
 def test_what_cannot_stage_its_operands_is_located(path, overrides, says):
-    lines = _errors(path, overrides)
+    lines = plan_errors(path, overrides)
     hits = [ln for ln in lines if "schedule.epilogue.operands:" in ln and says in ln]
     assert hits, lines
     assert re.match(r".+\.(yaml|toml):\d+:\d+: ", hits[0]), hits[0]
@@ -202,11 +188,11 @@ def test_what_cannot_stage_its_operands_is_located(path, overrides, says):
 
 def test_the_slots_count_in_the_smem_budget():
     # fp8 128 x 256 x 128, 4 stages: 230464 B without; scale_a (128 rows), scale_b and bias (256 columns) add 2.5 KiB
-    assert _plan(FP8_ROWWISE).smem_bytes == 230464
-    lines = _errors(FP8_ROWWISE, SMEM)
+    assert plan_spec(FP8_ROWWISE).smem_bytes == 230464
+    lines = plan_errors(FP8_ROWWISE, SMEM)
     hit = [ln for ln in lines if "schedule.pipeline.max_concurrent_steps:" in ln and "vec 2560 B" in ln]
     assert hit and "at most 3 stages fit" in hit[0], lines
-    assert _plan(FP8_ROWWISE, {**SMEM, "schedule.pipeline.max_concurrent_steps": 3}).epi_vectors.slots == 1
+    assert plan_spec(FP8_ROWWISE, {**SMEM, "schedule.pipeline.max_concurrent_steps": 3}).epi_vectors.slots == 1
 
 
 def test_the_planners_ring_leaves_room_for_the_slots(tmp_path):
@@ -214,14 +200,14 @@ def test_the_planners_ring_leaves_room_for_the_slots(tmp_path):
     # three vectors staged (2560 B + barriers) the planner picks 3 stages instead of a plan that does not fit
     spec = tmp_path / "fp8.yaml"
     spec.write_text(FP8_ROWWISE.read_text().split("\nschedule:")[0] + "\n")
-    assert _plan(spec, CUDA).stages == 4
-    p = _plan(spec, SMEM)
+    assert plan_spec(spec, CUDA).stages == 4
+    p = plan_spec(spec, SMEM)
     assert p.stages == 3 and p.epi_vectors.slot_bytes == 2560
 
 
 def test_explain_says_where_the_operands_are_read():
-    assert "operands from global memory: each thread loads its values of bias" in explain(_plan(BIAS_GELU, CUDA))
-    text = explain(_plan(BIAS_GELU, SMEM))
+    assert "operands from global memory: each thread loads its values of bias" in explain(plan_spec(BIAS_GELU, CUDA))
+    text = explain(plan_spec(BIAS_GELU, SMEM))
     assert "operands from SMEM: producer warp 1 copies each tile's slice of bias (256 columns a tile)" in text
     assert re.search(r"vec +1 x 1024 B", text), text
 
@@ -256,7 +242,7 @@ def test_smem_operands_match_float64_on_gpu(case):
 
 def test_gpu_cases_plan_on_the_cpu():
     for case, (path, ov) in GPU_CASES.items():
-        assert _plan(path, {**SMEM, **ov}).epi_vectors.slots, case
+        assert plan_spec(path, {**SMEM, **ov}).epi_vectors.slots, case
 
 
 def test_tune_alias_sets_the_field_and_builds_cuda_for_smem(tmp_path):
@@ -268,4 +254,4 @@ def test_tune_alias_sets_the_field_and_builds_cuda_for_smem(tmp_path):
     assert points["global"]["schedule.epilogue.operands"] == "global"
     assert points["global"]["schedule.backends"] == ["cuda", "pallas"]          # the spec's own (the default)
     for ov in points.values():
-        _plan(spec, ov)                                                         # both plan
+        plan_spec(spec, ov)                                                         # both plan

@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, opcodes
+from conftest import ROOT, opcodes, plan_errors, plan_spec
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.errors import SpecErrors
 from schedgen.explain import explain
 from schedgen.families.matmul.tune import matmul_aliases
 from schedgen.frontend.validate import load_spec
-from schedgen.plan import plan
 from schedgen.render import render
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
@@ -39,21 +37,10 @@ BASE_SPLIT4 = {**CUDA, "schedule.cluster": [1, 1, 4], "schedule.in_specs.b.colle
                "schedule.pipeline.max_concurrent_steps": 4}
 
 
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
-
-
 # ------------------------------------------------------------------------------------------------ planning
 
 def test_split_plan_has_the_partial_tile_and_local_releases():
-    p = _plan(DECODE, DECODE_SPLIT2)
+    p = plan_spec(DECODE, DECODE_SPLIT2)
     assert (p.split_k, p.cluster_size, p.cluster_dims, p.multicast) == (2, 2, (2, 1, 1), "")
     assert (p.tile_m, p.tile_n, p.k_iters) == (64, 128, 64)
     # each CTA reads its own stages: one consumer arrival (a multicast cluster would count both CTAs' consumers)
@@ -64,46 +51,46 @@ def test_split_plan_has_the_partial_tile_and_local_releases():
     assert p.kernel_name.endswith("_c1x1x2")
     # 64 tiles x 2 CTAs fill 128 of the 132 SMs; no cluster of 2 is left without a tile
     assert p.num_tiles == 64 and p.num_blocks == 128
-    four = _plan(BASE, BASE_SPLIT4)
+    four = plan_spec(BASE, BASE_SPLIT4)
     assert (four.split_k, four.num_consumers, four.empty_arrivals) == (4, 2, 2)
     assert {b.name: b.bytes for b in four.smem_buffers}["red"] == 128 * 128 * 4
 
 
 def test_no_split_plans_as_before():
-    p = _plan(BASE, CUDA)
+    p = plan_spec(BASE, CUDA)
     assert p.split_k == 1 and "red" not in {b.name for b in p.smem_buffers}
     assert p.empty_arrivals == 4              # 2 consumers x 2 CTAs reading each multicast stage
 
 
 def test_split_errors_are_located_and_say_what_is_legal():
-    lines = _errors(DECODE, {**DECODE_SPLIT2, "schedule.cluster": [1, 1, 8]})
+    lines = plan_errors(DECODE, {**DECODE_SPLIT2, "schedule.cluster": [1, 1, 8]})
     (line,) = [ln for ln in lines if "schedule.cluster[2]" in ln]
     assert "at most 4" in line and "got 8" in line
-    lines = _errors(BASE, {**CUDA, "schedule.cluster": [2, 1, 2]})
+    lines = plan_errors(BASE, {**CUDA, "schedule.cluster": [2, 1, 2]})
     assert any("schedule.cluster[2]" in ln and "cannot also multicast" in ln and "[1, 1, 2]" in ln for ln in lines)
     # each CTA needs a k-step: K = 128 at tile_k 128 is one
-    lines = _errors(DECODE, {**DECODE_SPLIT2, "op.sizes.K": 128})
+    lines = plan_errors(DECODE, {**DECODE_SPLIT2, "op.sizes.K": 128})
     assert any("needs at least 2 k-steps" in ln and "K = 128 is 1 step" in ln for ln in lines)
     # ping-pong runs two tiles at once in a CTA
-    lines = _errors(BASE, {**BASE_SPLIT4, "schedule.pipeline.consumer_schedule": "pingpong",
+    lines = plan_errors(BASE, {**BASE_SPLIT4, "schedule.pipeline.consumer_schedule": "pingpong",
                            "schedule.pipeline.wg_axis": None})
     assert any("schedule.cluster[2]" in ln and "consumer_schedule: cooperative" in ln for ln in lines)
     # no operand is shared: collective_axes has nothing to multicast
-    lines = _errors(BASE, {**BASE_SPLIT4, "schedule.in_specs.b.collective_axes": ["cluster"]})
+    lines = plan_errors(BASE, {**BASE_SPLIT4, "schedule.in_specs.b.collective_axes": ["cluster"]})
     assert any("collective_axes" in ln and "split-K cluster's CTAs share no operand" in ln for ln in lines)
 
 
 def test_the_pallas_backend_is_a_located_error():
-    lines = _errors(DECODE, {**DECODE_SPLIT2, "schedule.backends": ["cuda", "pallas"]})
+    lines = plan_errors(DECODE, {**DECODE_SPLIT2, "schedule.backends": ["cuda", "pallas"]})
     (line,) = [ln for ln in lines if "schedule.cluster[2]" in ln]
     assert "CUDA backend only" in line and "emit_pipeline_warp_specialized" in line
     assert "schedule.backends: [cuda]" in line
 
 
 def test_explain_says_split():
-    text = explain(_plan(DECODE, DECODE_SPLIT2))
+    text = explain(plan_spec(DECODE, DECODE_SPLIT2))
     assert "1 x 1 x 2 CTAs (split-K)" in text and "k-steps 0-31, 32-63" in text and "DSMEM" in text
-    assert "split-K" not in explain(_plan(BASE, CUDA))
+    assert "split-K" not in explain(plan_spec(BASE, CUDA))
 
 
 def test_tune_knob_sets_the_third_cluster_entry():
@@ -115,7 +102,7 @@ def test_tune_knob_sets_the_third_cluster_entry():
 # -------------------------------------------------------------------------------------------------- render
 
 def test_rendered_cuda_runs_its_share_and_hands_over():
-    cu = render(_plan(DECODE, DECODE_SPLIT2), "cuda")
+    cu = render(plan_spec(DECODE, DECODE_SPLIT2), "cuda")
     assert cu.count("const int kb_lo = ((int)rank * 64) / 2, kb_hi = ((int)rank + 1) * 64 / 2;") == 2
     assert cu.count("for (int kb = kb_lo; kb < kb_hi; ++kb, ++it)") == 2       # the producer and the consumer
     assert "if (kb > kb_lo && wg_thread == 0)" in cu
@@ -124,11 +111,11 @@ def test_rendered_cuda_runs_its_share_and_hands_over():
     assert "ld.shared::cluster.v4.f32" in cu and "mbarrier.try_wait.parity.acquire.cluster" in cu
     # stages are released in the CTA that read them only
     assert "sg_mbar_arrive_cluster(sg_map_rank(S_empty" not in cu
-    dyn = render(_plan(DECODE, {**DECODE_SPLIT2, "op.sizes.K": {"dynamic": True, "max": 8192, "multiple_of": 128}}),
+    dyn = render(plan_spec(DECODE, {**DECODE_SPLIT2, "op.sizes.K": {"dynamic": True, "max": 8192, "multiple_of": 128}}),
                  "cuda")
     assert "const int kb_lo = ((int)rank * k_iters) / 2, kb_hi = ((int)rank + 1) * k_iters / 2;" in dyn
     # no split: the k-loop runs from 0 and nothing of the hand-over is rendered
-    plain = render(_plan(BASE, CUDA), "cuda")
+    plain = render(plan_spec(BASE, CUDA), "cuda")
     assert "kb_lo" not in plain and "S_red" not in plain and "for (int kb = 0; kb < 64; ++kb, ++it)" in plain
 
 
@@ -215,6 +202,6 @@ def test_split_k_dynamic_m_at_three_sizes_on_gpu():
 def test_gpu_cases_plan_on_the_cpu():
     """What the GPU tests build is legal (so a GPU run fails only on numbers)."""
     for case, (path, overrides) in GPU_CASES.items():
-        assert _plan(path, overrides).split_k > 1, case
-    p = _plan(BASE, GPU_CASES["persistent_many_tiles"][1])
+        assert plan_spec(path, overrides).split_k > 1, case
+    p = plan_spec(BASE, GPU_CASES["persistent_many_tiles"][1])
     assert p.num_tiles == 64 and p.num_blocks == 8

@@ -18,14 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, opcodes
+from conftest import ROOT, opcodes, plan_errors, plan_spec
 from schedgen.build import build_spec
 from schedgen.cache import Cache
-from schedgen.errors import SpecErrors
 from schedgen.explain import explain
 from schedgen.families.matmul import stream_k as SK
-from schedgen.frontend.validate import load_spec
-from schedgen.plan import plan, to_json
+from schedgen.plan import to_json
 from schedgen.render import render
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
@@ -39,17 +37,6 @@ SKW = {"schedule.persistent.decomposition": "stream_k"}
 BASE_SK = {**SKW, "schedule.backends": ["cuda"], "schedule.cluster": [1, 1], "schedule.in_specs.b.collective_axes": []}
 RAGGED = {"schedule.in_specs.a.out_of_bounds": "zero", "schedule.in_specs.b.out_of_bounds": "zero"}
 BIAS_GELU = {"op.inputs.bias": {"shape": ["N"], "dtype": "f32"}, "op.epilogue": "out = gelu(acc + bias)"}
-
-
-def _plan(path, overrides=None):
-    spec, src = load_spec(str(path), overrides or {})
-    return plan(spec, src)
-
-
-def _errors(path, overrides) -> list[str]:
-    with pytest.raises(SpecErrors) as info:
-        _plan(path, overrides)
-    return info.value.lines()
 
 
 # ------------------------------------------------------------------------------------------- the partition model
@@ -120,7 +107,7 @@ int main() {
 def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
     """The helpers the kernel runs, compiled for the host and run at several grids (the runtime may lower the
     planned one), give the model's units, finishers and contributors."""
-    p = _plan(path, overrides)
+    p = plan_spec(path, overrides)
     cu = render(p, "cuda")
     grids = sorted({p.num_blocks, p.num_blocks - 1, 100, 64, 17, 5, 1})
     src = _host_harness(cu, grids).replace("K_ITERS", str(p.k_iters))
@@ -144,7 +131,7 @@ def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
 # ---------------------------------------------------------------------------------------------------- planning
 
 def test_plan_adds_the_workspace_and_names_the_kernel():
-    p = _plan(GEMM_1536, SKW)
+    p = plan_spec(GEMM_1536, SKW)
     assert p.stream_k and p.kernel_name.endswith("_sk") and p.cluster_size == 1
     ws = p.kernel_args[-1]
     assert ws.kind == "workspace"
@@ -162,8 +149,8 @@ def test_plan_adds_the_workspace_and_names_the_kernel():
 
 
 def test_absent_and_data_parallel_plan_the_same_kernel():
-    bare = _plan(GEMM_1536)
-    dp = _plan(GEMM_1536, {"schedule.persistent.decomposition": "data_parallel"})
+    bare = plan_spec(GEMM_1536)
+    dp = plan_spec(GEMM_1536, {"schedule.persistent.decomposition": "data_parallel"})
     assert to_json(bare) == to_json(dp) and not bare.stream_k
     assert all(a.kind != "workspace" for a in bare.kernel_args)
     cu = render(bare, "cuda")
@@ -173,8 +160,8 @@ def test_absent_and_data_parallel_plan_the_same_kernel():
 def test_without_a_written_cluster_stream_k_picks_none():
     """gemm_3000x5000x1000's planner pick is a 2-CTA cluster; with stream_k it picks a 1-CTA launch and the CUDA
     backend (the Pallas kernel has no stream-K; the user wrote neither field)."""
-    assert _plan(GEMM_3000).cluster_size == 2
-    p = _plan(GEMM_3000, SKW)
+    assert plan_spec(GEMM_3000).cluster_size == 2
+    p = plan_spec(GEMM_3000, SKW)
     assert p.stream_k and p.cluster_size == 1 and p.backends == ("cuda",)
 
 
@@ -191,28 +178,28 @@ def test_without_a_written_cluster_stream_k_picks_none():
     ({"op.sizes.M": {"dynamic": True, "max": 4096, "multiple_of": 128}}, "op.sizes", "static sizes"),
 ])
 def test_what_stream_k_cannot_go_with_is_located(overrides, field, says):
-    lines = _errors(BASE, {**BASE_SK, **overrides})
+    lines = plan_errors(BASE, {**BASE_SK, **overrides})
     hits = [ln for ln in lines if f"{field}:" in ln and says in ln]
     assert hits, lines
     assert re.match(r".+\.yaml:\d+:\d+: ", hits[0]), hits[0]
 
 
 def test_sm100a_is_a_located_error():
-    lines = _errors(GEMM_1536, {**SKW, "schedule.target": "sm_100a", "schedule.backends": ["cuda"]})
+    lines = plan_errors(GEMM_1536, {**SKW, "schedule.target": "sm_100a", "schedule.backends": ["cuda"]})
     assert any("schedule.persistent.decomposition:" in ln and "sm_90a" in ln for ln in lines), lines
 
 
 def test_other_families_refuse_stream_k_at_the_field():
-    lines = _errors(MAP, SKW)
+    lines = plan_errors(MAP, SKW)
     assert any("schedule.persistent.decomposition:" in ln and "data_parallel" in ln for ln in lines), lines
 
 
 def test_explain_says_how_the_tiles_are_shared():
-    text = explain(_plan(GEMM_1536, SKW))
+    text = explain(plan_spec(GEMM_1536, SKW))
     assert "stream-K   192 of the 192 tiles (60 of the last partial wave + a full wave)" in text
     assert "4608 k-steps over 132 blocks" in text and "workspace" in text
     # 32 x 33 tiles of 128 x 256 = 8 whole waves of 132: nothing to share
-    whole = explain(_plan(BASE, {**BASE_SK, "op.sizes": {"M": 4096, "N": 8448, "K": 1024}}))
+    whole = explain(plan_spec(BASE, {**BASE_SK, "op.sizes": {"M": 4096, "N": 8448, "K": 1024}}))
     assert "the 1056 tiles fill whole waves of 132 blocks: every tile runs data-parallel" in whole
 
 
@@ -309,11 +296,11 @@ def test_stream_k_replays_in_a_cuda_graph(tmp_path):
 def test_gpu_cases_plan_on_the_cpu():
     """What the GPU tests build is legal and runs stream-K (so a GPU run fails only on numbers)."""
     for case, (path, overrides) in GPU_CASES.items():
-        assert _plan(path, overrides).stream_k, case
-    few = _plan(BASE, GPU_CASES["few_blocks_many_units"][1])
+        assert plan_spec(path, overrides).stream_k, case
+    few = plan_spec(BASE, GPU_CASES["few_blocks_many_units"][1])
     assert few.num_tiles == 256 and few.num_blocks == 7
     assert [len(SK.units(256, few.k_iters, 7, c)) for c in range(7)] == [37, 38, 37, 38, 37, 38, 37]
-    short = _plan(BASE, GPU_CASES["short_k_ragged_bias_residual"][1])
+    short = plan_spec(BASE, GPU_CASES["short_k_ragged_bias_residual"][1])
     assert (short.num_tiles, short.k_iters, short.num_blocks) == (32, 3, 20)
     s = SK.sk_tiles(32, 20) * 3
     assert sum(len(SK.contributors(t, 3, 20, s)[1]) for t in range(SK.sk_tiles(32, 20))) == 12
