@@ -116,6 +116,10 @@ class WgmmaBackward:
     # while dS^T is computed) and dQ's wgmma issued behind dK's before the wait (wait_group 1: dV, dK done, the stage
     # released, dQ still running; then wait_group 0). Left out of the plan's JSON at its default.
     overlap: bool = field(default=False, metadata={"omit_default": True})
+    # How the consumers build their wgmma descriptors (wgmma.desc_offsets_of): False, each k-step's from its SMEM
+    # address (sg_desc: mask, shift, or: ~13 instructions a HGMMA); True, a tile's once, each k-step's offset added to
+    # its start-address field (the low word; the 14-bit field cannot carry: SMEM < 256 KiB): the same bits, ~7 a HGMMA.
+    desc_offsets: bool = field(default=False, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -829,13 +829,78 @@ def test_overlap_is_off_by_default_and_out_of_the_plan_json(built):
         assert "wgmma_wait<1>" not in b.files["kernel.cu"].decode()
 
 
+def _desc_offsets(monkeypatch_ctx):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    monkeypatch_ctx.setattr(wgmma_plan, "desc_offsets_of", lambda nc, d: True)
+
+
+DESC_CASES = ["plain_d64", "bhsd_scale_f16_stages1", "one_consumer_gqa4_causal_stages3", "bench", "bulk"]
+
+
+@pytest.fixture(scope="module")
+def built_desc(tmp_path_factory):
+    """DESC_CASES built as built_overlap's and with wgmma.desc_offsets_of patched to True too."""
+    cache = Cache(tmp_path_factory.mktemp("cache_desc"))
+    with pytest.MonkeyPatch.context() as mp:
+        _overlap(mp)
+        _desc_offsets(mp)
+        out = {name: build_spec(str(SPEC), {**CASES[name], **WS}, cache=cache) for name in DESC_CASES if name in CASES}
+        out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+        _bulk(mp)
+        out["bulk"] = build_spec(str(SPEC), WS, cache=cache)
+    return out
+
+
+def _hgmma_gaps(text: str) -> list[int]:
+    """The instructions between consecutive HGMMAs of one commit group (their issue cost: descriptors, moves)."""
+    gaps, n, in_group = [], 0, False
+    for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", text):
+        if "HGMMA" in s:
+            if in_group:
+                gaps.append(n)
+            in_group, n = "gsb0" not in s, 0
+        else:
+            n += 1
+    return gaps
+
+
+@pytest.mark.parametrize("name", DESC_CASES)
+def test_desc_offsets_halve_the_issue_cost_of_the_smem_wgmmas(built_overlap, built_desc, name):
+    """desc_offsets True: the same HGMMAs (shapes, operand kinds, transposes, groups) and the same waits, with at
+    most 70% of the instructions between a group's HGMMAs (each k-step's descriptor an add to the tile's, not
+    rebuilt from the address: 13 -> ~7 an SMEM HGMMA at the bench size); no local memory, no ptxas warning."""
+    ref, b = built_overlap[name], built_desc[name]
+    assert b.plan.wgmma.desc_offsets is True and ref.plan.wgmma.desc_offsets is False
+    t_ref, t = sass(ref.files["kernel.cubin"]), sass(b.files["kernel.cubin"])
+    shape = r"HGMMA\.\S+ R\d+, (?:R\d+, )?gdesc\[UR\d+\](\.tnspB)?, (RZ, !UPT|R\d+)(, gsb0)?"
+    kinds = [[(m.group(1), m.group(2) == "RZ, !UPT", m.group(3)) for m in re.finditer(shape, x)] for x in (t_ref, t)]
+    assert kinds[0] == kinds[1] and len(kinds[0]) == len(re.findall("HGMMA", t_ref))
+    assert re.findall(r"HGMMA\.(\S+)", t_ref) == re.findall(r"HGMMA\.(\S+)", t)
+    assert _wait_sequence(t) == _wait_sequence(t_ref) == _expected_waits(b.plan, overlap=True)
+    assert sum(_hgmma_gaps(t)) <= 0.7 * sum(_hgmma_gaps(t_ref)), (_hgmma_gaps(t_ref), _hgmma_gaps(t))
+    u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
+
+
+def test_desc_offsets_is_off_by_default_and_out_of_the_plan_json(built):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    from schedgen.plan import to_dict
+    assert {wgmma_plan.desc_offsets_of(nc, d) for nc in (1, 2) for d in (64, 128)} == {False}
+    for b in built.values():
+        assert "desc_offsets" not in to_dict(b.plan)["wgmma"] and "sg_desc_at" not in b.files["kernel.cu"].decode()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", OVERLAP_CASES + ["gqa_causal_d128", "top_left_sq_lt_skv"])
-def test_overlap_variant_matches_float64_on_gpu(case, monkeypatch):
-    """The overlap form (wgmma.overlap_of patched) under `verify`: fresh random inputs, outputs poisoned, every
-    gradient against float64 (a wait moved too far would read S^T, dP^T or dQ's accumulators unfinished)."""
+@pytest.mark.parametrize("desc", [False, True], ids=["", "desc_offsets"])
+def test_overlap_variant_matches_float64_on_gpu(case, desc, monkeypatch):
+    """The overlap form (wgmma.overlap_of patched; desc_offsets: desc_offsets_of too) under `verify`: fresh random
+    inputs, outputs poisoned, every gradient against float64 (a wait moved too far would read S^T, dP^T or dQ's
+    accumulators unfinished; a wrong descriptor reads the wrong k-step)."""
     from schedgen.verify import verify_file
     _overlap(monkeypatch)
+    if desc:
+        _desc_offsets(monkeypatch)
     checks = verify_file(str(SPEC), ["cuda"], {**CASES[case], **WS}, seed=4)
     assert {c.backend for c in checks} == {"cuda"}, checks
     assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
@@ -843,12 +908,14 @@ def test_overlap_variant_matches_float64_on_gpu(case, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", [SPEC, CAUSAL_SPEC], ids=["bench", "bench_causal"])
-@pytest.mark.parametrize("extra", ["", "bulk", "preprocess"])
+@pytest.mark.parametrize("extra", ["", "bulk", "preprocess", "desc_offsets"])
 def test_overlap_variant_at_bench_sizes_on_gpu(spec, extra, monkeypatch):
     from schedgen.verify import verify_file
     _overlap(monkeypatch)
     if extra == "bulk":
         _bulk(monkeypatch)
+    if extra == "desc_offsets":
+        _desc_offsets(monkeypatch)
     ov = {**WS, "schedule.pipeline.delta": "preprocess"} if extra == "preprocess" else WS
     checks = verify_file(str(spec), ["cuda"], ov, seed=5)
     assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
