@@ -11,13 +11,19 @@ family's tolerance), then timed interleaved with CUDA events (rounds of `--iters
 Prints TFLOP/s (10 D flops per unmasked pair, FlashAttention's convention) and the ratios.
 
     python bench/attn_bwd_cuda.py [--b 1 --s 4096 --h 16 --d 128] [--causal] [--consumers 2] [--stages 2]
-                                  [--dq-own] [--dq-bulk] [--delta-preprocess]
+                                  [--dq-own] [--dq-bulk] [--delta-preprocess] [--overlap] [--desc-offsets]
 
 --dq-own and --dq-bulk each add a variant of the wgmma kernel, built with a planner choice monkeypatched: --dq-own
 the consumers each adding all of dQ's columns over their own keys (wgmma.shares_ds False), --dq-bulk dQ's partials
 staged in SMEM and added by cp.reduce.async.bulk (wgmma.dq_reduce_of "bulk", FlashAttention-3's form). Both together
 also try the two combined, which needs a staging tile a consumer: it does not fit at head_dim 128 with 2 consumers
 and 2 stages (249856 B of SMEM), and the script says so and times the others.
+
+--overlap adds the wgmma kernel with FlashAttention-3's waits (wgmma.overlap_of True: S^T and dP^T two commit
+groups, P^T computed while dP^T runs, dS^T while dV runs, dQ's wgmma queued behind dK's; docs/perf-notes.md,
+"Attention backward, CUDA wgmma: static analysis"); with --dq-bulk also the bulk form with it. --desc-offsets adds the
+wgmma kernel whose consumers add each k-step's offset to a tile's wgmma descriptor (wgmma.desc_offsets_of True), and
+with --overlap also the two together.
 
 --delta-preprocess adds the wgmma kernel with pipeline.delta: preprocess (delta = rowsum(dO * O) computed once by
 the launch's first blocks, which also zero the dQ sums; a stage of Q, dO, lse, delta): at --stages, and again at the
@@ -46,19 +52,25 @@ def _build(spec: Path, overrides: dict, tmp: Path, label: str):
     return built.plan, load_package(package(built, tmp / label))
 
 
-def _build_variant(spec: Path, overrides: dict, tmp: Path, label: str, own: bool, bulk: bool):
+def _build_variant(spec: Path, overrides: dict, tmp: Path, label: str, own: bool, bulk: bool, overlap: bool = False,
+                   desc: bool = False):
     """The wgmma kernel built with the planner's choices patched: own: each consumer adds all of dQ's columns over its
-    own keys (wgmma.shares_ds False); bulk: dQ's partials through SMEM to a TMA bulk reduce-add (dq_reduce_of)."""
+    own keys (wgmma.shares_ds False); bulk: dQ's partials through SMEM to a TMA bulk reduce-add (dq_reduce_of);
+    overlap: FlashAttention-3's wgmma waits (overlap_of); desc: descriptors by offset (desc_offsets_of)."""
     from schedgen.families.attention_backward import wgmma as wgmma_plan
-    saved = wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of
+    saved = wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of, wgmma_plan.overlap_of, wgmma_plan.desc_offsets_of
     if own:
         wgmma_plan.shares_ds = lambda nc, d: False
     if bulk:
         wgmma_plan.dq_reduce_of = lambda nc, d: "bulk"
+    if overlap:
+        wgmma_plan.overlap_of = lambda nc, d: True
+    if desc:
+        wgmma_plan.desc_offsets_of = lambda nc, d: True
     try:
         return _build(spec, overrides, tmp, label)
     finally:
-        wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of = saved
+        wgmma_plan.shares_ds, wgmma_plan.dq_reduce_of, wgmma_plan.overlap_of, wgmma_plan.desc_offsets_of = saved
 
 
 def _add_preprocess(kernels: dict, spec: Path, ws: dict, tmp: Path, stages: int, bulk: bool) -> None:
@@ -152,6 +164,12 @@ def main(argv=None) -> int:
     ap.add_argument("--delta-preprocess", action="store_true",
                     help="also time the wgmma kernel with pipeline.delta: preprocess (delta computed once by the "
                          "launch's first blocks; a stage without O), at --stages and at the most stages that fit")
+    ap.add_argument("--overlap", action="store_true",
+                    help="also time the wgmma kernel with FlashAttention-3's wgmma waits (wgmma.overlap_of True); "
+                         "with --dq-bulk also the bulk form with them")
+    ap.add_argument("--desc-offsets", action="store_true",
+                    help="also time the wgmma kernel with descriptors by offset (wgmma.desc_offsets_of True); with "
+                         "--overlap also the two together")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
@@ -175,6 +193,10 @@ def main(argv=None) -> int:
             kernels[label] = _build_variant(spec, ws, tmp, label, own, bulk)
         except SpecErrors as e:
             print(f"  {label}: not built (the planner's error: {e})")
+    for label, bulk, overlap, desc in (("wgmma_overlap", False, True, False), ("wgmma_overlap_bulk", True, True, False),
+                                       ("wgmma_desc", False, False, True), ("wgmma_overlap_desc", False, True, True)):
+        if (args.overlap or not overlap) and (args.desc_offsets or not desc) and (args.dq_bulk or not bulk):
+            kernels[label] = _build_variant(spec, ws, tmp, label, False, bulk, overlap=overlap, desc=desc)
     if args.delta_preprocess:
         _add_preprocess(kernels, spec, ws, tmp, args.stages, args.dq_bulk)
     plan = kernels["wgmma"][0]
@@ -223,7 +245,8 @@ def main(argv=None) -> int:
     for name, t in ms.items():
         print(f"  {name:14s} {t:8.3f} ms  {flops / t / 1e9:7.1f} TFLOP/s")
     print(f"  wgmma / mma_sync {ms['mma_sync'] / ms['wgmma']:.2f}x   wgmma / cudnn {ms['cudnn'] / ms['wgmma']:.2f}x")
-    for label in ("wgmma_own", "wgmma_bulk", "wgmma_own_bulk", *(n for n in ms if n.startswith("wgmma_pre"))):
+    for label in ("wgmma_own", "wgmma_bulk", "wgmma_own_bulk", "wgmma_overlap", "wgmma_overlap_bulk", "wgmma_desc",
+                  "wgmma_overlap_desc", *(n for n in ms if n.startswith("wgmma_pre"))):
         if label in ms:
             print(f"  {label} / wgmma {ms['wgmma'] / ms[label]:.2f}x   {label} / cudnn {ms['cudnn'] / ms[label]:.2f}x")
     return 0 if ok else 1

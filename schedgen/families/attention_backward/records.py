@@ -110,6 +110,16 @@ class WgmmaBackward:
     delta_offset: int = field(default=0, metadata={"omit_default": True})    # workspace bytes: delta [B, Hq, Sq] f32
     acc_offset: int = field(default=0, metadata={"omit_default": True})      # workspace bytes: the dQ sums
     workspace_zero: int = field(default=0, metadata={"omit_default": True})  # bytes the runtime zeroes: tickets, flags
+    # The consumers' wgmma waits (wgmma.overlap_of): False, each step's S^T and dP^T one commit group waited for
+    # together before P^T, dV and dK waited for before dQ's wgmma is issued; True, FlashAttention-3's overlap: S^T and
+    # dP^T two groups (wait_group 1 before P^T: dP^T runs while P^T is computed; wait_group 1 after dV's issue: dV runs
+    # while dS^T is computed) and dQ's wgmma issued behind dK's before the wait (wait_group 1: dV, dK done, the stage
+    # released, dQ still running; then wait_group 0). Left out of the plan's JSON at its default.
+    overlap: bool = field(default=False, metadata={"omit_default": True})
+    # How the consumers build their wgmma descriptors (wgmma.desc_offsets_of): False, each k-step's from its SMEM
+    # address (sg_desc: mask, shift, or: ~13 instructions a HGMMA); True, a tile's once, each k-step's offset added to
+    # its start-address field (the low word; the 14-bit field cannot carry: SMEM < 256 KiB): the same bits, ~7 a HGMMA.
+    desc_offsets: bool = field(default=False, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,25 @@ def dq_reduce_of(nc: int, d: int) -> str:
     return "red"
 
 
+def overlap_of(nc: int, d: int) -> bool:
+    """Whether the consumers overlap their wgmmas with their register math as FlashAttention-3's backward does
+    (records.WgmmaBackward.overlap): S^T and dP^T committed as two groups, P^T computed after wait_group 1 (dP^T still
+    running), dS^T after dV's issue and wait_group 1 (dV still running), dQ's wgmma issued before the wait for dV and
+    dK. The same math in the same order, only the waits moved (docs/perf-notes.md, "Attention backward, CUDA wgmma:
+    static analysis"). False everywhere until the H200 times it (bench/attn_bwd_cuda.py --overlap)."""
+    del nc, d
+    return False
+
+
+def desc_offsets_of(nc: int, d: int) -> bool:
+    """Whether the consumers build a tile's wgmma descriptor once and add each k-step's byte offset (>> 4) to its
+    start-address field (records.WgmmaBackward.desc_offsets) rather than rebuilding it from the address each k-step:
+    the same descriptors, about half the instructions between the HGMMAs of S^T, dP^T and dQ. False everywhere until
+    the H200 times it (bench/attn_bwd_cuda.py --desc-offsets)."""
+    del nc, d
+    return False
+
+
 def delta_of(sch) -> str:
     """pipeline.delta: "in_kernel" (the producer's warps 1-2 compute delta = rowsum(dO * O) of every step from the
     stage's O tile) or "preprocess" (FlashAttention-3's: the launch's first `pre_blocks` blocks compute it once into
@@ -209,7 +228,8 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
         dkv_stage=dkv_stage, ds_offset=ds_offset, ds_bytes=ds_bytes, dq_column_split=split,
         dq_slabs=1 if split else d // 64, dq_ksteps=rows // 16 if split else 4, counters_offset=acc,
         counters_bytes=counters, workspace_bytes=pre.get("acc_offset", 0) + acc * 4 + counters, smem_bytes=smem,
-        max_stages=most, **bulk, **pre)
+        max_stages=most, overlap=overlap_of(nc, d),
+        desc_offsets=desc_offsets_of(nc, d), **bulk, **pre)
 
 
 def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:

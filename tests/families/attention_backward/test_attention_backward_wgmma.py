@@ -729,3 +729,193 @@ def test_bulk_barrier_protocol_has_no_race_or_deadlock(built_bulk, name):
         assert [e for e in ev_i if e[0] == "write"] == [("write", s % 4, s) for s in range(n_it)]
         assert sorted(e[2] for e in ev_c if e[0] == "read") == list(range(n_it))
         _interleavings_ok(ev_c, ev_i)
+
+
+# ------------------------------------------------------------------------------ FlashAttention-3's waits (overlap)
+
+OVERLAP_CASES = ["plain_d64", "causal_d128", "bhsd_scale_f16_stages1", "one_consumer_gqa4_causal_stages3"]
+
+
+def _overlap(monkeypatch_ctx):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    monkeypatch_ctx.setattr(wgmma_plan, "overlap_of", lambda nc, d: True)
+
+
+@pytest.fixture(scope="module")
+def built_overlap(tmp_path_factory):
+    """Cases built with wgmma.overlap_of patched to True (as bench/attn_bwd_cuda.py --overlap does); "bulk" also with
+    dq_reduce_of "bulk", "pre" with pipeline.delta preprocess."""
+    cache = Cache(tmp_path_factory.mktemp("cache_overlap"))
+    with pytest.MonkeyPatch.context() as mp:
+        _overlap(mp)
+        out = {name: build_spec(str(SPEC), {**CASES[name], **WS}, cache=cache) for name in OVERLAP_CASES}
+        out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+        out["bench_causal"] = build_spec(str(CAUSAL_SPEC), WS, cache=cache)
+        out["pre"] = build_spec(str(SPEC), {**WS, "schedule.pipeline.delta": "preprocess"}, cache=cache)
+        _bulk(mp)
+        out["bulk"] = build_spec(str(SPEC), WS, cache=cache)
+    return out
+
+
+def _wait_sequence(text: str) -> str:
+    """The consumer's wgmma schedule in the SASS, from its first HGMMA to its last WARPGROUP.DEPBAR, one token an
+    instruction of interest: h / H an HGMMA m64n64 / m64nD ("|": it ends a commit group, gsb0), wN a wait for at most
+    N groups in flight, e MUFU.EX2, s STSM, bK a named barrier K (bR: by register), a the ring's empty arrival; runs
+    of one letter counted (h8: eight HGMMAs)."""
+    out = []
+    for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", text):
+        if m := re.search(r"HGMMA\.64x(\d+)x16", s):
+            out.append(("h" if m.group(1) == "64" else "H") + ("|" if "gsb0" in s else ""))
+        elif m := re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x(\d)", s):
+            out.append(f"w{m.group(1)}")
+        elif out and "MUFU.EX2" in s:
+            out.append("e")
+        elif out and "STSM" in s:
+            out.append("s")
+        elif out and (m := re.search(r"BAR\.SYNC\S* (?:0x(\d)|R\d+)", s)):
+            out.append("b" + (m.group(1) or "R"))
+        elif out and "SYNCS.ARRIVE.TRANS64.A1T0" in s:
+            out.append("a")
+    seq = "".join(out)
+    seq = seq[:seq.rindex("w") + 2]
+    return re.sub(r"([heHs])\1+", lambda m: m.group(1) + str(len(m.group(0))), seq)
+
+
+def _expected_waits(p, overlap: bool) -> str:
+    """The schedule the template means: S^T, dP^T (head_dim / 16 k-steps each), the red form's arrival barriers,
+    P^T (32 exp2 a thread), dV, dK (4 k-steps of 16 queries), the bulk form's barrier 5, dS by stmatrix, the dS
+    barrier (both consumers where they share it), dQ (dq_slabs x dq_ksteps), the empty arrival."""
+    w, k, kv = p.wgmma, p.head_dim // 16, "h" if p.head_dim == 64 else "H"    # dV, dK: m64n{head_dim}
+    arrive = "bRbR" if w.dq_reduce == "red" else ""
+    bulk = "b5" if w.dq_reduce == "bulk" else ""
+    ds = "b1" if w.dq_column_split else "bR"
+    dq = f"h{w.dq_slabs * w.dq_ksteps}|"
+    if overlap:
+        return f"h{k}|h{k}|{arrive}w1e32{kv}4|w1{kv}4|{bulk}s4{ds}{dq}w1aw0"
+    return f"h{2 * k}|{arrive}w0e32{kv}4|{kv}4|{bulk}s4{ds}w0a{dq}w0"
+
+
+@pytest.mark.parametrize("name", [*OVERLAP_CASES, "bench", "bench_causal"])
+def test_default_waits_each_wgmma_group_before_the_math_that_follows(built, name):
+    """Today's schedule (overlap False): S^T and dP^T one group, waited for (wait_group 0) before P^T; dV, dK waited
+    for before dQ's wgmma is issued; dQ waited for before its adds."""
+    b = built[name]
+    assert b.plan.wgmma.overlap is False
+    assert _wait_sequence(sass(b.files["kernel.cubin"])) == _expected_waits(b.plan, overlap=False)
+
+
+@pytest.mark.parametrize("name", [*OVERLAP_CASES, "bench", "bench_causal", "pre", "bulk"])
+def test_overlap_moves_the_waits_as_flashattention3(built_overlap, name):
+    """overlap True: S^T and dP^T two groups and wait_group 1 before P^T (its 32 exp2 while dP^T runs), wait_group 1
+    after dV's issue (dS^T's math while dV runs), dQ's wgmma issued right after the dS barrier with dK still in
+    flight, then wait_group 1 (dV, dK done: the empty arrival) and wait_group 0 (dQ). No local memory, no ptxas
+    warning (a wgmma it had to serialize), the same HGMMAs as the default."""
+    b = built_overlap[name]
+    p = b.plan
+    assert p.wgmma.overlap is True
+    text = sass(b.files["kernel.cubin"])
+    assert _wait_sequence(text) == _expected_waits(p, overlap=True)
+    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
+    assert not [o for o in opcodes(text) if o.startswith(("LDL", "STL"))]
+
+
+def test_overlap_is_off_by_default_and_out_of_the_plan_json(built):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    from schedgen.plan import to_dict
+    assert {wgmma_plan.overlap_of(nc, d) for nc in (1, 2) for d in (64, 128)} == {False}
+    for b in built.values():
+        assert "overlap" not in to_dict(b.plan)["wgmma"]
+        assert "wgmma_wait<1>" not in b.files["kernel.cu"].decode()
+
+
+def _desc_offsets(monkeypatch_ctx):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    monkeypatch_ctx.setattr(wgmma_plan, "desc_offsets_of", lambda nc, d: True)
+
+
+DESC_CASES = ["plain_d64", "bhsd_scale_f16_stages1", "one_consumer_gqa4_causal_stages3", "bench", "bulk"]
+
+
+@pytest.fixture(scope="module")
+def built_desc(tmp_path_factory):
+    """DESC_CASES built as built_overlap's and with wgmma.desc_offsets_of patched to True too."""
+    cache = Cache(tmp_path_factory.mktemp("cache_desc"))
+    with pytest.MonkeyPatch.context() as mp:
+        _overlap(mp)
+        _desc_offsets(mp)
+        out = {name: build_spec(str(SPEC), {**CASES[name], **WS}, cache=cache) for name in DESC_CASES if name in CASES}
+        out["bench"] = build_spec(str(SPEC), WS, cache=cache)
+        _bulk(mp)
+        out["bulk"] = build_spec(str(SPEC), WS, cache=cache)
+    return out
+
+
+def _hgmma_gaps(text: str) -> list[int]:
+    """The instructions between consecutive HGMMAs of one commit group (their issue cost: descriptors, moves)."""
+    gaps, n, in_group = [], 0, False
+    for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", text):
+        if "HGMMA" in s:
+            if in_group:
+                gaps.append(n)
+            in_group, n = "gsb0" not in s, 0
+        else:
+            n += 1
+    return gaps
+
+
+@pytest.mark.parametrize("name", DESC_CASES)
+def test_desc_offsets_halve_the_issue_cost_of_the_smem_wgmmas(built_overlap, built_desc, name):
+    """desc_offsets True: the same HGMMAs (shapes, operand kinds, transposes, groups) and the same waits, with at
+    most 70% of the instructions between a group's HGMMAs (each k-step's descriptor an add to the tile's, not
+    rebuilt from the address: 13 -> ~7 an SMEM HGMMA at the bench size); no local memory, no ptxas warning."""
+    ref, b = built_overlap[name], built_desc[name]
+    assert b.plan.wgmma.desc_offsets is True and ref.plan.wgmma.desc_offsets is False
+    t_ref, t = sass(ref.files["kernel.cubin"]), sass(b.files["kernel.cubin"])
+    shape = r"HGMMA\.\S+ R\d+, (?:R\d+, )?gdesc\[UR\d+\](\.tnspB)?, (RZ, !UPT|R\d+)(, gsb0)?"
+    kinds = [[(m.group(1), m.group(2) == "RZ, !UPT", m.group(3)) for m in re.finditer(shape, x)] for x in (t_ref, t)]
+    assert kinds[0] == kinds[1] and len(kinds[0]) == len(re.findall("HGMMA", t_ref))
+    assert re.findall(r"HGMMA\.(\S+)", t_ref) == re.findall(r"HGMMA\.(\S+)", t)
+    assert _wait_sequence(t) == _wait_sequence(t_ref) == _expected_waits(b.plan, overlap=True)
+    assert sum(_hgmma_gaps(t)) <= 0.7 * sum(_hgmma_gaps(t_ref)), (_hgmma_gaps(t_ref), _hgmma_gaps(t))
+    u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
+
+
+def test_desc_offsets_is_off_by_default_and_out_of_the_plan_json(built):
+    from schedgen.families.attention_backward import wgmma as wgmma_plan
+    from schedgen.plan import to_dict
+    assert {wgmma_plan.desc_offsets_of(nc, d) for nc in (1, 2) for d in (64, 128)} == {False}
+    for b in built.values():
+        assert "desc_offsets" not in to_dict(b.plan)["wgmma"] and "sg_desc_at" not in b.files["kernel.cu"].decode()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", OVERLAP_CASES + ["gqa_causal_d128", "top_left_sq_lt_skv"])
+@pytest.mark.parametrize("desc", [False, True], ids=["", "desc_offsets"])
+def test_overlap_variant_matches_float64_on_gpu(case, desc, monkeypatch):
+    """The overlap form (wgmma.overlap_of patched; desc_offsets: desc_offsets_of too) under `verify`: fresh random
+    inputs, outputs poisoned, every gradient against float64 (a wait moved too far would read S^T, dP^T or dQ's
+    accumulators unfinished; a wrong descriptor reads the wrong k-step)."""
+    from schedgen.verify import verify_file
+    _overlap(monkeypatch)
+    if desc:
+        _desc_offsets(monkeypatch)
+    checks = verify_file(str(SPEC), ["cuda"], {**CASES[case], **WS}, seed=4)
+    assert {c.backend for c in checks} == {"cuda"}, checks
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [SPEC, CAUSAL_SPEC], ids=["bench", "bench_causal"])
+@pytest.mark.parametrize("extra", ["", "bulk", "preprocess", "desc_offsets"])
+def test_overlap_variant_at_bench_sizes_on_gpu(spec, extra, monkeypatch):
+    from schedgen.verify import verify_file
+    _overlap(monkeypatch)
+    if extra == "bulk":
+        _bulk(monkeypatch)
+    if extra == "desc_offsets":
+        _desc_offsets(monkeypatch)
+    ov = {**WS, "schedule.pipeline.delta": "preprocess"} if extra == "preprocess" else WS
+    checks = verify_file(str(spec), ["cuda"], ov, seed=5)
+    assert checks and all(c.ok and not c.skipped for c in checks), [c.row() for c in checks if not c.ok]
