@@ -23,8 +23,8 @@ def explain_map(p) -> str:
         f"({p.num_tiles} tiles; grid names {', '.join(p.grid_names)}; order {p.tile_order}"
         + (f", minor_dim {p.minor_dim}, tile_width {p.tile_width}" if p.tile_order == "planar_snake" else "") + ")",
         f"  launch     {p.num_blocks} blocks x {p.threads} threads ({p.num_warpgroups} warpgroups), "
-        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'} "
-        f"(the Pallas kernel runs one warpgroup per block)",
+        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'}"
+        + ("" if getattr(p, "regs", None) is not None else " (the Pallas kernel runs one warpgroup per block)"),
         _pipeline_line(p),
         "  operands",
     ]
