@@ -18,7 +18,7 @@ from ...plan.hardware import Hardware
 from .operands import dim_prod
 
 UNROLL = 4               # chunks a thread has in flight (every input's loads of them issued together) ...
-LOAD_BUDGET = 192        # ... at most this many bytes of loaded data a thread (48 of its registers)
+LOAD_BUDGET = 128        # ... at most this many bytes of loaded data a thread (32 of its registers)
 REGISTER_BUDGET = 64     # registers a thread may use: 65536 / (threads * 64) blocks an SM (256 threads: 4)
 FIELD = ("schedule", "pipeline", "data_path")
 _TMA = "or use data_path: tma (the default)"

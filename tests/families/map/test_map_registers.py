@@ -26,7 +26,8 @@ SPECS = {"add_bf16": "add_bf16.yaml", "gelu_bias_bf16": "gelu_bias_bf16.yaml",
          "bias_add_bf16_dynamic": "bias_add_bf16_dynamic.yaml", "scale_f32": "scale_f32.toml"}
 
 # Three inputs of three dtypes (an f32 block of 32-byte chunks, a bf16 column [M, 1] splatted along each row, an f16
-# row [N]), two outputs of two dtypes, a 3-D iteration space whose last two dimensions end in partial blocks.
+# row [N]), two outputs of two dtypes, a 3-D iteration space whose last two dimensions end in partial blocks, and
+# blocks of 24 rows: 768 chunks a tile, so the last batch of 256 threads x 2 chunks is half empty.
 MIXED = """
 name: mixed_regs
 op:
@@ -46,6 +47,14 @@ op:
 schedule:
   backends: [cuda]
   pipeline: {data_path: registers}
+  num_warpgroups: 2
+  in_specs:
+    x: {block_shape: [1, 24, 256], out_of_bounds: zero}
+    c: {block_shape: [24, 1], out_of_bounds: zero}
+    r: {block_shape: [256], out_of_bounds: zero}
+  out_specs:
+    o: {block_shape: [1, 24, 256], out_of_bounds: zero}
+    p: {block_shape: [1, 24, 256], out_of_bounds: zero}
 """
 
 
@@ -102,10 +111,10 @@ def test_mixed_dtypes_column_row_and_two_outputs(mixed, cache):
     assert "LDG.E.U16.CONSTANT" in ops or "LDG.E.U16" in ops      # the column: one bf16 a row, splatted
     p = built.plan
     assert p.vec == 8 and p.regs.ragged == (False, True, True)
-    # x moves 32 bytes a chunk: the loads of 4 chunks would pass the budget, so a thread keeps 3 in flight
-    assert p.regs.unroll == 3 and p.regs.partial_batch and p.regs.batches == 2
+    # 52 bytes of loads a chunk (x 32, c 4, r 16): 4 chunks would pass the 128-byte budget, so a thread keeps 2
+    assert p.regs.unroll == 2 and p.regs.chunks == 768 and p.regs.batches == 2 and p.regs.partial_batch
     cu = built.files["kernel.cu"].decode()
-    assert "ok[ch] = g < kChunks && g_j * 32 + x1 < 100 && g_l * 256 + c < 200;" in cu
+    assert "ok[ch] = g < kChunks && g_j * 24 + x1 < 100 && g_l * 256 + c < 200;" in cu
 
 
 def test_plan_records_the_batch_and_occupancy(cache):
