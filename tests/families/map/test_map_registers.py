@@ -209,6 +209,14 @@ RAGGED = {
 AT = {"bias_add_bf16_dynamic": [{"M": 1001, "N": 768}, {"M": 7, "N": 256}, {"M": 4096, "N": 4096}]}
 
 
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_ragged_register_path_compiles_without_spills(name, cache):
+    """The bounds-checked form the GPU test runs (more live registers: the chunks' masks and addresses)."""
+    built = _build(name, cache, RAGGED[name])
+    assert any(built.plan.regs.ragged)
+    _check_register_sass(built)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_register_path_matches_float64_on_gpu(name, cache):
