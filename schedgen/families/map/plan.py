@@ -3,7 +3,9 @@
 The iteration space is the output shape cut into `block_shape` tiles; each input block is the
 numpy-broadcast of the output block (block dims equal, or 1 for a broadcast dimension). Tiles stream
 through a `max_concurrent_steps`-deep ring of SMEM stages filled by TMA, are computed by all threads
-with 16-byte vector accesses, staged in a double-buffered SMEM output and stored back by TMA.
+with 16-byte vector accesses, staged in a double-buffered SMEM output and stored back by TMA. With
+schedule.pipeline.data_path: registers the CUDA kernel walks the same tiles with 16-byte global loads and stores
+instead, no SMEM (registers.py: its checks and numbers).
 """
 from __future__ import annotations
 
