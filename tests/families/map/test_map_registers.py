@@ -105,6 +105,16 @@ def test_register_path_compiles_to_16_byte_global_accesses(name, cache):
     assert [a.kind for a in rec.kernel_args] == ["ptr"] * len(p.operands) + ["i32"] * len(p.dynamic_sizes)
 
 
+@pytest.mark.parametrize("dtype, unroll", [("f16", 4), ("f8e4m3", 2)])
+def test_other_element_types(dtype, unroll, tmp_path, cache):
+    """add_bf16 in f16 (8 elements a chunk) and fp8 (16: a 32 x 256 tile is 512 chunks, 2 a thread)."""
+    path = tmp_path / f"add_{dtype}.yaml"
+    path.write_text((SPECS_DIR / "add_bf16.yaml").read_text().replace("bf16", dtype))
+    built = build_spec(path, parse_overrides(REGS + RING), cache=cache)
+    assert built.plan.vec == 16 // {"f16": 2, "f8e4m3": 1}[dtype] and built.plan.regs.unroll == unroll
+    _check_register_sass(built)
+
+
 def test_mixed_dtypes_column_row_and_two_outputs(mixed, cache):
     built = build_spec(mixed, cache=cache)
     ops = _check_register_sass(built)
