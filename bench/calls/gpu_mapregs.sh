@@ -3,7 +3,7 @@
 # gelu_bias_bf16 at issue 17's 32768 x 16384 through `schedgen bench` (torch eager and a device copy timed in the same
 # run) with the TMA ring (the default) and with the register path, and one sweep of register-path variants
 # (warpgroups, block rows) of add_bf16 timed together. Run on the H200: bash bench/calls/gpu_mapregs.sh. One tarball.
-set -u
+set -uf   # -f: the overrides carry [brackets], never globs
 O=$OUT/mr; mkdir -p $O
 . bench/guard.sh 240
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
