@@ -288,6 +288,16 @@ class Pipeline(Model):
         "backward always computes delta before its kernel(s) (a jnp step), so it reads no value of this; "
         "preprocess elsewhere (the mma.sync CUDA kernel, other ops) is a located error"),
         examples=["in_kernel", "preprocess"])
+    data_path: Literal["tma", "registers"] = Field(default="tma", description=(
+        "map's CUDA kernel only: how a tile's data moves. tma (the default): every tile streams through the "
+        "max_concurrent_steps-deep SMEM ring by TMA loads and leaves by TMA stores; registers: no SMEM and no TMA, "
+        "each thread loads 16-byte vectors of every input straight from global memory for several chunks of the "
+        "tile at once (all loads before any arithmetic), computes in registers and stores 16-byte vectors "
+        "(torch's vectorized elementwise kernel's form; many resident blocks hide the latency). registers takes "
+        "schedule.backends: [cuda] (the Pallas map kernel is emit_pipeline's TMA ring), an output row of a "
+        "multiple of 16 bytes' elements, and none of the ring's fields (max_concurrent_steps, barriers, swizzle, "
+        "delay_release, out_of_bounds: nan); other ops: a located error"),
+        examples=["tma", "registers"])
     consumer_schedule: Literal["cooperative", "pingpong"] = Field(
         default="cooperative", description=(
             "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "

@@ -33,4 +33,5 @@ FAMILY = register(Family(
     elementwise=lambda op: op.body,
     report=REPORT,
     backward=map_backward,
+    own_schedule_fields=(("pipeline", "data_path"),),   # the CUDA kernel's TMA ring or register path
 ))

@@ -63,7 +63,8 @@ def map_defaults(spec, hw: Hardware) -> list[Pick]:
         picks.append(Pick(("schedule", group, n), BlockSpec(block_shape=list(oblock),
                                                              out_of_bounds="zero" if cut else "reject"),
                           why if n == out0 else "the output's block, zero-padded at the edge"))
-    if not written(spec, ("schedule", "pipeline", "max_concurrent_steps")) and sch.pipeline.kind != "none":
+    if not written(spec, ("schedule", "pipeline", "max_concurrent_steps")) and sch.pipeline.kind != "none" \
+            and sch.pipeline.data_path == "tma":   # the register path has no ring to size
         stages = max(2, min(STAGES, fit))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                           f"{stages} TMA stages of {stage} B" + ("" if stages == STAGES else " (what fits in SMEM)")))

@@ -109,7 +109,8 @@ def summary(p) -> list[str]:
         f"sizes {sizes_line(p)}" + (f" (drawn at {drawn})" if drawn else ""),
         f"grid {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))}",
         f"{p.num_blocks} blocks x {p.threads} threads, {p.blocks_per_sm} per SM",
-        f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.smem_bytes} B",
+        f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.smem_bytes} B" if p.regs is None
+        else p.regs.why,
         f"order {p.tile_order}" + (f" (minor dim {p.minor_dim}, width {p.tile_width})"
                                    if p.tile_order == "planar_snake" else ""),
     ]

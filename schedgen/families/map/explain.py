@@ -23,23 +23,25 @@ def explain_map(p) -> str:
         f"({p.num_tiles} tiles; grid names {', '.join(p.grid_names)}; order {p.tile_order}"
         + (f", minor_dim {p.minor_dim}, tile_width {p.tile_width}" if p.tile_order == "planar_snake" else "") + ")",
         f"  launch     {p.num_blocks} blocks x {p.threads} threads ({p.num_warpgroups} warpgroups), "
-        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'} "
-        f"(the Pallas kernel runs one warpgroup per block)",
-        f"  pipeline   {p.stages} stages, {p.vec} elements (16 B) per thread access",
+        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'}"
+        + ("" if getattr(p, "regs", None) is not None else " (the Pallas kernel runs one warpgroup per block)"),
+        _pipeline_line(p),
         "  operands",
     ]
     for o in p.operands:
+        how = f"TMA box {list(o.tma.box)} x{o.tma.n_boxes} swizzle {o.tma.swizzle or 'none'}" \
+            if getattr(p, "regs", None) is None else "16-byte global accesses"
         lines.append(f"    {o.role:3} {o.name:10} {o.dtype:6} {'[' + ', '.join(map(str, o.shape)) + ']':18} block {list(o.block)} "
-                     f"index_map {o.index_map}  TMA box {list(o.tma.box)} x{o.tma.n_boxes} "
-                     f"swizzle {o.tma.swizzle or 'none'}" + ("  [broadcast rows]" if o.minor_bcast else ""))
+                     f"index_map {o.index_map}  {how}" + ("  [broadcast rows]" if o.minor_bcast else ""))
     reg = getattr(p, "registers", None)
     if reg is not None:
         lines.append(_layout_line(reg))
-    lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
-    for b in p.smem_buffers:
-        lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")
-    lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
-                 f"transactions per stage)")
+    if getattr(p, "regs", None) is None:
+        lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
+        for b in p.smem_buffers:
+            lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")
+        lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
+                     f"transactions per stage)")
     lines.append("  body")
     ids = spell(p.body_roles, CXX_SPELLING)
     for target, value in p.body:
@@ -49,6 +51,15 @@ def explain_map(p) -> str:
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: "
                  f"{floor_ms:.4f} ms")
     return "\n".join(lines)
+
+
+def _pipeline_line(p) -> str:
+    """Which data path the CUDA kernel takes (schedule.pipeline.data_path) and why."""
+    regs = getattr(p, "regs", None)
+    if regs is None:
+        return f"  pipeline   {p.stages} stages, {p.vec} elements (16 B) per thread access"   # data_path tma
+    return (f"  pipeline   {regs.why}; {regs.batches} batch{'es' if regs.batches > 1 else ''} of "
+            f"{p.threads} x {regs.unroll} chunks a tile")
 
 
 def _layout_line(reg) -> str:

@@ -3,7 +3,9 @@
 The iteration space is the output shape cut into `block_shape` tiles; each input block is the
 numpy-broadcast of the output block (block dims equal, or 1 for a broadcast dimension). Tiles stream
 through a `max_concurrent_steps`-deep ring of SMEM stages filled by TMA, are computed by all threads
-with 16-byte vector accesses, staged in a double-buffered SMEM output and stored back by TMA.
+with 16-byte vector accesses, staged in a double-buffered SMEM output and stored back by TMA. With
+schedule.pipeline.data_path: registers the CUDA kernel walks the same tiles with 16-byte global loads and stores
+instead, no SMEM (registers.py: its checks and numbers).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from ...plan.legality import (
 )
 
 from .columns import plan_columns
+from .registers import check_registers, plan_registers
 from .operands import broadcasts, check_grid, dim_prod, max_sizes_shape, plan_operand
 from .unread import check_unread
 from .records import Body, MapOperand, MapPlan, Space, Sync
@@ -66,6 +69,7 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     space = _plan_space(spec, iter_shape, seen, problems)
     if space is None or any(len(shape) > len(iter_shape) for shape in shapes.values()):
         return None, problems   # an operand of a higher rank than the iteration space: located above, no operands
+    check_registers(op, sch, iter_shape, space, problems)
     smem = SmemMap()
     operands = _plan_operands(op, sch, shapes, space, hw, smem, problems)
     vec = _vector_width(op, sch, space.block, problems)
@@ -238,6 +242,8 @@ def _plan_sync(sch, stages: int, smem: SmemMap, hw: Hardware, problems: Problems
     profile = profiler_smem_bytes(sch.compiler_params.profile_space, 1)   # the Pallas map: one warpgroup
     if profile:
         smem.alloc("profile", profile, note="Mosaic GPU's profiler events (compiler_params.profile_space)")
+    if sch.pipeline.data_path == "registers":   # the CUDA kernel only (Pallas refused): no SMEM at all
+        return Sync(full, full_arrivals, 0)
     smem_bytes = check_smem_fit(smem, hw, ("schedule", "pipeline", "max_concurrent_steps"), problems,
                                 "use fewer stages or smaller blocks" + (", or a smaller profile_space" if profile else ""))
     return Sync(full, full_arrivals, smem_bytes)
@@ -288,10 +294,12 @@ def _body_code(op, body) -> Body:
     return Body(tuple((target, PlanExpr(value)) for target, value in body.statements), roles)
 
 
-def _launch(sch, num_tiles: DimLike, smem_bytes: int, threads: int, hw: Hardware) -> tuple[DimLike, int]:
+def _launch(sch, num_tiles: DimLike, smem_bytes: int, threads: int, hw: Hardware,
+            per_sm: int | None = None) -> tuple[DimLike, int]:
     """(blocks launched, blocks per SM): one a tile, or a persistent grid of all SMs (or num_blocks); an extent
-    evaluated at the call when the tile count depends on a dynamic size."""
-    per_sm = occupancy(smem_bytes, threads, hw)
+    evaluated at the call when the tile count depends on a dynamic size. `per_sm`: the register path's bound
+    (its __launch_bounds__), else the SMEM's and the threads' occupancy."""
+    per_sm = per_sm or occupancy(smem_bytes, threads, hw)
     if sch.persistent.loop == "none":
         return num_tiles, per_sm
     if sch.persistent.num_blocks == "auto":
@@ -306,13 +314,17 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
     iblock, grid, stages = space.block, space.grid, space.stages
     threads = 128 * sch.num_warpgroups
     num_tiles = dim_prod(grid)
-    num_blocks, per_sm = _launch(sch, num_tiles, sync.smem_bytes, threads, hw)
     inputs = tuple(operands[n] for n in op.inputs)
     outputs = tuple(operands[n] for n in op.outputs)
+    regs = plan_registers(op, sch, space, inputs + outputs, vec, threads, hw) \
+        if sch.pipeline.data_path == "registers" else None
+    num_blocks, per_sm = _launch(sch, num_tiles, sync.smem_bytes, threads, hw,
+                                 regs.min_blocks if regs is not None else None)
     tx = sum(o.tma.box_bytes * o.tma.n_boxes for o in inputs)
     # at the max of every dynamic size (explain's traffic line and the copy peer take it as a number)
     bytes_moved = sum(math.prod(max_sizes_shape(o.shape, space.ranges)) * o.itemsize for o in inputs + outputs)
-    kname = "map_{}_{}_s{}_wg{}".format(spec.name, "x".join(map(str, iblock)), stages, sch.num_warpgroups)
+    kname = "map_{}_{}_{}_wg{}".format(spec.name, "x".join(map(str, iblock)),
+                                       f"s{stages}" if regs is None else f"regs_u{regs.unroll}", sch.num_warpgroups)
     cp = sch.compiler_params
     return MapPlan(
         family="map", name=spec.name, kernel_name=kname, sizes=space.sizes, constants=dict(op.constants),
@@ -320,7 +332,8 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         num_tiles=num_tiles, block=iblock,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim, tile_width=sch.persistent.tile_width,
         num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
-        vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers), smem_bytes=sync.smem_bytes,
+        vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers) if regs is None else (),
+        smem_bytes=sync.smem_bytes,
         full_barrier=sync.full, full_arrivals=sync.arrivals, delay_release=max(o.delay_release for o in inputs),
         tx_bytes=tx, body=body.statements, body_roles=body.roles,
         index_roles={g: "grid" for g in space.grid_names} | {s: "size" for s in space.sizes},
@@ -328,16 +341,21 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
-        kernel_args=_kernel_args(inputs + outputs, space.ranges),
+        kernel_args=_kernel_args(inputs + outputs, space.ranges, regs is not None),
         dynamic_sizes=tuple(space.ranges.values()), registers=registers,
+        data_path=sch.pipeline.data_path, regs=regs,
     )
 
 
-def _kernel_args(operands, ranges) -> tuple[KernelArg, ...]:
-    """One tensor map per operand (inputs then outputs; extents in its shape and strides), then one `int sz_<name>`
-    per dynamic size in spec order (the CUDA kernel's tile counts and loop bounds come from them)."""
-    tmaps = tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
-                            o.oob_fill == "nan") for i, o in enumerate(operands))
+def _kernel_args(operands, ranges, pointers: bool = False) -> tuple[KernelArg, ...]:
+    """One tensor map per operand (inputs then outputs; extents in its shape and strides), or its device pointer on
+    the register path, then one `int sz_<name>` per dynamic size in spec order (the CUDA kernel's tile counts and
+    loop bounds come from them)."""
+    if pointers:
+        tmaps = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands))
+    else:
+        tmaps = tuple(KernelArg("tmap", i, o.dtype, o.tma_shape, o.tma_strides, o.tma.box, o.tma.swizzle,
+                                o.oob_fill == "nan") for i, o in enumerate(operands))
     return tmaps + tuple(KernelArg("i32", -1, value=dims.size(n)) for n in ranges)
 
 

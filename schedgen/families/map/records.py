@@ -2,7 +2,7 @@
 phases' small typed values."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 
@@ -16,7 +16,7 @@ from ...plan.dims import DimLike, SizeRange
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
-    pass
+    from .registers import RegisterPath
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,9 @@ class MapPlan:
     auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
     registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is broadcast
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+    # schedule.pipeline.data_path: "tma" (the SMEM ring) or "registers" (registers.py); absent in plan.json for tma
+    data_path: str = field(default="tma", metadata={"omit_default": True})
+    regs: RegisterPath | None = field(default=None, metadata={"omit_default": True})
 
     @property
     def operands(self) -> tuple[MapOperand, ...]:

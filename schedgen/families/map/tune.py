@@ -72,7 +72,7 @@ def map_space(spec) -> TuneSpace:
                 v <= TMA_MAX_BOX and v < 2 * top and (bs.out_of_bounds != "reject" or D.divisible(extent, v, ranges))))
             if len(keep) > 1:
                 params[f"block_{dim}" if isinstance(dim, str) else f"block_{d}"] = keep
-    if sch.pipeline.kind != "none":
+    if sch.pipeline.kind != "none" and sch.pipeline.data_path == "tma":   # the register path has no ring
         params["stages"] = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
     params["warpgroups"] = tuple(sorted(set(WARPGROUPS) | {sch.num_warpgroups}))
     return TuneSpace(params, (), "the block's rows, the TMA ring's depth and the warpgroups")
