@@ -34,7 +34,8 @@ def map_defaults(spec, hw: Hardware) -> list[Pick]:
     out0 = next(iter(op.outputs))
     shapes = _shapes(op)
     if shapes is None or written(spec, ("schedule", "out_specs", out0)) or \
-            not all(broadcasts(shapes[n], shapes[out0]) for n in op.inputs) or len(shapes[out0]) > 3:
+            not all(broadcasts(shapes[n], shapes[out0]) for n in op.inputs) or \
+            any(shapes[n] != shapes[out0] for n in op.outputs) or len(shapes[out0]) > 3:
         return []                               # the planner reports a bad op; a written block is the user's
     ranges = dynamic_ranges(op.sizes)
     iter_shape = shapes[out0]

@@ -63,9 +63,11 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     _check_schedule(op, sch, problems)
     check_unread(op, sch, problems)
     shapes = _resolve_shapes(op, problems)
-    if shapes is None or next(iter(op.outputs)) not in sch.out_specs:
+    if shapes is None:
         return None, problems
-    iter_shape = _check_broadcasts(op, shapes, problems)
+    iter_shape = _check_broadcasts(op, shapes, problems)   # (needs no block: reported with a missing out_specs too)
+    if next(iter(op.outputs)) not in sch.out_specs:
+        return None, problems
     space = _plan_space(spec, iter_shape, seen, problems)
     if space is None or any(len(shape) > len(iter_shape) for shape in shapes.values()):
         return None, problems   # an operand of a higher rank than the iteration space: located above, no operands
