@@ -47,6 +47,20 @@ def opcodes(sass: str) -> list[str]:
     return _OPCODE.findall(sass)
 
 
+def hgmma_gaps(sass: str) -> list[int]:
+    """The instructions between consecutive HGMMAs of one commit group of nvdisasm output (their issue cost:
+    descriptors, moves), in order."""
+    gaps, n, in_group = [], 0, False
+    for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass):
+        if "HGMMA" in s:
+            if in_group:
+                gaps.append(n)
+            in_group, n = "gsb0" not in s, 0
+        else:
+            n += 1
+    return gaps
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/golden/* from the current templates instead of comparing")

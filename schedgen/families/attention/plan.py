@@ -71,6 +71,16 @@ if TYPE_CHECKING:
 L2_SECTION = 0.625
 
 
+def desc_offsets_of(nc: int, d: int) -> bool:
+    """Whether the Hopper consumers build a tile's wgmma descriptor once and add each k-step's byte offset (>> 4) to
+    its start-address field (records.AttentionPlan.desc_offsets) rather than rebuilding it from the address each
+    k-step: the same descriptors, fewer uniform instructions between the HGMMAs of S = Q K^T and O += P V (the
+    consumers' issue slots, which the softmax competes for). False everywhere until the H200 times it
+    (bench/attn_fwd_cuda.py, bench/calls/gpu_fwddesc.sh)."""
+    del nc, d
+    return False
+
+
 def plan_attention(spec: SpecFile, hw: Hardware) -> tuple[AttentionPlan | None, Problems]:
     """Phases: names, shapes, the problem's dims and dtypes, blocks, grid, registers, SMEM, barriers, tile order,
     what each backend cannot express, fields no backend reads; each phase reports its own located problems."""
@@ -542,7 +552,7 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
         o_staging=smem.o_staging, row_chains=max(1, min(ROW_CHAINS, block_kv // 8)),
         skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
-        dynamic_sizes=tuple(ranges.values()),
+        dynamic_sizes=tuple(ranges.values()), desc_offsets=desc_offsets_of(nc, d),
     )
 
 

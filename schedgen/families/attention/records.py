@@ -147,6 +147,11 @@ class AttentionPlan:
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     # sm_100a: the Pallas tcgen05 kernel's record (blackwell.AttnTcgen05Plan; absent in plan.json on sm_90a)
     tcgen05: object = field(default=None, metadata={"omit_default": True})
+    # How the Hopper consumers build their wgmma descriptors (plan.desc_offsets_of): False, each k-step's from its SMEM
+    # address (sg_desc: mask, shift, or, ~5 uniform instructions a descriptor); True, a tile's once a step (Q's once),
+    # each k-step's byte offset >> 4 added to its start-address field (the low word; the 14-bit field cannot carry:
+    # every address is inside the CTA's SMEM, under 256 KiB): the same descriptor bits. Left out of plan.json at False.
+    desc_offsets: bool = field(default=False, metadata={"omit_default": True})
 
     @property
     def operands(self) -> tuple[AttnOperand, ...]:

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from conftest import SPECS_DIR, opcodes
+from conftest import SPECS_DIR, hgmma_gaps, opcodes
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.errors import SpecErrors
@@ -851,19 +851,6 @@ def built_desc(tmp_path_factory):
     return out
 
 
-def _hgmma_gaps(text: str) -> list[int]:
-    """The instructions between consecutive HGMMAs of one commit group (their issue cost: descriptors, moves)."""
-    gaps, n, in_group = [], 0, False
-    for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", text):
-        if "HGMMA" in s:
-            if in_group:
-                gaps.append(n)
-            in_group, n = "gsb0" not in s, 0
-        else:
-            n += 1
-    return gaps
-
-
 @pytest.mark.parametrize("name", DESC_CASES)
 def test_desc_offsets_halve_the_issue_cost_of_the_smem_wgmmas(built_overlap, built_desc, name):
     """desc_offsets True: the same HGMMAs (shapes, operand kinds, transposes, groups) and the same waits, with at
@@ -877,7 +864,7 @@ def test_desc_offsets_halve_the_issue_cost_of_the_smem_wgmmas(built_overlap, bui
     assert kinds[0] == kinds[1] and len(kinds[0]) == len(re.findall("HGMMA", t_ref))
     assert re.findall(r"HGMMA\.(\S+)", t_ref) == re.findall(r"HGMMA\.(\S+)", t)
     assert _wait_sequence(t) == _wait_sequence(t_ref) == _expected_waits(b.plan, overlap=True)
-    assert sum(_hgmma_gaps(t)) <= 0.7 * sum(_hgmma_gaps(t_ref)), (_hgmma_gaps(t_ref), _hgmma_gaps(t))
+    assert sum(hgmma_gaps(t)) <= 0.7 * sum(hgmma_gaps(t_ref)), (hgmma_gaps(t_ref), hgmma_gaps(t))
     u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
 
