@@ -8,10 +8,11 @@ import re
 
 import pytest
 
-from conftest import hgmma_gaps, opcodes
+from conftest import hgmma_gaps, opcodes, plan_spec
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.plan import to_dict
+from schedgen.plan.hardware import Hardware
 from schedgen.toolchain.nvrtc import resource_usage, sass
 from test_attention_plan import BASE, CUDA, VARIANTS
 
@@ -104,6 +105,38 @@ def test_desc_offsets_keep_the_hgmmas_and_cut_their_issue_cost(built_pair, name)
     u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
     assert not [o for o in opcodes(t) if o.startswith(("LDL", "STL"))]
+
+
+def _desc(addr: int, lbo: int) -> int:
+    """hopper.cuh.j2's sg_desc(addr, lbo, 1024, 1)."""
+    return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
+
+
+def _desc_at(d: int, nbytes: int) -> int:
+    """hopper.cuh.j2's sg_desc_at(d, nbytes): the low word plus nbytes >> 4, modulo 2^32, the high word kept."""
+    return (d & ~0xFFFFFFFF) | ((d + (nbytes >> 4)) & 0xFFFFFFFF)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_offsets_cannot_carry_out_of_the_address_field(name):
+    """Every descriptor the flag makes equals the one built from the address (the same bits), for each tile a
+    consumer reads (its Q rows, every stage's K and V) and each k-step's offset, with the block's SMEM at the bottom
+    of the shared window (after the 1 KiB the driver keeps) and at the top (the 228 KiB of an SM)."""
+
+    p, hw = plan_spec(BASE, {**CUDA, **VARIANTS[name]}), Hardware()
+    buf = {b.name: b.offset for b in p.smem_buffers}
+    qk = [((kk * 16) // 64, (kk * 16) % 64 * 2) for kk in range(p.qk_steps)]
+    for base in (hw.smem_reserved_per_block, (hw.smem_per_sm - p.smem_bytes) // 1024 * 1024):
+        tiles = [(base + buf["q"] + w * p.consumer_slab_bytes, 16, [a * p.q_slab_bytes + o for a, o in qk])
+                 for w in range(p.num_consumers)]
+        for st in range(p.stages):
+            tiles.append((base + buf["k"] + st * p.kv_stage_bytes, 16, [a * p.kv_slab_bytes + o for a, o in qk]))
+            tiles.append((base + buf["v"] + st * p.kv_stage_bytes, p.kv_slab_bytes,
+                          [t * p.pv_step_bytes for t in range(p.pv_steps)]))
+        for tile, lbo, offsets in tiles:
+            assert tile % 1024 == 0 and all(o % 16 == 0 for o in offsets)
+            assert [_desc_at(_desc(tile, lbo), o) for o in offsets] == [_desc(tile + o, lbo) for o in offsets]
+            assert tile + max(offsets) < base + p.smem_bytes <= hw.smem_per_sm < 1 << 18
 
 
 GPU_CASES = ["base", "causal", "d64", "gqa", "three_consumers", "ragged_causal", "top_left_sq_gt_skv",
