@@ -122,7 +122,6 @@ def test_offsets_cannot_carry_out_of_the_address_field(name):
     """Every descriptor the flag makes equals the one built from the address (the same bits), for each tile a
     consumer reads (its Q rows, every stage's K and V) and each k-step's offset, with the block's SMEM at the bottom
     of the shared window (after the 1 KiB the driver keeps) and at the top (the 228 KiB of an SM)."""
-
     p, hw = plan_spec(BASE, {**CUDA, **VARIANTS[name]}), Hardware()
     buf = {b.name: b.offset for b in p.smem_buffers}
     qk = [((kk * 16) // 64, (kk * 16) % 64 * 2) for kk in range(p.qk_steps)]
