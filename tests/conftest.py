@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from timeouts_plugin import pytest_runtest_logreport  # noqa: F401  (scripts/test.sh's record of timed-out tests)
+
 ROOT = Path(__file__).resolve().parents[1]
 SPECS_DIR = ROOT / "specs"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
