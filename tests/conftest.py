@@ -1,12 +1,17 @@
 """Shared pytest setup: the --update-golden option, GPU auto-skip, and small helpers for the CPU suite."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from timeouts_plugin import pytest_runtest_logreport  # noqa: F401  (scripts/test.sh's record of timed-out tests)
+
+# torch.compile's C++/Triton compiles run in this process, not in inductor's pool of compile workers: the suite already
+# runs a worker per CPU, and a pool of subprocesses under each xdist worker is one more thing that can wait forever
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS_DIR = ROOT / "specs"
