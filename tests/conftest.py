@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from timeouts_plugin import pytest_runtest_logreport  # noqa: F401  (scripts/test.sh's record of timed-out tests)
+from timeouts_plugin import pytest_runtest_logreport, pytest_runtest_protocol  # noqa: F401  (hung tests fail)
 
 # torch.compile's C++/Triton compiles run in this process, not in inductor's pool of compile workers: the suite already
 # runs a worker per CPU, and a pool of subprocesses under each xdist worker is one more thing that can wait forever

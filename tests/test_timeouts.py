@@ -29,6 +29,28 @@ def test_timed_out_tests_are_recorded_apart_from_other_failures(tmp_path):
     assert (tmp_path / "timed_out.other").read_text().split() == ["test_cases.py::test_fails"]
 
 
+def test_a_test_stuck_in_c_is_ended_at_the_hard_limit_with_every_stack(tmp_path):
+    # a mutex locked twice: no Python signal handler runs, so only the faulthandler's watchdog can end it
+    (tmp_path / "test_stuck.py").write_text(
+        "import ctypes\n"
+        "def test_c_deadlock():\n"
+        "    libc = ctypes.CDLL(None)\n"
+        "    m = ctypes.create_string_buffer(64)\n"
+        "    libc.pthread_mutex_init(m, None)\n"
+        "    libc.pthread_mutex_lock(m)\n"
+        "    libc.pthread_mutex_lock(m)\n")
+    record = tmp_path / "timed_out"
+    env = {**os.environ, "SCHEDGEN_TIMED_OUT": str(record), "SCHEDGEN_TEST_HARD_LIMIT": "2",
+           "PYTHONPATH": str(ROOT / "tests")}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "timeouts_plugin", "-p", "no:cacheprovider",
+                          "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_stuck.py")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert run.returncode != 0
+    (stacks,) = tmp_path.glob("timed_out.stacks.*")
+    assert "test_stuck.py\", line 7 in test_c_deadlock" in stacks.read_text()
+
+
 def test_the_suite_has_a_time_limit():
     # pyproject's `timeout` is what turns a hang into a located failure; pytest-timeout must be a test dependency
     text = (ROOT / "pyproject.toml").read_text()
