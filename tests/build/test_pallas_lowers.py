@@ -152,3 +152,101 @@ def test_the_refused_column_tilings_still_fail_to_lower(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 1 must have size smaller or "
                                          "a multiple of its tiling (64|32), but got 600"):
         _lower(built, tmp_path)
+
+
+# Found by lowering test_fuzz_fields' legal field values, alone and together, on the CPU (2026-12-06): each planned,
+# rendered and then failed in Mosaic GPU's lowering. The planner now refuses
+# them for Pallas (located, with the way out); the pins below keep the refusals honest: with the check off, jax 0.11.2
+# still fails to lower them, and the legal neighbour lowers.
+MAP_ALL = ("x", "y", "o")
+
+
+def _map_blocks(rows: int, swizzle: int | None = None, tiling=None) -> dict:
+    out = {}
+    for n in MAP_ALL:
+        group = "out_specs" if n == "o" else "in_specs"
+        out[f"schedule.{group}.{n}.block_shape"] = [rows, 128]
+        if swizzle is not None:
+            out[f"schedule.{group}.{n}.transforms.swizzle"] = swizzle
+        if tiling is not None:
+            out[f"schedule.{group}.{n}.transforms.tiling"] = tiling
+    return out
+
+
+REFUSED = {   # spec, overrides, the field the error names, a phrase of it
+    "matmul: lhs swizzle 64, rhs 128": ("matmul_bf16_4096.yaml", {"schedule.in_specs.a.transforms.swizzle": 64},
+                                        "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
+    "fp8 matmul: rhs swizzle 64": ("matmul_fp8_e4m3_rowwise_4096.yaml", {"schedule.in_specs.b.transforms.swizzle": 64},
+                                   "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
+    "map: 32-row swizzled blocks": ("add_bf16.yaml", _map_blocks(32, 64),
+                                    "schedule.in_specs.x.block_shape[0]", "64-row groups"),
+    "map: the bundled add's blocks, o swizzled": ("add_bf16.yaml", {"schedule.out_specs.o.transforms.swizzle": 128},
+                                                  "schedule.out_specs.o.block_shape[0]", "64-row groups"),
+    "map: tiling without swizzle": ("add_bf16.yaml", _map_blocks(64, tiling=[8, 64]),
+                                    "schedule.in_specs.x.transforms.tiling", "only with a swizzle"),
+    "map: lane semantics, an f32 input beside a bf16 one": (
+        "add_bf16.yaml", {"schedule.compiler_params.lowering_semantics": "lane", "op.inputs.x.dtype": "f32"},
+        "schedule.compiler_params.lowering_semantics", "2 B and 4 B elements"),
+    "attention: 3 stages with the log-sum-exp": ("attention_gqa_causal_bf16_8192.yaml",
+                                                 {"schedule.pipeline.max_concurrent_steps": 3},
+                                                 "schedule.pipeline.max_concurrent_steps", "needs 232568 B of SMEM"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_pallas_cannot_lower_is_refused_at_its_field(case):
+    from conftest import plan_errors
+    spec, over, field, phrase = REFUSED[case]
+    lines = plan_errors(SPECS_DIR / spec, over)
+    hit = [line for line in lines if f": {field}: " in line and phrase in line]
+    assert hit, lines
+    if field.endswith(("tiling", "lowering_semantics")):   # Mosaic GPU's own fields: the CUDA kernel refuses them
+        assert "backends: [cuda]" not in hit[0] and "a Pallas field" in hit[0]
+        return
+    # the CUDA kernel takes the rest: those refusals are the Pallas backend's alone
+    assert "backends: [cuda]" in hit[0]
+    from conftest import plan_spec
+    assert plan_spec(SPECS_DIR / spec, {**over, "schedule.backends": ["cuda"]}).backends == ("cuda",)
+
+
+def _unchecked(monkeypatch):
+    """The three checks off (as before 2026-12-06)."""
+    from schedgen.families.attention import plan as attention_plan
+    from schedgen.families.map import plan as map_plan
+    from schedgen.families.matmul import schedule
+    monkeypatch.setattr(schedule, "pallas_swizzles", lambda op, layout, problems: None)
+    monkeypatch.setattr(map_plan, "_pallas_transforms", lambda o, path, hint, problems: None)
+    monkeypatch.setattr(attention_plan, "PALLAS_OWN_SMEM", 0)
+    monkeypatch.setattr(map_plan, "_pallas_lane_widths", lambda op, sch, operands, problems: None)
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_the_refused_field_values_still_fail_to_lower(case, tmp_path, monkeypatch):
+    _unchecked(monkeypatch)
+    spec, over, _, _ = REFUSED[case]
+    built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
+    assert "pallas" in built.plan.backends
+    with pytest.raises(ValueError, match="Failed to infer a possible set of layouts|exceeds available shared memory|"
+                                         "Incompatible FragmentedArray layouts"):
+        _lower(built, tmp_path)
+
+
+LEGAL_NEIGHBOURS = {
+    "matmul: both swizzles 64": ("matmul_bf16_4096.yaml", {"schedule.in_specs.a.transforms.swizzle": 64,
+                                                           "schedule.in_specs.b.transforms.swizzle": 64}),
+    "map: 64-row blocks, swizzle 64": ("add_bf16.yaml", _map_blocks(64, 64)),
+    "map: 64-row blocks, x alone swizzled": ("add_bf16.yaml", {**_map_blocks(64),
+                                                               "schedule.in_specs.x.transforms.swizzle": 128}),
+    "map: lane semantics, f16 and bf16 inputs": ("add_bf16.yaml", {"schedule.compiler_params.lowering_semantics": "lane",
+                                                                   "op.inputs.x.dtype": "f16"}),
+    "attention: 3 stages without the log-sum-exp": ("attention_bf16_4096.yaml",
+                                                    {"schedule.pipeline.max_concurrent_steps": 3}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEGAL_NEIGHBOURS))
+def test_the_legal_neighbours_plan_and_lower(case, tmp_path):
+    spec, over = LEGAL_NEIGHBOURS[case]
+    built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
+    assert "pallas" in built.plan.backends
+    assert "mosaic_gpu" in _lower(built, tmp_path)

@@ -369,12 +369,45 @@ def _pallas_limits(op, sch, body, operands, problems: Problems) -> None:
     for fn in sorted({"gelu_erf", "erf"} & set(used)):
         problems.add(("op", "body"), f"{fn} needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
                                      f"tanh form) {hint}")
+    _pallas_lane_widths(op, sch, operands, problems)
     for o in operands.values():
         path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)
+        _pallas_transforms(o, path, hint, problems)
         if o.role == "in" and o.oob_fill == "nan":
             problems.add((*path, "out_of_bounds"), f"the Pallas map kernel's TMA loads pad a partial block with zeros "
                                                    f"(Mosaic GPU has no NaN fill), so nan changes the CUDA kernel "
                                                    f"only; use zero {hint}")
+
+
+def _pallas_lane_widths(op, sch, operands, problems: Problems) -> None:
+    """Under lane semantics every input block is loaded in its own dtype's layout: inputs of one width only."""
+    widths = sorted({o.itemsize for o in operands.values() if o.role == "in"})
+    if sch.compiler_params.lowering_semantics == "lane" and len(widths) > 1:
+        # found by lowering legal field values together on the CPU (2026-12-06): 'Incompatible FragmentedArray
+        # layouts' for an f32 or f8 input beside bf16 ones; inputs of one width (bf16 and f16) lower
+        problems.add(("schedule", "compiler_params", "lowering_semantics"),
+                     f"under lane semantics the Pallas map kernel loads each input block in its own dtype's strided "
+                     f"layout (16 B a thread), and inputs of {' and '.join(f'{w} B' for w in widths)} elements get "
+                     f"layouts that Mosaic GPU (jax 0.11.2) cannot combine; use warpgroup (the default: layouts "
+                     f"inferred), or inputs of one width (a Pallas field: the CUDA kernel has no lowering modes)")
+
+
+def _pallas_transforms(o, path: tuple, hint: str, problems: Problems) -> None:
+    """The SMEM transforms jax 0.11.2's layout inference takes in the map kernel (each refusal below fails to lower
+    with 'Failed to infer a possible set of layouts'; found by lowering legal field values on the CPU, 2026-12-06):
+    a tiling only with a swizzle, and a swizzled block only of whole 64-row groups (64 and 128 rows lower, 8 and 32
+    do not, at every swizzle)."""
+    if o.tiling and not o.tma.swizzle:
+        problems.add((*path, "transforms", "tiling"),
+                     f"the Pallas map kernel's SMEM block of '{o.name}' can be tiled only with a swizzle (Mosaic GPU "
+                     f"in jax 0.11.2 finds no layouts for a tiled, unswizzled block); add swizzle: "
+                     f"{o.tiling[-1] * o.itemsize if o.tiling[-1] * o.itemsize in (32, 64, 128) else 128}, or leave "
+                     f"the tiling out (a Pallas field: the CUDA kernel reads no tiling)")
+    elif o.tma.swizzle and len(o.block) >= 2 and o.block[-2] % 64:
+        problems.add((*path, "block_shape", len(o.block) - 2),
+                     f"the Pallas map kernel reads a swizzled SMEM block in 64-row groups (Mosaic GPU in jax 0.11.2 "
+                     f"finds no layouts for {o.block[-2]} rows); use a multiple of 64 rows, or leave the transforms "
+                     f"out {hint}")
 
 
 def _grid_vars(grid_names) -> tuple[str, ...]:

@@ -104,7 +104,7 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     smem = smem_map(sch, tile, dims.isz, pipe.stages, wg.nc, cluster, chunks, hw, hopper, layout,
                     lhs_stage_rows(tile, layout, cluster, dims.m), vecs)
     loop = tile_loop(sch.persistent, dims.batch, cluster, hw, problems, dims.ranges)
-    backend_limits(op, sch, tile, dims, problems)
+    backend_limits(op, sch, tile, dims, problems, layout)
     stream_k = check_stream_k(op, sch, dims, cluster, hw, problems)
     partial_sums = check_block_scaled_schedule(op, sch, tile, wg, regs.creg, pipe.delay, dims, problems)
     check_target(written_spec, op, sch, hw, problems)

@@ -519,7 +519,7 @@ def tile_loop(pers, batch: DimLike, cluster: Cluster, hw: Hardware, problems: Pr
     return TileLoop(num_tiles, auto, clusters)
 
 
-def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
+def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems, layout: Layout | None = None) -> None:
     """32-bit coordinates (a dynamic size at its max); what the Pallas rendering can take."""
     check_sizes_int32({nm: v if isinstance(v, int) else v.max for nm, v in op.sizes.items()}, problems)
     if sch.compiler_params.lowering_semantics == "lane" and "pallas" in sch.backends:
@@ -529,6 +529,19 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems) -> None:
     check_profiler(sch.compiler_params, sch.backends, problems)
     if "pallas" in sch.backends and sch.target != "sm_100a":   # the Hopper rendering's (sm_100a: tcgen05.py)
         _pallas_limits(op, sch, tile.ragged_dims, dims, problems)
+        if layout is not None:
+            pallas_swizzles(op, layout, problems)
+
+
+def pallas_swizzles(op, layout: Layout, problems: Problems) -> None:
+    """Mosaic GPU's wgmma (jax 0.11.2) finds no layouts for operands of two different swizzles: 'Failed to infer a
+    possible set of layouts' when lowering, for every pair of 32, 64 and 128 B that differ (found by lowering legal
+    field values together on the CPU, 2026-12-06); equal ones lower."""
+    if layout.swz_a != layout.swz_b:
+        problems.add(("schedule", "in_specs", op.rhs, "transforms", "swizzle"),
+                     f"the Pallas matmul's wgmma needs one swizzle for both operands (Mosaic GPU in jax 0.11.2 finds "
+                     f"no layouts otherwise): lhs '{op.lhs}' has {layout.swz_a} B, rhs '{op.rhs}' {layout.swz_b} B; "
+                     f"write the same swizzle on both; or set schedule.backends: [cuda]")
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
