@@ -176,12 +176,15 @@ def _map_blocks(rows: int, swizzle: int | None = None, tiling=None) -> dict:
 REFUSED = {   # spec, overrides, the field the error names, a phrase of it
     "matmul: lhs swizzle 64, rhs 128": ("matmul_bf16_4096.yaml", {"schedule.in_specs.a.transforms.swizzle": 64},
                                         "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
+    "matmul: lhs swizzle 64 where rhs writes none": (
+        "matmul_bias_gelu_bf16.yaml", {"schedule.in_specs.x.transforms.swizzle": 64},
+        "schedule.in_specs.x.transforms.swizzle", "one swizzle for both operands"),
     "fp8 matmul: rhs swizzle 64": ("matmul_fp8_e4m3_rowwise_4096.yaml", {"schedule.in_specs.b.transforms.swizzle": 64},
                                    "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
     "map: 32-row swizzled blocks": ("add_bf16.yaml", _map_blocks(32, 64),
-                                    "schedule.in_specs.x.block_shape[0]", "64-row groups"),
+                                    "schedule.in_specs.x.transforms.swizzle", "64-row groups"),
     "map: the bundled add's blocks, o swizzled": ("add_bf16.yaml", {"schedule.out_specs.o.transforms.swizzle": 128},
-                                                  "schedule.out_specs.o.block_shape[0]", "64-row groups"),
+                                                  "schedule.out_specs.o.transforms.swizzle", "64-row groups"),
     "map: tiling without swizzle": ("add_bf16.yaml", _map_blocks(64, tiling=[8, 64]),
                                     "schedule.in_specs.x.transforms.tiling", "only with a swizzle"),
     "map: lane semantics, an f32 input beside a bf16 one": (
@@ -214,10 +217,10 @@ def _unchecked(monkeypatch):
     from schedgen.families.attention import plan as attention_plan
     from schedgen.families.map import plan as map_plan
     from schedgen.families.matmul import schedule
-    monkeypatch.setattr(schedule, "pallas_swizzles", lambda op, layout, problems: None)
+    monkeypatch.setattr(schedule, "pallas_swizzles", lambda op, tile, layout, problems: None)
     monkeypatch.setattr(map_plan, "_pallas_transforms", lambda o, path, hint, problems: None)
     monkeypatch.setattr(attention_plan, "PALLAS_OWN_SMEM", 0)
-    monkeypatch.setattr(map_plan, "_pallas_lane_widths", lambda op, sch, operands, problems: None)
+    monkeypatch.setattr(map_plan, "_pallas_lane_widths", lambda sch, operands, problems: None)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))

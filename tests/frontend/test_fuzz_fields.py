@@ -4,13 +4,18 @@ pick with a written block, session 13). Here two or three of the values test_eve
 fields of one bundled spec, each of which plans alone, must plan and render on every backend, or fail with located
 problems only (a first campaign, 2026-12-06: 2,414 of 2,436 pairs and triples planned, 22 located errors, no crash).
 
-CI: derandomized, FIELDS_EXAMPLES examples (about 20 s); `SCHEDGEN_FUZZ=long`: 20,000, random seeds."""
+The Pallas kernels of such combinations must also lower through Mosaic GPU for CUDA on the CPU (the interpreter
+checks no layouts or SMEM): a first campaign of 140 lowerings (2026-12-06) found five limits of jax 0.11.2 that the
+planner did not know (tests/build/test_pallas_lowers.py: REFUSED).
+
+CI: derandomized, FIELDS_EXAMPLES examples (about 20 s) and LOWER_EXAMPLES lowerings (about 40 s);
+`SCHEDGEN_FUZZ=long`: 20,000 and 1,000, random seeds."""
 from __future__ import annotations
 
 import functools
 import os
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from schedgen.errors import SpecErrors
@@ -21,6 +26,7 @@ from test_every_field import SPECS, _assign, products, spec_mutations
 
 LONG = os.environ.get("SCHEDGEN_FUZZ", "") == "long"
 FIELDS_EXAMPLES = 20_000 if LONG else 300
+LOWER_EXAMPLES = 1_000 if LONG else 12
 
 
 @functools.cache
@@ -82,3 +88,34 @@ def test_the_strategy_reaches_specs_that_plan():
     assert len(pairs) >= 5 and planned >= 0.8 * len(pairs), (planned, len(pairs))
 
 
+
+
+@st.composite
+def pallas_combinations(draw):
+    """A combination (as above) whose plan has the Hopper Pallas backend, on one device."""
+    path = draw(st.sampled_from([p for p in SPECS if "collective" not in p.name]), label="spec")
+    data, src, muts = _spec(path)
+    chosen = draw(st.lists(st.sampled_from(muts), min_size=1, max_size=3, unique_by=lambda m: m.path[:3]),
+                  label="fields")
+    for m in chosen:
+        data = _assign(data, m)
+    return path.name, data, src, chosen
+
+
+@settings(max_examples=LOWER_EXAMPLES, deadline=None, derandomize=not LONG, print_blob=LONG,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(case=pallas_combinations())
+def test_legal_values_that_plan_for_pallas_lower_through_mosaic_gpu(case):
+    import tempfile
+    from pathlib import Path
+
+    from conftest import lower_map_for_cuda
+    name, data, src, chosen = case
+    note(f"{name}: " + ", ".join(f"{m.field}={m.value!r}" for m in chosen))
+    try:
+        p = plan(validate_data(data, src), src)
+    except SpecErrors:
+        assume(False)
+    assume("pallas" in p.backends and p.target == "sm_90a")
+    with tempfile.TemporaryDirectory() as tmp:
+        assert "mosaic_gpu" in lower_map_for_cuda(data, Path(tmp))

@@ -79,6 +79,8 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     _check_int32(op, space, problems)
     _backend_limits(op, sch, body, operands, problems)
     registers = plan_columns(op, sch, operands, space, problems)
+    if "pallas" in sch.backends and registers is None:
+        _pallas_lane_widths(sch, operands, problems)
     if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
         return None, problems
     return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw, registers), problems
@@ -369,7 +371,6 @@ def _pallas_limits(op, sch, body, operands, problems: Problems) -> None:
     for fn in sorted({"gelu_erf", "erf"} & set(used)):
         problems.add(("op", "body"), f"{fn} needs erf, which Mosaic GPU (jax 0.11.2) cannot lower; use gelu (the "
                                      f"tanh form) {hint}")
-    _pallas_lane_widths(op, sch, operands, problems)
     for o in operands.values():
         path = ("schedule", "in_specs" if o.role == "in" else "out_specs", o.name)
         _pallas_transforms(o, path, hint, problems)
@@ -379,12 +380,14 @@ def _pallas_limits(op, sch, body, operands, problems: Problems) -> None:
                                                    f"only; use zero {hint}")
 
 
-def _pallas_lane_widths(op, sch, operands, problems: Problems) -> None:
-    """Under lane semantics every input block is loaded in its own dtype's layout: inputs of one width only."""
+def _pallas_lane_widths(sch, operands, problems: Problems) -> None:
+    """Under lane semantics, and without a named register layout (a column or a row in the body gives one:
+    columns.py), every input block is loaded in its own dtype's layout: inputs of one width only."""
     widths = sorted({o.itemsize for o in operands.values() if o.role == "in"})
     if sch.compiler_params.lowering_semantics == "lane" and len(widths) > 1:
         # found by lowering legal field values together on the CPU (2026-12-06): 'Incompatible FragmentedArray
-        # layouts' for an f32 or f8 input beside bf16 ones; inputs of one width (bf16 and f16) lower
+        # layouts' for an f32 or f8 input beside bf16 ones; inputs of one width (bf16 and f16) lower, and so do
+        # bf16 and f32 ones beside a column (tests/families/map/test_map_columns.py)
         problems.add(("schedule", "compiler_params", "lowering_semantics"),
                      f"under lane semantics the Pallas map kernel loads each input block in its own dtype's strided "
                      f"layout (16 B a thread), and inputs of {' and '.join(f'{w} B' for w in widths)} elements get "
@@ -404,10 +407,10 @@ def _pallas_transforms(o, path: tuple, hint: str, problems: Problems) -> None:
                      f"{o.tiling[-1] * o.itemsize if o.tiling[-1] * o.itemsize in (32, 64, 128) else 128}, or leave "
                      f"the tiling out (a Pallas field: the CUDA kernel reads no tiling)")
     elif o.tma.swizzle and len(o.block) >= 2 and o.block[-2] % 64:
-        problems.add((*path, "block_shape", len(o.block) - 2),
+        problems.add((*path, "transforms", "swizzle"),
                      f"the Pallas map kernel reads a swizzled SMEM block in 64-row groups (Mosaic GPU in jax 0.11.2 "
                      f"finds no layouts for {o.block[-2]} rows); use a multiple of 64 rows, or leave the transforms "
-                     f"out {hint}")
+                     f"out, {hint}")
 
 
 def _grid_vars(grid_names) -> tuple[str, ...]:
