@@ -173,6 +173,9 @@ def _map_blocks(rows: int, swizzle: int | None = None, tiling=None) -> dict:
     return out
 
 
+# the bundled MoE spec, made Pallas-able: T a multiple of 8, 128 x 128 tiles (one warpgroup's accumulators)
+GROUPED_PALLAS = {"schedule.backends": ["cuda", "pallas"], "op.sizes.T.multiple_of": 8,
+                  "schedule.in_specs.w.block_shape": [128, 64], "schedule.out_specs.out.block_shape": [128, 128]}
 REFUSED = {   # spec, overrides, the field the error names, a phrase of it
     "matmul: lhs swizzle 64, rhs 128": ("matmul_bf16_4096.yaml", {"schedule.in_specs.a.transforms.swizzle": 64},
                                         "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
@@ -181,10 +184,16 @@ REFUSED = {   # spec, overrides, the field the error names, a phrase of it
         "schedule.in_specs.x.transforms.swizzle", "one swizzle for both operands"),
     "fp8 matmul: rhs swizzle 64": ("matmul_fp8_e4m3_rowwise_4096.yaml", {"schedule.in_specs.b.transforms.swizzle": 64},
                                    "schedule.in_specs.b.transforms.swizzle", "one swizzle for both operands"),
+    "grouped matmul: lhs swizzle 64": ("grouped_moe_mixtral_bf16_dynamic.yaml", {**GROUPED_PALLAS,
+                                                                                 "schedule.in_specs.x.transforms.swizzle": 64},
+                                       "schedule.in_specs.x.transforms.swizzle", "one swizzle for both operands"),
     "map: 32-row swizzled blocks": ("add_bf16.yaml", _map_blocks(32, 64),
                                     "schedule.in_specs.x.transforms.swizzle", "64-row groups"),
     "map: the bundled add's blocks, o swizzled": ("add_bf16.yaml", {"schedule.out_specs.o.transforms.swizzle": 128},
                                                   "schedule.out_specs.o.transforms.swizzle", "64-row groups"),
+    "map: an [M, 1] input in blocks 256 wide": ("bias_add_bf16_dynamic.yaml", {
+        "op.inputs.x.shape": ["M", 1], "schedule.backends": ["cuda", "pallas"]}, "op.inputs.x.shape",
+        "every stride but the last to be a multiple of 16 B"),
     "map: tiling without swizzle": ("add_bf16.yaml", _map_blocks(64, tiling=[8, 64]),
                                     "schedule.in_specs.x.transforms.tiling", "only with a swizzle"),
     "map: lane semantics, an f32 input beside a bf16 one": (
@@ -198,6 +207,9 @@ REFUSED = {   # spec, overrides, the field the error names, a phrase of it
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_what_pallas_cannot_lower_is_refused_at_its_field(case):
+    """(With backends not written, a refusal about the op, an [M, 1] input's shape say, makes the planner build the
+    CUDA kernel alone and say why: test_unwritten_backends_fall_back_to_cuda; these write both backends or a
+    schedule field.)"""
     from conftest import plan_errors
     spec, over, field, phrase = REFUSED[case]
     lines = plan_errors(SPECS_DIR / spec, over)
@@ -218,7 +230,15 @@ def _unchecked(monkeypatch):
     from schedgen.families.map import plan as map_plan
     from schedgen.families.matmul import schedule
     monkeypatch.setattr(schedule, "pallas_swizzles", lambda op, tile, layout, problems: None)
+    from schedgen.families.grouped_matmul import plan as grouped_plan
+    real = grouped_plan.check_pallas
+
+    def without_swizzles(spec, t, mm, whole, problems):
+        import dataclasses
+        real(spec, t, dataclasses.replace(mm, swizzle_b=mm.swizzle_a), whole, problems)
+    monkeypatch.setattr(grouped_plan, "check_pallas", without_swizzles)
     monkeypatch.setattr(map_plan, "_pallas_transforms", lambda o, path, hint, problems: None)
+    monkeypatch.setattr(map_plan, "_pallas_gmem_strides", lambda operands, space, problems: None)
     monkeypatch.setattr(attention_plan, "PALLAS_OWN_SMEM", 0)
     monkeypatch.setattr(map_plan, "_pallas_lane_widths", lambda sch, operands, problems: None)
 
@@ -230,13 +250,16 @@ def test_the_refused_field_values_still_fail_to_lower(case, tmp_path, monkeypatc
     built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
     assert "pallas" in built.plan.backends
     with pytest.raises(ValueError, match="Failed to infer a possible set of layouts|exceeds available shared memory|"
-                                         "Incompatible FragmentedArray layouts"):
+                                         "Incompatible FragmentedArray layouts|"
+                                         "async_copy requires all GMEM strides except the last one"):
         _lower(built, tmp_path)
 
 
 LEGAL_NEIGHBOURS = {
     "matmul: both swizzles 64": ("matmul_bf16_4096.yaml", {"schedule.in_specs.a.transforms.swizzle": 64,
                                                            "schedule.in_specs.b.transforms.swizzle": 64}),
+    "grouped matmul: both swizzles 64": ("grouped_moe_mixtral_bf16_dynamic.yaml", {
+        **GROUPED_PALLAS, "schedule.in_specs.x.transforms.swizzle": 64, "schedule.in_specs.w.transforms.swizzle": 64}),
     "map: 64-row blocks, swizzle 64": ("add_bf16.yaml", _map_blocks(64, 64)),
     "map: 64-row blocks, x alone swizzled": ("add_bf16.yaml", {**_map_blocks(64),
                                                                "schedule.in_specs.x.transforms.swizzle": 128}),

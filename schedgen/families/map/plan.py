@@ -79,8 +79,10 @@ def plan_map(spec: SpecFile, hw: Hardware) -> tuple[MapPlan | None, Problems]:
     _check_int32(op, space, problems)
     _backend_limits(op, sch, body, operands, problems)
     registers = plan_columns(op, sch, operands, space, problems)
-    if "pallas" in sch.backends and registers is None:
-        _pallas_lane_widths(sch, operands, problems)
+    if "pallas" in sch.backends:
+        _pallas_gmem_strides(operands, space, problems)
+        if registers is None:
+            _pallas_lane_widths(sch, operands, problems)
     if problems or body is None or len(operands) != len(op.inputs) + len(op.outputs):
         return None, problems
     return _assemble(spec, space, operands, vec, smem, sync, _body_code(op, body), hw, registers), problems
@@ -393,6 +395,27 @@ def _pallas_lane_widths(sch, operands, problems: Problems) -> None:
                      f"layout (16 B a thread), and inputs of {' and '.join(f'{w} B' for w in widths)} elements get "
                      f"layouts that Mosaic GPU (jax 0.11.2) cannot combine; use warpgroup (the default: layouts "
                      f"inferred), or inputs of one width (a Pallas field: the CUDA kernel has no lowering modes)")
+
+
+def _pallas_gmem_strides(operands, space: Space, problems: Problems) -> None:
+    """Mosaic GPU's TMA copies an operand over its whole shape (the CUDA kernel's tensor map drops extent-1
+    dimensions), and needs every GMEM stride but the last to be a multiple of 16 B: an [M, 1] array in blocks wider
+    than 1 ('async_copy requires all GMEM strides except the last one to be a multiple of 16 bytes'; found by
+    lowering legal field values on the CPU, 2026-12-06). A column in blocks of one column is read from GMEM
+    instead (columns.py) and is not checked here."""
+    for o in operands.values():
+        if o.minor_bcast:
+            continue
+        for d in range(len(o.shape) - 1):
+            stride = dim_prod(o.shape[d + 1:]) * o.itemsize
+            if not dims.divisible(stride, 16, space.ranges):
+                group = "inputs" if o.role == "in" else "outputs"
+                problems.add(("op", group, o.name, "shape"),
+                             f"the Pallas map kernel copies '{o.name}' by TMA over its whole shape "
+                             f"{list(o.shape)}, whose dimension {d} steps {stride} B: Mosaic GPU (jax 0.11.2) needs "
+                             f"every stride but the last to be a multiple of 16 B; use a block of 1 along the "
+                             f"extent-1 dimensions (a broadcast), or set schedule.backends: [cuda]")
+                break
 
 
 def _pallas_transforms(o, path: tuple, hint: str, problems: Problems) -> None:
