@@ -143,3 +143,21 @@ def import_package(folder, name: str):
         sys.path.remove(entry)
     sys.path.insert(0, entry)
     return importlib.import_module(name)
+
+
+def run_process_group(cmd: list[str], timeout: float, **kw):
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, which is killed whole when
+    `timeout` passes (then subprocess.TimeoutExpired, as subprocess.run raises). For helpers that fork: run's own
+    timeout kills the helper alone, and its reading of the pipes then waits for every forked child that holds
+    them, forever if one is stuck (a child forked beside another thread can be)."""
+    import signal
+    import subprocess
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

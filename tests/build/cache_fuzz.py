@@ -10,12 +10,14 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))      # conftest's helpers, also when this file runs as a script
+from conftest import run_process_group  # noqa: E402
+
 ADD = ROOT / "specs" / "add_bf16.yaml"
 SMALL = {"M": 64, "N": 512}
 INDEX = "entry.json"
@@ -312,8 +314,8 @@ def concurrency_rounds(rounds: int, seed: int, work: Path) -> list[dict]:
     """Random rounds of 2-8 forked `schedgen build -o OUT` at once: random exchange support, random thing at
     OUT/<name> before, sometimes one build SIGKILLed mid-way (its staging may stay until the next build)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), SCHEDGEN_CACHE=str(work / "cache"))
-    res = subprocess.run([sys.executable, "-c", CONCURRENT, str(ADD), str(work / "out"), str(work / "scratch"),
-                          str(rounds), str(seed)], env=env, cwd=work, capture_output=True, text=True, timeout=600)
+    res = run_process_group([sys.executable, "-c", CONCURRENT, str(ADD), str(work / "out"), str(work / "scratch"),
+                             str(rounds), str(seed)], timeout=600, env=env, cwd=work)
     if res.returncode != 0:
         raise RuntimeError(res.stderr[-3000:])
     return json.loads(res.stdout.splitlines()[-1])

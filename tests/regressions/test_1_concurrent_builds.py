@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _specs import ADD
+from conftest import run_process_group
 from schedgen import build
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
@@ -82,9 +83,8 @@ print(json.dumps(report))
 def test_eight_concurrent_builds_leave_one_whole_package(tmp_path, exchange):
     cache, out, scratch = tmp_path / "cache", tmp_path / "out", tmp_path / "scratch" / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), SCHEDGEN_CACHE=str(cache))
-    res = subprocess.run([sys.executable, "-c", HELPER, str(ADD), str(out), str(scratch), str(ROUNDS), str(PROCS),
-                          "1" if exchange == "rename-aside" else "0"], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    res = run_process_group([sys.executable, "-c", HELPER, str(ADD), str(out), str(scratch), str(ROUNDS), str(PROCS),
+                             "1" if exchange == "rename-aside" else "0"], timeout=120, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     # what a single build leaves (the manifest names the same spec path): every round must leave exactly this
     want = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (scratch / "add_bf16").iterdir()}
