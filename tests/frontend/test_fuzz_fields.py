@@ -45,10 +45,13 @@ def _spec(path):
 
 
 @st.composite
-def combinations(draw):
-    path = draw(st.sampled_from(SPECS), label="spec")
+def combinations(draw, least: int = 2, one_device: bool = False):
+    """`least` to 3 legal values on different fields of one bundled spec (a multi-device one too, unless
+    `one_device`): (the file's name, its data with them, its source map, the values)."""
+    specs = [p for p in SPECS if not (one_device and "collective" in p.name)]
+    path = draw(st.sampled_from(specs), label="spec")
     data, src, muts = _spec(path)
-    chosen = draw(st.lists(st.sampled_from(muts), min_size=2, max_size=3, unique_by=lambda m: m.path[:3]),
+    chosen = draw(st.lists(st.sampled_from(muts), min_size=least, max_size=3, unique_by=lambda m: m.path[:3]),
                   label="fields")
     for m in chosen:
         data = _assign(data, m)
@@ -88,23 +91,9 @@ def test_the_strategy_reaches_specs_that_plan():
     assert len(pairs) >= 5 and planned >= 0.8 * len(pairs), (planned, len(pairs))
 
 
-
-
-@st.composite
-def pallas_combinations(draw):
-    """A combination (as above) whose plan has the Hopper Pallas backend, on one device."""
-    path = draw(st.sampled_from([p for p in SPECS if "collective" not in p.name]), label="spec")
-    data, src, muts = _spec(path)
-    chosen = draw(st.lists(st.sampled_from(muts), min_size=1, max_size=3, unique_by=lambda m: m.path[:3]),
-                  label="fields")
-    for m in chosen:
-        data = _assign(data, m)
-    return path.name, data, src, chosen
-
-
 @settings(max_examples=LOWER_EXAMPLES, deadline=None, derandomize=not LONG, print_blob=LONG,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-@given(case=pallas_combinations())
+@given(case=combinations(least=1, one_device=True))   # the Hopper Pallas plans among them (assume below)
 def test_legal_values_that_plan_for_pallas_lower_through_mosaic_gpu(case):
     import tempfile
     from pathlib import Path

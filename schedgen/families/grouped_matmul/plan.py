@@ -37,6 +37,7 @@ from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
 from ..matmul.plan import plan_matmul
 from ..matmul.smem_operands import check_smem_operands
+from ..matmul import schedule as matmul_schedule
 from ..matmul.records import MatmulPlan, MatOperand, mat_operand
 from ..matmul.schedule import tensor_map, tile_from_block_specs
 from .unread import TABLE
@@ -378,16 +379,9 @@ def check_pallas(spec, t: DimLike, mm: MatmulPlan, whole: tuple, problems: Probl
         if d % t:
             problems.add(where, f"the grouped matmul's Pallas kernel takes whole tiles of {nm}: {nm} = {d} must be a "
                                 f"multiple of its tile ({t}); pick a tile that divides it, or backends: [cuda]")
-    if mm.swizzle_a != mm.swizzle_b:
-        # as the matmul family's (matmul/schedule.py: pallas_swizzles): Mosaic GPU's wgmma in jax 0.11.2 finds no
-        # layouts for operands of two swizzles (found by lowering legal field values on the CPU, 2026-12-06)
-        op, specs = spec.op, spec.schedule.in_specs
-        written = [n for n in (op.lhs, op.rhs) if n in specs and "swizzle" in specs[n].transforms.model_fields_set]
-        at = written[0] if len(written) == 1 else op.rhs
-        problems.add(("schedule", "in_specs", at, "transforms", "swizzle"),
-                     f"the grouped matmul's Pallas kernel needs one swizzle for both operands (Mosaic GPU in jax "
-                     f"0.11.2 finds no layouts otherwise): '{op.lhs}' has {mm.swizzle_a} B, '{op.rhs}' "
-                     f"{mm.swizzle_b} B; write the same swizzle on both, or backends: [cuda]")
+    ins = spec.schedule.in_specs
+    matmul_schedule.pallas_swizzles(spec.op.lhs, spec.op.rhs, mm.swizzle_a, mm.swizzle_b, ins.get(spec.op.lhs),
+                                    ins.get(spec.op.rhs), "grouped matmul", problems)
 
 
 def table_bytes(op, mm: MatmulPlan, hw: Hardware, problems: Problems) -> int:

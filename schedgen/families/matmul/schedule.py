@@ -530,22 +530,25 @@ def backend_limits(op, sch, tile: Tile, dims: Dims, problems: Problems, layout: 
     if "pallas" in sch.backends and sch.target != "sm_100a":   # the Hopper rendering's (sm_100a: tcgen05.py)
         _pallas_limits(op, sch, tile.ragged_dims, dims, problems)
         if layout is not None:
-            pallas_swizzles(op, tile, layout, problems)
+            pallas_swizzles(op.lhs, op.rhs, layout.swz_a, layout.swz_b, tile.a_spec, tile.b_spec, "matmul", problems)
 
 
-def pallas_swizzles(op, tile: Tile, layout: Layout, problems: Problems) -> None:
+def pallas_swizzles(lhs: str, rhs: str, swz_a: int, swz_b: int, a_spec, b_spec, kernel: str,
+                    problems: Problems) -> None:
     """Mosaic GPU's wgmma (jax 0.11.2) finds no layouts for operands of two different swizzles: 'Failed to infer a
     possible set of layouts' when lowering, for every pair of 32, 64 and 128 B that differ (found by lowering legal
-    field values together on the CPU, 2026-12-06); equal ones lower. Reported at the operand whose swizzle is
-    written (the rhs's when both are), so that a written one stays an error rather than a fallback to CUDA."""
-    if layout.swz_a != layout.swz_b:
-        lhs_written = tile.a_spec is not None and "swizzle" in tile.a_spec.transforms.model_fields_set
-        rhs_written = tile.b_spec is not None and "swizzle" in tile.b_spec.transforms.model_fields_set
-        at = op.lhs if lhs_written and not rhs_written else op.rhs
-        problems.add(("schedule", "in_specs", at, "transforms", "swizzle"),
-                     f"the Pallas matmul's wgmma needs one swizzle for both operands (Mosaic GPU in jax 0.11.2 finds "
-                     f"no layouts otherwise): lhs '{op.lhs}' has {layout.swz_a} B, rhs '{op.rhs}' {layout.swz_b} B; "
-                     f"write the same swizzle on both; or set schedule.backends: [cuda]")
+    field values together on the CPU, 2026-12-06); equal ones lower. The rule of every Pallas wgmma kernel (this
+    family's and the grouped matmul's: `kernel` names it). Reported at the operand whose swizzle is written (the
+    rhs's when both are), so that a written one stays an error rather than a fallback to CUDA."""
+    if swz_a == swz_b:
+        return
+    lhs_written = a_spec is not None and "swizzle" in a_spec.transforms.model_fields_set
+    rhs_written = b_spec is not None and "swizzle" in b_spec.transforms.model_fields_set
+    at = lhs if lhs_written and not rhs_written else rhs
+    problems.add(("schedule", "in_specs", at, "transforms", "swizzle"),
+                 f"the Pallas {kernel}'s wgmma needs one swizzle for both operands (Mosaic GPU in jax 0.11.2 finds "
+                 f"no layouts otherwise): lhs '{lhs}' has {swz_a} B, rhs '{rhs}' {swz_b} B; write the same "
+                 f"swizzle on both; or set schedule.backends: [cuda]")
 
 
 def tensor_map(operand: int, shape: tuple[DimLike, ...], dtype: str, rows: int, cols: int, swizzle: int) -> KernelArg:
