@@ -429,7 +429,7 @@ def cmd_verify(args) -> int:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
-        fn, kw = verify_file, {"sizes": args.sizes}
+        fn, kw = verify_file, {"sizes": args.sizes, "edges": args.edges, "magnitude": args.magnitude}
         if bb is not None:
             from .tune.buckets import parse_cli
             from .verify_buckets import verify_tuned_file
@@ -445,9 +445,13 @@ def cmd_verify(args) -> int:
         rows += checks
     print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
-        shape = ",".join(f"{k}={v}" for k, v in c.shape.items())
+        shape = ",".join(f"{k}={v}" for k, v in c.shape.items()) + (f" |x|~{c.magnitude:g}" if c.magnitude != 1 else "")
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
               f"{c.result}{'  ' + c.note if c.note else ''}")
+    if args.json:
+        import json
+        Path(args.json).write_text(json.dumps([c.row() | {"result": c.result} for c in rows], indent=1,
+                                              default=str) + "\n")
     return status if status != EXIT_OK else _verify_status(rows)
 
 
@@ -771,6 +775,13 @@ def parser() -> argparse.ArgumentParser:
                    help="check each spec at N sizes: a dynamic-size spec calls its one package at max(N, 3) sizes "
                         "(always); a fixed-size spec is rebuilt at N - 1 more (default 1); with --tuned, each "
                         "bucket at its two edges and N - 1 sizes between them, each through the package's dispatch")
+    p.add_argument("--edges", action="store_true",
+                   help="a dynamic-size spec at the smallest legal sizes, a ragged assignment and the largest whose "
+                        "operands fit in 4 GiB (instead of --sizes' picks)")
+    p.add_argument("--magnitude", type=float, default=None, metavar="X",
+                   help="also check one size on inputs scaled to |x| ~ X (e.g. 1e3; capped per dtype: fp8 e4m3 at "
+                        "448/64)")
+    p.add_argument("--json", metavar="FILE", default=None, help="also write the rows as JSON to FILE")
     _add_tuned(p, "verify every variant of the bucketed build (build --tuned) at both edges of each bucket it "
                   "serves")
     p.add_argument("--timeout", type=_seconds(zero="no watchdog: run in this process"), default=600.0,

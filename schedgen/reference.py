@@ -39,12 +39,24 @@ def tolerance(dtype: str, approx_math: bool, k: int = 0) -> float:
     return tol
 
 
-def random_inputs(spec, sizes: Mapping[str, int], seed: int | None = None) -> dict[str, np.ndarray]:
-    """Fresh random inputs (normal, or uniform in [0.5, 2) when the body takes logs or roots), never zeros."""
+def magnitude_for(dtype: str, magnitude: float) -> float:
+    """The scale of a large-magnitude input set for an input of `dtype`: `magnitude`, but at most 1/64 of the
+    dtype's largest finite value (fp8 e4m3 stops at 448: N(0,1) x 1e3 would saturate it)."""
+    if magnitude == 1.0 or not is_float(dtype):
+        return 1.0
+    import ml_dtypes
+    return float(min(magnitude, float(ml_dtypes.finfo(DTYPES[dtype]).max) / 64))
+
+
+def random_inputs(spec, sizes: Mapping[str, int], seed: int | None = None,
+                  magnitude: float = 1.0) -> dict[str, np.ndarray]:
+    """Fresh random inputs (normal, or uniform in [0.5, 2) when the body takes logs or roots), never zeros; with
+    `magnitude`, every floating-point input scaled by it (capped per dtype: `magnitude_for`), the large-magnitude
+    input set of `verify --magnitude`."""
     rng = np.random.default_rng(seed)
     own = families.of(spec).random_inputs
     if own is not None:                       # inputs that must be valid (grouped_matmul's group offsets)
-        return own(spec, sizes, rng)
+        return own(spec, sizes, rng, magnitude)
     positive = bool(POSITIVE_DOMAIN & set(_functions(_body_text(spec))))
     # a multi-device op: every operand per device, stacked along a leading device axis
     count = families.of(spec).devices(spec.op)
@@ -56,8 +68,15 @@ def random_inputs(spec, sizes: Mapping[str, int], seed: int | None = None) -> di
             data = rng.uniform(0.5, 2.0, shape).astype(np.float32)
         else:
             data = rng.standard_normal(shape, dtype=np.float32)
+        if is_float(operand.dtype):
+            data *= np.float32(magnitude_for(operand.dtype, magnitude))
         out[name] = data.astype(DTYPES[operand.dtype])
     return out
+
+
+def is_float(dtype: str) -> bool:
+    """Whether an operand dtype of a spec is a floating-point one (the ones a magnitude scales)."""
+    return dtype in TOLERANCE
 
 
 def _body_text(spec) -> str:

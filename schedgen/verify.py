@@ -31,6 +31,7 @@ class Check:
     ok: bool
     note: str = ""
     skipped: bool = False     # not run here (e.g. a multi-device kernel on a machine without its GPUs); never ok
+    magnitude: float = 1.0    # the scale of the inputs (1: N(0, 1); 1e3: the large-magnitude set)
 
     def row(self) -> dict:
         return asdict(self)
@@ -107,6 +108,40 @@ def call_sizes(plan, count: int = 3, small: Mapping[str, int] | None = None) -> 
         if v not in out:
             out.append(v)
     return [dict(fixed, **v) for v in out[:max(1, count)]]
+
+
+FIT_BYTES = 4 << 30        # verify --edges: the largest sizes whose operands (inputs and outputs) fit in this
+
+
+def operand_bytes(plan, sizes: Mapping[str, int]) -> int:
+    """The bytes of every input and output of `plan` at a call's sizes."""
+    from .plan import dims
+    return sum(math.prod(dims.evaluate(d, sizes) for d in o.shape) * o.itemsize
+               for o in (*plan.inputs, *plan.outputs))
+
+
+def edge_sizes(plan, fit_bytes: int = FIT_BYTES) -> list[dict[str, int]]:
+    """The sizes `verify --edges` calls one dynamic-size package at: every dynamic size at the smallest legal value,
+    a ragged assignment (about 3/4 of the largest plus one, off every tile where the range allows), and the largest
+    legal assignment whose operands fit in `fit_bytes` (each size at its max, the one furthest above its min halved
+    until they fit). A fixed-size plan: its own sizes."""
+    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    fixed = {n: v for n, v in plan.sizes.items() if n not in ranges}
+    if not ranges:
+        return [dict(fixed)]
+    largest = {n: legal_size(r, r.max) for n, r in ranges.items()}
+    while operand_bytes(plan, {**fixed, **largest}) > fit_bytes:
+        big = max(largest, key=lambda n: largest[n] / ranges[n].min)
+        if largest[big] <= ranges[big].min:
+            break
+        largest[big] = legal_size(ranges[big], largest[big] // 2)
+    smallest = {n: legal_size(r, r.min) for n, r in ranges.items()}
+    ragged = {n: legal_size(ranges[n], v * 3 // 4 + 1) for n, v in largest.items()}
+    out: list[dict[str, int]] = []
+    for v in (smallest, ragged, largest):
+        if v not in out:
+            out.append(v)
+    return [dict(fixed, **v) for v in out]
 
 
 def _output_shapes(plan, kernel: Kernel | None, sizes: Mapping[str, int]) -> list[tuple[int, ...]]:
@@ -187,9 +222,10 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
                  kernel: Kernel | None = None, count: int = 3,
-                 small: Mapping[str, int] | None = None, at: Sequence[Mapping[str, int]] | None = None) -> list[Check]:
+                 small: Mapping[str, int] | None = None, at: Sequence[Mapping[str, int]] | None = None,
+                 magnitude: float = 1.0) -> list[Check]:
     """Every backend asked for, at each of `call_sizes(plan, count, small)` (or each of `at`: whole size
-    assignments) with one package for all of them."""
+    assignments) with one package for all of them; inputs scaled by `magnitude` (verify --magnitude)."""
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
@@ -206,7 +242,7 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
         folder = Path(tempfile.mkdtemp(prefix="schedgen-verify-"))
         kernel = load_package(package(built, folder))
     for sizes in at or call_sizes(plan, count, small):
-        checks += _verify_at(built, kernel, backends, dict(sizes), interpret, seed)
+        checks += _verify_at(built, kernel, backends, dict(sizes), interpret, seed, magnitude)
     return sorted(checks, key=lambda c: order[c.backend])
 
 
@@ -216,12 +252,36 @@ def _depth(plan, sizes: Mapping[str, int]) -> int:
     return dims.evaluate(families.of(plan).accumulation(plan), sizes)
 
 
+def _in_range(plan, refs: Mapping[str, Any]) -> bool:
+    """Whether every reference output is finite and within its output dtype's range (with a 2x margin)."""
+    import ml_dtypes
+    for o in plan.outputs:
+        ref = refs[o.name]
+        vals = np.asarray(ref.values if isinstance(ref, Sampled) else ref)
+        if o.dtype in DTYPES and np.issubdtype(vals.dtype, np.floating) and vals.size:
+            top = float(ml_dtypes.finfo(DTYPES[o.dtype]).max) / 2 if o.dtype != "f32" else 1e37
+            if not np.all(np.isfinite(vals)) or float(np.max(np.abs(vals))) > top:
+                return False
+    return True
+
+
+def _inputs_and_references(built: Built, sizes: dict[str, int], seed: int | None,
+                           magnitude: float) -> tuple[dict, dict, float]:
+    """Fresh inputs at `magnitude` and their float64 references. A large-magnitude set whose outputs would leave
+    an output dtype's range (a long f16 product of values ~1e3) is drawn again at 1/8 of the scale, down to 1."""
+    while True:
+        inputs = random_inputs(built.spec, sizes, seed, magnitude)
+        refs = reference(built.spec, sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
+        if magnitude <= 1.0 or _in_range(built.plan, refs):
+            return inputs, refs, magnitude
+        magnitude = max(1.0, magnitude / 8)
+
+
 def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dict[str, int], interpret: bool,
-               seed: int | None) -> list[Check]:
+               seed: int | None, magnitude: float = 1.0) -> list[Check]:
     plan = built.plan
     checks = []
-    inputs = random_inputs(built.spec, sizes, seed)
-    refs = reference(built.spec, sizes, inputs, seed=seed)   # big matmuls: Sampled rows (rel_error reads them)
+    inputs, refs, magnitude = _inputs_and_references(built, sizes, seed, magnitude)
     k = _depth(plan, sizes)                                  # f32 accumulation depth (tolerance)
     for backend in backends:
         note = ""
@@ -233,7 +293,8 @@ def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dic
         except Exception as exc:  # reported as a failed check, never a traceback
             for o in plan.outputs:
                 checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, math.inf,
-                                    tolerance(o.dtype, plan.approx_math, k), False, f"{type(exc).__name__}: {exc}"))
+                                    tolerance(o.dtype, plan.approx_math, k), False, f"{type(exc).__name__}: {exc}",
+                                    magnitude=magnitude))
             continue
         summed = set(getattr(plan, "summed_outputs", ()))   # outputs of partial sums: any split of them is right
         for o, out in zip(plan.outputs, outs):
@@ -244,7 +305,8 @@ def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dic
             tol = tolerance(o.dtype, plan.approx_math, k)
             ok = err <= tol and "RACE" not in note
             cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
-            checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, err, tol, ok, cnote))
+            checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, err, tol, ok, cnote,
+                                magnitude=magnitude))
     return checks
 
 
@@ -256,7 +318,8 @@ def small_overrides(built: Built, tiles_per_dim: int = 2) -> dict[str, int]:
 
 def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = False,
                 seed: int | None = None, count: int = 3, small: Mapping[str, int] | None = None,
-                kernel: Kernel | None = None, at: Sequence[Mapping[str, int]] | None = None) -> list[Check]:
+                kernel: Kernel | None = None, at: Sequence[Mapping[str, int]] | None = None,
+                magnitude: float = 1.0) -> list[Check]:
     """verify_built for the backends this machine can run, and a SKIP row saying why for each other one (no GPU,
     for Pallas none without `interpret`): what `schedgen verify` prints. A multi-device family decides for itself."""
     plan = built.plan
@@ -268,7 +331,7 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
         why["pallas"] = getattr(plan, "not_interpretable", "")
     run = [b for b in backends if not why.get(b)]
     checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small, kernel=kernel,
-                          at=at) if run else []
+                          at=at, magnitude=magnitude) if run else []
     checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]
     order = {b: i for i, b in enumerate(backends)}
     return sorted(checks, key=lambda c: order[c.backend])
@@ -303,10 +366,13 @@ def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None
 
 
 def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
-                interpret: bool = False, small: bool = False, seed: int | None = None, sizes: int = 1) -> list[Check]:
+                interpret: bool = False, small: bool = False, seed: int | None = None, sizes: int = 1,
+                edges: bool = False, magnitude: float | None = None) -> list[Check]:
     """Verify one spec. A dynamic-size spec is built once and called at `max(sizes, 3)` assignments of its dynamic
-    sizes (with `small`: the family's few-tiles sizes for them); a fixed-size spec at its own sizes and, with
-    `sizes` > 1, rebuilt at up to `sizes - 1` others (static_variants)."""
+    sizes (with `small`: the family's few-tiles sizes for them; with `edges`: the smallest, a ragged and the largest
+    that fits, `edge_sizes`); a fixed-size spec at its own sizes and, with `sizes` > 1, rebuilt at up to
+    `sizes - 1` others (static_variants). With `magnitude`, once more at one of those sizes (the ragged one of a
+    dynamic spec) on inputs scaled by it (|x| ~ 1e3: large-magnitude rounding, overflow, exp of big logits)."""
     built = build_spec(path, overrides)
     dynamic = {r.name for r in getattr(built.plan, "dynamic_sizes", ())}
     few = None
@@ -316,8 +382,15 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
         if fixed_small:
             built = build_spec(path, {**fixed_small, **(overrides or {})})
     if dynamic:
-        return verify_here(built, backends, interpret=interpret, seed=seed, count=max(sizes, 3), small=few)
+        at = edge_sizes(built.plan) if edges and not small else call_sizes(built.plan, max(sizes, 3), few)
+        checks = verify_here(built, backends, interpret=interpret, seed=seed, at=at)
+        if magnitude and not families.of(built.plan).multi_device:
+            checks += verify_here(built, backends, interpret=interpret, seed=seed, at=[at[min(1, len(at) - 1)]],
+                                  magnitude=magnitude)
+        return checks
     checks = verify_here(built, backends, interpret=interpret, seed=seed)
+    if magnitude and not families.of(built.plan).multi_device:
+        checks += verify_here(built, backends, interpret=interpret, seed=seed, magnitude=magnitude)
     for other in static_variants(built, path, overrides, sizes) if sizes > 1 else []:
         checks += verify_here(other, backends, interpret=interpret, seed=seed)
     return checks

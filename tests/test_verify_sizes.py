@@ -47,3 +47,46 @@ def test_static_variants_are_rebuilt_where_the_planner_accepts_them():
     assert sizes[0] == {"M": 128, "N": 256}
     assert len(sizes) == 2 and sizes[1]["M"] % 32 == 0 and sizes[1]["N"] % 256 == 0
     assert sizes[1] not in ({"M": 256, "N": 512}, sizes[0])
+
+
+def test_edges_are_the_smallest_a_ragged_and_the_largest_that_fits():
+    from schedgen.verify import FIT_BYTES, edge_sizes, operand_bytes
+    built = build_spec(str(SPECS_DIR / "bias_add_bf16_dynamic.yaml"))
+    got = edge_sizes(built.plan)
+    ranges = {r.name: r for r in built.plan.dynamic_sizes}
+    assert got[0] == {n: r.min for n, r in ranges.items()}          # M=1, N=256
+    for g in got:
+        for n, r in ranges.items():
+            assert r.check(g[n]) is None, (n, g)
+    largest = got[-1]
+    assert operand_bytes(built.plan, largest) <= FIT_BYTES
+    # the largest that fits: doubling the size that was halved would not fit any more (or it is at its max)
+    assert any(largest[n] == r.max for n, r in ranges.items())
+    assert got[1]["M"] % 64 != 0 and got[1]["M"] < largest["M"]   # ragged, off every tile
+    assert edge_sizes(built.plan, fit_bytes=1 << 20)[-1]["M"] < largest["M"]
+
+
+def test_large_magnitude_inputs_are_scaled_and_capped_per_dtype():
+    import numpy as np
+
+    from schedgen.reference import magnitude_for, random_inputs
+    built = build_spec(str(SPECS_DIR / "add_bf16.yaml"), {"M": 64, "N": 256})
+    plain = random_inputs(built.spec, built.plan.sizes, seed=3)
+    big = random_inputs(built.spec, built.plan.sizes, seed=3, magnitude=1e3)
+    for name in plain:
+        ratio = np.asarray(big[name], np.float64) / np.asarray(plain[name], np.float64)
+        assert np.allclose(ratio, 1e3, rtol=1e-2)
+    assert magnitude_for("f8e4m3", 1e3) == 448 / 64 and magnitude_for("bf16", 1e3) == 1e3
+    assert magnitude_for("i32", 1e3) == 1.0
+
+
+def test_a_large_magnitude_set_that_would_overflow_the_output_is_scaled_down():
+    from schedgen.verify import _inputs_and_references
+    # f16 output of a K=4096 product of values ~1e3: |out| ~ 6e7 > 65504; drawn again smaller until it fits
+    built = build_spec(str(SPECS_DIR / "matmul_f16_4096x8192x4096.yaml"), {"M": 256, "N": 512, "K": 4096})
+    _, refs, magnitude = _inputs_and_references(built, built.plan.sizes, 1, 1e3)
+    assert 1.0 <= magnitude < 1e3
+    import numpy as np
+    vals = next(iter(refs.values()))
+    vals = np.asarray(getattr(vals, "values", vals))
+    assert np.max(np.abs(vals)) < 65504 / 2

@@ -9,7 +9,7 @@ peer / peer_time_ms / ratio fields naming the family's main peer (map: `copy`, m
 gpu_after: the SM clock, power limit and draw and temperature read just before and just after the timing
 (`environment.gpu_state`, {"error": why} where nothing answers).
 
-The package: `timing` (the one interleaved-rounds timing primitive), `environment` (the machine record), `rows`
+The package: `timing` (the one interleaved-rounds timing primitive), `cupti` (kernel time: NVIDIA's cupti-python), `environment` (the machine record), `rows`
 (row building, the record file, Markdown), `case` (what peers get and give, our kernels as contenders), `run`
 (`bench_built`, looking the family's peers up in its manifest: `schedgen/families/<kind>/peers.py`), `torch_expr`
 (a checked body as eager torch ops: the torch peers' function).
@@ -22,7 +22,7 @@ from .environment import environment
 from .rows import (RecordError, _markdown_bandwidth, compare, compare_markdown, markdown, markdown_bandwidth,
                    merge_rows, print_skips, read_record, recorded_rows, write_record)
 from .run import bench_built, check_at, family_peers, gpu_missing, input_sets
-from .timing import (MAX_SETS, Contender, _cupti_ext, cupti_ms, interleaved, matmul_sets, ratio_of, sets_for,
+from .timing import (MAX_SETS, Contender, cupti_ms, interleaved, matmul_sets, ratio_of, sets_for,
                      time_jax_fn, time_stream_fn)
 
 _sets_for = sets_for
@@ -30,4 +30,4 @@ _sets_for = sets_for
 __all__ = ["PEAK_TFLOPS", "MAX_SETS", "Case", "Contender", "Peer", "RecordError", "bench_built", "check_at", "compare", "compare_markdown", "recorded_rows", "cupti_ms",
            "environment", "family_peers", "gpu_missing", "input_sets", "interleaved", "markdown", "markdown_bandwidth",
            "matmul_sets", "merge_rows", "print_skips", "ratio_of", "read_record", "sets_for", "time_jax_fn", "time_stream_fn",
-           "write_record", "_cupti_ext", "_markdown_bandwidth", "_sets_for"]
+           "write_record", "_markdown_bandwidth", "_sets_for"]

@@ -9,10 +9,11 @@ from importlib import metadata
 from typing import Any
 
 # nvidia-smi --query-gpu fields -> where they go in the record
-_SMI = {"name": "gpu", "driver_version": "driver", "clocks.sm": "clocks.sm", "clocks.max.sm": "clocks.sm_max",
+_SMI = {"name": "gpu", "uuid": "gpu_uuid", "driver_version": "driver", "clocks.sm": "clocks.sm", "clocks.max.sm": "clocks.sm_max",
         "clocks.mem": "clocks.mem", "power.draw": "power.draw", "power.limit": "power.limit",
         "temperature.gpu": "temperature", "pstate": "pstate"}
-_VERSIONS = ("torch", "jax", "jaxlib", "cuda-python", "cupy-cuda12x", "cupy-cuda13x")
+_VERSIONS = ("torch", "jax", "jaxlib", "cuda-python", "cuda-bindings", "cupti-python", "nvidia-cuda-cupti",
+             "nvidia-cuda-runtime", "cupy-cuda12x", "cupy-cuda13x")
 
 
 def _smi() -> dict[str, Any]:
@@ -123,3 +124,42 @@ def gpu_state() -> dict:
             errors.append(f"{probe.__name__.removeprefix('_state_')}: {type(exc).__name__}: "
                           f"{(str(exc).strip().splitlines() or [''])[0]}")
     return {"error": "; ".join(errors)}
+
+
+class ClockSampler:
+    """The GPU's SM clock and power draw sampled every `period` seconds while a row is timed (a thread reading
+    `gpu_state`), so that a row shows what the clocks did during its timing, not only before and after:
+    `summary()` is {sm_clock_mhz: {min, median, max}, power_draw_w: {...}, samples}, or {"error": why}."""
+
+    def __init__(self, period: float = 0.25, read=gpu_state):
+        import threading
+        self.period, self.read = period, read
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="schedgen-clock-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(self.read())
+            if self._stop.wait(self.period):
+                return
+
+    def __enter__(self) -> "ClockSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def summary(self) -> dict:
+        import statistics
+        good = [s for s in self.samples if "error" not in s]
+        if not good:
+            return {"error": self.samples[0]["error"] if self.samples else "no sample"}
+        out: dict = {"samples": len(good)}
+        for key in ("sm_clock_mhz", "power_draw_w"):
+            vals = [s[key] for s in good if s.get(key) is not None]
+            if vals:
+                out[key] = {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
+        return out

@@ -104,7 +104,7 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     from ..runtime.kernel import load_package
     from .. import plan as planner
     from ..verify import verify_built
-    from .environment import environment, gpu_state
+    from .environment import ClockSampler, environment, gpu_state
     mod = family_peers(family)
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
@@ -120,14 +120,16 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     case.sets = _hook(mod, "sets", sets_for)(in_bytes(plan))
     peers: dict[str, Peer] = _hook(mod, "peers", lambda c: {})(case)
     before = gpu_state()
-    timed, errors = _time_all(kernel, case, backends, peers, at)
+    with ClockSampler() as clocks:
+        timed, errors = _time_all(kernel, case, backends, peers, at)
     after = gpu_state()
     rates = _hook(mod, "rates", None) or default_rates(family.metric)
     infos = {name: _peer_info(name, p, timed, rates, plan) for name, p in peers.items()}
     extra = _hook(mod, "row_fields", lambda c: {})(case)
     rows = []
     for backend in backends:
-        row = base_row(plan, backend, checks.get(backend), env, **extra, gpu_before=before, gpu_after=after)
+        row = base_row(plan, backend, checks.get(backend), env, **extra, gpu_before=before, gpu_after=after,
+                       gpu_during=clocks.summary())
         ours = timed.get(backend) or {"time_ms": None, "error": errors.get(backend, "not timed")}
         rows.append(_finish_row(row, ours, infos, rates, plan, mod))
     return rows

@@ -6,8 +6,8 @@ under sustained matrix load: peers timed one after the other in separate passes 
 alone). A block is timed by each of the contender's clocks:
 
 - `cuda-events`: CUDA events around the block on the contender's stream (our CUDA kernel, cuBLAS, torch);
-- `cupti`: CUPTI kernel time per call (through jax's Mosaic GPU extension: every kernel the process launches, on
-  any stream), where that is available;
+- `cupti`: CUPTI kernel time per call (`schedgen.bench.cupti`, NVIDIA's cupti-python: every kernel the process
+  launches, on any stream), where that is available; the basis of every ratio;
 - `wall`: wall-clock over the block with the device synchronised at both ends (jax launches on XLA's streams,
   which CUDA events on our stream do not see).
 
@@ -79,38 +79,11 @@ class Contender:
 
 # ---------------------------------------------------------------------------------------------- clocks
 
-def _cupti_ext():
-    try:
-        from jax._src.lib import mosaic_gpu as mlib
-        return mlib._mosaic_gpu_ext
-    except Exception:
-        return None
-
-
 def cupti_ms(call: Callable[[int], Any], calls: int, sync: Callable[[], None]) -> float | None:
-    """Median kernel time per call (CUPTI activity records, through jax's Mosaic GPU extension: every kernel the
-    process launches, on any stream), or None where CUPTI is not available. `call(i)` launches call i."""
-    ext = _cupti_ext()
-    if ext is None or not hasattr(ext, "_cupti_init"):
-        return None
-    sync()
-    try:
-        ext._cupti_init()
-    except Exception:
-        return None
-    try:
-        for i in range(calls):
-            call(i)
-        sync()
-    finally:
-        timings = ext._cupti_get_timings(True)
-    if not timings:
-        return None
-    ms = [float(t) for _, t in timings]
-    if len(ms) % calls == 0:
-        per = len(ms) // calls
-        return median([sum(ms[i * per:(i + 1) * per]) for i in range(calls)])
-    return sum(ms) / calls
+    """Kernel time per call (CUPTI activity records through NVIDIA's cupti-python: every kernel the process
+    launches, on any stream), or None where CUPTI is not available (`cupti.why_unavailable`)."""
+    from . import cupti
+    return cupti.kernel_ms(call, calls, sync)
 
 
 def _events_block(c: Contender, start: int, n: int) -> float | None:

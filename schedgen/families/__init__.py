@@ -83,9 +83,10 @@ class Family:
     # spec completed with the planner's picks -> TuneSpace: what `schedgen tune` searches for a spec with no tune
     # section (None: the family has none, and such a spec has nothing to tune)
     tune_space: Callable[[Any], TuneSpace] | None = None
-    # (spec, sizes, numpy Generator) -> {input name: array}: a family's own random inputs where some must be valid
-    # rather than random (grouped_matmul's group offsets); None: every input normal (schedgen.reference)
-    random_inputs: Callable[[Any, Any, Any], dict] | None = None
+    # (spec, sizes, numpy Generator, magnitude) -> {input name: array}: a family's own random inputs where some must
+    # be valid rather than random (grouped_matmul's group offsets), floating-point ones scaled by magnitude; None:
+    # every input normal (schedgen.reference)
+    random_inputs: Callable[[Any, Any, Any, float], dict] | None = None
     # (spec, source map) -> (autodiff.graph.BackwardGraph | None, Problems): the kernels of the spec's backward
     # pass (issue 19); None: the family has no backward, and a spec with a `backward` section is a located error
     backward: Callable[[Any, Any], tuple[Any, Any]] | None = None

@@ -103,11 +103,8 @@ def gpu_environment() -> dict:
 def gpu_setup(options: Mapping[str, Any]) -> None:
     from ..runtime import driver
     driver.ensure_context()
-    try:
-        from ..bench import _cupti_ext
-        _cupti_ext()            # jax's CUPTI hook, imported once here rather than inside the first timed job
-    except Exception:
-        pass
+    from ..bench import cupti
+    cupti.why_unavailable()     # CUPTI set up once here rather than inside the first timed job
 
 
 def _gpu_kernel(built):

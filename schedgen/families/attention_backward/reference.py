@@ -9,7 +9,7 @@ import numpy as np
 
 from ...plan import dims as X
 
-from ...reference import DTYPES, shape_of
+from ...reference import DTYPES, magnitude_for, shape_of
 from ..attention.records import causal_alignment, causal_offset_of
 
 
@@ -92,14 +92,18 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, offset: i
     return o, lse
 
 
-def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """q, k, v, do normal; o and lse what the forward makes of q, k, v (a random lse would give meaningless P)."""
+def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator,
+                  magnitude: float = 1.0) -> dict[str, np.ndarray]:
+    """q, k, v, do normal (scaled by `magnitude`, capped per dtype); o and lse what the forward makes of q, k, v (a
+    random lse would give meaningless P)."""
     op = spec.op
     qn, kn, vn, on, don, lsen, *_ = _names(op)
     out = {}
     for n in (qn, kn, vn, don):
         shape = shape_of(op.inputs[n], sizes)
-        out[n] = rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[op.inputs[n].dtype])
+        data = rng.standard_normal(shape, dtype=np.float32)
+        data *= np.float32(magnitude_for(op.inputs[n].dtype, magnitude))
+        out[n] = data.astype(DTYPES[op.inputs[n].dtype])
     q, k, v = (_bshd(op, out[n]) for n in (qn, kn, vn))
     sq, skv = q.shape[1], k.shape[1]
     o, lse = forward(q, k, v, _scale(op, q.shape[3]), causal_offset_of(causal_alignment(op.causal), sq, skv))

@@ -3,13 +3,14 @@ and weights normal, the group operand skewed counts (a few large groups, some sm
 row of T exactly."""
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
 from ...frontend import expr as ex
 from ... import reference as shared
-from ...reference import Sampled, product_f64, sample_rows, shape_of
+from ...reference import Sampled, magnitude_for, product_f64, sample_rows, shape_of
 from ...runtime.arrays import DTYPES
 
 
@@ -75,16 +76,21 @@ def random_16bit(rng: np.random.Generator, shape, dtype: str, top: int) -> np.nd
     return raw.view(DTYPES[dtype]).reshape(shape)
 
 
-def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator,
+                  magnitude: float = 1.0) -> dict[str, np.ndarray]:
+    """Normal operands (weights 8x smaller), each scaled by `magnitude` (capped per dtype), and valid group
+    offsets."""
     op = spec.op
     out = {}
     for name, operand in op.inputs.items():
         shape = shape_of(operand, sizes)
         top = -3 if name == op.rhs else 0           # weights ~8x smaller: |out| moderate for long K
+        scale = magnitude_for(operand.dtype, magnitude)
         if int(np.prod(shape)) > FAST_ABOVE and operand.dtype in _LAYOUT:
-            out[name] = random_16bit(rng, shape, operand.dtype, top)
+            # random bits with the exponent raised by log2(scale): the same magnitudes, scaled (a power of two)
+            out[name] = random_16bit(rng, shape, operand.dtype, top + round(math.log2(scale)))
             continue
-        data = rng.standard_normal(shape, dtype=np.float32) * np.float32(2.0 ** top)
+        data = rng.standard_normal(shape, dtype=np.float32) * np.float32(2.0 ** top * scale)
         out[name] = data.astype(DTYPES[operand.dtype])
     t = shape_of(op.inputs[op.lhs], sizes)[0]
     out[op.group_offsets] = encode_counts(skewed_counts(t, op.groups, rng), op.offsets_format)
