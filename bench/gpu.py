@@ -12,6 +12,8 @@ Parts (default: verify and tests; each fits one 10-minute call of one H200):
 - `record`: the published performance rows (bench/suite.toml's unlabelled runs: ours and every peer verified,
   then timed interleaved, CUPTI kernel time), one spec at a time and nothing else on the GPU; compared with the
   committed record in bench/results/, rows that moved by more than 5% flagged.
+- `candidates`: each kernel candidate against the default it would replace (`python -m bench.candidates`: both
+  verified, then timed interleaved), alone on the GPU; its verdict (wins, even, loses) is the row's detail.
 - `changed`: what `git diff BASE` touches (a family's folder or templates, a spec, a GPU test, the shared pipeline):
   its specs verified, its GPU tests run, its record rows timed. The part to run after a change.
 
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("verify", "tests", "record", "changed")
+PARTS = ("verify", "tests", "record", "changed", "candidates")
 MAGNITUDE = 1e3
 SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
 # what a change outside any family folder touches: every family (the shared pipeline)
@@ -307,6 +309,29 @@ def _bench_line(r: dict) -> str:
     return f"{r['backend']} {r.get('time_ms') or 0:.4f} ms {rate} {peers}".strip()
 
 
+def part_candidates(out: Path, budget: Budget, only: list[str] | None) -> list[Row]:
+    left = budget.left() - 15
+    if left < 60:
+        return [Row("candidates", "(all)", "SKIP", 0.0, "the call's budget was spent before they started")]
+    js = out / "candidates.json"
+    cmd = [sys.executable, "-m", "bench.candidates", "--out", str(js)] + (["--only", *only] if only else [])
+    status, rc, secs = run_bounded(cmd, out / "logs" / "candidates.log", left)
+    try:
+        got = json.loads(js.read_text())
+    except (OSError, ValueError):
+        got = []
+    rows = []
+    for r in got:
+        st = "ok" if r.get("verdict") in ("wins", "even", "loses") else "FAIL"
+        ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "-"
+        rows.append(Row("candidates", r["candidate"], st, r.get("seconds", 0.0),
+                        f"{r.get('verdict')}: default/candidate {ratio} ({r.get('default_ms')} / {r.get('candidate_ms')}"
+                        f" ms), verified {r.get('default_verified')}/{r.get('candidate_verified')} {r.get('error', '')}"))
+    if status != "ok":
+        rows.append(Row("candidates", "(run)", status, secs, f"rc {rc}: {tail(out / 'logs' / 'candidates.log')}"))
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------- changed
 
 def changed_files(base: str) -> list[str]:
@@ -424,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         ft = pool.submit(part_tests, test_files, out, budget, jobs_t) if test_files else None
         rows += fv.result() if fv else []
         rows += ft.result() if ft else []
+    if "candidates" in parts:
+        rows += part_candidates(out, budget, args.only)
     if "record" in parts or ("changed" in parts and runs):
         rows += part_record(runs if runs is not None else record_runs(), out, budget)
     seconds = time.monotonic() - t0
