@@ -26,7 +26,6 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CASES = {
     # name: (spec file, overrides of op.sizes, backward section, call sizes)

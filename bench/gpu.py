@@ -267,7 +267,6 @@ def record_runs(specs: set[str] | None = None) -> list[dict]:
 def part_record(runs: list[dict], out: Path, budget: Budget, per_run: float = 150.0) -> list[Row]:
     """Each run alone on the GPU (timing must see nothing else), through `schedgen bench`, its rows merged into
     OUT/record.json and compared with the committed record."""
-    sys.path.insert(0, str(ROOT))
     from schedgen.bench.rows import compare, recorded_rows
     logs = out / "logs" / "record"
     logs.mkdir(parents=True, exist_ok=True)
@@ -421,7 +420,6 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT))
     os.environ.update({k: v for k, v in child_env().items() if k != "PYTHONPATH"})
     t0 = time.monotonic()
     env = environment_record()

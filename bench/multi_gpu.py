@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from schedgen.runtime.multidevice import MULTI_GPU_ENV, apply_env  # noqa: E402
 
 apply_env()                                                   # before torch / jax / NCCL read the environment

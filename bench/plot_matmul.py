@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SERIES = [("cuda", "schedgen CUDA"), ("pallas", "schedgen Pallas"), ("cublas", "cuBLAS (torch.matmul, the bare product)"),
           ("jax_pallas", "JAX Pallas hopper_matmul_mgpu"), ("torch_eager", "torch.matmul + eager epilogue"),

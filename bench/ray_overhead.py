@@ -23,7 +23,6 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import tune_rate  # noqa: E402  (its dry functions: importable by the Ray workers through PYTHONPATH)
 
@@ -58,7 +57,7 @@ def main(argv=None) -> int:
     import ray
     from schedgen.tune.cluster import RayRunner
     with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
+        os.environ["PYTHONPATH"] = str(ROOT)
         os.environ["SCHEDGEN_CACHE"] = str(Path(tmp) / "cache")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         spec = tune_rate.write_spec(Path(tmp))

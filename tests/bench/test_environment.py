@@ -17,10 +17,10 @@ def _smi(stdout: str, rc: int = 0):
 
 
 def test_clocks_power_and_versions_are_recorded(monkeypatch):
-    monkeypatch.setattr(subprocess, "run", _smi("NVIDIA H200, 580.1, 1980 MHz, 1980 MHz, 3201 MHz, 412.3 W, "
+    monkeypatch.setattr(subprocess, "run", _smi("NVIDIA H200, GPU-1a2b, 580.1, 1980 MHz, 1980 MHz, 3201 MHz, 412.3 W, "
                                                 "700.00 W, 41, P0\n"))
     env = E.environment()
-    assert env["gpu"] == "NVIDIA H200" and env["driver"] == "580.1"
+    assert env["gpu"] == "NVIDIA H200" and env["driver"] == "580.1" and env["gpu_uuid"] == "GPU-1a2b"
     assert env["clocks"] == {"sm": "1980 MHz", "sm_max": "1980 MHz", "mem": "3201 MHz"}
     assert env["power"] == {"draw": "412.3 W", "limit": "700.00 W"} and env["temperature"] == "41"
     assert env["pstate"] == "P0" and "numpy" not in env["versions"] and "jax" in env["versions"]
@@ -28,8 +28,8 @@ def test_clocks_power_and_versions_are_recorded(monkeypatch):
 
 
 def test_fields_the_gpu_does_not_report_are_left_out(monkeypatch):
-    monkeypatch.setattr(subprocess, "run", _smi("NVIDIA H200, 580.1, 1980 MHz, 1980 MHz, 3201 MHz, [N/A], [N/A], "
-                                                "41, P0\n"))
+    monkeypatch.setattr(subprocess, "run", _smi("NVIDIA H200, GPU-1a2b, 580.1, 1980 MHz, 1980 MHz, 3201 MHz, [N/A], "
+                                                "[N/A], 41, P0\n"))
     env = E.environment()
     assert "power" not in env and env["clocks"]["sm"] == "1980 MHz"
 

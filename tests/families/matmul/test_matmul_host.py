@@ -425,15 +425,8 @@ def test_matmul_markdown_and_the_map_table():
 
 
 def test_suite_globs_the_matmul_specs():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import tomllib
-
-        import run_gpu
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    runs = run_gpu.suite_runs(tomllib.loads((ROOT / "bench" / "suite.toml").read_text())["run"])
-    mm = {r["spec"] for r in runs if run_gpu.family_of(ROOT / r["spec"]) == "matmul"}
+    from bench import gpu
+    mm = {r["spec"] for r in gpu.record_runs() if gpu.spec_kind(ROOT / r["spec"]) == "matmul"}
     assert mm >= {str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("matmul_*.yaml")}
     assert mm
 
