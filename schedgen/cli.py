@@ -702,6 +702,11 @@ def _check_tune_args(args, max_space: int) -> None:
         raise _usage("--ray and --gpus: on a Ray cluster each trial gets its GPU from Ray (drop --gpus)")
     if args.budget is not None and not 1 <= args.budget <= max_space:
         raise _usage(f"--budget: at most {max_space} points (and at least 1)")
+    if args.workers is not None:
+        from .tune.compile import workers_problem
+        why = workers_problem(args.workers)
+        if why:
+            raise _usage(f"--workers {args.workers}: {why}")
     if args.export:                     # a bad export path fails now, not after the whole search
         if Path(args.export).suffix.lower() not in (".yaml", ".yml"):
             raise _usage(f"--export {args.export}: the export is written as YAML; name it .yaml")
@@ -816,7 +821,7 @@ def parser() -> argparse.ArgumentParser:
     _add_db(p)
     p.add_argument("--backend", choices=["cuda", "pallas"], default="cuda")
     p.add_argument("--workers", type=_count(1), help="compile processes (default: CPUs - 1; every CPU with "
-                                                        "--dry-run)")
+                                                        "--dry-run; at most twice the CPUs this process may use)")
     p.add_argument("--timeout", type=_seconds(), default=30.0,
                    help="seconds per candidate run before it is recorded as a hang and its worker replaced (default "
                         "30; above 0, at most 86400)")

@@ -22,7 +22,8 @@ with no tune section: the planner's picks written in, the family's knobs around 
 short knob names), `constraints`, `prune`, `compile` (the build pool), `measure` (runners), `pool` (every GPU of a
 node: one measuring worker each), `cluster` (the Ray backend: trials as Ray tasks), `progress` (the rich
 display), `driver` (the tune() loop), `results` (best known, export, the final table), `db` (the sqlite tuning
-database), `buckets` (a dynamic-size spec's buckets: checked, tuned one bucket at a time, the winner of each).
+database), `rows` (the schema every row read back from it is checked against), `trust` (a row's overrides against
+the space: only its candidate's fields, rebuilding its candidate), `buckets` (a dynamic-size spec's buckets: checked, tuned one bucket at a time, the winner of each).
 """
 from __future__ import annotations
 

@@ -25,12 +25,41 @@ def compile_candidate(spec_path: str, overrides: Mapping[str, Any], cache_root: 
     return built, os.getpid(), time.monotonic() - t0
 
 
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def default_workers(measuring: bool = True) -> int:
     """Every CPU for a dry run; one left for the GPU worker's launches and timing otherwise."""
-    return max(1, (os.cpu_count() or 2) - (1 if measuring else 0))
+    return max(1, cpus() - (1 if measuring else 0))
+
+
+def max_workers() -> int:
+    """The most compile processes a pool may have: twice the CPUs this process may use (NVRTC is CPU-bound: more
+    only queue, each process holding its memory)."""
+    return 2 * cpus()
+
+
+def workers_problem(workers: int) -> str:
+    """Why `workers` compile processes cannot be started ('' when they can): a whole number in 1..max_workers()."""
+    most = max_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:
+        return (f"{workers!r} compile processes: give a whole number from 1 to {most} (twice the {cpus()} CPUs this "
+                f"process may use)")
+    return ""
 
 
 def compile_pool(workers: int | None = None, measuring: bool = True) -> ProcessPoolExecutor:
+    """A pool of `workers` spawned compile processes (default: default_workers); ValueError for a count out of
+    1..max_workers()."""
+    if workers is not None:
+        why = workers_problem(workers)
+        if why:
+            raise ValueError(f"workers: {why}")
     return ProcessPoolExecutor(max_workers=workers or default_workers(measuring),
                                mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker)
 

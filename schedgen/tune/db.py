@@ -9,22 +9,26 @@ on, and the next run resumes with the rest.
 The file lives in the build cache's folder (`$SCHEDGEN_CACHE`, else `~/.cache/schedgen`) as `tune.sqlite`;
 `$SCHEDGEN_TUNE_DB` or `schedgen tune --db PATH` put it elsewhere. A database another process holds locked is
 waited for `$SCHEDGEN_TUNE_DB_TIMEOUT` seconds (default 60). A file that cannot be used (a directory, a folder that
-cannot be made, not sqlite, locked, read-only) raises TuneDBError: one line naming the file and what is wrong.
+cannot be made, not sqlite, locked, read-only) raises TuneDBError: one line naming the file and what is wrong. Every
+row read back is checked against the schema first (rows.py); one that does not fit is a TuneDBError naming the file,
+the row and the column.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import functools
 import json
+import math
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..cache import default_root
+from .rows import STATUSES, RowError, results_row, runs_row
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "hang", "fault", "compile_error", "wrong")   # every status is final for its key
+MAX_LOCK_WAIT = 86_400.0        # seconds $SCHEDGEN_TUNE_DB_TIMEOUT may ask for (a day)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,16 +86,25 @@ JSON_COLUMNS = ("shape", "toolchain", "knobs", "overrides")
 
 
 class TuneDBError(Exception):
-    """The tuning database cannot be used; the message is one line, starting with the file's path."""
+    """The tuning database cannot be used; the message is one line, starting with the file's path (and the row and
+    column for a row that does not fit the schema), or with $SCHEDGEN_TUNE_DB_TIMEOUT for an unusable wait."""
 
 
 def lock_timeout() -> float:
-    """Seconds to wait for a database another process holds locked ($SCHEDGEN_TUNE_DB_TIMEOUT, default 60)."""
-    try:
-        value = float(os.environ.get("SCHEDGEN_TUNE_DB_TIMEOUT", "60"))
-    except ValueError:
+    """Seconds to wait for a database another process holds locked ($SCHEDGEN_TUNE_DB_TIMEOUT, default 60; 0: do
+    not wait). A value that is not a finite number of seconds in 0..MAX_LOCK_WAIT is a TuneDBError, not a silent
+    default (sqlite reads inf as no wait at all)."""
+    text = os.environ.get("SCHEDGEN_TUNE_DB_TIMEOUT")
+    if text is None or not text.strip():
         return 60.0
-    return value if value >= 0 else 60.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_LOCK_WAIT):
+        raise TuneDBError(f"$SCHEDGEN_TUNE_DB_TIMEOUT={text[:40]!r}: not a usable wait; give seconds from 0 (do not "
+                          f"wait) to {MAX_LOCK_WAIT:g} (a day), or unset it for the default 60")
+    return value
 
 
 def _explain(path: Path, exc: sqlite3.Error, waited: float) -> str:
@@ -180,15 +193,22 @@ class TuneDB:
         self.close()
 
     # ------------------------------------------------------------------ results
-    @staticmethod
-    def _decode(row: sqlite3.Row) -> dict:
+    def _decode(self, row: sqlite3.Row, table: str = "results") -> dict:
+        """A row as read (selected with its rowid as `_rowid`) checked against the schema (rows.py) and decoded, its
+        sqlite rowid as `rowid` (where messages point); a row that does not fit is a TuneDBError naming the file, the
+        row and the column."""
         out = dict(row)
-        for col in JSON_COLUMNS:
-            if out.get(col) is not None:
-                out[col] = json.loads(out[col])
-        if out.get("verified") is not None:
-            out["verified"] = bool(out["verified"])
-        return out
+        rowid = out.pop("_rowid", None)
+        try:
+            return {**(results_row(out) if table == "results" else runs_row(out)), "rowid": rowid}
+        except RowError as exc:
+            raise TuneDBError(f"{self.row_name(table, rowid, out.get('key'))}, column {exc.column}: {exc.message} "
+                              f"(delete the row, or point --db elsewhere)") from None
+
+    def row_name(self, table: str, rowid: Any, key: Any = None) -> str:
+        """`PATH: results row 7 (key 1a2b...)`: where a row's message points (rowid is sqlite's)."""
+        named = f" (key {key[:16]})" if isinstance(key, str) and key.isascii() and key.isprintable() else ""
+        return f"{self.path}: {table} row {rowid}{named}"
 
     @_guarded
     def put(self, row: Mapping[str, Any]) -> None:
@@ -213,7 +233,7 @@ class TuneDB:
 
     @_guarded
     def get(self, key: str) -> dict | None:
-        row = self.conn.execute("SELECT * FROM results WHERE key = ?", (key,)).fetchone()
+        row = self.conn.execute("SELECT rowid AS _rowid, * FROM results WHERE key = ?", (key,)).fetchone()
         return self._decode(row) if row else None
 
     @_guarded
@@ -222,8 +242,8 @@ class TuneDB:
         out: dict[str, dict] = {}
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
-            for row in self.conn.execute(f"SELECT * FROM results WHERE key IN ({', '.join('?' for _ in chunk)})",
-                                         chunk):
+            marks = ", ".join("?" for _ in chunk)
+            for row in self.conn.execute(f"SELECT rowid AS _rowid, * FROM results WHERE key IN ({marks})", chunk):
                 out[row["key"]] = self._decode(row)
         return out
 
@@ -238,7 +258,7 @@ class TuneDB:
 
     @_guarded
     def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[dict]:
-        sql = "SELECT * FROM results" + (f" WHERE {where}" if where else "") + " ORDER BY created, key"
+        sql = "SELECT rowid AS _rowid, * FROM results" + (f" WHERE {where}" if where else "") + " ORDER BY created, key"
         return [self._decode(r) for r in self.conn.execute(sql, tuple(params))]
 
     @_guarded
@@ -251,8 +271,8 @@ class TuneDB:
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             rows += [self._decode(r) for r in self.conn.execute(
-                f"SELECT * FROM results WHERE backend = ? AND status = 'ok' AND time_ms IS NOT NULL AND config_key IN "
-                f"({', '.join('?' for _ in chunk)})", [backend, *chunk])]
+                f"SELECT rowid AS _rowid, * FROM results WHERE backend = ? AND status = 'ok' AND time_ms IS NOT NULL "
+                f"AND config_key IN ({', '.join('?' for _ in chunk)})", [backend, *chunk])]
         if verified_only:
             rows = [r for r in rows if r["verified"]]
         for field, want in (("gpu", gpu), ("toolchain_key", toolchain_key)):
@@ -281,9 +301,4 @@ class TuneDB:
 
     @_guarded
     def runs(self) -> list[dict]:
-        out = []
-        for r in self.conn.execute("SELECT * FROM runs ORDER BY id"):
-            d = dict(r)
-            d["shape"] = json.loads(d["shape"])
-            out.append(d)
-        return out
+        return [self._decode(r, "runs") for r in self.conn.execute("SELECT rowid AS _rowid, * FROM runs ORDER BY id")]

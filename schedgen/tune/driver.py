@@ -20,6 +20,7 @@ from .measure import Runner, WorkerRunner
 from .progress import Progress
 from .prune import Pruning, prune
 from .space import Candidate, Space, load_space
+from .trust import check_row
 
 VERIFY_TOP = 5                  # winners tried in turn until one matches numpy
 
@@ -118,6 +119,9 @@ def _tune(space: Space, pruning: Pruning, runner: Runner, dbh: TuneDB, *, backen
         c.key = run.key(c.config_key, run.gpu, run.driver)
     kept_keys = {c.key for c in pruning.kept}
     known = dbh.lookup(kept_keys)
+    for c in pruning.kept:          # a stored row is exported as it is: it must be its candidate (trust.py)
+        if c.key in known:
+            check_row(space, known[c.key], dbh, config=c.config_key, expected=c.overrides)
     todo = [c for c in pruning.kept if c.key not in known or (retry_failed and known[c.key]["status"] != "ok")]
     if space.budget is not None or time_budget is not None:
         random.Random(space.seed).shuffle(todo)     # a run that may stop early covers the space evenly

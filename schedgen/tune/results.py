@@ -18,6 +18,7 @@ from .driver import TuneResult
 from .progress import best_label
 from .prune import _spec_of
 from .space import _fmt_value, config_key, expand, load_space
+from .trust import check_row
 
 
 def current_gpu() -> str | None:
@@ -37,7 +38,8 @@ def best_known(spec_path: str | Path, overrides: Mapping[str, Any] | None = None
                budget: int | None = None, seed: int = 0) -> dict | None:
     """The fastest verified result in the database among this spec's candidates at this shape (its tune section
     expanded and constrained; the plan stage is not needed for the lookup). Rows measured on `gpu` and with the
-    current toolchain are preferred when there are any. `budget` and `seed` pick the same sample `tune` took."""
+    current toolchain are preferred when there are any. `budget` and `seed` pick the same sample `tune` took. A row
+    whose overrides would build anything but its candidate is a TuneDBError (trust.check_row)."""
     space = load_space(spec_path, overrides, budget=budget, seed=seed)
     keys = []
     for cand in expand(space):
@@ -51,7 +53,10 @@ def best_known(spec_path: str | Path, overrides: Mapping[str, Any] | None = None
     _, tool_key = toolchain_info()
     dbh = db if isinstance(db, TuneDB) else TuneDB(db)
     try:
-        return dbh.best(keys, backend, gpu=gpu, toolchain_key=tool_key)
+        row = dbh.best(keys, backend, gpu=gpu, toolchain_key=tool_key)
+        if row is not None:
+            check_row(space, row, dbh)      # its overrides set only its candidate's fields, and rebuild it
+        return row
     finally:
         if not isinstance(db, TuneDB):
             dbh.close()
