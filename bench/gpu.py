@@ -398,10 +398,7 @@ def table(rows: list[Row], env: dict, seconds: float) -> str:
 def environment_record() -> dict:
     from schedgen.bench.environment import environment
     env = environment()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True)
-    env["commit"] = (commit.stdout.strip() or "?") + ("+changes" if dirty.stdout.strip() else "")
+    env["commit"] = env.get("commit") or "?"
     env["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return env
 

@@ -61,7 +61,28 @@ def environment() -> dict[str, Any]:
             env.update(gpu=None, driver=None, note=f"no GPU: {type(exc).__name__}")
     env["jax"] = env["toolchain"].get("jax")
     env["versions"] = versions()
+    env["commit"] = source_commit()
     return env
+
+
+def source_commit() -> str | None:
+    """The git commit of the schedgen source that runs ('+changes' when its tracked files differ from it), or None
+    outside a git checkout (an installed wheel); $SCHEDGEN_COMMIT where it is set (a copy of a checkout without its
+    .git folder, as the GPU machine gets)."""
+    from pathlib import Path
+    if os.environ.get("SCHEDGEN_COMMIT"):
+        return os.environ["SCHEDGEN_COMMIT"][:64]
+    here = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 # ---------------------------------------------------------------------------------------------- the GPU's state now
