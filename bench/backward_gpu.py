@@ -1,7 +1,7 @@
 """Issue 19 on the H200: every bundled family's backward, verified against float64 gradients and timed interleaved
 against torch's autograd of the same function (eager and torch.compile), in one process.
 
-    python3 bench/backward_gpu.py [--out DIR] [--only NAME ...] [--iters N]
+    python -m bench.backward_gpu [--out DIR] [--only NAME ...] [--iters N]
 
 Per case: the spec with a `backward` section, its BackwardGraph from the family's hook, the forward (rewritten
 when it saves values) and each step built as its own package and run on torch CUDA tensors (the step kernels in

@@ -1,7 +1,7 @@
 """The per-call host cost of a bucketed package's choice of variant (docs/tuning.md, "Many shapes, one package"), on
 the CPU: the launch is faked, so what is timed is the dispatch alone.
 
-    python3 bench/bucket_dispatch.py [--calls N]
+    python -m bench.bucket_dispatch [--calls N]
 
 Builds a 3-bucket, 2-variant package of a small dynamic-M map spec (tests/runtime/test_bucket_dispatch.py's) and times:
 - `pick`: BucketedKernel.pick on two inputs (a shape read and a bisect);

@@ -1,6 +1,6 @@
 """Runtime extents against the specialized kernel, at every bundled shape (GPU; one process, interleaved).
 
-    python3 bench/dynamic_vs_static.py [--out DIR] [--only NAME...] [--iters N]
+    python -m bench.dynamic_vs_static [--out DIR] [--only NAME...] [--iters N]
 
 For each bundled fixed-size, single-GPU spec: the spec as written (every size constant-folded into the cubin) and
 the same spec with every size declared dynamic (`{dynamic: true, max: <the size>, multiple_of: <its largest

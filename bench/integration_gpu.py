@@ -1,6 +1,6 @@
 """Issue 15's GPU run, in steps that fit the device tool's 10-minute calls; a short table last.
 
-    python3 bench/integration_gpu.py [--out DIR] STEP [STEP...]   (steps: graphs torch verify overhead dynamic)
+    python -m bench.integration_gpu [--out DIR] STEP [STEP...]   (steps: graphs torch verify overhead dynamic)
 
 - graphs:   CUDA-graph capture and replay of every bundled kernel, checked against the reference: DIR/graphs.log
 - torch:    the torch custom op's GPU tests but the per-spec one, jax and torch on the Pallas backend, every array

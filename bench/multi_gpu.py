@@ -2,7 +2,7 @@
 both backends against float64 numpy on every device, then time them against the usual way of doing the same work,
 and print a short table last.
 
-    python3 bench/multi_gpu.py [--spec specs/collective_matmul_bf16_1024x4096.yaml] [-D NAME=VALUE ...]
+    python -m bench.multi_gpu [--spec specs/collective_matmul_bf16_1024x4096.yaml] [-D NAME=VALUE ...]
                                [--out DIR] [--iters 30] [--rounds 5] [--warmup 5] [--phase all|cuda|pallas]
                                [--timeout 300] [--seed 0]
 

@@ -5,7 +5,7 @@ tensors, eager and inside a CUDA graph (issue 15 part 4). Small problems, where 
     map 64k elements (specs/add_bf16.yaml at M=64, N=1024)    vs torch.add
     attention B1 H1 S128 D128 (specs/attention_bf16_4096.yaml) vs F.scaled_dot_product_attention
 
-    python3 bench/overhead.py [--calls N] [--rounds R] [--out bench/results/integration/overhead.json | --out DIR]
+    python -m bench.overhead [--calls N] [--rounds R] [--out bench/results/integration/overhead.json | --out DIR]
 
 Per-call wall time: a block of N calls, the device synchronized at both ends, in interleaved rounds (the median
 over rounds), through schedgen/bench/timing.py's `interleaved` with its wall clock. Rows: `torch` (the peer),

@@ -1,6 +1,6 @@
 """TFLOP/s per shape of the attention record against its peers, as a grouped bar chart (PNG).
 
-    python bench/plot_attention.py bench/results/attention.json docs/img/attention_tflops.png
+    python -m bench.plot_attention bench/results/attention.json docs/img/attention_tflops.png
 
 Reads the rows bench/record17.py (and `schedgen bench`) write: one row per spec and backend, the peers inside
 (sdpa_cudnn, sdpa_flash: torch SDPA restricted to one backend; jax_pallas: JAX's attention_mgpu at the best of its

@@ -1,6 +1,6 @@
 """TFLOP/s per shape of the matmul specs against their peers, as a grouped bar chart (PNG).
 
-    python bench/plot_matmul.py bench/results/matmul.json docs/img/matmul_tflops.png [--fair fair.json]
+    python -m bench.plot_matmul bench/results/matmul.json docs/img/matmul_tflops.png [--fair fair.json]
 
 Reads the rows `bench/run_gpu.py` writes (one row per spec and backend, peers inside), or the rows of
 `bench/mm_fair.py` (all contenders of a spec in one row).

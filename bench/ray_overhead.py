@@ -5,7 +5,7 @@ holding its result, less the time spent inside the task (building the candidate,
 the same candidates: cold (fresh Ray workers: their start, the supervised measuring process's start, NVRTC
 compiles) and warm (the workers, their measuring processes and build caches reused: what a long tuning run sees).
 
-    python bench/ray_overhead.py [--trials 16] [--out bench/results/raw/ray_overhead.json]
+    python -m bench.ray_overhead [--trials 16] [--out bench/results/raw/ray_overhead.json]
 """
 from __future__ import annotations
 

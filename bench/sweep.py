@@ -2,7 +2,7 @@
 one interleaved run (rounds of blocks of launches of every contender; the median over rounds). For exploring
 schedules by hand before a choice becomes a default or a tune knob.
 
-    python3 bench/sweep.py SPEC [-D FIELD=VALUE ...] [--variant NAME:FIELD=VALUE;FIELD=VALUE ...] [--iters N]
+    python -m bench.sweep SPEC [-D FIELD=VALUE ...] [--variant NAME:FIELD=VALUE;FIELD=VALUE ...] [--iters N]
                            [--out FILE.json]
 
 A variant is a set of -D overrides (`schedule.pipeline.max_concurrent_steps=8;schedule.cluster=[2,1]`); the spec as

@@ -4,9 +4,9 @@ delay_release 0/1) tuned into a fresh database and build cache (cold: everything
 (warm: everything found in the database, nothing compiled or measured). Prints candidates per minute and both wall
 times as a short table and writes them as JSON. Targets: cold under 60 s on one H200, warm under 2 s.
 
-    python bench/tune_rate.py --out bench/results/raw/tune_rate.json              # one GPU (the first visible)
-    python bench/tune_rate.py --gpus all --out ...                                # every GPU of the node
-    python bench/tune_rate.py --dry --budget 4 --out /tmp/rate.json               # CPU: real compiles, fake timing
+    python -m bench.tune_rate --out bench/results/raw/tune_rate.json              # one GPU (the first visible)
+    python -m bench.tune_rate --gpus all --out ...                                # every GPU of the node
+    python -m bench.tune_rate --dry --budget 4 --out /tmp/rate.json               # CPU: real compiles, fake timing
 
 `--dry` replaces the measuring step with a synthetic time (no GPU: the compiles, the database and the bookkeeping
 are real); `--budget N` takes a seeded sample of N of the 100 points (a quick check, not the figure).

@@ -153,7 +153,7 @@ VARIANTS = {
     "delay_release0": {"schedule.in_specs.a.delay_release": 0, "schedule.in_specs.b.delay_release": 0},
 }
 SPECS = {"spec_matmul_pingpong": PINGPONG,
-         **{f"user_{p.stem}": p for p in sorted((ROOT / "bench" / "user_shapes" / "pingpong").glob("*.yaml"))}}
+         **{f"user_{p.stem}": p for p in sorted((ROOT / "tests" / "data" / "pingpong").glob("*.yaml"))}}
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ GPU_CASES = {
     # ragged thousands (issue 17's 3000x5000x1000, bf16), 128 x 128 tiles
     "ragged_3000x5000x1000": (BASE, {**PP, **RAGGED}),
     # f16 in, f32 out, gelu(acc + bias), 4096 x 4096 x 1024: Linear with a heavy epilogue
-    "gelu_bias_f16_f32": (ROOT / "bench/user_shapes/pingpong/linear_bias_gelu_f16_4096x4096x1024_pp.yaml", {}),
+    "gelu_bias_f16_f32": (ROOT / "tests/data/pingpong/linear_bias_gelu_f16_4096x4096x1024_pp.yaml", {}),
     # 2-CTA cluster multicasting rhs, 4096^3
     "cluster2x1": (BASE, PP),
     # 15 tiles over 2 blocks: 8 and 7 local tiles (an odd count: the last tile's handshake has no partner)

@@ -25,7 +25,7 @@ from schedgen.toolchain.nvrtc import resource_usage, sass
 
 BIAS_GELU = ROOT / "specs" / "matmul_bias_gelu_bf16.yaml"                                 # bias [N] f32
 RESIDUAL = ROOT / "bench" / "user_shapes" / "linear_bias_residual_4096x4096x1024.yaml"   # bias [N] f32, res [M, N] bf16
-RESIDUAL_PP = ROOT / "bench" / "user_shapes" / "pingpong" / "linear_bias_residual_4096x4096x1024_pp.yaml"
+RESIDUAL_PP = ROOT / "tests" / "data" / "pingpong" / "linear_bias_residual_4096x4096x1024_pp.yaml"
 NOEPI = ROOT / "bench" / "user_shapes" / "linear_4096x4096x1024_noepi.yaml"
 FP8_ROWWISE = ROOT / "specs" / "matmul_fp8_e4m3_rowwise_4096.yaml"
 CUDA = {"schedule.backends": ["cuda"]}
