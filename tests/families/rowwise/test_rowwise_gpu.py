@@ -182,3 +182,26 @@ def test_bundled_pallas_at_an_odd_row_count(stem):
     assert "pallas" in built.plan.backends
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     _check(built, kernel, {"M": 777, "N": SPECS[stem]}, 4, ["pallas"])
+
+
+@pytest.mark.parametrize("approx", [True, False])
+def test_crossentropy_of_large_and_masked_logits(approx):
+    """Logits around +-1e4 (bf16 steps of 64 there) with a tenth of them masked to -inf (never the target's), the
+    default approx_math exp and the IEEE one: the max and the sum of exp(x - max) must ignore the masked entries and
+    neither overflow nor lose the target's term, at a ragged row count."""
+    built = build_spec(str(SPECS_DIR / "crossentropy_bf16.yaml"), {"schedule.compiler_params.approx_math": approx})
+    kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
+    from schedgen.verify import run_cuda
+    sizes = {"M": 1027, "N": 32000}
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal((sizes["M"], sizes["N"]), dtype=np.float32) * 1e4)
+    t = rng.integers(0, sizes["N"], sizes["M"])
+    masked = rng.random(x.shape) < 0.1
+    masked[np.arange(sizes["M"]), t] = False
+    x[masked] = -np.inf
+    from schedgen.runtime.arrays import DTYPES
+    ins = {"x": x.astype(DTYPES["bf16"]), "t": t.astype(np.float32)}
+    ref = reference(built.spec, sizes, ins)["loss"]
+    got = np.asarray(run_cuda(kernel, built.plan, ins)[0], np.float64)
+    assert np.isfinite(got).all() and np.isfinite(ref).all()
+    assert rel_error(got, ref) <= tolerance("f32", built.plan.approx_math), rel_error(got, ref)
