@@ -6,7 +6,8 @@ created, `--force` (or any overwrite) wrote into the file a link named, and a FI
 device such as /dev/stdout was written, or as root replaced). Every file the CLI writes now goes through
 `schedgen.files.write_file`: a symbolic link, FIFO, device, socket or folder at the path is a one-line error (exit
 2), nothing is written through it; a regular file is replaced atomically (a temporary file in the same folder,
-renamed onto it, keeping the old file's permissions). A linked folder above the file is followed as usual.
+renamed onto it, keeping the old file's permissions). A linked folder above the file is followed as usual. The
+tuning database (`--db`, which sqlite writes in place) is refused the same way when a link or FIFO is there.
 """
 from __future__ import annotations
 
@@ -183,3 +184,18 @@ def test_every_writer_goes_through_schedgen_files():
         if lines:
             found[str(path.relative_to(ROOT))] = lines
     assert found == {}, f"files written around schedgen.files.write_file: {found}"
+
+
+@pytest.mark.parametrize("kind", ["dangling", "to a file", "fifo"])
+def test_the_tuning_database_is_not_opened_through_a_symlink_or_a_fifo(tmp_path, capsys, kind):
+    """sqlite writes where a link points (a dangling link's target is created) and opens a FIFO."""
+    victim = _victim(tmp_path)
+    db = tmp_path / "tune.sqlite"
+    if kind == "fifo":
+        os.mkfifo(db)
+    else:
+        db.symlink_to(victim if kind == "to a file" else tmp_path / "outside" / "created.sqlite")
+    assert _run(["tune", str(ADD), "--db", str(db), "--db-only", "--export", str(tmp_path / "w.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"schedgen: {db}: it is a ") and "--db takes the database file's own path" in err, err
+    assert victim.read_text() == "KEEP\n" and not (tmp_path / "outside" / "created.sqlite").exists()
