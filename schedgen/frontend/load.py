@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ..files import UnreadableFile, read_bytes
-from ..errors import Pos, Problem, SourceMap, SpecErrors, shorten_int
+from ..errors import Pos, Problem, SourceMap, SpecErrors, printable, shorten_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,8 +55,8 @@ def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, Sour
     src = SourceMap(name)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".toml"):
-        raise SpecErrors([Problem((), f"unknown file type '{suffix}'; use .yaml, .yml or .toml", pos=Pos(1, 1))],
-                         src)
+        raise SpecErrors([Problem((), f"unknown file type '{printable(suffix)}'; use .yaml, .yml or .toml",
+                                  pos=Pos(1, 1))], src)
     raw = read_spec_bytes(path) if data is None else data
     if len(raw) > MAX_BYTES:
         raise _file_error(name, f"file is over {MAX_BYTES} bytes; at most {MAX_BYTES} are accepted")

@@ -9,7 +9,10 @@ line and says what the text was. Ordinary text is unchanged.
 """
 from __future__ import annotations
 
+import os
 import shutil
+
+import pytest
 
 from _specs import ADD, add_with_tune
 from schedgen import cli
@@ -98,3 +101,25 @@ def test_the_database_gpu_column_is_printed_escaped(tmp_path, capsys, monkeypatc
     assert code == 0
     assert out.splitlines()[0].startswith("best known: best 1.0000 ms") and out.splitlines()[0].endswith(
         f"on H200{ESCAPED}"), out
+
+
+def test_a_suffix_with_escapes_is_escaped(tmp_path, capsys):
+    path = tmp_path / "s.\x1b[31m"
+    shutil.copy(ADD, path)
+    code, _, err = _run(capsys, "validate", str(path))
+    assert code == 2 and err == f"{tmp_path}/s.\\x1b[31m:1:1: <file>: unknown file type '.\\x1b[31m'; use .yaml, " \
+                                ".yml or .toml\n"
+
+
+@pytest.mark.parametrize("command", [["explain"], ["build", "-o", "OUT"], ["explain", "--draw", "OUT/x.png"]])
+def test_commands_on_a_path_that_is_not_utf8_and_holds_escapes(tmp_path, capsys, monkeypatch, command):
+    """No traceback (a lone surrogate cannot be printed as UTF-8) and nothing raw on the terminal."""
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xff\x1b[31m\n")
+    os.mkdir(folder)
+    path = os.path.join(folder, "add.yaml")
+    shutil.copy(ADD, path)
+    argv = [a.replace("OUT", folder) for a in command]
+    code, out, err = _run(capsys, *argv, path, "-D", "M=64", "-D", "N=512")
+    assert code == 0, err
+    assert "d\\udcff\\x1b[31m\\n" in out + err or command == ["explain"]
