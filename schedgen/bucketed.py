@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from .build import BackwardBuilt, Built, _write_package, build_spec, publish, write_backward
 from .cache import Cache, write_new
-from .errors import Problem, SpecErrors
+from .errors import Problem, SpecErrors, printable
 from .plan.dispatch import FILE_NAME as DISPATCH_FILE, VARIANTS_DIR, DispatchRecord
 
 PACKAGE_TEMPLATE = "shared/package_buckets.py.j2"
@@ -78,7 +78,7 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
             try:
                 built = build_spec(spec_path, {**overrides, **schedule_overrides(row)}, cache=cache)
                 source = "tuned"
-                notes.append(f"{label}: tuned at {at}: {_label(row)} on {row.get('gpu')}")
+                notes.append(f"{label}: tuned at {at}: {_label(row)} on {printable(str(row.get('gpu')))}")
             except SpecErrors as exc:
                 first = exc.problems[0]
                 notes.append(f"{label}: the winner at {at} does not plan over the whole dynamic range "

@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Collection, Mapping
 
+from .errors import printable
+
 INDEX = "entry.json"
 MAX_INDEX_BYTES = 1 << 20        # an index lists a handful of names and hashes
 MAX_FILE_BYTES = 1 << 30         # no artifact comes near this; a larger file is damage, not a kernel
@@ -273,5 +275,5 @@ class Cache:
         root = str(self.root)
         if root not in _warned:
             _warned.add(root)
-            print(f"schedgen: warning: {exc.strerror}; building without the cache (set SCHEDGEN_CACHE to a "
+            print(f"schedgen: warning: {printable(exc.strerror)}; building without the cache (set SCHEDGEN_CACHE to a "
                   f"writable folder)", file=sys.stderr)

@@ -9,16 +9,33 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .errors import SpecErrors, ToolchainError
+from .errors import SpecErrors, ToolchainError, printable
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
 EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
 
 
 def _usage(message: str) -> SystemExit:
-    """A usage error: printed, exit status 2 (like argparse's own)."""
-    print(f"schedgen: {message}", file=sys.stderr)
+    """A usage error: printed as one line (control characters of paths and values in it escaped), exit status 2
+    (like argparse's own)."""
+    print(f"schedgen: {printable(message)}", file=sys.stderr)
     return SystemExit(EXIT_SPEC)
+
+
+def _shown(text) -> str:
+    """A path, a name or a value from outside (the command line, a file, the environment, a database) as one line
+    of printable text: control characters (a newline that would forge a line, ESC sequences) escaped."""
+    return printable(os.fsdecode(text) if isinstance(text, (bytes, os.PathLike)) else str(text))
+
+
+def _write(option: str, path, data, what: str) -> None:
+    """A file the user named, written by schedgen.files.write_file (never through a symbolic link, never into a
+    FIFO or device); what the OS refuses is a one-line usage error."""
+    from .files import write_file
+    try:
+        write_file(path, data)
+    except OSError as exc:
+        raise _os_usage(option, path, exc, what) from None
 
 
 _OS_REASONS = {
@@ -32,7 +49,9 @@ _OS_REASONS = {
 
 def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
     """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
-    why = _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
+    from .files import NotARegularFile
+    why = exc.strerror if isinstance(exc, NotARegularFile) else \
+        _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
     at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
     for link in dict.fromkeys(str(x) for x in (path, exc.filename) if x):
         if os.path.islink(link):
@@ -72,6 +91,16 @@ def _count(least: int):
             raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {least}")
         return value
     return parse
+
+
+def _writable_file(option: str, path, what: str) -> None:
+    """An output file checked before a long run: a symbolic link, FIFO, device or folder at `path` fails now (it
+    is never written through: schedgen.files), not after the run."""
+    from .files import existing_mode
+    try:
+        existing_mode(Path(path))
+    except OSError as exc:
+        raise _os_usage(option, path, exc, what) from None
 
 
 def _writable_folder(option: str, folder, what: str, given=None) -> None:
@@ -160,7 +189,7 @@ def cmd_validate(args) -> int:
             print(SpecErrors(problems, src).render(), file=sys.stderr)
             status = EXIT_SPEC
         else:
-            print(f"{path}: ok ({spec.op.kind} '{spec.name}')")
+            print(f"{_shown(path)}: ok ({spec.op.kind} '{spec.name}')")
     return status
 
 
@@ -181,7 +210,7 @@ def _buckets(path: str, overrides: dict, args):
     except BucketsError as exc:
         raise _usage(str(exc)) from None
     if note:
-        print(f"{path}: {note}", file=sys.stderr)
+        print(f"{_shown(path)}: {note}", file=sys.stderr)
     return buckets
 
 
@@ -202,20 +231,29 @@ def cmd_schema(args) -> int:
         return EXIT_OK
     args.output = args.output or (REFERENCE_OUT if args.markdown else SCHEMA_OUT)
     if args.check:
-        current = Path(args.output).read_text() if Path(args.output).exists() else ""
-        if current != text:
+        if _current(args.output, len(text.encode())) != text.encode():
             again = "schedgen schema" + (" --markdown" if args.markdown else "")
-            print(f"{args.output} is out of date; run: {again}", file=sys.stderr)
+            print(f"{_shown(args.output)} is out of date; run: {again}", file=sys.stderr)
             return EXIT_FAIL
-        print(f"{args.output}: up to date")
+        print(f"{_shown(args.output)}: up to date")
         return EXIT_OK
-    try:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
-    except OSError as exc:
-        raise _os_usage("-o", args.output, exc, "the schema") from None
-    print(f"wrote {args.output}")
+    _write("-o", args.output, text, "the schema")
+    print(f"wrote {_shown(args.output)}")
     return EXIT_OK
+
+
+def _current(path, limit: int) -> bytes | None:
+    """schema --check: the bytes of the file to compare (b"" when there is none; None when it is larger than
+    `limit`, so not the same), read by schedgen.files (a FIFO or a device is a usage error, not a hang)."""
+    from .files import UnreadableFile, read_bytes
+    if not os.path.lexists(path):
+        return b""
+    try:
+        return read_bytes(path, limit)
+    except UnreadableFile as exc:
+        if exc.too_large:
+            return None
+        raise _usage(f"-o {exc.located(path)}") from None
 
 
 def cmd_new(args) -> int:
@@ -228,14 +266,11 @@ def cmd_new(args) -> int:
     if dest is None:
         print(text, end="")
         return EXIT_OK
-    if dest.exists() and not args.force:
-        raise _usage(f"-o {dest}: the file exists; give another name or --force to overwrite it")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-    except OSError as exc:
-        raise _os_usage("-o", dest, exc, "the starter spec") from None
-    print(f"wrote {dest} ({args.kind} family; next: schedgen explain {dest})")
+    if os.path.lexists(dest) and not args.force:
+        link = " (a symbolic link)" if dest.is_symlink() else ""
+        raise _usage(f"-o {dest}: the file exists{link}; give another name or --force to overwrite it")
+    _write("-o", dest, text, "the starter spec")
+    print(f"wrote {_shown(dest)} ({args.kind} family; next: schedgen explain {_shown(dest)})")
     return EXIT_OK
 
 
@@ -262,7 +297,7 @@ def cmd_build(args) -> int:
             dest = package(built, args.output)
         except OSError as exc:          # -o is a file, read-only, full, a symlink to one of those: the same for all
             raise _os_usage("-o", args.output, exc, "the package") from None
-        print(f"{path}: built {built.plan.kernel_name} -> {dest}{' (cached)' if built.cache_hit else ''}{note}")
+        print(f"{_shown(path)}: built {built.plan.kernel_name} -> {_shown(dest)}{' (cached)' if built.cache_hit else ''}{note}")
         bw = built.backward
         if bw is not None:
             print(f"  backward: gradients of {', '.join(bw.graph.grads) or '(none)'}; "
@@ -281,7 +316,7 @@ def _build_buckets(path: str, overrides: dict, buckets, args) -> None:
         dest = package_bucketed(bb, args.output)
     except OSError as exc:
         raise _os_usage("-o", args.output, exc, "the package") from None
-    print(f"{path}: built {bb.name} (bucketed) -> {dest}{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
+    print(f"{_shown(path)}: built {bb.name} (bucketed) -> {_shown(dest)}{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
     steps = tuple(bb.backward.steps.values()) if bb.backward is not None else ()
     for w in dict.fromkeys(w for b in (*bb.variants, *steps) for w in b.warnings):
         print(w, file=sys.stderr)
@@ -322,14 +357,14 @@ def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
     except TuneDBError as exc:
         raise _usage(str(exc)) from None
     except NothingToTune:
-        print(f"{path}: no tune section; building the file's own schedule", file=sys.stderr)
+        print(f"{_shown(path)}: no tune section; building the file's own schedule", file=sys.stderr)
         return overrides, ""
     if row is None:
-        print(f"{path}: the tuning database has no verified result for this spec at "
+        print(f"{_shown(path)}: the tuning database has no verified result for this spec at "
               f"{', '.join(f'{k}={v}' for k, v in _sizes(path, overrides).items())}; building the file's own "
-              f"schedule (run: schedgen tune {path})", file=sys.stderr)
+              f"schedule (run: schedgen tune {_shown(path)})", file=sys.stderr)
         return overrides, ""
-    return {**overrides, **row["overrides"]}, f"\n  tuned: {best_label(row)} on {row['gpu']}"
+    return {**overrides, **row["overrides"]}, f"\n  tuned: {best_label(row)} on {_shown(row['gpu'])}"
 
 
 def _sizes(path: str, overrides: dict) -> dict:
@@ -355,7 +390,7 @@ def cmd_explain(args) -> int:
     if args.draw:
         from .draw import draw
         try:
-            print(f"wrote {draw(p, args.draw)}", file=sys.stderr if args.json else sys.stdout)
+            print(f"wrote {_shown(draw(p, args.draw))}", file=sys.stderr if args.json else sys.stdout)
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK
@@ -380,7 +415,7 @@ def _explain_buckets(args, bb) -> int:
                           "variants": {bb.record.variants[i]: json.loads(to_json(bb.variants[i].plan))
                                        for i in shown}}, indent=1, sort_keys=True))
     else:
-        print(f"{args.file}: {bb.name} (bucketed)\n{describe(bb)}")
+        print(f"{_shown(args.file)}: {bb.name} (bucketed)\n{describe(bb)}")
         for i in shown:
             built = bb.variants[i]
             _, picks = plan_with_picks(built.spec, built.source)
@@ -390,7 +425,7 @@ def _explain_buckets(args, bb) -> int:
     if args.draw:
         from .draw import draw
         try:
-            print(f"wrote {draw(bb.variants[args.variant].plan, args.draw)}",
+            print(f"wrote {_shown(draw(bb.variants[args.variant].plan, args.draw))}",
                   file=sys.stderr if args.json else sys.stdout)
         except ValueError as exc:
             raise _usage(str(exc)) from None
@@ -447,11 +482,12 @@ def cmd_verify(args) -> int:
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items()) + (f" |x|~{c.magnitude:g}" if c.magnitude != 1 else "")
         print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
-              f"{c.result}{'  ' + c.note if c.note else ''}")
+              f"{c.result}{'  ' + printable(c.note) if c.note else ''}")
     if args.json:
         import json
-        Path(args.json).write_text(json.dumps([c.row() | {"result": c.result} for c in rows], indent=1,
-                                              default=str) + "\n")
+
+        from .files import write_file
+        write_file(args.json, json.dumps([c.row() | {"result": c.result} for c in rows], indent=1, default=str) + "\n")
     return status if status != EXIT_OK else _verify_status(rows)
 
 
@@ -496,21 +532,22 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
     for r in runs:
         errors = "-" if r.errors is None else str(r.errors)
         print(f"{r.spec:24} {r.backend:7} {r.tool:10} {errors:>6}  {'ok' if r.ok else 'FAIL'}"
-              f"{'  ' + r.detail if r.detail else ''}")
+              f"{'  ' + printable(r.detail) if r.detail else ''}")
         if not r.ok and status == EXIT_OK:
             status = EXIT_FAIL
     return status
 
 
 def cmd_bench(args) -> int:
-    from .bench import (RecordError, bench_built, check_at, environment, markdown, merge_rows, print_skips,
-                        read_record, write_record)
+    from .bench import RecordError, bench_built, check_at, environment, print_skips, read_record
     from .build import build_spec
     from . import families
     try:
         old = read_record(args.json) if args.json else []     # a --json that is not a record: before any timing
     except RecordError as exc:
         raise _usage(str(exc)) from None
+    if args.markdown:
+        _writable_file("--markdown", args.markdown, "the table")
     env = environment()
     rows = []
     for path in args.files:
@@ -538,18 +575,31 @@ def cmd_bench(args) -> int:
     rows = print_skips(rows)                                   # not run here (no GPU): SKIP and the reason
     if skipped and not rows:
         return _nothing_timed(skipped, args.allow_skip)
+    _bench_outputs(args, rows, old)
+    return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+
+
+def _bench_outputs(args, rows: list[dict], old: list[dict]) -> None:
+    """bench's files (--json merged into, --markdown of the whole record, --report) and the table of `rows`."""
+    from .bench import markdown, merge_rows, write_record
     merged = rows
     if args.json and rows:
         merged = merge_rows(args.json, rows, old)
-        write_record(args.json, merged)
+        try:
+            write_record(args.json, merged)
+        except OSError as exc:
+            raise _os_usage("--json", args.json, exc, "the record") from None
         if args.markdown:
-            Path(args.markdown).write_text(markdown(merged))
+            _write("--markdown", args.markdown, markdown(merged), "the table")
     print(markdown(rows), end="")
     if args.report:
         from .report import write_report
-        for f in write_report(merged, args.report).values():
-            print(f"wrote {f}")
-    return EXIT_OK if all(r["verified"] for r in rows) else EXIT_FAIL
+        try:
+            files = write_report(merged, args.report)
+        except OSError as exc:
+            raise _os_usage("--report", args.report, exc, "the report") from None
+        for f in files.values():
+            print(f"wrote {_shown(f)}")
 
 
 def _nothing_timed(skipped: list[dict], allow: bool) -> int:
@@ -576,7 +626,7 @@ def _bench_variant(path: str, bb, at: dict):
     cell = bb.record.cell(values)
     i = bb.record.table[cell]
     shown = ", ".join(f"{s}={v}" for s, v in zip(bb.record.sizes, values))
-    print(f"{path}: at {shown} the dispatch picks {bb.record.variants[i]} (bucket {bucket_label(bb.record, cell)})")
+    print(f"{_shown(path)}: at {shown} the dispatch picks {bb.record.variants[i]} (bucket {bucket_label(bb.record, cell)})")
     return bb.record.variants[i], bb.variants[i]
 
 
@@ -600,10 +650,10 @@ def cmd_tune(args) -> int:
         except TuneDBError as exc:
             raise _usage(str(exc)) from None
         if row is None:
-            print(f"{args.file}: the tuning database has no verified result for this spec at this shape; run "
-                  f"schedgen tune {args.file} on the GPU first", file=sys.stderr)
+            print(f"{_shown(args.file)}: the tuning database has no verified result for this spec at this shape; run "
+                  f"schedgen tune {_shown(args.file)} on the GPU first", file=sys.stderr)
             return EXIT_FAIL
-        print(f"best known: {best_label(row)} on {row['gpu']}")
+        print(f"best known: {best_label(row)} on {_shown(row['gpu'])}")
     else:
         result = _measured(args, lambda runner: tune(
             args.file, overrides, runner=runner, db=args.db, backend=args.backend, workers=args.workers,
@@ -643,7 +693,7 @@ def _measured(args, run):
     except TuneDBError as exc:
         raise _usage(str(exc)) from None
     except (RuntimeError, ValueError) as exc:
-        print(f"schedgen: {exc}", file=sys.stderr)
+        print(f"schedgen: {printable(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
     finally:
         if runner is not None:
@@ -691,7 +741,7 @@ def _tune_buckets(args, overrides: dict, buckets) -> int:
     console.print(buckets_summary(result))
     if args.dry_run:
         return EXIT_OK if all(r.result.compiled == len(r.result.pruning.kept) for r in result.runs) else EXIT_FAIL
-    console.print(Text(f"next: schedgen build {args.file} --tuned (one package, a variant per distinct winner)"))
+    console.print(Text(f"next: schedgen build {_shown(args.file)} --tuned (one package, a variant per distinct winner)"))
     return EXIT_OK if all(r.result.best is not None for r in result.runs) else EXIT_FAIL
 
 
@@ -711,6 +761,7 @@ def _check_tune_args(args, max_space: int) -> None:
         if Path(args.export).suffix.lower() not in (".yaml", ".yml"):
             raise _usage(f"--export {args.export}: the export is written as YAML; name it .yaml")
         _writable_folder("--export", Path(args.export).parent, "the schedule", args.export)
+        _writable_file("--export", args.export, "the schedule")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import families
+from .files import existing_mode, save_figure
 
 from .plan.hardware import COPY_GBPS, DEFAULT_TARGET, H200, PEAK_TFLOPS, SM_COUNT, for_target
 
@@ -388,6 +389,10 @@ def target(out: str | Path, name: str, formats: Sequence[str] = ("png",)) -> Pat
                         f"{', '.join('.' + f for f in sorted(formats))})")
     if path.is_dir():
         raise DrawError(f"--draw {text}: {path} is a directory")
+    try:
+        existing_mode(path)             # a symbolic link, FIFO or device there: refused now, not after drawing
+    except OSError as exc:
+        raise DrawError(f"--draw {text}: cannot write {path}: {exc.strerror}") from None
     folder = path.parent
     for up in (folder, *folder.parents):      # the nearest existing folder above must be a writable directory
         if up.exists():
@@ -436,8 +441,7 @@ def draw(plan, out: str | Path, *, dpi: int = 120, note: Callable[[str], None] |
         draw_pipeline(ax_p, hooks.pipeline(plan))
         fig.suptitle(f"{plan.name}: the schedule", fontsize=13, y=0.995)
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(out, dpi=dpi, bbox_inches="tight")
+            save_figure(fig, out, dpi=dpi, bbox_inches="tight")
         except OSError as exc:
             raise DrawError(f"--draw: cannot write {out}: {exc.strerror or exc}") from None
     finally:

@@ -109,7 +109,7 @@ class SourceMap:
 
     def format(self, problem: Problem) -> str:
         pos = self.locate(problem)
-        return f"{self.file}:{pos.line}:{pos.col}: {format_path(problem.path)}: {problem.message}"
+        return f"{printable(self.file)}:{pos.line}:{pos.col}: {format_path(problem.path)}: {problem.message}"
 
 
 class SpecErrors(Exception):

@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import families as registry
+from .bench.rows import MAX_RECORD_BYTES, ROW_KEYS, row_problem
+from .errors import printable
 from .families import ReportHooks
+from .files import UnreadableFile, read_json, save_figure, write_file
 from .plan.hardware import COPY_GBPS as DEFAULT_COPY_GBPS, PEAK_TFLOPS   # the figures and their provenance
 
 SERIES = {   # key -> (label, colour)
@@ -214,9 +217,10 @@ def plot_throughput(entries: list[dict], family: str, r: dict, path: Path) -> Pa
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -287,9 +291,10 @@ def plot_roofline(points: list[dict], r: dict, path: Path) -> Path:
     fig.legend(handles=[Patch(color=_colour(s), label=_series_label(s, pts)) for s in series], loc="lower center",
                ncol=len(series), fontsize=8.5, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -343,11 +348,11 @@ def write_report(rows: Sequence[dict], out_dir: str | Path, *, copy_gbps: float 
         files[f"{fam}_throughput"] = plot_throughput(points, fam, r, out / f"{fam}_throughput.png")
     if points:
         files["roofline"] = plot_roofline(points, r, out / "roofline.png")
-    (out / "report.json").write_text(json.dumps({"rates": r, "roofline": points, "rows": list(rows)}, indent=1,
+    write_file(out / "report.json", json.dumps({"rates": r, "roofline": points, "rows": list(rows)}, indent=1,
                                                 default=lambda o: None if isinstance(o, float) and math.isnan(o)
                                                 else str(o)) + "\n")
     files["json"] = out / "report.json"
-    (out / "report.md").write_text(markdown_report(rows, points, r, [p.name for k, p in files.items()
+    write_file(out / "report.md", markdown_report(rows, points, r, [p.name for k, p in files.items()
                                                                       if p.suffix == ".png"]))
     files["markdown"] = out / "report.md"
     return files
@@ -361,21 +366,32 @@ def load_record(path: str | Path) -> list[dict]:
     """The bench rows of one record file: a JSON list of rows (`schedgen bench --json`), or a record in a family's
     own format (`ReportHooks.record_rows`, e.g. bench/results/attention.json). RecordError otherwise."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
-    except UnicodeDecodeError:
-        raise RecordError(f"{path}: not a benchmark record: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}:{exc.lineno}:{exc.colno}: not a benchmark record: invalid JSON ({exc.msg})") from None
-    if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("spec"), str) for r in data):
-        return data
+        data = read_json(path, MAX_RECORD_BYTES, legal="a benchmark record is a regular JSON file")
+    except UnreadableFile as exc:
+        raise RecordError(exc.located(path, f"not a benchmark record: {exc}" if exc.content else None)) from None
+    rows = data if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("spec"), str)
+                                                  for r in data) else None
     for fam in registry.all_families():
-        rows = fam.report.record_rows(data) if fam.report.record_rows is not None else None
-        if rows is not None:
-            return rows
-    raise RecordError(f"{path}: not a benchmark record: expected a JSON list of bench rows (objects with a 'spec', "
+        if rows is None and fam.report.record_rows is not None:
+            rows = fam.report.record_rows(data)
+    if rows is not None:
+        for i, r in enumerate(rows):
+            why = _row_problem(r)
+            if why is not None:
+                raise RecordError(f"{printable(str(path))}: not a benchmark record: row {i}: {why}")
+        return rows
+    raise RecordError(f"{printable(str(path))}: not a benchmark record: expected a JSON list of bench rows (objects with a 'spec', "
                       f"as `schedgen bench --json` writes) or a family's own record (bench/results/*.json)")
+
+
+def _row_problem(r: dict) -> str | None:
+    """bench.rows.row_problem, for a row of either form (bench's own, or a family's record turned into rows)."""
+    missing = [k for k in ROW_KEYS if k not in r]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if not isinstance(r["shape"], dict):
+        return "its shape is not an object"
+    return row_problem(r)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -395,12 +411,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"schedgen.report: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as exc:
-        print(f"schedgen.report: -o {args.output}: cannot write the report: {(exc.strerror or str(exc)).lower()}"
-              f"{f' ({exc.filename})' if exc.filename else ''}", file=sys.stderr)
+        print(printable(f"schedgen.report: -o {args.output}: cannot write the report: "
+                        f"{(exc.strerror or str(exc)).lower()}{f' ({exc.filename})' if exc.filename else ''}"),
+              file=sys.stderr)
         raise SystemExit(2) from None
     try:
         for path in files.values():
-            print(f"wrote {path}")
+            print(f"wrote {printable(str(path))}")
         sys.stdout.flush()
     except BrokenPipeError:
         from .cli import stop_quietly_on_broken_pipe

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .files import write_file
+
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PRINT_LIMIT = 100000
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
@@ -102,9 +104,7 @@ def sanitize(spec: str, name: str, tools: Sequence[str], backend: str = "cuda", 
         out = res.stdout + res.stderr
         log = ""
         if log_dir:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            log = str(Path(log_dir) / f"{name}.{backend}.{tool}.log")
-            Path(log).write_text(out)
+            log = str(write_file(Path(log_dir) / f"{name}.{backend}.{tool}.log", out))
         errors, api = kernel_errors(out)
         verified = res.returncode == 0
         detail = "" if verified else f"verify exited {res.returncode}: " + out.strip().splitlines()[-1][:200] \

@@ -3,14 +3,21 @@
 Each family keeps its starter next to its planner (`families/<kind>/starter.yaml`, the manifest's `starter`): a
 spec with a name and an op and no schedule (the planner picks one), comments saying what each field means, and the
 schedule the bundled specs use, commented out. The modeline points at the committed JSON Schema by a path relative
-to the written file, as the bundled specs do."""
+to the written file, as the bundled specs do.
+
+Nothing from the command line goes into the text unchecked: `--name` must be a legal spec name (what the schema
+takes, not reserved), and the file's path, written into comments, goes through `comment_text` (a newline in it
+would end the comment and the rest would be read as YAML)."""
 from __future__ import annotations
 
 import os
-import re
+import shlex
 from pathlib import Path
 
 from . import families
+from .comment import comment_text
+from .frontend.expr import check_identifier
+from .reserved import SPEC_NAME
 
 SCHEMA_NAME = "schedgen.schema.json"
 
@@ -24,10 +31,18 @@ def schema_file() -> Path:
     return package.parent / "schemas" / SCHEMA_NAME
 
 
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a spec's name (None when it can): the schema's rule and the reserved spec names."""
+    why = check_identifier(name)
+    if why is None and name in SPEC_NAME:
+        why = f"{name!r} is reserved: it is {SPEC_NAME[name]}; choose another name"
+    return why
+
+
 def default_name(kind: str, dest: Path | None) -> str:
     """The spec's name: the file's stem when it is a legal name, else my_<kind>."""
     stem = dest.stem if dest is not None else ""
-    return stem if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", stem) else f"my_{kind}"
+    return stem if stem and name_problem(stem) is None else f"my_{kind}"
 
 
 def starter_text(kind: str, dest: Path | None = None, name: str | None = None) -> str:
@@ -38,8 +53,10 @@ def starter_text(kind: str, dest: Path | None = None, name: str | None = None) -
     family = families.get(kind)
     if family.starter is None:
         raise ValueError(f"the {kind} family has no starter spec")
+    if name is not None and (why := name_problem(name)) is not None:
+        raise ValueError(f"--name: {why}")
     folder = (dest.parent if dest is not None else Path(".")).resolve()
-    schema = Path(os.path.relpath(schema_file(), folder)).as_posix()
-    shown = dest.as_posix() if dest is not None else f"{default_name(kind, None)}.yaml"
+    schema = comment_text(Path(os.path.relpath(schema_file(), folder)).as_posix())
+    shown = comment_text(shlex.quote(dest.as_posix()) if dest is not None else f"{default_name(kind, None)}.yaml")
     return (family.starter.read_text().replace("__SCHEMA__", schema).replace("__FILE__", shown)
             .replace("__NAME__", name or default_name(kind, dest)))

@@ -12,9 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..errors import printable, shorten
+from ..files import UnreadableFile, existing_mode, read_json, write_file
 from ..plan.common import shown_sizes
 
 ROW_KEYS = ("spec", "backend", "shape")
+MAX_RECORD_BYTES = 64 << 20     # the largest committed record is about 120 kB
 
 
 class RecordError(ValueError):
@@ -35,32 +38,73 @@ def _writable_dir(path: Path) -> Path | None:
 
 def read_record(path: Path | str) -> list[dict]:
     """The rows of a record file ([] when it does not exist yet), or RecordError when it is not one or could not
-    be written back."""
+    be written back. The file is read by schedgen.files (a regular file, at most MAX_RECORD_BYTES, JSON nested a
+    few levels)."""
     path = Path(path)
+    shown = printable(str(path))
     legal = "a benchmark record is a JSON list of rows, each with spec, backend and shape"
     if path.is_dir():
-        raise RecordError(f"{path}: is a directory, not a benchmark record file ({legal})")
+        raise RecordError(f"{shown}: is a directory, not a benchmark record file ({legal})")
+    try:
+        existing_mode(path)                             # a symlink, FIFO or device: refused before any timing
+    except OSError as exc:
+        raise RecordError(f"{shown}: {exc.strerror}") from None
     if not path.exists():
         if _writable_dir(path) is None:
-            raise RecordError(f"{path}: cannot be created (its folder is missing or not writable)")
+            raise RecordError(f"{shown}: cannot be created (its folder is missing or not writable)")
         return []
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}:{exc.lineno}:{exc.colno}: not a benchmark record: invalid JSON ({exc.msg}); "
-                          f"{legal}") from None
+        data = read_json(path, MAX_RECORD_BYTES, legal=legal)
+    except UnreadableFile as exc:
+        raise RecordError(exc.located(path, f"not a benchmark record: {exc}; {legal}" if exc.content else None)) \
+            from None
     if not isinstance(data, list):
-        raise RecordError(f"{path}: not a benchmark record: a JSON {type(data).__name__}; {legal}")
+        raise RecordError(f"{shown}: not a benchmark record: a JSON {type(data).__name__}; {legal}")
     for i, r in enumerate(data):
         if not isinstance(r, dict) or any(k not in r for k in ROW_KEYS) or not isinstance(r["shape"], dict):
-            raise RecordError(f"{path}: not a benchmark record: item {i} is {_what(r)}, not a row; {legal}")
+            raise RecordError(f"{shown}: not a benchmark record: item {i} is {_what(r)}, not a row; {legal}")
+        if (why := row_problem(r)) is not None:
+            raise RecordError(f"{shown}: not a benchmark record: item {i}: {why}")
     if not os.access(path, os.W_OK):
-        raise RecordError(f"{path}: not writable")
+        raise RecordError(f"{shown}: not writable")
     return data
+
+
+# What the tables and the report compute with, and the range a measurement can have: a number far outside (1e308
+# ms, a string) is damage, refused when the record is read rather than a traceback when a plot overflows.
+MEASURES = {"time_ms": (1e-9, 1e12), "peer_time_ms": (1e-9, 1e12), "flops": (1.0, 1e21), "gbps": (1e-9, 1e9),
+            "tflops": (1e-9, 1e9)}
+PEER_MEASURES = ("time_ms", "gbps", "tflops")
+NAMES = ("spec", "backend", "family", "variant", "peer")
+
+
+def row_problem(r: dict) -> str | None:
+    """Why a row (an object with spec, backend and shape) is not one the tables and the report can use: a name
+    that is not a string, a size that is neither a whole number nor a range's text, a measurement that is not a number (or null) in its
+    range. None when it is usable."""
+    for key in NAMES:
+        if r.get(key) is not None and not isinstance(r[key], str):
+            return f"{key} is {_kind(r[key])}; a string"
+    for name, v in r["shape"].items():
+        if not isinstance(v, str) and (type(v) is not int or not 0 <= v < 1 << 63):
+            return f"shape.{printable(str(name))} is {_kind(v)}; a whole number from 0 to 2^63 - 1, or a range " \
+                   f"such as '1..65536'"
+    peers = r.get("peers") if r.get("peers") is not None else {}
+    if not isinstance(peers, dict) or not all(isinstance(p, dict) for p in peers.values()):
+        return "peers is not an object of objects"
+    checks = [(k, r.get(k)) for k in MEASURES] + [(f"peers.{printable(str(n))}.{k}", p.get(k))
+                                                     for n, p in peers.items() for k in PEER_MEASURES]
+    for key, v in checks:
+        lo, hi = MEASURES[key.rsplit(".", 1)[-1]]
+        if v is not None and (type(v) not in (int, float) or not (v == 0 or lo <= v <= hi)):
+            return f"{key} is {_kind(v)}; a number from {lo:g} to {hi:g}, 0 or null"
+    return None
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool) or v is None or type(v) in (int, float):
+        return shorten(v)
+    return f"a JSON {'string' if isinstance(v, str) else type(v).__name__}"
 
 
 def _what(r: Any) -> str:
@@ -79,12 +123,9 @@ def merge_rows(path: Path | str, rows: list[dict], old: list[dict] | None = None
 
 
 def write_record(path: Path | str, rows: list[dict]) -> None:
-    """Write a record whole (a temporary file renamed over it: an interrupted write leaves the old one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(rows, indent=1) + "\n")
-    os.replace(tmp, path)
+    """Write a record whole (schedgen.files.write_file: a temporary file renamed over it, so an interrupted write
+    leaves the old one, and never through a symbolic link)."""
+    write_file(path, json.dumps(rows, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- comparing runs
@@ -102,8 +143,8 @@ def recorded_rows(folder: Path | str) -> list[dict]:
     rows = []
     for f in sorted(Path(folder).glob("*.json")):
         try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError):
+            data = read_json(f, MAX_RECORD_BYTES)
+        except UnreadableFile:
             continue
         if isinstance(data, list):
             rows += [r for r in data if isinstance(r, dict) and all(k in r for k in ROW_KEYS)

@@ -10,17 +10,15 @@ is 8), hex and binary forms are refused with a located error, as is any integer 
 """
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 import sys
 from pathlib import Path as FsPath
 from typing import Any
 
 import yaml
 
-from ..errors import Pos, Problem, SourceMap, SpecErrors, shorten_int
+from ..files import UnreadableFile, read_bytes
+from ..errors import Pos, Problem, SourceMap, SpecErrors, printable, shorten_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,6 +32,7 @@ MAX_INT_DIGITS = 19  # no field takes an integer of more than 19 digits (2**63 -
 MAX_INT = 2**63 - 1
 _TOO_DEEP = f"values are nested more than {MAX_DEPTH} levels deep; a spec needs a handful"
 _BOM = "\ufeff"
+_LEGAL = "a spec must be a regular .yaml, .yml or .toml file"
 
 
 def _file_error(name: str, message: str) -> SpecErrors:
@@ -41,51 +40,12 @@ def _file_error(name: str, message: str) -> SpecErrors:
 
 
 def read_spec_bytes(path: str | FsPath) -> bytes:
-    """The bytes of a spec file: a regular file only, at most MAX_BYTES of it. Raises a located SpecErrors.
-
-    A FIFO, a device (/dev/zero), a socket or a directory is refused before it is read (it could block forever or
-    never end); the file is opened non-blocking and checked again on the open descriptor (it may have been swapped
-    since the stat), then read MAX_BYTES + 1 bytes at most, so an oversized file is refused without reading it."""
-    name = str(path)
+    """The bytes of a spec file: a regular file only, at most MAX_BYTES of it (schedgen.files.read_bytes: a FIFO,
+    a device, a socket or a directory is refused before it is read). Raises a located SpecErrors."""
     try:
-        before = os.stat(path)
-        _check_regular(name, before.st_mode)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        try:
-            _check_regular(name, os.fstat(fd).st_mode)
-            chunks, left = [], MAX_BYTES + 1
-            while left > 0:
-                try:
-                    chunk = os.read(fd, min(left, 1 << 16))
-                except OSError as exc:
-                    if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                        raise _file_error(name, "cannot read file: it would block (not a regular file?)") from None
-                    raise
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-        except OSError as exc:
-            raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    if len(raw) > MAX_BYTES:
-        raise _file_error(name, f"file is over {MAX_BYTES} bytes; at most {MAX_BYTES} are accepted")
-    return raw
-
-
-def _check_regular(name: str, mode: int) -> None:
-    if stat.S_ISREG(mode):
-        return
-    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise _file_error(name, f"cannot read file: it is {what}; a spec must be a regular .yaml, .yml or "
-                            f".toml file")
+        return read_bytes(path, MAX_BYTES, legal=_LEGAL)
+    except UnreadableFile as exc:
+        raise _file_error(str(path), str(exc)) from None
 
 
 def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, SourceMap]:
@@ -95,8 +55,8 @@ def load_file(path: str | FsPath, data: bytes | None = None) -> tuple[dict, Sour
     src = SourceMap(name)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".toml"):
-        raise SpecErrors([Problem((), f"unknown file type '{suffix}'; use .yaml, .yml or .toml", pos=Pos(1, 1))],
-                         src)
+        raise SpecErrors([Problem((), f"unknown file type '{printable(suffix)}'; use .yaml, .yml or .toml",
+                                  pos=Pos(1, 1))], src)
     raw = read_spec_bytes(path) if data is None else data
     if len(raw) > MAX_BYTES:
         raise _file_error(name, f"file is over {MAX_BYTES} bytes; at most {MAX_BYTES} are accepted")

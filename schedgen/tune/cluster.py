@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecErrors, ToolchainError
+from ..files import write_file
 from ..frontend.load import read_spec_bytes
 from .compile import _why
 from .measure import (DEFAULT_TIMEOUT, START_TIMEOUT, VERIFY_TIMEOUT, Result, WorkerRunner, gpu_environment,
                       gpu_measure, gpu_setup, gpu_verify)
 from .pool import visible_gpus
+from .probe import PROBE_TIMEOUT, unreachable
 
 TRIAL_RETRIES = 2               # runs of a trial after the first when its worker dies
 EXTRA = "tune-cluster"
@@ -36,8 +38,8 @@ def import_ray():
 
 class RayRunner:
     """Trials as Ray tasks on the cluster at `address` (`auto`: the running cluster Ray finds, `local`: a new Ray
-    instance on this machine, or `ray://host:port` / `host:port`); a Ray already initialised in this process is
-    used as it is. `parallel` is the cluster's GPU count: the driver keeps that many trials in flight. `env` (gpu,
+    instance on this machine, or `ray://host:port` / `host:port`, checked first by probe.unreachable within
+    `probe_timeout` seconds); a Ray already initialised in this process is used as it is. `parallel` is the cluster's GPU count: the driver keeps that many trials in flight. `env` (gpu,
     driver) names the GPUs the results are keyed by: by default what a one-GPU probe task finds on the cluster.
     The functions and options are WorkerRunner's; they run on the workers, so they must be importable there."""
 
@@ -45,12 +47,17 @@ class RayRunner:
                  setup: Callable | None = None, timeout: float = DEFAULT_TIMEOUT,
                  verify_timeout: float = VERIFY_TIMEOUT, start_timeout: float = START_TIMEOUT,
                  options: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-                 retries: int = TRIAL_RETRIES, init: Mapping[str, Any] | None = None):
+                 retries: int = TRIAL_RETRIES, init: Mapping[str, Any] | None = None,
+                 probe_timeout: float = PROBE_TIMEOUT):
         ray = self.ray = import_ray()
         self.texts: dict[str, bytes] = {}
         self.refs: set = set()
         self.own = not ray.is_initialized()
         if self.own:
+            why = unreachable(address, probe_timeout)      # ray.init retries an empty address for ever
+            if why is not None:
+                raise RuntimeError(f"--ray {address}: no Ray cluster to use ({why}); start one (ray start --head) "
+                                   f"or give --ray local for a Ray instance on this machine")
             try:
                 ray.init(address=address, log_to_driver=False, **dict(init or {}))
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -161,7 +168,7 @@ def _trial(name: str, text: bytes, overrides: Mapping[str, Any], backend: str, j
     where = {"gpu": runner.env.get("gpu"), "driver": runner.env.get("driver")}
     with tempfile.TemporaryDirectory(prefix="schedgen-trial-") as tmp:
         path = Path(tmp) / name
-        path.write_bytes(text)
+        write_file(path, text)
         try:
             built = build_spec(str(path), overrides)
         except (SpecErrors, ToolchainError) as exc:

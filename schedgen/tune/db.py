@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..cache import default_root
+from ..files import existing_mode
 from .rows import STATUSES, RowError, results_row, runs_row
 
 SCHEMA_VERSION = 1
@@ -159,6 +160,10 @@ class TuneDB:
         if self.path.is_dir():
             raise TuneDBError(f"{self.path}: is a directory; --db takes the database file's path (e.g. "
                               f"{self.path / 'tune.sqlite'})")
+        try:                # sqlite writes through a symbolic link (creating a dangling one's target) or into a FIFO
+            existing_mode(self.path)
+        except OSError as exc:
+            raise TuneDBError(f"{self.path}: {exc.strerror}; --db takes the database file's own path") from None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

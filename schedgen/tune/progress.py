@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
+from ..errors import printable
 from .prune import Pruning
 from .picked import section_text
 from .space import Candidate, Space, _fmt_value
@@ -30,7 +31,7 @@ def best_label(row: dict | None) -> str:
     rate = f"{row['tflops']:.0f} TFLOP/s" if row.get("tflops") else (f"{row['gbps']:.0f} GB/s" if row.get("gbps")
                                                                       else "")
     knobs = " ".join(f"{k}={_fmt_value(v)}" for k, v in (row.get("knobs") or {}).items())
-    return f"best {row['time_ms']:.4f} ms {rate}  {knobs}"
+    return printable(f"best {row['time_ms']:.4f} ms {rate}  {knobs}")     # knob values come from the database
 
 
 class RichProgress(Progress):
@@ -67,8 +68,8 @@ class RichProgress(Progress):
         if self.bar is not None:
             self.bar.update(self.t_measure, advance=1, best=escape(best_label(best)))
             if row["status"] != "ok":
-                self.console.print(f"  #{cand.index} {escape(cand.label)}: [red]{escape(row['status'])}[/red] "
-                                   f"{escape(row['detail'][:160])}")
+                self.console.print(f"  #{cand.index} {escape(printable(cand.label))}: [red]{escape(row['status'])}"
+                                   f"[/red] {escape(printable(row['detail'][:160]))}")
 
     def verifying(self, row: dict) -> None:
         if self.bar is not None:
@@ -88,10 +89,11 @@ def space_text(space: Space, pruning: Pruning) -> str:
     knobs = ", ".join(f"{k.name} {list(k.values)}" for k in space.knobs)
     count = (f"a random sample of {pruning.total} of {space.size} points (--budget {space.budget}, seed {space.seed})"
              if space.sampled else f"{pruning.total} candidates")
-    lines = [f"{space.path}: {count} ({knobs}) at "
+    where = printable(str(space.path))
+    lines = [f"{where}: {count} ({knobs}) at "
              f"{', '.join(f'{k}={v}' for k, v in space.sizes.items())}"]
     if space.default is not None:
-        lines[:0] = [f"{space.path}: no tune section: the {space.spec.op.kind} family's default space around the "
+        lines[:0] = [f"{where}: no tune section: the {space.spec.op.kind} family's default space around the "
                      f"planner's picks (schedgen explain lists them): {space.default.why}; as a tune section:",
                      f"  {section_text(space.default)}"]
     if pruning.groups:

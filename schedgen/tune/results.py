@@ -6,9 +6,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..errors import SpecErrors
+from ..errors import SpecErrors, printable
 from .. import families
 from ..comment import comment_text
+from ..files import write_file
 from ..frontend import expr as ex
 from ..frontend.load import load_file
 from ..frontend.validate import apply_overrides, validate_data
@@ -98,8 +99,7 @@ def export_schedule(spec_path: str | Path, row: Mapping[str, Any], out_path: str
     header = "".join(f"# {comment_text(line)}\n" for line in (
         f"Tuned by `schedgen tune` from {spec_path}: {row['time_ms']:.4f} ms ({rate}) on {row.get('gpu')}, "
         f"driver {row.get('driver')}, {row.get('backend')} backend; {check}.", f"knobs: {knobs}"))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
+    write_file(out_path, header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
                                            width=110, allow_unicode=True))
     spec, src2 = load_spec(str(out_path))
     got = planner.to_json(planner.plan(spec, src2))
@@ -120,17 +120,18 @@ def summary(result: TuneResult, top: int = 10, show_pruning: bool = True):
     from rich.text import Text
 
     class Table(_Table):
-        """Titles, headers and cells as Text: nothing from the spec (knob values, details) is read as markup."""
+        """Titles, headers and cells as Text: nothing from the spec or the database (knob values, details) is read
+        as markup, and their control characters (ESC sequences, line breaks) are escaped."""
 
         def __init__(self, title: str = "", **kw):
             super().__init__(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                             title=Text(title), **kw)
+                             title=Text(printable(title)), **kw)
 
         def add_column(self, header: str = "", **kw) -> None:
-            super().add_column(Text(header), **kw)
+            super().add_column(Text(printable(header)), **kw)
 
         def add_row(self, *cells: str, **kw) -> None:
-            super().add_row(*(Text(c) for c in cells), **kw)
+            super().add_row(*(Text(printable(c)) for c in cells), **kw)
     knob_names = [k.name for k in result.space.knobs]
     parts: list[Any] = []
     if result.dry_run:
@@ -181,5 +182,5 @@ def summary(result: TuneResult, top: int = 10, show_pruning: bool = True):
             lines.append("no verified winner")
     else:
         lines[0] += f"; {result.wall_s:.1f} s"
-    parts.append(Text("\n".join(lines)))
+    parts.append(Text("\n".join(printable(line) for line in lines)))
     return Group(*parts)
