@@ -139,7 +139,7 @@ def _compare_key(r: dict) -> tuple:
 
 def recorded_rows(folder: Path | str) -> list[dict]:
     """Every benchmark row of the record files in a folder (bench/results/*.json); files or items that are not
-    rows (the attention record of bench/attn_gpu.py, for one) are passed over."""
+    rows (the attention record of an earlier driver, for one) are passed over."""
     rows = []
     for f in sorted(Path(folder).glob("*.json")):
         try:

@@ -13,7 +13,7 @@ RESULTS = ROOT / "bench" / "results"
 def test_recorded_rows_are_the_bench_rows_of_the_folder():
     rows = bench.recorded_rows(RESULTS)
     families = {r["family"] for r in rows}
-    assert {"map", "matmul", "grouped_matmul", "rowwise"} <= families and "attention" not in families   # attn_gpu's record
+    assert {"map", "matmul", "grouped_matmul", "rowwise"} <= families and "attention" not in families   # an earlier driver's record
     assert len(rows) == sum(len(json.loads((RESULTS / f"{name}.json").read_text()))
                             for name in ("map", "matmul", "fp8", "grouped", "rowwise"))
 

@@ -1,6 +1,6 @@
 """GPU tests: every bundled spec on the H200 against numpy, and the runtime's array kinds.
 
-Marked `gpu`; skipped where no NVIDIA GPU is available (conftest.py). bench/run_gpu.sh runs them.
+Marked `gpu`; skipped where no NVIDIA GPU is available (conftest.py). python -m bench.gpu --part tests runs them.
 """
 from __future__ import annotations
 

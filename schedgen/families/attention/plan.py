@@ -76,7 +76,7 @@ def desc_offsets_of(nc: int, d: int) -> bool:
     its start-address field (records.AttentionPlan.desc_offsets) rather than rebuilding it from the address each
     k-step: the same descriptors, fewer uniform instructions between the HGMMAs of S = Q K^T and O += P V (the
     consumers' issue slots, which the softmax competes for). False everywhere until the H200 times it
-    (bench/attn_fwd_cuda.py, bench/calls/gpu_fwddesc.sh)."""
+    (python -m bench.candidates)."""
     del nc, d
     return False
 

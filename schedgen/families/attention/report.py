@@ -1,7 +1,7 @@
 """What the benchmark report needs of the attention family: its shape label, its minimum traffic, its peers' names,
 and its committed record read as bench rows.
 
-bench/results/attention.json is bench/attn_gpu.py's record, not a list of bench rows: an object (date, gpu, driver,
+bench/results/attention.json is the attention record of an earlier driver, not a list of bench rows: an object (date, gpu, driver,
 notes) whose "rows" each hold one shape (B, Hq, Hkv, Sq, Skv, D, causal) with every contender timed side by side
 (cuda_ms, pallas_ms, sdpa_ms, jax_ms, cuda_same_ms: the CUDA kernel at the Pallas kernel's schedule) and each one's
 relative error against float64 (*_err). `record_rows` turns the timed ones into the rows `schedgen bench` writes
@@ -16,7 +16,7 @@ from .. import ReportHooks
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4}
 RECORD_SHAPE = ("B", "Hq", "Hkv", "Sq", "Skv", "D")
 RECORD_TOLERANCE = 1e-2        # the record's own pass mark (bench/attn_record.py: rel. error < 1e-2 against float64)
-RECORD_DTYPE = "bf16"          # bench/attn_gpu.py times bf16 inputs only (its rows name no dtype)
+RECORD_DTYPE = "bf16"          # the earlier attention driver timed bf16 inputs only (its rows name no dtype)
 
 
 def shape_label(row: dict) -> str:
@@ -47,7 +47,7 @@ def _verified(err: Any) -> bool:
 
 
 def record_rows(record: Any) -> list[dict] | None:
-    """bench/attn_gpu.py's record as bench rows, or None when `record` is not one."""
+    """the attention record of an earlier driver as bench rows, or None when `record` is not one."""
     if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
         return None
     rows = record["rows"]

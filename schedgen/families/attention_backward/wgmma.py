@@ -70,8 +70,7 @@ def shares_ds(nc: int, d: int) -> bool:
     """Whether the two consumers share dS through SMEM and split dQ's columns over all the block's keys (half the
     adds into the workspace, but a barrier of both consumers every step, which keeps them in lock-step), rather than
     each adding all of dQ's columns over its own 64 keys (twice the adds, no barrier between them). Head_dim 128 with
-    two consumers shares (a consumer's own dQ partial would be 64 more registers); bench/attn_bwd_cuda.py --dq-own
-    times the other form."""
+    two consumers shares (a consumer's own dQ partial would be 64 more registers)."""
     return nc == 2 and d == 128
 
 
@@ -79,7 +78,7 @@ def dq_reduce_of(nc: int, d: int) -> str:
     """How the dQ partials reach the f32 workspace: "red" (red.global.add.v4.f32 straight from the consumers'
     registers) or "bulk" (FlashAttention-3's: the consumers store the f32 partial to SMEM, one thread of the producer
     warpgroup's warp 3 adds it to the workspace by cp.reduce.async.bulk, waits for the add to complete a step later
-    and counts the block's arrival). "red" everywhere until the H200 times "bulk" (bench/attn_bwd_cuda.py --dq-bulk).
+    and counts the block's arrival). "red" everywhere until the H200 times "bulk" (python -m bench.candidates).
     The bulk form's SMEM: one dS buffer (not two) and the f32 staging buffer (64 x head_dim x 4 B, a consumer's own
     where the consumers do not share dS): at head_dim 128 with 2 consumers and 2 stages it fits (217088 B), with
     two dS buffers it would not (233472 B of 232448)."""
@@ -92,7 +91,7 @@ def overlap_of(nc: int, d: int) -> bool:
     (records.WgmmaBackward.overlap): S^T and dP^T committed as two groups, P^T computed after wait_group 1 (dP^T still
     running), dS^T after dV's issue and wait_group 1 (dV still running), dQ's wgmma issued before the wait for dV and
     dK. The same math in the same order, only the waits moved (docs/perf-notes.md, "Attention backward, CUDA wgmma:
-    static analysis"). False everywhere until the H200 times it (bench/attn_bwd_cuda.py --overlap)."""
+    static analysis"). False everywhere until the H200 times it (python -m bench.candidates)."""
     del nc, d
     return False
 
@@ -101,7 +100,7 @@ def desc_offsets_of(nc: int, d: int) -> bool:
     """Whether the consumers build a tile's wgmma descriptor once and add each k-step's byte offset (>> 4) to its
     start-address field (records.WgmmaBackward.desc_offsets) rather than rebuilding it from the address each k-step:
     the same descriptors, about half the instructions between the HGMMAs of S^T, dP^T and dQ. False everywhere until
-    the H200 times it (bench/attn_bwd_cuda.py --desc-offsets)."""
+    the H200 times it (python -m bench.candidates)."""
     del nc, d
     return False
 
@@ -110,7 +109,7 @@ def delta_of(sch) -> str:
     """pipeline.delta: "in_kernel" (the producer's warps 1-2 compute delta = rowsum(dO * O) of every step from the
     stage's O tile) or "preprocess" (FlashAttention-3's: the launch's first `pre_blocks` blocks compute it once into
     the workspace and zero the dQ sums; a stage then carries Q, dO, lse and delta, no O). The default stays
-    in_kernel until the H200 times preprocess (bench/attn_bwd_cuda.py --delta-preprocess)."""
+    in_kernel until the H200 times preprocess (python -m bench.candidates)."""
     return sch.pipeline.delta
 
 

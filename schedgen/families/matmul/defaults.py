@@ -9,7 +9,7 @@ rather than 144 of 128 x 256 (1.09 waves). A problem too small for a wave of lar
 128 with a deeper ring, then 64-row tiles with one consumer); a skinny one (64-row tiles: decode) loads 128 K
 columns a stage, so the ring holds more weight bytes in flight. A tile that does not divide the problem pads the
 edges with zeros (TMA). A large problem with an even number of tile rows runs in 2-CTA clusters along M that
-share the rhs tile by multicast (each CTA loads half): measured on the H200 (2026-12-04, bench/calls/sweeps17.sh), a
+share the rhs tile by multicast (each CTA loads half): measured on the H200 (2026-12-04, bench.sweep), a
 3000 x 5000 x 1000 GEMM went from 0.84x to 1.09x cuBLAS and 4000 x 6000 x 3000 (f32 out) from 0.91x to 1.02x.
 A field the spec writes is never replaced.
 """

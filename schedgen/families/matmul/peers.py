@@ -24,7 +24,7 @@ from .records import peak_tflops
 FLAT_PEER = "cublas"
 PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas", "torch_eager": "torch eager",
                "torch_compile": "torch.compile", **FP8_LABELS}
-# the torch_compile peer's mode; None: that peer is skipped, saying so (bench/record17.py --no-compile)
+# the torch_compile peer's mode; None: that peer is skipped, saying so (the caller's choice)
 TORCH_COMPILE_MODE: str | None = "max-autotune-no-cudagraphs"
 sets = matmul_sets
 
@@ -447,7 +447,7 @@ def torch_epilogue_peer(case, full_ref, *, compiled: bool, device: str = "cuda")
     plan = case.plan
     name = "torch_compile" if compiled else "torch_eager"
     if compiled and TORCH_COMPILE_MODE is None:
-        return Peer.skipped("torch.compile not asked for (bench/record17.py --no-compile)")
+        return Peer.skipped("torch.compile not asked for (the caller's choice)")
     held = {"args": torch_operands(torch, plan, case.host, case.sets, device)}
     fn, check_dtype, product = _torch_function(torch, case, held["args"][0])
     epilogue = epilogue_source(case.spec)

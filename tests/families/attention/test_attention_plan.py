@@ -1,6 +1,6 @@
 """The attention planner and its CUDA kernel on the CPU: plan numbers, located rejections, and the SASS of every
 variant (HGMMA for S = Q K^T and for O += P V with P from registers, TMA, setmaxnreg, exp2 on the MUFU, no
-spills). The GPU runs of this family are bench/attn_gpu.py."""
+spills). The GPU runs of this family are bench.gpu's."""
 from __future__ import annotations
 
 import re

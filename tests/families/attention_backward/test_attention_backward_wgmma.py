@@ -399,7 +399,7 @@ def _bulk(monkeypatch_ctx):
 
 @pytest.fixture(scope="module")
 def built_bulk(tmp_path_factory):
-    """Each case built with wgmma.dq_reduce_of patched to "bulk" (as bench/attn_bwd_cuda.py --dq-bulk does)."""
+    """Each case built with wgmma.dq_reduce_of patched to "bulk" (as python -m bench.candidates, bulk does)."""
     cache = Cache(tmp_path_factory.mktemp("cache_bulk"))
     with pytest.MonkeyPatch.context() as mp:
         _bulk(mp)
@@ -743,7 +743,7 @@ def _overlap(monkeypatch_ctx):
 
 @pytest.fixture(scope="module")
 def built_overlap(tmp_path_factory):
-    """Cases built with wgmma.overlap_of patched to True (as bench/attn_bwd_cuda.py --overlap does); "bulk" also with
+    """Cases built with wgmma.overlap_of patched to True (as bench.candidates does); "bulk" also with
     dq_reduce_of "bulk", "pre" with pipeline.delta preprocess."""
     cache = Cache(tmp_path_factory.mktemp("cache_overlap"))
     with pytest.MonkeyPatch.context() as mp:

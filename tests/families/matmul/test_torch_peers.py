@@ -157,7 +157,7 @@ def test_torch_compile_not_asked_for_or_failing_is_a_skipped_peer(tmp_path, monk
     monkeypatch.setattr(peers, "TORCH_COMPILE_MODE", None)
     skipped = peers.torch_epilogue_peer(case, ref, compiled=True, device="cpu")
     assert skipped.contender is None and skipped.info["skipped"] == \
-        "torch.compile not asked for (bench/record17.py --no-compile)"
+        "torch.compile not asked for (the caller's choice)"
     monkeypatch.setattr(peers, "TORCH_COMPILE_MODE", "max-autotune-no-cudagraphs")
 
     def broken(torch, fn, args0, device):
