@@ -1,6 +1,7 @@
 """Kernel time through CUPTI's activity API, by NVIDIA's own binding (`cupti-python`): the start and end stamps
-the GPU gives every kernel the process launches, on any stream, whoever launched it (our cubin, cuBLAS, cuDNN,
-XLA, Triton). The one basis every contender's ratio stands on (`schedgen.bench.timing`).
+the GPU gives every kernel, device copy and memset the process launches, on any stream, whoever launched it (our
+cubin and its workspace memset, cuBLAS, cuDNN, XLA, Triton, the copy peer's cuMemcpyDtoD). The one basis every
+contender's ratio stands on (`schedgen.bench.timing`): a copy is timed on the same clock as a kernel.
 
 `pip install cupti-python` (matching the CUDA major version of the driver's libcupti: 13.x for CUDA 13). Where it
 is missing or CUPTI does not load, `why_unavailable()` says why and `kernel_ms` returns None: the timing falls back
@@ -27,20 +28,20 @@ def _setup() -> dict[str, Any]:
             _state["error"] = f"cupti-python unavailable ({type(exc).__name__}: {exc})"
             return _state
         records: list[tuple[int, int]] = []
-        kernel = cupti.ActivityKind.CONCURRENT_KERNEL
+        kinds = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET)
 
         def requested():
             return 8 << 20, 0
 
         def completed(activities):
-            records.extend((a.start, a.end) for a in activities if a.kind == kernel)
+            records.extend((a.start, a.end) for a in activities if a.kind in kinds)
 
         try:
             cupti.activity_register_callbacks(requested, completed)
         except Exception as exc:
             _state["error"] = f"CUPTI activity callbacks refused ({type(exc).__name__}: {exc})"
             return _state
-        _state.update(cupti=cupti, kind=kernel, records=records, error=None)
+        _state.update(cupti=cupti, kinds=kinds, records=records, error=None)
         return _state
 
 
@@ -68,24 +69,26 @@ def per_call(stamps: list[tuple[int, int]], calls: int) -> float:
 
 
 def kernel_ms(call: Callable[[int], Any], calls: int, sync: Callable[[], None]) -> float | None:
-    """Kernel time per call of `calls` calls (`call(i)` launches call i; `sync()` waits for them), or None where
-    CUPTI is unavailable or saw no kernel."""
+    """GPU time per call of `calls` calls (`call(i)` launches call i; `sync()` waits for them): its kernels, device
+    copies and memsets; None where CUPTI is unavailable or saw none."""
     st = _setup()
     if st.get("error"):
         return None
-    cupti, kind, records = st["cupti"], st["kind"], st["records"]
+    cupti, kinds, records = st["cupti"], st["kinds"], st["records"]
     sync()
     with _lock:
         cupti.activity_flush_all(1)
         records.clear()
-        cupti.activity_enable(kind)
+        for kind in kinds:
+            cupti.activity_enable(kind)
         try:
             for i in range(calls):
                 call(i)
             sync()
         finally:
             cupti.activity_flush_all(1)
-            cupti.activity_disable(kind)
+            for kind in kinds:
+                cupti.activity_disable(kind)
         got = list(records)
         records.clear()
     return per_call(got, calls) if got else None

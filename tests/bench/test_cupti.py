@@ -12,14 +12,16 @@ from schedgen.bench import cupti as clock
 
 class FakeCupti:
     """cupti-python's activity API as kernel_ms uses it: kernels 'launched' by the test append records, which
-    reach the completed-buffer callback at a forced flush, and only while the kernel activity is enabled."""
+    reach the completed-buffer callback at a forced flush, and only while their kind is enabled."""
 
     class ActivityKind:
         CONCURRENT_KERNEL = 10
         MEMCPY = 1
+        MEMSET = 2
+        DRIVER = 3
 
     def __init__(self):
-        self.enabled, self.pending, self.calls, self.cb = False, [], [], None
+        self.enabled, self.pending, self.calls, self.cb = set(), [], [], None
 
     def activity_register_callbacks(self, requested, completed):
         assert requested() == (8 << 20, 0)
@@ -27,11 +29,11 @@ class FakeCupti:
 
     def activity_enable(self, kind):
         self.calls.append(("enable", kind))
-        self.enabled = True
+        self.enabled.add(kind)
 
     def activity_disable(self, kind):
         self.calls.append(("disable", kind))
-        self.enabled = False
+        self.enabled.discard(kind)
 
     def activity_flush_all(self, flag):
         self.calls.append(("flush", flag))
@@ -39,7 +41,7 @@ class FakeCupti:
         self.cb(done)
 
     def launch(self, start, end, kind=10):
-        if self.enabled:
+        if kind in self.enabled:
             self.pending.append(types.SimpleNamespace(kind=kind, start=start, end=end))
 
 
@@ -53,18 +55,26 @@ def fake(monkeypatch):
     return f
 
 
-def test_kernel_time_per_call_counts_only_kernels_launched_inside(fake):
-    fake.enabled = True
+def test_gpu_time_per_call_counts_only_work_launched_inside(fake):
+    fake.enabled = {10}
     fake.launch(0, 999_000)                  # before: flushed away, never counted
-    fake.enabled = False
+    fake.enabled = set()
 
     def call(i):
         fake.launch(1000 * i, 1000 * i + 2_000_000 + 1000 * i)     # call i: 2 ms + i us of kernel
-        fake.launch(0, 5, kind=FakeCupti.ActivityKind.MEMCPY)     # a copy is not a kernel
+        fake.launch(0, 5, kind=FakeCupti.ActivityKind.DRIVER)     # an API record is not GPU work
     ms = clock.kernel_ms(call, 5, lambda: None)
     assert ms == pytest.approx(2.002)        # the median of 2.000 .. 2.004
-    assert ("enable", 10) in fake.calls and fake.calls[-1] == ("disable", 10)
+    assert ("enable", 10) in fake.calls and ("disable", 10) in fake.calls
     assert fake.calls.index(("enable", 10)) > fake.calls.index(("flush", 1))
+
+
+def test_a_device_copy_is_timed_on_the_same_clock_as_a_kernel(fake):
+    """The copy peer (cuMemcpyDtoD) and a workspace memset are GPU work of a call: CUPTI times them like kernels,
+    so a copy's ratio against a kernel is never mixed with CUDA events."""
+    ms = clock.kernel_ms(lambda i: fake.launch(0, 1_500_000, kind=FakeCupti.ActivityKind.MEMCPY), 3, lambda: None)
+    assert ms == pytest.approx(1.5)
+    assert {("enable", 1), ("enable", 2), ("enable", 10)} <= set(fake.calls)
 
 
 def test_calls_of_several_kernels_are_summed_per_call():
