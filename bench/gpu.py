@@ -9,9 +9,10 @@ Parts (default: verify and tests; each fits one 10-minute call of one H200):
   fit in 4 GiB; fresh N(0,1) inputs everywhere and one input set scaled to |x| ~ 1e3; outputs poisoned; float64
   references. Specs run in parallel worker processes (--jobs), each under a time limit.
 - `tests`: the tests marked `gpu`, sharded over --jobs pytest-xdist workers (whole files per worker).
-- `record`: the published performance rows (bench/suite.toml's unlabelled runs: ours and every peer verified,
-  then timed interleaved, CUPTI kernel time), one spec at a time and nothing else on the GPU; compared with the
-  committed record in bench/results/, rows that moved by more than 5% flagged.
+- `record`: the published performance rows (bench/suite.toml's `record` set; `--set user|bundled|all` for the
+  others: ours and every peer verified, then timed interleaved, CUPTI kernel time), one run at a time in one
+  supervised worker and nothing else on the GPU; compared with the committed record in bench/results/, rows that
+  moved by more than 5% flagged; the rows in OUT/record.json.
 - `candidates`: each kernel candidate against the default it would replace (`python -m bench.candidates`: both
   verified, then timed interleaved), alone on the GPU; its verdict (wins, even, loses) is the row's detail.
 - `changed`: what `git diff BASE` touches (a family's folder or templates, a spec, a GPU test, the shared pipeline):
@@ -249,56 +250,77 @@ def part_tests(files: list[str], out: Path, budget: Budget, jobs: int, per_test:
 
 # ---------------------------------------------------------------------------------------------- record
 
-def record_runs(specs: set[str] | None = None) -> list[dict]:
-    """The published performance rows: bench/suite.toml's unlabelled runs ({spec, define, at}), `glob` entries
-    expanded; only those of `specs` (paths relative to the repository) when given."""
+def record_runs(specs: set[str] | None = None, which: str = "record") -> list[dict]:
+    """bench/suite.toml's runs of one set ({spec, define, at}): `record` (the default) the published rows, `user`
+    the shapes users bring, `bundled` every other bundled spec, `all` every unlabelled run; `glob` entries expanded;
+    only those of `specs` (paths relative to the repository) when given. Labelled runs are variants (bench.sweep)."""
     runs = []
     for run in tomllib.loads((ROOT / "bench" / "suite.toml").read_text())["run"]:
-        if run.get("label"):
+        if run.get("label") or (which != "all" and run.get("set", "record") != which):
             continue
         paths = sorted(ROOT.glob(run["glob"])) if "glob" in run else [ROOT / run["spec"]]
         for p in paths:
             rel = str(p.relative_to(ROOT))
-            if specs is None or rel in specs:
-                runs.append({"spec": rel, "define": list(run.get("define", [])), "at": list(run.get("at", []))})
+            entry = {"spec": rel, "define": list(run.get("define", [])), "at": list(run.get("at", []))}
+            if (specs is None or rel in specs) and entry not in runs:
+                runs.append(entry)
     return runs
 
 
-def part_record(runs: list[dict], out: Path, budget: Budget, per_run: float = 150.0) -> list[Row]:
-    """Each run alone on the GPU (timing must see nothing else), through `schedgen bench`, its rows merged into
-    OUT/record.json and compared with the committed record."""
+_ENV: dict = {}
+
+
+def bench_one(spec: str, define: list[str], at: list[str], iters: int) -> list[dict]:
+    """One run's rows (`schedgen.bench.bench_built`: ours and the family's peers verified, then timed interleaved),
+    in the record worker."""
+    from schedgen.bench import bench_built, environment
+    from schedgen.build import build_spec
+    from schedgen.frontend.overrides import parse_overrides
+    if not _ENV:
+        _ENV.update(environment())
+    built = build_spec(str(ROOT / spec), parse_overrides(define))
+    sizes = {k: int(v) for k, v in (a.split("=", 1) for a in at)} or None
+    rows = bench_built(built, ["cuda", "pallas"], iters=iters, env=_ENV, at=sizes)
+    for r in rows:
+        r.update(variant="default", spec_file=spec, commit=_ENV.get("commit"), define=list(define))
+    return rows
+
+
+def part_record(runs: list[dict], out: Path, budget: Budget, per_run: float = 150.0, iters: int = 90) -> list[Row]:
+    """Every run in one supervised worker process (imports and compiles once; a run that hangs or faults is killed
+    with its worker, which the next run replaces), one run at a time with nothing else on the GPU; its rows go to
+    OUT/record.json and are compared with the committed record (moved > 5%: flagged)."""
     from schedgen.bench.rows import compare, recorded_rows
-    logs = out / "logs" / "record"
-    logs.mkdir(parents=True, exist_ok=True)
+    from schedgen.supervise import Supervisor
+    recorded = recorded_rows(ROOT / "bench" / "results")
     rows_out: list[dict] = []
     result = []
-    for run in runs:
-        name = Path(run["spec"]).stem + "".join(f" {a}" for a in run["at"])
-        left = budget.left() - 15
-        if left < 60:
-            result.append(Row("record", name, "SKIP", 0.0, "the call's budget was spent before it started"))
-            continue
-        js = logs / f"{Path(run['spec']).stem}.json"
-        cmd = [sys.executable, "-m", "schedgen", "bench", run["spec"], "--backend", "all", "--json", str(js)]
-        cmd += [x for d in run["define"] for x in ("-D", d)]
-        if run["at"]:
-            cmd += ["--at", ",".join(run["at"])]
-        status, rc, secs = run_bounded(cmd, logs / f"{Path(run['spec']).stem}.log", min(per_run, left))
-        try:
-            new = json.loads(js.read_text())
-        except (OSError, ValueError):
-            new = []
-        rows_out += new
-        moved = [c for c in compare(recorded_rows(ROOT / "bench" / "results"), new) if c["moved"]]
-        detail = "; ".join(_bench_line(r) for r in new) or tail(logs / f"{Path(run['spec']).stem}.log")
-        if moved:
-            detail += "; MOVED > 5%: " + ", ".join(f"{c['backend']} {c['ratio']:.2f}x" if c["ratio"] else
-                                                   f"{c['backend']} not timed" for c in moved)
-        verified = all(r.get("verified") for r in new) if new else False
-        st = status if status in ("HANG", "CRASH") else ("ok" if status == "ok" and verified else "FAIL")
-        result.append(Row("record", name, st, secs, detail))
-        print(f"  record {st:5} {secs:5.0f}s {name}: {detail[:160]}", flush=True)
-    (out / "record.json").write_text(json.dumps(rows_out, indent=1, default=str) + "\n")
+    with Supervisor(start_timeout=120.0) as sup:
+        for run in runs:
+            name = Path(run["spec"]).stem + "".join(f" {a}" for a in run["at"] + run["define"])
+            left = budget.left() - 15
+            if left < 45:
+                result.append(Row("record", name, "SKIP", 0.0, "the call's budget was spent before it started"))
+                continue
+            t0 = time.monotonic()
+            got = sup.call(bench_one, run["spec"], run["define"], run["at"], iters, timeout=min(per_run, left))
+            secs = time.monotonic() - t0
+            if not got.ok:
+                st = {"timeout": "HANG", "crash": "CRASH"}.get(got.status, "ERROR")
+                result.append(Row("record", name, st, secs, got.detail[:300]))
+                print(f"  record {st:5} {secs:5.0f}s {name}: {got.detail[:160]}", flush=True)
+                continue
+            new = got.value
+            rows_out += new
+            moved = [c for c in compare(recorded, new) if c["moved"]]
+            detail = "; ".join(_bench_line(r) for r in new) or "no row"
+            if moved:
+                detail += "; MOVED > 5%: " + ", ".join(f"{c['backend']} {c['ratio']:.2f}x" if c["ratio"] else
+                                                       f"{c['backend']} not timed" for c in moved)
+            st = "ok" if new and all(r.get("verified") for r in new) else "FAIL"
+            result.append(Row("record", name, st, secs, detail))
+            print(f"  record {st:5} {secs:5.0f}s {name}: {detail[:160]}", flush=True)
+            (out / "record.json").write_text(json.dumps(rows_out, indent=1, default=str) + "\n")
     return result
 
 
@@ -412,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="verify processes and pytest-xdist workers side by side (default: CPUs / 2, at most 6)")
     ap.add_argument("--base", default="HEAD~1", help="what `changed` diffs against (default HEAD~1)")
     ap.add_argument("--only", nargs="*", default=None, help="only specs / test files whose path contains one of these")
+    ap.add_argument("--set", default="record", choices=("record", "user", "bundled", "all"),
+                    help="the record's runs (bench/suite.toml): the published rows (default), the shapes users bring, "
+                         "the other bundled specs, or all")
     args = ap.parse_args(argv)
     parts = args.part or ["verify", "tests"]
     budget = Budget(args.budget)
@@ -430,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     if "changed" in parts:
         specs, tests, why = selection(changed_files(args.base))
         specs, tests = keep(specs), keep(tests)
-        runs = record_runs({str(p.relative_to(ROOT)) for p in specs})
+        runs = record_runs({str(p.relative_to(ROOT)) for p in specs}, which="all")
         print(f"changed since {args.base}: {why}: {len(specs)} specs, {len(tests)} test files, {len(runs)} record "
               f"rows", flush=True)
     rows: list[Row] = []
@@ -447,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     if "candidates" in parts:
         rows += part_candidates(out, budget, args.only)
     if "record" in parts or ("changed" in parts and runs):
-        rows += part_record(runs if runs is not None else record_runs(), out, budget)
+        chosen = runs if runs is not None else record_runs(which=args.set)
+        rows += part_record([r for r in chosen if args.only is None or any(o in r["spec"] for o in args.only)],
+                            out, budget)
     seconds = time.monotonic() - t0
     text = table(rows, env, seconds)
     (out / "table.md").write_text(text)

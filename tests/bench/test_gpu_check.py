@@ -109,3 +109,43 @@ def test_bad_part_is_a_usage_error(argv):
     with pytest.raises(SystemExit) as e:
         gpu.main(argv)
     assert e.value.code == 2
+
+
+def test_record_sets_are_disjoint_and_cover_the_bundled_specs():
+    record, user, bundled = (gpu.record_runs(which=w) for w in ("record", "user", "bundled"))
+    assert 10 <= len(record) <= 20             # the published rows fit one call
+    assert all(r["spec"].startswith("bench/user_shapes/") for r in user) and len(user) >= 9
+    specs = {r["spec"] for r in record + bundled}
+    kinds = {gpu.spec_kind(ROOT / s) for s in specs}
+    assert {"map", "matmul", "attention", "rowwise", "grouped_matmul"} <= kinds
+    assert len(gpu.record_runs(which="all")) <= len(record) + len(user) + len(bundled)
+
+
+def test_record_rows_come_from_one_supervised_worker(monkeypatch, tmp_path):
+    """A run that raises is an ERROR row and the next run still runs; rows are written as they come."""
+    calls = []
+
+    class FakeSupervisor:
+        def __init__(self, **kw):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def call(self, fn, spec, define, at, iters, timeout):
+            calls.append(spec)
+            from schedgen.supervise import Outcome
+            if "bad" in spec:
+                return Outcome("timeout", detail="no answer within 150 s")
+            return Outcome("ok", [{"spec": "x", "backend": "cuda", "shape": {"M": 1}, "time_ms": 1.0,
+                                   "verified": True, "peers": {"cublas": {"ratio": 1.01}}}])
+    import schedgen.supervise
+    monkeypatch.setattr(schedgen.supervise, "Supervisor", FakeSupervisor)
+    rows = gpu.part_record([{"spec": "specs/bad.yaml", "define": [], "at": []},
+                            {"spec": "specs/good.yaml", "define": [], "at": ["M=7"]}], tmp_path, gpu.Budget(600))
+    assert [r.status for r in rows] == ["HANG", "ok"] and calls == ["specs/bad.yaml", "specs/good.yaml"]
+    assert "cublas 1.01x" in rows[1].detail
+    assert json.loads((tmp_path / "record.json").read_text())[0]["spec"] == "x"
