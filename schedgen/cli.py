@@ -126,7 +126,9 @@ def _add_tuned(p: argparse.ArgumentParser, what: str) -> None:
 
 def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
-    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
+    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report;
+    a planned spec's backward section as `build` checks it (its derived kernels planned too)."""
+    from .build import check_backward
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
@@ -147,6 +149,7 @@ def cmd_validate(args) -> int:
         problems = []
         try:
             plan(spec, src)
+            check_backward(spec, src)
         except SpecErrors as exc:
             problems += exc.problems
         problems += _bucket_problems(spec, _overrides(args))

@@ -56,11 +56,16 @@ def save_names(spec, problems: Problems, savable: Sequence[str], default: Sequen
         return tuple(default)
     if save == "recompute":
         return ()
+    op = spec.op
     for i, name in enumerate(save):
         if name not in savable:
-            problems.add(("backward", "save", i), f"{name!r} cannot be saved: the values this spec can keep for its "
+            why = (f" (an {'input' if name in op.inputs else 'output'}: the backward reads it as it is)"
+                   if name in op.inputs or name in op.outputs else "")
+            problems.add(("backward", "save", i), f"{name!r} cannot be saved{why}: the values this spec can keep for its "
                                                   f"backward are {', '.join(savable) or '(none)'}, or write "
                                                   f"save: recompute")
+        elif name in save[:i]:
+            problems.add(("backward", "save", i), f"{name!r} is listed twice")
     return tuple(dict.fromkeys(n for n in save if n in savable))
 
 

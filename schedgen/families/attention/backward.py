@@ -50,6 +50,8 @@ def _saved(spec, lse_name: str | None, problems: Problems) -> bool:
             problems.add(("backward", "save", i),
                          f"attention's backward keeps the forward's log-sum-exp only ({' or '.join(sorted(legal))}): "
                          f"it recomputes the probabilities from it block by block; got '{n}'; or save: recompute")
+        elif n in save[:i]:
+            problems.add(("backward", "save", i), f"'{n}' is listed twice")
     return True
 
 
