@@ -102,6 +102,30 @@ backward: {backward}
 """
 
 
+def _grouped(x: str, w: str, out: str, name: str = "g", backward: str = "{}") -> str:
+    return f"""name: {name}
+op:
+  kind: grouped_matmul
+  groups: 4
+  sizes:
+    T: {{dynamic: true, max: 2048}}
+    N: 512
+    K: 256
+  inputs:
+    {x}: {{shape: [T, K], dtype: bf16}}
+    {w}: {{shape: [4, N, K], dtype: bf16}}
+  outputs:
+    {out}: {{shape: [T, N], dtype: bf16}}
+  lhs: {x}
+  rhs: {w}
+  transpose_rhs: true
+  group_offsets: offs
+  offsets_format: offsets
+  epilogue: {out} = silu(acc)
+backward: {backward}
+"""
+
+
 def _every_name(data) -> set[str]:
     """The names a derived spec defines: its own, sizes, constants, inputs, outputs, body / epilogue targets."""
     op = data["op"]
@@ -143,10 +167,12 @@ def test_explain_of_a_62_character_temporary_returns(tmp_path):
     _matmul(_long("h", 62), name=_long("n", 63), bias=_long("b", 63), out=_long("y", 62)),
     _matmul(_long("h", 63), bias=_long("b", 60), backward=f"{{save: [{_long('h', 63)}]}}"),
     _matmul("h", name=_long("n", 62), backward="{save: recompute}"),
+    _grouped(_long("x", 63), _long("w", 62), _long("o", 63), name=_long("n", 63)),
+    _grouped(_long("x", 61), _long("w", 63), _long("o", 60), backward="{save: recompute}"),
     _attention(_long("q", 63), _long("o", 63), name=_long("n", 63)),
     _attention(_long("q", 62), _long("o", 62), name=_long("n", 62), backward="{save: recompute}"),
 ], ids=["map-temp62", "map-temp63", "map-saved60", "map-name63", "map-io59", "rowwise-temp62", "rowwise-saved63",
-        "matmul-names63", "matmul-saved63", "matmul-recompute", "attention-63", "attention-recompute"])
+        "matmul-names63", "matmul-saved63", "matmul-recompute", "grouped-63", "grouped-recompute", "attention-63", "attention-recompute"])
 def test_legal_long_names_build_their_backward(tmp_path, text):
     _derived_ok(tmp_path, text)
 
