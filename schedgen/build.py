@@ -134,26 +134,53 @@ def build_spec(path: str | Path, overrides: Mapping[str, Any] | None = None, cac
     the overrides and schedgen's code), every .py and .j2 file of schedgen (`cache.source_hash`) and the toolchain."""
     raw = read_spec_bytes(path)  # read once: the loader parses and the manifest hashes these same bytes
     spec, src = load_spec(str(path), overrides, raw)
-    graph = _backward_graph(spec, src)
-    if graph is None:
+    derived = derived_specs(spec, src)
+    if derived is None:
         return _build(spec, src, raw, str(path), cache)
-    forward_spec = spec
-    if graph.forward is not None:
-        forward_spec = _derived(graph.forward, "forward", spec, src)
-    forward_spec = _model_copy(forward_spec, backward=None)
-    _check_graph(spec, forward_spec, graph)
+    graph, forward_spec, step_specs = derived
     steps: dict[str, Built] = {}
     user = written(spec)
     for step in graph.steps:
-        step_spec = _model_copy(_derived(step.spec, f"step {step.name}", spec, src), backward=None)
-        built = _build(step_spec, _step_source(src, step.name), raw, f"{path}#backward/{step.name}", cache,
-                       where=(spec, src, f"step {step.name}"))
+        built = _build(step_specs[step.name], _step_source(src, step.name), raw, f"{path}#backward/{step.name}",
+                       cache, where=(spec, src, f"step {step.name}"))
         steps[step.name] = replace(built, derived=DerivedStep(step.name, step.why, step.spec, user, src))
     forward = _build(forward_spec, src, raw, str(path), cache,
                      where=(spec, src, "forward") if graph.forward is not None else None)
     # the Built's spec is the forward it built (its plan's spec: verify's reference covers the saved outputs too)
     return Built(forward_spec, src, forward.plan, forward.files, forward.cache_hit,
                  BackwardBuilt(graph, steps, tuple(spec.op.outputs), forward_spec, spec))
+
+
+def derived_specs(spec, src: SourceMap):
+    """The specs of a spec's backward, validated: (the family's graph, the forward to build, step name -> its
+    spec), or None without a `backward` section. Raises SpecErrors located at the user's fields."""
+    graph = _backward_graph(spec, src)
+    if graph is None:
+        return None
+    forward_spec = spec
+    if graph.forward is not None:
+        forward_spec = _derived(graph.forward, "forward", spec, src)
+    forward_spec = _model_copy(forward_spec, backward=None)
+    _check_graph(spec, forward_spec, graph)
+    steps = {step.name: _model_copy(_derived(step.spec, f"step {step.name}", spec, src), backward=None)
+             for step in graph.steps}
+    return graph, forward_spec, steps
+
+
+def check_backward(spec, src: SourceMap) -> None:
+    """What `build` checks of a spec's backward before it renders anything (`validate` runs it): the family's hook
+    (backward.wrt, backward.save), the derived specs validated and planned. Raises SpecErrors located at the
+    user's fields."""
+    derived = derived_specs(spec, src)
+    if derived is None:
+        return
+    graph, forward_spec, steps = derived
+    planned = [("forward", forward_spec)] if graph.forward is not None else []
+    for what, derived_spec in planned + [(f"step {name}", s) for name, s in steps.items()]:
+        try:
+            planner.plan(derived_spec, _step_source(src, what))
+        except SpecErrors as exc:
+            raise _derived_problems(derived_spec, spec, src, what, exc.problems) from None
 
 
 def _backward_graph(spec, src: SourceMap):

@@ -155,7 +155,9 @@ def _add_tuned(p: argparse.ArgumentParser, what: str) -> None:
 
 def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
-    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report."""
+    plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report;
+    a planned spec's backward section as `build` checks it (its derived kernels planned too)."""
+    from .build import check_backward
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
@@ -176,6 +178,7 @@ def cmd_validate(args) -> int:
         problems = []
         try:
             plan(spec, src)
+            check_backward(spec, src)
         except SpecErrors as exc:
             problems += exc.problems
         problems += _bucket_problems(spec, _overrides(args))
@@ -334,9 +337,10 @@ def _bucketed(path: str, overrides: dict, buckets, args, *, extra=None, require_
         raise _usage(str(exc)) from None
 
 
-def _tuned_buckets(path: str, overrides: dict, args, *, extra=None):
+def _tuned_buckets(path: str, overrides: dict, args, *, extra=None, build: bool = True):
     """verify / explain / bench --tuned: the spec's bucketed build. A spec without buckets, a -D that fixes a
-    bucketed size, or a database without any bucket's result is a one-line usage error."""
+    bucketed size, or a database without any bucket's result is a one-line usage error. `build=False`: the checks
+    that need no build only, True when --tuned is given (verify builds under its watchdog)."""
     if not args.tuned:
         if args.buckets or args.db:
             raise _usage(f"{'--buckets' if args.buckets else '--db'} goes with --tuned (the variants of a bucketed "
@@ -346,7 +350,7 @@ def _tuned_buckets(path: str, overrides: dict, args, *, extra=None):
     if buckets is None:
         raise _usage(f"{path}: --tuned looks at the variants of a bucketed build, and there are no buckets here "
                      f"(no tune.buckets in the spec and no --buckets SIZE=B1,B2,..., or a -D fixes the bucketed size)")
-    return _bucketed(path, overrides, buckets, args, extra=extra, require_result=True)
+    return _bucketed(path, overrides, buckets, args, extra=extra, require_result=True) if build else True
 
 
 def _tuned(path: str, overrides: dict, args) -> tuple[dict, str]:
@@ -439,9 +443,9 @@ def _backends(arg: str) -> list[str]:
 def cmd_verify(args) -> int:
     import math
 
-    from .build import build_spec
-    from .supervise import call_with_timeout
-    from .verify import Check, verify_file
+    from .frontend.validate import load_spec
+    from .supervise import OK, Outcome, call_with_timeout
+    from .verify import Check, checked, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
         if args.tuned:
@@ -457,27 +461,39 @@ def cmd_verify(args) -> int:
     for path in args.files:
         small = args.small or (args.interpret and not args.full_size)
         try:
-            # spec errors (and a --tuned without buckets or results) are reported here, in this process
-            bb = _tuned_buckets(path, _overrides(args), args)
-            name = bb.name if bb is not None else build_spec(path, _overrides(args)).name
+            # what needs no planning is checked here (the schema, --tuned's buckets); building the spec (planning,
+            # deriving its backward, compiling) runs under the watchdog with the rest
+            name = load_spec(path, _overrides(args))[0].name
+            fn, kw = verify_file, {"sizes": args.sizes, "edges": args.edges, "magnitude": args.magnitude}
+            if _tuned_buckets(path, _overrides(args), args, build=False):
+                from .tune.buckets import parse_cli
+                from .verify_buckets import verify_tuned_file
+                fn, kw = verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
+                                             "db": args.db, "sizes": args.sizes}
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC
             continue
-        fn, kw = verify_file, {"sizes": args.sizes, "edges": args.edges, "magnitude": args.magnitude}
-        if bb is not None:
-            from .tune.buckets import parse_cli
-            from .verify_buckets import verify_tuned_file
-            fn, kw = verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
-                                         "db": args.db, "sizes": args.sizes}
+        call = (fn, path, backends, _overrides(args))
+        kw |= {"interpret": args.interpret, "small": small, "seed": args.seed}
         if args.timeout <= 0:
-            checks = fn(path, backends, _overrides(args), interpret=args.interpret, small=small, seed=args.seed, **kw)
+            run = Outcome(OK, checked(*call, **kw))
         else:
-            run = call_with_timeout(fn, path, backends, _overrides(args), timeout=args.timeout,
-                                    interpret=args.interpret, small=small, seed=args.seed, **kw)
-            checks = run.value if run.ok else [Check(name, "/".join(backends), "-", {}, "-", math.inf,
-                                                     0.0, False, f"{run.status}: {run.detail}")]
-        rows += checks
+            run = call_with_timeout(checked, *call, timeout=args.timeout, **kw)
+        if not run.ok:
+            rows.append(Check(name, "/".join(backends), "-", {}, "-", math.inf, 0.0, False,
+                              f"{run.status}: {run.detail}"))
+            continue
+        kind, value = run.value
+        if kind == "usage":
+            raise _usage(value)
+        if kind == "toolchain":
+            raise ToolchainError(value)
+        if kind == "spec":
+            print(value, file=sys.stderr)
+            status = EXIT_SPEC
+            continue
+        rows += value
     print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items()) + (f" |x|~{c.magnitude:g}" if c.magnitude != 1 else "")

@@ -12,7 +12,8 @@ Every call ends in one of four outcomes (the one vocabulary `verify` and `tune` 
 `Supervisor` keeps one long-lived worker (an optional `setup` runs once in it, say to make a CUDA context) and runs
 job after job there; after a timeout, a crash or an error the worker is gone (a CUDA error can leave its context
 unusable) and the next call starts a fresh one. `call_with_timeout` is one call in a fresh worker.
-Functions and their arguments must pickle (module-level functions). Workers ignore Ctrl-C: the parent stops them.
+Functions and their arguments must pickle (module-level functions). Workers ignore Ctrl-C: the parent stops them,
+and a worker whose parent is gone (killed) exits by itself (`exit_with_parent`), whatever it is running.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -73,10 +75,30 @@ def error_detail(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _worker(conn, setup, setup_args, env=None) -> None:
+PARENT_POLL = 0.5      # seconds between a worker's looks at whether its parent is still there
+
+
+def exit_with_parent(parent: int, poll: float = PARENT_POLL) -> None:
+    """End this process as soon as `parent` (the pid of the process that started it) is no longer its parent: a
+    worker left behind by a killed parent would otherwise run its job to the end, or forever (a compile that
+    spins). A daemon thread looks every `poll` seconds, so a job that never returns is no obstacle. (Not the Linux
+    parent-death signal: that fires when the starting *thread* ends, and pools start workers from any thread.)"""
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _worker(conn, setup, setup_args, env=None, parent: int | None = None) -> None:
     """Set the environment variables `env`, set up once, say "ready", then run jobs until told to stop (None or a
-    closed pipe). After an exception it reports it and exits."""
+    closed pipe). After an exception it reports it and exits; when the process `parent` ends, it exits at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        exit_with_parent(parent)
     os.environ.update(env or {})    # before setup: CUDA reads CUDA_VISIBLE_DEVICES when it initialises there
     try:
         if setup is not None:
@@ -122,7 +144,7 @@ class Supervisor:
         self._kill()
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, self.setup, self.setup_args, self.env),
+        self.proc = ctx.Process(target=_worker, args=(child, self.setup, self.setup_args, self.env, os.getpid()),
                                 daemon=True)
         self.proc.start()
         child.close()

@@ -26,7 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping, Sequence
 
-from ..frontend.expr import Body, check_identifier
+from ..frontend.expr import Body
+from . import names
 
 Rule = Callable[[Sequence[ast.expr], ast.expr, ast.expr], Sequence["ast.expr | None"]]
 
@@ -210,19 +211,14 @@ def _free_names(node: ast.expr) -> set[str]:
 
 
 class _Namer:
-    """Fresh temporary names that collide with nothing the forward or the caller uses, and are legal identifiers."""
+    """Fresh temporary names that collide with nothing the forward or the caller uses, and are legal names (of at
+    most 63 characters: `d_<a 62-character name>` is cut, names.fresh)."""
 
     def __init__(self, taken: Collection[str]) -> None:
         self.taken = set(taken)
 
     def fresh(self, base: str) -> str:
-        stem = f"d_{base}"
-        name, k = stem, 1
-        while name in self.taken or check_identifier(name) is not None:
-            k += 1
-            name = f"{stem}{k}"
-        self.taken.add(name)
-        return name
+        return names.fresh(f"d_{base}", self.taken)
 
 
 @dataclass
@@ -328,9 +324,11 @@ def _binop(node: ast.BinOp, g: ast.expr) -> tuple[ast.expr, ast.expr]:
 
 
 def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], saved: Collection[str] = (),
-        calls: Mapping[str, Rule] | None = None, axis: Axis | None = None) -> Derived:
+        calls: Mapping[str, Rule] | None = None, axis: Axis | None = None, taken: Collection[str] = ()) -> Derived:
     """The body computing the gradients of `wrt` (forward name -> its gradient's name) given the upstream gradients
-    of the forward's outputs (output -> the name the derived body reads it as). See the module docstring."""
+    of the forward's outputs (output -> the name the derived body reads it as). `taken`: names of the caller's that
+    no temporary of the derived body may take (the spec's sizes, constants, inputs, ... the body does not read).
+    See the module docstring."""
     forward = [(t, e.tree) for t, e in body.statements]
     assigned = {t for t, _ in forward}
     if unknown := set(saved) - assigned:
@@ -340,7 +338,7 @@ def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], sa
         if _free_names(tree) & active:
             active.add(target)
     namer = _Namer(assigned | {n for _, t in forward for n in _free_names(t)} | set(wrt.values())
-                   | set(cotangents.values()))
+                   | set(cotangents.values()) | set(taken))
     if axis is not None:            # the forward's temporaries vary where what they read does
         axis = Axis(set(axis.varying), axis.collapsing, axis.reduce)
         for target, tree in forward:
@@ -361,6 +359,19 @@ def vjp(body: Body, *, wrt: Mapping[str, str], cotangents: Mapping[str, str], sa
     inputs = dict.fromkeys(n for _, e in statements for n in _ordered_names(e) if n not in own)
     text = "\n".join(f"{t} = {ast.unparse(e)}" for t, e in statements)
     return Derived(text, tuple(inputs), zero)
+
+
+def renamed(derived: Derived, new: Mapping[str, str]) -> Derived:
+    """`derived` with each name of `new` read (and written) as its value: a saved temporary a step reads under
+    another name."""
+    new = {k: v for k, v in new.items() if k != v}
+    if not new:
+        return derived
+    tree = ast.parse(derived.text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in new:
+            node.id = new[node.id]
+    return Derived(ast.unparse(tree), tuple(new.get(n, n) for n in derived.inputs), derived.zero)
 
 
 def _recomputed(forward, statements, saved) -> list[tuple[str, ast.expr]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Collection, Sequence
 
 from ..plan.common import Problems
+from ..reserved import INPUT_NAME
+from . import names
 
 FLOATING = ("bf16", "f16", "f32")
 
@@ -54,22 +56,29 @@ def save_names(spec, problems: Problems, savable: Sequence[str], default: Sequen
         return tuple(default)
     if save == "recompute":
         return ()
+    op = spec.op
     for i, name in enumerate(save):
         if name not in savable:
-            problems.add(("backward", "save", i), f"{name!r} cannot be saved: the values this spec can keep for its "
+            why = (f" (an {'input' if name in op.inputs else 'output'}: the backward reads it as it is)"
+                   if name in op.inputs or name in op.outputs else "")
+            problems.add(("backward", "save", i), f"{name!r} cannot be saved{why}: the values this spec can keep for its "
                                                   f"backward are {', '.join(savable) or '(none)'}, or write "
                                                   f"save: recompute")
+        elif name in save[:i]:
+            problems.add(("backward", "save", i), f"{name!r} is listed twice")
     return tuple(dict.fromkeys(n for n in save if n in savable))
 
 
 def fresh(base: str, taken: set[str]) -> str:
-    """`base`, or `base2`, `base3`, ... : the first not in `taken` (which it joins)."""
-    name, k = base, 1
-    while name in taken:
-        k += 1
-        name = f"{base}{k}"
-    taken.add(name)
-    return name
+    """`base`, or `base2`, `base3`, ... : the first legal name not in `taken` (which it joins), cut to fit 63
+    characters (names.fresh). A step's operand: never a name generated code keeps from inputs (reserved.py)."""
+    return names.fresh(base, taken, legal=lambda n: n not in INPUT_NAME)
+
+
+def read_as(saved: Sequence[str], taken: set[str]) -> dict[str, str]:
+    """Each saved temporary -> the name a backward step reads it as: its own, or `saved_<name>` (joining `taken`)
+    for a name generated code keeps from inputs (a temporary may be named `out`, an input may not: reserved.py)."""
+    return {s: fresh(f"saved_{s}", taken) if s in INPUT_NAME else s for s in saved}
 
 
 def fitting(data: dict) -> tuple[dict, str]:

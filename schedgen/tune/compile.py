@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache import Cache, key_of
+from ..supervise import exit_with_parent
 
 
-def _quiet_worker() -> None:
-    """Pool and runner workers leave Ctrl-C to the parent, which stops them."""
+def _quiet_worker(parent: int | None = None) -> None:
+    """Pool and runner workers leave Ctrl-C to the parent, which stops them; a pool worker exits when the process
+    `parent` ends (a killed `schedgen tune` leaves no compile running behind it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        exit_with_parent(parent)
 
 
 def compile_candidate(spec_path: str, overrides: Mapping[str, Any], cache_root: str | None):
@@ -61,7 +65,8 @@ def compile_pool(workers: int | None = None, measuring: bool = True) -> ProcessP
         if why:
             raise ValueError(f"workers: {why}")
     return ProcessPoolExecutor(max_workers=workers or default_workers(measuring),
-                               mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker)
+                               mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker,
+                               initargs=(os.getpid(),))
 
 
 def toolchain_info() -> tuple[dict, str]:

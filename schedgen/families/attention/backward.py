@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...autodiff import names
 from ...autodiff.graph import BackwardGraph, Step
+from ...autodiff.names import suffixed
 from ...autodiff.spec import written, wrt_names
-from ...frontend.expr import RESERVED
+from ...frontend.expr import RESERVED, check_identifier
 from ...plan.common import Problems
 from ...reserved import INPUT_NAME
 
@@ -23,12 +25,12 @@ def _legal_input(name: str) -> bool:
 
 
 def _fresh(want: str, fallback: str, taken: set[str], legal=_legal_input) -> str:
-    """`want` if it is legal and free, else `fallback`, else fallback_2, ... ; the result is added to `taken`."""
-    for cand in (want, fallback, *(f"{fallback}_{n}" for n in range(2, 100))):
-        if legal(cand) and cand not in taken:
-            taken.add(cand)
-            return cand
-    raise AssertionError("no free name")   # pragma: no cover (100 candidates)
+    """`want` if it is a legal name and free, else `fallback`, fallback_2, ... (names.fresh: legal, at most 63
+    characters); the result is added to `taken`."""
+    if want not in taken and check_identifier(want) is None and legal(want):
+        taken.add(want)
+        return want
+    return names.fresh(fallback, taken, legal, sep="_")
 
 
 def _lse_shape(op, q_shape: list) -> list:
@@ -48,6 +50,8 @@ def _saved(spec, lse_name: str | None, problems: Problems) -> bool:
             problems.add(("backward", "save", i),
                          f"attention's backward keeps the forward's log-sum-exp only ({' or '.join(sorted(legal))}): "
                          f"it recomputes the probabilities from it block by block; got '{n}'; or save: recompute")
+        elif n in save[:i]:
+            problems.add(("backward", "save", i), f"'{n}' is listed twice")
     return True
 
 
@@ -75,7 +79,7 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
     o_in = _fresh(on, f"fwd_{on}", taken)
     do_in = _fresh(f"d{on}", f"grad_{on}", taken)
     lse_in = _fresh(lse, f"fwd_{lse}", taken)
-    grads = {x: _fresh(f"d{x}", f"grad_{x}", taken, legal=lambda n: n not in RESERVED) for x in (qn, kn, vn)}
+    grads = {x: _fresh(f"d{x}", f"grad_{x}", taken, legal=lambda n: True) for x in (qn, kn, vn)}
     ops = data["op"]
     lse_operand = fwd_data["op"]["outputs"][lse]
     bwd_op = {"kind": "attention_backward", "sizes": ops.get("sizes", {}),
@@ -88,7 +92,7 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
     steps, notes = [], []
     lse_ref, o_ref = f"out:{lse}", f"out:{on}"
     if not keep:
-        recompute = {**fwd_data, "name": f"{spec.name}_recompute"}
+        recompute = {**fwd_data, "name": suffixed(spec.name, "_recompute")}
         steps.append(Step("recompute", recompute, {qn: f"in:{qn}", kn: f"in:{kn}", vn: f"in:{vn}"},
                           {on: "value", lse: "value"}, why="the forward again, with its log-sum-exp (save: recompute)"))
         lse_ref, o_ref = f"step:recompute.{lse}", f"step:recompute.{on}"
@@ -96,7 +100,7 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
     else:
         notes.append(f"the forward keeps its log-sum-exp ({lse}, f32 [B, Hq, Sq]): the backward recomputes P from "
                      f"it block by block")
-    steps.append(Step("attention_bwd", {"name": f"{spec.name}_bwd", "op": bwd_op},
+    steps.append(Step("attention_bwd", {"name": suffixed(spec.name, "_bwd"), "op": bwd_op},
                       {qn: f"in:{qn}", kn: f"in:{kn}", vn: f"in:{vn}", o_in: o_ref, do_in: f"grad:{on}",
                        lse_in: lse_ref},
                       {grads[x]: (f"grad:{x}" if x in wrt else "value") for x in (qn, kn, vn)},

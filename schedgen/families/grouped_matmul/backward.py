@@ -108,7 +108,7 @@ def _context(spec, problems: Problems) -> Context | None:
     names = Names(spec, taken, wrt, out_name)
     return Context(out_name, (), body, renamed(text, "acc", pre, (), out_name, list(op.constants)),
                     tuple(t for t, _ in body.statements if t != out_name), wrt, wrt, names, pre,
-                    {pre: names.gacc} if wrt else {})
+                    {pre: names.gacc} if wrt else {}, frozenset(taken))
 
 
 def _grouped(spec, step: str, description: str, inputs: dict, lhs: str, rhs: str, out: tuple[str, dict], *,

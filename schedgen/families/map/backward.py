@@ -15,7 +15,8 @@ import ast
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
+from ...autodiff.names import suffixed
+from ...autodiff.spec import fitting, fresh, read_as, save_names, written, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 
@@ -33,10 +34,11 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     saved = save_names(spec, problems, temporaries)
     if problems:
         return None, problems
-    taken = set(op.inputs) | set(op.outputs) | set(op.constants) | {t for t, _ in body.statements}
+    taken = set(op.sizes) | set(op.inputs) | set(op.outputs) | set(op.constants) | {t for t, _ in body.statements}
     grad_of = {w: fresh(f"grad_{w}", taken) for w in wrt}
     cot_of = {o: fresh(f"g_{o}", taken) for o in out_names}
-    derived = derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved)
+    as_in = read_as(saved, taken)
+    derived = derive.renamed(derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, taken=taken), as_in)
     nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
     notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s) in {op.outputs[out_names[0]].dtype})"
              if saved else "saves nothing: the backward recomputes the body's temporaries (cheaper than a write "
@@ -47,7 +49,7 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     reads = [n for n in derived.inputs if n not in op.constants]
     reads_in = [n for n in reads if n in op.inputs]
     reads_cot = [o for o in out_names if cot_of[o] in reads]
-    reads_saved = [s for s in saved if s in reads]
+    reads_saved = [s for s in saved if as_in[s] in reads]
     n_in = len(reads_in) + len(reads_cot) + len(reads_saved)
     if n_in > MAX_INPUTS or len(nonzero) > MAX_OUTPUTS:
         problems.add(("backward",), f"the backward kernel would read {n_in} arrays and write {len(nonzero)} "
@@ -64,10 +66,11 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     if saved:
         forward, why = fitting(_forward_with_saved(spec, saved))
         notes += [why] if why else []
-    step_spec = _step_spec(spec, derived.text, reads_in, [(cot_of[o], o) for o in reads_cot], reads_saved,
+    step_spec = _step_spec(spec, derived.text, reads_in, [(cot_of[o], o) for o in reads_cot],
+                           [as_in[s] for s in reads_saved],
                            [(grad_of[w], w) for w in nonzero])
     inputs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
-        | {s: f"out:{s}" for s in reads_saved}
+        | {as_in[s]: f"out:{s}" for s in reads_saved}
     step = Step(STEP, step_spec, inputs, {grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
     return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
@@ -109,7 +112,7 @@ def _step_spec(spec, body: str, inputs, cotangents, saved, grads) -> dict:
     for g, w in grads:
         dtype = spec.op.inputs[w].dtype if _full_shape(spec.op, w) else "f32"
         new_outputs[g] = {"shape": list(out_operand["shape"]), "dtype": dtype}
-    data["name"] = f"{spec.name}_{STEP}"
+    data["name"] = suffixed(spec.name, f"_{STEP}")
     data["description"] = f"the backward of {spec.name}: gradients of {', '.join(w for _, w in grads)}"
     op.update(inputs=new_inputs, outputs=new_outputs, body=body)
     # The step reads and writes other arrays than the forward (more of them: its block specs and pipeline depth

@@ -113,7 +113,8 @@ def _context(spec, problems: Problems) -> Context | None:
     if matrices:
         grad_of = {pre: names.gacc, **grad_of}
     return Context(out_name, extras, body, renamed(text, "acc", pre, extras, out_name, list(op.constants)),
-                    tuple(t for t, _ in body.statements if t != out_name), wrt, matrices, names, pre, grad_of)
+                    tuple(t for t, _ in body.statements if t != out_name), wrt, matrices, names, pre, grad_of,
+                    frozenset(taken))
 
 
 def _matrix_steps(spec, ctx: Context, gacc_ref: str | None, notes: list[str]) -> list[Step]:

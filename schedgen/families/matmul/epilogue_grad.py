@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from ...autodiff import derive
 from ...autodiff.graph import Step
-from ...autodiff.spec import fresh, save_names, written
+from ...autodiff.names import suffixed
+from ...autodiff.spec import fresh, read_as, save_names, written
 from ...frontend import expr as ex
 from ...plan.common import Problems
 
@@ -28,6 +29,7 @@ class Context:
     names: "Names"
     pre: str
     grad_of: dict                    # derive's wrt: pre -> gacc (when a matrix gets a gradient), operand -> grad_<op>
+    taken: frozenset = frozenset()   # every name of the spec and the step-local ones (no derived temporary takes one)
 
 
 
@@ -81,7 +83,7 @@ def base(spec, step: str, description: str) -> dict:
     """A step spec's frame: its name, description and the backends the user chose (the planner picks the rest)."""
     data = written(spec)
     backends = data.get("schedule", {}).get("backends")
-    return {"name": f"{spec.name}_{step}", "description": description,
+    return {"name": suffixed(spec.name, f"_{step}"), "description": description,
             "schedule": {"backends": backends} if backends else {}}
 
 
@@ -119,7 +121,7 @@ def recompute_step(spec, out_name: str, pre: str) -> Step:
     data = written(spec)
     data.pop("backward", None)
     data.pop("tune", None)
-    data["name"] = f"{spec.name}_acc"
+    data["name"] = suffixed(spec.name, "_acc")
     data["description"] = f"the backward of {spec.name}: acc = {op.lhs} @ {op.rhs} recomputed"
     d = data["op"]
     d["inputs"] = {n: v for n, v in d["inputs"].items() if n in (op.lhs, op.rhs)}
@@ -151,7 +153,7 @@ def dacc_step(spec, derived, names: Names, pre: str, pre_ref, kept, out_name: st
         elif n == pre:
             inputs[n], refs[n] = dict(out), pre_ref
         elif n in kept:                                      # a kept epilogue temporary
-            inputs[n], refs[n] = dict(out), f"out:{n}"
+            inputs[n], refs[n] = dict(out), f"out:{kept[n]}"
         else:                                                # an epilogue operand
             inputs[n], refs[n] = operand(spec, n), f"in:{n}"
     outputs, targets = {}, {}
@@ -179,7 +181,7 @@ def dacc_step(spec, derived, names: Names, pre: str, pre_ref, kept, out_name: st
 class Saving:
     """What the forward keeps for the backward and the epilogue's derivative given it."""
     saved: tuple[str, ...]           # backward.save resolved: ("acc",), (a temporary,) or ()
-    kept: tuple[str, ...]            # the same as the derivative reads them (acc as `pre`)
+    kept: dict[str, str]             # the name the derivative reads each as (acc as `pre`) -> the forward's output
     derived: object                  # derive.vjp of the renamed epilogue, reading the kept values
 
 
@@ -188,16 +190,20 @@ def choose_saving(spec, ctx: Context, problems: Problems, forward: str) -> Savin
     by default acc when the epilogue is nonlinear in it (its derivative keeping nothing reads acc), else nothing.
     `forward` names the kernel in messages ("matmul", "grouped matmul")."""
     out_name, names, pre = ctx.out_name, ctx.names, ctx.pre
-    nonlinear = pre in derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out}).inputs
+    nonlinear = pre in derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out},
+                                  taken=ctx.taken).inputs
     saved = save_names(spec, problems, ["acc", *ctx.temporaries], default=("acc",) if nonlinear else ())
     if len(saved) > 1:
         problems.add(("backward", "save"), f"the {forward} forward keeps one value for the backward, not "
                                            f"{len(saved)} ({', '.join(saved)}): list one")
     if problems:
         return None
-    kept = tuple(pre if s == "acc" else s for s in saved)
-    derived = derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out},
-                         saved=[s for s in kept if s != pre])
+    temporaries = [s for s in saved if s != "acc"]
+    taken = set(ctx.taken)
+    as_in = read_as(temporaries, taken)
+    kept = ({pre: pre} if "acc" in saved else {}) | {as_in[s]: s for s in temporaries}
+    derived = derive.renamed(derive.vjp(ctx.renamed, wrt=ctx.grad_of, cotangents={out_name: names.g_out},
+                                        saved=temporaries, taken=taken), as_in)
     if saved and saved[0] != "acc" and pre in derived.inputs:
         problems.add(("backward", "save", 0), f"the epilogue's derivative also reads acc, which save: [{saved[0]}] "
                                               f"does not keep: write save: [acc], or save: recompute")

@@ -26,7 +26,8 @@ import copy
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
-from ...autodiff.spec import fitting, fresh, save_names, written, wrt_names
+from ...autodiff.names import suffixed
+from ...autodiff.spec import fitting, fresh, read_as, save_names, written, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 from . import body as rb
@@ -81,7 +82,7 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     saved = save_names(spec, problems, temporaries)
     if problems:
         return None, problems
-    taken = set(op.inputs) | set(op.outputs) | set(op.constants) | set(assigned)
+    taken = set(op.sizes) | set(op.inputs) | set(op.outputs) | set(op.constants) | set(assigned)
     grad_of = {w: fresh(f"grad_{w}", taken) for w in wrt}
     cot_of = {o: fresh(f"g_{o}", taken) for o in op.outputs}
     inv_n = fresh("inv_n", taken)
@@ -90,8 +91,9 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         varying = {n for n in op.inputs if kinds.get(n) in ("row", "col")} | {cols}
         varying |= {cot_of[o] for o in op.outputs if row.varies.get(o, True)}
         axis = derive.Axis(varying, frozenset(rb.REDUCTIONS))
-        derived = derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, calls=_reduction_rules(inv_n, cols),
-                             axis=axis)
+        as_in = read_as(saved, taken)
+        derived = derive.renamed(derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, axis=axis,
+                                            calls=_reduction_rules(inv_n, cols), taken=taken), as_in)
     except ValueError as e:     # a call with no rule: a family bug (every call of the language has one)
         problems.add(("op", "body"), f"no backward for this body: {e}")
         return None, problems
@@ -106,7 +108,7 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     text = derived.text
     reads_in = [n for n in reads if n in op.inputs]
     reads_cot = [o for o in op.outputs if cot_of[o] in reads]
-    reads_saved = [s for s in saved if s in reads]
+    reads_saved = [s for s in saved if as_in[s] in reads]
     n_in = len(reads_in) + len(reads_cot) + len(reads_saved)
     if n_in > MAX_INPUTS or len(nonzero) > MAX_OUTPUTS:
         problems.add(("backward",), f"the backward kernel would read {n_in} arrays and write {len(nonzero)} "
@@ -123,18 +125,18 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         data.pop(key, None)
     backends = data.get("schedule", {}).get("backends")
     data["schedule"] = {"backends": backends} if backends else {}
-    data["name"] = f"{spec.name}_{STEP}"
+    data["name"] = suffixed(spec.name, f"_{STEP}")
     data["description"] = f"the backward of {spec.name}: gradients of {', '.join(nonzero)}"
     step_inputs = {n: data["op"]["inputs"][n] for n in reads_in}
     step_inputs |= {cot_of[o]: data["op"]["outputs"][o] for o in reads_cot}
-    step_inputs |= {s: shape_of[s] for s in reads_saved}
+    step_inputs |= {as_in[s]: shape_of[s] for s in reads_saved}
     row_dim = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[1]
     if cols in derived.inputs:
         step_inputs[cols] = {"shape": [row_dim], "dtype": "f32"}
     step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w), partial_rows(op)) for w in nonzero}
     data["op"].update(inputs=step_inputs, outputs=step_outputs, body=text, constants=constants)
     refs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
-        | {s: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
+        | {as_in[s]: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
     step = Step(STEP, data, refs, {grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(text.splitlines()))
     return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
