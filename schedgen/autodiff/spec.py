@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Collection, Sequence
 
 from ..plan.common import Problems
+from ..reserved import INPUT_NAME
 
 FLOATING = ("bf16", "f16", "f32")
 
@@ -59,7 +60,11 @@ def save_names(spec, problems: Problems, savable: Sequence[str], default: Sequen
             problems.add(("backward", "save", i), f"{name!r} cannot be saved: the values this spec can keep for its "
                                                   f"backward are {', '.join(savable) or '(none)'}, or write "
                                                   f"save: recompute")
-    return tuple(dict.fromkeys(n for n in save if n in savable))
+        elif name in INPUT_NAME:       # a saved value is passed to the backward kernels under its own name
+            problems.add(("backward", "save", i), f"{name!r} cannot be saved under this name: it is reserved ("
+                                                  f"{INPUT_NAME[name]}) and a saved value becomes a parameter of "
+                                                  f"the backward kernels' functions; rename the temporary")
+    return tuple(dict.fromkeys(n for n in save if n in savable and n not in INPUT_NAME))
 
 
 def fresh(base: str, taken: set[str]) -> str:
