@@ -2,13 +2,15 @@
 
 A package is files anyone may edit or damage. json.loads recurses once per level of nesting: a file of 100000
 `[` is a RecursionError (no JSON error, and no file named), and a readable one nested hundreds deep makes the
-readers after it recurse as deep. `loads` counts the nesting first, without recursing, and refuses anything deeper
+readers after it recurse as deep; a number of 5000 digits is a ValueError telling the reader to raise
+sys.set_int_max_str_digits. `loads` counts the nesting first, without recursing, and refuses anything deeper
 than MAX_DEPTH with a ValueError saying so; the records schedgen writes are a handful of levels deep.
 """
 from __future__ import annotations
 
 import json
 import re
+import sys
 from itertools import accumulate
 from typing import Any
 
@@ -33,5 +35,10 @@ def loads(data: str | bytes) -> Any:
                          f"foreign file)")
     try:
         return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:             # int() refuses a number of more digits than sys.get_int_max_str_digits()
+        raise ValueError(f"holds an integer of more than {sys.get_int_max_str_digits()} digits (a damaged or "
+                         f"foreign file)") from None
     except RecursionError:         # unreachable at MAX_DEPTH, kept for an interpreter with a tiny recursion limit
         raise ValueError(f"nested too deep to read (at most {MAX_DEPTH} levels)") from None

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import boundedjson
 from . import families as registry
 from .families import ReportHooks
 from .plan.hardware import COPY_GBPS as DEFAULT_COPY_GBPS, PEAK_TFLOPS   # the figures and their provenance
@@ -361,13 +362,15 @@ def load_record(path: str | Path) -> list[dict]:
     """The bench rows of one record file: a JSON list of rows (`schedgen bench --json`), or a record in a family's
     own format (`ReportHooks.record_rows`, e.g. bench/results/attention.json). RecordError otherwise."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = boundedjson.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecordError(f"{path}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
     except UnicodeDecodeError:
         raise RecordError(f"{path}: not a benchmark record: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}:{exc.lineno}:{exc.colno}: not a benchmark record: invalid JSON ({exc.msg})") from None
+    except ValueError as exc:       # nested too deep, an integer over int()'s 4300 digits
+        raise RecordError(f"{path}: not a benchmark record: {exc}") from None
     if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("spec"), str) for r in data):
         return data
     for fam in registry.all_families():

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import boundedjson
 from ..plan.common import shown_sizes
 
 ROW_KEYS = ("spec", "backend", "shape")
@@ -49,10 +50,12 @@ def read_record(path: Path | str) -> list[dict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
-        data = json.loads(text)
+        data = boundedjson.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}:{exc.lineno}:{exc.colno}: not a benchmark record: invalid JSON ({exc.msg}); "
                           f"{legal}") from None
+    except ValueError as exc:       # nested too deep, an integer over int()'s 4300 digits
+        raise RecordError(f"{path}: not a benchmark record: {exc}; {legal}") from None
     if not isinstance(data, list):
         raise RecordError(f"{path}: not a benchmark record: a JSON {type(data).__name__}; {legal}")
     for i, r in enumerate(data):
@@ -102,7 +105,7 @@ def recorded_rows(folder: Path | str) -> list[dict]:
     rows = []
     for f in sorted(Path(folder).glob("*.json")):
         try:
-            data = json.loads(f.read_text())
+            data = boundedjson.loads(f.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, list):

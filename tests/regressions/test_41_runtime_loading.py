@@ -191,3 +191,18 @@ def test_backward_json_that_does_not_fit_the_kernel_is_refused(built, tmp_path, 
     with pytest.raises(RuntimeError) as exc:
         load_package(root)
     assert str(root / "backward.json") in str(exc.value) and "rebuild the package" in str(exc.value)
+
+
+@pytest.mark.parametrize("text, said", [("[" * 100_000, "nested 100000 levels deep"),
+                                        ("[" + "9" * 5000 + "]", "holds an integer of more than 4300 digits")])
+def test_deep_or_huge_benchmark_records_are_record_errors(tmp_path, capsys, text, said):
+    """The same class in the benchmark records `bench --json` merges into and the report reads: a RecursionError
+    and int()'s ValueError were tracebacks."""
+    from _cli import run_cli
+    from schedgen.report import RecordError, load_record
+    record = tmp_path / "record.json"
+    record.write_text(text)
+    code, lines = run_cli(capsys, "bench", str(ROOT / "specs" / "add_bf16.yaml"), "--json", str(record))
+    assert code == 2 and len(lines) == 1 and said in lines[0], lines
+    with pytest.raises(RecordError, match=said):
+        load_record(record)
