@@ -7,7 +7,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -16,7 +15,8 @@ from typing import Any, Mapping
 
 from . import families
 from . import plan as planner
-from .cache import Cache, write_new, clean_stale, digest, is_plain_name, key_of, remove_path, source_hash, temp_name
+from .cache import Cache, write_new, digest, is_plain_name, key_of, source_hash
+from .staging import clean_stale, held_temp
 from .plan.launch import FILE_NAME as LAUNCH_FILE, launch_record
 from .toolchain.nvrtc import ARCH, compile_cuda, nvrtc_version, resource_usage
 from .autodiff import graph as bwgraph
@@ -330,9 +330,9 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
 
 
 # ------------------------------------------------------------------------------------------------ package()
-# OUT/<name>/ is written into a fresh staging folder of this process (mkdtemp inside OUT: nothing in it can be a
-# symlink) and swapped in with one rename(2), or, where OUT/<name> exists, one renameat2(RENAME_EXCHANGE) so
-# OUT/<name> is never missing; then the old one is removed. Symlinks are never written through: OUT itself may be a
+# OUT/<name>/ is written into a fresh staging folder of this process (staging.held_temp inside OUT, locked while the
+# build lives: nothing in it can be a symlink) and swapped in with one rename(2), or, where OUT/<name> exists, one
+# renameat2(RENAME_EXCHANGE) so OUT/<name> is never missing; then the old one is removed. Symlinks are never written through: OUT itself may be a
 # symlink to a folder; a symlink at OUT/<name> or OUT/__init__.py is replaced, its target left alone.
 
 _UMASK = os.umask(0o022)
@@ -383,19 +383,17 @@ def _swap_in(staged: Path, dest: Path) -> None:
         if done:
             return
         if done is None:                                     # no atomic exchange: move the old one aside first
-            aside = Path(tempfile.mkdtemp(prefix=temp_name(dest.name, "old"), dir=dest.parent))
-            try:
-                os.rename(dest, aside / "old")
-            except FileNotFoundError:
-                pass                                         # another writer moved it first
-            try:
-                os.rename(staged, dest)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
-                    raise
-            finally:
-                remove_path(aside)
+            with held_temp(dest.parent, dest.name, "old") as aside:
+                try:
+                    os.rename(dest, aside / "old")
+                except FileNotFoundError:
+                    pass                                     # another writer moved it first
+                try:
+                    os.rename(staged, dest)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                        raise
     raise OSError(errno.EBUSY, "other builds keep replacing it", str(dest))
 
 
@@ -414,15 +412,11 @@ def _output_folder(out_dir: Path) -> None:
             return
     except FileNotFoundError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=temp_name("__init__.py"), dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with held_temp(out_dir, "__init__.py", folder=False) as tmp:
+        with open(tmp, "wb") as f:
             f.write(b'"""Kernels built by schedgen."""\n')
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, init)                                # replaces a symlink there, never its target
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
 
 
 def _write_package(built: Built, folder: Path) -> None:
@@ -452,14 +446,10 @@ def publish(out_dir: str | Path, name: str, fill) -> Path:
     _output_folder(out_dir)
     clean_stale(out_dir)
     dest = out_dir / name
-    staged = Path(tempfile.mkdtemp(prefix=temp_name(name), dir=out_dir))
-    try:
+    with held_temp(out_dir, name) as staged:     # locked while this build lives: clean_stale leaves it alone
         fill(staged)
         os.chmod(staged, 0o777 & ~_UMASK)
         _swap_in(staged, dest)
-    finally:
-        if os.path.lexists(staged):
-            remove_path(staged)
     return dest
 
 

@@ -4,8 +4,9 @@ An entry is written into a unique temporary folder beside its final place and re
 sees half an entry and two writers of one key cannot mix their files. Each entry's index records the key and the
 SHA-256 of every file; anything that does not check (unreadable or malformed index, a file name that is not one a
 builder writes, a missing, extra-large or changed file, a path that is not a folder) is a miss: the entry is moved
-aside, removed and rebuilt. A cache root that cannot be written (a file, read-only, a full disk) is never fatal:
-the build goes on uncached and one warning line goes to stderr. What this defends against and what it does not:
+aside, removed and rebuilt (the temporaries: schedgen/staging.py, locked while their writer lives). A cache root
+that cannot be written (a file, read-only, a full disk) is never fatal: the build goes on uncached and one warning
+line goes to stderr. What this defends against and what it does not:
 docs/reliability.md, "Issue 14, groups 1, 5 and 11".
 """
 from __future__ import annotations
@@ -15,20 +16,17 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Collection, Mapping
 
 from .errors import printable
+from .staging import clean_stale, held_temp, remove_path, temp_name  # noqa: F401  (build.py, tests)
 
 INDEX = "entry.json"
 MAX_INDEX_BYTES = 1 << 20        # an index lists a handful of names and hashes
 MAX_FILE_BYTES = 1 << 30         # no artifact comes near this; a larger file is damage, not a kernel
-STALE_SECONDS = 3600             # temporary folders of killed writers older than this are removed
 # A file name an entry may hold: one plain path component (no separators, no '..', no leading dot).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -80,63 +78,6 @@ def is_plain_name(name: object) -> bool:
 
 class CacheUnusable(OSError):
     """The cache root cannot hold entries (not a folder, read-only, full)."""
-
-
-def remove_path(path: Path) -> None:
-    """Remove a file, a symlink (never what it points at) or a folder tree; missing is fine."""
-    try:
-        if path.is_symlink() or not path.is_dir():
-            path.unlink()
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
-    return True
-
-
-def host_tag() -> str:
-    """8 hex digits naming this host: a temporary name's pid is only checked on the host that wrote it."""
-    return digest(os.uname().nodename.encode())[:8]
-
-
-_TEMP = re.compile(r"\.(?P<what>.+)\.(?:tmp|old)-(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-[A-Za-z0-9_]+")
-
-
-def clean_stale(folder: Path, max_age: float = STALE_SECONDS) -> None:
-    """Remove temporary folders (`.<what>.tmp-<host>-<pid>-<random>`, `.<what>.old-...`) left by writers that died:
-    those of a dead process of this host, and any older than `max_age` seconds. Never fails."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    now, here = time.time(), host_tag()
-    for entry in entries:
-        m = _TEMP.fullmatch(entry.name)
-        if not m:
-            continue
-        try:
-            age = now - entry.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue
-        dead = m["host"] == here and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))
-        if dead or age > max_age:
-            remove_path(Path(entry.path))
-
-
-def temp_name(what: str, kind: str = "tmp") -> str:
-    """The prefix of a temporary folder `clean_stale` can recognise (mkdtemp adds the random tail)."""
-    return f".{what}.{kind}-{host_tag()}-{os.getpid()}-"
 
 
 def _read_limited(path: Path, limit: int) -> bytes:
@@ -192,11 +133,8 @@ class Cache:
         try:
             if not os.path.lexists(entry):
                 return
-            aside = Path(tempfile.mkdtemp(prefix=temp_name(entry.name, "old"), dir=entry.parent))
-            try:
+            with held_temp(entry.parent, entry.name, "old") as aside:
                 os.rename(entry, aside / "entry")
-            finally:
-                remove_path(aside)
         except OSError:
             remove_path(entry)
 
@@ -230,30 +168,31 @@ class Cache:
         if bad:
             raise ValueError(f"cache entry file names must be plain names, not {bad}")
         entry = self.path(key)
-        tmp: Path | None = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             clean_stale(entry.parent)
-            tmp = Path(tempfile.mkdtemp(prefix=temp_name(key), dir=entry.parent))
-            for name, data in files.items():
-                write_new(tmp / name, bytes(data))
-            index = {"key": key, "files": {name: digest(bytes(data)) for name, data in files.items()}}
-            write_new(tmp / INDEX, json.dumps(index, indent=1).encode())
-            for _ in range(3):
-                try:
-                    os.rename(tmp, entry)
-                    return
-                except OSError as exc:
-                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
-                        raise
-                if self.get(key, names=list(files)) is not None:
-                    return                              # another writer's whole entry is there: keep it
-            # still in the way after discarding it twice: leave it; the next reader checks it
+            with held_temp(entry.parent, key) as tmp:
+                self._put_from(tmp, key, files)
         except OSError as exc:
             raise CacheUnusable(exc.errno, f"cache {self.root} is not usable ({exc.strerror or exc})") from exc
-        finally:
-            if tmp is not None and os.path.lexists(tmp):
-                remove_path(tmp)
+
+    def _put_from(self, tmp: Path, key: str, files: Mapping[str, bytes]) -> None:
+        """Write the entry into the temporary folder `tmp` and rename it into place."""
+        entry = self.path(key)
+        for name, data in files.items():
+            write_new(tmp / name, bytes(data))
+        index = {"key": key, "files": {name: digest(bytes(data)) for name, data in files.items()}}
+        write_new(tmp / INDEX, json.dumps(index, indent=1).encode())
+        for _ in range(3):
+            try:
+                os.rename(tmp, entry)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise
+            if self.get(key, names=list(files)) is not None:
+                return                              # another writer's whole entry is there: keep it
+        # still in the way after discarding it twice: leave it; the next reader checks it
 
     def get_or_build(self, key: str, build: Callable[[], Mapping[str, bytes]], names: Collection[str] | None = None,
                      check: Callable[[dict[str, bytes]], None] | None = None) -> tuple[dict[str, bytes], bool]:

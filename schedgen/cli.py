@@ -4,21 +4,31 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .errors import SpecErrors, ToolchainError, printable
+from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
 EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
 
 
+SHOWN_ARG = 80           # a command-line value echoed in a message: whole up to this many characters, else cut
+MAX_WHOLE_DIGITS = 19    # every count, bound, size or seed a command takes fits in 63 bits
+
+
+def _cut(message: str) -> str:
+    """A message cut to MAX_MESSAGE characters (what each check echoes is clipped first: this is the backstop)."""
+    return message if len(message) <= MAX_MESSAGE else f"{message[:MAX_MESSAGE]}…({len(message)} characters)"
+
+
 def _usage(message: str) -> SystemExit:
     """A usage error: printed as one line (control characters of paths and values in it escaped), exit status 2
     (like argparse's own)."""
-    print(f"schedgen: {printable(message)}", file=sys.stderr)
+    print(f"schedgen: {_cut(printable(message))}", file=sys.stderr)
     return SystemExit(EXIT_SPEC)
 
 
@@ -36,6 +46,30 @@ def _write(option: str, path, data, what: str) -> None:
         write_file(path, data)
     except OSError as exc:
         raise _os_usage(option, path, exc, what) from None
+
+
+def shown_arg(text: str) -> str:
+    """A command-line value as a message quotes it: cut when long (`'99999…'…(5000 characters)`)."""
+    return quoted(text, SHOWN_ARG)
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number >= 0 (ASCII digits, at most MAX_WHOLE_DIGITS significant ones), or None: a
+    5000-digit number is refused here, before int() (which refuses more than 4300 digits with a ValueError)."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or len(t.lstrip("0")) > MAX_WHOLE_DIGITS:
+        return None
+    return int(t)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose own error messages ('invalid choice: ...', 'unrecognized arguments: ...') quote a huge
+    argument cut, with its length, not whole."""
+
+    def error(self, message: str):
+        # a word longer than any value the checks above already cut (quoted, plus its length) is argparse's echo
+        words = re.sub(r"\S{%d,}" % (2 * SHOWN_ARG + 40), lambda m: clip(m.group(0), SHOWN_ARG), message)
+        super().error(_cut(words))
 
 
 _OS_REASONS = {
@@ -71,24 +105,27 @@ def _seconds(*, zero: str = ""):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give {legal}") from None
+            raise argparse.ArgumentTypeError(f"{shown_arg(text)} is not a number: give {legal}") from None
         if zero and value == 0:
             return 0.0
         if timeout_problem(value):
-            raise argparse.ArgumentTypeError(f"{text!r}: give {legal}")
+            raise argparse.ArgumentTypeError(f"{shown_arg(text)}: give {legal}")
         return value
     return parse
 
 
-def _count(least: int):
-    """An argparse type: a whole number >= `least` (workers, iterations, rows)."""
+def _count(least: int, most: int = 2 ** 63 - 1):
+    """An argparse type: a whole number, least <= n <= most (workers, iterations, rows, a seed)."""
+    legal = f"give a whole number >= {least}" + (f" and <= {most}" if most < 2 ** 63 - 1 else "")
+
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a whole number >= {least}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {least}")
+        value = whole_number(text)
+        t = text.strip()
+        if value is None and not t.startswith("-"):
+            why = "is too large" if t.isascii() and t.lstrip("+").isdigit() else "is not a whole number"
+            raise argparse.ArgumentTypeError(f"{shown_arg(text)} {why}: {legal}") from None
+        if value is None or not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{shown_arg(text)}: {legal}")
         return value
     return parse
 
@@ -126,10 +163,11 @@ def _size_set(text: str) -> dict[str, int]:
     for part in text.split(","):
         name, eq, value = part.partition("=")
         name = name.strip()
-        if not eq or not name.isidentifier() or not value.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=VALUE with a positive integer value, "
-                                             "e.g. --at B=4,S=4096")
-        out[name] = int(value)
+        number = whole_number(value)
+        if not eq or not name.isidentifier() or number is None:
+            raise argparse.ArgumentTypeError(f"{shown_arg(part)}: expected NAME=VALUE with a positive integer value "
+                                             f"of at most {MAX_WHOLE_DIGITS} digits, e.g. --at B=4,S=4096")
+        out[name] = number
     return out
 
 
@@ -781,7 +819,7 @@ def _check_tune_args(args, max_space: int) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
+    ap = _Parser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
     ap.add_argument("--version", action="version", version=f"schedgen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
@@ -842,7 +880,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sanitize", metavar="TOOLS", default="",
                    help="run under compute-sanitizer, e.g. memcheck,racecheck,synccheck (GPU; small sizes unless "
                         "--full-size; the CUDA backend unless --backend pallas)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_count(0), default=None)
     p.add_argument("--sizes", type=int, default=1, choices=range(1, 6), metavar="N",
                    help="check each spec at N sizes: a dynamic-size spec calls its one package at max(N, 3) sizes "
                         "(always); a fixed-size spec is rebuilt at N - 1 more (default 1); with --tuned, each "
@@ -897,9 +935,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_count(1), default=10, help="rows of the final table")
     p.add_argument("--retry-failed", action="store_true", help="measure again what hung, faulted or failed")
     p.add_argument("--dry-run", action="store_true", help="expand, prune and compile on the CPU; measure nothing")
-    p.add_argument("--budget", type=int, metavar="N", help="take a seeded random sample of N points of a larger "
+    p.add_argument("--budget", type=_count(1), metavar="N", help="take a seeded random sample of N points of a larger "
                                                           "space (needed past 20000 points; N <= 20000)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of the --budget sample and of the random order "
+    p.add_argument("--seed", type=_count(0), default=0, help="the seed of the --budget sample and of the random order "
                                                        "of a run with --budget or --time (default 0)")
     p.add_argument("--time", type=_seconds(), metavar="S", help="stop measuring new candidates S seconds after the "
                    "start (with buckets: of each bucket's run); keep what was measured, verify the winner (candidates are "

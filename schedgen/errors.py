@@ -13,6 +13,9 @@ from typing import Any, Iterable, Mapping, Sequence
 Path = tuple  # tuple[str | int, ...]
 
 SHOWN_DIGITS = 24  # an integer echoed in a message: in full up to this many digits, else `123456789…(N digits)`
+SHOWN_NAME = 64    # a name or key echoed in a message: in full up to this many characters (every legal name fits)
+MAX_MESSAGE = 2000  # a located message past this many characters is cut (what each check echoes is clipped first)
+MAX_PATH = 4096     # a file name echoed: whole up to PATH_MAX (no longer one can be opened)
 
 
 def shorten_int(value: int) -> str:
@@ -28,6 +31,12 @@ def shorten_int(value: int) -> str:
     if digits <= SHOWN_DIGITS:
         return str(value)
     return f"{sign}{n // 10 ** (digits - 9)}…({digits} digits)"
+
+
+def quoted(text: str, limit: int = SHOWN_NAME) -> str:
+    """repr() of a user's text for a message: whole up to `limit` characters (every legal name), else cut with an
+    ellipsis and its length."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"…({len(text)} characters)"
 
 
 def shorten(value: Any, limit: int = 60) -> str:
@@ -70,13 +79,20 @@ def printable(text: str, *, backslash: bool = False) -> str:
     return "".join(repr(c)[1:-1] if not c.isprintable() or (backslash and c == "\\") else c for c in text)
 
 
+def clip(text: str, limit: int = SHOWN_NAME) -> str:
+    """A user's text as a message shows it: one line (`printable`), cut to `limit` characters with an ellipsis and
+    its length when longer (`nnnnnnnn…(900000 characters)`): a message never echoes a huge value whole."""
+    return printable(text if len(text) <= limit else text[:limit]) + ("" if len(text) <= limit else
+                                                                         f"…({len(text)} characters)")
+
+
 def format_path(path: Sequence) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
-            out += f"[{part}]"
+            out += f"[{shorten_int(part)}]"
         else:
-            out += ("." if out else "") + printable(str(part))
+            out += ("." if out else "") + clip(str(part))
     return out or "<file>"
 
 
@@ -109,7 +125,8 @@ class SourceMap:
 
     def format(self, problem: Problem) -> str:
         pos = self.locate(problem)
-        return f"{printable(self.file)}:{pos.line}:{pos.col}: {format_path(problem.path)}: {problem.message}"
+        return (f"{clip(printable(self.file), MAX_PATH)}:{pos.line}:{pos.col}: {format_path(problem.path)}: "
+                f"{clip(problem.message, MAX_MESSAGE)}")
 
 
 class SpecErrors(Exception):

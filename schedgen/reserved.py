@@ -16,7 +16,9 @@ input may be named ``acc``.
 
 The lists below are what ``tests/regressions/generated_names.py`` derives from the rendered code of every bundled
 spec through every template (symtable scopes of the Python, identifiers of the CUDA); its test fails when a
-template change defines a name that is missing here. Checked by every family's planner (``reserved_problems``).
+template change defines a name that is missing here. Checked by every family's planner (``reserved_problems``), for
+every name that becomes a parameter (``parameter_fields``: the inputs and the operands a family adds, such as
+grouped_matmul's ``op.group_offsets``).
 """
 from __future__ import annotations
 
@@ -161,14 +163,27 @@ SPEC_NAME = MappingProxyType(_NAME)
 INPUT_NAME = MappingProxyType(_INPUTS)
 
 
+def parameter_fields(spec) -> dict[str, tuple]:
+    """Every name that becomes a parameter of the generated entry function, and the field of the spec that names it:
+    the inputs (`op.inputs.<name>`), then the operands the family passes after them (its `call_inputs`: grouped_matmul's
+    `op.group_offsets`), each located at the op field holding that name."""
+    from . import families
+    op = spec.op
+    fields = {n: ("op", "inputs", n) for n in op.inputs}
+    for n in families.of(spec).call_inputs(op):
+        if n not in fields:
+            fields[n] = next((("op", f) for f in type(op).model_fields if getattr(op, f, None) == n), ("op",))
+    return fields
+
+
 def reserved_problems(spec) -> Iterator[tuple[tuple, str]]:
-    """(field path, message) for the spec name and every input name that generated code would break on."""
+    """(field path, message) for the spec name and every parameter name that generated code would break on."""
     if spec.name in SPEC_NAME:
         yield ("name",), (f"'{spec.name}' is reserved: it is {SPEC_NAME[spec.name]} (the spec name becomes "
                           f"`def {spec.name}(...)` at the top level of the generated Pallas module and package); "
                           f"choose another name")
-    for n in spec.op.inputs:
+    for n, path in parameter_fields(spec).items():
         if n in INPUT_NAME:
-            yield ("op", "inputs", n), (f"'{n}' is reserved: it is {INPUT_NAME[n]} (input names become the "
-                                        f"parameters of `def {spec.name}(...)` in the generated Pallas module and "
-                                        f"package); choose another name")
+            what = "input names become" if path[:2] == ("op", "inputs") else f"op.{path[-1]} names an operand, which becomes one of"
+            yield path, (f"'{n}' is reserved: it is {INPUT_NAME[n]} ({what} the parameters of `def {spec.name}(...)` "
+                         f"in the generated Pallas module and package); choose another name")

@@ -22,6 +22,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from ..errors import quoted
+
 MAX_TEXT = 4000
 MAX_DEPTH = 64
 MAX_STATEMENTS = 64
@@ -77,7 +79,7 @@ _LEGAL_NAME = "names are 1-63 ASCII letters, digits or '_', starting with a lett
 def _non_ascii(text: str) -> str | None:
     """A message naming the first non-ASCII character of ``text``, or None."""
     bad = next((c for c in text if not c.isascii()), None)
-    return None if bad is None else f"{text!r} contains the non-ASCII character {bad!r} (U+{ord(bad):04X})"
+    return None if bad is None else f"{quoted(text)} contains the non-ASCII character {bad!r} (U+{ord(bad):04X})"
 
 
 def check_identifier(name: str) -> str | None:
@@ -87,11 +89,11 @@ def check_identifier(name: str) -> str | None:
     if (msg := _non_ascii(name)) is not None:
         return f"{msg}; {_LEGAL_NAME}"
     if name.startswith(_RESERVED_PREFIXES):
-        return f"{name!r} is reserved: names starting with 'sg_' or '__' belong to generated code"
+        return f"{quoted(name)} is reserved: names starting with 'sg_' or '__' belong to generated code"
     if not IDENT_RE.match(name):
-        return f"{name!r} is not a legal name; {_LEGAL_NAME}"
+        return f"{quoted(name)} is not a legal name; {_LEGAL_NAME}"
     if name in RESERVED:
-        return f"{name!r} is reserved ({_RESERVED_WHY[name]}); choose another name"
+        return f"{quoted(name)} is reserved ({_RESERVED_WHY[name]}); choose another name"
     return None
 
 
@@ -280,7 +282,7 @@ class _Checker:
         if fn in FUNCTION_ALIASES:              # the checked tree holds the function's own name from here on
             fn = node.func.id = FUNCTION_ALIASES[fn]
         if fn not in FUNCTIONS:
-            raise self.error(node.func, f"function {fn!r} is not allowed{_did_you_mean(fn)}; allowed: "
+            raise self.error(node.func, f"function {quoted(fn)} is not allowed{_did_you_mean(fn)}; allowed: "
                                         f"{', '.join(FUNCTIONS)}")
         if node.keywords:
             raise self.error(node.keywords[0], f"keyword arguments are not allowed (in {fn}()); "
@@ -349,8 +351,8 @@ def check_statements(text: str, *, inputs: Collection[str], outputs: Collection[
         if name in inputs or name in constants or name in assigned:
             return None
         if name in later:
-            return f"name {name!r} is used before it is assigned"
-        return (f"unknown name {name!r}; {_listing('inputs are', sorted(inputs))}; "
+            return f"name {quoted(name)} is used before it is assigned"
+        return (f"unknown name {quoted(name)}; {_listing('inputs are', sorted(inputs))}; "
                 f"{_listing('constants are', sorted(constants))}; {_listing('assigned so far', list(assigned))}")
 
     checker = (checker or _Checker)(text, False, known)
@@ -365,9 +367,9 @@ def check_statements(text: str, *, inputs: Collection[str], outputs: Collection[
         name = checker.name(target)
         role = "input" if name in inputs else "constant" if name in constants else None
         if role:
-            raise checker.error(target, f"cannot assign to {role} {name!r}")
+            raise checker.error(target, f"cannot assign to {role} {quoted(name)}")
         if name in assigned:
-            raise checker.error(target, f"{name!r} is assigned more than once")
+            raise checker.error(target, f"{quoted(name)} is assigned more than once")
         if name not in outputs and (msg := check_identifier(name)) is not None:
             raise checker.error(target, f"bad temporary name: {msg}")
         assigned[name] = checker.expr(stmt.value)
@@ -387,7 +389,7 @@ def parse_index_map(text: str, *, grid_names: Sequence[str], sizes: Collection[s
         if name in grid or name in sizes:
             return None
         size_list = f"; {_listing('sizes are', sorted(sizes))}" if sizes else ""
-        return f"unknown name {name!r} in index map; {_listing('grid names are', grid)}{size_list}"
+        return f"unknown name {quoted(name)} in index map; {_listing('grid names are', grid)}{size_list}"
 
     elts = tree.body.elts if isinstance(tree.body, ast.Tuple) else [tree.body]
     if not elts:
@@ -405,7 +407,7 @@ def parse_int_expr(text: str, *, names: Collection[str]) -> Expr:
     def known(name: str) -> str | None:
         if name in known_names:
             return None
-        return f"unknown name {name!r}; {_listing('known names are', sorted(known_names))}"
+        return f"unknown name {quoted(name)}; {_listing('known names are', sorted(known_names))}"
 
     return _Checker(text, True, known).expr(tree.body)
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ..files import UnreadableFile, read_bytes
-from ..errors import Pos, Problem, SourceMap, SpecErrors, printable, shorten_int
+from ..errors import Pos, Problem, SourceMap, SpecErrors, clip, printable, quoted, shorten_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -153,7 +153,7 @@ class _Walker:
                 if not isinstance(key, str):
                     key = str(key)
                 if key in out:
-                    self.problems.append(Problem(path + (key,), f"duplicate key '{key}'", pos=self.pos(key_node)))
+                    self.problems.append(Problem(path + (key,), f"duplicate key '{clip(str(key))}'", pos=self.pos(key_node)))
                     continue
                 self.src.key_positions[path + (key,)] = self.pos(key_node)
                 out[key] = self.walk(value_node, path + (key,))
@@ -184,7 +184,7 @@ class _Walker:
                 self.problems.append(Problem(path, why, pos=self.pos(node)))
                 return None
             if kind == "float" and ":" in node.value:
-                self.problems.append(Problem(path, f"{node.value!r} is a YAML 1.1 base-60 number; write a decimal "
+                self.problems.append(Problem(path, f"{quoted(node.value)} is a YAML 1.1 base-60 number; write a decimal "
                                                    f"number, or quote it for a string", pos=self.pos(node)))
                 return None
             try:
@@ -194,7 +194,7 @@ class _Walker:
                 self.problems.append(Problem(path, f"{_short_text(node.value)!r} is not a valid !!{kind} value; write a plain "
                                                    f"{kind} (or drop the tag)", pos=self.pos(node)))
                 return None
-        self.problems.append(Problem(path, f"YAML tag '{tag}' is not allowed; use plain values", pos=self.pos(node)))
+        self.problems.append(Problem(path, f"YAML tag '{clip(tag)}' is not allowed; use plain values", pos=self.pos(node)))
         return None
 
 

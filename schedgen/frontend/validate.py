@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from .. import families
-from ..errors import Problem, SourceMap, SpecErrors, printable, shorten
+from ..errors import SHOWN_NAME, Problem, SourceMap, SpecErrors, clip, shorten
 from .load import load_file
 from .model import DTYPE_ALIASES
 from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-exported: cli.py and tune import them here)
@@ -84,7 +84,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         model = _model_at(raw[:-1])
         allowed = list(model.model_fields) if model else []
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown key '{printable(str(loc[-1]))}'"
+        msg = f"unknown key '{clip(str(loc[-1]))}'"
         if hint:
             msg += f" (did you mean '{hint[0]}'?)"
         return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
@@ -92,7 +92,7 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
         return "required key is missing"
     if kind == "union_tag_invalid":
         ctx = err.get("ctx") or {}
-        return (f"unknown kind {ctx.get('tag')!r}; legal kinds: {', '.join(families.kinds())} "
+        return (f"unknown kind {shorten(ctx.get('tag'), SHOWN_NAME)}; legal kinds: {', '.join(families.kinds())} "
                 f"(a new kind of kernel is a family: {FAMILY_HOWTO}); {_kinds_listing()}")
     if kind == "union_tag_not_found":
         return f"required key 'kind' is missing; legal kinds: {', '.join(families.kinds())}"

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
+from ..errors import shorten
+
 OPS = ("+", "*", "//", "%", "cdiv", "min", "max")
 
 
@@ -251,20 +253,20 @@ def to_json(d: DimLike) -> Any:
 def from_json(v: Any, names: Mapping[str, Any] | set[str], where: str = "extent") -> DimLike:
     """The inverse of to_json; raises ValueError naming `where` for anything else (unknown size, operator)."""
     if isinstance(v, bool):
-        raise ValueError(f"{where}: must be an integer, a size name or [op, a, b], got {v!r}")
+        raise ValueError(f"{where}: must be an integer, a size name or [op, a, b], got {shorten(v)}")
     if isinstance(v, int):
         if v < 0:
             raise ValueError(f"{where}: must be >= 0, got {v}")
         return v
     if isinstance(v, str):
         if v not in names:
-            raise ValueError(f"{where}: {v!r} is not a dynamic size of this kernel "
+            raise ValueError(f"{where}: {shorten(v)} is not a dynamic size of this kernel "
                              f"({', '.join(sorted(names)) or 'it has none'})")
         return size(v)
     if isinstance(v, list) and len(v) == 3 and v[0] in OPS:
         return _make(v[0], from_json(v[1], names, where), from_json(v[2], names, where))
     raise ValueError(f"{where}: must be an integer, a size name or [op, a, b] with op one of {', '.join(OPS)}, "
-                     f"got {v!r}")
+                     f"got {shorten(v)}")
 
 
 # ------------------------------------------------------------------------------------------------ spelling

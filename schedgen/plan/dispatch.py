@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import boundedjson
+from ..errors import shorten
+
 FILE_NAME = "dispatch.json"
 VARIANTS_DIR = "variants"
 DISPATCH_VERSION = 1
@@ -85,8 +88,8 @@ def from_dict(data: Any, where: str = FILE_NAME) -> DispatchRecord:
     extra = sorted(set(data) - set(_FIELDS))
     if missing or extra:
         raise bad("(top)", f"missing {missing}" if missing else f"unknown fields {extra}")
-    if data["version"] != DISPATCH_VERSION:
-        raise bad("version", f"{data['version']!r}, this schedgen reads version {DISPATCH_VERSION} (rebuild the "
+    if type(data["version"]) is not int or data["version"] != DISPATCH_VERSION:   # true, 1.0: not the version 1
+        raise bad("version", f"{shorten(data['version'])}, this schedgen reads version {DISPATCH_VERSION} (rebuild the "
                              f"package with this schedgen)")
     if not isinstance(data["name"], str) or not data["name"]:
         raise bad("name", "not a name")
@@ -121,8 +124,8 @@ def load(root: str | Path) -> DispatchRecord:
     except OSError as exc:
         raise DispatchRecordError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = boundedjson.loads(text)
+    except ValueError as exc:                      # UnicodeDecodeError is one
         raise DispatchRecordError(f"{path}: not valid JSON: {exc}") from None
     return from_dict(data, str(path))
 

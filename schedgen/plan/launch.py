@@ -38,6 +38,8 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
+from .. import boundedjson
+from ..errors import shorten
 from . import dims
 from .dims import DimLike, SizeRange
 from .hardware import TARGETS, target_field
@@ -241,21 +243,21 @@ class _Reader:
 
     def int(self, v: Any, path: str, low: int = 0) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(path, f"must be an integer, got {v!r}")
+            raise self.fail(path, f"must be an integer, got {shorten(v)}")
         if v < low:
             raise self.fail(path, f"must be >= {low}, got {v}")
         return v
 
     def bool(self, v: Any, path: str) -> bool:
         if not isinstance(v, bool):
-            raise self.fail(path, f"must be true or false, got {v!r}")
+            raise self.fail(path, f"must be true or false, got {shorten(v)}")
         return v
 
     def str(self, v: Any, path: str, choices: tuple[str, ...] | None = None, empty: bool = False) -> str:
         if not isinstance(v, str) or (not v and not empty):
-            raise self.fail(path, f"must be a{'' if empty else ' non-empty'} string, got {v!r}")
+            raise self.fail(path, f"must be a{'' if empty else ' non-empty'} string, got {shorten(v)}")
         if choices is not None and v not in choices:
-            raise self.fail(path, f"{v!r} is not one of {', '.join(choices)}")
+            raise self.fail(path, f"{shorten(v)} is not one of {', '.join(choices)}")
         return v
 
     def list(self, v: Any, path: str) -> list:
@@ -290,7 +292,7 @@ class _Reader:
         for i, x in enumerate(self.list(d["shape"], f"{path}.shape")):
             if isinstance(x, str):
                 if x not in names:
-                    raise self.fail(f"{path}.shape[{i}]", f"{x!r} is not a dynamic size of this kernel")
+                    raise self.fail(f"{path}.shape[{i}]", f"{shorten(x)} is not a dynamic size of this kernel")
                 shape.append(x)
             else:
                 shape.append(self.int(x, f"{path}.shape[{i}]", 1))
@@ -322,7 +324,7 @@ class _Reader:
                                             f"its size (-1: all of it), got {a.zero}")
         if a.kind == "tmap":
             if a.dtype not in DTYPES:
-                raise self.fail(f"{path}.dtype", f"{a.dtype!r} is not one of {', '.join(DTYPES)}")
+                raise self.fail(f"{path}.dtype", f"{shorten(a.dtype)} is not one of {', '.join(DTYPES)}")
             if not (len(a.shape) == len(a.strides) == len(a.box) >= 1):
                 raise self.fail(path, f"shape, strides and box of a tensor map have one entry per dimension, got "
                                       f"{len(a.shape)}, {len(a.strides)} and {len(a.box)}")
@@ -355,8 +357,8 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
         raise r.fail("", f"must hold a JSON object, got {type(data).__name__}")
     if "version" not in data:
         raise r.fail("version", f"missing (this schedgen reads launch record version {LAUNCH_VERSION})")
-    if isinstance(data["version"], bool) or data["version"] != LAUNCH_VERSION:
-        raise r.fail("version", f"launch record version {data['version']!r}; this schedgen reads version "
+    if type(data["version"]) is not int or data["version"] != LAUNCH_VERSION:     # true, 2.0: not the version 2
+        raise r.fail("version", f"launch record version {shorten(data['version'])}; this schedgen reads version "
                                 f"{LAUNCH_VERSION} only: rebuild the package")
     d = r.obj(data, LaunchRecord, "")
     sizes = tuple(r.size_range(x, f"sizes[{i}]") for i, x in enumerate(r.list(d["sizes"], "sizes")))
@@ -365,7 +367,7 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
     outputs = tuple(r.operand(o, f"outputs[{i}]", names) for i, o in enumerate(r.list(d["outputs"], "outputs")))
     bound = {x for o in inputs for x in o.shape if isinstance(x, str)}
     if names - bound:
-        raise r.fail("sizes", f"the dynamic size {sorted(names - bound)[0]!r} is no input's dimension, so no call "
+        raise r.fail("sizes", f"the dynamic size {shorten(sorted(names - bound)[0])} is no input's dimension, so no call "
                               f"could bind it")
     if not inputs or not outputs:
         raise r.fail("inputs" if not inputs else "outputs", "a kernel has at least one")
@@ -393,8 +395,8 @@ def from_dict(data: Any, where: str = FILE_NAME) -> LaunchRecord:
 
 def loads(text: str | bytes, where: str = FILE_NAME) -> LaunchRecord:
     try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = boundedjson.loads(text)
+    except ValueError as exc:                      # UnicodeDecodeError is one
         raise LaunchRecordError(f"{where}: not valid JSON: {exc}") from None
     return from_dict(data, where)
 
@@ -431,7 +433,7 @@ class PackagePlan(Mapping):
 
     def _plan(self) -> dict:
         if self._data is None:
-            self._data = json.loads(self._path.read_text())
+            self._data = boundedjson.loads(self._path.read_bytes())
         return self._data
 
     def __getitem__(self, key: str) -> Any:

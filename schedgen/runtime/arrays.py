@@ -374,12 +374,32 @@ def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int)
     return all(d == 1 or s == e for d, s, e in zip(shape, strides, _c_strides(shape, itemsize)))
 
 
+def read_only(obj: Any) -> str | None:
+    """Why the kernel may not write into `obj` (an `out=` array), or None: a numpy array whose `writeable` flag is
+    off (a view of bytes, np.memmap mode='r', setflags(write=False)), or an array whose __cuda_array_interface__
+    says its data is read-only. (A torch tensor has no such flag.)"""
+    if isinstance(obj, np.ndarray):
+        return None if obj.flags.writeable else "a numpy array whose flags.writeable is False"
+    if isinstance(obj, DeviceView) or kind_of(obj) == "torch" or not _has_cai(obj):
+        return None
+    try:
+        data = obj.__cuda_array_interface__["data"]
+        flag = data[1] if isinstance(data, (tuple, list)) and len(data) > 1 else False
+    except (KeyError, TypeError, IndexError):
+        return None                                     # malformed: check() says so
+    return "its __cuda_array_interface__ marks the data read-only" if flag else None
+
+
 def check(obj_or_view: Any, name: str, *, shape: tuple[int, ...], dtype: str, contiguous: bool = True,
-          device: int | None = None) -> None:
+          device: int | None = None, writable: bool = False) -> None:
     """Raise ArgumentError unless the argument has this shape and dtype (and is dense, 16-byte aligned and on
-    `device` for device arrays)."""
+    `device` for device arrays; and, `writable`, one the kernel may write: an out= array)."""
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    why = read_only(obj_or_view) if writable else None
+    if why is not None:
+        raise ArgumentError(f"{name}: is read-only ({why}); out= takes arrays the kernel may write: pass a "
+                            f"writable one (a copy), or leave out= unset to get new outputs")
     if isinstance(obj_or_view, DeviceView):
         v = obj_or_view
     elif isinstance(obj_or_view, np.ndarray):

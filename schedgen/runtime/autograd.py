@@ -13,18 +13,30 @@ step writes one) and none for the others.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from .. import boundedjson
+from ..autodiff import graph as bwgraph
 from ..autodiff.graph import BackwardGraph, evaluate, sum_dims
+from ..errors import clip
 from .arrays import DTYPES, ArgumentError
 
 FILE_NAME = "backward.json"
 FOLDER = "backward"
+
+
+def check(operands: Sequence[Sequence[Any]], graph: BackwardGraph) -> list[str]:
+    """What is wrong with a loaded graph against the kernel's inputs and outputs ([inputs, outputs]): a step name
+    that is not an identifier (`../../x` would be a folder outside the package), a reference to nothing."""
+    if not all(isinstance(s.name, str) for s in graph.steps):
+        return ["a step name is not a string"]
+    ins, outs = ({o.name for o in group} for group in operands)
+    wrong = bwgraph.check(graph, ins, outs)
+    return wrong + [f"grads names {g!r}, no input of the kernel" for g in graph.grads if g not in ins][:1]
 
 
 class Backward:
@@ -33,12 +45,17 @@ class Backward:
     def __init__(self, kernel: Any, root: Path, torch_op: bool):
         from .kernel import load_package
         try:
-            rec = json.loads((root / FILE_NAME).read_text())
+            rec = boundedjson.loads((root / FILE_NAME).read_bytes())
             self.graph = BackwardGraph.from_json(rec["graph"])
             user = list(rec["user_outputs"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RuntimeError(f"{kernel.name}: {root / FILE_NAME} is unreadable ({type(exc).__name__}: {exc}): "
-                               f"rebuild the package") from None
+            # step names become folders (backward/<step>/): identifiers only, every reference resolving
+            wrong = check([kernel.inputs, kernel.outputs], self.graph)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RuntimeError(f"{kernel.name}: {root / FILE_NAME} is unreadable ({type(exc).__name__}: "
+                               f"{clip(str(exc), 200)}): rebuild the package") from None
+        if wrong:
+            raise RuntimeError(f"{kernel.name}: {root / FILE_NAME} is not a backward of this kernel "
+                               f"({clip('; '.join(wrong), 300)}): rebuild the package")
         names = [o.name for o in kernel.outputs]
         unknown = [n for n in user + list(self.graph.saved) if n not in names]
         if unknown:

@@ -6,6 +6,7 @@ is validated by pure functions before the driver is touched, so those paths are 
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import struct
 import sys
@@ -15,6 +16,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from cuda.bindings import driver as cu
+
+from ..errors import shorten, shorten_int
 
 __all__ = [
     "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
@@ -645,22 +648,31 @@ class CaptureError(RuntimeError):
     """An operation that is illegal while a stream captures a CUDA graph was asked for."""
 
 
+STREAM_LIMIT = 1 << 64   # a CUstream is a pointer: what the driver takes is below this
+
+
 def stream_handle(stream: Any) -> int:
     """The CUstream handle (an int) of `stream`: an int, an object with the `__cuda_stream__` protocol (returns
     (version, handle)), a torch.cuda.Stream (`.cuda_stream`), a cupy Stream (`.ptr`) or a cuda.bindings CUstream;
     TypeError for anything else."""
     if isinstance(stream, int) and not isinstance(stream, bool):
         if stream < 0:
-            raise TypeError(f"stream: a stream handle is >= 0, got {stream}")
-        return stream
+            raise TypeError(f"stream: a stream handle is >= 0, got {shorten_int(stream)}")
+        if stream >= STREAM_LIMIT:
+            raise TypeError(f"stream: a stream handle is below 2**64 (a CUstream pointer), got {shorten_int(stream)}")
+        return int(stream)
     proto = getattr(type(stream), "__cuda_stream__", None)
     if proto is not None:
         got = stream.__cuda_stream__
         got = got() if callable(got) else got
-        if not (isinstance(got, tuple) and len(got) == 2):
+        try:
+            handle = operator.index(got[1]) if isinstance(got, tuple) and len(got) == 2 else None
+        except TypeError:
+            handle = None
+        if handle is None or isinstance(got[1], bool):
             raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return (version, handle), "
-                            f"got {got!r}")
-        return stream_handle(int(got[1]))
+                            f"got {shorten(got)}")
+        return stream_handle(handle)
     for attr in ("cuda_stream", "ptr"):      # torch.cuda.Stream, cupy.cuda.Stream
         value = getattr(stream, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -29,6 +29,7 @@ STATE_CACHE = 64     # launch states (one per input shapes and device) kept
 TMAP_CACHE = 256     # tensor maps (one per pointer and extents) kept
 ARGS_BY_PTR = 256    # packed operand arguments kept per launch state (by kernel-arg index and pointer)
 _SLOW = object()     # the torch fast path hands the call to the general one
+_STREAM_LIMIT = 1 << 64   # driver.STREAM_LIMIT (a CUstream is a pointer); the driver module is imported lazily
 
 
 @dataclass(eq=False)
@@ -186,7 +187,7 @@ class Kernel:
             if len(outs) != len(self.outputs):
                 raise ArgumentError(f"out: {self.name} has {len(self.outputs)} outputs, got {len(outs)} arrays")
             for a, o in zip(outs, self.outputs):
-                arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype)
+                arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype, writable=True)
         return sizes
 
     def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: Any = 0) -> Callable[[], None]:
@@ -439,7 +440,7 @@ class Kernel:
         if got is None:
             return _SLOW
         ptrs, shapes, dev = got
-        if stream is not None and (type(stream) is not int or stream < 0):
+        if stream is not None and (type(stream) is not int or not 0 <= stream < _STREAM_LIMIT):
             try:
                 stream = _driver().stream_handle(stream)
             except TypeError:   # the general path says what is wrong, in its order

@@ -220,7 +220,7 @@ class PallasCall:
                     raise ArgumentError(f"{name}: the pallas backend writes out= into {want} here (the inputs' "
                                         f"kind), got a {kd} array")
                 if kd == "numpy":
-                    arrays.check(a, name, shape=k.shape_of(o, sizes), dtype=o.dtype)
+                    arrays.check(a, name, shape=k.shape_of(o, sizes), dtype=o.dtype, writable=True)
                 else:
                     _check_meta(arrays.describe(a, name), name, k.shape_of(o, sizes), o.dtype)
         return sizes, kinds

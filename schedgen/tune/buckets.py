@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import Problem, SpecErrors
+from ..errors import Problem, SpecErrors, clip, quoted
 from ..frontend.model import MAX_BUCKETS, DynamicSize
 from ..frontend.specfile import SpecFile
 
 MAX_CELLS = 64          # bucket combinations a spec may ask for (each is one tuning run and one variant at most)
+MAX_BOUND_DIGITS = 19   # a --buckets bound with more digits is refused before it is read (sizes fit in 32 bits)
+SHOWN_ARG = 80          # a --buckets argument echoed in a message: whole up to this many characters
 
 
 class BucketsError(ValueError):
@@ -58,10 +60,14 @@ def parse_cli(texts: Sequence[str]) -> dict[str, list[int]]:
         name = name.strip()
         parts = [v.strip() for v in values.split(",")]
         if not eq or not name.isidentifier() or not all(p.isdigit() and p.isascii() for p in parts):
-            raise BucketsError(f"--buckets {text}: expected SIZE=B1,B2,... with increasing positive integer bounds, "
-                               f"e.g. --buckets M=64,256,1024")
+            raise BucketsError(f"--buckets {clip(text, SHOWN_ARG)}: expected SIZE=B1,B2,... with increasing positive "
+                               f"integer bounds, e.g. --buckets M=64,256,1024")
+        huge = next((p for p in parts if len(p.lstrip("0")) > MAX_BOUND_DIGITS), None)
+        if huge is not None:                      # before int(), which refuses more than 4300 digits
+            raise BucketsError(f"--buckets {clip(name)}: bound {huge[:9]}…({len(huge)} digits) is too large; a "
+                               f"bound is a size (at most {MAX_BOUND_DIGITS} digits, and within the size's range)")
         if name in out:
-            raise BucketsError(f"--buckets {text}: {name} is given twice; give each size once")
+            raise BucketsError(f"--buckets {clip(text, SHOWN_ARG)}: {clip(name)} is given twice; give each size once")
         out[name] = [int(p) for p in parts]
     return out
 
@@ -74,7 +80,7 @@ def problems_of(spec: SpecFile, buckets: Mapping[str, Sequence[int]]) -> list[tu
     for name, bounds in buckets.items():
         size = sizes.get(name)
         if size is None:
-            out.append(((name,), f"no size named '{name}'; the dynamic sizes are: {', '.join(dynamic) or 'none'}"))
+            out.append(((name,), f"no size named {quoted(name)}; the dynamic sizes are: {', '.join(dynamic) or 'none'}"))
             continue
         if not isinstance(size, DynamicSize):
             out.append(((name,), f"{name} is fixed ({size}) in op.sizes; buckets split a dynamic size's range "
@@ -133,7 +139,7 @@ def of_spec(spec: SpecFile, src, cli: Mapping[str, Sequence[int]] | None = None)
 def _cli_where(path: tuple) -> str:
     if not path:
         return "--buckets: "
-    return f"--buckets {path[0]}" + (f" (bound {path[1] + 1})" if len(path) > 1 else "") + ": "
+    return f"--buckets {clip(str(path[0]))}" + (f" (bound {path[1] + 1})" if len(path) > 1 else "") + ": "
 
 
 def load(path: str | Path, overrides: Mapping[str, Any] | None = None,

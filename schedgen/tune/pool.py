@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..errors import clip, quoted
 from .measure import DEFAULT_TIMEOUT, START_TIMEOUT, VERIFY_TIMEOUT, Result, WorkerRunner, gpu_environment
 
 
@@ -68,18 +69,25 @@ def pick_gpus(choice: str, visible: Sequence[Gpu]) -> list[Gpu]:
         if not n:
             raise ValueError(f"--gpus all: {legal}")
         return list(visible)
-    if text.isdigit():
-        if not 1 <= int(text) <= n:
-            raise ValueError(f"--gpus {text}: {n} GPU{'s' if n != 1 else ''} visible; {legal}")
-        return list(visible[:int(text)])
+    shown = clip(text, 80)
+    if _number(text) is not None:
+        if not 1 <= _number(text) <= n:
+            raise ValueError(f"--gpus {shown}: {n} GPU{'s' if n != 1 else ''} visible; {legal}")
+        return list(visible[:_number(text)])
     parts = [p.strip() for p in text.split(",")]
     parts = parts[:-1] if len(parts) > 1 and parts[-1] == "" else parts
-    bad = [p for p in parts if not p.isdigit() or int(p) >= n]
+    bad = [p for p in parts if _number(p) is None or _number(p) >= n]
     if bad or not parts:
-        raise ValueError(f"--gpus {text}: {', '.join(map(repr, bad)) or 'nothing'} is not a visible device; {legal}")
-    if len(set(map(int, parts))) != len(parts):
-        raise ValueError(f"--gpus {text}: a device is named twice; {legal}")
-    return [visible[int(p)] for p in parts]
+        raise ValueError(f"--gpus {shown}: {', '.join(quoted(b, 24) for b in bad[:8]) or 'nothing'}"
+                         f"{f' (and {len(bad) - 8} more)' if len(bad) > 8 else ''} is not a visible device; {legal}")
+    if len(set(map(_number, parts))) != len(parts):
+        raise ValueError(f"--gpus {shown}: a device is named twice; {legal}")
+    return [visible[_number(p)] for p in parts]
+
+
+def _number(text: str) -> int | None:
+    """A device number or count: ASCII digits, at most 9 of them (int() of thousands of digits is an error)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text.lstrip("0")) <= 9 else None
 
 
 def one_model(gpus: Sequence[Gpu]) -> tuple[list[Gpu], str]:

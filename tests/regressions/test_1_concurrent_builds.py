@@ -125,35 +125,36 @@ def test_swap_never_follows_or_leaves_the_old_one(tmp_path):
         assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
 
 
-def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-
-
 def test_stale_staging_of_killed_builds_is_removed(tmp_path):
     """A build killed between staging and swapping leaves `.add_bf16.tmp-<host>-<pid>-*`: the next build removes
-    those of dead processes and any older than an hour, and keeps a live build's fresh one."""
+    those whose lock nobody holds (issue 41: the lock, not the pid, says a writer lives), and keeps a live build's
+    one, fresh or old."""
+    from _locks import holding, release
     from schedgen.cache import temp_name
     out = tmp_path / "out"
     out.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
-    live = _sleeper()
+
+    def staging(pid: int, tail: str) -> Path:
+        p = out / (temp_name("add_bf16").replace(f"-{os.getpid()}-", f"-{pid}-") + tail)
+        p.mkdir()
+        (p / "kernel.cu").write_text("half written")
+        return p
+    killed = staging(dead_pid, "dead")
+    running = staging(dead_pid, "live")
+    old = staging(dead_pid, "old")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    old_running = staging(dead_pid, "oldlive")
+    os.utime(old_running, (time.time() - 7200, time.time() - 7200))
+    legacy_unrelated = out / ".notes"                    # not a staging name: never touched
+    legacy_unrelated.mkdir()
+    holders = [holding(running), holding(old_running)]
     try:
-        def staging(pid: int, tail: str) -> Path:
-            p = out / (temp_name("add_bf16").replace(f"-{os.getpid()}-", f"-{pid}-") + tail)
-            p.mkdir()
-            (p / "kernel.cu").write_text("half written")
-            return p
-        killed = staging(dead_pid, "dead")
-        running = staging(live.pid, "live")
-        old = staging(live.pid, "old")
-        os.utime(old, (time.time() - 7200, time.time() - 7200))
-        legacy_unrelated = out / ".notes"                    # not a staging name: never touched
-        legacy_unrelated.mkdir()
         package(build_spec(ADD, {"M": 64, "N": 512}, cache=Cache(tmp_path / "cache")), out)
         assert not killed.exists() and not old.exists()
-        assert running.exists() and legacy_unrelated.exists()
+        assert running.exists() and old_running.exists() and legacy_unrelated.exists()
         assert (out / "add_bf16" / "__init__.py").is_file()
     finally:
-        live.kill()
-        live.wait()
+        for h in holders:
+            release(h)

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -152,7 +151,7 @@ def _read_only_root(tmp_path: Path, monkeypatch) -> Path:
     if os.geteuid() == 0:      # root writes anyway: a read-only file system says EROFS at the first create
         def refuse(*args, **kwargs):
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        monkeypatch.setattr(C, "tempfile", SimpleNamespace(mkdtemp=refuse))      # the cache's only, not package's
+        monkeypatch.setattr(C, "held_temp", refuse)      # the cache's only, not package's
     else:
         root.chmod(0o555)
     return root
