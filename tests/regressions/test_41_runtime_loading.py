@@ -14,6 +14,7 @@ names, every reference resolving), and version fields are ints of the exact valu
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -194,7 +195,7 @@ def test_backward_json_that_does_not_fit_the_kernel_is_refused(built, tmp_path, 
 
 
 @pytest.mark.parametrize("text, said", [("[" * 100_000, "nested 100000 levels deep"),
-                                        ("[" + "9" * 5000 + "]", "holds an integer of more than 4300 digits")])
+                                        ("[" + "9" * 5000 + "]", "is too large (integers: at most 19 digits")])
 def test_deep_or_huge_benchmark_records_are_record_errors(tmp_path, capsys, text, said):
     """The same class in the benchmark records `bench --json` merges into and the report reads: a RecursionError
     and int()'s ValueError were tracebacks."""
@@ -204,5 +205,5 @@ def test_deep_or_huge_benchmark_records_are_record_errors(tmp_path, capsys, text
     record.write_text(text)
     code, lines = run_cli(capsys, "bench", str(ROOT / "specs" / "add_bf16.yaml"), "--json", str(record))
     assert code == 2 and len(lines) == 1 and said in lines[0], lines
-    with pytest.raises(RecordError, match=said):
+    with pytest.raises(RecordError, match=re.escape(said)):
         load_record(record)
