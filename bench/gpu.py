@@ -311,6 +311,9 @@ def part_record(runs: list[dict], out: Path, budget: Budget, per_run: float = 15
                 print(f"  record {st:5} {secs:5.0f}s {name}: {got.detail[:160]}", flush=True)
                 continue
             new = got.value
+            if new and all(r.get("skipped") for r in new):
+                result.append(Row("record", name, "SKIP", secs, str(new[0]["skipped"])[:200]))
+                continue
             rows_out += new
             moved = [c for c in compare(recorded, new) if c["moved"]]
             detail = "; ".join(_bench_line(r) for r in new) or "no row"
