@@ -61,9 +61,17 @@ def _reads_files(tree: ast.AST) -> list[int]:
         if isinstance(node, ast.Call):
             f = node.func
             if (isinstance(f, ast.Attribute) and f.attr in ("read_bytes", "read_text")) or \
-                    (isinstance(f, ast.Name) and f.id == "open"):
+                    (isinstance(f, ast.Name) and f.id == "open" and _reading_mode(node)):
                 out.append(node.lineno)
     return out
+
+
+def _reading_mode(call: ast.Call) -> bool:
+    """Whether an open() call may read: no mode, a mode that is not a literal, or a literal one that reads."""
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if not isinstance(mode, ast.Constant) or not isinstance(mode.value, str):
+        return True
+    return "r" in mode.value or "+" in mode.value
 
 
 def test_spec_readers_go_through_read_spec_bytes():
