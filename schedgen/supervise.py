@@ -14,12 +14,17 @@ job after job there; after a timeout, a crash or an error the worker is gone (a 
 unusable) and the next call starts a fresh one. `call_with_timeout` is one call in a fresh worker.
 Functions and their arguments must pickle (module-level functions). Workers ignore Ctrl-C: the parent stops them,
 and a worker whose parent is gone (killed) exits by itself (`exit_with_parent`), whatever it is running.
+
+A job's time limit counts from the worker's "started" signal, sent once it has unpickled the job (which imports the
+function's module: seconds on a loaded machine) and is about to call it, so that only the function's own run is
+timed; getting there is bounded by the start-up limit, as the worker's own start is.
 """
 from __future__ import annotations
 
 import math
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -28,6 +33,7 @@ from typing import Any, Callable
 
 OK, TIMEOUT, CRASH, ERROR = "ok", "timeout", "crash", "error"
 OUTCOMES = (OK, TIMEOUT, CRASH, ERROR)
+READY, STARTED = "ready", "started"     # the worker's signals: set up; has a job and runs it now
 MAX_TIMEOUT = 86400.0    # seconds: the longest time limit taken (a day; the OS's wait calls overflow near 1e9 s)
 
 
@@ -95,7 +101,8 @@ def exit_with_parent(parent: int, poll: float = PARENT_POLL) -> None:
 
 def _worker(conn, setup, setup_args, env=None, parent: int | None = None) -> None:
     """Set the environment variables `env`, set up once, say "ready", then run jobs until told to stop (None or a
-    closed pipe). After an exception it reports it and exits; when the process `parent` ends, it exits at once."""
+    closed pipe): each job is unpickled, "started" said, then run. After an exception (the unpickling's included) it
+    reports it and exits; when the process `parent` ends, it exits at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent is not None:
         exit_with_parent(parent)
@@ -106,16 +113,18 @@ def _worker(conn, setup, setup_args, env=None, parent: int | None = None) -> Non
     except BaseException as exc:  # reported to the parent, whatever it is
         conn.send((ERROR, error_detail(exc)))
         return
-    conn.send(("ready", None))
+    conn.send((READY, None))
     while True:
         try:
-            msg = conn.recv()
+            msg = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        if msg is None:
-            return
         try:
-            fn, args, kwargs = msg
+            job = pickle.loads(msg)
+            if job is None:
+                return
+            fn, args, kwargs = job
+            conn.send((STARTED, None))
             value = fn(*args, **kwargs)
         except BaseException as exc:
             conn.send((ERROR, error_detail(exc)))
@@ -163,20 +172,32 @@ class Supervisor:
         return got
 
     def call(self, fn: Callable, *args: Any, timeout: float, **kwargs: Any) -> Outcome:
-        """fn(*args, **kwargs) in the worker, answered within `timeout` seconds (the worker's start-up aside). A timeout
-        that is not finite, not positive or over MAX_TIMEOUT is a ValueError (NaN or a negative one timed out at once,
-        inf or 1e300 overflowed the wait)."""
+        """fn(*args, **kwargs) in the worker, answered within `timeout` seconds of its start (the worker's start-up and
+        its taking of the job aside: the start-up limit bounds each of those). A timeout that is not finite, not
+        positive or over MAX_TIMEOUT is a ValueError (NaN or a negative one timed out at once, inf or 1e300 overflowed
+        the wait)."""
         timeout = _checked(timeout)
         got = self.started()
         if not got.ok:
             return got
+        got = self.submit(fn, args, kwargs, self.start_timeout)
+        return got if not got.ok else self._answer(timeout)
+
+    def submit(self, fn: Callable, args: tuple, kwargs: dict, limit: float) -> Outcome:
+        """Send a job to the ready worker and wait, at most `limit` seconds, for its "started" signal (it has
+        unpickled the job, its imports done): ok, or why not (a timeout says what it was waiting for)."""
         try:
             self.conn.send((fn, args, kwargs))
         except (OSError, EOFError):
             return self._crashed()
-        return self._answer(timeout)
+        got = self._answer(limit)
+        if got.status == TIMEOUT:
+            return Outcome(TIMEOUT, detail=f"the worker did not start the job within {limit:g} s (unpickling it and "
+                                           f"importing its modules)")
+        return got
 
     def _answer(self, timeout: float) -> Outcome:
+        """The worker's next message within `timeout` seconds: ok (a result or a signal), or why not."""
         try:
             if not self.conn.poll(max(0.0, timeout)):
                 self._kill()
@@ -224,12 +245,17 @@ class Supervisor:
 
 def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any) -> Outcome:
     """fn(*args, **kwargs) in a fresh spawned process; its result must pickle. `timeout` bounds the whole call, the
-    worker's start included. Never raises for the callee's failures (a bad `timeout` is a ValueError)."""
+    worker's start and the job's unpickling included. Never raises for the callee's failures (a bad `timeout` is a
+    ValueError)."""
     timeout = _checked(timeout)
     t0 = time.monotonic()
+
+    def left() -> float:
+        return max(1e-6, timeout - (time.monotonic() - t0))
     with Supervisor(start_timeout=timeout) as sup:
         got = sup.started()
-        if not got.ok:
-            return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))
-        got = sup.call(fn, *args, timeout=max(1e-6, timeout - (time.monotonic() - t0)), **kwargs)
+        if got.ok:
+            got = sup.submit(fn, args, kwargs, left())
+        if got.ok:
+            got = sup._answer(left())
         return got if got.status != TIMEOUT else Outcome(TIMEOUT, detail=timeout_detail(timeout))

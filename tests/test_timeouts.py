@@ -62,18 +62,15 @@ def test_a_forking_helper_past_its_time_is_killed_with_its_children():
     # subprocess.run's timeout kills the helper alone, then waits for EOF on its pipes, which a stuck forked child
     # keeps open: forever (the concurrency helpers of test_1_concurrent_builds and cache_fuzz fork 2-8 builds)
     import subprocess
-    import time
 
     from conftest import run_process_group
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(3600)\ntime.sleep(3600)\n"
-    t0 = time.monotonic()
-    try:
+    try:        # the child and its grandchild sleep an hour, past the test's own limit: returning killed them
         run_process_group([sys.executable, "-c", code], timeout=2)
     except subprocess.TimeoutExpired:
         pass
     else:
         raise AssertionError("no timeout")
-    assert time.monotonic() - t0 < 30
     done = run_process_group([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
                              timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "out\n", "err\n")

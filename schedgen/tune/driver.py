@@ -141,7 +141,7 @@ def _tune(space: Space, pruning: Pruning, runner: Runner, dbh: TuneDB, *, backen
             remote = hasattr(runner, "trial")
             with _lent(pool) if pool is not None or remote else compile_pool(workers) as ex_:
                 trials = (_RemoteTrials(runner, space.path, backend, progress) if remote else
-                          _LocalTrials(ex_, runner, space.path, cache_root, backend, progress))
+                          _LocalTrials(ex_, runner, space.path, cache_root, backend, progress, deadline))
                 try:
                     left = _drive(trials, todo, deadline, run)
                 finally:
@@ -220,13 +220,15 @@ class _Run:
 
 class _LocalTrials:
     """A trial here: compile in the process pool, then measure through the runner on `runner.parallel` threads (one
-    for a runner of one worker; PoolRunner: one per GPU). Each future's result is handed to the main thread."""
+    for a runner of one worker; PoolRunner: one per GPU). Each future's result is handed to the main thread. A
+    measurement queued for a thread that starts after `deadline` measures nothing (the main thread cancels the
+    queued ones when the budget runs out, but a thread can take one first: on a loaded machine it did)."""
     capacity = None             # every compile is queued at once (the pool runs them in order)
 
     def __init__(self, ex_: Executor, runner: Runner, spec_path: str, cache_root: str | None, backend: str,
-                 progress: Progress):
+                 progress: Progress, deadline: float | None = None):
         self.ex_, self.runner, self.spec_path, self.cache_root, self.backend = ex_, runner, spec_path, cache_root, backend
-        self.progress = progress
+        self.progress, self.deadline = progress, deadline
         self.threads = ThreadPoolExecutor(max(1, int(getattr(runner, "parallel", 1))), thread_name_prefix="measure")
         self.compiling: set[Future] = set()
         self.t_first = self.t_last = time.monotonic()
@@ -248,7 +250,7 @@ class _LocalTrials:
 
     def advance(self, c: Candidate, f: Future, more: bool) -> Future | dict | None:
         """A finished compile: its measurement's future (None when no more may start), or the compile error; a
-        finished measurement: its outcome."""
+        finished measurement: its outcome (None when the deadline had passed before it started)."""
         if f not in self.compiling:
             return f.result()
         self.compiling.discard(f)
@@ -258,7 +260,9 @@ class _LocalTrials:
             return {"status": "compile_error", "detail": _why(exc)}
         return self.threads.submit(self._measure, built) if more else None
 
-    def _measure(self, built) -> dict:                          # a measuring thread
+    def _measure(self, built) -> dict | None:                   # a measuring thread
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return None
         res = self.runner.measure(built, self.backend)
         return {"status": res.status, "time_ms": res.time_ms, "detail": res.detail, "compiled": True}
 

@@ -19,12 +19,16 @@ def _script():
     return mod
 
 
-def test_linear_gelu_references_the_backward_from_a_full_forward(tmp_path):
-    # the dry run's sizes (M = 256, N = K = 4096) are past the matmul reference's sampling threshold: the forward's
-    # saved `pre` was a Sampled reference that the gelu step's map reference could not read (TypeError, 2026-12-05)
+def test_linear_gelu_references_the_backward_from_a_full_forward(tmp_path, monkeypatch):
+    # past the matmul reference's sampling threshold the forward's saved `pre` was a Sampled reference that the gelu
+    # step's map reference could not read (TypeError, 2026-12-05). The dry run's sizes (M = 256, N = 512, K = 256:
+    # small, so that torch's CPU matmuls and the float64 references take seconds) are put past a lowered threshold
+    from schedgen import reference
+    monkeypatch.setattr(reference, "SAMPLE_ABOVE", 1 << 20)
     assert _script().main(["--dry", "--only", "linear_gelu", "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "backward.json").read_text())
     assert "error" not in row, row.get("trace", row.get("error"))
+    assert row["sizes"] == {"M": 256, "N": 512, "K": 256} and 256 * 512 * 256 > reference.SAMPLE_ABOVE
     # torch's autograd of the same function is verified against those references (an f32 bias's gradient, through the
     # bf16 matmul output, within bf16's tolerance, not f32's)
     checks = row["errors"]

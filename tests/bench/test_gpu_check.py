@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
@@ -15,12 +14,11 @@ from bench import gpu  # noqa: E402
 
 
 def test_a_hung_child_is_killed_with_its_whole_session_and_reported(tmp_path):
-    t0 = time.monotonic()
-    # the child forks a grandchild that would hold the pipe for an hour
+    # the child forks a grandchild that would hold the pipe for an hour (past the test's own limit: a call that
+    # returns killed them)
     status, rc, secs = gpu.run_bounded([sys.executable, "-c", "import os, time; os.fork(); time.sleep(3600)"],
                                        tmp_path / "log", timeout=1.5)
-    assert status == "HANG" and rc is None
-    assert time.monotonic() - t0 < 30
+    assert status == "HANG" and rc is None and secs >= 1.5
 
 
 def test_a_fault_and_a_failure_are_told_apart(tmp_path):

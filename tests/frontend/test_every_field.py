@@ -451,7 +451,7 @@ def modes(stem: str) -> list[Mutation]:
     aside) it plans with another value of, e.g. epilogue.store: direct, pipeline.kind: none, persistent.loop: none,
     op.causal, pipeline.num_compute_wgs: 1. A field may be read in one mode and not
     in another (the epilogue's tile with store: direct), so every field is probed again in each mode."""
-    _, outcomes = all_outcomes()[stem]
+    _, outcomes = outcomes_of(stem)
     return [o.mutation for o in outcomes if o.kind == "changed" and o.mutation.path[0] in ("schedule", "op")
             and o.mutation.path[-1] != "dtype"
             and (isinstance(o.mutation.value, bool) or (isinstance(o.mutation.value, int) and
@@ -474,8 +474,14 @@ def mode_failures(path: Path) -> list[str]:
 
 
 @functools.cache
+def outcomes_of(stem: str) -> tuple:
+    """(spec, outcomes) of the bundled spec `stem` (cached: each spec's walk is seconds; a test of one spec walks
+    that spec alone)."""
+    return check_spec(next(p for p in SPECS if p.stem == stem))
+
+
 def all_outcomes() -> dict[str, tuple]:
-    return {p.stem: check_spec(p) for p in SPECS}
+    return {p.stem: outcomes_of(p.stem) for p in SPECS}
 
 
 def _group(m: Mutation) -> tuple:
@@ -496,7 +502,7 @@ def _at(tree: Any, path: tuple) -> Any:
 
 
 def failures(stem: str) -> list[str]:
-    spec, outcomes = all_outcomes()[stem]
+    spec, outcomes = outcomes_of(stem)
     return failures_of(stem, spec, outcomes)
 
 
@@ -525,6 +531,10 @@ def failures_of(stem: str, spec, outcomes: list[Outcome]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ the tests
+# One xdist worker runs them all (scripts/test.sh: --dist loadgroup): the walks are cached in the process, and the
+# allowance check needs every spec's walk in every mode (the mode tests' own work): spread over workers, each did
+# that work again.
+pytestmark = pytest.mark.xdist_group("every_field")
 
 
 @pytest.mark.parametrize("stem", [p.stem for p in SPECS])

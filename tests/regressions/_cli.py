@@ -33,8 +33,10 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
     return code, captured.err.splitlines()
 
 
-def run_child(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """`schedgen ARGS` in a child process with 3 GiB of address space and `timeout` seconds (raises on timeout)."""
+def run_child(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`schedgen ARGS` in a child process with 3 GiB of address space and `timeout` seconds (raises on timeout). The
+    limit only stops a child that would never end (a FIFO read): a healthy one takes a few seconds, a minute on a
+    loaded machine, so the limit leaves a wide margin over that."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-c", _LIMITS, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)

@@ -7,8 +7,6 @@ MAX_DEPTH, tags and integers checked, exactly as in a file.
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from _cli import DATA, run_child
@@ -21,19 +19,18 @@ BOMB = "[" + ",".join(["&a [x,x,x,x,x,x,x,x,x]"]
 
 def test_alias_bomb_value_is_refused_at_once():
     assert len(BOMB) <= 300
-    start = time.monotonic()
+    # refused once MAX_NODES values are made, which the message says (the old code walked all 9**9 leaves, 41 s, and
+    # said something else): no wall-clock limit, which a loaded machine fails
     with pytest.raises(ValueError, match=rf"^-D schedule.backends: document has more than {MAX_NODES} values "
                                          r"\(alias bomb\?\)"):
         parse_overrides([f"schedule.backends={BOMB}"])
-    assert time.monotonic() - start < 5
 
 
 def test_alias_bomb_on_the_command_line_exits_2_quickly():
-    start = time.monotonic()
-    res = run_child("validate", str(DATA / "add_bf16.yaml"), "-D", f"schedule.backends={BOMB}", timeout=30)
+    # the message says the reader stopped at MAX_NODES values (see above); the child's time limit only stops a hang
+    res = run_child("validate", str(DATA / "add_bf16.yaml"), "-D", f"schedule.backends={BOMB}")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("schedgen: -D schedule.backends: document has more than")
-    assert time.monotonic() - start < 20
 
 
 def test_recursive_alias_value_is_refused():

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 
 import pytest
 
+from _bounds import small_memory
 from _specs import add_with_tune, matmul_with_tune
 from schedgen import cli
 from schedgen import tune as T
@@ -40,10 +40,8 @@ HUGE = """tune:
 
 def test_oversized_space_is_refused_at_load_with_a_located_error(tmp_path):
     path = add_with_tune(tmp_path, HUGE)
-    t0 = time.monotonic()
-    with pytest.raises(SpecErrors) as err:
+    with small_memory(), pytest.raises(SpecErrors) as err:
         T.load_space(path)
-    assert time.monotonic() - t0 < 10
     text = err.value.render()
     line = path.read_text().splitlines().index("  params:") + 1
     assert text.startswith(f"{path}:{line}:") and ": tune.params: " in text, text
@@ -53,9 +51,8 @@ def test_oversized_space_is_refused_at_load_with_a_located_error(tmp_path):
 
 def test_cli_refuses_an_oversized_space_with_exit_2(tmp_path, capsys):
     path = add_with_tune(tmp_path, HUGE)
-    t0 = time.monotonic()
-    assert cli.main(["tune", str(path), "--dry-run"]) == 2
-    assert time.monotonic() - t0 < 20
+    with small_memory():
+        assert cli.main(["tune", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "tune.params: the space has 10000000000 points" in err and "Traceback" not in err
 
@@ -71,10 +68,9 @@ def _decode(space, index):
 
 def test_budget_samples_without_replacement_lazily_and_reproducibly(tmp_path):
     path = add_with_tune(tmp_path, HUGE)
-    t0 = time.monotonic()
-    space = T.load_space(path, budget=200, seed=7)
-    cands = list(T.expand(space))
-    assert time.monotonic() - t0 < 10
+    with small_memory():
+        space = T.load_space(path, budget=200, seed=7)
+        cands = list(T.expand(space))
     assert space.size == 10 ** 10 and len(cands) == 200
     idx = [c.index for c in cands]
     assert idx == sorted(set(idx)) and all(0 <= i < 10 ** 10 for i in idx)
@@ -123,10 +119,8 @@ def test_enumeration_is_lazy(tmp_path):
                                  "schedule.in_specs.a.block_shape[5]"])
 def test_index_past_the_fields_length_limit_is_located_at_the_tune_key(tmp_path, key):
     path = matmul_with_tune(tmp_path, f"tune:\n  params:\n    '{key}': [1, 2]\n")
-    t0 = time.monotonic()
-    with pytest.raises(SpecErrors) as err:
+    with small_memory(), pytest.raises(SpecErrors) as err:
         T.load_space(path)
-    assert time.monotonic() - t0 < 10
     text = err.value.render()
     line = len(path.read_text().splitlines())
     assert text.startswith(f"{path}:{line}:") and f": tune.params.{key}: " in text, text

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -87,27 +88,35 @@ def test_one_model_per_run():
 
 
 # ------------------------------------------------------------------------------------------------ the pool
-# These run in the pool's spawned workers (importable from this module).
+# These run in the pool's spawned workers (importable from this module). Nothing here depends on the machine's speed:
+# the two GPUs measure at once because each one's first job waits for the other's (a marker file each, no time
+# limit that matters), and the hang is a job that never ends against a limit counted from the worker's "started"
+# signal (schedgen/supervise.py), which healthy jobs (no sleeps, no imports left) meet by a wide margin.
 
 
 def pool_measure(built, backend, options):
     p = built.plan
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if options.get("hang") and p.block[0] == 16 and p.stages == 3 and p.num_blocks == 132:
+        threading.Event().wait()                          # never finishes: its worker is killed and replaced
     t0 = time.time()
-    if p.block[0] == 16 and p.stages == 3 and p.num_blocks == 132:
-        time.sleep(120)                                   # hangs: its worker is killed and replaced
-    time.sleep(0.4)
-    return {"time_ms": fake_ms(p), "detail": json.dumps({"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                                         "pid": os.getpid(), "t0": t0, "t1": time.time()})}
+    meet = options.get("meet")
+    if meet:                                              # each GPU's job waits until the other GPU has begun one
+        Path(meet, str(gpu)).touch()
+        while not all(Path(meet, g).exists() for g in ("0", "1")):
+            time.sleep(0.01)
+    return {"time_ms": fake_ms(p), "detail": json.dumps({"gpu": gpu, "pid": os.getpid(), "t0": t0,
+                                                         "t1": time.time()})}
 
 
 def pool_verify(built, backend, options):
     return {"ok": True, "rel_error": 1e-3, "detail": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
 
-def test_pool_measures_on_every_gpu_at_once_and_a_hang_replaces_one_worker(add_spec, cache, pool, tmp_path):
+def test_pool_measures_on_every_gpu_at_once_with_the_driver_the_one_writer(add_spec, cache, pool, tmp_path):
     db = tmp_path / "tune.sqlite"
-    runner = PoolRunner([Gpu("0", "Fake H200"), Gpu("1", "Fake H200")], pool_measure, pool_verify, timeout=4.0,
-                        start_timeout=120, env=GPU)
+    runner = PoolRunner([Gpu("0", "Fake H200"), Gpu("1", "Fake H200")], pool_measure, pool_verify, timeout=300,
+                        start_timeout=300, env=GPU, options={"meet": str(tmp_path)})
     writers: set = set()
     put = TuneDB.put
 
@@ -117,21 +126,15 @@ def test_pool_measures_on_every_gpu_at_once_and_a_hang_replaces_one_worker(add_s
     TuneDB.put = spy
     try:
         result = T.tune(add_spec, runner=runner, db=db, pool=pool, cache=cache)
-        workers = sorted((w.starts, w.worker.proc is not None) for w in runner.workers)
+        starts = [w.starts for w in runner.workers]
     finally:
         TuneDB.put = put
         runner.close()
     assert writers == {threading.main_thread().name}            # one writer: the driver's thread
-    assert runner.parallel == 2 and result.measured == 11 and len(result.rows) == 11
-    hung = [r for r in result.rows if r["status"] == "hang"]
-    assert len(hung) == 1 and hung[0]["knobs"]["block_M"] == 16 and hung[0]["knobs"]["stages"] == 3
-    assert "did not finish within 4 s" in hung[0]["detail"]
-    ok = [dict(json.loads(r["detail"]), key=r["key"]) for r in result.rows if r["status"] == "ok"]
-    assert {d["gpu"] for d in ok} == {"0", "1"}                 # each worker pinned to its GPU
-    pids = {g: {d["pid"] for d in ok if d["gpu"] == g} for g in ("0", "1")}
-    # only the hung worker was killed (and replaced, if it had another job): the other kept its one process
-    assert workers in ([(1, False), (1, True)], [(1, True), (2, True)])
-    assert min(len(p) for p in pids.values()) == 1
+    assert runner.parallel == 2 and result.measured == 11 and len(result.rows) == 11 and not result.failed
+    ok = [json.loads(r["detail"]) for r in result.rows]
+    assert {d["gpu"] for d in ok} == {"0", "1"} and starts == [1, 1]   # each worker pinned to its GPU, kept
+    assert len({d["pid"] for d in ok}) == 2
     overlap = any(a["gpu"] != b["gpu"] and a["t0"] < b["t1"] and b["t0"] < a["t1"] for a in ok for b in ok)
     assert overlap                                              # the two GPUs measured at the same time
     assert result.best["verified"] is True and result.best["knobs"]["block_M"] == 32
@@ -140,33 +143,67 @@ def test_pool_measures_on_every_gpu_at_once_and_a_hang_replaces_one_worker(add_s
     assert len(rows) == 11 and {r["gpu"] for r in rows} == {"Fake H200"}
 
 
+def test_pool_hang_replaces_only_its_own_worker(add_spec, cache, pool, tmp_path):
+    runner = PoolRunner([Gpu("0", "Fake H200"), Gpu("1", "Fake H200")], pool_measure, pool_verify, timeout=3.0,
+                        start_timeout=300, env=GPU, options={"hang": True})
+    try:
+        result = T.tune(add_spec, runner=runner, db=tmp_path / "tune.sqlite", pool=pool, cache=cache)
+        workers = sorted((w.starts, w.worker.proc is not None) for w in runner.workers)
+    finally:
+        runner.close()
+    assert result.measured == 11 and len(result.rows) == 11
+    hung = [r for r in result.rows if r["status"] == "hang"]
+    assert len(hung) == 1 and hung[0]["knobs"]["block_M"] == 16 and hung[0]["knobs"]["stages"] == 3
+    assert "did not finish within 3 s" in hung[0]["detail"]
+    ok = [json.loads(r["detail"]) for r in result.rows if r["status"] == "ok"]
+    pids = {g: {d["pid"] for d in ok if d["gpu"] == g} for g in ("0", "1")}
+    # only the hung worker was killed (and replaced, if it had another job): the other kept its one process
+    assert workers in ([(1, False), (1, True)], [(1, True), (2, True)])
+    assert min(len(p) for p in pids.values() if p) == 1 and len(ok) == 10
+    assert result.best["verified"] is True and result.best["knobs"]["block_M"] == 32
+
+
 # ------------------------------------------------------------------------------------------------ the time budget
 
 
-class SlowAt(FakeRunner):
-    """A fake whose `slow`-th measurement lasts until `until` (past the run's deadline)."""
+class Clock:
+    """The tuner's clock (schedgen.tune.driver's `time`), moved only by the test: the time budget runs out exactly
+    where the test says, whatever the machine's speed."""
 
-    def __init__(self, slow: int, until: float):
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class ExpiresAt(FakeRunner):
+    """A fake whose `n`-th measurement lasts past the run's deadline (it moves the clock a day on)."""
+
+    def __init__(self, n: int, clock: Clock):
         super().__init__()
-        self.slow, self.until = slow, until
+        self.n, self.clock = n, clock
 
     def measure(self, built, backend):
-        if len(self.measured) + 1 == self.slow:
-            time.sleep(max(0.0, self.until - time.monotonic()))
+        if len(self.measured) + 1 == self.n:
+            self.clock.now += 86400
         return super().measure(built, backend)
 
 
-def test_time_budget_stops_new_measurements_and_verifies_what_was_measured(add_spec, cache, pool, tmp_path):
+def test_time_budget_stops_new_measurements_and_verifies_what_was_measured(add_spec, cache, pool, tmp_path,
+                                                                           monkeypatch):
+    from schedgen.tune import driver
     T.tune(add_spec, dry_run=True, pool=pool, cache=cache)       # built: the candidates below are cache hits
     db = tmp_path / "tune.sqlite"
     one = ThreadPoolExecutor(1)                                  # compiles in order: measurements in order
-    budget = 6.0
-    t0 = time.monotonic()
-    runner = SlowAt(3, t0 + budget + 0.5)
+    clock = Clock()
+    monkeypatch.setattr(driver, "time", clock)
+    runner = ExpiresAt(3, clock)
     try:
-        result = T.tune(add_spec, runner=runner, db=db, pool=one, cache=cache, time_budget=budget, seed=5)
+        result = T.tune(add_spec, runner=runner, db=db, pool=one, cache=cache, time_budget=6.0, seed=5)
     finally:
         one.shutdown()
+        monkeypatch.undo()
     assert result.measured == 3 and result.left == 8 and len(runner.measured) == 3
     assert any("the time budget (--time 6 s) ran out: 8 of 11 candidates left unmeasured" in n for n in result.notes)
     assert result.best is not None and result.best["verified"] is True

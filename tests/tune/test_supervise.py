@@ -12,7 +12,7 @@ def _add(a, b):
 
 
 def _hang():
-    time.sleep(600)
+    time.sleep(3600)        # past the test's own limit: a call that returns was stopped
 
 
 def _raise():
@@ -29,11 +29,9 @@ def test_result_comes_back():
 
 
 def test_hang_is_stopped_and_reported():
-    t0 = time.monotonic()
     out = call_with_timeout(_hang, timeout=2)
     assert out.status == "timeout" and not out.ok
     assert "did not finish within 2 s" in out.detail and "barrier arrival counts" in out.detail
-    assert time.monotonic() - t0 < 30
 
 
 def test_exception_is_reported_not_raised():
