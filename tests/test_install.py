@@ -27,8 +27,9 @@ def test_cli_prints_its_version():
 def test_extras_tell_the_truth():
     proj = _project()
     extras = proj["optional-dependencies"]
-    # the Pallas backend on a GPU machine: jax with its CUDA 13 plugin; CPU-only jax is its own extra
-    assert extras["pallas"] == ["jax[cuda13]==0.11.2"]
+    # the Pallas backend on a GPU machine: jax with its CUDA 13 plugin, and the CUPTI binding the benchmarks' kernel
+    # time reads (its CUDA major version the plugin's); CPU-only jax is its own extra
+    assert extras["pallas"] == ["jax[cuda13]==0.11.2", "cupti-python>=13.0,<14"]
     assert "jax==0.11.2" in extras["pallas-cpu"] and not any("cuda" in x for x in extras["pallas-cpu"])
     # jax 0.11.2 needs 3.12, and 3.12 is what is built and tested
     assert proj["requires-python"] == ">=3.12"
