@@ -595,7 +595,7 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 def cmd_bench(args) -> int:
     from .bench import RecordError, bench_built, check_at, environment, print_skips, read_record
     from .build import build_spec
-    from . import families
+    from . import registry as families
     try:
         old = read_record(args.json) if args.json else []     # a --json that is not a record: before any timing
     except RecordError as exc:

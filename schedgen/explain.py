@@ -6,7 +6,7 @@ from .plan.hardware import COPY_GBPS, PEAK_TFLOPS  # noqa: F401 (the families' e
 
 def explain(plan, picks=()) -> str:
     """The family's account of the plan, then what the planner picked for fields the spec does not write."""
-    from . import families
+    from . import registry as families
     from .plan.defaults import explain_picks
     text = families.of(plan).explain(plan)
     picked = explain_picks(picks)

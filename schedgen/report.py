@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import families as registry
+from . import registry
 from .bench.rows import MAX_RECORD_BYTES, ROW_KEYS, row_problem
 from .errors import printable
-from .families import ReportHooks
+from .registry import ReportHooks
 from .files import UnreadableFile, read_json, save_figure, write_file
 from .plan.hardware import COPY_GBPS as DEFAULT_COPY_GBPS, PEAK_TFLOPS   # the figures and their provenance
 

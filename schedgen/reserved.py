@@ -167,7 +167,7 @@ def parameter_fields(spec) -> dict[str, tuple]:
     """Every name that becomes a parameter of the generated entry function, and the field of the spec that names it:
     the inputs (`op.inputs.<name>`), then the operands the family passes after them (its `call_inputs`: grouped_matmul's
     `op.group_offsets`), each located at the op field holding that name."""
-    from . import families
+    from . import registry as families
     op = spec.op
     fields = {n: ("op", "inputs", n) for n in op.inputs}
     for n in families.of(spec).call_inputs(op):

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import families
+from . import registry as families
 from .build import Built, build_spec, package
 from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES

@@ -85,7 +85,7 @@ def test_shared_modules_do_not_name_a_family():
         if found:
             unclean[path.relative_to(ROOT).as_posix()] = found
     new = {m: unclean[m] for m in sorted(set(unclean) - KNOWN_UNCLEAN)}
-    assert not new, "shared modules that name a family (use the Family manifest, schedgen/families/__init__.py):\n" + \
+    assert not new, "shared modules that name a family (use the Family manifest, schedgen/registry.py):\n" + \
         "\n".join(f"  {m}:{line}: {what}" for m, found in new.items() for line, what in found)
     cleaned = sorted(KNOWN_UNCLEAN - set(unclean))
     assert not cleaned, f"clean now (or gone): take {', '.join(cleaned)} off KNOWN_UNCLEAN in {Path(__file__).name}"

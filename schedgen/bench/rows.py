@@ -219,7 +219,7 @@ def print_skips(rows: list[dict], file=None) -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     """The rows as Markdown: one table per family, in the registry's order (each family's peers module may give
     its own table; the bandwidth table otherwise)."""
-    from .. import families
+    from .. import registry as families
     from .run import family_peers
     rows = [r for r in rows if not r.get("skipped")]
     kinds = families.kinds()

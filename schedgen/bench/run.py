@@ -39,7 +39,7 @@ def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
 
 def input_sets(plan) -> int:
     """Input copies to rotate through for this plan (its family's rule), as bench and tune's measurement use."""
-    from .. import families
+    from .. import registry as families
     rule = _hook(family_peers(families.of(plan)), "sets", sets_for)
     return rule(in_bytes(plan))
 
@@ -85,7 +85,7 @@ def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int 
     A dynamic-size package is timed at `at` (its dynamic sizes; those not named: their max; check_at says whether
     `at` is legal). Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or
     timed."""
-    from .. import families
+    from .. import registry as families
     plan = built.plan
     family = families.of(plan)
     if family.multi_device:

@@ -3,7 +3,7 @@
 space (`map_space`): what `schedgen tune` searches for a spec with no tune section."""
 from __future__ import annotations
 
-from .. import TuneSpace
+from ...registry import TuneSpace
 from ...plan import dims as D
 from ...plan.common import dynamic_ranges, size_values
 

@@ -1,7 +1,7 @@
 """The rowwise family's tune aliases and default tune space."""
 from __future__ import annotations
 
-from .. import TuneSpace
+from ...registry import TuneSpace
 
 
 def _bs(*parts):
