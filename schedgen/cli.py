@@ -7,13 +7,13 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import __version__
-from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted
+from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted, stop_quietly_on_broken_pipe
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
-EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
+# (and errors.EXIT_BROKEN_PIPE, 141: stdout's reader went away, as if killed by SIGPIPE)
 
 
 SHOWN_ARG = 80           # a command-line value echoed in a message: whole up to this many characters, else cut
@@ -483,7 +483,7 @@ def cmd_verify(args) -> int:
 
     from .frontend.validate import load_spec
     from .supervise import OK, Outcome, call_with_timeout
-    from .verify import Check, checked, verify_file
+    from .verify import Check, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
         if args.tuned:
@@ -543,6 +543,22 @@ def cmd_verify(args) -> int:
         from .files import write_file
         write_file(args.json, json.dumps([c.row() | {"result": c.result} for c in rows], indent=1, default=str) + "\n")
     return status if status != EXIT_OK else _verify_status(rows)
+
+
+def checked(fn, *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    """`fn(*args, **kwargs)` (verify_file, verify_tuned_file) as `schedgen verify` runs it under its watchdog, with
+    the spec's problems as values: building a spec plans it and derives its backward, which is work the time limit
+    covers too. ("checks", the checks), ("spec", the rendered SpecErrors), ("usage", a one-line usage error: a
+    tuning database without a result) or ("toolchain", a ToolchainError's message)."""
+    from .tune.db import TuneDBError
+    try:
+        return "checks", fn(*args, **kwargs)
+    except SpecErrors as exc:
+        return "spec", exc.render()
+    except TuneDBError as exc:
+        return "usage", str(exc)
+    except ToolchainError as exc:
+        return "toolchain", str(exc)
 
 
 def _verify_status(rows) -> int:
@@ -953,19 +969,6 @@ def parser() -> argparse.ArgumentParser:
                                                           "database knows")
     p.set_defaults(fn=cmd_tune)
     return ap
-
-
-def stop_quietly_on_broken_pipe() -> int:
-    """stdout's reader went away (`schedgen explain SPEC | head`): point stdout at /dev/null so nothing more is tried
-    (no traceback, no 'Exception ignored' at exit) and give the status of a process killed by SIGPIPE, like
-    coreutils."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):   # stdout is not a file (captured): nothing to redirect
-        pass
-    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -394,20 +394,3 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
     for other in static_variants(built, path, overrides, sizes) if sizes > 1 else []:
         checks += verify_here(other, backends, interpret=interpret, seed=seed)
     return checks
-
-
-def checked(fn, *args: Any, **kwargs: Any) -> tuple[str, Any]:
-    """`fn(*args, **kwargs)` (verify_file, verify_tuned_file) as `schedgen verify` runs it under its watchdog, with
-    the spec's problems as values: building a spec plans it and derives its backward, which is work the time limit
-    covers too. ("checks", the checks), ("spec", the rendered SpecErrors), ("usage", a one-line usage error: a
-    tuning database without a result) or ("toolchain", a ToolchainError's message)."""
-    from .errors import SpecErrors, ToolchainError
-    from .tune.db import TuneDBError
-    try:
-        return "checks", fn(*args, **kwargs)
-    except SpecErrors as exc:
-        return "spec", exc.render()
-    except TuneDBError as exc:
-        return "usage", str(exc)
-    except ToolchainError as exc:
-        return "toolchain", str(exc)

@@ -14,23 +14,17 @@ Such a module may define (each optional):
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import tempfile
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
 from .case import OURS, Case, Peer, in_bytes, why
-from .rows import base_row, skip_row
+from .rows import base_row, family_peers, skip_row
 from .timing import block_for, interleaved, ratio_of, sets_for
 
 # torch and jax share the GPU in one process here: keep XLA from taking 75% of the memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
-def family_peers(family) -> ModuleType | None:
-    """The family's peers module (imported on first use: it may name torch and jax, imported lazily inside)."""
-    return importlib.import_module(family.peers) if family.peers else None
 
 
 def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
