@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
 from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted, stop_quietly_on_broken_pipe
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
@@ -834,9 +833,21 @@ def _check_tune_args(args, max_space: int) -> None:
         _writable_file("--export", args.export, "the schedule")
 
 
+class _Version(argparse.Action):
+    """--version: the installed version, read only when asked (schedgen.__version__ reads the package metadata)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        print(f"schedgen {__version__}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
-    ap.add_argument("--version", action="version", version=f"schedgen {__version__}")
+    ap.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
     p.add_argument("files", nargs="+")
