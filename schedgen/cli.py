@@ -194,7 +194,6 @@ def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
     plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report;
     a planned spec's backward section as `build` checks it (its derived kernels planned too)."""
-    from .build import check_backward
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
@@ -215,7 +214,9 @@ def cmd_validate(args) -> int:
         problems = []
         try:
             plan(spec, src)
-            check_backward(spec, src)
+            if spec.backward is not None:
+                from .build import check_backward   # (the build stack: only for a spec with a backward section)
+                check_backward(spec, src)
         except SpecErrors as exc:
             problems += exc.problems
         problems += _bucket_problems(spec, _overrides(args))
@@ -236,9 +237,11 @@ def cmd_validate(args) -> int:
 def _bucket_problems(spec, overrides: dict) -> list:
     """tune.buckets checked against the sizes (a bucketed size that -D fixes is one shape: not checked)."""
     from .errors import Problem
-    from .tune.buckets import problems_of
     given = {k: v for k, v in (spec.tune.buckets if spec.tune is not None else {}).items() if k not in overrides}
-    return [Problem(("tune", "buckets", *p), m) for p, m in problems_of(spec, given)] if given else []
+    if not given:
+        return []
+    from .tune.buckets import problems_of      # (the tune package: only for a spec with buckets)
+    return [Problem(("tune", "buckets", *p), m) for p, m in problems_of(spec, given)]
 
 
 def _buckets(path: str, overrides: dict, args):
