@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted, stop_quietly_on_broken_pipe
+from . import registry as families
+from .errors import (MAX_MESSAGE, Problem, SpecErrors, ToolchainError, clip, printable, quoted,
+                     stop_quietly_on_broken_pipe)
+from .files import NotARegularFile, UnreadableFile, existing_mode, read_bytes, write_file
+from .supervise import MAX_TIMEOUT, OK, Outcome, call_with_timeout, timeout_problem
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
 # (and errors.EXIT_BROKEN_PIPE, 141: stdout's reader went away, as if killed by SIGPIPE)
@@ -40,7 +44,6 @@ def _shown(text) -> str:
 def _write(option: str, path, data, what: str) -> None:
     """A file the user named, written by schedgen.files.write_file (never through a symbolic link, never into a
     FIFO or device); what the OS refuses is a one-line usage error."""
-    from .files import write_file
     try:
         write_file(path, data)
     except OSError as exc:
@@ -82,7 +85,6 @@ _OS_REASONS = {
 
 def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
     """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
-    from .files import NotARegularFile
     why = exc.strerror if isinstance(exc, NotARegularFile) else \
         _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
     at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
@@ -96,8 +98,6 @@ def _seconds(*, zero: str = ""):
     """An argparse type: a finite number of seconds, 0 < t <= supervise.MAX_TIMEOUT (and 0 itself when `zero` says
     what it means). NaN, inf, 1e300 and negative numbers are usage errors, not tracebacks, hangs or a silently
     disabled watchdog."""
-    from .supervise import MAX_TIMEOUT, timeout_problem
-
     legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
 
     def parse(text: str) -> float:
@@ -132,7 +132,6 @@ def _count(least: int, most: int = 2 ** 63 - 1):
 def _writable_file(option: str, path, what: str) -> None:
     """An output file checked before a long run: a symbolic link, FIFO, device or folder at `path` fails now (it
     is never written through: schedgen.files), not after the run."""
-    from .files import existing_mode
     try:
         existing_mode(Path(path))
     except OSError as exc:
@@ -236,7 +235,6 @@ def cmd_validate(args) -> int:
 
 def _bucket_problems(spec, overrides: dict) -> list:
     """tune.buckets checked against the sizes (a bucketed size that -D fixes is one shape: not checked)."""
-    from .errors import Problem
     given = {k: v for k, v in (spec.tune.buckets if spec.tune is not None else {}).items() if k not in overrides}
     if not given:
         return []
@@ -288,7 +286,6 @@ def cmd_schema(args) -> int:
 def _current(path, limit: int) -> bytes | None:
     """schema --check: the bytes of the file to compare (b"" when there is none; None when it is larger than
     `limit`, so not the same), read by schedgen.files (a FIFO or a device is a usage error, not a hang)."""
-    from .files import UnreadableFile, read_bytes
     if not os.path.lexists(path):
         return b""
     try:
@@ -484,7 +481,6 @@ def cmd_verify(args) -> int:
     import math
 
     from .frontend.validate import load_spec
-    from .supervise import OK, Outcome, call_with_timeout
     from .verify import Check, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
@@ -541,8 +537,6 @@ def cmd_verify(args) -> int:
               f"{c.result}{'  ' + printable(c.note) if c.note else ''}")
     if args.json:
         import json
-
-        from .files import write_file
         write_file(args.json, json.dumps([c.row() | {"result": c.result} for c in rows], indent=1, default=str) + "\n")
     return status if status != EXIT_OK else _verify_status(rows)
 
@@ -613,7 +607,6 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 def cmd_bench(args) -> int:
     from .bench import RecordError, bench_built, check_at, environment, print_skips, read_record
     from .build import build_spec
-    from . import registry as families
     try:
         old = read_record(args.json) if args.json else []     # a --json that is not a record: before any timing
     except RecordError as exc:

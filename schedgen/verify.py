@@ -11,6 +11,7 @@ import numpy as np
 
 from . import registry as families
 from .build import Built, build_spec, package
+from .errors import SpecErrors
 from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES
 from .reference import Sampled, random_inputs, reference, rel_error, tolerance
@@ -341,7 +342,6 @@ def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None
     """Up to `count - 1` more builds of a fixed-size spec at other sizes (-D overrides): every size of 256 or more
     halved, then at about 3/4 of it, rounded down to the smallest of 8, 16, ..., 512 that the planner accepts (the
     finest step the spec's tiles and ragged-edge rules allow); a variant no rounding makes legal is left out."""
-    from .errors import SpecErrors
     fixed = {n: v for n, v in built.plan.sizes.items() if isinstance(v, int)
              and n not in {r.name for r in getattr(built.plan, "dynamic_sizes", ())}}
     out: list[Built] = []

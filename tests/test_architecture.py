@@ -45,7 +45,7 @@ COMPLEXITY = 15
 MAX_ARROWS_UP = 1            # verify_buckets -> tune.buckets (a tuned build's variants checked at their buckets)
 MAX_CIRCLES = 0
 MAX_DODGING = 0              # imports inside a function that would close a circle at module level
-MAX_LOCAL_IMPORT_FUNCTIONS = 125
+MAX_LOCAL_IMPORT_FUNCTIONS = 115
 MAX_SPEC_MODEL_MODULES = 22  # the registry, the frontend's model and each family's manifest and op model
 
 

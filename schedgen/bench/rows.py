@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .. import registry as families
 from ..errors import printable, shorten
 from ..files import UnreadableFile, existing_mode, read_json, write_file
 from ..plan.common import shown_sizes
@@ -226,7 +227,6 @@ def family_peers(family) -> ModuleType | None:
 def markdown(rows: list[dict]) -> str:
     """The rows as Markdown: one table per family, in the registry's order (each family's peers module may give
     its own table; the bandwidth table otherwise)."""
-    from .. import registry as families
     rows = [r for r in rows if not r.get("skipped")]
     kinds = families.kinds()
     order = kinds + sorted({r.get("family") or "" for r in rows} - set(kinds))

@@ -19,6 +19,7 @@ import tempfile
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
+from .. import registry as families
 from .case import OURS, Case, Peer, in_bytes, why
 from .rows import base_row, family_peers, skip_row
 from .timing import block_for, interleaved, ratio_of, sets_for
@@ -33,7 +34,6 @@ def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
 
 def input_sets(plan) -> int:
     """Input copies to rotate through for this plan (its family's rule), as bench and tune's measurement use."""
-    from .. import registry as families
     rule = _hook(family_peers(families.of(plan)), "sets", sets_for)
     return rule(in_bytes(plan))
 
@@ -79,7 +79,6 @@ def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int 
     A dynamic-size package is timed at `at` (its dynamic sizes; those not named: their max; check_at says whether
     `at` is legal). Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or
     timed."""
-    from .. import registry as families
     plan = built.plan
     family = families.of(plan)
     if family.multi_device:
