@@ -74,5 +74,8 @@ def map_space(spec) -> TuneSpace:
                 params[f"block_{dim}" if isinstance(dim, str) else f"block_{d}"] = keep
     if sch.pipeline.kind != "none" and sch.pipeline.data_path == "tma":   # the register path has no ring
         params["stages"] = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
+    if "cuda" not in sch.backends:     # the CUDA kernel's warpgroups: written with no cuda they are an error
+        return TuneSpace(params, (), "the block's rows and the TMA ring's depth (the Pallas kernel reads no "
+                                     "thread count)")
     params["warpgroups"] = tuple(sorted(set(WARPGROUPS) | {sch.num_warpgroups}))
     return TuneSpace(params, (), "the block's rows, the TMA ring's depth and the warpgroups")
