@@ -10,4 +10,10 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str):
+    """`schedgen.__version__`, read from the installed metadata when first asked (importlib.metadata costs a tenth
+    of a second: `schedgen validate` does not pay it)."""
+    if name == "__version__":
+        globals()["__version__"] = version = _version()
+        return version
+    raise AttributeError(f"module 'schedgen' has no attribute {name!r}")

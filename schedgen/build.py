@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import families
+from . import registry as families
 from . import plan as planner
 from .cache import Cache, write_new, digest, is_plain_name, key_of, source_hash
 from .staging import clean_stale, held_temp

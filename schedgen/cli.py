@@ -7,13 +7,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from . import __version__
-from .errors import MAX_MESSAGE, SpecErrors, ToolchainError, clip, printable, quoted
+from . import registry as families
+from .errors import (MAX_MESSAGE, Problem, SpecErrors, ToolchainError, clip, printable, quoted,
+                     stop_quietly_on_broken_pipe)
+from .files import NotARegularFile, UnreadableFile, existing_mode, read_bytes, write_file
+from .supervise import MAX_TIMEOUT, OK, Outcome, call_with_timeout, timeout_problem
 
 EXIT_OK, EXIT_FAIL, EXIT_SPEC, EXIT_TOOLCHAIN, EXIT_NOTHING_VERIFIED = 0, 1, 2, 3, 4
-EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
+# (and errors.EXIT_BROKEN_PIPE, 141: stdout's reader went away, as if killed by SIGPIPE)
 
 
 SHOWN_ARG = 80           # a command-line value echoed in a message: whole up to this many characters, else cut
@@ -41,7 +44,6 @@ def _shown(text) -> str:
 def _write(option: str, path, data, what: str) -> None:
     """A file the user named, written by schedgen.files.write_file (never through a symbolic link, never into a
     FIFO or device); what the OS refuses is a one-line usage error."""
-    from .files import write_file
     try:
         write_file(path, data)
     except OSError as exc:
@@ -83,7 +85,6 @@ _OS_REASONS = {
 
 def _os_usage(option: str, path, exc: OSError, what: str) -> SystemExit:
     """An output the OS refused (a file where a folder must go, read-only, full, a bad symlink): one line, exit 2."""
-    from .files import NotARegularFile
     why = exc.strerror if isinstance(exc, NotARegularFile) else \
         _OS_REASONS.get(exc.errno, (exc.strerror or type(exc).__name__).lower())
     at = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
@@ -97,8 +98,6 @@ def _seconds(*, zero: str = ""):
     """An argparse type: a finite number of seconds, 0 < t <= supervise.MAX_TIMEOUT (and 0 itself when `zero` says
     what it means). NaN, inf, 1e300 and negative numbers are usage errors, not tracebacks, hangs or a silently
     disabled watchdog."""
-    from .supervise import MAX_TIMEOUT, timeout_problem
-
     legal = f"seconds above 0 and at most {MAX_TIMEOUT:g}" + (f", or 0 ({zero})" if zero else "")
 
     def parse(text: str) -> float:
@@ -133,7 +132,6 @@ def _count(least: int, most: int = 2 ** 63 - 1):
 def _writable_file(option: str, path, what: str) -> None:
     """An output file checked before a long run: a symbolic link, FIFO, device or folder at `path` fails now (it
     is never written through: schedgen.files), not after the run."""
-    from .files import existing_mode
     try:
         existing_mode(Path(path))
     except OSError as exc:
@@ -195,7 +193,6 @@ def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
     plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report;
     a planned spec's backward section as `build` checks it (its derived kernels planned too)."""
-    from .build import check_backward
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
@@ -216,7 +213,9 @@ def cmd_validate(args) -> int:
         problems = []
         try:
             plan(spec, src)
-            check_backward(spec, src)
+            if spec.backward is not None:
+                from .build import check_backward   # (the build stack: only for a spec with a backward section)
+                check_backward(spec, src)
         except SpecErrors as exc:
             problems += exc.problems
         problems += _bucket_problems(spec, _overrides(args))
@@ -236,10 +235,11 @@ def cmd_validate(args) -> int:
 
 def _bucket_problems(spec, overrides: dict) -> list:
     """tune.buckets checked against the sizes (a bucketed size that -D fixes is one shape: not checked)."""
-    from .errors import Problem
-    from .tune.buckets import problems_of
     given = {k: v for k, v in (spec.tune.buckets if spec.tune is not None else {}).items() if k not in overrides}
-    return [Problem(("tune", "buckets", *p), m) for p, m in problems_of(spec, given)] if given else []
+    if not given:
+        return []
+    from .tune.buckets import problems_of      # (the tune package: only for a spec with buckets)
+    return [Problem(("tune", "buckets", *p), m) for p, m in problems_of(spec, given)]
 
 
 def _buckets(path: str, overrides: dict, args):
@@ -286,7 +286,6 @@ def cmd_schema(args) -> int:
 def _current(path, limit: int) -> bytes | None:
     """schema --check: the bytes of the file to compare (b"" when there is none; None when it is larger than
     `limit`, so not the same), read by schedgen.files (a FIFO or a device is a usage error, not a hang)."""
-    from .files import UnreadableFile, read_bytes
     if not os.path.lexists(path):
         return b""
     try:
@@ -482,8 +481,7 @@ def cmd_verify(args) -> int:
     import math
 
     from .frontend.validate import load_spec
-    from .supervise import OK, Outcome, call_with_timeout
-    from .verify import Check, checked, verify_file
+    from .verify import Check, verify_file
     backends = _backends(args.backend)
     if args.sanitize:
         if args.tuned:
@@ -539,10 +537,24 @@ def cmd_verify(args) -> int:
               f"{c.result}{'  ' + printable(c.note) if c.note else ''}")
     if args.json:
         import json
-
-        from .files import write_file
         write_file(args.json, json.dumps([c.row() | {"result": c.result} for c in rows], indent=1, default=str) + "\n")
     return status if status != EXIT_OK else _verify_status(rows)
+
+
+def checked(fn, *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    """`fn(*args, **kwargs)` (verify_file, verify_tuned_file) as `schedgen verify` runs it under its watchdog, with
+    the spec's problems as values: building a spec plans it and derives its backward, which is work the time limit
+    covers too. ("checks", the checks), ("spec", the rendered SpecErrors), ("usage", a one-line usage error: a
+    tuning database without a result) or ("toolchain", a ToolchainError's message)."""
+    from .tune.db import TuneDBError
+    try:
+        return "checks", fn(*args, **kwargs)
+    except SpecErrors as exc:
+        return "spec", exc.render()
+    except TuneDBError as exc:
+        return "usage", str(exc)
+    except ToolchainError as exc:
+        return "toolchain", str(exc)
 
 
 def _verify_status(rows) -> int:
@@ -595,7 +607,6 @@ def _cmd_sanitize(args, backends: list[str]) -> int:
 def cmd_bench(args) -> int:
     from .bench import RecordError, bench_built, check_at, environment, print_skips, read_record
     from .build import build_spec
-    from . import families
     try:
         old = read_record(args.json) if args.json else []     # a --json that is not a record: before any timing
     except RecordError as exc:
@@ -818,9 +829,21 @@ def _check_tune_args(args, max_space: int) -> None:
         _writable_file("--export", args.export, "the schedule")
 
 
+class _Version(argparse.Action):
+    """--version: the installed version, read only when asked (schedgen.__version__ reads the package metadata)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        print(f"schedgen {__version__}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="schedgen", description="Specs -> Hopper GPU kernels (Pallas and CUDA).")
-    ap.add_argument("--version", action="version", version=f"schedgen {__version__}")
+    ap.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check specs (schema and hardware legality)")
     p.add_argument("files", nargs="+")
@@ -953,19 +976,6 @@ def parser() -> argparse.ArgumentParser:
                                                           "database knows")
     p.set_defaults(fn=cmd_tune)
     return ap
-
-
-def stop_quietly_on_broken_pipe() -> int:
-    """stdout's reader went away (`schedgen explain SPEC | head`): point stdout at /dev/null so nothing more is tried
-    (no traceback, no 'Exception ignored' at exit) and give the status of a process killed by SIGPIPE, like
-    coreutils."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):   # stdout is not a file (captured): nothing to redirect
-        pass
-    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

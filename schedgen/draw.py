@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import families
+from . import registry as families
 from .files import existing_mode, save_figure
 
 from .plan.hardware import COPY_GBPS, DEFAULT_TARGET, H200, PEAK_TFLOPS, SM_COUNT, for_target

@@ -7,6 +7,8 @@ spec plus a message. `SpecErrors` carries all of them at once; the CLI formats e
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -153,3 +155,19 @@ class SpecErrors(Exception):
 
 class ToolchainError(RuntimeError):
     """The compiler or driver failed on a spec that passed every check (a bug in the plan stage)."""
+
+
+EXIT_BROKEN_PIPE = 128 + 13      # the reader went away (`schedgen explain | head`): as if killed by SIGPIPE, quietly
+
+
+def stop_quietly_on_broken_pipe() -> int:
+    """stdout's reader went away (`schedgen explain SPEC | head`): point stdout at /dev/null so nothing more is tried
+    (no traceback, no 'Exception ignored' at exit) and give the status of a process killed by SIGPIPE, like
+    coreutils."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # stdout is not a file (captured): nothing to redirect
+        pass
+    return EXIT_BROKEN_PIPE

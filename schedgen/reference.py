@@ -13,7 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from .runtime.arrays import DTYPES
-from . import families
+from . import registry as families
 
 # ||out - ref|| / ||ref|| allowed for each output dtype (rounding of the result dominates).
 TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2, "f8e4m3": 8e-2, "f8e5m2": 1.6e-1}

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import families as registry
+from . import registry
 from .bench.rows import MAX_RECORD_BYTES, ROW_KEYS, row_problem
-from .errors import printable
-from .families import ReportHooks
+from .errors import printable, stop_quietly_on_broken_pipe
+from .registry import ReportHooks
 from .files import UnreadableFile, read_json, save_figure, write_file
 from .plan.hardware import COPY_GBPS as DEFAULT_COPY_GBPS, PEAK_TFLOPS   # the figures and their provenance
 
@@ -420,7 +420,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {printable(str(path))}")
         sys.stdout.flush()
     except BrokenPipeError:
-        from .cli import stop_quietly_on_broken_pipe
         return stop_quietly_on_broken_pipe()
     return 0
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import MappingProxyType
 
+from . import registry as families
+
 _NAME = {  # the spec name must not be one of these
     'ACC_STAGES': 'a module-level name of the generated module',
     'AXIS': 'a module-level name of the generated module',
@@ -167,7 +169,6 @@ def parameter_fields(spec) -> dict[str, tuple]:
     """Every name that becomes a parameter of the generated entry function, and the field of the spec that names it:
     the inputs (`op.inputs.<name>`), then the operands the family passes after them (its `call_inputs`: grouped_matmul's
     `op.group_offsets`), each located at the op field holding that name."""
-    from . import families
     op = spec.op
     fields = {n: ("op", "inputs", n) for n in op.inputs}
     for n in families.of(spec).call_inputs(op):

@@ -14,7 +14,7 @@ import os
 import shlex
 from pathlib import Path
 
-from . import families
+from . import registry as families
 from .comment import comment_text
 from .frontend.expr import check_identifier
 from .reserved import SPEC_NAME

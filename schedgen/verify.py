@@ -9,8 +9,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import families
+from . import registry as families
 from .build import Built, build_spec, package
+from .errors import SpecErrors
 from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES
 from .reference import Sampled, random_inputs, reference, rel_error, tolerance
@@ -341,7 +342,6 @@ def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None
     """Up to `count - 1` more builds of a fixed-size spec at other sizes (-D overrides): every size of 256 or more
     halved, then at about 3/4 of it, rounded down to the smallest of 8, 16, ..., 512 that the planner accepts (the
     finest step the spec's tiles and ragged-edge rules allow); a variant no rounding makes legal is left out."""
-    from .errors import SpecErrors
     fixed = {n: v for n, v in built.plan.sizes.items() if isinstance(v, int)
              and n not in {r.name for r in getattr(built.plan, "dynamic_sizes", ())}}
     out: list[Built] = []
@@ -394,20 +394,3 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
     for other in static_variants(built, path, overrides, sizes) if sizes > 1 else []:
         checks += verify_here(other, backends, interpret=interpret, seed=seed)
     return checks
-
-
-def checked(fn, *args: Any, **kwargs: Any) -> tuple[str, Any]:
-    """`fn(*args, **kwargs)` (verify_file, verify_tuned_file) as `schedgen verify` runs it under its watchdog, with
-    the spec's problems as values: building a spec plans it and derives its backward, which is work the time limit
-    covers too. ("checks", the checks), ("spec", the rendered SpecErrors), ("usage", a one-line usage error: a
-    tuning database without a result) or ("toolchain", a ToolchainError's message)."""
-    from .errors import SpecErrors, ToolchainError
-    from .tune.db import TuneDBError
-    try:
-        return "checks", fn(*args, **kwargs)
-    except SpecErrors as exc:
-        return "spec", exc.render()
-    except TuneDBError as exc:
-        return "usage", str(exc)
-    except ToolchainError as exc:
-        return "toolchain", str(exc)

@@ -30,6 +30,17 @@ def spec_files(family: str | None = None, target: str | None = None) -> list[Pat
             and (target is None or s.schedule.target == target)]
 
 
+def without_warpgroups(path, folder: Path) -> Path:
+    """A copy of the spec file `path` in `folder` without its `num_warpgroups` line: the CUDA kernel's warpgroups,
+    a located error written in a spec with no cuda backend (issue 42), for tests that build a bundled map or rowwise
+    spec with `schedule.backends: [pallas]`."""
+    text = Path(path).read_text()
+    out = Path(folder) / Path(path).name
+    out.write_text("".join(ln for ln in text.splitlines(keepends=True)
+                           if not re.match(r"\s*num_warpgroups\s*[:=]", ln)))
+    return out
+
+
 def plan_spec(path, overrides: dict | None = None):
     """The plan of a spec file with `-D`-style overrides ({dotted.field: value}), as `schedgen build` makes it."""
     from schedgen.frontend.validate import load_spec

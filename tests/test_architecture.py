@@ -6,7 +6,12 @@
     `KNOWN_UNCLEAN`; the set may only shrink: a listed module that is clean (or gone) fails too, so that it is
     taken off the list;
 (b) a ratchet on McCabe complexity: the functions of `schedgen/` over complexity 15 (ruff's C901, counted whatever
-    `# noqa` comments say) may not outnumber `MAX_COMPLEX`. Lower it when a function is split; never raise it.
+    `# noqa` comments say) may not outnumber `MAX_COMPLEX`. Lower it when a function is split; never raise it;
+(c) ratchets on the import graph (tests/importgraph.py: floors, arrows, circles, read from the source): the arrows
+    that run up a floor, the import circles, the imports hidden inside functions to dodge a circle and the functions
+    that import inside themselves may not outnumber what was recorded, and importing the spec model
+    (`schedgen.frontend.specfile`) loads at most `MAX_SPEC_MODEL_MODULES` schedgen modules, none of the runtime, the
+    drawing, autodiff, the planner or a family's hooks. Lower a number when it goes down; never raise one.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import importgraph
 from conftest import ROOT
 from schedgen import families
 
@@ -32,6 +38,15 @@ KNOWN_UNCLEAN: set[str] = set()
 # Functions of schedgen/ over complexity 15 when this was recorded (2026-12-03): may only go down.
 MAX_COMPLEX = 2
 COMPLEXITY = 15
+
+
+# The import graph when recorded (issue 42: registry at the bottom, hooks lazy; before it: 51 arrows up by these
+# floors, 7 circles, 136 functions with local imports, the spec model loading 123 schedgen modules): may only go down.
+MAX_ARROWS_UP = 1            # verify_buckets -> tune.buckets (a tuned build's variants checked at their buckets)
+MAX_CIRCLES = 0
+MAX_DODGING = 0              # imports inside a function that would close a circle at module level
+MAX_LOCAL_IMPORT_FUNCTIONS = 115
+MAX_SPEC_MODEL_MODULES = 22  # the registry, the frontend's model and each family's manifest and op model
 
 
 def _is_family(node: ast.AST) -> bool:
@@ -61,7 +76,9 @@ def family_names(source: str, kinds: set[str], filename: str = "<source>") -> li
 
 
 def _shared_modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if (PACKAGE / "families") not in p.parents)
+    """Every module outside schedgen/families/ but the registry (its `_FAMILIES` line is the one that names them)."""
+    return sorted(p for p in PACKAGE.rglob("*.py")
+                  if (PACKAGE / "families") not in p.parents and p != PACKAGE / "registry.py")
 
 
 def test_the_rule_sees_what_it_should():
@@ -85,7 +102,7 @@ def test_shared_modules_do_not_name_a_family():
         if found:
             unclean[path.relative_to(ROOT).as_posix()] = found
     new = {m: unclean[m] for m in sorted(set(unclean) - KNOWN_UNCLEAN)}
-    assert not new, "shared modules that name a family (use the Family manifest, schedgen/families/__init__.py):\n" + \
+    assert not new, "shared modules that name a family (use the Family manifest, schedgen/registry.py):\n" + \
         "\n".join(f"  {m}:{line}: {what}" for m, found in new.items() for line, what in found)
     cleaned = sorted(KNOWN_UNCLEAN - set(unclean))
     assert not cleaned, f"clean now (or gone): take {', '.join(cleaned)} off KNOWN_UNCLEAN in {Path(__file__).name}"
@@ -127,3 +144,57 @@ def test_every_test_folder_is_collected(request):
     skipped = sorted(str(d.relative_to(ROOT / "tests")) for d in (ROOT / "tests").rglob("*") if d.is_dir() and any(d.glob("test_*.py"))
                      and any(fnmatch.fnmatch(part, pat) for part in d.relative_to(ROOT / "tests").parts for pat in patterns))
     assert skipped == [], f"test folders pytest does not collect (norecursedirs {patterns}): {skipped}"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return importgraph.read(ROOT)
+
+
+def test_every_module_stands_on_a_floor(graph):
+    for module in graph.modules:
+        importgraph.floor(module)           # KeyError names a module tests/importgraph.py does not place
+
+
+def test_the_import_graph_ratchets(graph):
+    up = graph.arrows_up()
+    assert len(up) <= MAX_ARROWS_UP, f"{len(up)} arrows up, at most {MAX_ARROWS_UP}:\n" + "\n".join(
+        f"  {s} ({importgraph.FLOORS[importgraph.floor(s)]}) -> {t} ({importgraph.FLOORS[importgraph.floor(t)]})"
+        for s, t in up)
+    circles = graph.circles()
+    assert len(circles) <= MAX_CIRCLES, "import circles:\n" + "\n".join(f"  {', '.join(c)}" for c in circles)
+    dodging = graph.dodging()
+    assert len(dodging) <= MAX_DODGING, "imports inside functions that dodge a circle:\n" + "\n".join(
+        f"  {i.source}:{i.line} ({i.function}) -> {i.target}" for i in dodging)
+    local = graph.local_import_functions()
+    assert len(local) <= MAX_LOCAL_IMPORT_FUNCTIONS, (
+        f"{len(local)} functions import inside themselves, at most {MAX_LOCAL_IMPORT_FUNCTIONS} (import at the top "
+        f"of the module; a module that must load lazily (torch, jax, a CLI command) may, in place of another)")
+
+
+def test_the_graph_sees_what_it_should(tmp_path):
+    pkg = tmp_path / "schedgen"
+    (pkg / "plan").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("def f():\n    from .plan import common\n")
+    (pkg / "plan" / "__init__.py").write_text("")
+    (pkg / "plan" / "common.py").write_text("from typing import TYPE_CHECKING\nfrom .. import errors\n"
+                                            "if TYPE_CHECKING:\n    from ..cli import x\n")
+    (pkg / "cli.py").write_text("")
+    g = importgraph.read(tmp_path)
+    assert g.arrows() == {("schedgen.errors", "schedgen.plan.common"), ("schedgen.plan.common", "schedgen.errors")}
+    assert g.arrows_up() == [("schedgen.errors", "schedgen.plan.common")]
+    assert g.circles() == [["schedgen.errors", "schedgen.plan.common"]]
+    assert [(i.source, i.function) for i in g.dodging()] == [("schedgen.errors", "f")]
+
+
+def test_the_spec_model_loads_no_hook():
+    code = ("import sys\nimport schedgen.frontend.specfile\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'schedgen')))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=ROOT).stdout.split()
+    heavy = [m for m in loaded if m.startswith(("schedgen.runtime", "schedgen.draw", "schedgen.autodiff",
+                                                "schedgen.plan", "schedgen.render", "schedgen.build"))
+             or (m.startswith("schedgen.families.") and m.count(".") > 2 and not m.endswith(".model"))]
+    assert not heavy, f"importing the spec model loads {heavy}"
+    assert len(loaded) <= MAX_SPEC_MODEL_MODULES, f"{len(loaded)} modules, at most {MAX_SPEC_MODEL_MODULES}: {loaded}"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Collection, Sequence
 
+from ..errors import SourceMap, SpecErrors
+from ..frontend.validate import validate_data
+from ..plan import plan
 from ..plan.common import Problems
 from ..reserved import INPUT_NAME
 from . import names
@@ -84,9 +87,6 @@ def read_as(saved: Sequence[str], taken: set[str]) -> dict[str, str]:
 def fitting(data: dict) -> tuple[dict, str]:
     """The forward with its saved outputs, planned: as written when it fits, else with fewer pipeline stages, else
     with the whole schedule left to the planner (and a note saying which)."""
-    from ..errors import SourceMap, SpecErrors
-    from ..frontend.validate import validate_data
-    from ..plan import plan
     sch = data.get("schedule") or {}
     tries = [(data, "")]
     depth = (sch.get("pipeline") or {}).get("max_concurrent_steps")

@@ -7,11 +7,14 @@ a one-line `RecordError`, before anything is timed, so that the file is left as 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from .. import registry as families
 from ..errors import printable, shorten
 from ..files import UnreadableFile, existing_mode, read_json, write_file
 from ..plan.common import shown_sizes
@@ -216,11 +219,14 @@ def print_skips(rows: list[dict], file=None) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- Markdown
 
+def family_peers(family) -> ModuleType | None:
+    """The family's peers module (imported on first use: it may name torch and jax, imported lazily inside)."""
+    return importlib.import_module(family.peers) if family.peers else None
+
+
 def markdown(rows: list[dict]) -> str:
     """The rows as Markdown: one table per family, in the registry's order (each family's peers module may give
     its own table; the bandwidth table otherwise)."""
-    from .. import families
-    from .run import family_peers
     rows = [r for r in rows if not r.get("skipped")]
     kinds = families.kinds()
     order = kinds + sorted({r.get("family") or "" for r in rows} - set(kinds))

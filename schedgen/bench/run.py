@@ -14,23 +14,18 @@ Such a module may define (each optional):
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import tempfile
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
+from .. import registry as families
 from .case import OURS, Case, Peer, in_bytes, why
-from .rows import base_row, skip_row
+from .rows import base_row, family_peers, skip_row
 from .timing import block_for, interleaved, ratio_of, sets_for
 
 # torch and jax share the GPU in one process here: keep XLA from taking 75% of the memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
-def family_peers(family) -> ModuleType | None:
-    """The family's peers module (imported on first use: it may name torch and jax, imported lazily inside)."""
-    return importlib.import_module(family.peers) if family.peers else None
 
 
 def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
@@ -39,7 +34,6 @@ def _hook(peers: ModuleType | None, name: str, default: Any = None) -> Any:
 
 def input_sets(plan) -> int:
     """Input copies to rotate through for this plan (its family's rule), as bench and tune's measurement use."""
-    from .. import families
     rule = _hook(family_peers(families.of(plan)), "sets", sets_for)
     return rule(in_bytes(plan))
 
@@ -85,7 +79,6 @@ def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int 
     A dynamic-size package is timed at `at` (its dynamic sizes; those not named: their max; check_at says whether
     `at` is legal). Without a GPU every backend's row is a skip row (`skipped`: the reason) and nothing is built or
     timed."""
-    from .. import families
     plan = built.plan
     family = families.of(plan)
     if family.multi_device:

@@ -487,7 +487,8 @@ class Schedule(Model):
         examples=[[1], [2, 1], [1, 2], [1, 1, 2]])
     num_warpgroups: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description=(
         "map: warpgroups (128 threads each) per block, all running emit_pipeline (not written: 2 when a block has "
-        "enough elements for 256 threads). Warp-specialized kernels size "
+        "enough elements for 256 threads); map and rowwise: the CUDA kernel's (the Pallas kernel reads no thread "
+        "count: written with no cuda backend it is an error). Warp-specialized kernels size "
         "themselves from pipeline.num_compute_wgs (attention requires 1 here)"))
     in_specs: dict[Ident, BlockSpec] = Field(default_factory=dict, description=(
         "BlockSpecs of the inputs, by operand name (plgpu.BlockSpec). The planner picks absent ones for the "

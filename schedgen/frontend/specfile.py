@@ -7,7 +7,7 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from .. import families
+from .. import registry as families
 from .model import Backward, Ident, Model, Schedule, Tune
 
 Op = Annotated[Union[tuple(f.op_model for f in families.all_families())], Field(discriminator="kind")]

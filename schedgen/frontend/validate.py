@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from .. import families
+from .. import registry as families
 from ..errors import SHOWN_NAME, Problem, SourceMap, SpecErrors, clip, shorten
 from .load import load_file
 from .model import DTYPE_ALIASES
@@ -21,7 +21,7 @@ from .specfile import SpecFile
 
 
 FAMILY_HOWTO = ("a folder schedgen/families/<kind>/ registering a Family manifest, plus its line in _FAMILIES of "
-                "schedgen/families/__init__.py, see docs/architecture.md")
+                "schedgen/registry.py, see docs/architecture.md")
 
 
 def _kinds_listing() -> str:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ..errors import SourceMap, SpecErrors
-from .. import families
+from .. import registry as families
 from . import dims
 from .common import Problems
 from .defaults import Pick, apply, written

@@ -3,8 +3,9 @@ it that a spec sets to a value other than its default is a located error naming 
 instead and what is legal (a spec must not say something its kernel does not do).
 
 Three kinds of entries: fields neither backend's template nor the planner reads (schedule-wide, on an input's or an
-output's BlockSpec, on a named barrier), and Mosaic GPU compiler parameters that only the Pallas rendering reads,
-reported when schedule.backends has no pallas. The entries several families share are defined here; a family's own
+output's BlockSpec, on a named barrier), Mosaic GPU compiler parameters that only the Pallas rendering reads,
+reported when schedule.backends has no pallas, and fields only the CUDA kernel reads (num_warpgroups of the map and
+rowwise kernels), reported when it has no cuda. The entries several families share are defined here; a family's own
 live in its folder (e.g. families/attention/unread.py)."""
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class UnreadTable:
     barriers: Mapping[str, tuple[Unread, ...]] = None   # on the barrier of that name
     pallas_only: tuple[Unread, ...] = ()          # read by the Pallas kernel only: errors without pallas
     pallas_only_block: tuple[Unread, ...] = ()    # the same, on every operand's BlockSpec
+    cuda_only: tuple[Unread, ...] = ()            # read by the CUDA kernel only: errors without cuda
 
 
 # ---- entries several families share
@@ -51,6 +53,15 @@ PALLAS_COMPILER_PARAMS = (
     Unread(("compiler_params", "unsafe_no_auto_barriers"), lambda s: _cp(s).unsafe_no_auto_barriers,
            "unsafe_no_auto_barriers turns off Mosaic GPU's automatic barriers; the CUDA kernel places its own",
            "false (the default)"),
+)
+
+# written (not picked: a planner's pick keeps model_fields_set as the user wrote it) with no cuda backend: the
+# Pallas map and rowwise kernels read no thread count, so the field would change nothing but the kernel's name
+CUDA_WARPGROUPS = (
+    Unread(("num_warpgroups",), lambda s: "num_warpgroups" in s.model_fields_set,
+           "it sets the CUDA kernel's warpgroups (128 threads each, 1 to 4); the Pallas kernel's block is Mosaic "
+           "GPU's and reads no thread count",
+           "leave it out, or add cuda to schedule.backends"),
 )
 
 PLANAR_SNAKE_ONLY = (
@@ -125,6 +136,11 @@ def check_unread(sch, table: UnreadTable, inputs, outputs, problems: Problems) -
                              f"{both} the {bname} barrier's {_field(u.path)}: {_said(u, sch)}")
     if "pallas" not in sch.backends:
         _check_pallas_only(sch, table, inputs, outputs, problems)
+    if "cuda" not in sch.backends:
+        for u in table.cuda_only:
+            if u.is_set(sch):
+                problems.add(("schedule", *u.path), f"the pallas backend does not read {u.path[-1]}: {u.why}; "
+                                                    f"legal: {u.legal}")
 
 
 def _check_pallas_only(sch, table: UnreadTable, inputs, outputs, problems: Problems) -> None:

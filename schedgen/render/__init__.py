@@ -13,7 +13,7 @@ from typing import Mapping
 
 import jinja2
 
-from .. import families
+from .. import registry as families
 from ..comment import comment_text
 from ..frontend import expr as ex
 from ..frontend import spelling

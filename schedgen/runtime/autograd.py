@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ..autodiff import graph as bwgraph
 from ..autodiff.graph import BackwardGraph, evaluate, sum_dims
 from ..errors import clip
 from .arrays import DTYPES, ArgumentError
+from .torch_op import torch_dtype     # (imports no torch)
 
 FILE_NAME = "backward.json"
 FOLDER = "backward"
@@ -42,8 +43,7 @@ def check(operands: Sequence[Sequence[Any]], graph: BackwardGraph) -> list[str]:
 class Backward:
     """backward.json of a package and its step kernels (loaded with the package: they read only launch.json)."""
 
-    def __init__(self, kernel: Any, root: Path, torch_op: bool):
-        from .kernel import load_package
+    def __init__(self, kernel: Any, root: Path, torch_op: bool, load_package: Callable[..., Any]):
         try:
             rec = boundedjson.loads((root / FILE_NAME).read_bytes())
             self.graph = BackwardGraph.from_json(rec["graph"])
@@ -108,13 +108,17 @@ class Backward:
                 full[i] = np.empty(shape, DTYPES[o.dtype])
             elif kind == "torch":
                 import torch
-                from .torch_op import torch_dtype
                 full[i] = torch.empty(shape, dtype=torch_dtype(o.dtype), device=like.device)
             else:
                 full[i] = arrays.empty_like_kind(kind, like, shape, o.dtype)[0]
         return tuple(full)
 
     # ------------------------------------------------------------------ torch
+    def register_torch(self, op: Any) -> None:
+        """This backward as `op`'s autograd formula (`register_torch` below; runtime/torch_op.py calls it when it
+        registers the forward's op, without importing this module)."""
+        register_torch(op, self)
+
     def torch_backward(self, inputs: dict, shapes: dict, outputs: dict, grads: Sequence[Any], needs: Sequence[bool],
                        like: dict) -> tuple:
         """The gradients of the forward's inputs (None where the graph gives none or autograd needs none).
@@ -239,11 +243,12 @@ class _Shaped:
         self.shape = tuple(shape)
 
 
-def load(kernel: Any, root: Path, torch_op: bool) -> Backward | None:
-    """The package's backward (None when it has no backward.json)."""
+def load(kernel: Any, root: Path, torch_op: bool, load_package: Callable[..., Any]) -> Backward | None:
+    """The package's backward (None when it has no backward.json); its steps are packages, each loaded by
+    `load_package` (runtime/kernel.py's, which loads this module: it is passed in rather than imported)."""
     if not (Path(root) / FILE_NAME).is_file():
         return None
-    return Backward(kernel, Path(root), torch_op)
+    return Backward(kernel, Path(root), torch_op, load_package)
 
 
 # ---------------------------------------------------------------------------------------------- torch wiring

@@ -30,7 +30,7 @@ from ..plan.launch import FILE_NAME as LAUNCH_FILE
 from . import arrays
 from . import autograd as _autograd
 from . import torch_op as _torch_op
-from .kernel import _SLOW, Kernel
+from .kernel import _SLOW, Kernel, load_package
 
 
 class BucketedKernel:
@@ -175,7 +175,7 @@ def load_bucketed(root: str | Path, torch_op: bool = False) -> BucketedKernel:
     program uses torch (runtime/torch_op.py)."""
     kernel = BucketedKernel(root)
     # one backward for every variant: the package op's autograd (attach) and each variant's jax.custom_vjp read it
-    kernel.backward = _autograd.load(kernel, kernel.root, torch_op)
+    kernel.backward = _autograd.load(kernel, kernel.root, torch_op, load_package)
     for v in kernel.variants:
         v.backward = kernel.backward
     if torch_op:

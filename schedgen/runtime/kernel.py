@@ -724,7 +724,7 @@ def load_package(root: str | Path, torch_op: bool = False) -> Kernel:
     """The kernel of a package folder; with torch_op (what a package's __init__ asks for), registered as a torch
     custom op once the program uses torch (schedgen/runtime/torch_op.py; importing the package never imports it)."""
     kernel = Kernel(Path(root))
-    kernel.backward = _autograd.load(kernel, kernel.root, torch_op)   # before attach: the op's autograd reads it
+    kernel.backward = _autograd.load(kernel, kernel.root, torch_op, load_package)   # before attach: the op's autograd reads it
     if torch_op:
         from . import torch_op as ops
         kernel.torch_op_asked = True

@@ -100,8 +100,7 @@ def _attach_now(kernel: Any) -> None:
     try:
         kernel.torch_op = register(kernel)
         if kernel.torch_op is not None and getattr(kernel, "backward", None) is not None:
-            from .autograd import register_torch
-            register_torch(kernel.torch_op, kernel.backward)
+            kernel.backward.register_torch(kernel.torch_op)     # runtime/autograd.py
     except Exception as exc:   # a torch that cannot register ops must not break the package
         warnings.warn(f"{kernel.name}: no torch custom op ({type(exc).__name__}: {exc}); torch tensors take the "
                       f"direct CUDA path and torch.compile cannot trace it", RuntimeWarning, stacklevel=3)

@@ -7,7 +7,7 @@ knob (`knobs.Target`).
 """
 from __future__ import annotations
 
-from .. import families
+from .. import registry as families
 from .knobs import Target, frozen
 
 

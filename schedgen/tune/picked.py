@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from .. import families
+from .. import registry as families
 from ..errors import Problem, SourceMap, SpecErrors
 from ..frontend.specfile import SpecFile
 from ..frontend.validate import apply_overrides, validate_data

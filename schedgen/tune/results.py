@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import SpecErrors, printable
-from .. import families
+from .. import registry as families
 from ..comment import comment_text
 from ..files import write_file
 from ..frontend import expr as ex

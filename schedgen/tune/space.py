@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..cache import key_of
 from ..errors import Problem, SourceMap, SpecErrors, format_path
-from ..families import TuneSpace
+from ..registry import TuneSpace
 from ..frontend import expr as ex
 from ..frontend.load import load_file
 from ..frontend.specfile import SpecFile

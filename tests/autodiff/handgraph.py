@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import import_package  # noqa: F401  (re-exported to the autodiff tests)
-from schedgen import families
+from schedgen import registry
 from schedgen.autodiff.graph import BackwardGraph, Step, evaluate
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
@@ -106,9 +106,9 @@ def saving(spec, src):
 
 def installed(monkeypatch, hook):
     """The map family with `hook` as its backward, for the test's duration."""
-    families._load()
-    fam = dataclasses.replace(families._REGISTRY["map"], backward=hook)
-    monkeypatch.setitem(families._REGISTRY, "map", fam)
+    registry._load()
+    fam = dataclasses.replace(registry._REGISTRY["map"], backward=hook)
+    monkeypatch.setitem(registry._REGISTRY, "map", fam)
     return fam
 
 

@@ -65,3 +65,53 @@ def test_kind_order_does_not_depend_on_import_order():
     assert out.strip() == ("['map', 'matmul', 'attention', 'collective_matmul', 'grouped_matmul', 'rowwise', "
                            "'attention_backward'] ['MapOp', 'MatmulOp', 'AttentionOp', 'CollectiveMatmulOp', "
                            "'GroupedMatmulOp', 'RowwiseOp', 'AttentionBackwardOp']")
+
+
+def test_every_hook_resolves():
+    """A manifest names its hooks as strings ('.plan:plan_map'), imported when first used: each one names a module
+    and an attribute that exist (a callable, or a hooks record for draw and report)."""
+    from schedgen.registry import _HOOK_FIELDS, Hook
+    for fam in families.all_families():
+        for name in _HOOK_FIELDS:
+            hook = getattr(fam, name)
+            if isinstance(hook, Hook):
+                target = hook.target
+                assert callable(target) or name in ("draw", "report"), (fam.kind, name, target)
+        if fam.peers:
+            import importlib
+            importlib.import_module(fam.peers)
+
+
+def test_targets_are_the_hardware_tables():
+    """The registry stands below the planner, so a manifest's targets are checked against plan/hardware.py here."""
+    from schedgen.plan.hardware import TARGETS
+    for fam in families.all_families():
+        assert fam.targets and set(fam.targets) <= set(TARGETS), (fam.kind, fam.targets)
+
+
+def test_a_hook_is_imported_when_first_used():
+    import subprocess
+    import sys
+    code = ("import sys\nfrom schedgen import registry\n"
+            "fam = registry.get('map')\n"
+            "assert 'schedgen.families.map.plan' not in sys.modules\n"
+            "fam.plan\n"
+            "assert 'schedgen.families.map.plan' not in sys.modules\n"
+            "print(fam.explain.target.__name__, 'schedgen.families.map.explain' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["explain_map", "True"]
+
+
+@pytest.mark.parametrize("ref, message", [
+    ("plan_map", "must be 'module:attribute'"),
+    (".plan:", "must be 'module:attribute'"),
+])
+def test_a_bad_hook_name_is_refused_at_registration(ref, message):
+    with pytest.raises(TypeError, match=message):
+        replace(families.get("map"), plan=ref)
+
+
+def test_a_hook_naming_nothing_says_which():
+    from schedgen.registry import Hook
+    with pytest.raises(ImportError, match="has no 'no_such_planner'"):
+        Hook(".plan:no_such_planner", "schedgen.families.map")(None, None)

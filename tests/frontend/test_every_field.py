@@ -7,9 +7,10 @@ schedule field, written in the file or left at its default) is set, one at a tim
 schema gives it: each other enum member or boolean, a few small integers around the current value and at the
 bounds, None for an optional field, lists one entry shorter and longer, a new entry of a mapping of planner-named
 entries, a few identifiers for a name. Each mutated spec is validated, planned and rendered (no compile): the
-products of each backend (CUDA: kernel.cu and the launch record the runtime reads; Pallas: the module) must differ
-from the unmutated spec's, or validation/planning must give located problems. `ALLOWED` names, with its reason, each
-mutation that genuinely changes nothing; and a field the planner picks when it is left out or `auto` (PICKS) may
+products of each backend (CUDA: kernel.cu and the launch record the runtime reads; Pallas: the module), the
+kernel's name normalized (a field that only renames the kernel changes nothing), must differ from the unmutated
+spec's, or validation/planning must give located problems. `ALLOWED` names, with its reason, each mutation that
+genuinely changes nothing; and a field the planner picks when it is left out or `auto` (PICKS) may
 be written as the pick, or set to its default where the spec wrote the pick, as long as other values of the field
 do change the kernel (and only one value can be the pick).
 
@@ -140,6 +141,12 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
      "has no stream-K), so [cuda] restates the pick"),
     ("collective_matmul*", "schedule.collective", lambda s, m, _: m.value is None,
      "the spec's collective section restates the defaults (the gather ring, its semaphores)"),
+    ("*", "schedule.num_warpgroups", lambda s, m, same: same == ["pallas"] and s.op.kind in ("map", "rowwise"),
+     "the CUDA kernel's warpgroups: the Pallas map and rowwise kernels' block is Mosaic GPU's (it reads no thread "
+     "count); written with no cuda backend it is a located error (plan/unread.py CUDA_WARPGROUPS)"),
+    ("attention_backward*", "schedule.pipeline.delta", lambda s, m, same: same == ["pallas"],
+     "where the wgmma CUDA kernel's delta comes from: the Pallas backward computes delta before its kernels (a jnp "
+     "step); where the wgmma kernel is not built it is a located error (attention_backward/unread.py)"),
 ]
 
 
@@ -388,12 +395,24 @@ def _assign(data: dict, m: Mutation) -> dict:
     return out
 
 
+KERNEL = "<kernel>"             # every kernel's name in the products compared (normalize)
+
+
+def normalize(text: str, kernel_name: str) -> str:
+    """`text` with the kernel's name (and the names made from it: `<name>_pre`) written as KERNEL: kernel names
+    carry field values (map_<spec>_<block>_wg<n>), so a field that only renames the kernel would otherwise count as
+    changing it (issue 42: schedule.num_warpgroups on the Pallas map and rowwise kernels was silent that way)."""
+    return text.replace(kernel_name, KERNEL) if kernel_name else text
+
+
 def products(p) -> dict[str, str]:
     """What a build of the plan gives each backend: the rendered source, and the part of the launch record that
-    backend's call path reads (CUDA: all of it; Pallas: the operands and sizes its arguments are checked against)."""
+    backend's call path reads (CUDA: all of it; Pallas: the operands and sizes its arguments are checked against),
+    the kernel's name normalized (`normalize`)."""
     record = json.loads(launch_record(p).to_json())
     read = {"cuda": record, "pallas": {k: record[k] for k in PALLAS_READS}}
-    return {b: render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True) for b in p.backends}
+    return {b: normalize(render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True), p.kernel_name)
+            for b in p.backends}
 
 
 @dataclass

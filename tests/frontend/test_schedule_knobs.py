@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, without_warpgroups
 from schedgen.build import build_spec
 from schedgen.cache import Cache
 from schedgen.errors import SpecErrors
@@ -14,7 +14,9 @@ SMALL = {"M": 64, "N": 512}
 
 
 def _build(tmp_path, **defines):
-    return build_spec(str(ADD), {**SMALL, **defines}, cache=Cache(tmp_path / "cache"))
+    """The test spec built with -D `defines` (Pallas only: without its num_warpgroups, the CUDA kernel's)."""
+    path = without_warpgroups(ADD, tmp_path) if defines.get("schedule.backends") == ["pallas"] else ADD
+    return build_spec(str(path), {**SMALL, **defines}, cache=Cache(tmp_path / "cache"))
 
 
 def test_delay_release_renders_in_both_backends_and_runs_interpreted(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 
 from ...draw import L2_RATE, SM_COUNT, TENSOR_RATE, Pipeline, Span, Tile, Traversal, kib, sm_count
-from .. import DrawHooks
+from ...registry import DrawHooks
 from .records import tile_of
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import ReportHooks
+from ...registry import ReportHooks
 
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4}
 RECORD_SHAPE = ("B", "Hq", "Hkv", "Sq", "Skv", "D")

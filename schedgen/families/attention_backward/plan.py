@@ -36,7 +36,7 @@ from .records import (
 )
 from .fused import PRODUCER_REGS, Fused, fused_chosen, plan_fused
 from .unread import check_unread
-from .wgmma import plan_wgmma, wants_wgmma, with_wgmma
+from .wgmma import _strides, plan_wgmma, wants_wgmma, with_wgmma
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
@@ -280,13 +280,6 @@ def _backends(sch, problems: Problems) -> None:
         if getattr(cp, name):
             problems.add(("schedule", "compiler_params", name),
                          f"the Pallas attention backward takes no profiler buffer; remove {name}")
-
-
-def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
-    """Element strides (batch, sequence row, head) of a [B, S, H, D] (bshd) or [B, H, S, D] (bhsd) operand."""
-    if layout == "bshd":
-        return seq * heads * d, heads * d, d
-    return heads * seq * d, d, seq * d
 
 
 def _cuda(op, names, dims, block_q: int, block_kv: int, stages: int, hw: Hardware,

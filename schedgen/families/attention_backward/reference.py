@@ -112,6 +112,12 @@ def random_inputs(spec, sizes: Mapping[str, int], rng: np.random.Generator,
     return out
 
 
+def accumulation(plan):
+    """The f32 terms summed per gradient element (the family's `accumulation` hook, verify's tolerance): the longer
+    of the two sequences, a Dim with dynamic sizes (verify evaluates it)."""
+    return X.dmax(plan.seq_q, plan.seq_kv)
+
+
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """A few blocks: Sq of `tiles` query blocks (Skv keeping Skv - Sq, or in proportion when no offset matters),
     one batch, at most two kv heads (the q heads keep their group size)."""

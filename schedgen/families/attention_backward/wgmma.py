@@ -232,8 +232,11 @@ def plan_wgmma(op, sch, names, dims, blocks: tuple[int, int], stages: int, range
 
 
 def _strides(layout: str, seq: int, heads: int, d: int) -> tuple[int, int, int]:
-    from .plan import _strides as strides      # the mma.sync kernel's (one definition)
-    return strides(layout, seq, heads, d)
+    """Element strides (batch, sequence row, head) of a [B, S, H, D] (bshd) or [B, H, S, D] (bhsd) operand (the
+    mma.sync kernel's too: plan.py imports it from here)."""
+    if layout == "bshd":
+        return seq * heads * d, heads * d, d
+    return heads * seq * d, d, seq * d
 
 
 def wgmma_kernel_args(layout: str, dtype: str, shapes: list, wg: WgmmaBackward) -> tuple[KernelArg, ...]:

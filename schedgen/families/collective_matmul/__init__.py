@@ -3,27 +3,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import Family, register
-from .explain import explain_collective_matmul
+from ...registry import Family, register
 from .model import CollectiveMatmulOp
-from .defaults import collective_defaults
-from .plan import plan_collective_matmul
-from .reference import collective_matmul_reference, small_sizes
-from .verify import verify_collective
 
 FAMILY = register(Family(
+    package=__package__,
     kind="collective_matmul",
     op_model=CollectiveMatmulOp,
-    plan=plan_collective_matmul,
-    defaults=collective_defaults,
-    reference=collective_matmul_reference,
-    explain=explain_collective_matmul,
-    small_sizes=small_sizes,
+    plan=".plan:plan_collective_matmul",
+    defaults=".defaults:collective_defaults",
+    reference=".reference:collective_matmul_reference",
+    explain=".explain:explain_collective_matmul",
+    small_sizes=".reference:small_sizes",
     summary="multi-GPU out = all_gather(lhs) @ rhs over a 1-D mesh, the all-gather overlapped with the matmul",
     templates=Path(__file__).resolve().parent / "templates",
     starter=Path(__file__).resolve().parent / "starter.yaml",
     metric="tflops",
     devices=lambda op: op.mesh.num_devices,
     accumulation=lambda plan: plan.k,
-    verify=verify_collective,
+    verify=".verify:verify_collective",
 ))

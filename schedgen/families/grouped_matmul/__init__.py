@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import Family, register
-from .backward import grouped_backward
-from .defaults import grouped_defaults
-from .explain import explain_grouped_matmul
+from ...registry import Family, register
 from .model import GroupedMatmulOp
-from .plan import plan_grouped_matmul
-from .reference import grouped_reference, random_inputs, small_sizes
-from .report import REPORT
-from .tune import grouped_aliases, grouped_space
 
 FAMILY = register(Family(
+    package=__package__,
     kind="grouped_matmul",
     op_model=GroupedMatmulOp,
-    plan=plan_grouped_matmul,
-    defaults=grouped_defaults,
-    reference=grouped_reference,
-    explain=explain_grouped_matmul,
-    small_sizes=small_sizes,
-    tune_aliases=grouped_aliases,
-    tune_space=grouped_space,
+    plan=".ragged_k:plan_grouped",          # ragged: k there, ragged: m in plan.py
+    defaults=".defaults:grouped_defaults",
+    reference=".reference:grouped_reference",
+    explain=".explain:explain_grouped_matmul",
+    small_sizes=".reference:small_sizes",
+    tune_aliases=".tune:grouped_aliases",
+    tune_space=".tune:grouped_space",
     summary="grouped (MoE) out[rows of g] = epilogue(x[rows of g] @ w[g]): per-group rows from int32 offsets at the "
             "call, one persistent kernel",
     templates=Path(__file__).resolve().parent / "templates",
@@ -32,8 +26,8 @@ FAMILY = register(Family(
     metric="tflops",
     elementwise=lambda op: op.epilogue or "",
     accumulation=lambda plan: plan.k,
-    report=REPORT,
-    random_inputs=random_inputs,
-    backward=grouped_backward,
+    report=".report:REPORT",
+    random_inputs=".reference:random_inputs",
+    backward=".backward:grouped_backward",
     call_inputs=lambda op: (*op.inputs, op.group_offsets),
 ))

@@ -138,9 +138,8 @@ class Shapes:
 
 
 def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problems]:
-    if spec.op.ragged == "k":
-        from .ragged_k import plan_ragged_k
-        return plan_ragged_k(spec, hw)
+    """The `ragged: m` product (grouped rows); the family's planner (`ragged_k.plan_grouped`) sends `ragged: k`
+    to `ragged_k.plan_ragged_k`."""
     problems = Problems()
     op, sch = spec.op, spec.schedule
     out_name = next(iter(op.outputs))

@@ -22,11 +22,17 @@ from ...plan.hardware import Hardware
 from ..matmul.model import MatmulOp
 from ..matmul.records import MatmulPlan, mat_operand
 from ..matmul.schedule import tensor_map
-from .plan import (GroupedMatmulPlan, Shapes, check_names, check_pallas, check_schedule, plan_step, step_spec_of,
-                   table_bytes)
+from .plan import (GroupedMatmulPlan, Shapes, check_names, check_pallas, check_schedule, plan_grouped_matmul, plan_step,
+                   step_spec_of, table_bytes)
 
 # the operand layouts, as the messages name them
 X_LAY, W_LAY, OUT_LAY = "[T, M]", "[T, N]", "[G, M, N]"
+
+
+def plan_grouped(spec, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problems]:
+    """The family's planner (the manifest's `plan`): by op.ragged, the grouped contraction here or the grouped rows
+    (`plan.plan_grouped_matmul`, which this module builds on)."""
+    return plan_ragged_k(spec, hw) if spec.op.ragged == "k" else plan_grouped_matmul(spec, hw)
 
 
 def plan_ragged_k(spec, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problems]:

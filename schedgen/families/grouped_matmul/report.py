@@ -1,7 +1,7 @@
 """What the benchmark report needs of the grouped_matmul family: its shape label and its minimum traffic."""
 from __future__ import annotations
 
-from .. import ReportHooks
+from ...registry import ReportHooks
 
 ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4}
 

@@ -2,7 +2,7 @@
 M-cluster, split-K and consumer-schedule ones the grouped kernel does not take) and its default tune space."""
 from __future__ import annotations
 
-from .. import TuneSpace
+from ...registry import TuneSpace
 from ..matmul.tune import matmul_aliases
 
 # knobs of the matmul family the grouped kernel has no use for (its planner takes the [1, 2] cluster only: cluster_n

@@ -8,7 +8,7 @@ import math
 from ...draw import HBM_RATE, TMA_LATENCY, Pipeline, Span, Tile, Traversal, kib, persistent_guide, tile_order_text
 from ...plan import dims
 from ...plan.common import tile_index
-from .. import DrawHooks
+from ...registry import DrawHooks
 from .explain import sizes_line
 
 

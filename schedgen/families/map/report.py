@@ -1,7 +1,7 @@
 """What the benchmark report needs of the map family (its rows carry their GB/s, so no traffic formula)."""
 from __future__ import annotations
 
-from .. import ReportHooks
+from ...registry import ReportHooks
 
 REPORT = ReportHooks(order=2, marker="s", legend="map (elementwise)", always_in_legend=True, unlabelled_rows=True,
                      series_labels={"torch_eager": "torch's eager op on the same tensors"},

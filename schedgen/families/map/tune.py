@@ -3,7 +3,7 @@
 space (`map_space`): what `schedgen tune` searches for a spec with no tune section."""
 from __future__ import annotations
 
-from .. import TuneSpace
+from ...registry import TuneSpace
 from ...plan import dims as D
 from ...plan.common import dynamic_ranges, size_values
 
@@ -74,5 +74,8 @@ def map_space(spec) -> TuneSpace:
                 params[f"block_{dim}" if isinstance(dim, str) else f"block_{d}"] = keep
     if sch.pipeline.kind != "none" and sch.pipeline.data_path == "tma":   # the register path has no ring
         params["stages"] = tuple(sorted(set(STAGES) | {sch.pipeline.max_concurrent_steps}))
+    if "cuda" not in sch.backends:     # the CUDA kernel's warpgroups: written with no cuda they are an error
+        return TuneSpace(params, (), "the block's rows and the TMA ring's depth (the Pallas kernel reads no "
+                                     "thread count)")
     params["warpgroups"] = tuple(sorted(set(WARPGROUPS) | {sch.num_warpgroups}))
     return TuneSpace(params, (), "the block's rows, the TMA ring's depth and the warpgroups")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import (
+    CUDA_WARPGROUPS,
     DATA_PARALLEL_ONLY,
     ONE_BLOCK_A_TILE,
     OUTPUT_DELAY_RELEASE,
@@ -48,7 +49,7 @@ PALLAS_ONLY_BLOCK = (
            "leave it out, or add pallas to schedule.backends"),
 )
 
-TABLE = UnreadTable("map", schedule=SCHEDULE, out_spec=OUTPUT_DELAY_RELEASE, pallas_only=PALLAS_COMPILER_PARAMS,
+TABLE = UnreadTable("map", schedule=SCHEDULE, out_spec=OUTPUT_DELAY_RELEASE, pallas_only=PALLAS_COMPILER_PARAMS, cuda_only=CUDA_WARPGROUPS,
                     pallas_only_block=PALLAS_ONLY_BLOCK)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...draw import (L2_RATE, SMEM_RATE, TENSOR_RATE, TMA_LATENCY, Pipeline, Span, Tile, Traversal, kib,
                      persistent_guide, tile_order_text)
 from ...plan.common import planar_snake
-from .. import DrawHooks
+from ...registry import DrawHooks
 from .records import at_max
 
 

@@ -15,6 +15,7 @@ import ast
 from ...bench.case import Peer, from_torch, guard, to_torch, torch_fn_peer, torch_sync
 from .blockscale import is_block_scaled
 from .records import FP8_DTYPES
+from .reference import accumulation, check_peer, epilogue_body
 
 FP8_PEERS = ("scaled_mm_fast", "scaled_mm", "cublas")
 LABELS = {"scaled_mm_fast": "torch._scaled_mm (fast accum)", "scaled_mm": "torch._scaled_mm"}
@@ -36,7 +37,6 @@ def scaled_mm_form(spec, plan) -> tuple[dict | None, str]:
     """({"scale_a", "scale_b", "bias", "kind"}, "") when the epilogue is `acc x scales (+ bias)` as torch._scaled_mm
     takes it: two scalar [1] scales (tensorwise), or a column [M, 1] and / or a row [N] / [1, N] (rowwise), in any
     order, plus at most one row added; (None, why) otherwise."""
-    from .peers import epilogue_body
     if is_block_scaled(plan):
         if not plan.identity_epilogue:
             return None, "block scales with an epilogue: torch._scaled_mm's blockwise form takes out = acc"
@@ -108,8 +108,6 @@ def scaled_mm_peer(case, full_ref, *, fast: bool, device: str = "cuda") -> Peer:
     """torch._scaled_mm with the spec's scales (and bias) on device copies of the inputs, checked against the
     float64 reference of the whole epilogue, then timed."""
     import torch
-    from .reference import accumulation
-    from .peers import check_peer
     plan, spec = case.plan, case.spec
     name = "scaled_mm_fast" if fast else "scaled_mm"
     form, why_not = scaled_mm_form(spec, plan)
@@ -165,7 +163,6 @@ def cublas_bf16_peer(case, product_ref, device: str = "cuda") -> Peer:
     """torch.matmul of the fp8 values upcast to bf16 (exact: every fp8 value is a bf16 one), the product only:
     what the same numbers cost as a bf16 GEMM."""
     import torch
-    from .peers import check_peer
     plan = case.plan
     lhs = next(o for o in plan.inputs if o.role == "lhs")
     rhs = next(o for o in plan.inputs if o.role == "rhs")

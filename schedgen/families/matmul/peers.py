@@ -20,6 +20,7 @@ from ...bench.timing import Contender, jax_contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
 from .fp8_peers import FP8_PEERS, LABELS as FP8_LABELS, fp8_peers, is_fp8
 from .records import peak_tflops
+from .reference import check_peer, epilogue_body, epilogue_operands
 
 FLAT_PEER = "cublas"
 PEER_LABELS = {"cublas": "cuBLAS", "jax_pallas": "JAX Pallas", "torch_eager": "torch eager",
@@ -243,12 +244,6 @@ def product_only(spec):
     return spec.model_copy(update={"op": op.model_copy(update=update)})
 
 
-def check_peer(out, ref, dtype: str, k: int) -> dict:
-    from ...reference import rel_error, tolerance
-    err = rel_error(out, ref)
-    return {"rel_error": err, "verified": bool(err <= tolerance(dtype, False, k))}
-
-
 def _cublas_call(torch, plan, held: dict, notes: list[str]):
     """(call(i), the first call's output as numpy, its dtype): torch.matmul into the output dtype where cuBLAS
     writes it (out= when it is the input dtype), else the input dtype's product."""
@@ -341,25 +336,10 @@ def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
 
 # ---------------------------------------------------------------------------------------------- torch eager / compile
 
-def epilogue_body(spec):
-    """The spec's epilogue parsed and checked as the float64 reference parses it (`out = acc` where it has none)."""
-    from ...frontend import expr as ex
-    op = spec.op
-    out_name = next(iter(op.outputs))
-    return ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *epilogue_operands(spec)],
-                         outputs=[out_name], constants=list(op.constants))
-
-
 def epilogue_source(spec) -> str:
     """The epilogue's statements as its checked trees read (the spec's function names; for records and notes)."""
     import ast
     return "; ".join(f"{target} = {ast.unparse(value.tree)}" for target, value in epilogue_body(spec).statements)
-
-
-def epilogue_operands(spec) -> list[str]:
-    """The epilogue's operands (every input but lhs and rhs), in the spec's order: the function's arguments."""
-    op = spec.op
-    return [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]
 
 
 def torch_product(torch, out_dtype=None):

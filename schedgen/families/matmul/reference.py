@@ -167,3 +167,25 @@ def _scale_block_sizes(op, out: dict, k_dim, n_dim) -> dict:
         if side == "rhs" and isinstance(shape[1], str) and k is not None:
             got[shape[1]] = -(-k // SCALE_BLOCK)
     return got
+
+
+# what the benchmark peers (peers.py, fp8_peers.py) check their outputs with
+
+def check_peer(out, ref, dtype: str, k: int) -> dict:
+    """A peer's output against the float64 reference, at verify's tolerance for a k-term f32 sum."""
+    err = shared.rel_error(out, ref)
+    return {"rel_error": err, "verified": bool(err <= shared.tolerance(dtype, False, k))}
+
+
+def epilogue_body(spec):
+    """The spec's epilogue parsed and checked as the float64 reference parses it (`out = acc` where it has none)."""
+    op = spec.op
+    out_name = next(iter(op.outputs))
+    return ex.parse_body(op.epilogue or f"{out_name} = acc", inputs=["acc", *epilogue_operands(spec)],
+                         outputs=[out_name], constants=list(op.constants))
+
+
+def epilogue_operands(spec) -> list[str]:
+    """The epilogue's operands (every input but lhs and rhs), in the spec's order: the function's arguments."""
+    op = spec.op
+    return [nm for nm in op.inputs if nm not in (op.lhs, op.rhs)]

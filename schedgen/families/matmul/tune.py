@@ -3,7 +3,7 @@
 its default tune space (`matmul_space`): what `schedgen tune` searches for a spec with no tune section."""
 from __future__ import annotations
 
-from .. import TuneSpace
+from ...registry import TuneSpace
 from ...plan import dims as D
 from ...plan.common import Problems
 from .operands import check_names, problem_dims

@@ -1,7 +1,7 @@
 """What the benchmark report needs of the rowwise family (its rows carry their GB/s)."""
 from __future__ import annotations
 
-from .. import ReportHooks
+from ...registry import ReportHooks
 
 REPORT = ReportHooks(order=3, marker="D", legend="rowwise (softmax, norms)",
                      series_labels={"torch": "torch's own op (softmax, layer_norm, rms_norm, logsumexp, cross_entropy)",

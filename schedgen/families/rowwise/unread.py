@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...plan.common import Problems
 from ...plan.unread import (
+    CUDA_WARPGROUPS,
     DATA_PARALLEL_ONLY,
     NO_GRID,
     ONE_BLOCK_A_TILE,
@@ -60,7 +61,7 @@ IN_BLOCK = BLOCK + (
 OUT_BLOCK = BLOCK + OUTPUT_DELAY_RELEASE
 
 TABLE = UnreadTable("rowwise", schedule=SCHEDULE, in_spec=IN_BLOCK, out_spec=OUT_BLOCK,
-                    pallas_only=PALLAS_COMPILER_PARAMS)
+                    pallas_only=PALLAS_COMPILER_PARAMS, cuda_only=CUDA_WARPGROUPS)
 
 
 def check_unread(op, sch, problems: Problems) -> None:

@@ -201,7 +201,7 @@ def test_tag_error_names_the_kind_line(tmp_path):
     assert got.startswith(f"{path}:{line}:9: op.kind: unknown kind 'matmull'; legal kinds: "
                           f"{', '.join(families.kinds())} (a new kind of kernel is a family: a folder "
                           f"schedgen/families/<kind>/ registering a Family manifest, plus its line in _FAMILIES of "
-                          f"schedgen/families/__init__.py, see docs/architecture.md); map: "), got
+                          f"schedgen/registry.py, see docs/architecture.md); map: "), got
 
 
 def test_unknown_matmul_key_lists_matmul_fields(tmp_path):

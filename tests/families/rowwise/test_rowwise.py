@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import SPECS_DIR
+from conftest import SPECS_DIR, without_warpgroups
 from schedgen.build import build_spec, package
 from schedgen.errors import SpecErrors
 from schedgen.families.rowwise.defaults import APPROX_WHY_ROWS
@@ -195,7 +195,7 @@ def test_only_the_lead_warp_combines_a_last_level_nothing_along_the_row_reads():
 
 # ------------------------------------------------------------------------------------------------ prefetch ring
 
-def test_the_prefetch_ring_follows_pipeline_kind():
+def test_the_prefetch_ring_follows_pipeline_kind(tmp_path):
     """emit_pipeline (the default): two SMEM slots of a piece of rows (every thread's vectors of kSteps rows), the
     next one copied by cp.async while this one is reduced; none: no ring, the SMEM and the occupancy of before."""
     p = _plan(SOFTMAX)
@@ -211,7 +211,7 @@ def test_the_prefetch_ring_follows_pipeline_kind():
     # element accesses (N not a multiple of 8): cp.async cannot move 2 bytes, so no ring
     assert not _plan(SOFTMAX, {"op.sizes.N": 1001}).prefetch
     # a Pallas-only spec has no CUDA ring
-    assert not _plan(SOFTMAX, {"schedule.backends": ["pallas"]}).prefetch
+    assert not _plan(without_warpgroups(SOFTMAX, tmp_path), {"schedule.backends": ["pallas"]}).prefetch
 
 
 def test_the_ring_bounds_blocks_per_sm_and_segments():
@@ -505,12 +505,13 @@ def test_pallas_ragged_row_and_f32():
     _interpret(LAYERNORM, {"M": 3, "N": 256}, seed=5, ov={"op.inputs.x.dtype": "f32", "op.outputs.y.dtype": "f32"})
 
 
-def test_pallas_renders_the_reductions_with_jnp():
+def test_pallas_renders_the_reductions_with_jnp(tmp_path):
     src = render(_plan(LAYERNORM), "pallas")
     assert "red__r0 = _mean([v_x[c] for c in range(_C)])" in src
     assert "in_specs += [plgpu.BlockSpec((_R, _L), lambda k, c=c: (_rows(k), c)) for c in range(_C)]   # x" in src
     assert "plgpu.emit_pipeline(" in src and "max_concurrent_steps=2," in src
-    src = render(_plan(XENT, {"op.sizes.N": 1024, "schedule.backends": ["pallas"], "schedule.out_specs.loss": EIGHT}),
+    src = render(_plan(without_warpgroups(XENT, tmp_path), {"op.sizes.N": 1024, "schedule.backends": ["pallas"],
+                                                      "schedule.out_specs.loss": EIGHT}),
                  "pallas")
     assert "red__r0 = _logsumexp([v_x[c] for c in range(_C)])" in src
     assert "red__r1 = _take([v_x[c] for c in range(_C)], p_t)" in src
