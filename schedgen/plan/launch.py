@@ -160,6 +160,40 @@ class LaunchRecord:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
 
+# ------------------------------------------------------------------------------------------------ a plan's header
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """The launch header every family's plan holds as `plan.launch`, built by its planner: how the kernel is named,
+    built and launched. `launch_record` reads it (and the plan's operand records, `plan.inputs` / `plan.outputs`);
+    templates read `p.launch.<field>`. plan.json shows these fields at the plan's top level (`inline_field`), the
+    same keys in every family's plan.json (a package's `plan["kernel_name"]` reads as before).
+
+    name, family, kernel_name, backends, threads, smem_bytes, num_blocks, auto_blocks, blocks_per_sm and target are
+    the launch record's fields of those names; cluster_dims is its `cluster`, dynamic_sizes its `sizes`, ring its
+    `ring`, kernel_args the plan's own argument records (KernelArg, or the collective plan's CollArg) that become
+    its `kernel_args`."""
+    name: str
+    family: str
+    kernel_name: str
+    backends: tuple[str, ...]
+    threads: int
+    smem_bytes: int
+    num_blocks: DimLike
+    blocks_per_sm: int
+    kernel_args: tuple[Any, ...]
+    auto_blocks: bool = False
+    cluster_dims: tuple[int, int, int] = (1, 1, 1)      # the thread-block cluster; (1, 1, 1): launched without one
+    dynamic_sizes: tuple[SizeRange, ...] = ()           # the op's dynamic sizes, spec order
+    ring: Ring | None = field(default=None, metadata={"omit_default": True})   # a multi-device plan's ring
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+
+
+def inline_field() -> Any:
+    """A plan's `launch` field: plan.json (schedgen.plan.to_dict) writes the record's fields at the plan's level."""
+    return field(metadata={"inline": True})
+
+
 # ------------------------------------------------------------------------------------------------ from a plan
 
 def _shape_entry(x: Any) -> int | str:
@@ -450,4 +484,4 @@ class PackagePlan(Mapping):
 
 
 __all__ = ["LAUNCH_VERSION", "FILE_NAME", "COUNTER_BYTES", "WORKSPACE_ALIGN", "LaunchRecord", "LaunchRecordError", "Operand", "Arg",
-           "Ring", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]
+           "Ring", "KernelLaunch", "inline_field", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]
