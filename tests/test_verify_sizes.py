@@ -53,7 +53,7 @@ def test_edges_are_the_smallest_a_ragged_and_the_largest_that_fits():
     from schedgen.verify import FIT_BYTES, edge_sizes, operand_bytes
     built = build_spec(str(SPECS_DIR / "bias_add_bf16_dynamic.yaml"))
     got = edge_sizes(built.plan)
-    ranges = {r.name: r for r in built.plan.dynamic_sizes}
+    ranges = {r.name: r for r in built.plan.launch.dynamic_sizes}
     assert got[0] == {n: r.min for n, r in ranges.items()}          # M=1, N=256
     for g in got:
         for n, r in ranges.items():

@@ -393,7 +393,7 @@ def products(p) -> dict[str, str]:
     backend's call path reads (CUDA: all of it; Pallas: the operands and sizes its arguments are checked against)."""
     record = json.loads(launch_record(p).to_json())
     read = {"cuda": record, "pallas": {k: record[k] for k in PALLAS_READS}}
-    return {b: render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True) for b in p.backends}
+    return {b: render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True) for b in p.launch.backends}
 
 
 @dataclass

@@ -93,7 +93,7 @@ def test_one_model_per_run():
 def pool_measure(built, backend, options):
     p = built.plan
     t0 = time.time()
-    if p.block[0] == 16 and p.stages == 3 and p.num_blocks == 132:
+    if p.block[0] == 16 and p.stages == 3 and p.launch.num_blocks == 132:
         time.sleep(120)                                   # hangs: its worker is killed and replaced
     time.sleep(0.4)
     return {"time_ms": fake_ms(p), "detail": json.dumps({"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -175,7 +175,7 @@ def test_time_budget_stops_new_measurements_and_verifies_what_was_measured(add_s
     shuffled = list(kept)
     random.Random(5).shuffle(shuffled)
     assert shuffled != kept
-    assert runner.measured == [c.plan.kernel_name for c in shuffled[:3]]
+    assert runner.measured == [c.plan.launch.kernel_name for c in shuffled[:3]]
     from rich.console import Console
     console = Console(width=160, record=True, file=open(os.devnull, "w"))
     console.print(T.summary(result))
