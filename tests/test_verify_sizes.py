@@ -11,7 +11,7 @@ from schedgen.verify import VERIFY_VOLUME, call_sizes, static_variants
 
 
 def _plan(sizes, *ranges):
-    return SimpleNamespace(sizes=sizes, dynamic_sizes=tuple(ranges))
+    return SimpleNamespace(sizes=sizes, launch=SimpleNamespace(dynamic_sizes=tuple(ranges)))
 
 
 def test_a_fixed_size_plan_is_verified_at_its_sizes():

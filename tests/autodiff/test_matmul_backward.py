@@ -186,7 +186,7 @@ def test_dynamic_m_backward_plans(tmp_path):
     graph, problems = families.of(spec).backward(spec, src)
     assert not problems
     plans = {s.name: p for s, p in zip(graph.steps, _plans_and_renders(graph)[1:])}
-    assert [r.name for r in plans["drhs"].dynamic_sizes] == ["M"]
+    assert [r.name for r in plans["drhs"].launch.dynamic_sizes] == ["M"]
     assert not isinstance(plans["drhs"].k, int)            # K of dW = x^T @ gacc is M
     assert any("contraction" in n for n in graph.notes)
 
