@@ -107,7 +107,7 @@ def run(c: Candidate, iters: int) -> dict:
         checks = verify_built(b, ["cuda"], kernel=kernel, seed=7)
         row[f"{which}_verified"] = bool(checks) and all(x.ok for x in checks)
         row[f"{which}_rel_error"] = max((x.rel_error for x in checks), default=None)
-        row[f"{which}_kernel"] = b.plan.name
+        row[f"{which}_kernel"] = b.plan.launch.name
         host = random_inputs(b.spec, b.plan.sizes, seed=1)
         con, keep = our_cuda(kernel, b.plan, host, 2)
         contenders.append(con.__class__(which, con.call, con.stream, con.sync, con.scope))

@@ -84,9 +84,9 @@ def main(argv=None) -> int:
         except Exception as exc:
             rows.append({"spec": path.stem, "error": f"static build: {exc}"})
             continue
-        if families.of(static.plan).multi_device or getattr(static.plan, "dynamic_sizes", ()):
+        if families.of(static.plan).multi_device or static.plan.launch.dynamic_sizes:
             continue
-        if "cuda" not in static.plan.backends:
+        if "cuda" not in static.plan.launch.backends:
             continue
         dpath = dynamic_copy(path, tmp)
         if dpath is None:

@@ -429,19 +429,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.render(), file=sys.stderr)
         return 2
     p = built.plan
-    if p.family != "collective_matmul":
-        print(f"{args.spec}: not a multi-device spec (family {p.family})", file=sys.stderr)
+    if p.launch.family != "collective_matmul":
+        print(f"{args.spec}: not a multi-device spec (family {p.launch.family})", file=sys.stderr)
         return 2
     pkg = package(built, out_dir / "pkgs")
-    print(f"built {p.kernel_name} -> {pkg} ({time.time() - t0:.1f} s); env {MULTI_GPU_ENV}", flush=True)
+    print(f"built {p.launch.kernel_name} -> {pkg} ({time.time() - t0:.1f} s); env {MULTI_GPU_ENV}", flush=True)
     have = gpu_count()
     if have < p.num_devices:
-        print(f"blocked: {p.name} needs {p.num_devices} GPUs with peer access; this machine has {have}. Nothing was "
+        print(f"blocked: {p.launch.name} needs {p.num_devices} GPUs with peer access; this machine has {have}. Nothing was "
               f"run (run this script on an nvidia-h200-x{p.num_devices} machine).")
         return 3
     cfg = {"package": str(pkg), "seed": args.seed, "iters": args.iters, "rounds": args.rounds, "warmup": args.warmup,
            "tol": tolerance(p.out_dtype, False, p.k), "tmp": tempfile.mkdtemp(prefix="schedgen-multi-gpu-")}
-    result: dict[str, Any] = {"spec": p.name, "kernel": p.kernel_name, "m": p.m, "n": p.n, "k": p.k,
+    result: dict[str, Any] = {"spec": p.launch.name, "kernel": p.launch.kernel_name, "m": p.m, "n": p.n, "k": p.k,
                               "dtype": p.in_dtype, "devices": p.num_devices, "flops_per_device": p.flops,
                               "iters": args.iters, "rounds": args.rounds, "env": MULTI_GPU_ENV,
                               "date": time.strftime("%Y-%m-%d"), "variants": {}}

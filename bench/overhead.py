@@ -63,7 +63,7 @@ def _load(spec: str, overrides: dict, cache: Cache, out: Path):
     dest = package(built, out)
     sys.path.insert(0, str(dest.parent))
     try:
-        mod = importlib.import_module(built.plan.name)
+        mod = importlib.import_module(built.plan.launch.name)
     finally:
         sys.path.remove(str(dest.parent))
     return built, mod
@@ -90,7 +90,7 @@ def _contender(name: str, fn) -> timing.Contender:
 
 def measure(label: str, spec: str, overrides: dict, cache: Cache, out: Path, calls: int, rounds: int) -> dict:
     built, mod = _load(spec, overrides, cache, out)
-    fn, kernel = getattr(mod, built.plan.name), mod.kernel
+    fn, kernel = getattr(mod, built.plan.launch.name), mod.kernel
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     call = CALL_SIZES.get(label, {})
     ins = [torch.randn(kernel.shape_of(o, call), device="cuda", dtype=dt[o.dtype]) for o in kernel.inputs]

@@ -95,7 +95,7 @@ def main() -> int:
         contenders.append(Contender(name, c.call, stream=c.stream))
         keep.append((kernel, held))
         plans[name] = (plan, defines)
-        print(f"{name:28} built + verified: {plan.kernel_name}", flush=True)
+        print(f"{name:28} built + verified: {plan.launch.kernel_name}", flush=True)
     if base is None:
         return 1
     contenders += [p.contender for p in peers.values() if p.contender is not None]

@@ -138,7 +138,7 @@ def _label(row: Mapping[str, Any]) -> str:
 def _same_backends(variants: list[Built], notes: list[str], table: list[int], spec_path) -> None:
     """Every variant must build the same backends (one call, one choice of backend); a tuned schedule that the
     Pallas backend cannot render makes the planner pick [cuda] for it when the spec leaves `backends` out."""
-    sets = [tuple(v.plan.backends) for v in variants]
+    sets = [tuple(v.plan.launch.backends) for v in variants]
     if len(set(sets)) > 1:
         which = "; ".join(f"{n.split(':')[0]}: {', '.join(sets[i])}" for n, i in zip(notes, table))
         raise SpecErrors([Problem(("tune", "buckets"), f"the buckets' schedules build different backends ({which}); "

@@ -82,7 +82,7 @@ class Built:
 
     @property
     def name(self) -> str:
-        return self.plan.name
+        return self.plan.launch.name
 
     @property
     def warnings(self) -> list[str]:
@@ -120,9 +120,9 @@ class BackwardBuilt:
 def expected_files(plan) -> set[str]:
     """The file names build_spec stores for a plan (a cache entry holding any other set is a miss)."""
     names = {LAUNCH_FILE, "plan.json", "manifest.json"}
-    if "cuda" in plan.backends:
+    if "cuda" in plan.launch.backends:
         names.update(CUDA_FILES)
-    if "pallas" in plan.backends:
+    if "pallas" in plan.launch.backends:
         names.add("pallas_kernel.py")
     return names
 
@@ -283,26 +283,26 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
             raise _derived_problems(spec, user, user_src, what, exc.problems) from None
     plan_json = planner.to_json(plan)
     launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
-    tools = toolchain(plan.target)
+    tools = toolchain(plan.launch.target)
     key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
     spec_hash = digest(raw)
 
     def make() -> dict[str, bytes]:
         files: dict[str, bytes] = {"plan.json": plan_json.encode(), LAUNCH_FILE: launch_json.encode()}
         usage, verdicts = {}, []
-        if "cuda" in plan.backends:
+        if "cuda" in plan.launch.backends:
             cu = render(plan, "cuda")
-            compiled = compile_cuda(cu, f"{plan.name}.cu", arch=plan.target)
-            usage = resource_usage(compiled.cubin).get(plan.kernel_name, {})
+            compiled = compile_cuda(cu, f"{plan.launch.name}.cu", arch=plan.launch.target)
+            usage = resource_usage(compiled.cubin).get(plan.launch.kernel_name, {})
             verdicts = compiler_verdicts(compiled.log, usage)
             files.update({"kernel.cu": cu.encode(), "kernel.ptx": compiled.ptx.encode(), "kernel.cubin": compiled.cubin})
-        if "pallas" in plan.backends:
+        if "pallas" in plan.launch.backends:
             files["pallas_kernel.py"] = render(plan, "pallas").encode()
         manifest = {
-            "name": plan.name, "family": plan.family, "kernel": plan.kernel_name, "cache_key": key,
-            "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.backends),
-            "resources": {"smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": planner.to_dict(plan.num_blocks),
-                          "blocks_per_sm": plan.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
+            "name": plan.launch.name, "family": plan.launch.family, "kernel": plan.launch.kernel_name, "cache_key": key,
+            "plan_sha256": digest(plan_json.encode()), "toolchain": tools, "backends": list(plan.launch.backends),
+            "resources": {"smem_bytes": plan.launch.smem_bytes, "threads": plan.launch.threads, "blocks": planner.to_dict(plan.launch.num_blocks),
+                          "blocks_per_sm": plan.launch.blocks_per_sm, **{k.lower(): v for k, v in usage.items()}},
             "compiler_verdicts": verdicts,
         }
         files["manifest.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
@@ -316,7 +316,7 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
         if files[LAUNCH_FILE] != launch_json.encode():
             raise ValueError("launch.json is not this plan's launch record")
         manifest = json.loads(files["manifest.json"])
-        if not isinstance(manifest, dict) or manifest.get("cache_key") != key or manifest.get("name") != plan.name:
+        if not isinstance(manifest, dict) or manifest.get("cache_key") != key or manifest.get("name") != plan.launch.name:
             raise ValueError("manifest.json is not this entry's")
         if not isinstance(manifest.get("compiler_verdicts", []), list):
             raise ValueError("manifest.json's compiler_verdicts is not a list")

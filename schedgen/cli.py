@@ -337,7 +337,7 @@ def cmd_build(args) -> int:
             dest = package(built, args.output)
         except OSError as exc:          # -o is a file, read-only, full, a symlink to one of those: the same for all
             raise _os_usage("-o", args.output, exc, "the package") from None
-        print(f"{_shown(path)}: built {built.plan.kernel_name} -> {_shown(dest)}{' (cached)' if built.cache_hit else ''}{note}")
+        print(f"{_shown(path)}: built {built.plan.launch.kernel_name} -> {_shown(dest)}{' (cached)' if built.cache_hit else ''}{note}")
         bw = built.backward
         if bw is not None:
             print(f"  backward: gradients of {', '.join(bw.graph.grads) or '(none)'}; "
@@ -623,7 +623,7 @@ def cmd_bench(args) -> int:
             print(exc.render(), file=sys.stderr)
             return EXIT_SPEC
         if families.of(built.plan).multi_device:
-            raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.family} family runs on "
+            raise _usage(f"{path}: schedgen bench times one GPU; the {built.plan.launch.family} family runs on "
                          f"{built.plan.num_devices} GPUs and is timed by bench/multi_gpu.py")
         ats = args.at or [{}]
         problems = [p for at in ats for p in check_at(built.plan, at)] if args.at else []
@@ -686,7 +686,7 @@ def _bench_variant(path: str, bb, at: dict):
     """bench --tuned --at: (its id, its build) of the variant the package's dispatch picks at `at` (sizes not named: their max, as bench
     times them), said on stdout."""
     from .bucketed import bucket_label
-    ranges = {r.name: r for r in bb.variants[0].plan.dynamic_sizes}
+    ranges = {r.name: r for r in bb.variants[0].plan.launch.dynamic_sizes}
     values = [at.get(s, ranges[s].max) for s in bb.record.sizes]
     cell = bb.record.cell(values)
     i = bb.record.table[cell]

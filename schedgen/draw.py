@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 from . import registry as families
 from .files import existing_mode, save_figure
 
-from .plan.hardware import COPY_GBPS, DEFAULT_TARGET, H200, PEAK_TFLOPS, SM_COUNT, for_target
+from .plan.hardware import COPY_GBPS, H200, PEAK_TFLOPS, SM_COUNT, for_target
 
 SMEM_LIMIT = H200.smem_per_block
 # The illustrative timing model of the pipeline views (per SM; the families' simulations use these):
@@ -107,7 +107,7 @@ def tile_order_text(p) -> str:
 
 def sm_count(p) -> int:
     """The SMs of the GPU a plan targets (H200: 132, B200: 148), as the tile views count SM slots."""
-    return for_target(getattr(p, "target", DEFAULT_TARGET)).sm_count
+    return for_target(p.launch.target).sm_count
 
 
 def persistent_guide(per: int, tiles: Sequence[str] = (), pipeline: Sequence[str] = ()) -> str:
@@ -252,7 +252,7 @@ def _kib(n: int) -> str:
 def draw_smem(ax, p) -> None:
     from matplotlib.patches import Rectangle
     buffers = list(p.smem_buffers)
-    limit = max(SMEM_LIMIT, p.smem_bytes)
+    limit = max(SMEM_LIMIT, p.launch.smem_bytes)
     palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
     big = [b for b in buffers if b.bytes * b.count >= limit * 0.01]
     small = [b for b in buffers if b not in big]
@@ -266,15 +266,15 @@ def draw_smem(ax, p) -> None:
                 ax.text(x + b.bytes / 2, 0.5, f"{b.name}[{s}]\n{_kib(b.bytes)}" if b.bytes >= limit * 0.06
                         else f"{s}", ha="center", va="center", fontsize=7, color="white", fontweight="bold")
     # the 1 KiB alignment slack, the free space and the limit
-    ax.add_patch(Rectangle((p.smem_bytes - 1024, 0), 1024, 1, facecolor="#dddddd", edgecolor="none"))
-    ax.add_patch(Rectangle((p.smem_bytes, 0), limit - p.smem_bytes, 1, facecolor="white", edgecolor="#999999",
+    ax.add_patch(Rectangle((p.launch.smem_bytes - 1024, 0), 1024, 1, facecolor="#dddddd", edgecolor="none"))
+    ax.add_patch(Rectangle((p.launch.smem_bytes, 0), limit - p.launch.smem_bytes, 1, facecolor="white", edgecolor="#999999",
                            hatch="///", lw=0.5))
     ax.axvline(SMEM_LIMIT, color="#c44e52", lw=1.2)
     ax.text(SMEM_LIMIT, 1.05, f"limit {SMEM_LIMIT} B (227 KiB) per block", ha="right", va="bottom", fontsize=7.5,
             color="#c44e52")
-    free = SMEM_LIMIT - p.smem_bytes
+    free = SMEM_LIMIT - p.launch.smem_bytes
     if free > 0:
-        ax.text(p.smem_bytes + free / 2, 0.5, f"free\n{_kib(free)}", ha="center", va="center", fontsize=7,
+        ax.text(p.launch.smem_bytes + free / 2, 0.5, f"free\n{_kib(free)}", ha="center", va="center", fontsize=7,
                 color="#555555", bbox=dict(facecolor="white", edgecolor="none", pad=1))
     # barriers and other small buffers: called out below the bar
     for j, b in enumerate(small):   # spread along the bar, in two rows, so that many barrier sets stay inside
@@ -293,7 +293,7 @@ def draw_smem(ax, p) -> None:
         ax.spines[spine].set_visible(False)
     legend = "; ".join(f"{b.name} {b.count} x {_kib(b.bytes)} = {_kib(b.count * b.bytes)} ({b.note})"
                        for b in big)
-    ax.set_title(f"SMEM map: {p.smem_bytes} B of {SMEM_LIMIT} ({100 * p.smem_bytes / SMEM_LIMIT:.0f}%), incl. 1 KiB "
+    ax.set_title(f"SMEM map: {p.launch.smem_bytes} B of {SMEM_LIMIT} ({100 * p.launch.smem_bytes / SMEM_LIMIT:.0f}%), incl. 1 KiB "
                  f"alignment slack (grey)\n{legend}", fontsize=8.5)
 
 
@@ -359,7 +359,7 @@ def _hooks(plan) -> families.DrawHooks:
     if hooks is None:
         drawn = [f.kind for f in families.all_families() if f.draw is not None]
         known = ", ".join(drawn[:-1]) + " and " + drawn[-1] if len(drawn) > 1 else "".join(drawn)
-        raise DrawError(f"--draw knows the {known} families; this plan is {plan.family}")
+        raise DrawError(f"--draw knows the {known} families; this plan is {plan.launch.family}")
     return hooks
 
 
@@ -415,10 +415,10 @@ def draw(plan, out: str | Path, *, dpi: int = 120, note: Callable[[str], None] |
     hooks = _hooks(plan)
     plt = _matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    out = target(out, plan.name, tuple(FigureCanvasAgg.get_supported_filetypes()))
+    out = target(out, plan.launch.name, tuple(FigureCanvasAgg.get_supported_filetypes()))
     tv = hooks.traversal(plan, MAX_TILES)
     if tv.sampled and note is not None:
-        note(f"--draw: {plan.name} has {tv.total} tiles; drawing the first {len(tv.tiles)} in the kernel's order "
+        note(f"--draw: {plan.launch.name} has {tv.total} tiles; drawing the first {len(tv.tiles)} in the kernel's order "
              f"(a sample, at most {MAX_TILES})")
     # the traversal is drawn to scale: give its row the height its shape wants (about 7.5 in of width)
     rows, cols = _shown(tv)
@@ -439,7 +439,7 @@ def draw(plan, out: str | Path, *, dpi: int = 120, note: Callable[[str], None] |
                   transform=ax_i.transAxes)
         draw_smem(ax_s, plan)
         draw_pipeline(ax_p, hooks.pipeline(plan))
-        fig.suptitle(f"{plan.name}: the schedule", fontsize=13, y=0.995)
+        fig.suptitle(f"{plan.launch.name}: the schedule", fontsize=13, y=0.995)
         try:
             save_figure(fig, out, dpi=dpi, bbox_inches="tight")
         except OSError as exc:

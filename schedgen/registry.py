@@ -237,6 +237,8 @@ def kinds() -> list[str]:
 
 
 def of(obj: Any) -> Family:
-    """The family of a plan (`.family`), a spec (`.op.kind`) or an op (`.kind`)."""
+    """The family of a plan (`.launch.family`), a launch header or record (`.family`), a spec (`.op.kind`) or an
+    op (`.kind`)."""
+    obj = getattr(obj, "launch", obj)      # a plan: its header names its family
     kind = getattr(obj, "family", None) or getattr(getattr(obj, "op", None), "kind", None) or obj.kind
     return get(kind)

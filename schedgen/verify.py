@@ -68,8 +68,8 @@ def unavailable(backend: str, *, interpret: bool = False, target: str = "sm_90a"
 def skipped(plan, backend: str, why: str) -> list[Check]:
     """One SKIP row per output of `plan`: `backend` was not run here, and why (never ok, never a failure). The row
     type verify prints and bench can reuse (`Check.row()` is its dict)."""
-    k = _depth(plan, {r.name: r.max for r in getattr(plan, "dynamic_sizes", ())})
-    return [Check(plan.name, backend, o.name, shown_sizes(plan), o.dtype, math.nan,
+    k = _depth(plan, {r.name: r.max for r in plan.launch.dynamic_sizes})
+    return [Check(plan.launch.name, backend, o.name, shown_sizes(plan), o.dtype, math.nan,
                   tolerance(o.dtype, plan.approx_math, k), False, f"not run: {why}", skipped=True)
             for o in plan.outputs]
 
@@ -92,7 +92,7 @@ def call_sizes(plan, count: int = 3, small: Mapping[str, int] | None = None) -> 
     few-tiles sizes, for interpret mode), one about 3/4 of it plus one (not a multiple of a tile where the range
     allows it), and a small one. Every dynamic size is scaled alike, so relations the spec keeps between them
     (Skv - Sq, num_devices x M) keep their direction."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     fixed = {n: v for n, v in plan.sizes.items() if n not in ranges}
     if not ranges:
         return [dict(fixed)]
@@ -126,7 +126,7 @@ def edge_sizes(plan, fit_bytes: int = FIT_BYTES) -> list[dict[str, int]]:
     a ragged assignment (about 3/4 of the largest plus one, off every tile where the range allows), and the largest
     legal assignment whose operands fit in `fit_bytes` (each size at its max, the one furthest above its min halved
     until they fit). A fixed-size plan: its own sizes."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     fixed = {n: v for n, v in plan.sizes.items() if n not in ranges}
     if not ranges:
         return [dict(fixed)]
@@ -230,10 +230,10 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
-    absent = [b for b in backends if b not in plan.backends]
+    absent = [b for b in backends if b not in plan.launch.backends]
     checks = [c for b in absent
-              for c in skipped(plan, b, f"the spec has no {b} backend (schedule.backends: {', '.join(plan.backends)})")]
-    backends = [b for b in backends if b in plan.backends]
+              for c in skipped(plan, b, f"the spec has no {b} backend (schedule.backends: {', '.join(plan.launch.backends)})")]
+    backends = [b for b in backends if b in plan.launch.backends]
     if family.verify is not None:                       # a family that verifies its own way (multi-device)
         checks += family.verify(built, backends, interpret=interpret, seed=seed)
         return sorted(checks, key=lambda c: order.get(c.backend, len(order)))
@@ -293,7 +293,7 @@ def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dic
                 outs, note = run_pallas(kernel, plan, inputs, interpret)
         except Exception as exc:  # reported as a failed check, never a traceback
             for o in plan.outputs:
-                checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, math.inf,
+                checks.append(Check(plan.launch.name, backend, o.name, dict(sizes), o.dtype, math.inf,
                                     tolerance(o.dtype, plan.approx_math, k), False, f"{type(exc).__name__}: {exc}",
                                     magnitude=magnitude))
             continue
@@ -306,7 +306,7 @@ def _verify_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dic
             tol = tolerance(o.dtype, plan.approx_math, k)
             ok = err <= tol and "RACE" not in note
             cnote = "; ".join(x for x in (note, f"{len(ref.rows)} sampled rows") if x) if isinstance(ref, Sampled) else note
-            checks.append(Check(plan.name, backend, o.name, dict(sizes), o.dtype, err, tol, ok, cnote,
+            checks.append(Check(plan.launch.name, backend, o.name, dict(sizes), o.dtype, err, tol, ok, cnote,
                                 magnitude=magnitude))
     return checks
 
@@ -326,7 +326,7 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
     plan = built.plan
     if families.of(plan).multi_device:
         return verify_built(built, backends, interpret=interpret, seed=seed)
-    why = {b: unavailable(b, interpret=interpret, target=plan.target) for b in backends if b in plan.backends}
+    why = {b: unavailable(b, interpret=interpret, target=plan.launch.target) for b in backends if b in plan.launch.backends}
     if interpret and "pallas" in why and not why["pallas"]:
         # a Pallas kernel Mosaic GPU's interpreter cannot simulate (the plan says why: not_interpretable)
         why["pallas"] = getattr(plan, "not_interpretable", "")
@@ -343,7 +343,7 @@ def static_variants(built: Built, path: str, overrides: Mapping[str, Any] | None
     halved, then at about 3/4 of it, rounded down to the smallest of 8, 16, ..., 512 that the planner accepts (the
     finest step the spec's tiles and ragged-edge rules allow); a variant no rounding makes legal is left out."""
     fixed = {n: v for n, v in built.plan.sizes.items() if isinstance(v, int)
-             and n not in {r.name for r in getattr(built.plan, "dynamic_sizes", ())}}
+             and n not in {r.name for r in built.plan.launch.dynamic_sizes}}
     out: list[Built] = []
     seen = [fixed]
     half = [lambda v: v // 2]
@@ -374,7 +374,7 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
     `sizes - 1` others (static_variants). With `magnitude`, once more at one of those sizes (the ragged one of a
     dynamic spec) on inputs scaled by it (|x| ~ 1e3: large-magnitude rounding, overflow, exp of big logits)."""
     built = build_spec(path, overrides)
-    dynamic = {r.name for r in getattr(built.plan, "dynamic_sizes", ())}
+    dynamic = {r.name for r in built.plan.launch.dynamic_sizes}
     few = None
     if small:
         few = small_overrides(built)

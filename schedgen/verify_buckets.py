@@ -18,7 +18,7 @@ def bucket_edges(bb, base: Mapping[str, int], inside: int = 0) -> list[tuple[int
     down to its multiple_of, those that round onto an edge or onto each other dropped); `base` gives every
     other size (fixed ones and dynamic ones the buckets do not split)."""
     from .bucketed import bucket_label
-    ranges = {r.name: r for r in getattr(bb.variants[0].plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in bb.variants[0].plan.launch.dynamic_sizes}
     out = []
     for cell, (info, vi) in enumerate(zip(bb.record.buckets, bb.record.table)):
         bounds = info["range"]
@@ -77,7 +77,7 @@ def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str
     bb = build_tuned(path, overrides, buckets, db=db, require_result=True)
     few = None
     if small:
-        dynamic = {r.name for r in getattr(bb.variants[0].plan, "dynamic_sizes", ())}
+        dynamic = {r.name for r in bb.variants[0].plan.launch.dynamic_sizes}
         few = small_overrides(bb.variants[0])
         fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
         if fixed_small:

@@ -121,13 +121,13 @@ def lower_map_for_cuda(data: dict, tmp_path: Path, fuel: int | None = None) -> s
     from schedgen.render import render
     src = SourceMap(f"<{data['name']}>")
     p = plan(validate_data(data, src), src)
-    assert "pallas" in p.backends, p.backends
-    path = tmp_path / f"{p.name}_lowered_pallas.py"
+    assert "pallas" in p.launch.backends, p.launch.backends
+    path = tmp_path / f"{p.launch.name}_lowered_pallas.py"
     path.write_text(render(p, "pallas"))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    sizes = {r.name: r.max for r in p.dynamic_sizes}
+    sizes = {r.name: r.max for r in p.launch.dynamic_sizes}
     args = [jax.ShapeDtypeStruct(tuple(dims.evaluate(x, sizes) for x in o.shape), mod._DTYPES[o.dtype])
             for o in p.inputs]
     defaults = layout_inference.infer_layout.__kwdefaults__

@@ -83,13 +83,13 @@ def _shared_modules() -> list[Path]:
 
 def test_the_rule_sees_what_it_should():
     kinds = {"matmul", "map"}
-    assert family_names('if p.family == "matmul":\n    pass\n', kinds) == [
-        (1, "the comparison `p.family == 'matmul'`"), (1, "the literal 'matmul'")]
+    assert family_names('if p.launch.family == "matmul":\n    pass\n', kinds) == [
+        (1, "the comparison `p.launch.family == 'matmul'`"), (1, "the literal 'matmul'")]
     assert family_names("x = {'map': 1}\n", kinds) == [(1, "the literal 'map'")]
     assert family_names("if family != KIND:\n    pass\n", kinds) == [(1, "the comparison `family != KIND`")]
     # not a family: a kind inside a longer text, an f-string's text, a family compared with a family, identity
     assert family_names('"""matmul docs"""\nx = f"a matmul {y}"\nok = a.family == b.family\n'
-                        "none = p.family is None\nm = mapping\nrows = [r for r in rows if r['family'] == family]\n", kinds) == []
+                        "none = p.launch.family is None\nm = mapping\nrows = [r for r in rows if r['family'] == family]\n", kinds) == []
     assert family_names("ok = row['family'] == 'map'\n", kinds) == [
         (1, "the comparison `row['family'] == 'map'`"), (1, "the literal 'map'")]
 

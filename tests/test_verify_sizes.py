@@ -11,7 +11,7 @@ from schedgen.verify import VERIFY_VOLUME, call_sizes, static_variants
 
 
 def _plan(sizes, *ranges):
-    return SimpleNamespace(sizes=sizes, dynamic_sizes=tuple(ranges))
+    return SimpleNamespace(sizes=sizes, launch=SimpleNamespace(dynamic_sizes=tuple(ranges)))
 
 
 def test_a_fixed_size_plan_is_verified_at_its_sizes():
@@ -53,7 +53,7 @@ def test_edges_are_the_smallest_a_ragged_and_the_largest_that_fits():
     from schedgen.verify import FIT_BYTES, edge_sizes, operand_bytes
     built = build_spec(str(SPECS_DIR / "bias_add_bf16_dynamic.yaml"))
     got = edge_sizes(built.plan)
-    ranges = {r.name: r for r in built.plan.dynamic_sizes}
+    ranges = {r.name: r for r in built.plan.launch.dynamic_sizes}
     assert got[0] == {n: r.min for n, r in ranges.items()}          # M=1, N=256
     for g in got:
         for n, r in ranges.items():

@@ -157,7 +157,7 @@ def our_cuda(kernel, plan, host: dict, sets: int, sizes: dict | None = None) -> 
         torch.cuda.synchronize()
     except Exception as exc:  # no torch, or one that does not import or initialise here: the driver's own buffers
         if not isinstance(exc, ImportError):
-            print(f"schedgen bench: {plan.name} cuda: torch unusable ({why(exc)}); timing on driver buffers",
+            print(f"schedgen bench: {plan.launch.name} cuda: torch unusable ({why(exc)}); timing on driver buffers",
                   file=sys.stderr)
         keep.clear()
         launchers.clear()
@@ -172,7 +172,7 @@ def our_pallas(kernel, plan, host: dict, sets: int, sizes: dict | None = None) -
     """Our Pallas kernel (jitted; a dynamic package's at `sizes`) over `sets` device copies of the inputs."""
     import jax
     mod = kernel.pallas_module()
-    fn = jax.jit(mod.make(sizes)) if hasattr(mod, "make") else jax.jit(getattr(mod, plan.name))
+    fn = jax.jit(mod.make(sizes)) if hasattr(mod, "make") else jax.jit(getattr(mod, plan.launch.name))
     base = [jax.device_put(host[o.name]) for o in plan.inputs]
     arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
     return jax_contender("pallas", fn, arg_sets), arg_sets

@@ -195,7 +195,7 @@ def compare_markdown(cmp: list[dict], unmatched: int = 0, moved: float = MOVED) 
 def base_row(plan, backend: str, check, env: dict, **fields) -> dict[str, Any]:
     """The fields every row has (the family's own fields after them)."""
     row: dict[str, Any] = {
-        "family": plan.family, "spec": plan.name, "backend": backend, "kernel": plan.kernel_name,
+        "family": plan.launch.family, "spec": plan.launch.name, "backend": backend, "kernel": plan.launch.kernel_name,
         "shape": shown_sizes(plan), "dtype": plan.outputs[0].dtype}
     row.update(fields)
     row.update(verified=bool(check and check.ok), rel_error=check.rel_error if check else None,
@@ -205,7 +205,7 @@ def base_row(plan, backend: str, check, env: dict, **fields) -> dict[str, Any]:
 
 def skip_row(plan, backend: str, reason: str) -> dict[str, Any]:
     """A spec/backend that was not run here (no GPU, ...): printed as SKIP, never merged into a record."""
-    return {"family": plan.family, "spec": plan.name, "backend": backend, "shape": shown_sizes(plan),
+    return {"family": plan.launch.family, "spec": plan.launch.name, "backend": backend, "shape": shown_sizes(plan),
             "skipped": reason, "verified": False}
 
 

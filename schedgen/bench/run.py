@@ -61,13 +61,13 @@ def gpu_missing() -> str | None:
 def check_at(plan, at: Mapping[str, int]) -> list[str]:
     """What is wrong with `at` as the sizes to time a dynamic package at (each one a phrase), [] when it is legal:
     every name one of the plan's dynamic sizes, every value in its range."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     if not ranges:
-        return [f"{plan.name} has no dynamic size (its sizes are fixed: -D NAME=VALUE rebuilds it at others)"]
+        return [f"{plan.launch.name} has no dynamic size (its sizes are fixed: -D NAME=VALUE rebuilds it at others)"]
     problems = []
     for name, value in at.items():
         if name not in ranges:
-            problems.append(f"{name} is not a dynamic size of {plan.name} (its dynamic sizes: {', '.join(ranges)})")
+            problems.append(f"{name} is not a dynamic size of {plan.launch.name} (its dynamic sizes: {', '.join(ranges)})")
         elif (why := ranges[name].check(value)) is not None:
             problems.append(f"{name}={value}: {name} {why}")
     return problems
@@ -82,8 +82,8 @@ def bench_built(built, backends: Sequence[str], *, iters: int = 50, warmup: int 
     plan = built.plan
     family = families.of(plan)
     if family.multi_device:
-        raise ValueError(f"{plan.name}: a multi-device kernel ({plan.num_devices} GPUs); bench/multi_gpu.py times it")
-    backends = [b for b in backends if b in plan.backends]
+        raise ValueError(f"{plan.launch.name}: a multi-device kernel ({plan.num_devices} GPUs); bench/multi_gpu.py times it")
+    backends = [b for b in backends if b in plan.launch.backends]
     missing = gpu_missing()
     if missing is not None:
         return [skip_row(plan, b, missing) for b in backends]
@@ -102,7 +102,7 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="schedgen-bench-")))
     env = env or environment()
     # a dynamic package is timed (and verified) at `at`, else its sizes' max: its peers see the spec at those sizes
-    at = {r.name: int((at or {}).get(r.name, r.max)) for r in getattr(built.plan, "dynamic_sizes", ())}
+    at = {r.name: int((at or {}).get(r.name, r.max)) for r in built.plan.launch.dynamic_sizes}
     checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel,
                                                  **({"count": 1, "small": at} if at else {}))}
     if at:

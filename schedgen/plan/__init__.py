@@ -163,8 +163,14 @@ def to_dict(obj: Any) -> Any:
     if hasattr(obj, "model_dump"):       # a spec model kept in a plan (a dynamic size's declaration)
         return obj.model_dump()
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)}
+        out: dict = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.metadata.get("inline"):          # a plan's launch header (launch.inline_field): its fields, here
+                out.update(to_dict(value))
+            elif not (f.metadata.get("omit_default") and value == f.default):
+                out[f.name] = to_dict(value)
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(x) for x in obj]
     if isinstance(obj, dict):

@@ -70,7 +70,7 @@ def max_sizes(sizes: Mapping) -> dict[str, int]:
 
 def shown_sizes(plan) -> dict:
     """A plan's sizes for tables and records: fixed ones as ints, dynamic ones as their range ("1..65536")."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     return {n: (f"{ranges[n].min}..{ranges[n].max}" if n in ranges else v) for n, v in plan.sizes.items()}
 
 

@@ -160,6 +160,40 @@ class LaunchRecord:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
 
+# ------------------------------------------------------------------------------------------------ a plan's header
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """The launch header every family's plan holds as `plan.launch`, built by its planner: how the kernel is named,
+    built and launched. `launch_record` reads it (and the plan's operand records, `plan.inputs` / `plan.outputs`);
+    templates read `p.launch.<field>`. plan.json shows these fields at the plan's top level (`inline_field`), the
+    same keys in every family's plan.json (a package's `plan["kernel_name"]` reads as before).
+
+    name, family, kernel_name, backends, threads, smem_bytes, num_blocks, auto_blocks, blocks_per_sm and target are
+    the launch record's fields of those names; cluster_dims is its `cluster`, dynamic_sizes its `sizes`, ring its
+    `ring`, kernel_args the plan's own argument records (KernelArg, or the collective plan's CollArg) that become
+    its `kernel_args`."""
+    name: str
+    family: str
+    kernel_name: str
+    backends: tuple[str, ...]
+    threads: int
+    smem_bytes: int
+    num_blocks: DimLike
+    blocks_per_sm: int
+    kernel_args: tuple[Any, ...]
+    auto_blocks: bool = False
+    cluster_dims: tuple[int, int, int] = (1, 1, 1)      # the thread-block cluster; (1, 1, 1): launched without one
+    dynamic_sizes: tuple[SizeRange, ...] = ()           # the op's dynamic sizes, spec order
+    ring: Ring | None = field(default=None, metadata={"omit_default": True})   # a multi-device plan's ring
+    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
+
+
+def inline_field() -> Any:
+    """A plan's `launch` field: plan.json (schedgen.plan.to_dict) writes the record's fields at the plan's level."""
+    return field(metadata={"inline": True})
+
+
 # ------------------------------------------------------------------------------------------------ from a plan
 
 def _shape_entry(x: Any) -> int | str:
@@ -189,23 +223,15 @@ def _arg(a: Any) -> Arg:
 
 
 def launch_record(plan: Any) -> LaunchRecord:
-    """The launch record of a plan object (any family's)."""
-    ring = None
-    if hasattr(plan, "send_to"):          # a multi-device plan (collective_matmul); one-GPU plans have no ring
-        ring = Ring(num_devices=int(plan.num_devices), send_to=tuple(int(x) for x in plan.send_to),
-                    recv_from=tuple(int(x) for x in plan.recv_from), m=int(plan.m), n=int(plan.n), k=int(plan.k),
-                    m_total=int(plan.m_total), in_dtype=str(plan.in_dtype), out_dtype=str(plan.out_dtype),
-                    gather_bytes=int(plan.gather_bytes), flags_bytes=int(plan.flags_bytes),
-                    axis_name=str(plan.axis_name))
+    """The launch record of a plan object (any family's): its header `plan.launch` and its operands."""
+    h: KernelLaunch = plan.launch
     return LaunchRecord(
-        version=LAUNCH_VERSION, name=str(plan.name), family=str(plan.family), kernel_name=str(plan.kernel_name),
-        backends=tuple(str(b) for b in plan.backends), threads=int(plan.threads), smem_bytes=int(plan.smem_bytes),
-        num_blocks=_extent(plan.num_blocks), auto_blocks=bool(plan.auto_blocks),
-        blocks_per_sm=int(plan.blocks_per_sm), sizes=tuple(getattr(plan, "dynamic_sizes", ())),
-        # the collective plan has no cluster (its kernel launches without one)
-        cluster=tuple(int(x) for x in getattr(plan, "cluster_dims", (1, 1, 1))),
+        version=LAUNCH_VERSION, name=str(h.name), family=str(h.family), kernel_name=str(h.kernel_name),
+        backends=tuple(str(b) for b in h.backends), threads=int(h.threads), smem_bytes=int(h.smem_bytes),
+        num_blocks=_extent(h.num_blocks), auto_blocks=bool(h.auto_blocks), blocks_per_sm=int(h.blocks_per_sm),
+        sizes=tuple(h.dynamic_sizes), cluster=tuple(int(x) for x in h.cluster_dims),
         inputs=tuple(_operand(o) for o in plan.inputs), outputs=tuple(_operand(o) for o in plan.outputs),
-        kernel_args=tuple(_arg(a) for a in plan.kernel_args), ring=ring, target=str(plan.target))
+        kernel_args=tuple(_arg(a) for a in h.kernel_args), ring=h.ring, target=str(h.target))
 
 
 def _plain(obj: Any) -> Any:
@@ -450,4 +476,4 @@ class PackagePlan(Mapping):
 
 
 __all__ = ["LAUNCH_VERSION", "FILE_NAME", "COUNTER_BYTES", "WORKSPACE_ALIGN", "LaunchRecord", "LaunchRecordError", "Operand", "Arg",
-           "Ring", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]
+           "Ring", "KernelLaunch", "inline_field", "launch_record", "from_dict", "loads", "load", "record_of", "PackagePlan"]

@@ -141,14 +141,14 @@ def environment() -> jinja2.Environment:
 
 def tma_ranks(plan) -> list[int]:
     """The ranks of the plan's tensor maps: which CUDA tensor-map helpers a kernel's source needs."""
-    return sorted({len(a.shape) for a in plan.kernel_args if a.kind == "tmap"})
+    return sorted({len(a.shape) for a in plan.launch.kernel_args if a.kind == "tmap"})
 
 
 def template_file(plan, backend: str) -> str:
     """The family template file of a backend for the plan's target: cuda.cu.j2 / pallas.py.j2 for sm_90a, and
     <stem>_<target>.<ext> for another target (cuda_sm_100a.cu.j2)."""
     file = families.BACKEND_TEMPLATES[backend]
-    target = getattr(plan, "target", "sm_90a")
+    target = plan.launch.target
     if target != "sm_90a":
         stem, _, ext = file.partition(".")
         file = f"{stem}_{target}.{ext}"
@@ -163,7 +163,7 @@ def has_template(plan, backend: str) -> bool:
 def render(plan, backend: str) -> str:
     family = families.of(plan)
     file = template_file(plan, backend)
-    target = getattr(plan, "target", "sm_90a")
+    target = plan.launch.target
     name = family.template(file)
     if name is None:
         raise ValueError(f"the {family.kind} family has no {backend} template for {target} ({file})")

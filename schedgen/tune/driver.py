@@ -208,7 +208,7 @@ class _Run:
         row = {"key": key, "config_key": c.config_key, "spec_key": s.spec_key, "spec_name": s.spec.name,
                "spec_file": s.path, "shape": s.sizes, "backend": self.backend, "gpu": gpu, "driver": driver,
                "toolchain": self.tools, "toolchain_key": self.tool_key, "knobs": c.values, "overrides": c.overrides,
-               "kernel": getattr(c.plan, "kernel_name", None), "created": now(), "status": got["status"],
+               "kernel": c.plan.launch.kernel_name, "created": now(), "status": got["status"],
                "time_ms": t, "detail": str(got.get("detail") or "")[:2000], **_rate(c.plan, t)}
         self.dbh.put(row)
         if key != c.key:
@@ -401,7 +401,7 @@ def _dry_run(space: Space, pruning: Pruning, workers, cache_root, progress: Prog
                 for f in as_completed(futs):
                     c = futs[f]
                     row = {"key": c.config_key, "config_key": c.config_key, "index": c.index, "knobs": c.values,
-                           "overrides": c.overrides, "kernel": c.plan.kernel_name, "time_ms": None, "detail": ""}
+                           "overrides": c.overrides, "kernel": c.plan.launch.kernel_name, "time_ms": None, "detail": ""}
                     try:
                         built, pid, secs = f.result()
                         row.update(status="built", pid=pid, compile_s=secs, cache_hit=built.cache_hit)

@@ -77,7 +77,7 @@ def test_dynamic_spec_backward_plans(tmp_path):
     graph, problems = families.of(spec).backward(spec, src)
     assert not problems
     p = plan(step_spec(graph.steps[0]), SourceMap("<grad>"))
-    assert [r.name for r in p.dynamic_sizes] == ["M"]
+    assert [r.name for r in p.launch.dynamic_sizes] == ["M"]
 
 
 def test_zero_gradient_has_no_step(tmp_path):

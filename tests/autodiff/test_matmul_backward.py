@@ -155,7 +155,7 @@ def _plans_and_renders(graph: BackwardGraph):
     plans = []
     for data in specs:
         p = plan(validated(data), SourceMap(f"<{data['name']}>"))
-        for backend in p.backends:
+        for backend in p.launch.backends:
             assert render(p, backend), (data["name"], backend)
         plans.append(p)
     return plans
@@ -173,7 +173,7 @@ def test_step_specs_plan_and_render_at_bundled_shapes(tmp_path, bundle, backward
     graph, problems = families.of(spec).backward(spec, src)
     assert not problems
     plans = _plans_and_renders(graph)
-    assert all(set(p.backends) == {"cuda", "pallas"} for p in plans)       # both backends take every kernel
+    assert all(set(p.launch.backends) == {"cuda", "pallas"} for p in plans)       # both backends take every kernel
     for s in graph.steps:
         if s.spec["op"]["kind"] == "matmul":
             p = plan(step_spec(s), SourceMap("<step>"))
@@ -186,7 +186,7 @@ def test_dynamic_m_backward_plans(tmp_path):
     graph, problems = families.of(spec).backward(spec, src)
     assert not problems
     plans = {s.name: p for s, p in zip(graph.steps, _plans_and_renders(graph)[1:])}
-    assert [r.name for r in plans["drhs"].dynamic_sizes] == ["M"]
+    assert [r.name for r in plans["drhs"].launch.dynamic_sizes] == ["M"]
     assert not isinstance(plans["drhs"].k, int)            # K of dW = x^T @ gacc is M
     assert any("contraction" in n for n in graph.notes)
 
@@ -227,7 +227,7 @@ def test_batched_transposed_lhs_with_shared_rhs_is_a_located_error(tmp_path):
 def test_the_planner_takes_a_matmul_backward_section(tmp_path):
     """A matmul spec with a backward section plans (the family has a backward now)."""
     spec, src = spec_with(tmp_path, bundled("matmul_bias_gelu_bf16.yaml"), {"save": ["acc"]})
-    assert plan(spec, src).family == "matmul"
+    assert plan(spec, src).launch.family == "matmul"
 
 
 # ------------------------------------------------------------------------------------ the kernels, interpreted

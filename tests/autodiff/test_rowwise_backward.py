@@ -46,7 +46,7 @@ def test_gradients_match_finite_differences(tmp_path, case):
         np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg=n)
     for data in [graph.steps[0].spec] + ([graph.forward] if graph.forward else []):
         p = plan(validated(data), SourceMap("<derived>"))
-        for backend in p.backends:
+        for backend in p.launch.backends:
             assert render(p, backend)
 
 

@@ -45,8 +45,8 @@ def test_the_step_writes_p_rows_of_partial_sums(tmp_path, case):
     outs = graph.steps[0].spec["op"]["outputs"]
     assert outs["grad_w"] == {"shape": [PARTIALS, "N"], "dtype": "f32"} and outs["grad_x"]["shape"] == ["M", "N"]
     p = plan(step_spec(graph.steps[0]), SourceMap("<step>"))
-    assert p.partials == PARTIALS and p.num_blocks == PARTIALS and p.pallas_blocks == PARTIALS
-    assert not p.auto_blocks and p.persistent
+    assert p.partials == PARTIALS and p.launch.num_blocks == PARTIALS and p.pallas_blocks == PARTIALS
+    assert not p.launch.auto_blocks and p.persistent
     assert {o.name: o.kind for o in p.outputs}["grad_w"] == "partial"
     from schedgen.explain import explain
     assert f"partials   grad_w{', grad_b' if case == 'layernorm' else ''}: each of the {PARTIALS} blocks" in explain(p)
@@ -236,9 +236,9 @@ def test_cuda_step_compiles_without_local_memory(tmp_path, case, n, wrt):
     if wrt:
         assert {o.kind for o in p.outputs} == {"partial"} and p.warps_per_row > 1 and "if (wr == 0) {" not in code
     if n == 65536:     # a row too long for one CTA: the defaults' cluster; each CTA writes its columns of the row
-        c = p.cluster_dims[0]
-        assert c > 1 and p.num_blocks == PARTIALS * c and "(long long)((int)blockIdx.x / kCluster) * kN + col0 + e0" in code
-    assert "pa_grad_w[c][j] +=" in code and p.num_blocks == PARTIALS * p.cluster_dims[0] and not p.auto_blocks
+        c = p.launch.cluster_dims[0]
+        assert c > 1 and p.launch.num_blocks == PARTIALS * c and "(long long)((int)blockIdx.x / kCluster) * kN + col0 + e0" in code
+    assert "pa_grad_w[c][j] +=" in code and p.launch.num_blocks == PARTIALS * p.launch.cluster_dims[0] and not p.launch.auto_blocks
     assert p.vec == (1 if n % 8 else 8)
     text = sass(compile_cuda(code).cubin)
     assert not re.search(r"\b(LDL|STL)\b", text), "local memory (spills) in the kernel"

@@ -44,7 +44,7 @@ def timed(monkeypatch):
 
     def fake(built, family, backends, *, iters, warmup, env, at=None):
         calls.append(dict(at or {}))
-        return [{"spec": built.plan.name, "backend": b, "verified": True} for b in backends]
+        return [{"spec": built.plan.launch.name, "backend": b, "verified": True} for b in backends]
     monkeypatch.setattr(run, "_bench", fake)
     monkeypatch.setattr("schedgen.bench.print_skips", lambda rows: rows)
     monkeypatch.setattr("schedgen.bench.markdown", lambda rows: f"{len(rows)} rows\n")

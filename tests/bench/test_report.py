@@ -170,7 +170,7 @@ def test_matmul_traversal_follows_the_kernel_order():
     assert len({(t.row, t.col) for t in tiles}) == 512
     first = sorted(tiles, key=lambda t: t.order)
     assert [(t.row, t.col) for t in first[:9]] == [(i, 0) for i in range(8)] + [(0, 1)]
-    assert all(t.block == t.order % p.num_blocks for t in tiles)
+    assert all(t.block == t.order % p.launch.num_blocks for t in tiles)
     p2 = _plan(SPECS_DIR / "matmul_bf16_16384x8192x1024.yaml")   # 2x1 clusters: two CTAs per unit, along M
     tiles, rows, cols = matmul_tiles(p2)
     unit0 = sorted((t.row, t.col, t.block) for t in tiles if t.order == 0)

@@ -115,8 +115,8 @@ def test_package_is_importable(pkg):
     assert sorted(p.name for p in dest.iterdir()) == sorted(list(b.files) + ["__init__.py"])
     assert not any(p.name.startswith(".") for p in dest.parent.iterdir())     # no leftover temporary folder
     assert callable(mod.add_bf16)
-    assert mod.kernel.launch.kernel_name == b.plan.kernel_name == "map_add_bf16_32x256_s4_wg2"
-    assert mod.plan["kernel_name"] == b.plan.kernel_name      # plan.json: still in the package, for people and tools
+    assert mod.kernel.launch.kernel_name == b.plan.launch.kernel_name == "map_add_bf16_32x256_s4_wg2"
+    assert mod.plan["kernel_name"] == b.plan.launch.kernel_name      # plan.json: still in the package, for people and tools
     assert mod.plan["sizes"] == SMALL
     assert [o.name for o in mod.kernel.launch.inputs] == ["x", "y"]
     assert "add_bf16(x, y, *, out=None" in mod.__doc__
@@ -128,14 +128,14 @@ def test_manifest_contents(pkg):
     m = json.loads((dest / "manifest.json").read_text())
     assert m["spec_sha256"] == hashlib.sha256(ADD.read_bytes()).hexdigest()
     assert m["plan_sha256"] == hashlib.sha256((dest / "plan.json").read_bytes()).hexdigest()
-    assert m["name"] == "add_bf16" and m["family"] == "map" and m["kernel"] == b.plan.kernel_name
+    assert m["name"] == "add_bf16" and m["family"] == "map" and m["kernel"] == b.plan.launch.kernel_name
     tools = m["toolchain"]
     assert tools["arch"] == "sm_90a"
     assert tools["jax"] == "0.11.2"
     assert tools["nvrtc"] and tools["nvrtc"].split(".")[0].isdigit()
     assert tools["cuda_bindings"] and tools["schedgen"]
     r = m["resources"]
-    assert r["smem_bytes"] == b.plan.smem_bytes and r["threads"] == 256 and r["blocks"] == b.plan.num_blocks == 4
+    assert r["smem_bytes"] == b.plan.launch.smem_bytes and r["threads"] == 256 and r["blocks"] == b.plan.launch.num_blocks == 4
     assert r["stack"] == 0 and r["reg"] > 0
 
 

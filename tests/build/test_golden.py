@@ -34,7 +34,7 @@ def test_rendered_source_matches_golden(path, backend, update_golden):
     p = _plan(path)
     golden = GOLDEN_DIR / f"{path.stem}{SUFFIX[backend]}"
     if not has_template(p, backend):   # a family of one backend (or one backend for the plan's target)
-        assert not golden.exists(), f"stale {golden.name}: the {p.family} family has no {backend} template"
+        assert not golden.exists(), f"stale {golden.name}: the {p.launch.family} family has no {backend} template"
         return
     text = render(p, backend)
     if update_golden:
@@ -61,26 +61,26 @@ def test_plan_and_explain_match_golden(path, product, update_golden):
 def test_rendering_is_deterministic_and_well_formed(path):
     p = _plan(path)
     if not has_template(p, "pallas"):     # a CUDA-only target (matmul on sm_100a until its Pallas rendering lands)
-        assert "pallas" not in p.backends
+        assert "pallas" not in p.launch.backends
         cu = render(p, "cuda")
         assert cu == render(_plan(path), "cuda") and cu.count("{") == cu.count("}")
-        assert f"__launch_bounds__({p.threads}, 1) {p.kernel_name}(" in cu
+        assert f"__launch_bounds__({p.launch.threads}, 1) {p.launch.kernel_name}(" in cu
         return
     py = render(p, "pallas")
     assert py == render(_plan(path), "pallas")
     ast.parse(py)  # valid Python
     # one kernel, or several named <kernel_name>_<part> (attention_backward's dkv and dq)
-    assert f'kernel_name="{p.kernel_name}"' in py or f'kernel_name="{p.kernel_name}_' in py
-    assert f"def {p.name}(" in py
+    assert f'kernel_name="{p.launch.kernel_name}"' in py or f'kernel_name="{p.launch.kernel_name}_' in py
+    assert f"def {p.launch.name}(" in py
     if not has_template(p, "cuda"):   # Pallas only: a family (attention_backward) or a target (attention on sm_100a)
-        assert "cuda" not in p.backends
+        assert "cuda" not in p.launch.backends
         assert not re.search(r"\{\{\s|\{%\s|\s%\}|\s\}\}", py)
         return
     assert render(p, "cuda") == render(_plan(path), "cuda")
     cu = render(p, "cuda")
     # the second bound: the blocks an SM keeps resident (1, or a rowwise kernel's register-limited count)
-    assert re.search(rf"__global__ void __launch_bounds__\({p.threads}, {getattr(p, 'blocks_per_sm', 1)}\) "
-                     rf"{p.kernel_name}\(", cu) or f"__launch_bounds__({p.threads}, 1) {p.kernel_name}(" in cu
+    assert re.search(rf"__global__ void __launch_bounds__\({p.launch.threads}, {p.launch.blocks_per_sm}\) "
+                     rf"{p.launch.kernel_name}\(", cu) or f"__launch_bounds__({p.launch.threads}, 1) {p.launch.kernel_name}(" in cu
     assert cu.count("{") == cu.count("}")
     for text in (cu, py):  # no Jinja syntax left over (PTX's own "{%3, %4}" operand lists are fine)
         assert not re.search(r"\{\{\s|\{%\s|\s%\}|\s\}\}", text)

@@ -81,7 +81,7 @@ def _pallas_specs():
     out = []
     for path in spec_files():
         p = plan(*load_spec(str(path)))
-        if "pallas" in p.backends and not families.of(p).multi_device:
+        if "pallas" in p.launch.backends and not families.of(p).multi_device:
             out.append(path)
     return out
 
@@ -142,7 +142,7 @@ def test_the_refused_column_tilings_still_fail_to_lower(tmp_path, monkeypatch):
     from schedgen.families.map import columns
     monkeypatch.setattr(columns, "_check_smem_tiling", lambda o, space, problems: None)
     built = build_spec(str(COL_ROW_FULL), COL_RAGGED_N(40), cache=Cache(tmp_path / "c"))
-    assert "pallas" in built.plan.backends
+    assert "pallas" in built.plan.launch.backends
     with pytest.raises(ValueError, match="When no rounding mode is specified, dimension 1 must have size smaller or "
                                          "a multiple of its tiling (64|32), but got 600"):
         _lower(built, tmp_path)
@@ -215,7 +215,7 @@ def test_what_pallas_cannot_lower_is_refused_at_its_field(case):
     # the CUDA kernel takes the rest: those refusals are the Pallas backend's alone
     assert "backends: [cuda]" in hit[0]
     from conftest import plan_spec
-    assert plan_spec(SPECS_DIR / spec, {**over, "schedule.backends": ["cuda"]}).backends == ("cuda",)
+    assert plan_spec(SPECS_DIR / spec, {**over, "schedule.backends": ["cuda"]}).launch.backends == ("cuda",)
 
 
 def _unchecked(monkeypatch):
@@ -235,7 +235,7 @@ def test_the_refused_field_values_still_fail_to_lower(case, tmp_path, monkeypatc
     _unchecked(monkeypatch)
     spec, over, _, _ = REFUSED[case]
     built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
-    assert "pallas" in built.plan.backends
+    assert "pallas" in built.plan.launch.backends
     with pytest.raises(ValueError, match="Failed to infer a possible set of layouts|exceeds available shared memory|"
                                          "Incompatible FragmentedArray layouts|"
                                          "async_copy requires all GMEM strides except the last one"):
@@ -264,5 +264,5 @@ LOWERS = {**HOLDOUTS, **{f"legal neighbour: {k}": v for k, v in LEGAL_NEIGHBOURS
 def test_holdout_shapes_lower_for_cuda(case, tmp_path):
     spec, over = LOWERS[case]
     built = build_spec(str(SPECS_DIR / spec), over, cache=Cache(tmp_path / "c"))
-    assert "pallas" in built.plan.backends
+    assert "pallas" in built.plan.launch.backends
     assert "mosaic_gpu" in _lower(built, tmp_path)

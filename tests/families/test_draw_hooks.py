@@ -34,7 +34,7 @@ def test_traversal_and_pipeline_hooks(path):
     assert part.tiles == tv.tiles[:len(part.tiles)]
     pl = hooks.pipeline(p)
     assert pl.spans and {s.row for s in pl.spans} <= set(pl.rows) and all(s.end >= s.start for s in pl.spans)
-    assert hooks.summary(p)[0] == f"kernel {p.kernel_name}" and hooks.guide(p).startswith("How to read it:")
+    assert hooks.summary(p)[0] == f"kernel {p.launch.kernel_name}" and hooks.guide(p).startswith("How to read it:")
 
 
 def test_a_family_without_hooks_is_refused_by_name(tmp_path):
@@ -43,7 +43,7 @@ def test_a_family_without_hooks_is_refused_by_name(tmp_path):
     drawn = [f.kind for f in families.all_families() if f.draw is not None]
     assert len(drawn) >= 2
     with pytest.raises(draw.DrawError, match=f"--draw knows the {', '.join(drawn[:-1])} and {drawn[-1]} families; "
-                                             f"this plan is {p.family}"):
+                                             f"this plan is {p.launch.family}"):
         draw.draw(p, tmp_path / "x.png")
     assert not list(tmp_path.iterdir())
 

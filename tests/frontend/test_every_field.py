@@ -411,8 +411,8 @@ def products(p) -> dict[str, str]:
     the kernel's name normalized (`normalize`)."""
     record = json.loads(launch_record(p).to_json())
     read = {"cuda": record, "pallas": {k: record[k] for k in PALLAS_READS}}
-    return {b: normalize(render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True), p.kernel_name)
-            for b in p.backends}
+    return {b: normalize(render(p, b) + "\n# launch.json\n" + json.dumps(read[b], sort_keys=True),
+                         p.launch.kernel_name) for b in p.launch.backends}
 
 
 @dataclass

@@ -399,7 +399,7 @@ def test_planned_specs_compile(case):
     assume(p is not None)
     cu, _ = _check_rendered(data, p)
     try:
-        compile_cuda(cu, f"{p.kernel_name}.cu", arch=p.target)
+        compile_cuda(cu, f"{p.launch.kernel_name}.cu", arch=p.launch.target)
     except ToolchainError as exc:  # a planned spec that does not compile is a bug in the plan stage
         pytest.fail(f"NVRTC rejected a planned spec:\n{exc}\n{data!r}")
 
@@ -469,10 +469,10 @@ def test_attention_schedules_plan_or_compile(case):
     assume(p is not None)
     cu, _ = _check_rendered(data, p)
     try:
-        c = compile_cuda(cu, f"{p.kernel_name}.cu", arch=p.target)
+        c = compile_cuda(cu, f"{p.launch.kernel_name}.cu", arch=p.launch.target)
     except ToolchainError as exc:
         pytest.fail(f"NVRTC rejected a planned spec:\n{exc}\n{data!r}")
-    u = resource_usage(c.cubin)[p.kernel_name]
+    u = resource_usage(c.cubin)[p.launch.kernel_name]
     costly = "C751" in c.log or u["LOCAL"] > 0 or u["STACK"] > 0
     event("compiler verdict: spills or serialized wgmma" if costly else "compiled clean")
     verdicts = compiler_verdicts(c.log, u)
@@ -550,10 +550,10 @@ def test_collective_schedules_compile_like_their_step_matmul(case):
     assume(p is not None)
     cu, _ = _check_rendered(data, p)
     verdicts = []
-    for kernel_name, text in ((p.kernel_name, cu), (None, None)):
+    for kernel_name, text in ((p.launch.kernel_name, cu), (None, None)):
         if text is None:
             q = plan(validate_data(_step_matmul(data), src), src)
-            kernel_name, text = q.kernel_name, render(q, "cuda")
+            kernel_name, text = q.launch.kernel_name, render(q, "cuda")
         c = compile_cuda(text, f"{kernel_name}.cu")
         verdicts.append(sorted(v.split(" in function")[0].split(" around line")[0]
                                for v in compiler_verdicts(c.log, resource_usage(c.cubin)[kernel_name])))

@@ -72,7 +72,7 @@ def test_legal_values_of_several_fields_plan_and_render_or_fail_located(case):
         assert all(p.path or p.pos is not None for p in exc.problems), lines
         return
     got = products(p)                       # every backend renders, and the launch record is written
-    assert set(got) == set(p.backends) and all(got.values())
+    assert set(got) == set(p.launch.backends) and all(got.values())
 
 
 def test_the_strategy_reaches_specs_that_plan():
@@ -105,6 +105,6 @@ def test_legal_values_that_plan_for_pallas_lower_through_mosaic_gpu(case):
         p = plan(validate_data(data, src), src)
     except SpecErrors:
         assume(False)
-    assume("pallas" in p.backends and p.target == "sm_90a")
+    assume("pallas" in p.launch.backends and p.launch.target == "sm_90a")
     with tempfile.TemporaryDirectory() as tmp:
         assert "mosaic_gpu" in lower_map_for_cuda(data, Path(tmp))

@@ -201,7 +201,7 @@ def test_override_changes_plan_sizes(tmp_path):
     assert p.sizes == {"M": 64, "N": 4096}
     assert p.grid == (2, 16) and p.num_tiles == 32 and p.stages == 3
     assert p.inputs[0].shape == (64, 4096)
-    assert p.kernel_name == "map_add_bf16_32x256_s3_wg2"
+    assert p.launch.kernel_name == "map_add_bf16_32x256_s3_wg2"
     # the file itself is untouched
     spec2, src2 = load_spec(str(path))
     assert plan(spec2, src2).sizes == {"M": 4096, "N": 4096}

@@ -143,9 +143,9 @@ def test_every_family_has_a_bare_spec_here():
 @pytest.mark.parametrize("kind", sorted(BARE))
 def test_bare_spec_builds(kind, tmp_path):
     built = build_spec(_write(tmp_path, kind))        # validate, plan, render both backends, NVRTC -> cubin
-    assert built.plan.family == kind
-    assert ("cuda" in built.plan.backends or kind in PALLAS_ONLY) and \
-        ("pallas" in built.plan.backends or kind in CUDA_ONLY)
+    assert built.plan.launch.family == kind
+    assert ("cuda" in built.plan.launch.backends or kind in PALLAS_ONLY) and \
+        ("pallas" in built.plan.launch.backends or kind in CUDA_ONLY)
 
 
 @pytest.mark.parametrize("kind", sorted(BARE))
@@ -178,7 +178,7 @@ def test_starter_builds(kind, tmp_path):
     assert schema.name == "schedgen.schema.json" and schema.is_file()
     assert "\nschedule:" not in text and "\n# schedule:" in text   # the planner picks; the user may uncomment
     built = build_spec(dest)
-    assert built.plan.family == kind and built.spec.name == f"starter_{kind}"
+    assert built.plan.launch.family == kind and built.spec.name == f"starter_{kind}"
 
 
 @pytest.mark.parametrize("kind", INTERPRETABLE)
@@ -271,7 +271,7 @@ def test_skinny_matmul_loads_256_bytes_of_k_a_stage(tmp_path):
 def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5000, "K": 1000})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.backends == ("cuda",)    # K = 1000 is off Mosaic GPU's 64-column GMEM tiling
+    assert plan.ragged and plan.launch.backends == ("cuda",)    # K = 1000 is off Mosaic GPU's 64-column GMEM tiling
     why = {p.dotted: p.why for p in picks}
     assert "zero-padded" in why["schedule.in_specs.a"]
     assert why["schedule.backends"].startswith("the Pallas backend cannot render this spec") and \
@@ -281,7 +281,7 @@ def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):
 def test_a_ragged_matmul_on_the_tiling_builds_both_backends(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5056, "K": 1024})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.backends == ("cuda", "pallas")
+    assert plan.ragged and plan.launch.backends == ("cuda", "pallas")
 
 
 def test_a_pallas_limit_of_the_sizes_picks_cuda_saying_why(tmp_path):
@@ -291,7 +291,7 @@ def test_a_pallas_limit_of_the_sizes_picks_cuda_saying_why(tmp_path):
     path = _write(tmp_path, "matmul", text)
     spec, src = load_spec(str(path), {"M": 256, "N": 5000, "K": 256, "op.epilogue": "out = acc + bias"})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.backends == ("cuda",)
+    assert plan.ragged and plan.launch.backends == ("cuda",)
     why = {p.dotted: p.why for p in picks}["schedule.backends"]
     assert why.startswith("the Pallas backend cannot render this spec") and "cannot round a partial tile up" in why
 
@@ -334,17 +334,17 @@ def test_a_written_field_pallas_cannot_render_stays_an_error(tmp_path):
     assert ("schedule", "persistent", "loop") in [p.path for p in info.value.problems]
     built = build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "dynamic",
                                                        "schedule.backends": ["cuda"]})
-    assert built.plan.backends == ("cuda",)
+    assert built.plan.launch.backends == ("cuda",)
     # the static persistent grid is both backends' (the Pallas attention's nd_loop)
-    assert build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "nd_loop"}).plan.backends == \
+    assert build_spec(_write(tmp_path, "attention"), {"schedule.persistent.loop": "nd_loop"}).plan.launch.backends == \
         ("cuda", "pallas")
 
 
 def test_ragged_attention_builds_both_backends_where_pallas_can(tmp_path):
     """A spec without backends at S = 1000 (a multiple of 8, of no block) builds both backends; at S = 1001 (off
     Mosaic GPU's 8-row tiling) the planner picks [cuda], the sizes being what keeps Pallas out."""
-    assert build_spec(_write(tmp_path, "attention"), {"S": 1000}).plan.backends == ("cuda", "pallas")
-    assert build_spec(_write(tmp_path, "attention"), {"S": 1001}).plan.backends == ("cuda",)
+    assert build_spec(_write(tmp_path, "attention"), {"S": 1000}).plan.launch.backends == ("cuda", "pallas")
+    assert build_spec(_write(tmp_path, "attention"), {"S": 1001}).plan.launch.backends == ("cuda",)
 
 
 def test_picks_keep_what_was_written(tmp_path):

@@ -105,7 +105,7 @@ def rendered(path: Path) -> Iterator[tuple[str, str, str]]:
     data, src = load_file(path)
     mdata, _ = marked(data)
     p = plan(validate_data(mdata, src), src)
-    for backend in p.backends:
+    for backend in p.launch.backends:
         yield f"{path.stem}:{backend}", "cuda" if backend == "cuda" else "python", render(p, backend)
     template = families.of(p).template("package.py.j2") or PACKAGE_TEMPLATE
     yield f"{path.stem}:package", "python", environment().get_template(template).render(p=p)

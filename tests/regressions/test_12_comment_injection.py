@@ -112,4 +112,4 @@ def test_every_banner_line_takes_the_spec_name_through_the_filter():
                     banners.append((path, line))
     assert len(banners) >= 8
     for path, line in banners:
-        assert "{{ p.name | comment }}" in line and "{{ p.name }}" not in line, (path, line)
+        assert "{{ p.launch.name | comment }}" in line and "{{ p.launch.name }}" not in line, (path, line)

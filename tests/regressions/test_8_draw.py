@@ -75,7 +75,7 @@ def test_a_huge_grid_draws_in_seconds(spec, sizes, tiles, tmp_path):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    assert notes == [f"--draw: {p.name} has {tiles} tiles; drawing the first {draw.MAX_TILES} in the kernel's order "
+    assert notes == [f"--draw: {p.launch.name} has {tiles} tiles; drawing the first {draw.MAX_TILES} in the kernel's order "
                      f"(a sample, at most {draw.MAX_TILES})"]
     assert out == tmp_path / "h.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -45,15 +45,15 @@ def replay(spec: str, cache: Cache | None, out_dir: Path, overrides: dict | None
     plan = built.plan
     if families.of(plan).multi_device:
         return {"skip": "a multi-device kernel: its ring host launches on every GPU, not one captured stream"}
-    if "cuda" not in plan.backends:
-        return {"skip": f"built for {', '.join(plan.backends)} only"}
+    if "cuda" not in plan.launch.backends:
+        return {"skip": f"built for {', '.join(plan.launch.backends)} only"}
     dest = package(built, out_dir)
     sys.path.insert(0, str(dest.parent))
     try:
-        mod = importlib.import_module(plan.name)
+        mod = importlib.import_module(plan.launch.name)
     finally:
         sys.path.remove(str(dest.parent))
-    fn = getattr(mod, plan.name)
+    fn = getattr(mod, plan.launch.name)
     # a fixed-size kernel at its sizes; a dynamic-size one at verify's second assignment (3/4 of the large one plus
     # one: not a multiple of the tile where the range allows it)
     picks = call_sizes(plan, 3)
@@ -91,7 +91,7 @@ def replay(spec: str, cache: Cache | None, out_dir: Path, overrides: dict | None
             err = rel_error(to_numpy(t, o.dtype), refs[o.name])
             errors.append({"output": o.name, "seed": seed, "rel_error": err,
                            "tolerance": tolerance(o.dtype, plan.approx_math, k)})
-    ok = all(e["rel_error"] <= e["tolerance"] for e in errors) and refused.startswith(f"{plan.name}: ")
+    ok = all(e["rel_error"] <= e["tolerance"] for e in errors) and refused.startswith(f"{plan.launch.name}: ")
     return {"ok": ok, "errors": errors, "refused": refused}
 
 

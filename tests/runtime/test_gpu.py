@@ -34,8 +34,8 @@ def cache(tmp_path_factory):
 @pytest.mark.parametrize("backend", ["cuda", "pallas"])
 def test_spec_verifies_on_gpu(spec, backend, cache):
     built = build_spec(spec, cache=cache)
-    if backend not in built.plan.backends:
-        pytest.skip(f"{Path(spec).stem} is built for {', '.join(built.plan.backends)} only")
+    if backend not in built.plan.launch.backends:
+        pytest.skip(f"{Path(spec).stem} is built for {', '.join(built.plan.launch.backends)} only")
     checks = verify_built(built, [backend])
     assert checks, f"{backend} not built for {spec}"
     if all(c.skipped for c in checks):              # a multi-device spec on a machine without its GPUs
@@ -164,8 +164,8 @@ def test_dynamic_grid_counter_is_reset_for_every_launch(cache, tmp_path):
     built = build_spec(str(spec), {"S": 1024, "H": 40, **f16}, cache=cache)
     assert built.plan.dynamic and built.plan.num_tiles == 8 * 40
     package(built, tmp_path)
-    mod = import_package(tmp_path, built.plan.name)
-    fn = getattr(mod, built.plan.name)
+    mod = import_package(tmp_path, built.plan.launch.name)
+    fn = getattr(mod, built.plan.launch.name)
     q, k, v = (cupy.random.standard_normal((1, 1024, 40, 128), dtype=cupy.float32).astype(cupy.float16)
                for _ in range(3))
     ref = attention_reference(built.spec, built.plan.sizes, {"q": q.get(), "k": k.get(), "v": v.get()},

@@ -468,13 +468,13 @@ def test_opcheck_and_results_on_gpu(path, tmp_path):
     family = families.of(b.plan)
     if family.multi_device:
         pytest.skip("no custom op for a multi-device kernel (schedgen/runtime/torch_op.py says why)")
-    if "cuda" not in b.plan.backends:
-        pytest.skip(f"built for {', '.join(b.plan.backends)} only: the op's implementation is the CUDA path")
+    if "cuda" not in b.plan.launch.backends:
+        pytest.skip(f"built for {', '.join(b.plan.launch.backends)} only: the op's implementation is the CUDA path")
     folder = package(b, tmp_path / "out")
     # verify's sizes (a dynamic package: large, about 3/4 of it plus one, small; inputs of a few hundred MiB at
     # most) and, for a dynamic one, every size at its minimum
     picks = call_sizes(b.plan)
-    ranges = getattr(b.plan, "dynamic_sizes", ())
+    ranges = b.plan.launch.dynamic_sizes
     if ranges:
         picks.append(dict(picks[0], **{r.name: r.min for r in ranges}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -119,7 +119,7 @@ def test_every_point_plans_or_is_pruned_by_a_knob(path):
         assert g.stage != "plan" or g.field in knob_fields, g.line()
     for c in pruning.kept[:6]:
         spec, src = load_spec(str(path), c.overrides)
-        assert plan(spec, src).kernel_name == c.plan.kernel_name
+        assert plan(spec, src).launch.kernel_name == c.plan.launch.kernel_name
     bare, src = load_spec(str(path))
     want = to_json(plan(bare, src))
     picked = [c for c in pruning.kept if to_json(c.plan) == want]
@@ -270,12 +270,12 @@ class MatmulRunner(FakeRunner):
     """The tune tests' fake runner with a synthetic matmul time: 128 K columns a stage and 5 stages are best."""
 
     def measure(self, built, backend):
-        self.measured.append(built.plan.kernel_name)
+        self.measured.append(built.plan.launch.kernel_name)
         p = built.plan
         return T.Result("ok", 1.0 + abs(p.tile_k - 128) / 256 + abs(p.stages - 5) / 10 + p.tile_n / 1000)
 
     def verify(self, built, backend):
-        self.verified.append(built.plan.kernel_name)
+        self.verified.append(built.plan.launch.kernel_name)
         return T.Result("ok", extra={"ok": True, "rel_error": 1e-3})
 
 
@@ -294,7 +294,7 @@ def test_tune_export_and_build_tuned_of_a_bare_spec(cache, pool, tmp_path, monke
     spec, src = load_spec(str(out))
     assert spec.tune is None and spec.schedule.in_specs["b"].block_shape == [64, 128]
     p = plan(spec, src)
-    assert (p.tile_m, p.tile_n, p.tile_k, p.stages) == (64, 64, 128, 4) and p.kernel_name == best["kernel"]
+    assert (p.tile_m, p.tile_n, p.tile_k, p.stages) == (64, 64, 128, 4) and p.launch.kernel_name == best["kernel"]
     monkeypatch.setenv("SCHEDGEN_CACHE", str(cache))
     monkeypatch.setattr(T, "current_gpu", lambda: None)
     assert cli.main(["build", str(DECODE), "--tuned", "--db", str(db), "-o", str(tmp_path / "build")]) == 0

@@ -97,7 +97,7 @@ def test_one_model_per_run():
 def pool_measure(built, backend, options):
     p = built.plan
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if options.get("hang") and p.block[0] == 16 and p.stages == 3 and p.num_blocks == 132:
+    if options.get("hang") and p.block[0] == 16 and p.stages == 3 and p.launch.num_blocks == 132:
         threading.Event().wait()                          # never finishes: its worker is killed and replaced
     t0 = time.time()
     meet = options.get("meet")
@@ -212,7 +212,7 @@ def test_time_budget_stops_new_measurements_and_verifies_what_was_measured(add_s
     shuffled = list(kept)
     random.Random(5).shuffle(shuffled)
     assert shuffled != kept
-    assert runner.measured == [c.plan.kernel_name for c in shuffled[:3]]
+    assert runner.measured == [c.plan.launch.kernel_name for c in shuffled[:3]]
     from rich.console import Console
     console = Console(width=160, record=True, file=open(os.devnull, "w"))
     console.print(T.summary(result))

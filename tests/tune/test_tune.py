@@ -57,7 +57,7 @@ def add_spec(tmp_path):
 def fake_ms(p) -> float:
     """A synthetic time: 32-row blocks and 3 stages are best, num_blocks auto a little better than 132."""
     t = 1.0 + abs(p.block[0] - 32) / 64 + {2: 0.03, 3: 0.0, 4: 0.05}.get(p.stages, 0.1)
-    return t + (0.0 if p.num_blocks != 132 else 0.002)
+    return t + (0.0 if p.launch.num_blocks != 132 else 0.002)
 
 
 class FakeRunner:
@@ -77,11 +77,11 @@ class FakeRunner:
     def measure(self, built, backend):
         if self.interrupt_at is not None and len(self.measured) == self.interrupt_at:
             raise KeyboardInterrupt
-        self.measured.append(built.plan.kernel_name)
+        self.measured.append(built.plan.launch.kernel_name)
         return T.Result("ok", fake_ms(built.plan))
 
     def verify(self, built, backend):
-        self.verified.append(built.plan.kernel_name)
+        self.verified.append(built.plan.launch.kernel_name)
         bad = (built.plan.block[0], built.plan.stages) in self.wrong
         return T.Result("ok", extra={"ok": not bad, "rel_error": 0.5 if bad else 1e-3})
 
@@ -347,7 +347,7 @@ def test_cli_build_tuned_and_export_from_the_database(add_spec, cache, pool, tmp
                      "--db", str(db)]) == 0
     assert "best known: best 1.0020 ms" in capsys.readouterr().out
     spec, src = load_spec(str(tmp_path / "w.yaml"))
-    assert plan(spec, src).kernel_name == result.best["kernel"]
+    assert plan(spec, src).launch.kernel_name == result.best["kernel"]
 
 
 def test_cli_tune_dry_run(add_spec, cache, pool, monkeypatch, capsys):

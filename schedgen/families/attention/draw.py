@@ -17,14 +17,14 @@ def drawn_sizes(p) -> dict[str, int]:
     dynamic size (batch, heads) at its smallest."""
     seqs = {getattr(x, "args", (None,))[0] for x in (p.seq_q, p.seq_kv)}
     out = {}
-    for r in p.dynamic_sizes:
+    for r in p.launch.dynamic_sizes:
         top = max(r.min, min(r.max, DRAWN_SEQ // r.multiple_of * r.multiple_of))
         out[r.name] = top if r.name in seqs else r.min
     return out
 
 
 def _static(p):
-    return p.at(drawn_sizes(p)) if p.dynamic_sizes else p
+    return p.at(drawn_sizes(p)) if p.launch.dynamic_sizes else p
 
 
 def attention_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
@@ -153,19 +153,19 @@ def pipeline(p) -> Pipeline:
 
 
 def summary(p) -> list[str]:
-    at = "; drawn at " + ", ".join(f"{n} = {v}" for n, v in drawn_sizes(p).items()) if p.dynamic_sizes else ""
+    at = "; drawn at " + ", ".join(f"{n} = {v}" for n, v in drawn_sizes(p).items()) if p.launch.dynamic_sizes else ""
     p = _static(p)
     heads = f"{p.heads_q} q / {p.heads_kv} kv heads" if p.heads_q != p.heads_kv else f"{p.heads_q} heads"
     return [
-        f"kernel {p.kernel_name}",
+        f"kernel {p.launch.kernel_name}",
         f"B {p.batch}, {heads}, Sq {p.seq_q}, Skv {p.seq_kv}, D {p.head_dim} ({p.layout}, {p.dtype})"
         + (f", causal {p.causal_alignment.replace('_', '-')}" if p.causal else "") + (", with LSE" if p.with_lse else "") + at,
         f"block_q {p.block_q} (" + ("one softmax WG, thread = row" if p.tcgen05 is not None else
                                     f"{p.num_consumers} consumer WG x 64 rows") + f"), block_kv {p.block_kv}; "
         f"{p.q_blocks} x {p.kv_blocks} blocks",
         f"{p.num_tiles} tiles" + (" on a persistent grid of one CTA an SM" if p.persistent else ", a CTA each")
-        + f"; {p.threads} threads",
-        f"{p.stages} K/V stages x {kib(p.kv_stage_bytes)} each; SMEM {p.smem_bytes} B",
+        + f"; {p.launch.threads} threads",
+        f"{p.stages} K/V stages x {kib(p.kv_stage_bytes)} each; SMEM {p.launch.smem_bytes} B",
         *(_tmem_lines(p) if p.tcgen05 is not None else
           [f"registers: producer {p.producer_regs}, consumers {p.consumer_regs}"
            + ("; ping-pong schedule barrier" if p.pingpong else "")]),

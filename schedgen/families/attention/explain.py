@@ -26,29 +26,29 @@ def _ragged(p, what: str) -> str:
 
 def explain_attention(p) -> str:
     """Problem, dynamic sizes, blocks, the two GEMMs per key block, registers, SMEM map, barriers and the grid."""
-    at_max = " at the largest sizes" if p.dynamic_sizes else ""
+    at_max = " at the largest sizes" if p.launch.dynamic_sizes else ""
     lines = [
-        f"kernel {p.kernel_name}  (family attention, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family attention, backends: {', '.join(p.launch.backends)})",
         f"  problem    o = softmax({p.scale:.6g} * q k^T{' + causal mask' if p.causal else ''}) v"
         + (f" ({_MASKS[p.causal_alignment]})" if p.causal else "") + f";  B={p.batch} "
         f"Hq={p.heads_q} Hkv={p.heads_kv} Sq={p.seq_q} Skv={p.seq_kv} D={p.head_dim} ({p.layout}, {p.dtype})"
         + (f"; GQA groups of {p.group}" if p.heads_q != p.heads_kv else "")
         + ("; returns the log-sum-exp" if p.with_lse else ""),
-        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
+        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.launch.dynamic_sizes)
            + " (launch arguments: one cubin serves the range; counts below are extents of them)"]
-          if p.dynamic_sizes else []),
+          if p.launch.dynamic_sizes else []),
         f"  FLOPs      {p.flops / 1e9:.1f} G{at_max} ("
         + (f"4 D per unmasked (q, k) pair x H x B, causal {p.causal_alignment}" if p.causal else "4 B H Sq Skv D")
         + ")",
         (f"  grid       persistent: one CTA an SM claims each next of {p.num_tiles} tiles from a counter (dynamic)"
          if p.dynamic else f"  grid       persistent: one CTA an SM walks {p.num_tiles} tiles" if p.persistent else
-         f"  grid       {p.num_blocks} CTAs") +
+         f"  grid       {p.launch.num_blocks} CTAs") +
         f" = {p.q_blocks} query blocks x {p.heads_q} heads x {p.batch} batch "
         + (f"(lpt: longest first, (batch, head) fastest in {p.sections} section(s) of {p.section_heads} whose K/V share "
            f"the L2)" if p.tile_order == "lpt" else
-           f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.threads} threads each",
+           f"(query blocks fastest{'; longest causal rows first' if p.causal else ''})") + f", {p.launch.threads} threads each",
         *(_sm100(p) if p.tcgen05 is not None else _hopper(p)),
-        f"  SMEM       {p.smem_bytes} B",
+        f"  SMEM       {p.launch.smem_bytes} B",
     ]
     for b in p.smem_buffers:
         lines.append(f"    {b.name:8} @{b.offset:7}  {b.count} x {b.bytes} B  {b.note}")

@@ -27,6 +27,7 @@ from ...plan.common import (
     size_values,
 )
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from ...plan.legality import (
     SMEM_SLACK,
     check_no_cluster,
@@ -138,8 +139,9 @@ def _plan_sm100(spec: SpecFile, names: Names, dims: Dims, hw: Hardware,
     kname = "attn_{}_{}_d{}_q{}_kv{}_s{}_sm100{}".format(spec.name, dims.dtype, dims.d, blocks.block_q,
                                                         blocks.block_kv, smem.stages, "_persist" if grid.persistent
                                                         else "")
-    return dataclasses.replace(plan, kernel_name=kname, threads=bw.THREADS, tcgen05=tmem, target=sch.target,
-                               num_blocks=plan.num_tiles), problems
+    launch = dataclasses.replace(plan.launch, kernel_name=kname, threads=bw.THREADS, target=sch.target,
+                                 num_blocks=plan.num_tiles)
+    return dataclasses.replace(plan, launch=launch, tcgen05=tmem), problems
 
 
 def _check_names(spec: SpecFile, problems: Problems) -> Names:
@@ -538,21 +540,25 @@ def _assemble(spec: SpecFile, names: Names, dims: Dims, blocks: Blocks, grid: Gr
         spec.name, dtype, d, block_q, block_kv, stages, nc, "_pp" if pingpong else "",
         ("_dyn" if grid.dynamic else "_persist") if grid.persistent else "")
     return AttentionPlan(
-        family="attention", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
-        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=dims.hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+        launch=KernelLaunch(name=spec.name, family="attention", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=128 * (1 + nc), smem_bytes=smem.bytes, num_blocks=q_blocks * hq * b,
+                            blocks_per_sm=1, auto_blocks=grid.persistent,
+                            kernel_args=_kernel_args(op.layout, names, dims, block_kv, grid.dynamic, tuple(ranges)),
+                            dynamic_sizes=tuple(ranges.values())),
+        sizes=dict(op.sizes), constants={},
+        batch=b, heads_q=hq, heads_kv=dims.hkv, seq_q=sq, seq_kv=skv, head_dim=d,
         layout=op.layout, causal=alignment is not None, causal_alignment=alignment, scale=scale, scale_log2=scale * math.log2(math.e), dtype=dtype,
         with_lse=names.lse is not None, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv,
         stages=stages, num_consumers=nc, pingpong=pingpong, q_blocks=q_blocks, kv_blocks=kv_blocks,
         num_tiles=q_blocks * hq * b, tile_order=order.order, section_heads=order.section_heads, slabs=smem.slabs,
         q_bytes=smem.q_bytes, kv_stage_bytes=smem.kv_bytes, s_regs=regs.s_regs, o_regs=regs.o_regs,
-        producer_regs=regs.preg, consumer_regs=regs.creg, threads=128 * (1 + nc),
-        smem_buffers=tuple(smem.map.buffers), smem_bytes=smem.bytes,
-        kernel_args=_kernel_args(op.layout, names, dims, block_kv, grid.dynamic, tuple(ranges)),
-        num_blocks=q_blocks * hq * b, auto_blocks=grid.persistent, persistent=grid.persistent, dynamic=grid.dynamic,
+        producer_regs=regs.preg, consumer_regs=regs.creg,
+        smem_buffers=tuple(smem.map.buffers),
+        persistent=grid.persistent, dynamic=grid.dynamic,
         o_staging=smem.o_staging, row_chains=max(1, min(ROW_CHAINS, block_kv // 8)),
-        skip_rescale=d >= SKIP_RESCALE_MIN_D, blocks_per_sm=1, cluster_dims=(1, 1, 1),
+        skip_rescale=d >= SKIP_RESCALE_MIN_D,
         approx_math=sch.compiler_params.approx_math, flops=flops, bytes_moved=bytes_moved,
-        dynamic_sizes=tuple(ranges.values()), desc_offsets=desc_offsets_of(nc, d),
+        desc_offsets=desc_offsets_of(nc, d),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping, NamedTuple
 
-from ...plan.hardware import target_field
+from ...plan.launch import KernelLaunch, inline_field
 from ...plan import dims as X
 from ...plan.dims import DimLike, SizeRange
 from ...plan.hardware import SM_COUNT
@@ -87,12 +87,9 @@ class AttnOperand:
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     batch: DimLike             # an int, or the extent of a dynamic size (plan/dims.py) known at the call
     heads_q: DimLike
     heads_kv: DimLike
@@ -132,19 +129,10 @@ class AttentionPlan:
     o_regs: int
     producer_regs: int
     consumer_regs: int
-    threads: int
     smem_buffers: tuple[SmemBuffer, ...]
-    smem_bytes: int
-    kernel_args: tuple[KernelArg, ...]
-    num_blocks: DimLike
-    auto_blocks: bool
-    blocks_per_sm: int
-    cluster_dims: tuple[int, int, int]
     approx_math: bool
     flops: int                 # 4 D per unmasked (q, k) pair (attention_flops), at the largest sizes when dynamic
     bytes_moved: int
-    dynamic_sizes: tuple[SizeRange, ...] = ()   # the op's dynamic sizes, in spec order (the kernel's sz_ arguments)
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     # sm_100a: the Pallas tcgen05 kernel's record (blackwell.AttnTcgen05Plan; absent in plan.json on sm_90a)
     tcgen05: object = field(default=None, metadata={"omit_default": True})
     # How the Hopper consumers build their wgmma descriptors (plan.desc_offsets_of): False, each k-step's from its SMEM
@@ -160,7 +148,7 @@ class AttentionPlan:
     def at(self, sizes: Mapping[str, int]) -> "AttentionPlan":
         """This plan at one call's dynamic sizes: every extent evaluated (what the kernel computes at entry from its
         sz_ arguments), the tile order and everything else as built. A static plan is returned as it is."""
-        if not self.dynamic_sizes:
+        if not self.launch.dynamic_sizes:
             return self
 
         def ev(x):
@@ -174,16 +162,17 @@ class AttentionPlan:
 
         b, hq, sq, skv = ev(self.batch), ev(self.heads_q), ev(self.seq_q), ev(self.seq_kv)
         return replace(
-            self, sizes={**self.sizes, **{r.name: int(sizes[r.name]) for r in self.dynamic_sizes}},
+            self, sizes={**self.sizes, **{r.name: int(sizes[r.name]) for r in self.launch.dynamic_sizes}},
             flops=attention_flops(b, hq, sq, skv, self.head_dim, self.causal_alignment),
             batch=ev(self.batch), heads_q=ev(self.heads_q), heads_kv=ev(self.heads_kv), seq_q=ev(self.seq_q),
             seq_kv=ev(self.seq_kv), q_blocks=ev(self.q_blocks), kv_blocks=ev(self.kv_blocks),
-            num_tiles=ev(self.num_tiles), num_blocks=ev(self.num_blocks), inputs=operands(self.inputs),
-            outputs=operands(self.outputs), kernel_args=tuple(arg(a) for a in self.kernel_args), dynamic_sizes=())
+            num_tiles=ev(self.num_tiles), inputs=operands(self.inputs), outputs=operands(self.outputs),
+            launch=replace(self.launch, num_blocks=ev(self.launch.num_blocks), dynamic_sizes=(),
+                           kernel_args=tuple(arg(a) for a in self.launch.kernel_args)))
 
     @property
     def ranges(self) -> dict[str, SizeRange]:
-        return {r.name: r for r in self.dynamic_sizes}
+        return {r.name: r for r in self.launch.dynamic_sizes}
 
     @property
     def sections(self) -> DimLike:

@@ -85,7 +85,7 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """Attention sizes of a few blocks: Sq of `tiles` blocks, Skv keeping Skv - Sq (the bottom-right offset) or, with
     no offset to keep, in proportion to Sq (so Sq > Skv stays so), one batch, two kv heads (q heads keep their group size). A dynamic size takes the nearest value its range allows
     (the plan is taken at the largest sizes, the result rounded up to the size's multiple_of within min..max)."""
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     if ranges:
         plan = plan.at({n: r.max for n, r in ranges.items()})
     op = spec.op

@@ -8,19 +8,19 @@ _MASKS = {"top_left": "top-left: query i sees keys j <= i",
 def explain_attention_backward(p) -> str:
     mask = _MASKS[p.causal_alignment] if p.causal else "none"
     return "\n".join([
-        f"attention backward '{p.name}': dq, dk, dv of softmax({p.scale!r} q k^T) v, {p.dtype}, layout {p.layout}",
+        f"attention backward '{p.launch.name}': dq, dk, dv of softmax({p.scale!r} q k^T) v, {p.dtype}, layout {p.layout}",
         f"  B={p.batch} Hq={p.heads_q} Hkv={p.heads_kv} (group {p.group}) Sq={p.seq_q} Skv={p.seq_kv} "
         f"D={p.head_dim}; causal mask: {mask}",
-        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.dynamic_sizes)
-           + " (one package: the kernels take them at each call)"] if p.dynamic_sizes else []),
-        f"  {p.flops / 1e9:.3f} GFLOP{' at the largest sizes' if p.dynamic_sizes else ''} (10 D per unmasked "
+        *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.launch.dynamic_sizes)
+           + " (one package: the kernels take them at each call)"] if p.launch.dynamic_sizes else []),
+        f"  {p.flops / 1e9:.3f} GFLOP{' at the largest sizes' if p.launch.dynamic_sizes else ''} (10 D per unmasked "
         f"(query, key) pair: S recomputed, dP, dV, dQ, dK = 2.5x the forward)",
         "  step 1 (jnp): delta = rowsum(dO * O) in f32, [B, Hq, Sq]",
         *(_fused_lines(p) if p.fused else _two_kernel_lines(p)),
         "  causal: blocks wholly past the mask are skipped, the blocks crossing the diagonal are masked" if p.causal else
         "  no mask: every block visited",
-        f"  backends: {', '.join(p.backends)}" + (" (Pallas: P^T and dS^T go to the wgmma through SMEM)"
-                                                   if "pallas" in p.backends and not p.fused else ""),
+        f"  backends: {', '.join(p.launch.backends)}" + (" (Pallas: P^T and dS^T go to the wgmma through SMEM)"
+                                                   if "pallas" in p.launch.backends and not p.fused else ""),
         *_cuda_lines(p),
     ]) + "\n"
 
@@ -74,7 +74,7 @@ def _cuda_lines(p) -> list[str]:
     if c is None:
         return []
     return [
-        f"  CUDA: one launch of {c.dkv_blocks} + {c.dq_blocks} blocks of {p.threads} threads (dK/dV blocks first, "
+        f"  CUDA: one launch of {c.dkv_blocks} + {c.dq_blocks} blocks of {p.launch.threads} threads (dK/dV blocks first, "
         f"then dQ{'; the longest first' if p.causal else ''}); each role computes its own delta; 4 warps of 16 rows "
         f"on mma.sync m16n8k16, P^T / dS^T straight from the S^T fragments (no SMEM staging);",
         f"    Q, dO, O, lse (K, V) through a {p.stages}-stage cp.async ring; about {c.dkv_regs} (dK/dV) and "

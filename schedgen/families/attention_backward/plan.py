@@ -18,6 +18,7 @@ from ...frontend.model import ITEMSIZE
 from ...plan import dims as X
 from ...plan.common import CTYPE, KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from ...plan.legality import check_no_cluster, check_reserved_names, check_sizes_int32, check_unique_names
 from ..attention.plan import check_dynamic_extents
 from ..attention.records import AttnOperand, causal_alignment, causal_offset_of
@@ -349,21 +350,24 @@ def _assemble(spec, names, dims, ranges: dict, block_q: int, block_kv: int, regs
                                                        "_fa3" if fused else "")
     pallas_blocks = (skv // (ROWS * fused.consumers) if fused else (skv // ROWS) * regs[2]) * hkv * b
     return AttentionBackwardPlan(
-        family="attention_backward", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants={},
-        backends=tuple(sch.backends), batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+        launch=KernelLaunch(
+            name=spec.name, family="attention_backward", kernel_name=kname, backends=tuple(sch.backends),
+            threads=CUDA_THREADS, smem_bytes=cuda.smem_bytes if cuda else fused.smem_bytes if fused else max(dkv_smem, dq_smem),
+            kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) + tuple(KernelArg("i32", -1, value=X.size(n))
+                                                                              for n in ranges) if cuda else (),
+            num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else pallas_blocks, blocks_per_sm=1,
+            dynamic_sizes=tuple(ranges.values())),
+        sizes=dict(op.sizes), constants={},
+        batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
         layout=op.layout, causal=alignment is not None, causal_alignment=alignment,
         causal_offset=offset if offset is not None else 0, scale=scale, scale_log2=scale * math.log2(math.e),
         dtype=dtype, inputs=inputs, outputs=outputs, block_q=block_q, block_kv=block_kv, stages=stages,
         q_blocks=sq // block_q, kv_blocks=skv // block_kv, q_rows_blocks=sq // ROWS, kv_rows_blocks=skv // ROWS,
-        d_split=regs[2], dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem, threads=CUDA_THREADS,
-        smem_bytes=cuda.smem_bytes if cuda else fused.smem_bytes if fused else max(dkv_smem, dq_smem),
-        kernel_args=tuple(KernelArg("ptr", i) for i in range(9)) + tuple(KernelArg("i32", -1, value=X.size(n))
-                                                                          for n in ranges) if cuda else (),
-        num_blocks=cuda.dkv_blocks + cuda.dq_blocks if cuda else pallas_blocks, auto_blocks=False,
-        blocks_per_sm=1, cluster_dims=(1, 1, 1), approx_math=sch.compiler_params.approx_math,
+        d_split=regs[2], dkv_regs=regs[0], dq_regs=regs[1], dkv_smem_bytes=dkv_smem, dq_smem_bytes=dq_smem,
+        approx_math=sch.compiler_params.approx_math,
         flops=backward_flops(top["b"], top["hq"], top["sq"], top["skv"], d, alignment), cuda=cuda,
         bytes_moved=sum(math.prod(X.upper(x, ranges) for x in o.shape) * o.itemsize for o in inputs + outputs),
-        dynamic_sizes=tuple(ranges.values()), fused=fused is not None,
+        fused=fused is not None,
         consumers=fused.consumers if fused else 1, consumer_regs=fused.budget if fused else 0,
         producer_regs=PRODUCER_REGS if fused else 0, fused_regs=fused.regs if fused else 0,
         fused_smem_bytes=fused.smem_bytes if fused else 0)

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...plan.hardware import target_field
-from ...plan.common import KernelArg
+from ...plan.launch import KernelLaunch, inline_field
 from ..attention.records import AttnOperand, score_pairs, causal_offset_of
 
 ROWS = 64                      # rows a warpgroup owns: one wgmma M block (the dK/dV kernel's keys, the dQ one's queries)
@@ -124,12 +123,9 @@ class WgmmaBackward:
 
 @dataclass(frozen=True)
 class AttentionBackwardPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     batch: int
     heads_q: int
     heads_kv: int
@@ -157,20 +153,11 @@ class AttentionBackwardPlan:
     dq_regs: int
     dkv_smem_bytes: int
     dq_smem_bytes: int
-    threads: int
-    smem_bytes: int                # the larger kernel's
-    kernel_args: tuple[KernelArg, ...]
-    num_blocks: int
-    auto_blocks: bool
-    blocks_per_sm: int
-    cluster_dims: tuple[int, int, int]
     approx_math: bool
     flops: int
     bytes_moved: int
     cuda: CudaBackward | None = None   # the CUDA kernel's numbers (None without the cuda backend)
     wgmma: WgmmaBackward | None = None  # the warp-specialized wgmma kernel's instead (pipeline.kind: warp_specialized)
-    dynamic_sizes: tuple = ()
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     fused: bool = False              # pipeline.kind warp_specialized: the one-kernel Pallas form (fused.py)
     consumers: int = 1               # its consumer warpgroups a block (64 keys each)
     consumer_regs: int = 0           # its setmaxnreg budgets (registers a thread); the CUDA wgmma kernel's are wgmma's
@@ -186,8 +173,8 @@ class AttentionBackwardPlan:
     def spill_advice(self) -> tuple[tuple, str]:
         """Where a CUDA build's spill warning points (build.Built.warnings): the kernel's f32 fragments fill the 255
         registers a thread may have at head_dim 128; dynamic sizes add the call's strides to what stays live."""
-        if self.dynamic_sizes:
-            return (("op", "sizes", self.dynamic_sizes[0].name),
+        if self.launch.dynamic_sizes:
+            return (("op", "sizes", self.launch.dynamic_sizes[0].name),
                     "; the CUDA kernel's fragments fill its 255 registers and the dynamic sizes' runtime strides "
                     "add a few: the same spec with fixed sizes does not spill")
         return (("schedule", "in_specs"), "; the CUDA kernel's dK, dV (dQ), S and dP fragments fill its 255 registers: "

@@ -127,7 +127,7 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     if op.layout == "bhsd":
         qs = [qs[0], qs[2], qs[1], qs[3]]
         ks = [ks[0], ks[2], ks[1], ks[3]]
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
 
     def top(v):       # a dynamic extent at its largest
         return X.upper(v, ranges)

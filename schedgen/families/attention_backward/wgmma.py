@@ -256,7 +256,8 @@ def with_wgmma(plan, wg: WgmmaBackward):
     """The plan with the wgmma kernel's launch (its blocks, threads, SMEM, tensor maps, workspace) in place of the
     mma.sync kernel's."""
     shapes = [o.shape for o in plan.operands]
-    return dataclasses.replace(
-        plan, wgmma=wg, kernel_name=f"{plan.kernel_name}_ws{wg.consumers}{'_pre' if wg.pre_blocks else ''}",
+    launch = dataclasses.replace(
+        plan.launch, kernel_name=f"{plan.launch.kernel_name}_ws{wg.consumers}{'_pre' if wg.pre_blocks else ''}",
         threads=wg.threads, smem_bytes=wg.smem_bytes, num_blocks=wg.pre_blocks + wg.dkv_blocks,
         kernel_args=wgmma_kernel_args(plan.layout, plan.dtype, shapes, wg))
+    return dataclasses.replace(plan, wgmma=wg, launch=launch)

@@ -22,7 +22,7 @@ def explain_collective_matmul(p) -> str:
     target = "its row block" if p.received_per == "row_block" else "the whole chunk"
     device_id = spelling.render_py_int(p.device_id.expr, {p.axis_name: p.axis_name}, ranges=p.device_id.ranges)
     lines = [
-        f"kernel {p.kernel_name}  (family collective_matmul, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family collective_matmul, backends: {', '.join(p.launch.backends)})",
         f"  problem    {out.name}[{p.m_total}, {p.n}] = all_gather({lhs.name}[{p.m}, {p.k}] over mesh axis {p.axis_name}, "
         f"{d} devices) @ {rhs.name}[{p.k}, {p.n}] on every device; {p.in_dtype} in, {p.out_dtype} out, f32 accumulation",
         f"             {p.flops / 1e9:.1f} GFLOP per device: {mma_ms:.4f} ms at the {PEAK_TFLOPS:.0f} TFLOP/s peak "
@@ -48,10 +48,10 @@ def explain_collective_matmul(p) -> str:
         f"  Pallas     consumer warpgroup 0 TMA-stores each lhs stage of a tile row's first tile to "
         f"plgpu.remote_ref(gather, {device_id}) while its wgmma runs (delay_release 1); "
         f"plgpu.semaphore_signal / semaphore_wait on pl.get_global semaphores; run under jax.shard_map",
-        f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads walk {d} steps x {p.tiles_per_step} tiles = "
-        f"{p.num_tiles} ({p.num_tiles / max(1, p.num_blocks):.2f} waves)" + (", lowered at launch to the SMs" if p.auto_blocks else ""),
+        f"  grid       {p.launch.num_blocks} persistent blocks x {p.launch.threads} threads walk {d} steps x {p.tiles_per_step} tiles = "
+        f"{p.num_tiles} ({p.num_tiles / max(1, p.launch.num_blocks):.2f} waves)" + (", lowered at launch to the SMs" if p.launch.auto_blocks else ""),
     ]
-    for a in p.kernel_args:
+    for a in p.launch.kernel_args:
         if a.kind == "tmap":
             lines.append(f"  TMA        {a.what:7} box {list(a.box)} swizzle {a.swizzle or 'none'} over {list(a.shape)}")
     lines.append("  the matmul of one step (the matmul family's plan; its own grid, tensor maps and cluster lines left out):")

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING
 from ...frontend import expr as ex
 from ...frontend import intmath
 from ...frontend.model import ITEMSIZE, Operand
-from ...plan.hardware import target_field
 from ...plan.common import static_sizes_only, Problems, row_major_strides
-from ...plan.hardware import Hardware
+from ...plan.hardware import Hardware, target_field
+from ...plan.launch import KernelLaunch, Ring as LaunchRing, inline_field
 from ...plan.exprs import PlanExpr
 from ..matmul.model import MatmulOp
 from ..matmul.operands import check_operand_roles
@@ -80,11 +80,8 @@ class CollArg:
 
 @dataclass(frozen=True)
 class CollectiveMatmulPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
-    backends: tuple[str, ...]
     # the problem, per device
     axis_name: str
     num_devices: int
@@ -130,15 +127,9 @@ class CollectiveMatmulPlan:
     flags_bytes: int
     spin_timeout_ns: int
     spin_timeout_s: int
-    kernel_args: tuple[CollArg, ...]
     # launch
-    num_blocks: int
-    auto_blocks: bool
-    blocks_per_sm: int
-    threads: int
     producer_regs: int
     consumer_regs: int
-    smem_bytes: int
     approx_math: bool
     lowering_semantics: str
     profile_space: int
@@ -146,7 +137,6 @@ class CollectiveMatmulPlan:
     flops: int                 # per device
     bytes_moved: int           # per device: lhs, rhs, out and the gathered chunks read back
     link_bytes: int            # per device: bytes sent to the neighbour over the ring
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     def chunk(self, device: int, step: int) -> int:
         """The lhs chunk (the device it came from) that `device` multiplies at ring step `step`."""
@@ -441,7 +431,7 @@ def kernel_args(mm: MatmulPlan, m: int, n: int, d_count: int) -> tuple[CollArg, 
         return CollArg("tmap", what, like.dtype, shape, row_major_strides(shape, ITEMSIZE[like.dtype]), like.box,
                        like.swizzle)
 
-    a_arg, b_arg, o_arg = mm.kernel_args[0], mm.kernel_args[1], mm.kernel_args[2]
+    a_arg, b_arg, o_arg =mm.launch.kernel_args[0],mm.launch.kernel_args[1],mm.launch.kernel_args[2]
     return (tmap("lhs", (m, k), a_arg), tmap("gather", ((d_count - 1) * m, k), a_arg), tmap("rhs", (k, n), b_arg),
             tmap("out", (d_count * m, n), o_arg),
             *(CollArg("ptr", what) for what in ("lhs", "gather", "peer_gather", "flags", "peer_flags_send",
@@ -466,12 +456,20 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
     lhs_mo, rhs_mo = mat_operand(op.lhs, "lhs", mm.in_dtype, (m, k)), mat_operand(op.rhs, "rhs", mm.in_dtype, (k, n))
     kname = "cmm_{}_{}_d{}_{}x{}x{}_s{}_wg{}".format(spec.name, mm.in_dtype, d_count, mm.tile_m, mm.tile_n, mm.tile_k,
                                                       mm.stages, mm.num_consumers)
+    send_to, recv_from = tuple(send_to), tuple((d - offset) % d_count for d in range(d_count))
+    flags_bytes, gather_bytes = -(-flag_words * 4 // 256) * 256, slots * m * k * isz
     return CollectiveMatmulPlan(
-        family="collective_matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes),
-        backends=tuple(sch.backends), axis_name=op.mesh.axis_name, num_devices=d_count, m=m, m_total=d_count * m,
+        launch=KernelLaunch(
+            name=spec.name, family="collective_matmul", kernel_name=kname, backends=tuple(sch.backends),
+            threads=mm.launch.threads, smem_bytes=mm.launch.smem_bytes, num_blocks=blocks, blocks_per_sm=1,
+            kernel_args=kernel_args(mm, m, n, d_count), auto_blocks=pers.num_blocks == "auto",
+            ring=LaunchRing(num_devices=d_count, send_to=send_to, recv_from=recv_from, m=m, n=n, k=k,
+                            m_total=d_count * m, in_dtype=mm.in_dtype, out_dtype=mm.out_dtype,
+                            gather_bytes=gather_bytes, flags_bytes=flags_bytes, axis_name=op.mesh.axis_name)),
+        sizes=dict(op.sizes), axis_name=op.mesh.axis_name, num_devices=d_count, m=m, m_total=d_count * m,
         n=n, k=k, in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, inputs=tuple(lhs_mo if nm == op.lhs else rhs_mo for nm in op.inputs),
         outputs=(mat_operand(out_name, "out", mm.out_dtype, (d_count * m, n)),), mm=mm,
-        send_to=send_to, recv_from=tuple((d - offset) % d_count for d in range(d_count)), send_offset=offset,
+        send_to=send_to, recv_from=recv_from, send_offset=offset,
         chunk_step=-offset, chunk_advance=-offset % d_count, recv_offset=-offset % d_count, device_id=ring.device_id, slots=slots,
         tiles_per_step=mm.tiles_m * mm.tiles_n, num_tiles=num_tiles,
         received_signal=ring.signal["received"], received_per=ring.per["received"], counters_per_step=cps,
@@ -480,12 +478,10 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
         copy_rows=units.copy_rows, unit_bytes=units.unit_bytes, units_per_step=units.units_per_step,
         units_per_counter=units.units_per_counter, units_per_row_block=mm.tile_m // units.copy_rows,
         unit_vecs=units.unit_bytes // 16, chunk_bytes=units.unit_bytes * units.units_per_step, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
-        gather_bytes=slots * m * k * isz, flag_words=flag_words, done_index=slots * cps,
-        flags_bytes=-(-flag_words * 4 // 256) * 256, spin_timeout_ns=SPIN_TIMEOUT_NS,
+        gather_bytes=gather_bytes, flag_words=flag_words, done_index=slots * cps,
+        flags_bytes=flags_bytes, spin_timeout_ns=SPIN_TIMEOUT_NS,
         spin_timeout_s=SPIN_TIMEOUT_NS // 1_000_000_000,
-        kernel_args=kernel_args(mm, m, n, d_count),
-        num_blocks=blocks, auto_blocks=pers.num_blocks == "auto", blocks_per_sm=1, threads=mm.threads,
-        producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes,
+        producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs,
         approx_math=False, lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space,
         profile_dir=mm.profile_dir, flops=2 * d_count * m * n * k,
         bytes_moved=(m * k + k * n) * isz + d_count * m * n * osz + slots * m * k * isz,

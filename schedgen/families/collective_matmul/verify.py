@@ -37,14 +37,14 @@ def verify_collective(built, backends: Sequence[str], *, interpret: bool = False
         try:
             got = run()
         except Exception as exc:  # reported as a failed check, never a traceback
-            return Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, math.inf, tol, False,
+            return Check(plan.launch.name, backend, out.name, dict(plan.sizes), out.dtype, math.inf, tol, False,
                          f"{type(exc).__name__}: {exc}")
         err = rel_error(got, ref)
         note = f"{plan.num_devices} devices" + (f"; {len(ref.rows)} sampled rows" if isinstance(ref, Sampled) else "")
-        return Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, err, tol, err <= tol, note)
+        return Check(plan.launch.name, backend, out.name, dict(plan.sizes), out.dtype, err, tol, err <= tol, note)
 
     for backend in backends:
-        if backend not in plan.backends:
+        if backend not in plan.launch.backends:
             continue
         if backend == "pallas" and interpret:
             why = INTERPRET_NO_COLLECTIVES
@@ -52,7 +52,7 @@ def verify_collective(built, backends: Sequence[str], *, interpret: bool = False
             ok, why = multidevice.can_run(plan, devices)
             why = "" if ok else why
         if why:
-            checks.append(Check(plan.name, backend, out.name, dict(plan.sizes), out.dtype, math.nan, tol, False,
+            checks.append(Check(plan.launch.name, backend, out.name, dict(plan.sizes), out.dtype, math.nan, tol, False,
                                 f"not run: {why}", skipped=True))
             continue
         if backend == "cuda":

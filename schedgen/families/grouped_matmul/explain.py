@@ -15,7 +15,7 @@ def explain_grouped_matmul(p) -> str:
     """The groups and their operand, the tile space and how the kernel walks it, then the one-group matmul plan."""
     if p.ragged == "k":
         return _explain_ragged_k(p)
-    at = {r.name: r.max for r in p.dynamic_sizes}
+    at = {r.name: r.max for r in p.launch.dynamic_sizes}
     t_max = D.evaluate(p.t, at) if at else p.t
     flops = D.evaluate(p.flops, at) if at else p.flops
     mma_ms = flops / (PEAK_TFLOPS * 1e12) * 1e3
@@ -23,7 +23,7 @@ def explain_grouped_matmul(p) -> str:
     most = D.evaluate(p.max_tiles, at) if at else p.max_tiles
     lay = "[G, N, K]" if p.transpose_rhs else "[G, K, N]"
     lines = [
-        f"kernel {p.kernel_name}  (family grouped_matmul, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family grouped_matmul, backends: {', '.join(p.launch.backends)})",
         f"  problem    {p.outputs[0].name}[T, {p.n}] rows of group g = epilogue({x.name}[rows of g, {p.k}] @ "
         f"{w.name}[g]) for {p.groups} groups, {w.name} {lay}; " + (f"T dynamic, at most {t_max}" if at else f"T = {p.t}")
         + f"; {p.in_dtype} in, {p.out_dtype} out, f32 accumulation",
@@ -43,9 +43,9 @@ def explain_grouped_matmul(p) -> str:
                            else "masked stores from registers (rows below the group's end)"),
         "  no group   rows before the first group's start and from the last group's end to T: zeros in every output "
         "(CUDA: stored by the consumers after their tiles; Pallas: one zero item a row block)",
-        f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
-        + (", lowered at launch to the SMs" if p.auto_blocks and p.cluster_n == 1 else
-           ", lowered at launch to the clusters the GPU holds at once" if p.auto_blocks else ""),
+        f"  grid       {p.launch.num_blocks} persistent blocks x {p.launch.threads} threads"
+        + (", lowered at launch to the SMs" if p.launch.auto_blocks and p.cluster_n == 1 else
+           ", lowered at launch to the clusters the GPU holds at once" if p.launch.auto_blocks else ""),
     ]
     if p.cluster_n > 1:
         lines.append(f"  cluster    1x{p.cluster_n} (schedule.cluster): the cluster's CTAs take adjacent tile columns "
@@ -60,7 +60,7 @@ def explain_grouped_matmul(p) -> str:
 def _tmaps_and_step(p, product: str) -> list[str]:
     """The tensor maps, then the one-group matmul plan (its own grid, tile loop, tensor maps, cluster left out)."""
     lines = []
-    for a in p.kernel_args:
+    for a in p.launch.kernel_args:
         if a.kind == "tmap":
             name = p.operands[a.operand].name
             lines.append(f"  TMA        {name:7} box {list(a.box)} swizzle {a.swizzle or 'none'} over [{", ".join(str(d) for d in a.shape)}]")
@@ -73,14 +73,14 @@ def _tmaps_and_step(p, product: str) -> list[str]:
 
 def _explain_ragged_k(p) -> str:
     """ragged: k: the groups split the contraction; a static tile space of whole output blocks."""
-    at = {r.name: r.max for r in p.dynamic_sizes}
+    at = {r.name: r.max for r in p.launch.dynamic_sizes}
     t_max = D.evaluate(p.t, at) if at else p.t
     flops = D.evaluate(p.flops, at) if at else p.flops
     x, w, offs = p.inputs
     out = p.outputs[0]
     tiles_m = -(-p.m // p.tile_m)
     lines = [
-        f"kernel {p.kernel_name}  (family grouped_matmul, ragged: k, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family grouped_matmul, ragged: k, backends: {', '.join(p.launch.backends)})",
         f"  problem    {out.name}[g] [{p.m}, {p.n}] = epilogue({x.name}[rows of g, {p.m}]^T @ {w.name}[rows of g, "
         f"{p.n}]) for {p.groups} groups (the contraction is each group's rows); "
         + (f"T dynamic, at most {t_max}" if at else f"T = {p.t}") + f"; {p.in_dtype} in, {p.out_dtype} out, f32 "
@@ -98,8 +98,8 @@ def _explain_ragged_k(p) -> str:
         "  stores     " + ("the whole tile through SMEM chunks and a 3-D tensor map (a group a box; TMA clips the "
                            "M and N edges)" if p.epi_store != "direct" else "from registers, masked at the M and N "
                                                                             "edges"),
-        f"  grid       {p.num_blocks} persistent blocks x {p.threads} threads"
-        + (", lowered at launch to the SMs" if p.auto_blocks else ""),
+        f"  grid       {p.launch.num_blocks} persistent blocks x {p.launch.threads} threads"
+        + (", lowered at launch to the SMs" if p.launch.auto_blocks else ""),
     ]
     lines += _tmaps_and_step(p, f"{x.name}^T @ {w.name}")
     return "\n".join(lines)

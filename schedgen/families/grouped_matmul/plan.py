@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...frontend.model import BlockSpec, Operand
-from ...plan.hardware import target_field
 from ...plan import dims as D
 from ...plan.common import KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
-from ...plan.dims import DimLike, SizeRange
+from ...plan.dims import DimLike
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch, inline_field
 from ...plan.legality import check_reserved_names, check_unique_names
 from ...plan.unread import check_unread
 from ..matmul.model import MatmulOp
@@ -56,12 +56,9 @@ PALLAS_ACC = 128 * 128      # the Pallas kernels run one warpgroup a tile: its f
 
 @dataclass(frozen=True)
 class GroupedMatmulPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     # the problem
     groups: int
     t: DimLike                 # rows of x and out (all groups together); ragged k: the contraction
@@ -85,37 +82,25 @@ class GroupedMatmulPlan:
     max_tiles: DimLike         # tiles at most (every group a partial tile row more than T / tile_m)
     epi_store: str             # tma (masked direct stores for a group's last partial 64-row block) | direct
     table_bytes: int           # static SMEM of the group tables
-    kernel_args: tuple[KernelArg, ...]
     # launch
-    num_blocks: int
-    auto_blocks: bool
-    blocks_per_sm: int
-    threads: int
     producer_regs: int
     consumer_regs: int
-    smem_bytes: int
     approx_math: bool
     lowering_semantics: str
     profile_space: int
     profile_dir: str
     flops: DimLike             # 2 T N K: every row in some group
     bytes_moved: DimLike
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     ragged: str = "m"          # op.ragged: m (rows of x and out grouped) | k (the contraction grouped: ragged_k.py)
     m: DimLike = 0             # ragged k: the rows of each group's output block (M of out [G, M, N])
     # schedule.cluster [1, 2]: two CTAs a cluster on adjacent tile columns of one (group, tile row), the x tile
     # multicast to both (mm.multicast == "lhs"); left out of plan.json while absent, so plans read as before
     cluster_n: int = field(default=1, metadata={"omit_default": True})
-    cluster_dims: tuple[int, int, int] = field(default=(1, 1, 1), metadata={"omit_default": True})
 
     @property
     def cluster_tiles_n(self) -> int:
         """Tile columns of a group in cluster units (a cluster computes cluster_n adjacent columns at once)."""
         return self.tiles_n // self.cluster_n
-
-    @property
-    def dynamic_sizes(self) -> tuple[SizeRange, ...]:
-        return tuple(dynamic_ranges(self.sizes).values())
 
     @property
     def operands(self) -> tuple[MatOperand, ...]:
@@ -386,9 +371,9 @@ def check_pallas(spec, t: DimLike, mm: MatmulPlan, whole: tuple, problems: Probl
 def table_bytes(op, mm: MatmulPlan, hw: Hardware, problems: Problems) -> int:
     """The group tables' static SMEM, beside the ring, the staging buffers and the barriers."""
     nbytes = 4 * (TABLE_WORDS_PER_GROUP * op.groups + 1)
-    if mm.smem_bytes + nbytes + STATIC_SMEM_EXTRA > hw.smem_per_block:
+    if mm.launch.smem_bytes + nbytes + STATIC_SMEM_EXTRA > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "max_concurrent_steps"),
-                     f"SMEM needed is {mm.smem_bytes} B for the ring and the epilogue plus {nbytes} B of group tables "
+                     f"SMEM needed is {mm.launch.smem_bytes} B for the ring and the epilogue plus {nbytes} B of group tables "
                      f"({op.groups} groups) and {STATIC_SMEM_EXTRA} B of the kernel's other static SMEM, over the {hw.name}'s {hw.smem_per_block} B per block; use fewer stages")
     return nbytes
 
@@ -409,13 +394,13 @@ def check_tiles(spec, s: Shapes, mm: MatmulPlan, problems: Problems) -> None:
 def kernel_args(op, out_name: str, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg, ...]:
     """x's tensor map (the matmul's), w's 3-D one (a group a box), the output's tensor map (TMA stores) and its
     pointer (masked stores), the group operand's pointer, one i32 per dynamic size."""
-    x_arg = mm.kernel_args[0]
+    x_arg = mm.launch.kernel_args[0]
     b_rows = mm.tile_n if mm.k_major_b else mm.tile_k
     w_arg = tensor_map(1, s.w, mm.in_dtype, b_rows, mm.atom_b, mm.swizzle_b)
     out_i, off_i = 3, 2
     args = [x_arg, w_arg]
     if mm.epi_store != "direct":
-        out_arg = mm.kernel_args[2]
+        out_arg = mm.launch.kernel_args[2]
         args.append(KernelArg("tmap", out_i, out_arg.dtype, out_arg.shape, out_arg.strides, out_arg.box,
                               out_arg.swizzle))
     args += [KernelArg("ptr", out_i), KernelArg("ptr", off_i)]
@@ -443,13 +428,15 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
                                                          mm.stages, mm.num_consumers, g) + (f"_c1x{cn}" if cn > 1 else "")
     nbytes = sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0)
     return GroupedMatmulPlan(
-        family="grouped_matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes),
-        constants=dict(op.constants), backends=tuple(sch.backends), groups=g, t=s.t, n=s.n, k=s.k,
+        launch=KernelLaunch(name=spec.name, family="grouped_matmul", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=mm.launch.threads, smem_bytes=mm.launch.smem_bytes, num_blocks=blocks,
+                            blocks_per_sm=1, kernel_args=args, auto_blocks=auto, cluster_dims=(cn, 1, 1),
+                            dynamic_sizes=tuple(dynamic_ranges(op.sizes).values())),
+        sizes=dict(op.sizes), constants=dict(op.constants), groups=g, t=s.t, n=s.n, k=s.k,
         in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, transpose_rhs=op.transpose_rhs,
         offsets_name=op.group_offsets, offsets_format=op.offsets_format, offsets_len=off_len,
         inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tile_m, tile_n=mm.tile_n, tile_k=mm.tile_k,
         tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=max_tiles, epi_store=mm.epi_store,
-        table_bytes=table, kernel_args=args, num_blocks=blocks, auto_blocks=auto, blocks_per_sm=1,
-        threads=mm.threads, producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes, approx_math=mm.approx_math,
+        table_bytes=table, producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, approx_math=mm.approx_math,
         lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space, profile_dir=mm.profile_dir,
-        flops=2 * s.t * s.n * s.k, bytes_moved=nbytes, cluster_n=cn, cluster_dims=(cn, 1, 1))
+        flops=2 * s.t * s.n * s.k, bytes_moved=nbytes, cluster_n=cn)

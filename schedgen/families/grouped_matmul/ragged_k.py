@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from ...frontend.model import ITEMSIZE, Operand
 from ...plan import dims as D
-from ...plan.common import KernelArg, Problems, resolve_shape, size_values
+from ...plan.common import KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from ..matmul.model import MatmulOp
 from ..matmul.records import MatmulPlan, mat_operand
 from ..matmul.schedule import tensor_map
@@ -118,10 +119,10 @@ def step_op_k(op, out_name: str) -> MatmulOp:
 def kernel_args_k(op, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg, ...]:
     """x's and w's 2-D tensor maps (the matmul's), the output's 3-D one (a group a box; TMA stores) or its pointer
     (direct stores), the group operand's pointer, one i32 per dynamic size."""
-    args = [mm.kernel_args[0], mm.kernel_args[1]]
+    args = [mm.launch.kernel_args[0], mm.launch.kernel_args[1]]
     out_i, off_i = 3, 2
     if mm.epi_store != "direct":
-        o = mm.kernel_args[2]
+        o = mm.launch.kernel_args[2]
         args.append(tensor_map(out_i, s.out, mm.out_dtype, o.box[-2], o.box[-1], o.swizzle))
     args += [KernelArg("ptr", out_i), KernelArg("ptr", off_i)]
     args += [KernelArg("i32", -1, value=D.size(nm)) for nm, v in op.sizes.items() if not isinstance(v, int)]
@@ -142,14 +143,16 @@ def record_k(spec, out_name: str, s: Shapes, mm: MatmulPlan, table: int, args, h
                                                            mm.stages, mm.num_consumers, g)
     nbytes = s.t * (s.k + s.n) * ITEMSIZE[mm.in_dtype] + g * s.k * s.n * ITEMSIZE[mm.out_dtype] + 4 * off_len
     return GroupedMatmulPlan(
-        family="grouped_matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes),
-        constants=dict(op.constants), backends=tuple(sch.backends), groups=g, t=s.t, n=s.n, k=s.t,
+        launch=KernelLaunch(name=spec.name, family="grouped_matmul", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=mm.launch.threads, smem_bytes=mm.launch.smem_bytes,
+                            num_blocks=hw.sm_count if auto else pers.num_blocks, blocks_per_sm=1, kernel_args=args,
+                            auto_blocks=auto, dynamic_sizes=tuple(dynamic_ranges(op.sizes).values())),
+        sizes=dict(op.sizes), constants=dict(op.constants), groups=g, t=s.t, n=s.n, k=s.t,
         in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, transpose_rhs=False,
         offsets_name=op.group_offsets, offsets_format=op.offsets_format, offsets_len=off_len,
         inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tile_m, tile_n=mm.tile_n, tile_k=mm.tile_k,
         tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=g * tiles_m * tiles_n, epi_store=mm.epi_store,
-        table_bytes=table, kernel_args=args, num_blocks=hw.sm_count if auto else pers.num_blocks,
-        auto_blocks=auto, blocks_per_sm=1, threads=mm.threads, producer_regs=mm.producer_regs,
-        consumer_regs=mm.consumer_regs, smem_bytes=mm.smem_bytes, approx_math=mm.approx_math,
+        table_bytes=table, producer_regs=mm.producer_regs,
+        consumer_regs=mm.consumer_regs, approx_math=mm.approx_math,
         lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space, profile_dir=mm.profile_dir,
         flops=2 * s.t * s.k * s.n, bytes_moved=nbytes, ragged="k", m=s.k)

@@ -17,17 +17,18 @@ DRAWN_SIZE = 4096   # a dynamic size is drawn at this value (within its range, o
 
 def drawn_sizes(p) -> dict[str, int]:
     """The value each dynamic size is drawn at."""
-    return {r.name: max(r.min, min(r.max, DRAWN_SIZE) // r.multiple_of * r.multiple_of) for r in p.dynamic_sizes}
+    return {r.name: max(r.min, min(r.max, DRAWN_SIZE) // r.multiple_of * r.multiple_of) for r in p.launch.dynamic_sizes}
 
 
 def at_drawn_size(p):
     """The plan with its grid, tile count and blocks evaluated at drawn_sizes (a static plan as it is)."""
-    if not p.dynamic_sizes:
+    if not p.launch.dynamic_sizes:
         return p
     sizes = drawn_sizes(p)
     return dataclasses.replace(p, grid=tuple(dims.evaluate(g, sizes) for g in p.grid),
                                num_tiles=dims.evaluate(p.num_tiles, sizes),
-                               num_blocks=dims.evaluate(p.num_blocks, sizes))
+                               launch=dataclasses.replace(p.launch, num_blocks=dims.evaluate(p.launch.num_blocks,
+                                                                                             sizes)))
 
 
 def map_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
@@ -41,15 +42,15 @@ def map_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
         row = 0
         for d, g in zip(idx[:-1], grid[:-1]):
             row = row * g + d
-        b = lin % max(1, p.num_blocks)
-        tiles.append(Tile(row, idx[-1], lin, b, b, lin // max(1, p.num_blocks)))
+        b = lin % max(1, p.launch.num_blocks)
+        tiles.append(Tile(row, idx[-1], lin, b, b, lin // max(1, p.launch.num_blocks)))
     return tiles, rows, cols
 
 
 def traversal(p, limit: int) -> Traversal:
     p = at_drawn_size(p)
     tiles, rows, cols = map_tiles(p, limit)
-    blocks = max(1, p.num_blocks)
+    blocks = max(1, p.launch.num_blocks)
     return Traversal(
         tiles=tiles, rows=rows, cols=cols, total=p.num_tiles, units=p.num_tiles, blocks=blocks, takers=blocks,
         cell=(p.block[-1], p.block[-2] if len(p.block) > 1 else 1), names=("last grid dim", "leading grid dims"),
@@ -63,7 +64,7 @@ def simulate_map(p, steps: int = 10) -> list[Span]:
     in_bytes = p.tx_bytes
     out_bytes = sum(o.block_bytes for o in p.outputs)
     load = in_bytes / HBM_RATE
-    compute = max(0.05e-6, math.prod(p.block) / (p.threads * 4) * 2e-9)
+    compute = max(0.05e-6, math.prod(p.block) / (p.launch.threads * 4) * 2e-9)
     store = out_bytes / HBM_RATE
     spans: list[Span] = []
     release, start, end = [0.0] * steps, [0.0] * steps, [0.0] * steps
@@ -105,11 +106,11 @@ def summary(p) -> list[str]:
     drawn = ", ".join(f"{k}={v}" for k, v in drawn_sizes(p).items())
     p = at_drawn_size(p)
     return [
-        f"kernel {p.kernel_name}",
+        f"kernel {p.launch.kernel_name}",
         f"sizes {sizes_line(p)}" + (f" (drawn at {drawn})" if drawn else ""),
         f"grid {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))}",
-        f"{p.num_blocks} blocks x {p.threads} threads, {p.blocks_per_sm} per SM",
-        f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.smem_bytes} B" if p.regs is None
+        f"{p.launch.num_blocks} blocks x {p.launch.threads} threads, {p.launch.blocks_per_sm} per SM",
+        f"{p.stages} stages, {kib(p.tx_bytes)} of inputs per step; SMEM {p.launch.smem_bytes} B" if p.regs is None
         else p.regs.why,
         f"order {p.tile_order}" + (f" (minor dim {p.minor_dim}, width {p.tile_width})"
                                    if p.tile_order == "planar_snake" else ""),
@@ -117,7 +118,7 @@ def summary(p) -> list[str]:
 
 
 def guide(p) -> str:
-    return persistent_guide(max(1, at_drawn_size(p).num_blocks), pipeline=[
+    return persistent_guide(max(1, at_drawn_size(p).launch.num_blocks), pipeline=[
         "- pipeline: one thread issues the TMA loads; a slot",
         "  is refilled once its step has been computed; the",
         "  outputs leave through double-buffered TMA stores"])

@@ -11,19 +11,19 @@ CXX_SPELLING = {"operand": "v_{}", "constant": "c_{}", "temporary": "t_{}", "out
 
 def sizes_line(p) -> str:
     """Each size: a fixed one as name=value, a dynamic one with its range (SizeRange.describe)."""
-    ranges = {r.name: r for r in p.dynamic_sizes}
+    ranges = {r.name: r for r in p.launch.dynamic_sizes}
     return ", ".join(f"{k}: {ranges[k].describe()}" if k in ranges else f"{k}={v}" for k, v in p.sizes.items())
 
 
 def explain_map(p) -> str:
     lines = [
-        f"kernel {p.kernel_name}  (family map, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family map, backends: {', '.join(p.launch.backends)})",
         f"  sizes      {sizes_line(p)}",
         f"  grid       {' x '.join(map(str, p.grid))} tiles of {' x '.join(map(str, p.block))} "
         f"({p.num_tiles} tiles; grid names {', '.join(p.grid_names)}; order {p.tile_order}"
         + (f", minor_dim {p.minor_dim}, tile_width {p.tile_width}" if p.tile_order == "planar_snake" else "") + ")",
-        f"  launch     {p.num_blocks} blocks x {p.threads} threads ({p.num_warpgroups} warpgroups), "
-        f"{p.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'}"
+        f"  launch     {p.launch.num_blocks} blocks x {p.launch.threads} threads ({p.num_warpgroups} warpgroups), "
+        f"{p.launch.blocks_per_sm} per SM, {'persistent' if p.persistent else 'one tile per block'}"
         + ("" if getattr(p, "regs", None) is not None else " (the Pallas kernel runs one warpgroup per block)"),
         _pipeline_line(p),
         "  operands",
@@ -37,7 +37,7 @@ def explain_map(p) -> str:
     if reg is not None:
         lines.append(_layout_line(reg))
     if getattr(p, "regs", None) is None:
-        lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)")
+        lines.append(f"  SMEM map ({p.launch.smem_bytes} B incl. 1 KiB alignment slack)")
         for b in p.smem_buffers:
             lines.append(f"    {b.offset:7d}  {b.name:12} {b.count} x {b.bytes} B  {b.note}")
         lines.append(f"  barriers   full[{p.stages}] (mbarrier, {p.full_arrivals} arrival + {p.tx_bytes} B of TMA "
@@ -47,7 +47,7 @@ def explain_map(p) -> str:
     for target, value in p.body:
         lines.append(f"    {ids[target]} = {spelling.render_cxx(value.expr, ids)}")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
-    at_max = " (every dynamic size at its max)" if p.dynamic_sizes else ""
+    at_max = " (every dynamic size at its max)" if p.launch.dynamic_sizes else ""
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: "
                  f"{floor_ms:.4f} ms")
     return "\n".join(lines)
@@ -59,7 +59,7 @@ def _pipeline_line(p) -> str:
     if regs is None:
         return f"  pipeline   {p.stages} stages, {p.vec} elements (16 B) per thread access"   # data_path tma
     return (f"  pipeline   {regs.why}; {regs.batches} batch{'es' if regs.batches > 1 else ''} of "
-            f"{p.threads} x {regs.unroll} chunks a tile")
+            f"{p.launch.threads} x {regs.unroll} chunks a tile")
 
 
 def _layout_line(reg) -> str:

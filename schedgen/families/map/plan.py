@@ -30,6 +30,7 @@ from ...plan.common import (
 from ...plan.dims import DimLike
 from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from ...plan.legality import (
     check_no_cluster,
     check_profiler,
@@ -333,13 +334,16 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
                                        f"s{stages}" if regs is None else f"regs_u{regs.unroll}", sch.num_warpgroups)
     cp = sch.compiler_params
     return MapPlan(
-        family="map", name=spec.name, kernel_name=kname, sizes=space.sizes, constants=dict(op.constants),
-        backends=tuple(sch.backends), grid=grid, grid_names=space.grid_names, grid_vars=_grid_vars(space.grid_names),
+        launch=KernelLaunch(name=spec.name, family="map", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=threads, smem_bytes=sync.smem_bytes, num_blocks=num_blocks, blocks_per_sm=per_sm,
+                            kernel_args=_kernel_args(inputs + outputs, space.ranges, regs is not None),
+                            dynamic_sizes=tuple(space.ranges.values())),
+        sizes=space.sizes, constants=dict(op.constants),
+        grid=grid, grid_names=space.grid_names, grid_vars=_grid_vars(space.grid_names),
         num_tiles=num_tiles, block=iblock,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim, tile_width=sch.persistent.tile_width,
-        num_blocks=num_blocks, blocks_per_sm=per_sm, threads=threads, num_warpgroups=sch.num_warpgroups, stages=stages,
+        num_warpgroups=sch.num_warpgroups, stages=stages,
         vec=vec, inputs=inputs, outputs=outputs, smem_buffers=tuple(smem.buffers) if regs is None else (),
-        smem_bytes=sync.smem_bytes,
         full_barrier=sync.full, full_arrivals=sync.arrivals, delay_release=max(o.delay_release for o in inputs),
         tx_bytes=tx, body=body.statements, body_roles=body.roles,
         index_roles={g: "grid" for g in space.grid_names} | {s: "size" for s in space.sizes},
@@ -347,9 +351,7 @@ def _assemble(spec: SpecFile, space: Space, operands: dict, vec: int, smem: Smem
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir,
         persistent=sch.persistent.loop != "none", bytes_moved=bytes_moved,
-        kernel_args=_kernel_args(inputs + outputs, space.ranges, regs is not None),
-        dynamic_sizes=tuple(space.ranges.values()), registers=registers,
-        data_path=sch.pipeline.data_path, regs=regs,
+        registers=registers, data_path=sch.pipeline.data_path, regs=regs,
     )
 
 

@@ -6,13 +6,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 
-from ...plan.hardware import target_field
+from ...plan.launch import KernelLaunch, inline_field
 from ...plan.common import (
-    KernelArg,
     SmemBuffer,
     TmaBox,
 )
-from ...plan.dims import DimLike, SizeRange
+from ...plan.dims import DimLike
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
@@ -83,12 +82,9 @@ class RegisterLayout:
 
 @dataclass(frozen=True)
 class MapPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     grid: tuple[DimLike, ...]                  # blocks along each output dimension (extents)
     grid_names: tuple[str, ...]
     grid_vars: tuple[str, ...]                 # the identifiers generated code uses for them (g_<name>)
@@ -97,16 +93,12 @@ class MapPlan:
     tile_order: str
     minor_dim: int
     tile_width: int
-    num_blocks: DimLike
-    blocks_per_sm: int
-    threads: int
     num_warpgroups: int
     stages: int
     vec: int
     inputs: tuple[MapOperand, ...]
     outputs: tuple[MapOperand, ...]
     smem_buffers: tuple[SmemBuffer, ...]
-    smem_bytes: int
     full_barrier: SmemBuffer
     full_arrivals: int
     delay_release: int                          # CUDA: a stage is refilled this many steps after its tile (max over inputs)
@@ -121,13 +113,8 @@ class MapPlan:
     profile_space: int
     profile_dir: str
     persistent: bool
-    bytes_moved: int
-    kernel_args: tuple[KernelArg, ...]          # one tensor map per operand, inputs then outputs
-    dynamic_sizes: tuple[SizeRange, ...] = ()            # the op's dynamic sizes, spec order (launch record `sizes`)
-    cluster_dims: tuple[int, int, int] = (1, 1, 1)
-    auto_blocks: bool = False                            # the minimum GMEM traffic: each input read once, each output written once
+    bytes_moved: int                           # the minimum GMEM traffic: each input read once, each output written once
     registers: RegisterLayout | None = None              # Pallas: the named register layout when an input is broadcast
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     # schedule.pipeline.data_path: "tma" (the SMEM ring) or "registers" (registers.py); absent in plan.json for tma
     data_path: str = field(default="tma", metadata={"omit_default": True})
     regs: RegisterPath | None = field(default=None, metadata={"omit_default": True})

@@ -24,7 +24,7 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     """Each named output dimension becomes block x min(tiles, grid)."""
     out = {}
     out_operand = spec.op.outputs[plan.outputs[0].name]
-    ranges = {r.name: r for r in getattr(plan, "dynamic_sizes", ())}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     for dim, block, grid in zip(out_operand.shape, plan.block, plan.grid):
         if isinstance(dim, str) and dim not in out:
             out[dim] = block * min(tiles_per_dim, dims.upper(grid, ranges))

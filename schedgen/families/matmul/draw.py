@@ -15,7 +15,7 @@ def matmul_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
     the units of the first `limit` tiles only."""
     cm, cn = p.cluster_m, p.cluster_n
     tmc, tnc = p.tiles_m // cm, p.tiles_n // cn
-    clusters = max(1, p.num_blocks // p.cluster_size)
+    clusters = max(1, p.launch.num_blocks // p.cluster_size)
     units = tmc * tnc if limit is None else min(tmc * tnc, max(1, limit // p.cluster_size))
     tiles = []
     for t in range(units):
@@ -32,7 +32,7 @@ def matmul_tiles(p, limit: int | None = None) -> tuple[list[Tile], int, int]:
 
 def traversal(p, limit: int) -> Traversal:
     tiles, rows, cols = matmul_tiles(p, limit)
-    blocks = max(1, p.num_blocks)
+    blocks = max(1, p.launch.num_blocks)
     clustered = p.cluster_size > 1
     return Traversal(
         tiles=tiles, rows=rows, cols=cols, total=rows * cols,
@@ -143,23 +143,23 @@ def pipeline(p) -> Pipeline:
 
 
 def summary(p) -> list[str]:
-    clusters = max(1, p.num_blocks // p.cluster_size)
+    clusters = max(1, p.launch.num_blocks // p.cluster_size)
     bw = getattr(p, "blackwell", None)
     if bw is not None:
         from .explain import tmem_map
         return [
-            f"kernel {p.kernel_name}",
+            f"kernel {p.launch.kernel_name}",
             "sm_100a (Blackwell): compiled, NOT RUN on hardware",
             f"M x N x K = {p.m} x {p.n} x {p.k}; {p.in_dtype} in, {p.out_dtype} out",
             f"tile {p.tile_m} x {p.tile_n} x {p.tile_k}; tcgen05.mma.cta_group::{bw.cta_group} M{bw.mma_m} N{bw.mma_n}",
-            f"cluster {p.cluster_m} x {p.cluster_n}; {p.num_blocks} blocks; {p.threads} threads",
-            f"{p.stages} stages x {kib(bw.stage_bytes)}; SMEM {p.smem_bytes} B",
+            f"cluster {p.cluster_m} x {p.cluster_n}; {p.launch.num_blocks} blocks; {p.launch.threads} threads",
+            f"{p.stages} stages x {kib(bw.stage_bytes)}; SMEM {p.launch.smem_bytes} B",
             f"TMEM {bw.tmem_cols} of 512 columns x 128 lanes:",
             *[f"  cols {c}-{c + n - 1}: {what.split(':')[0]}" for c, n, what in tmem_map(p)],
             *_pallas_tmem(p),
         ]
     return [
-        f"kernel {p.kernel_name}",
+        f"kernel {p.launch.kernel_name}",
         f"M x N x K = {p.m} x {p.n} x {p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")
         + f"; {p.in_dtype} in, {p.out_dtype} out",
         f"tile {p.tile_m} x {p.tile_n} x {p.tile_k}; {p.tiles_m} x {p.tiles_n} tiles, {p.k_iters} k-steps each",
@@ -167,9 +167,9 @@ def summary(p) -> list[str]:
          f"{p.wg_tile_n} tiles, alternating" if getattr(p, "pingpong", False) else
          f"{p.num_consumers} consumer warpgroup(s) split along {p.wg_axis}: {p.wg_tile_m} x {p.wg_tile_n} each"),
         f"cluster {p.cluster_m} x {p.cluster_n}" + (f" (multicast {p.multicast})" if p.multicast else "")
-        + f"; {p.num_blocks} blocks = {clusters} clusters" + (" (at most; the runtime keeps what fits)"
-                                                             if p.auto_blocks else ""),
-        f"{p.stages} stages x {kib(p.stage_tx_bytes)}; SMEM {p.smem_bytes} B; {p.threads} threads",
+        + f"; {p.launch.num_blocks} blocks = {clusters} clusters" + (" (at most; the runtime keeps what fits)"
+                                                             if p.launch.auto_blocks else ""),
+        f"{p.stages} stages x {kib(p.stage_tx_bytes)}; SMEM {p.launch.smem_bytes} B; {p.launch.threads} threads",
         f"order {p.tile_order}" + (f" (minor dim {p.minor_dim}, width {p.tile_width})"
                                    if p.tile_order == "planar_snake" else ""),
     ]
@@ -190,11 +190,11 @@ def guide(p) -> str:
     ring = (["- pipeline: the TMA warp refills a slot once the",
              "  tcgen05.mma that read it are done (the MMA thread's",
              "  tcgen05.commit arrives on its empty barrier); the",
-             "  MMA thread waits for it to land (full barrier)"] if p.target == "sm_100a" else
+             "  MMA thread waits for it to land (full barrier)"] if p.launch.target == "sm_100a" else
             ["- pipeline: the producer refills a slot only after",
              "  both consumers release it (empty barrier); the",
              "  consumers wait for it to land (full barrier)"])
-    return persistent_guide(max(1, p.num_blocks // p.cluster_size), tiles, ring)
+    return persistent_guide(max(1, p.launch.num_blocks // p.cluster_size), tiles, ring)
 
 
 def _at_max(hook):

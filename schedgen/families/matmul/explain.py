@@ -16,8 +16,8 @@ def _sizes_differ(p) -> bool:
 
 def explain_matmul(p) -> str:
     """Problem, tiles, wgmma shapes, stages and SMEM map, cluster/multicast, registers, tile order, epilogue."""
-    if p.dynamic_sizes:
-        q, ranges = at_max(p), {r.name: r for r in p.dynamic_sizes}
+    if p.launch.dynamic_sizes:
+        q, ranges = at_max(p), {r.name: r for r in p.launch.dynamic_sizes}
         head = ["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in ranges.values())
                 + "  (one cubin for the range: the kernel takes them as launch arguments; the numbers below are "
                 + "at " + ", ".join(f"{r.name} = {r.max}" for r in ranges.values()) + ")"]
@@ -44,13 +44,13 @@ def _explain(p) -> str:
     a_lay = f"{lhs.name}{'[B, ' if p.lhs_batched else '['}{'K, M' if p.transpose_lhs else 'M, K'}]"
     b_lay = f"{rhs.name}{'[B, ' if p.rhs_batched else '['}{'N, K' if p.transpose_rhs else 'K, N'}]"
     wg_k = 32 // lhs.itemsize
-    clusters = max(1, p.num_blocks // p.cluster_size)
+    clusters = max(1, p.launch.num_blocks // p.cluster_size)
     waves = p.num_tiles / clusters
     peak = peak_tflops(p)
     mma_ms = p.flops / (peak * 1e12) * 1e3
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
     lines = [
-        f"kernel {p.kernel_name}  (family matmul, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family matmul, backends: {', '.join(p.launch.backends)})",
         f"  problem    {out.name}{bat}M, N] = epilogue(acc),  acc = {a_lay}{'^T' if p.transpose_lhs else ''} @ "
         f"{b_lay}{'^T' if p.transpose_rhs else ''}",
         f"             M={p.m}, N={p.n}, K={p.k}" + (f", batch {p.batch}" if p.batch > 1 else "")
@@ -60,8 +60,8 @@ def _explain(p) -> str:
         f"             {p.flops / 1e9:.1f} GFLOP, {p.bytes_moved / 2**20:.1f} MiB moved "
         f"({p.flops / max(1, p.bytes_moved):.0f} FLOP/B); at the {peak:.0f} TFLOP/s peak {mma_ms:.4f} ms, "
         f"traffic floor at {COPY_GBPS:.0f} GB/s {floor_ms:.4f} ms "
-        f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)" + (f" (target {p.target}: {peak:.0f} is the "
-                                                                      f"H200's figure)" if p.target != "sm_90a" else ""),
+        f"({'compute' if mma_ms >= floor_ms else 'memory'}-bound)" + (f" (target {p.launch.target}: {peak:.0f} is the "
+                                                                      f"H200's figure)" if p.launch.target != "sm_90a" else ""),
         f"  tiles      {p.tile_m} x {p.tile_n} x {p.tile_k} (tile_m x tile_n x tile_k): {p.tiles_m} x {p.tiles_n} output "
         f"tiles" + (" per batch" if p.batch > 1 else "") + f", {p.k_iters} k-steps each",
     ]
@@ -72,16 +72,16 @@ def _explain(p) -> str:
         f"({p.in_dtype}, f32 acc) x {p.m_blocks} M-block{'s' if p.m_blocks > 1 else ''} x {p.tile_k // wg_k} "
         f"per k-step = {p.m_blocks * (p.tile_k // wg_k)} wgmma per consumer per stage; "
         f"{p.delay_release} wgmma group{'s' if p.delay_release != 1 else ''} kept in flight before a stage is released",
-        f"  registers  {p.threads} threads: producer warpgroup {p.producer_regs}/thread, consumers "
+        f"  registers  {p.launch.threads} threads: producer warpgroup {p.producer_regs}/thread, consumers "
         f"{p.consumer_regs}/thread (setmaxnreg); {p.acc_regs} f32 accumulators per consumer thread; "
         f"{128 * (p.producer_regs + p.num_consumers * p.consumer_regs)} of the block's {p.block_regs} registers "
-        f"(__launch_bounds__({p.threads}, 1))",
+        f"(__launch_bounds__({p.launch.threads}, 1))",
         f"  operands   lhs {lhs.name} {'K' if p.k_major_a else 'M'}-major, swizzle {p.swizzle_a} B "
         f"({p.atom_a}-element rows), {p.a_stage_bytes} B per stage, descriptor LBO {p.a_lbo} SBO {p.a_sbo}",
         f"             rhs {rhs.name} {'K' if p.k_major_b else 'N'}-major, swizzle {p.swizzle_b} B "
         f"({p.atom_b}-element rows), {p.b_stage_bytes} B per stage, descriptor LBO {p.b_lbo} SBO {p.b_sbo}",
     ]
-    for a in p.kernel_args:
+    for a in p.launch.kernel_args:
         if a.kind == "tmap":
             o = p.operands[a.operand]
             lines.append(f"             TMA {o.role:5} {o.name:8} box {list(a.box)} swizzle {a.swizzle or 'none'} "
@@ -97,7 +97,7 @@ def _explain(p) -> str:
                  + (f" (M = {p.a_box_rows} of the {p.a_stage_bytes} B stage's {p.tile_m} rows: the rest are zeroed "
                     f"once, never loaded)" if a_loaded != p.a_stage_bytes else "")
                  + f" + {p.b_stage_bytes} = {p.stage_tx_bytes} B per stage (the full barrier's expect_tx)")
-    lines.append(f"  SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack, of 232448)")
+    lines.append(f"  SMEM map ({p.launch.smem_bytes} B incl. 1 KiB alignment slack, of 232448)")
     for b in p.smem_buffers:
         lines.append(f"    {b.offset:7d}  {b.name:6} {b.count} x {b.bytes} B = {b.count * b.bytes} B  {b.note}")
     lines.append(f"  barriers   full[{p.stages}] {p.full_arrivals} arrival + {p.stage_tx_bytes} B of TMA transactions; "
@@ -125,8 +125,8 @@ def _explain(p) -> str:
     if order == "planar_snake":
         order += f" (minor dim {p.minor_dim} = {'M' if p.minor_dim == 0 else 'N'}, bands {p.tile_width} wide)"
     lines.append(f"  tile loop  {order} over {cm_tiles} x {cn_tiles} cluster tiles" + (f" x {p.batch} batches" if p.batch > 1 else "")
-                 + f" = {p.num_tiles}; {p.num_blocks} blocks = {clusters} clusters"
-                 + (" (lowered at launch to the clusters that fit at once)" if p.auto_blocks else "")
+                 + f" = {p.num_tiles}; {p.launch.num_blocks} blocks = {clusters} clusters"
+                 + (" (lowered at launch to the clusters that fit at once)" if p.launch.auto_blocks else "")
                  + f", {waves:.2f} waves")
     if p.stream_k:
         lines += explain_lines(p)
@@ -198,7 +198,7 @@ def _blackwell(p, lhs, rhs) -> list[str]:
         f"{bw.k_mmas} per "
         f"k-step, issued by one thread (warp 1); instruction descriptor 0x{bw.idesc:08x}; the f32 accumulator in "
         f"TMEM; tcgen05.commit frees each stage (empty barrier) and completes a tile (acc_full)",
-        f"  warps      {p.threads} threads: warp 0 TMA producer (one thread), warp 1 TMEM allocation + MMA issue, "
+        f"  warps      {p.launch.threads} threads: warp 0 TMA producer (one thread), warp 1 TMEM allocation + MMA issue, "
         f"warps 2-5 the epilogue warpgroup (warp w reads TMEM lanes 32 x (w % 4) .. + 31: thread = row)",
         f"  operands   lhs {lhs.name} K-major, swizzle {p.swizzle_a} B, {bw.a_stage_bytes} B per stage, descriptor "
         f"LBO {p.a_lbo} SBO {p.a_sbo}",
@@ -234,10 +234,10 @@ def _blackwell(p, lhs, rhs) -> list[str]:
                      f"each CTA's tcgen05.commit arrives on the stage's empty barrier of both (2 arrivals)")
     lines.append(f"  tile loop  {p.tile_order} over {p.cluster_tiles_m} x {p.cluster_tiles_n} "
                  f"{'cluster ' if p.cluster_size > 1 else ''}tiles = {p.num_tiles}; "
-                 + (f"a CTA a tile ({p.num_blocks} launched); a running CTA claims the tile of one not launched yet "
+                 + (f"a CTA a tile ({p.launch.num_blocks} launched); a running CTA claims the tile of one not launched yet "
                     f"by clusterlaunchcontrol.try_cancel (query_cancel reads its blockIdx.x), so the grid balances "
                     f"itself" if bw.dynamic else
-                    f"{p.num_blocks} persistent blocks (lowered at launch to those resident), tile t, t + gridDim.x, ..."))
+                    f"{p.launch.num_blocks} persistent blocks (lowered at launch to those resident), tile t, t + gridDim.x, ..."))
     epi = epilogue_text(p)
     lines.append(f"  epilogue   {'; '.join(epi)}" + ("  (identity: a plain store)" if p.identity_epilogue else "")
                  + (f"  constants {', '.join(f'{k}={v}' for k, v in p.constants.items())}" if p.constants else ""))

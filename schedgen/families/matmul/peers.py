@@ -110,8 +110,8 @@ def _jax_notes(plan) -> list[str]:
                      f"(the plan stores directly from registers)")
     elif slots != plan.epi_buffers:
         notes.append(f"{slots} epilogue buffers per consumer (the plan: {plan.epi_buffers})")
-    if not plan.auto_blocks:
-        notes.append(f"grid of all SMs (the plan: {plan.num_blocks} blocks)")
+    if not plan.launch.auto_blocks:
+        notes.append(f"grid of all SMs (the plan: {plan.launch.num_blocks} blocks)")
     if plan.delay_release:
         notes.append(f"delay_release {plan.delay_release}")
     return notes

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 from ...plan.common import (
     Problems,
+    dynamic_ranges,
 )
 from ...plan import dims as D
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from .blackwell import EPI_ROWS, THREADS as SM100_THREADS, blackwell_plan, check_target, sm100_smem
 from .blockscale import check_block_scaled_schedule, scale_prefetch_of
 from .stream_k import check_stream_k, workspace_arg
@@ -124,13 +126,13 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     if partial_sums != 1 or prefetch:
         suffix = ("_ps2" if partial_sums != 1 else "") + ("_pf" if prefetch else "")
         result = dataclasses.replace(result, partial_sums=partial_sums, scale_prefetch=prefetch,
-                                     kernel_name=result.kernel_name + suffix)
+                                     launch=_renamed(result.launch, suffix))
     if vecs.slots:
-        result = dataclasses.replace(result, epi_vectors=vecs, kernel_name=result.kernel_name + "_vs")
+        result = dataclasses.replace(result, epi_vectors=vecs, launch=_renamed(result.launch, "_vs"))
     if stream_k:
-        ws = workspace_arg(result.num_blocks, tile.tm, tile.tn, wg.nc)
-        result = dataclasses.replace(result, stream_k=True, kernel_name=result.kernel_name + "_sk",
-                                     kernel_args=result.kernel_args + (ws,), sk_flag_words=ws.zero // 4,
+        ws = workspace_arg(result.launch.num_blocks, tile.tm, tile.tn, wg.nc)
+        launch = _renamed(result.launch, "_sk", kernel_args=result.launch.kernel_args + (ws,))
+        result = dataclasses.replace(result, stream_k=True, launch=launch, sk_flag_words=ws.zero // 4,
                                      sk_slot_floats=tile.tm * tile.tn, sk_quads=result.wgmma_regs // 4)
     if bw is not None:
         result = _sm100(result, bw, spec, cluster, loop, pipe, inputs + outputs, hw)
@@ -139,29 +141,37 @@ def plan_matmul(spec: SpecFile, hw: Hardware) -> tuple[MatmulPlan | None, Proble
     return result, problems
 
 
+def _renamed(launch: KernelLaunch, suffix: str, **changes) -> KernelLaunch:
+    """The launch header with `suffix` on its kernel's name (a variant of the kernel), and `changes`."""
+    return dataclasses.replace(launch, kernel_name=launch.kernel_name + suffix, **changes)
+
+
 def _sm100(result: MatmulPlan, bw, spec: SpecFile, cluster, loop, pipe, operands, hw: Hardware) -> MatmulPlan:
     """sm_100a: its own block, SMEM and name; CLC launches a CTA a tile and claims the rest; the output's tensor
     map has the staging tile's box (a warp's 32 rows x epi_cols, its swizzle), and the plan's epi_* fields are that
     epilogue's (a staging tile a warp, stored by TMA)."""
-    out = result.kernel_args[2]
+    args = result.launch.kernel_args
+    out = args[2]
     o = operands[out.operand]
     out_map = tensor_map(out.operand, o.shape, o.dtype, EPI_ROWS, bw.epi_cols, bw.epi_swizzle)
     # the lhs box is the CTA's whole 128 rows (half of them where a [1, 2] cluster multicasts it), also for an M
     # below the tile: each stage's full barrier expects the whole box's bytes, zero-filled past M
-    a = result.kernel_args[0]
+    a = args[0]
     lhs = tensor_map(a.operand, a.shape, a.dtype, bw.rows // (2 if cluster.multicast == "lhs" else 1), a.box[-1],
                      a.swizzle)
-    result = dataclasses.replace(
-        result, blackwell=bw, threads=SM100_THREADS, smem_bytes=bw.smem_bytes, smem_buffers=sm100_smem(bw, pipe.stages),
-        kernel_name=f"{result.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
+    launch = dataclasses.replace(
+        result.launch, threads=SM100_THREADS, smem_bytes=bw.smem_bytes,
+        kernel_name=f"{result.launch.kernel_name.split('_wg')[0]}_sm100_cg{bw.cta_group}"
         + (f"_c{cluster.cm}x{cluster.cn}" if cluster.csize > 1 else "") + ("_clc" if bw.dynamic else ""),
-        kernel_args=(lhs, result.kernel_args[1], out_map, *result.kernel_args[3:]),
+        kernel_args=(lhs, args[1], out_map, *args[3:]),
+        **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+    result = dataclasses.replace(
+        result, launch=launch, blackwell=bw, smem_buffers=sm100_smem(bw, pipe.stages),
         stage_tx_bytes=bw.stage_bytes, a_box_rows=bw.rows, a_compact=False, a_zero_bytes=0,
         epi_rows=EPI_ROWS, epi_cols=bw.epi_cols, epi_buffers=bw.epi_buffers, epi_swizzle=bw.epi_swizzle,
         epi_bytes=bw.epi_bytes, epi_store="tma", epi_chunks_m=1, epi_chunks_n=bw.epi_chunks, epi_n8=bw.epi_cols // 8,
         epi_row_bytes=bw.epi_swizzle, epi_swizzle_mask=bw.epi_swizzle // 16 - 1, epi_pending=bw.epi_buffers - 1,
-        epi_uneven=bw.epi_chunks % bw.epi_buffers != 0,
-        **({"num_blocks": loop.num_tiles * cluster.csize, "auto_blocks": False} if bw.dynamic else {}))
+        epi_uneven=bw.epi_chunks % bw.epi_buffers != 0)
     return _cta_pair(result, spec, cluster, hw) if bw.cta_group == 2 else result
 
 
@@ -171,7 +181,8 @@ def _cta_pair(result: MatmulPlan, spec: SpecFile, cluster, hw: Hardware) -> Matm
     pers = spec.schedule.persistent
     num_tiles = cluster.tiles_m * cluster.tiles_n
     pairs = D.dmin(num_tiles, hw.sm_count // 2 if pers.num_blocks == "auto" else max(pers.num_blocks // 2, 1))
-    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m, num_blocks=2 * pairs)
+    return dataclasses.replace(result, num_tiles=num_tiles, cluster_tiles_m=cluster.tiles_m,
+                               launch=dataclasses.replace(result.launch, num_blocks=2 * pairs))
 
 
 # --------------------------------------------------------------------------------- names and the epilogue body
@@ -234,8 +245,11 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
     if wg.pingpong:
         kname += "_pp"
     return MatmulPlan(
-        family="matmul", name=spec.name, kernel_name=kname, sizes=dict(op.sizes), constants=dict(op.constants),
-        backends=tuple(sch.backends), batch=dims.batch, m=dims.m, n=dims.n, k=dims.k, lhs_batched=dims.lhs_batched,
+        launch=KernelLaunch(name=spec.name, family="matmul", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=regs.threads, smem_bytes=smem.nbytes, num_blocks=loop.clusters * cl.csize,
+                            blocks_per_sm=1, kernel_args=args, auto_blocks=loop.auto, cluster_dims=(cl.csize, 1, 1),
+                            dynamic_sizes=tuple(dynamic_ranges(op.sizes).values()), target=sch.target),
+        sizes=dict(op.sizes), constants=dict(op.constants), batch=dims.batch, m=dims.m, n=dims.n, k=dims.k, lhs_batched=dims.lhs_batched,
         rhs_batched=dims.rhs_batched, in_dtype=dims.in_dtype, out_dtype=dims.out_dtype,
         transpose_lhs=op.transpose_lhs, transpose_rhs=op.transpose_rhs,
         inputs=inputs, outputs=outputs, extras=dims.extra_ops,
@@ -246,7 +260,7 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         k_major_b=lay.k_major_b, a_stage_bytes=smem.a_stage, b_stage_bytes=smem.b_stage, a_sub_bytes=a_sub,
         b_sub_bytes=b_sub, a_boxes=a_boxes, b_boxes=b_boxes, a_mblock_bytes=WGMMA_M * lay.swz_a, a_lbo=1 if lay.k_major_a else a_sub, a_sbo=8 * lay.swz_a,
         b_lbo=1 if lay.k_major_b else b_sub, b_sbo=8 * lay.swz_b,
-        cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize, cluster_dims=(cl.csize, 1, 1),
+        cluster_m=cl.cm, cluster_n=cl.cn, cluster_size=cl.csize,
         multicast=cl.multicast, mc_rank_bytes=mc_tile // 2 * mc_swz, mc_rank_elems=mc_tile // 2,
         mc_rank_boxes=len(mc_boxes) // 2, split_k=cl.ck, red_full_arrivals=(cl.ck - 1) * wg.nc * 128,
         red_empty_arrivals=wg.nc * 128, red_q=wg.wtn // 8, red_slots=wg.wtm // WGMMA_M * (wg.wtn // 8),
@@ -261,17 +275,15 @@ def launch_record(spec: SpecFile, dims: Dims, tile: Tile, wg: Warpgroups, lay: L
         num_tiles=loop.num_tiles, k_iters=pipe.k_iters,
         tile_order=sch.persistent.tile_order, minor_dim=sch.persistent.minor_dim,
         tile_width=sch.persistent.tile_width,
-        num_blocks=loop.clusters * cl.csize, auto_blocks=loop.auto, blocks_per_sm=1,
-        threads=regs.threads, producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
-        smem_buffers=smem.buffers, smem_bytes=smem.nbytes, full_arrivals=smem.full_arrivals,
-        empty_arrivals=smem.empty_arrivals, kernel_args=args,
+        producer_regs=regs.preg, consumer_regs=regs.creg, block_regs=regs.block,
+        smem_buffers=smem.buffers, full_arrivals=smem.full_arrivals,
+        empty_arrivals=smem.empty_arrivals,
         stage_tx_bytes=a_rows * tk * dims.isz + smem.b_stage, a_box_rows=a_rows, a_compact=compact,
         a_zero_bytes=(tm - a_rows) * lay.swz_a, a_zero_offset=a_rows * lay.swz_a,
         a_zero_boxes=1 if compact else pipe.stages * len(a_boxes), zero_step=regs.threads * 16,
         approx_math=sch.compiler_params.approx_math, lowering_semantics=sch.compiler_params.lowering_semantics,
         profile_space=sch.compiler_params.profile_space, profile_dir=sch.compiler_params.profile_dir, flops=2 * dims.batch * dims.m * dims.n * dims.k,
         bytes_moved=sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0),
-        target=sch.target,
     )
 
 

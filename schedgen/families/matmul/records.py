@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...frontend.model import ITEMSIZE
-from ...plan.hardware import target_field
+from ...plan.launch import KernelLaunch, inline_field
 from ...plan.common import (
     CTYPE,
-    KernelArg,
     SmemBuffer,
-    dynamic_ranges,
 )
 from ...plan import dims
-from ...plan.dims import DimLike, SizeRange
+from ...plan.dims import DimLike
 from ...plan.exprs import PlanExpr
 
 if TYPE_CHECKING:
@@ -79,12 +77,9 @@ class VectorSlots:
 
 @dataclass(frozen=True)
 class MatmulPlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     # the problem
     batch: DimLike
     m: DimLike
@@ -146,7 +141,6 @@ class MatmulPlan:
     cluster_m: int
     cluster_n: int
     cluster_size: int
-    cluster_dims: tuple[int, int, int]   # the launch's cluster shape: CTAs of a cluster are consecutive in x
     multicast: str             # "" | "lhs" | "rhs": the operand shared by the cluster, split and multicast
     mc_rank_bytes: int         # K-major multicast operand: a CTA's half starts rank x this many bytes into the stage
     mc_rank_elems: int         # ... and rank x this many rows (lhs) / columns (rhs) into the tile
@@ -191,28 +185,21 @@ class MatmulPlan:
     tile_order: str
     minor_dim: int
     tile_width: int
-    num_blocks: DimLike
-    auto_blocks: bool          # the runtime lowers num_blocks to the clusters the GPU can hold at once
-    blocks_per_sm: int
     # warp specialization
-    threads: int
     producer_regs: int
     consumer_regs: int
     block_regs: int            # registers the block holds under __launch_bounds__(threads, 1) (setmaxnreg's budget)
     # SMEM
     smem_buffers: tuple[SmemBuffer, ...]
-    smem_bytes: int
     full_arrivals: int
     empty_arrivals: int
     stage_tx_bytes: int
-    kernel_args: tuple[KernelArg, ...]
     approx_math: bool
     lowering_semantics: str
     profile_space: int
     profile_dir: str
     flops: DimLike
     bytes_moved: DimLike
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
     # op.block_scales: partial-sum register sets a consumer rotates through (pipeline.partial_sums; 1: each K block
     # waits for its wgmmas before its promotion, 2: block k + 1's wgmmas run under block k's promotion)
     partial_sums: int = dataclasses.field(default=1, metadata={"omit_default": True})
@@ -244,11 +231,6 @@ class MatmulPlan:
         return self.inputs + self.outputs
 
     @property
-    def dynamic_sizes(self) -> tuple[SizeRange, ...]:
-        """The sizes known only at the call, in spec order (plan/launch.py; op.sizes in plan.json says the same)."""
-        return tuple(dynamic_ranges(self.sizes).values())
-
-    @property
     def pingpong(self) -> bool:
         """Each consumer warpgroup owns whole tiles, taking alternate tiles of the block's sequence."""
         return self.consumer_schedule != "cooperative"
@@ -268,9 +250,15 @@ def peak_tflops(plan) -> float:
 def at_max(p: MatmulPlan) -> MatmulPlan:
     """The plan with every extent at its dynamic sizes' max (what explain and the drawings show for a dynamic plan;
     the plan itself unchanged when it has none)."""
-    at = {r.name: r.max for r in p.dynamic_sizes}
-    return dataclasses.replace(p, **{f.name: dims.evaluate(getattr(p, f.name), at) for f in dataclasses.fields(p)
-                                     if isinstance(getattr(p, f.name), dims.Dim)}) if at else p
+    at = {r.name: r.max for r in p.launch.dynamic_sizes}
+    return _evaluated(p, at, launch=_evaluated(p.launch, at)) if at else p
+
+
+def _evaluated(record, at: dict, **changes):
+    """`record` with each of its fields that is an extent (dims.Dim) evaluated at `at`, and `changes`."""
+    return dataclasses.replace(record, **{f.name: dims.evaluate(getattr(record, f.name), at)
+                                          for f in dataclasses.fields(record)
+                                          if isinstance(getattr(record, f.name), dims.Dim)}, **changes)
 
 
 def _batched(batch: DimLike) -> bool:

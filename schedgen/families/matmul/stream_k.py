@@ -130,7 +130,7 @@ def check_stream_k(op, sch, dims, cluster, hw, problems: Problems) -> bool:
 def explain_lines(p) -> list[str]:
     """explain's lines of a stream-K plan, at the planned grid (the runtime may lower it: the kernel splits at
     gridDim.x)."""
-    grid, t, k = p.num_blocks, p.num_tiles, p.k_iters
+    grid, t, k = p.launch.num_blocks, p.num_tiles, p.k_iters
     sk = sk_tiles(t, grid)
     s = sk * k
     shares = sorted({len(contributors(x, k, grid, s)[1]) + 1 for x in range(sk)}) if sk else []

@@ -13,7 +13,7 @@ WHAT = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "logsumexp": "
 
 
 def sizes_line(p) -> str:
-    ranges = {r.name: r for r in p.dynamic_sizes}
+    ranges = {r.name: r for r in p.launch.dynamic_sizes}
     return ", ".join(f"{k}: {ranges[k].describe()}" if k in ranges else f"{k}={v}" for k, v in p.sizes.items())
 
 
@@ -29,24 +29,24 @@ def _prefetch_line(p) -> str:
 def explain_rowwise(p) -> str:
     group = 32 * p.warps_per_row
     lines = [
-        f"kernel {p.kernel_name}  (family rowwise, backends: {', '.join(p.backends)})",
+        f"kernel {p.launch.kernel_name}  (family rowwise, backends: {', '.join(p.launch.backends)})",
         f"  sizes      {sizes_line(p)}; rows of N = {p.n}",
         f"  rows       {p.rows_per_block} row(s) a block side by side, {p.warps_per_row} warp(s) ({group} threads) a "
         f"row, {p.steps} row(s) in flight per row group (max_concurrent_steps): {p.rows_per_block * p.steps} rows "
         f"a block step, {p.num_row_blocks} row blocks" + ("; the last one partial (rows past M masked)" if p.ragged_m else ""),
-        f"  launch     {p.num_blocks} blocks x {p.threads} threads ({p.num_warpgroups} warpgroups), {p.blocks_per_sm} "
+        f"  launch     {p.launch.num_blocks} blocks x {p.launch.threads} threads ({p.num_warpgroups} warpgroups), {p.launch.blocks_per_sm} "
         f"per SM (__launch_bounds__), " + ("persistent: lowered at launch to what is resident, each block striding "
-                                           "over the row blocks" if p.auto_blocks else
+                                           "over the row blocks" if p.launch.auto_blocks else
                                            "persistent over the row blocks" if p.persistent else "one row block a block"),
     ] + ([
         f"  partials   {', '.join(p.summed_outputs)}: each of the {p.partials} blocks (exactly, every backend) adds "
         f"its rows' values per column in f32 and writes one row of [{p.partials}, N] (zeros with no rows); the "
         f"caller sums the {p.partials} rows"] if p.partials else []) + ([
-        f"  cluster    {p.cluster_dims[0]} CTAs a row block (a thread-block cluster"
-        f"{', non-portable size: the runtime allows it' if p.cluster_dims[0] > 8 else ''}): CTA r holds columns "
-        f"[r x {p.n // p.cluster_dims[0]}, (r+1) x {p.n // p.cluster_dims[0]}) of its rows; each reduction level "
+        f"  cluster    {p.launch.cluster_dims[0]} CTAs a row block (a thread-block cluster"
+        f"{', non-portable size: the runtime allows it' if p.launch.cluster_dims[0] > 8 else ''}): CTA r holds columns "
+        f"[r x {p.n // p.launch.cluster_dims[0]}, (r+1) x {p.n // p.launch.cluster_dims[0]}) of its rows; each reduction level "
         f"combines the CTAs' partials through DSMEM (mapa + ld.shared::cluster after a cluster barrier, in rank "
-        f"order, so every CTA gets the same bits)"] if p.cluster_dims[0] > 1 else []) + [
+        f"order, so every CTA gets the same bits)"] if p.launch.cluster_dims[0] > 1 else []) + [
         f"  registers  each thread keeps {p.chunks} vector(s) of {p.vec} element(s) of each input row"
         f"{' segment' if p.segments > 1 else ''} "
         f"({'16 B accesses' if p.vec > 1 else 'element accesses: N is not a multiple of 16 B'}): {p.row_regs} "
@@ -56,11 +56,11 @@ def explain_rowwise(p) -> str:
          f"  passes     one: the row streams through the registers in {p.segments} segments (nothing reads it after "
          f"its one reduction level; log-sum-exp merged online)"),
         _prefetch_line(p),
-        f"  SMEM       {p.smem_bytes} B: " + ("; ".join(
+        f"  SMEM       {p.launch.smem_bytes} B: " + ("; ".join(
             (["the row group's cross-warp partials (f32, two parities x levels)"] if p.warps_per_row > 1 else []) +
-            (["the CTA's partials its cluster reads (f32, two parities x levels)"] if p.cluster_dims[0] > 1 else []) +
+            (["the CTA's partials its cluster reads (f32, two parities x levels)"] if p.launch.cluster_dims[0] > 1 else []) +
             ([f"the prefetch ring at byte {p.ring_offset} (2 x {p.ring_slot_bytes} B)"] if p.prefetch else []))
-            if p.smem_bytes else "none (a row is one warp's: shuffles only)"),
+            if p.launch.smem_bytes else "none (a row is one warp's: shuffles only)"),
         f"  pallas     emit_pipeline over {p.pallas_tiles} steps of {p.rows_per_block} row(s), {p.steps} stage(s) "
         f"({p.pallas_smem_bytes} B of SMEM), {p.pallas_blocks} blocks of one warpgroup; jnp reductions along the row",
         "  operands",
@@ -82,6 +82,6 @@ def explain_rowwise(p) -> str:
         lines.append(f"    {ids[target]} = {spelling.render_cxx(value.expr, ids)}  ({where}, after level "
                      f"{p.body_level.get(target, 0)})")
     floor_ms = p.bytes_moved / (COPY_GBPS * 1e9) * 1e3
-    at_max = " (M at its max)" if p.dynamic_sizes else ""
+    at_max = " (M at its max)" if p.launch.dynamic_sizes else ""
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
     return "\n".join(lines)

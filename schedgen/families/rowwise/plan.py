@@ -23,6 +23,7 @@ from ...plan import dims
 from ...plan.common import CTYPE, KernelArg, Problems, dynamic_ranges, max_sizes, resolve_shape, size_values
 from ...plan.exprs import PlanExpr
 from ...plan.hardware import Hardware
+from ...plan.launch import KernelLaunch
 from ...plan.legality import check_profiler, check_reserved_names, check_sizes_int32, check_unique_names
 from . import body as rb
 from .records import RowOperand, RowReduction, RowwisePlan
@@ -623,21 +624,20 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     args = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands)) + \
         tuple(KernelArg("i32", -1, value=dims.size(x)) for x in ranges)
     return RowwisePlan(
-        family="rowwise", name=spec.name, kernel_name=kname, sizes=size_values(op.sizes),
-        constants=dict(op.constants), backends=tuple(sch.backends), m=m, n=n, rows_per_block=rows,
+        launch=KernelLaunch(name=spec.name, family="rowwise", kernel_name=kname, backends=tuple(sch.backends),
+                            threads=threads, smem_bytes=smem, num_blocks=num_blocks, blocks_per_sm=per_sm,
+                            kernel_args=args, auto_blocks=persistent and not partials and sch.persistent.num_blocks == "auto",
+                            cluster_dims=(csize, 1, 1), dynamic_sizes=tuple(ranges.values())),
+        sizes=size_values(op.sizes), constants=dict(op.constants), m=m, n=n, rows_per_block=rows,
         warps_per_row=warps_per_row, steps=steps, vec=vec, chunks=chunks, segments=segments, row_regs=row_regs,
-        threads=threads,
-        num_warpgroups=sch.num_warpgroups, num_row_blocks=num_row_blocks, pallas_tiles=tiles, num_blocks=num_blocks,
-        pallas_blocks=pallas_blocks, blocks_per_sm=per_sm,
-        auto_blocks=persistent and not partials and sch.persistent.num_blocks == "auto",
-        persistent=persistent, levels=levels, inputs=ins, outputs=outs,
+        num_warpgroups=sch.num_warpgroups, num_row_blocks=num_row_blocks, pallas_tiles=tiles,
+        pallas_blocks=pallas_blocks, persistent=persistent, levels=levels, inputs=ins, outputs=outs,
         body=tuple((t, PlanExpr(e)) for t, e in body.statements), body_level=dict(body.level),
         body_varies={t: bool(v) for t, v in body.varies.items() if t in dict(body.statements)},
-        body_roles=_roles(op, kinds, body), reductions=reductions, red_slots=red_slots, smem_bytes=smem,
+        body_roles=_roles(op, kinds, body), reductions=reductions, red_slots=red_slots,
         prefetch=prefetch, ring_offset=ring_offset, ring_slot_bytes=slot,
         pallas_smem_bytes=pallas_smem(operands, steps, n), ragged_m=ragged,
         pallas_chunk=pallas_chunks(n, _quantum(operands))[0], pallas_chunks=pallas_chunks(n, _quantum(operands))[1],
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
-        profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), kernel_args=args,
-        dynamic_sizes=tuple(ranges.values()), cluster_dims=(csize, 1, 1))
+        profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved))

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan.hardware import target_field
-from ...plan.common import KernelArg
-from ...plan.dims import DimLike, SizeRange
+from ...plan.launch import KernelLaunch, inline_field
+from ...plan.dims import DimLike
 from ...plan.exprs import PlanExpr
 
 
@@ -35,12 +34,9 @@ class RowReduction:
 
 @dataclass(frozen=True)
 class RowwisePlan:
-    family: str
-    name: str
-    kernel_name: str
+    launch: KernelLaunch = inline_field()   # the launch header (plan/launch.py; plan.json: its fields here)
     sizes: dict
     constants: dict
-    backends: tuple[str, ...]
     m: DimLike                  # the row count (an extent when dynamic)
     n: int                      # the row length
     rows_per_block: int         # R: rows a CTA works on side by side (one per row group of warps)
@@ -50,14 +46,10 @@ class RowwisePlan:
     chunks: int                 # vectors of the row each thread holds (NV; per segment when the row streams)
     segments: int               # 1: the row stays on chip whole; more: it streams through in segments (one pass)
     row_regs: int               # 32-bit registers the kept rows take per thread (S x NV x the row inputs)
-    threads: int
     num_warpgroups: int
     num_row_blocks: DimLike     # cdiv(M, R x S) (CUDA) row blocks
     pallas_tiles: DimLike       # cdiv(M, R): the Pallas pipeline's steps over the whole array
-    num_blocks: DimLike
     pallas_blocks: DimLike
-    blocks_per_sm: int
-    auto_blocks: bool
     persistent: bool
     levels: int                 # sweeps over the row kept on chip (the deepest reduction)
     inputs: tuple[RowOperand, ...]
@@ -68,7 +60,6 @@ class RowwisePlan:
     body_roles: dict            # name -> operand | per_row | constant | temporary | output | reduction
     reductions: tuple[RowReduction, ...]
     red_slots: int              # f32 slots a row group's partials take in SMEM per level (lse: 2)
-    smem_bytes: int             # CUDA: the cross-warp reduction scratch, then the prefetch ring (16-byte aligned)
     prefetch: bool              # CUDA: the next piece of rows is copied to SMEM (cp.async) while this one is reduced
     ring_offset: int            # CUDA: bytes before the prefetch ring in the dynamic SMEM
     ring_slot_bytes: int        # CUDA: one of the ring's two slots (every thread's vectors of one piece)
@@ -82,10 +73,6 @@ class RowwisePlan:
     profile_space: int
     profile_dir: str
     bytes_moved: int
-    kernel_args: tuple[KernelArg, ...]
-    dynamic_sizes: tuple[SizeRange, ...] = ()
-    cluster_dims: tuple[int, int, int] = (1, 1, 1)
-    target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
     @property
     def operands(self) -> tuple[RowOperand, ...]:

@@ -91,7 +91,7 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     row = next(o for nm, o in (op.inputs | op.outputs).items() if kinds and kinds.get(nm) == "row")
     m_name, n_name = row.shape[0], row.shape[1]
     step = plan.rows_per_block * plan.steps
-    ranges = {r.name: r for r in plan.dynamic_sizes}
+    ranges = {r.name: r for r in plan.launch.dynamic_sizes}
     if isinstance(m_name, str):
         want = step * tiles_per_dim
         if m_name in ranges:

@@ -147,7 +147,7 @@ def test_step_specs_plan(causal):
     assert plan(fwd, SourceMap("<fwd>")).with_lse
     bwd = validate_data(graph.steps[0].spec, SourceMap("<bwd>"))
     p = plan(bwd, SourceMap("<bwd>"))
-    assert (p.seq_q, p.heads_q, p.head_dim, p.causal, p.backends) == (4096, 16, 128, causal, ("cuda", "pallas"))
+    assert (p.seq_q, p.heads_q, p.head_dim, p.causal, p.launch.backends) == (4096, 16, 128, causal, ("cuda", "pallas"))
 
 
 def test_dynamic_forward_builds_one_dynamic_backward_step():

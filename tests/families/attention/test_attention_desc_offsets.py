@@ -102,7 +102,7 @@ def test_desc_offsets_keep_the_hgmmas_and_cut_their_issue_cost(built_pair, name)
     if b.plan.head_dim <= 128:
         assert "R2UR" not in opcodes(loop)
     assert len(opcodes(loop)) < len(opcodes(loop_ref))
-    u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
     assert not [o for o in opcodes(t) if o.startswith(("LDL", "STL"))]
 
@@ -125,7 +125,7 @@ def test_offsets_cannot_carry_out_of_the_address_field(name):
     p, hw = plan_spec(BASE, {**CUDA, **VARIANTS[name]}), Hardware()
     buf = {b.name: b.offset for b in p.smem_buffers}
     qk = [((kk * 16) // 64, (kk * 16) % 64 * 2) for kk in range(p.qk_steps)]
-    for base in (hw.smem_reserved_per_block, (hw.smem_per_sm - p.smem_bytes) // 1024 * 1024):
+    for base in (hw.smem_reserved_per_block, (hw.smem_per_sm - p.launch.smem_bytes) // 1024 * 1024):
         tiles = [(base + buf["q"] + w * p.consumer_slab_bytes, 16, [a * p.q_slab_bytes + o for a, o in qk])
                  for w in range(p.num_consumers)]
         for st in range(p.stages):
@@ -135,7 +135,7 @@ def test_offsets_cannot_carry_out_of_the_address_field(name):
         for tile, lbo, offsets in tiles:
             assert tile % 1024 == 0 and all(o % 16 == 0 for o in offsets)
             assert [_desc_at(_desc(tile, lbo), o) for o in offsets] == [_desc(tile + o, lbo) for o in offsets]
-            assert tile + max(offsets) < base + p.smem_bytes <= hw.smem_per_sm < 1 << 18
+            assert tile + max(offsets) < base + p.launch.smem_bytes <= hw.smem_per_sm < 1 << 18
 
 
 GPU_CASES = ["base", "causal", "d64", "gqa", "three_consumers", "ragged_causal", "top_left_sq_gt_skv",

@@ -49,14 +49,14 @@ def _errors(path, ov) -> list[str]:
 
 def test_dynamic_plan_holds_ranges_and_extents():
     p = _plan(DYN)
-    assert p.dynamic_sizes == (SizeRange("B", 1, 64, 1), SizeRange("S", 128, 32768, 128))
+    assert p.launch.dynamic_sizes == (SizeRange("B", 1, 64, 1), SizeRange("S", 128, 32768, 128))
     assert (p.batch, p.seq_q, p.seq_kv, p.heads_q, p.head_dim) == (dims.size("B"), dims.size("S"), dims.size("S"),
                                                                    16, 128)
     at = {"B": 3, "S": 1280}
-    assert dims.evaluate(p.num_tiles, at) == 10 * 16 * 3 == dims.evaluate(p.num_blocks, at)
+    assert dims.evaluate(p.num_tiles, at) == 10 * 16 * 3 == dims.evaluate(p.launch.num_blocks, at)
     assert p.inputs[0].shape == (dims.size("B"), dims.size("S"), 16, 128)
     assert not p.may_ragged_q and not p.may_ragged_kv           # S is a multiple of both blocks
-    i32 = [a for a in p.kernel_args if a.kind == "i32"]
+    i32 = [a for a in p.launch.kernel_args if a.kind == "i32"]
     assert [a.value for a in i32] == [dims.size("B"), dims.size("S")]
     # the largest call: FLOPs for the reports, the 32-bit index math
     assert p.flops == 4 * 64 * 16 * 32768 * 32768 * 128
@@ -144,7 +144,7 @@ def test_small_sizes_of_a_dynamic_spec_are_legal_fixed_values():
         spec, _ = load_spec(str(path))
         got = small_sizes(spec, _plan(path), 2)
         assert got == want, got
-        assert _plan(path, got).dynamic_sizes == ()
+        assert _plan(path, got).launch.dynamic_sizes == ()
     spec, _ = load_spec(str(DYN), {"op.sizes.S": {"dynamic": True, "min": 384, "max": 7680, "multiple_of": 384},
                                    "schedule.backends": ["cuda"]})
     got = small_sizes(spec, plan(spec, _), 2)
@@ -159,7 +159,7 @@ def test_a_one_value_range_is_a_fixed_size_where_the_kernel_needs_a_constant():
         "op.sizes": {"B": {"dynamic": True, "max": 1}, "S": {"dynamic": True, "max": 8192, "multiple_of": 256},
                      "H": {**one, "max": 32, "multiple_of": 32}, "G": one,
                      "D": {"dynamic": True, "max": 128, "multiple_of": 128}}})
-    assert [r.name for r in p.dynamic_sizes] == ["B", "S"]
+    assert [r.name for r in p.launch.dynamic_sizes] == ["B", "S"]
     assert (p.head_dim, p.heads_q, p.heads_kv, p.group) == (128, 32, 8, 4)
     assert p.inputs[1].shape == (dims.size("B"), dims.size("S"), 8, 128)
 
@@ -169,7 +169,7 @@ def test_a_one_value_range_is_a_fixed_size_where_the_kernel_needs_a_constant():
 def test_cuda_kernel_takes_the_dynamic_sizes_as_arguments():
     p = _plan(GQA)
     cu = render(p, "cuda")
-    sig = re.search(rf"{p.kernel_name}\((.*?)\) {{", cu, re.S).group(1)
+    sig = re.search(rf"{p.launch.kernel_name}\((.*?)\) {{", cu, re.S).group(1)
     assert sig.rstrip().endswith("unsigned int* __restrict__ tile_counter, int sz_B, int sz_S")
     # every count comes from the arguments, once, at entry; the loops and the tile order read the locals
     assert "const int sg_num_tiles = ((((sz_S + 128 - 1) / 128) * 32) * sz_B);" in cu
@@ -235,11 +235,11 @@ def test_launch_record_extents_match_static_builds(path, calls, tmp_path, monkey
         want_maps, (want,) = list(fake.encoded), list(fake.launches)
         assert got_maps == want_maps
         assert got["grid"] == want["grid"] and got["block"] == want["block"] and got["smem"] == want["smem"]
-        n_static = len(static.kernel_args)
-        kinds = [a.kind for a in static.kernel_args]      # each package owns its tile counter: its own address
+        n_static = len(static.launch.kernel_args)
+        kinds = [a.kind for a in static.launch.kernel_args]      # each package owns its tile counter: its own address
         assert [x for x, k in zip(got["args"], kinds) if k != "counter"] == \
             [x for x, k in zip(want["args"], kinds) if k != "counter"]
-        assert got["args"][n_static:] == [driver.Arg.i32(sizes[r.name]) for r in dyn.dynamic_sizes]
+        assert got["args"][n_static:] == [driver.Arg.i32(sizes[r.name]) for r in dyn.launch.dynamic_sizes]
 
 
 def test_a_size_out_of_range_is_an_argument_error(tmp_path):

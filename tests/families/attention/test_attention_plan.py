@@ -73,18 +73,18 @@ def test_plan_numbers():
     p = _plan()
     assert (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim) == (1, 16, 16, 4096, 4096, 128)
     assert (p.block_q, p.block_kv, p.stages, p.num_consumers, p.pingpong) == (128, 128, 2, 2, True)
-    assert p.num_tiles == 32 * 16 and p.num_blocks == p.num_tiles
+    assert p.num_tiles == 32 * 16 and p.launch.num_blocks == p.num_tiles
     assert p.flops == 4 * 16 * 4096 * 4096 * 128
     assert abs(p.scale - 128 ** -0.5) < 1e-12 and abs(p.scale_log2 - p.scale * 1.4426950408889634) < 1e-12
     assert p.q_bytes == 128 * 128 * 2 and p.kv_stage_bytes == 128 * 128 * 2
     # [B, S, H, D] seen by TMA as [B, S, H*D] (clipped at each sequence's end); boxes of 64 columns (128 B, swizzled)
-    assert p.kernel_args[0].shape == (1, 4096, 16 * 128) and p.kernel_args[0].box == (1, 64, 64)
-    assert p.kernel_args[0].strides == (4096 * 16 * 128 * 2, 16 * 128 * 2, 2)
-    assert p.kernel_args[1].box == (1, 128, 64)
+    assert p.launch.kernel_args[0].shape == (1, 4096, 16 * 128) and p.launch.kernel_args[0].box == (1, 64, 64)
+    assert p.launch.kernel_args[0].strides == (4096 * 16 * 128 * 2, 16 * 128 * 2, 2)
+    assert p.launch.kernel_args[1].box == (1, 128, 64)
     # causal at Sq = Skv: query i sees i + 1 keys, 4096 * 4097 / 2 pairs a head (not half of 4096^2)
     assert _plan({"op.causal": True}).flops == 4 * 128 * 16 * (4096 * 4097 // 2)
     g = _plan(GQA)
-    assert (g.heads_q, g.heads_kv) == (8, 2) and g.kernel_args[1].shape == (1, 1024, 2 * 128)
+    assert (g.heads_q, g.heads_kv) == (8, 2) and g.launch.kernel_args[1].shape == (1, 1024, 2 * 128)
 
 
 @pytest.mark.parametrize("ov, needle", [
@@ -189,7 +189,7 @@ def test_sass(built, name):
     assert ("BAR.ARV" in ops) == p.pingpong
     # a dynamic grid claims tiles with a GPU-scope atomic add on the counter (the claim and the done count)
     assert len(re.findall(r"ATOMG\.E\.ADD\S*\.GPU", text)) == (2 if p.dynamic else 0)
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []          # ptxas neither spilled nor serialized the wgmmas
 
@@ -210,21 +210,21 @@ def test_compiler_verdicts_are_located_warnings(tmp_path):
 
 def test_persistent_plan_stages_o_where_smem_allows():
     p = _plan(PERSIST)
-    assert p.persistent and p.auto_blocks and p.o_staging and p.kernel_name.endswith("_persist")
+    assert p.persistent and p.launch.auto_blocks and p.o_staging and p.launch.kernel_name.endswith("_persist")
     names = [b.name for b in p.smem_buffers]
     assert "o" in names and "q_empty" in names
     # D = 256: Q 64 KiB + 4 x 32 KiB of K/V leave no room for a 64 KiB O buffer: O goes through the Q tile
     big = _plan({**PERSIST, **D256})
     assert big.persistent and not big.o_staging and "o" not in [b.name for b in big.smem_buffers]
-    assert big.smem_bytes <= 232448
+    assert big.launch.smem_bytes <= 232448
     # one CTA a tile unless the spec asks for the persistent loop (the model's nd_loop default is not a request)
-    assert not _plan().persistent and not _plan().auto_blocks
+    assert not _plan().persistent and not _plan().launch.auto_blocks
 
 
 def test_dynamic_plan_claims_tiles_from_a_counter():
     p = _plan({**DYN, "op.causal": True})
-    assert p.persistent and p.dynamic and p.auto_blocks and p.kernel_name.endswith("_dyn")
-    assert [a.kind for a in p.kernel_args] == ["tmap"] * 4 + ["counter"]
+    assert p.persistent and p.dynamic and p.launch.auto_blocks and p.launch.kernel_name.endswith("_dyn")
+    assert [a.kind for a in p.launch.kernel_args] == ["tmap"] * 4 + ["counter"]
     assert "tile" in [b.name for b in p.smem_buffers] and "tile" not in [b.name for b in _plan(PERSIST).smem_buffers]
     # unset budgets: 32 for the claiming producer, the rest of a 384-thread block's 64512 registers to the consumers
     d = _plan({"schedule.persistent.loop": "dynamic", "schedule.pipeline.memory_registers": None,
@@ -267,7 +267,7 @@ def test_the_static_persistent_grid_plans_for_both_backends():
     """persistent.loop: nd_loop is both backends' (the Pallas kernel's nd_loop); only dynamic is the CUDA one's."""
     spec, src = load_spec(str(BASE), {**PERSIST, "schedule.backends": ["cuda", "pallas"]})
     p = plan(spec, src)
-    assert p.backends == ("cuda", "pallas") and p.persistent and not p.dynamic
+    assert p.launch.backends == ("cuda", "pallas") and p.persistent and not p.dynamic
 
 
 def test_softmax_code_shape_follows_head_dim():

@@ -97,7 +97,7 @@ def _build(overrides):
 def _module(built, folder: Path):
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_sm100_attn_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_sm100_attn_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -123,7 +123,7 @@ def _run(mod, plan, inputs):
 def test_pallas_sm100a_attention_lowers_with_tcgen05_and_tmem(case, tmp_path, sm100a):
     built = _build(LOWER_CASES[case])
     plan = built.plan
-    assert plan.target == "sm_100a" and plan.tcgen05 is not None and plan.backends == ("pallas",)
+    assert plan.launch.target == "sm_100a" and plan.tcgen05 is not None and plan.launch.backends == ("pallas",)
     assert plan.tcgen05.s_cols + plan.tcgen05.p_cols + plan.tcgen05.o_cols <= 512
     mod = _module(built, tmp_path)
     args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in plan.inputs]
@@ -131,7 +131,7 @@ def test_pallas_sm100a_attention_lowers_with_tcgen05_and_tmem(case, tmp_path, sm
     assert sm100a, "the lowering never asked for the architecture"
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"] and len(calls[0][1].split(",")) == len(plan.inputs)
-    assert plan.kernel_name in text
+    assert plan.launch.kernel_name in text
     # S = Q K^T (SMEM x SMEM) and O += P V (P from TMEM: the .kind::f16 MMA with a TMEM A operand), their commits,
     # the TMEM allocation, the softmax's TMEM loads and stores and their waits
     mmas = set(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[\$\d+\], (\[a_desc\]|a_desc), b_desc", text))
@@ -237,7 +237,7 @@ def test_cuda_on_sm100a_is_located_at_the_target_when_backends_is_not_written(tm
     path = tmp_path / "no_backends.yaml"
     path.write_text(text)
     built = build_spec(str(path))
-    assert built.plan.backends == ("pallas",)
+    assert built.plan.launch.backends == ("pallas",)
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan_with_picks
     spec, src = load_spec(str(path))
@@ -250,7 +250,7 @@ def test_sm90a_attention_specs_still_plan_for_hopper():
     holds their rendered sources byte for byte)."""
     from schedgen.plan import to_json
     built = build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"), {"schedule.backends": ["pallas"]})
-    assert built.plan.tcgen05 is None and built.plan.target == "sm_90a"
+    assert built.plan.tcgen05 is None and built.plan.launch.target == "sm_90a"
     assert "tcgen05" not in to_json(built.plan) and "target" not in to_json(built.plan)
 
 

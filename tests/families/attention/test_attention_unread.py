@@ -103,7 +103,7 @@ def test_pallas_only_compiler_params_are_errors_without_pallas(ov, field, needle
 def test_lane_semantics_is_read_by_the_pallas_kernel():
     """With pallas among the backends, lowering_semantics: lane is what the Pallas kernel is written for."""
     p = _plans({"schedule.compiler_params.lowering_semantics": "lane"})
-    assert "pallas" in p.backends
+    assert "pallas" in p.launch.backends
 
 
 def test_every_unread_field_is_reported_at_once():

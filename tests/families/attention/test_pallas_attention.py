@@ -156,7 +156,7 @@ def _module(built, folder: Path):
     """Import the rendered Pallas module (pallas_kernel.py) on its own."""
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_pallas_attention_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_pallas_attention_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -202,7 +202,7 @@ def test_pallas_attention_lowers_for_cuda(case, tmp_path):
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
     assert len(calls[0][1].split(",")) == len(plan.inputs)
-    assert plan.kernel_name in text
+    assert plan.launch.kernel_name in text
     for o in plan.outputs:
         assert re.search(r"tensor<{}x{}>".format("x".join(map(str, o.shape)), o.dtype), text), o.name
 
@@ -552,4 +552,4 @@ def test_lse_with_ragged_blocks_is_refused_on_pallas(over):
     assert p.path[:3] == ("op", "outputs", "lse") and "whole blocks" in p.message and "backends: [cuda]" in p.message
     # the CUDA backend takes them (its GPU tests verify the LSE of ragged blocks)
     assert "cuda" in build_spec(str(SPECS_DIR / "attention_bf16_4096.yaml"),
-                                {**over, "schedule.backends": ["cuda"]}).plan.backends
+                                {**over, "schedule.backends": ["cuda"]}).plan.launch.backends

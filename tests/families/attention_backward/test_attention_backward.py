@@ -129,7 +129,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
 def _module(built, folder: Path):
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_attn_bwd_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_attn_bwd_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -228,7 +228,7 @@ def test_pallas_lowers_for_cuda(case, tmp_path):
     text = jax.jit(mod.make()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(", text)
     assert calls == ["mosaic_gpu_v2", "mosaic_gpu_v2"], calls
-    assert f"{plan.kernel_name}_dkv" in text and f"{plan.kernel_name}_dq" in text
+    assert f"{plan.launch.kernel_name}_dkv" in text and f"{plan.launch.kernel_name}_dq" in text
 
 
 # ------------------------------------------------------------------------------ the planner's located errors
@@ -280,7 +280,7 @@ def test_bundled_specs_plan():
         spec, src = load_spec(str(SPECS_DIR / f"{name}.yaml"))
         p = plan(spec, src)         # the planner's pick: each backend's warp-specialized form (one kernel each)
         assert p.fused and p.wgmma is not None and p.cuda is None and p.consumers == 2
-        assert p.backends == ("cuda", "pallas") and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
+        assert p.launch.backends == ("cuda", "pallas") and p.seq_q == 4096 and p.head_dim == 128 and p.heads_q == 16
         assert p.flops == backward_flops(p.batch, 16, 4096, 4096, 128, p.causal_alignment)
 
 

@@ -69,7 +69,7 @@ def test_compiles_to_tensor_core_mmas_without_local_memory(built, name):
     assert "LDGSTS.E.BYPASS.128" in ops                     # the cp.async rings (16 bytes, L1 bypassed)
     assert not [o for o in ops if o.startswith(("LDL", "STL", "ATOM", "RED"))]   # no spills, no atomics
     assert "MUFU.EX2" in ops
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and u["REG"] <= 255
     assert b.warnings == []
 
@@ -78,10 +78,10 @@ def test_the_plan_is_one_launch_of_both_roles(built):
     p = built["gqa_causal_d128"].plan
     c = p.cuda
     assert (c.dkv_blocks, c.dq_blocks) == (256 // 64 * 2 * 2, 256 // 64 * 4 * 2)
-    assert p.num_blocks == c.dkv_blocks + c.dq_blocks and p.threads == 128
-    assert [a.kind for a in p.kernel_args] == ["ptr"] * 9 and [a.operand for a in p.kernel_args] == list(range(9))
+    assert p.launch.num_blocks == c.dkv_blocks + c.dq_blocks and p.launch.threads == 128
+    assert [a.kind for a in p.launch.kernel_args] == ["ptr"] * 9 and [a.operand for a in p.launch.kernel_args] == list(range(9))
     assert c.q_strides == (256 * 4 * 128, 4 * 128, 128) and c.kv_strides == (256 * 2 * 128, 2 * 128, 128)
-    assert p.smem_bytes == c.smem_bytes >= c.dkv_delta + 64 * 4 + 1024
+    assert p.launch.smem_bytes == c.smem_bytes >= c.dkv_delta + 64 * 4 + 1024
     bh = built["bhsd_scale_f16_stages1"].plan.cuda
     assert bh.q_strides == (3 * 192 * 128, 128, 192 * 128) and bh.kv_strides == (3 * 320 * 128, 128, 320 * 128)
 
@@ -135,10 +135,10 @@ def test_defaults_pick_both_backends_where_the_cuda_kernel_fits(tmp_path):
     spec, src = load_spec(str(path))
     assert "backends" not in spec.schedule.model_fields_set
     p = plan(spec, src)
-    assert p.backends == ("cuda", "pallas") and p.wgmma is not None     # the planner's kind: warp_specialized
+    assert p.launch.backends == ("cuda", "pallas") and p.wgmma is not None     # the planner's kind: warp_specialized
     spec, src = load_spec(str(path), {"schedule.in_specs.k.block_shape": [128, 128]})
     p = plan(spec, src)
-    assert p.backends == ("pallas",) and p.cuda is None
+    assert p.launch.backends == ("pallas",) and p.cuda is None
 
 
 # ------------------------------------------------------------------------------ on the GPU
@@ -184,7 +184,7 @@ def test_torch_autograd_through_the_attention_package_on_gpu(tmp_path, causal):
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     b = build_spec(str(path))
-    assert "cuda" in b.backward.steps["attention_bwd"].plan.backends
+    assert "cuda" in b.backward.steps["attention_bwd"].plan.launch.backends
     package(b, tmp_path / "pkgs")
     sys.path.insert(0, str(tmp_path / "pkgs"))
     try:

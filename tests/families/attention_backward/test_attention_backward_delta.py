@@ -85,7 +85,7 @@ def test_preprocess_variant_compiles_without_the_delta_loop(built, name, reduce)
     assert ops["LDG.E.128.CONSTANT"] >= 2 and not old_ops["LDG.E.128.CONSTANT"]
     assert ops["NANOSLEEP"] >= 1 and "LDG.E.STRONG.GPU" in ops and "STG.E.STRONG.GPU" in ops
     assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []                                        # ptxas: no wgmma serialization, no spill
 
@@ -100,7 +100,7 @@ def test_plan_record_stage_and_workspace(built, name, reduce):
     p, w, ow = b.plan, b.plan.wgmma, old.plan.wgmma
     assert w.dkv_stage == 2 * w.tile64 + 1024 and ow.dkv_stage == 3 * w.tile64 + 1024
     assert w.ds_offset == w.dkv_ring + p.stages * w.dkv_stage and w.ds_offset % 1024 == 0
-    assert w.smem_bytes == ow.smem_bytes - p.stages * w.tile64 == p.smem_bytes <= LIMIT
+    assert w.smem_bytes == ow.smem_bytes - p.stages * w.tile64 == p.launch.smem_bytes <= LIMIT
     per_stage = w.smem_bytes + (w.max_stages - p.stages) * w.dkv_stage
     assert per_stage <= LIMIT < per_stage + w.dkv_stage or w.max_stages == 15
     assert w.max_stages >= ow.max_stages >= p.stages
@@ -109,8 +109,8 @@ def test_plan_record_stage_and_workspace(built, name, reduce):
     assert w.delta_offset == w.workspace_zero == -(-4 * (1 + tiles) // 128) * 128
     assert w.acc_offset == w.delta_offset + 4 * p.batch * p.heads_q * p.seq_q and w.acc_offset % 128 == 0
     assert w.workspace_bytes == w.acc_offset + ow.workspace_bytes
-    assert p.num_blocks == w.pre_blocks + w.dkv_blocks and p.kernel_name == old.plan.kernel_name + "_pre"
-    args = p.kernel_args
+    assert p.launch.num_blocks == w.pre_blocks + w.dkv_blocks and p.launch.kernel_name == old.plan.launch.kernel_name + "_pre"
+    args = p.launch.kernel_args
     assert [a.kind for a in args] == ["tmap"] * 4 + ["ptr"] * 6 + ["workspace"]
     assert [a.operand for a in args] == [0, 1, 2, 4, 3, 4, 5, 6, 7, 8, -1]   # o's map gone: o, do by pointer
     assert (args[-1].value, args[-1].zero) == (w.workspace_bytes, w.workspace_zero)

@@ -39,12 +39,12 @@ def _plan(ov):
 
 def test_the_plan_keeps_the_sizes_dynamic():
     p = _plan({**DYN_BS, "op.causal": True})
-    assert [r.name for r in p.dynamic_sizes] == ["B", "S"]
+    assert [r.name for r in p.launch.dynamic_sizes] == ["B", "S"]
     assert p.causal_offset == 0 and p.group == 1
-    assert [a.kind for a in p.kernel_args] == ["ptr"] * 9 + ["i32", "i32"]
+    assert [a.kind for a in p.launch.kernel_args] == ["ptr"] * 9 + ["i32", "i32"]
     from schedgen.plan import dims as X
     # the grid at a call: (S / 64) x H x B dK/dV blocks, then as many dQ blocks
-    assert X.evaluate(p.num_blocks, {"B": 3, "S": 640}) == 2 * (10 * 2 * 3)
+    assert X.evaluate(p.launch.num_blocks, {"B": 3, "S": 640}) == 2 * (10 * 2 * 3)
     assert p.flops == 10 * 64 * (4096 * 4097 // 2) * 2 * 4          # at the largest sizes
 
 
@@ -84,7 +84,7 @@ def test_cuda_kernel_takes_the_sizes_as_arguments():
     assert "int sz_B, int sz_S)" in src and "if (blockIdx.x < (((sz_S / 64) * 2) * sz_B))" in src
     ops = opcodes(sass(b.files["kernel.cubin"]))
     assert "HMMA.16816.F32.BF16" in ops and "LDSM.16.MT88.4" in ops
-    u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     # the runtime strides cost a few bytes of stack at the register limit: said at the dynamic size, bounded here
     assert u["REG"] <= 255 and u["STACK"] <= 32
     assert all("op.sizes.B" in w for w in b.warnings)
@@ -131,8 +131,8 @@ def test_an_attention_spec_with_dynamic_sizes_builds_its_backward(tmp_path):
     path.write_text((SPECS_DIR / "attention_bf16_dynamic.yaml").read_text() + "backward: {}\n")
     b = build_spec(str(path))
     step = b.backward.steps["attention_bwd"].plan
-    assert [(r.name, r.max, r.multiple_of) for r in step.dynamic_sizes] == [("B", 64, 1), ("S", 32768, 128)]
-    assert "cuda" in step.backends and step.block_q == 64
+    assert [(r.name, r.max, r.multiple_of) for r in step.launch.dynamic_sizes] == [("B", 64, 1), ("S", 32768, 128)]
+    assert "cuda" in step.launch.backends and step.block_q == 64
 
 
 # ------------------------------------------------------------------------------ on the GPU

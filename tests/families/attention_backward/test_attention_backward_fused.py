@@ -136,7 +136,7 @@ def test_fused_lowers_for_cuda(case, tmp_path):
     traced = jax.jit(mod.make()).trace(*args)
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     assert re.findall(r"stablehlo\.custom_call @(\w+)\(", text) == ["mosaic_gpu_v2"]
-    assert f"{plan.kernel_name}_fused" in text and "_dq\"" not in text
+    assert f"{plan.launch.kernel_name}_fused" in text and "_dq\"" not in text
     jaxpr = str(traced.jaxpr)
     # one reduce-add a step body (causal: the masked and the unmasked one)
     assert jaxpr.count("reduction_op=add") == (2 if plan.causal else 1) and "set_max_registers" in jaxpr
@@ -154,7 +154,7 @@ def test_fused_lowers_for_cuda(case, tmp_path):
 def test_rendered_module_reflects_the_plan():
     built = build_spec(str(SPEC), {**FUSED, "op.causal": True})
     p, src = built.plan, built.files["pallas_kernel.py"].decode()
-    assert p.fused and p.consumers == 2 and p.keys == 128 and p.kernel_name.endswith("_fa3")
+    assert p.fused and p.consumers == 2 and p.keys == 128 and p.launch.kernel_name.endswith("_fa3")
     assert "NUM_CONSUMERS = 2" in src and "KEYS = 128" in src and "CONSUMER_REGS, PRODUCER_REGS = 232, 40" in src
     assert 'reduction_op="add"' in src and "_dkv_body" not in src and "_dq_body" not in src
     assert src.count("if masked:") == 1 and "num_threads=NUM_CONSUMERS + 1" in src
@@ -189,12 +189,12 @@ def test_picks_and_explain():
     text = _explain(two)
     assert "pipeline.kind emit_pipeline: two Pallas kernels" in text and "schedule.pipeline.kind =" not in text
     p = _plan(FUSED)
-    assert p.fused and p.consumers == 2 and p.num_blocks == 32 * 16 * 2
+    assert p.fused and p.consumers == 2 and p.launch.num_blocks == 32 * 16 * 2
     text = _explain(FUSED)
     assert "ONE Pallas kernel" in text and "TMA reduce-add" in text and "step 3, dQ kernel" not in text
     assert "schedule.pipeline.num_compute_wgs = 2" in text and f"{p.fused_smem_bytes} B SMEM" in text
     odd = _plan({**FUSED, "op.sizes": {"B": 1, "S": 192, "H": 2, "D": 128}})
-    assert odd.consumers == 1 and odd.num_blocks == 3 * 2
+    assert odd.consumers == 1 and odd.launch.num_blocks == 3 * 2
 
 
 def test_the_kind_pick_falls_back_with_the_reason():

@@ -84,7 +84,7 @@ def test_compiles_to_wgmma_and_tma_without_local_memory(built, name):
     assert "ATOMG.E.ADD.STRONG.GPU" in ops and "MEMBAR.ALL.GPU" in ops
     assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
     assert any(o.startswith("USETMAXREG") for o in ops)
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []                                        # ptxas: no C7517 (wgmma serialized), no spill
 
@@ -92,19 +92,19 @@ def test_compiles_to_wgmma_and_tma_without_local_memory(built, name):
 def test_the_plan_is_one_launch_of_key_blocks_with_a_workspace(built):
     p = built["gqa_causal_d128"].plan
     w = p.wgmma
-    assert p.cuda is None and w.consumers == 2 and w.rows == 128 and w.threads == 384 == p.threads
-    assert w.dkv_blocks == 256 // 128 * 2 * 2 == p.num_blocks and p.kernel_name.endswith("_ws2")
-    assert [a.kind for a in p.kernel_args] == ["tmap"] * 5 + ["ptr"] * 4 + ["workspace"]
-    assert [a.operand for a in p.kernel_args] == [*range(9), -1]
+    assert p.cuda is None and w.consumers == 2 and w.rows == 128 and w.threads == 384 == p.launch.threads
+    assert w.dkv_blocks == 256 // 128 * 2 * 2 == p.launch.num_blocks and p.launch.kernel_name.endswith("_ws2")
+    assert [a.kind for a in p.launch.kernel_args] == ["tmap"] * 5 + ["ptr"] * 4 + ["workspace"]
+    assert [a.operand for a in p.launch.kernel_args] == [*range(9), -1]
     # f32 sums of dQ (B x Hq x Sq x D), then a u32 counter a 64-query tile (rounded up to 16 bytes)
     assert w.counters_offset == 2 * 4 * 256 * 128 and w.counters_bytes == 2 * 4 * (256 // 64) * 4
-    assert p.kernel_args[-1].value == w.workspace_bytes == 4 * w.counters_offset + w.counters_bytes
+    assert p.launch.kernel_args[-1].value == w.workspace_bytes == 4 * w.counters_offset + w.counters_bytes
     assert (w.dq_column_split, w.dq_slabs, w.dq_ksteps) == (True, 1, 8)   # 64 columns each, over all 128 keys
     rec_arg = __import__("schedgen.plan.launch", fromlist=["x"]).launch_record(p).kernel_args[-1]
     assert (rec_arg.kind, rec_arg.value) == ("workspace", w.workspace_bytes)
-    q = p.kernel_args[0]
+    q = p.launch.kernel_args[0]
     assert q.shape == (2, 256, 4 * 128) and q.box == (1, 64, 64) and q.swizzle == 128
-    assert p.kernel_args[1].shape == (2, 256, 2 * 128)
+    assert p.launch.kernel_args[1].shape == (2, 256, 2 * 128)
     assert w.q_strides == (256 * 4 * 128, 4 * 128, 128) and w.kv_strides == (256 * 2 * 128, 2 * 128, 128)
     # K, V (128 rows), 2 stages of Q, dO, O (64 rows) and lse, delta; two dS buffers (64 x 128 bf16)
     assert w.ds_offset == 1024 + 2 * 32768 + 2 * (3 * 16384 + 1024) and w.ds_bytes == 64 * 128 * 2
@@ -112,10 +112,10 @@ def test_the_plan_is_one_launch_of_key_blocks_with_a_workspace(built):
     for other in built.values():   # the dS buffers start 128-byte-swizzle atoms (1024 B), as stmatrix and wgmma assume
         ow = other.plan.wgmma
         assert ow.ds_offset % 1024 == 0 and ow.ds_bytes % 1024 == 0 and ow.dkv_ring % 1024 == 0
-    assert p.smem_bytes == w.smem_bytes <= 232448
+    assert p.launch.smem_bytes == w.smem_bytes <= 232448
     assert (w.producer_regs, w.consumer_regs) == (24, 240)
     one = built["one_consumer_gqa4_causal_stages3"].plan
-    assert (one.wgmma.rows, one.threads, one.wgmma.dkv_blocks) == (64, 256, 5)
+    assert (one.wgmma.rows, one.launch.threads, one.wgmma.dkv_blocks) == (64, 256, 5)
     assert (one.wgmma.dq_column_split, one.wgmma.dq_slabs, one.wgmma.dq_ksteps) == (False, 2, 4)
     d64 = built["plain_d64"].plan.wgmma                                   # 2 consumers, head_dim 64: by keys
     assert (d64.dq_column_split, d64.dq_slabs, d64.dq_ksteps) == (False, 1, 4)
@@ -152,10 +152,10 @@ def test_the_default_is_this_kernel_where_it_plans():
     from schedgen.plan import plan
     spec, src = load_spec(str(SPEC))
     p = plan(spec, src)
-    assert p.wgmma is not None and p.cuda is None and p.threads == 384
+    assert p.wgmma is not None and p.cuda is None and p.launch.threads == 384
     spec, src = load_spec(str(SPEC), {"schedule.pipeline.kind": "emit_pipeline"})
     p = plan(spec, src)
-    assert p.wgmma is None and p.cuda is not None and p.threads == 128
+    assert p.wgmma is None and p.cuda is not None and p.launch.threads == 128
     ov = _bwd_overrides({"B": 1, "SQ": 256, "SKV": 256, "H": 2, "D": 64}, blocks=(64, 128))
     del ov["schedule.pipeline.kind"]
     spec, src = load_spec(str(SPEC), ov)
@@ -441,7 +441,7 @@ def test_bulk_variant_compiles_to_one_bulk_reduce_a_tile(built_bulk, name):
     assert "cp.reduce.async.bulk" in text and "red.global" not in text and "one dS buffer" in text
     assert "BAR.ARV" in ops and "STSM.16.MT88.4" in ops and "UTMALDG.3D" in ops
     assert not [o for o in ops if o.startswith(("LDL", "STL", "HMMA", "LDGSTS"))]
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
     assert b.warnings == []                                        # ptxas: no wgmma serialization, no spill
 
@@ -458,7 +458,7 @@ def test_bulk_plan_accounts_its_smem(built, built_bulk):
         assert w.dq_consumer_bytes == (64 * 64 * 4 if w.dq_column_split else tile)
         assert w.ds_offset == red.ds_offset and w.dq_offset == w.ds_offset + w.ds_bytes and w.dq_offset % 1024 == 0
         assert w.smem_bytes == w.dq_offset + w.dq_bulk_ops * w.dq_bulk_bytes + 1024 <= limit
-        assert built_bulk[name].plan.smem_bytes == w.smem_bytes
+        assert built_bulk[name].plan.launch.smem_bytes == w.smem_bytes
         assert (w.dq_sync_threads, w.dq_converters) == (32 + 128 * w.consumers, 128 * w.consumers)
         assert w.workspace_bytes == red.workspace_bytes
     w, red = built_bulk["bench"].plan.wgmma, built["bench"].plan.wgmma
@@ -815,7 +815,7 @@ def test_overlap_moves_the_waits_as_flashattention3(built_overlap, name):
     assert p.wgmma.overlap is True
     text = sass(b.files["kernel.cubin"])
     assert _wait_sequence(text) == _expected_waits(p, overlap=True)
-    u = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
     assert not [o for o in opcodes(text) if o.startswith(("LDL", "STL"))]
 
@@ -865,7 +865,7 @@ def test_desc_offsets_halve_the_issue_cost_of_the_smem_wgmmas(built_overlap, bui
     assert re.findall(r"HGMMA\.(\S+)", t_ref) == re.findall(r"HGMMA\.(\S+)", t)
     assert _wait_sequence(t) == _wait_sequence(t_ref) == _expected_waits(b.plan, overlap=True)
     assert sum(hgmma_gaps(t)) <= 0.7 * sum(hgmma_gaps(t_ref)), (hgmma_gaps(t_ref), hgmma_gaps(t))
-    u = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    u = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0 and b.warnings == []
 
 

@@ -34,8 +34,8 @@ def test_plan_numbers_of_the_bundled_spec():
     mm = p.mm
     assert (mm.m, mm.n, mm.k, mm.tile_m, mm.tile_n, mm.tile_k, mm.stages, mm.num_consumers) == \
         (1024, 4096, 4096, 128, 256, 64, 4, 2)
-    assert (p.tiles_per_step, p.num_tiles, p.num_blocks, p.threads) == (8 * 16, 2 * 8 * 16, 132, 384)
-    assert p.smem_bytes == mm.smem_bytes and (p.producer_regs, p.consumer_regs) == (40, 232)
+    assert (p.tiles_per_step, p.num_tiles, p.launch.num_blocks, p.launch.threads) == (8 * 16, 2 * 8 * 16, 132, 384)
+    assert p.launch.smem_bytes == mm.launch.smem_bytes and (p.producer_regs, p.consumer_regs) == (40, 232)
     assert p.flops == 2 * 2048 * 4096 * 4096 and p.link_bytes == 1024 * 4096 * 2
     # the ring: device 0 sends to 1 and receives from 1
     assert (p.send_to, p.recv_from, p.send_offset, p.chunk_step, p.slots) == ((1, 0), (1, 0), -1, 1, 1)
@@ -45,11 +45,11 @@ def test_plan_numbers_of_the_bundled_spec():
     assert (p.flag_words, p.done_index, p.flags_bytes) == (9, 8, 256)
     assert (p.received_signal, p.done_signal, p.pallas_received_value) == ("semaphore_signal", "semaphore_signal", 1)
     # kernel parameters: tensor maps over lhs, the gather buffer, rhs and the gathered output
-    tm = {a.what: a for a in p.kernel_args if a.kind == "tmap"}
+    tm = {a.what: a for a in p.launch.kernel_args if a.kind == "tmap"}
     assert tm["lhs"].shape == (1024, 4096) and tm["gather"].shape == (1024, 4096)
     assert tm["out"].shape == (2048, 4096) and tm["out"].box == (64, 64) and tm["rhs"].box == (64, 64)
     assert tm["lhs"].box == (128, 64) and tm["lhs"].swizzle == 128 and tm["lhs"].strides == (8192, 2)
-    assert [a.what for a in p.kernel_args if a.kind != "tmap"] == [
+    assert [a.what for a in p.launch.kernel_args if a.kind != "tmap"] == [
         "lhs", "gather", "peer_gather", "flags", "peer_flags_send", "peer_flags_recv", "device", "epoch"]
     # the remote ref's device id: its validated tree (with the range it was proved over), spelled at render time
     assert p.device_id == "(x - 1) % 2" and p.device_id.ranges == {"x": (0, 1)}
@@ -61,7 +61,7 @@ def test_plan_numbers_of_the_bundled_spec():
 @pytest.mark.parametrize("direction", ["left", "right"])
 def test_ring_forwards_each_chunk_to_the_device_that_multiplies_it_next(d, direction):
     p = _plan(_devices(d, direction))
-    assert p.slots == d - 1 and p.m_total == d * 1024 and p.kernel_args[1].shape == ((d - 1) * 1024, 4096)
+    assert p.slots == d - 1 and p.m_total == d * 1024 and p.launch.kernel_args[1].shape == ((d - 1) * 1024, 4096)
     for dev in range(d):
         assert p.send_to[dev] == (dev + (-1 if direction == "left" else 1)) % d
         assert p.recv_from[p.send_to[dev]] == dev
@@ -74,7 +74,7 @@ def test_ring_forwards_each_chunk_to_the_device_that_multiplies_it_next(d, direc
 def test_received_per_chunk_counts_whole_chunks():
     p = _plan({"schedule.collective.semaphores.received.per": "chunk"})
     assert (p.counters_per_step, p.units_per_counter, p.flag_words, p.done_index) == (1, 1024, 2, 1)
-    assert p.pallas_received_value == p.num_blocks      # Pallas: every block signals once per step
+    assert p.pallas_received_value == p.launch.num_blocks      # Pallas: every block signals once per step
 
 
 def test_copy_units_are_whole_rows_of_at_least_4_KiB():

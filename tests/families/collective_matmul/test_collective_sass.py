@@ -112,9 +112,9 @@ def test_forwarding_only_with_more_than_two_devices(built):
 def test_no_spills_and_no_stack(built, name):
     b, text = built[name]
     assert not [op for op in opcodes(text) if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
-    assert usage["REG"] <= 65536 // b.plan.threads
+    assert usage["REG"] <= 65536 // b.plan.launch.threads
     assert b.warnings == []
 
 

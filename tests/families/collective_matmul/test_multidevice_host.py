@@ -67,17 +67,17 @@ def test_argument_order_is_the_cuda_kernels():
     """The plan's kernel_args (what multidevice packs) in the order of the rendered kernel's parameters."""
     _, p = _spec()
     cu = render(p, "cuda")
-    sig = re.search(re.escape(p.kernel_name) + r"\((.*?)\)\s*\{", cu, re.S).group(1)
+    sig = re.search(re.escape(p.launch.kernel_name) + r"\((.*?)\)\s*\{", cu, re.S).group(1)
     params = [re.split(r"[\s*]+", x.strip())[-1] for x in sig.split(",")]
     names = {("tmap", "lhs"): "tm_lhs", ("tmap", "gather"): "tm_gather", ("tmap", "rhs"): "tm_b",
              ("tmap", "out"): "tm_out", ("ptr", "lhs"): "lhs_ptr", ("ptr", "gather"): "gather_ptr",
              ("ptr", "peer_gather"): "peer_gather", ("ptr", "flags"): "flags",
              ("ptr", "peer_flags_send"): "peer_flags_send", ("ptr", "peer_flags_recv"): "peer_flags_recv",
              ("u32", "device"): "dev", ("u32", "epoch"): "epoch"}
-    assert params == [names[(a.kind, a.what)] for a in p.kernel_args]
+    assert params == [names[(a.kind, a.what)] for a in p.launch.kernel_args]
     kinds = [re.search(r"SgTensorMap|uint8_t\*|uint32_t\*|uint32_t", x).group(0) for x in sig.split(",")]
     assert [{"SgTensorMap": "tmap", "uint8_t*": "ptr", "uint32_t*": "ptr", "uint32_t": "u32"}[k] for k in kinds] == \
-        [a.kind for a in p.kernel_args]
+        [a.kind for a in p.launch.kernel_args]
 
 
 def test_layout_rejects_bad_pointers_and_epochs():

@@ -119,7 +119,7 @@ def test_lowers_for_cuda_under_shard_map(case, tmp_path):
     assert gather in call.split("->")[-1] and out in call.split("->")[-1], call
     assert f"tensor<{p.m_total}x{p.num_devices * p.n}x{p.out_dtype}>" in text      # the global out: P(None, AXIS)
     mo = mosaic_text(text)
-    assert p.kernel_name in mo
+    assert p.launch.kernel_name in mo
     assert "mosaic_gpu.collective_metadata_used" in mo            # remote_ref: peer addresses of the gather buffer
     # one release signal per sending step (received) and one for done; nothing relaxed (semaphore_signal_parallel)
     assert len(re.findall(r"red\.release\.sys\.global\.add\.u32", mo)) == p.slots + 1
@@ -135,7 +135,7 @@ def test_rendered_module_reflects_the_plan(tmp_path):
     p, mod = built.plan, _module(built, tmp_path)
     assert (mod.AXIS, mod.NUM_DEVICES, mod.M, mod.N, mod.K, mod.M_TOTAL) == ("x", 2, 1024, 4096, 4096, 2048)
     assert (mod.TILE_M, mod.TILE_N, mod.TILE_K, mod.STAGES, mod.DELAY_RELEASE) == (128, 256, 64, 4, 1)
-    assert (mod.NUM_BLOCKS, mod.TILES_PER_STEP, mod.COUNTERS, mod.RECEIVED) == (p.num_blocks, 128, 8, 1)
+    assert (mod.NUM_BLOCKS, mod.TILES_PER_STEP, mod.COUNTERS, mod.RECEIVED) == (p.launch.num_blocks, 128, 8, 1)
     assert (mod.CHUNK_STEP, mod.RECV_OFFSET) == (1, 1)
     src = built.files["pallas_kernel.py"].decode()
     assert "send_dev = ((dev - 1) % 2)" in src and "plgpu.remote_ref(gather_gmem, send_dev)" in src

@@ -285,7 +285,7 @@ def test_pallas_kernels_lower_for_cuda(tmp_path, mode):
     text = jax.jit(mod.make({"T": 304})).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"] and len(calls[0][1].split(",")) == 3
-    assert built.plan.kernel_name in text
+    assert built.plan.launch.kernel_name in text
 
 
 def _silu_grad(a):
@@ -359,7 +359,7 @@ def _jax_grad_case(tmp_path, transpose_rhs, interpret):
 
 def _no_local(built):
     from schedgen.toolchain.nvrtc import resource_usage, sass
-    usage = resource_usage(built.files["kernel.cubin"])[built.plan.kernel_name]
+    usage = resource_usage(built.files["kernel.cubin"])[built.plan.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, usage
     text = sass(built.files["kernel.cubin"])
     ops = opcodes(text)
@@ -375,7 +375,7 @@ def train_built():
 def test_training_spec_compiles_every_kernel_without_spills(train_built):
     b = train_built
     assert set(b.backward.steps) == {"dacc", "dx", "dw"} and b.backward.graph.saved == ("pre",)
-    assert [o.name for o in b.plan.outputs] == ["out", "pre"] and b.plan.kernel_args[-2].kind == "ptr"
+    assert [o.name for o in b.plan.outputs] == ["out", "pre"] and b.plan.launch.kernel_args[-2].kind == "ptr"
     text, ops = _no_local(b)                                  # the forward, writing pre from registers too
     assert "HGMMA.64x256x16.F32.BF16" in text and any(op.startswith("STG.E") for op in ops)
     _no_local(b.backward.steps["dacc"])

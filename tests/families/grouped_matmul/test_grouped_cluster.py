@@ -22,7 +22,7 @@ from schedgen.cache import Cache
 from schedgen.explain import explain
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import launch as L
-from schedgen.plan import plan
+from schedgen.plan import plan, to_dict
 from schedgen.runtime.kernel import load_package
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
@@ -34,22 +34,23 @@ PAIR = {"schedule.cluster": [1, 2]}
 @pytest.mark.parametrize("path, tiles_n", [(MIXTRAL, 56), (DEEPSEEK, 16)])
 def test_pair_plan_multicasts_x_between_two_tile_columns(path, tiles_n):
     base, p = plan_spec(path), plan_spec(path, PAIR)
-    assert (p.cluster_n, p.cluster_dims, p.tiles_n, p.cluster_tiles_n) == (2, (2, 1, 1), tiles_n, tiles_n // 2)
+    assert (p.cluster_n, p.launch.cluster_dims, p.tiles_n, p.cluster_tiles_n) == (2, (2, 1, 1), tiles_n, tiles_n // 2)
     mm = p.mm
     assert (mm.cluster_m, mm.cluster_n, mm.multicast, mm.split_k) == (1, 2, "lhs", 1)
     # each CTA loads half of the x rows (its box), both halves land in both CTAs: the stage's bytes are unchanged
-    assert p.kernel_args[0].box == (p.tile_m // 2, base.kernel_args[0].box[1]) and base.kernel_args[0].box[0] == p.tile_m
+    assert p.launch.kernel_args[0].box == (p.tile_m // 2, base.launch.kernel_args[0].box[1]) and base.launch.kernel_args[0].box[0] == p.tile_m
     assert mm.mc_rank_elems == p.tile_m // 2 and mm.mc_rank_bytes == p.tile_m // 2 * mm.swizzle_a
     assert mm.stage_tx_bytes == base.mm.stage_tx_bytes
     assert mm.empty_arrivals == 2 * base.mm.empty_arrivals          # the consumers of both CTAs free a stage
-    assert p.kernel_args[1:] == base.kernel_args[1:]                # w's map (its own tile a CTA), out, pointers
-    assert p.kernel_name == base.kernel_name + "_c1x2" and p.num_blocks % 2 == 0
+    assert p.launch.kernel_args[1:] == base.launch.kernel_args[1:]                # w's map (its own tile a CTA), out, pointers
+    assert p.launch.kernel_name == base.launch.kernel_name + "_c1x2" and p.launch.num_blocks % 2 == 0
     assert L.launch_record(p).cluster == (2, 1, 1) and L.launch_record(base).cluster == (1, 1, 1)
 
 
 def test_plan_json_is_unchanged_without_the_cluster():
-    base, p = L._plain(plan_spec(MIXTRAL)), L._plain(plan_spec(MIXTRAL, PAIR))
-    assert "cluster_n" not in base and "cluster_dims" not in base
+    # cluster_dims is the launch header's (plan.launch), which every family's plan.json shows: [1, 1, 1] here
+    base, p = to_dict(plan_spec(MIXTRAL)), to_dict(plan_spec(MIXTRAL, PAIR))
+    assert "cluster_n" not in base and base["cluster_dims"] == [1, 1, 1]
     assert p["cluster_n"] == 2 and p["cluster_dims"] == [2, 1, 1]
 
 

@@ -31,23 +31,23 @@ def test_family_is_registered_with_its_hooks():
 
 def test_mixtral_plan_walks_the_groups_tiles():
     p = plan_spec(MIXTRAL)
-    assert (p.family, p.groups, p.n, p.k, p.transpose_rhs) == ("grouped_matmul", 8, 14336, 4096, True)
+    assert (p.launch.family, p.groups, p.n, p.k, p.transpose_rhs) == ("grouped_matmul", 8, 14336, 4096, True)
     assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages, p.mm.num_consumers) == (128, 256, 64, 4, 2)
     assert p.tiles_n == 56 and p.tile_order == "planar_snake" and p.epi_store == "tma"
     assert p.mm.cluster_size == 1 and p.mm.multicast == "" and p.mm.split_k == 1
-    assert p.backends == ("cuda",) and p.auto_blocks and p.num_blocks == 132
-    assert [r.name for r in p.dynamic_sizes] == ["T"]
+    assert p.launch.backends == ("cuda",) and p.launch.auto_blocks and p.launch.num_blocks == 132
+    assert [r.name for r in p.launch.dynamic_sizes] == ["T"]
     assert p.offsets_format == "offsets" and p.offsets_len == 9
     assert [(o.name, o.role, o.dtype) for o in p.inputs] == [("x", "lhs", "bf16"), ("w", "rhs", "bf16"),
                                                             ("offsets", "offsets", "i32")]
-    assert p.smem_bytes + p.table_bytes <= 232448
+    assert p.launch.smem_bytes + p.table_bytes <= 232448
 
 
 def test_kernel_arguments_and_launch_record():
     p = plan_spec(MIXTRAL)
-    kinds = [(a.kind, a.operand) for a in p.kernel_args]
+    kinds = [(a.kind, a.operand) for a in p.launch.kernel_args]
     assert kinds == [("tmap", 0), ("tmap", 1), ("tmap", 3), ("ptr", 3), ("ptr", 2), ("i32", -1)]
-    w = p.kernel_args[1]
+    w = p.launch.kernel_args[1]
     assert w.shape == (8, 14336, 4096) and w.box == (1, 256, 64) and w.swizzle == 128
     assert w.strides == (14336 * 4096 * 2, 4096 * 2, 2)
     rec = L.launch_record(p)
@@ -89,7 +89,7 @@ def test_weights_k_n_layout_and_epilogue():
                      "schedule.in_specs.w.block_shape": [64, 256], "op.epilogue":
                             "out = silu(acc) * alpha", "op.constants": {"alpha": 0.5}, "op.outputs.out.dtype": "f32"})
     assert not p.mm.k_major_b and p.out_dtype == "f32"
-    assert p.kernel_args[1].shape == (8, 4096, 14336)
+    assert p.launch.kernel_args[1].shape == (8, 4096, 14336)
     cu = render(p, "cuda")
     assert "sg_tma_load_3d(sb + 0u, &tm_b, full, n0 + 0, k0, grp);" in cu
     assert "sg_silu(v_acc)" in cu and "#define c_alpha" in cu and "st.global.v2.f32" in cu
@@ -159,7 +159,7 @@ def test_pallas_backend_takes_tiles_one_warpgroup_holds():
     rows8 = {"op.sizes.T": {"dynamic": True, "max": 32768, "multiple_of": 8}}
     p = plan_spec(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], "schedule.in_specs": {}, "schedule.out_specs": {},
                             **rows8})
-    assert (p.tile_m, p.tile_n) == (128, 128) and p.backends == ("cuda", "pallas")
+    assert (p.tile_m, p.tile_n) == (128, 128) and p.launch.backends == ("cuda", "pallas")
     line = error_about(spec_errors(MIXTRAL, {"schedule.backends": ["cuda", "pallas"], **rows8}), "schedule.backends")
     assert "one warpgroup a tile" in line and "at most 16384" in line and "128 x 256" in line
     # T must be a multiple of the SMEM tiling's 8 rows (Mosaic GPU cannot round a partial one up)

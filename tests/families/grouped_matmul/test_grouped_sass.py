@@ -58,9 +58,9 @@ def test_sass_has_wgmma_tma_and_no_local_memory(built, name):
     want = f"HGMMA.64x{p.mm.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")   # f16 has no suffix
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
-    assert usage["SHARED"] >= p.table_bytes and usage["SHARED"] + p.smem_bytes <= 232448
+    assert usage["SHARED"] >= p.table_bytes and usage["SHARED"] + p.launch.smem_bytes <= 232448
     assert "UTMALDG.2D" in ops and "UTMALDG.3D" in ops           # x rows; w[g] through the 3-D map
     assert "SHFL.UP" in ops                                      # the warp scans of the group tables
     assert any(op.startswith("STG.E") for op in ops)             # masked stores of a group's last block

@@ -81,7 +81,7 @@ def test_pick_layout_prefers_wide_vectors_then_halves_them():
 def test_mixed_plan_views():
     p = _plan(MIXED)
     reg = p.registers
-    assert p.backends == ("cuda", "pallas")
+    assert p.launch.backends == ("cuda", "pallas")
     # 4 f32 a lane, not 8 bf16: w's f32 stage is 128 B-swizzled (test_a_swizzled_stage_caps_the_vector)
     assert (reg.rows, reg.cols, reg.lane_rows, reg.lane_cols, reg.vec) == (4, 128, 1, 32, 4)
     views = {v.name: v for v in reg.views}
@@ -169,7 +169,7 @@ def test_explain_names_the_layout_and_the_columns():
 ], ids=["mixed_rank3", "dynamic_m", "three_blocks"])
 def test_interpreted_against_float64(path, ov, cache):
     built = build_spec(str(path), ov, cache=cache)
-    assert "pallas" in built.plan.backends and built.plan.registers is not None
+    assert "pallas" in built.plan.launch.backends and built.plan.registers is not None
     checks = verify_built(built, ["pallas"], interpret=True, seed=5)
     assert checks and all(c.ok and c.note == "interpreted, no races" for c in checks), checks
 
@@ -198,7 +198,7 @@ def test_block_rows_the_layout_cannot_take():
         "the block's rows, each warp 8 rows of 8 columns at a time (4 lanes x 2 elements), so the block's rows (4) "
         "must be a multiple of 32: use 32 rows or set schedule.backends: [cuda]"]
     assert _plan(EDGE / "col_scale.yaml", {"schedule.out_specs.o.block_shape": [4, 8],
-                                           "schedule.backends": ["cuda"]}).backends == ("cuda",)
+                                           "schedule.backends": ["cuda"]}).launch.backends == ("cuda",)
 
 
 def test_block_rows_few_columns():
@@ -228,7 +228,7 @@ def test_a_column_spans_whole_blocks():
     assert [line.split(": with a broadcast input")[0] for line in lines[1:]] == [
         "14:3: schedule.in_specs.x.block_shape[0]", "15:23: schedule.out_specs.o.block_shape[0]"]
     assert all("dimension 0 (250) is not a multiple of 8" in line for line in lines[1:])
-    assert _plan(EDGE / "col_scale.yaml", {**ov, "schedule.backends": ["cuda"]}).backends == ("cuda",)
+    assert _plan(EDGE / "col_scale.yaml", {**ov, "schedule.backends": ["cuda"]}).launch.backends == ("cuda",)
 
 
 def test_a_dynamic_column_spans_whole_blocks():
@@ -290,10 +290,10 @@ def test_unwritten_backends_fall_back_to_cuda(tmp_path):
                                  "outputs": {"o": {"shape": ["M", "N"], "dtype": "f32"}}, "body": "o = x * s"}}
     path = tmp_path / "cs.yaml"
     path.write_text(yaml.safe_dump(spec))
-    assert _plan(path).backends == ("cuda",)
+    assert _plan(path).launch.backends == ("cuda",)
     path.write_text(yaml.safe_dump({**spec, "op": {**spec["op"], "sizes": {"M": 256, "N": 512}}}))
     p = _plan(path)
-    assert p.backends == ("cuda", "pallas") and p.registers is not None
+    assert p.launch.backends == ("cuda", "pallas") and p.registers is not None
 
 
 # ------------------------------------------------------------------------------------------------ jax's limits, pinned
@@ -383,7 +383,7 @@ def test_pin_layout_rows_the_planner_refuses():
 def test_column_broadcast_verifies_on_both_backends_on_gpu(path, ov, cache):
     """What the H200 says of the column path (the CPU lowers it, the interpreter runs it; only the GPU runs it)."""
     built = build_spec(str(path), ov, cache=cache)
-    assert set(built.plan.backends) == {"cuda", "pallas"} and built.plan.registers is not None
+    assert set(built.plan.launch.backends) == {"cuda", "pallas"} and built.plan.registers is not None
     checks = verify_built(built, ["cuda", "pallas"])
     assert {c.backend for c in checks} == {"cuda", "pallas"}
     # which backend / output / size failed, in full (the H200 failed one of 200x640's on 2026-12-04 and the

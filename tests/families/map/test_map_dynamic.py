@@ -42,26 +42,26 @@ def _lines(path, ov):
 def test_plan_of_a_dynamic_spec_holds_extents_and_ranges():
     p = _plan(GELU)
     M = dims.size("M")
-    assert p.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
+    assert p.launch.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
     assert p.sizes == {"M": M, "N": 4096}
     assert p.grid == (dims.cdiv(M, 32), 16) and p.num_tiles == dims.cdiv(M, 32) * 16
-    assert p.num_blocks == dims.dmin(dims.cdiv(M, 32) * 16, 132)
+    assert p.launch.num_blocks == dims.dmin(dims.cdiv(M, 32) * 16, 132)
     x = {o.name: o for o in p.operands}["x"]
     assert x.shape == (M, 4096) and x.tma_shape == (M, 4096) and x.tma_strides == (8192, 2)
-    assert [(a.kind, a.value) for a in p.kernel_args] == [("tmap", 0)] * 4 + [("i32", M)]
+    assert [(a.kind, a.value) for a in p.launch.kernel_args] == [("tmap", 0)] * 4 + [("i32", M)]
     for m in (1, 31, 32, 1000, 65536):
-        assert dims.evaluate(p.num_blocks, {"M": m}) == min(-(-m // 32) * 16, 132)
+        assert dims.evaluate(p.launch.num_blocks, {"M": m}) == min(-(-m // 32) * 16, 132)
 
 
 def test_two_dynamic_sizes_in_the_tensor_maps():
     p = _plan(BIAS)
     M, N = dims.size("M"), dims.size("N")
-    assert [r.name for r in p.dynamic_sizes] == ["M", "N"]
+    assert [r.name for r in p.launch.dynamic_sizes] == ["M", "N"]
     x, b, o = p.operands
     assert x.tma_shape == (M, N) and x.tma_strides == (N * 2, 2)
     assert b.tma_shape == (1, N) and b.tma_dims == (-1, 0)         # a vector: one row of a 2-D tensor map
     assert dims.evaluate(b.tma_strides[0], {"N": 768}) == 1536
-    assert [a.value for a in p.kernel_args if a.kind == "i32"] == [M, N]
+    assert [a.value for a in p.launch.kernel_args if a.kind == "i32"] == [M, N]
 
 
 def test_explain_prints_each_dynamic_range():
@@ -73,8 +73,8 @@ def test_explain_prints_each_dynamic_range():
 
 def test_a_fixed_size_override_gives_the_static_plan():
     p = _plan(GELU, {"op.sizes.M": 1000})
-    assert p.dynamic_sizes == () and p.grid == (32, 16) and p.num_blocks == 132
-    assert not any(a.kind == "i32" for a in p.kernel_args)
+    assert p.launch.dynamic_sizes == () and p.grid == (32, 16) and p.launch.num_blocks == 132
+    assert not any(a.kind == "i32" for a in p.launch.kernel_args)
 
 
 # ------------------------------------------------------------------------------------------------ located errors
@@ -94,7 +94,7 @@ def test_a_multiple_of_the_block_needs_no_padding():
           "schedule.in_specs.x.out_of_bounds": "reject", "schedule.in_specs.w.out_of_bounds": "reject",
           "schedule.out_specs.y.out_of_bounds": "reject"}
     p = _plan(GELU, ov)
-    assert p.dynamic_sizes == (SizeRange("M", 64, 65536, 64),)
+    assert p.launch.dynamic_sizes == (SizeRange("M", 64, 65536, 64),)
     assert all(o.oob_fill == "zero" for o in p.operands)   # reject: nothing is ever read out of bounds
 
 
@@ -210,13 +210,13 @@ def test_record_extents_match_static_builds(tmp_path, monkeypatch, path, cases):
         enc_d, go_d = _launch(tmp_path / f"d{k}", dyn, ptrs, sizes, fake)
         enc_s, go_s = _launch(tmp_path / f"s{k}", static, ptrs, {}, fake)
         assert enc_d == enc_s and len(enc_d) == len(dyn.operands)
-        assert go_d["grid"] == go_s["grid"] == (static.num_blocks, 1, 1)
-        assert dims.evaluate(dyn.num_blocks, sizes) == static.num_blocks
+        assert go_d["grid"] == go_s["grid"] == (static.launch.num_blocks, 1, 1)
+        assert dims.evaluate(dyn.launch.num_blocks, sizes) == static.launch.num_blocks
         # the static kernel's parameters, then one i32 per dynamic size, in spec order
         from schedgen.runtime import driver
         n = len(dyn.operands)   # tensor maps first (the fake encodes them as a counter: compared above)
         assert len(go_s["args"]) == n
-        assert go_d["args"][n:] == [driver.Arg.i32(sizes[r.name]) for r in dyn.dynamic_sizes]
+        assert go_d["args"][n:] == [driver.Arg.i32(sizes[r.name]) for r in dyn.launch.dynamic_sizes]
 
 
 def test_record_at_a_size_of_one_keeps_the_dimension(tmp_path, monkeypatch):
@@ -338,7 +338,7 @@ def test_other_schedules_compile_and_run_at_several_sizes(tmp_path, monkeypatch,
     path = tmp_path / "dyn.yaml"
     path.write_text(text)
     b = build_spec(str(path), cache=Cache(tmp_path / "cache"))
-    assert b.plan.dynamic_sizes and not re.search(r"\b(LDL|STL)\b", sass(b.files["kernel.cubin"]))
+    assert b.plan.launch.dynamic_sizes and not re.search(r"\b(LDL|STL)\b", sass(b.files["kernel.cubin"]))
     root = package(b, tmp_path / "pkg")
     mod = load_package(root).pallas_module()
     fake = _fake(monkeypatch)
@@ -347,14 +347,14 @@ def test_other_schedules_compile_and_run_at_several_sizes(tmp_path, monkeypatch,
     for k, sizes in enumerate(cases):
         shapes = {o.name: tuple(dims.evaluate(x, sizes) for x in o.shape) for o in b.plan.operands}
         ins = {o.name: rng.standard_normal(shapes[o.name]).astype(np.float32) for o in b.plan.inputs}
-        got = getattr(mod, b.plan.name)(*(jnp.asarray(ins[o.name]) for o in b.plan.inputs),
+        got = getattr(mod, b.plan.launch.name)(*(jnp.asarray(ins[o.name]) for o in b.plan.inputs),
                                         interpret=interpret_params())
         want = reference(b.spec, sizes | {"N": shapes["o"][-1]}, ins)["o"]
         assert np.asarray(got).shape == shapes["o"] and rel_error(np.asarray(got), want) <= 1e-6
         static = _plan(path, {f"op.sizes.{n}": v for n, v in sizes.items()})
         enc_d, go_d = _launch(tmp_path / f"d{k}", b.plan, ptrs, sizes, fake)
         enc_s, go_s = _launch(tmp_path / f"s{k}", static, ptrs, {}, fake)
-        assert enc_d == enc_s and go_d["grid"] == go_s["grid"] == (static.num_blocks, 1, 1)
+        assert enc_d == enc_s and go_d["grid"] == go_s["grid"] == (static.launch.num_blocks, 1, 1)
 
 
 def test_make_refuses_missing_or_illegal_sizes(tmp_path):

@@ -40,7 +40,7 @@ def test_column_broadcast_plan(cache):
     p = build_spec(str(ROOT / "tests/data/edge/col_scale.yaml"), cache=cache).plan
     s = {o.name: o for o in p.inputs}["s"]
     assert s.minor_bcast and s.tma_dims == (-1, 0) and s.tma_shape == (1, 256) and s.tma.box == (1, 32)
-    assert p.backends == ("cuda", "pallas") and p.registers is not None    # the Pallas kernel reads it from GMEM
+    assert p.launch.backends == ("cuda", "pallas") and p.registers is not None    # the Pallas kernel reads it from GMEM
 
 
 def test_out_of_bounds_grid_rounds_up(cache):

@@ -37,7 +37,7 @@ def test_pallas_interpret_matches_reference_without_races(path):
 
 def test_small_overrides_gives_two_tiles_per_dim():
     b = build_spec(str(spec_files()[0]))
-    assert b.plan.name == "add_bf16"
+    assert b.plan.launch.name == "add_bf16"
     assert small_overrides(b) == {"M": 64, "N": 512}
     assert small_overrides(b, tiles_per_dim=1) == {"M": 32, "N": 256}
 
@@ -67,7 +67,7 @@ def test_pallas_make_lowers_for_cuda(path, tmp_path):
     b = build_spec(str(path))
     mod = load_package(package(b, tmp_path)).pallas_module()
     # a dynamic size at a third of its max (rounded to its step): one call's values
-    sizes = {r.name: max(r.min, r.max // 3 // r.multiple_of * r.multiple_of) for r in b.plan.dynamic_sizes}
+    sizes = {r.name: max(r.min, r.max // 3 // r.multiple_of * r.multiple_of) for r in b.plan.launch.dynamic_sizes}
     shape = {o.name: tuple(dims.evaluate(x, sizes) for x in o.shape) for o in b.plan.operands}
     args = [jax.ShapeDtypeStruct(shape[o.name], mod._DTYPES[o.dtype]) for o in b.plan.inputs]
     assert mod.sizes_of(args) == sizes
@@ -77,7 +77,7 @@ def test_pallas_make_lowers_for_cuda(path, tmp_path):
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
     assert len(calls[0][1].split(",")) == len(b.plan.inputs)       # one operand per kernel input
     assert "kernel_hash" in text
-    assert b.plan.kernel_name in text                                # the serialized Mosaic module names the kernel
+    assert b.plan.launch.kernel_name in text                                # the serialized Mosaic module names the kernel
     out = b.plan.outputs[0]
     dt = {"bf16": "bf16", "f32": "f32", "f16": "f16"}[out.dtype]
     assert re.search(r"->\s*\(?tensor<{}x{}>".format("x".join(map(str, shape[out.name])), dt), text), "result type"
@@ -87,7 +87,7 @@ def test_pallas_function_runs_in_interpret_mode(tmp_path):
     """The generated module's public function (not just run_into) works and matches numpy."""
     from schedgen.verify import interpret_params
     b = build_spec(str(next(p for p in spec_files() if p.stem == "scale_f32")), {"B": 2, "M": 64, "N": 256})
-    assert b.plan.name == "scale_f32"
+    assert b.plan.launch.name == "scale_f32"
     mod = load_package(package(b, tmp_path)).pallas_module()
     x = np.random.default_rng(0).standard_normal((2, 64, 256)).astype(np.float32)
     out = np.asarray(mod.scale_f32(jnp.asarray(x), interpret=interpret_params()))

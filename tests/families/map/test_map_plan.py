@@ -88,7 +88,7 @@ def test_smem_map_aligned_and_disjoint(path):
     spans.sort()
     for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
         assert e0 <= s1, f"{n0} [{s0}, {e0}) overlaps {n1} [{s1}, {e1})"
-    assert p.smem_bytes == spans[-1][1] + 1024 <= H200.smem_per_block
+    assert p.launch.smem_bytes == spans[-1][1] + 1024 <= H200.smem_per_block
 
 
 def test_smem_map_allocator_alignment():
@@ -117,7 +117,7 @@ def test_swizzled_plan_details():
     x = p.inputs[0]
     assert x.tma.swizzle == 128 and x.tma.box == (64, 64) and x.tma.n_boxes == 2 and x.tiling == (8, 64)
     assert p.tile_order == "planar_snake" and p.grid == (64, 32) and p.minor_dim == 1 and p.tile_width == 4
-    assert p.num_blocks == 132 and p.threads == 128
+    assert p.launch.num_blocks == 132 and p.launch.threads == 128
 
 
 def _index_map_py(p, o) -> tuple[str, ...]:
@@ -149,7 +149,7 @@ def test_explain_mentions_grid_and_smem_total():
     p = _plan_file(SPECS_DIR / "add_bf16.yaml")
     text = explain(p)
     assert "  grid       128 x 16 tiles of 32 x 256 (2048 tiles; grid names i, j; order row_major)" in text
-    assert f"SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)" in text
+    assert f"SMEM map ({p.launch.smem_bytes} B incl. 1 KiB alignment slack)" in text
     assert f"full[4] (mbarrier, 1 arrival + {p.tx_bytes} B of TMA transactions per stage)" in text
 
 
@@ -161,7 +161,7 @@ def test_explain_cli(tmp_path):
     p = _plan_file(SPECS_DIR / "add_bf16_swizzled.yaml", {"M": 1024})
     assert "grid       16 x 32 tiles of 64 x 128 (512 tiles; grid names i, j; order planar_snake, minor_dim 1, " \
            "tile_width 4)" in res.stdout
-    assert f"SMEM map ({p.smem_bytes} B incl. 1 KiB alignment slack)" in res.stdout
+    assert f"SMEM map ({p.launch.smem_bytes} B incl. 1 KiB alignment slack)" in res.stdout
     res = subprocess.run([sys.executable, "-m", "schedgen", "explain", "--json", str(SPECS_DIR / "scale_f32.toml")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     import json
@@ -300,7 +300,7 @@ def test_out_of_bounds_nan_fill(tmp_path):
                              'o: {block_shape: [32, 256], index_map: "(i, j)", out_of_bounds: zero}'))
     p = _plan_file(path, {"M": 100, "schedule.backends": ["cuda"]})
     assert [o.oob_fill for o in p.operands] == ["nan", "nan", "zero"]
-    assert [a.oob_nan for a in p.kernel_args] == [True, True, False]
+    assert [a.oob_nan for a in p.launch.kernel_args] == [True, True, False]
     lines = _errors(tmp_path, path.read_text(), {"M": 100, "schedule.backends": ["cuda", "pallas"]})
     assert sum("the Pallas map kernel's TMA loads pad a partial block with zeros" in line for line in lines) == 2
     lines = _errors(tmp_path, OOB.replace("out_of_bounds: zero", "out_of_bounds: nan"),

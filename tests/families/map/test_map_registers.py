@@ -83,10 +83,10 @@ def _check_register_sass(built):
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL", "LDS", "STS", "LD", "ST")], sorted(set(ops))
     # no narrow global stores: every output leaves in 16-byte vectors
     assert not [op for op in ops if op.startswith("STG") and op != "STG.E.128"], sorted(set(ops))
-    usage = resource_usage(built.files["kernel.cubin"])[built.plan.kernel_name]
+    usage = resource_usage(built.files["kernel.cubin"])[built.plan.launch.kernel_name]
     assert usage["LOCAL"] == 0 and usage["STACK"] == 0 and usage["SHARED"] == 0
     # __launch_bounds__(threads, min_blocks) held the registers to the budget that fits min_blocks blocks an SM
-    assert 0 < usage["REG"] <= 65536 // (built.plan.threads * built.plan.regs.min_blocks)
+    assert 0 < usage["REG"] <= 65536 // (built.plan.launch.threads * built.plan.regs.min_blocks)
     return ops
 
 
@@ -94,7 +94,7 @@ def _check_register_sass(built):
 def test_register_path_compiles_to_16_byte_global_accesses(name, cache):
     built = _build(name, cache)
     p = built.plan
-    assert p.data_path == "registers" and p.regs is not None and "_regs_u" in p.kernel_name
+    assert p.data_path == "registers" and p.regs is not None and "_regs_u" in p.launch.kernel_name
     _check_register_sass(built)
     ptx = built.files["kernel.ptx"].decode()
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)
@@ -102,7 +102,7 @@ def test_register_path_compiles_to_16_byte_global_accesses(name, cache):
     # the launch: device pointers, no tensor maps, no dynamic SMEM
     rec = launch_record(p)
     assert rec.smem_bytes == 0
-    assert [a.kind for a in rec.kernel_args] == ["ptr"] * len(p.operands) + ["i32"] * len(p.dynamic_sizes)
+    assert [a.kind for a in rec.kernel_args] == ["ptr"] * len(p.operands) + ["i32"] * len(p.launch.dynamic_sizes)
 
 
 @pytest.mark.parametrize("dtype, unroll", [("f16", 4), ("f8e4m3", 2)])
@@ -130,7 +130,7 @@ def test_mixed_dtypes_column_row_and_two_outputs(mixed, cache):
 def test_plan_records_the_batch_and_occupancy(cache):
     p = _build("add_bf16", cache).plan
     assert (p.regs.unroll, p.regs.chunks, p.regs.batches, p.regs.min_blocks) == (4, 1024, 1, 4)
-    assert p.blocks_per_sm == 4 and p.num_blocks == 132 * 4 and p.smem_buffers == ()
+    assert p.launch.blocks_per_sm == 4 and p.launch.num_blocks == 132 * 4 and p.smem_buffers == ()
     assert p.regs.ragged == (False, False) and not p.regs.partial_batch
     text = explain(p)
     assert "data_path registers: 16-byte global loads and stores, 4 chunks of 8 elements a thread" in text

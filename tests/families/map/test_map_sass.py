@@ -49,7 +49,7 @@ def test_cubin_is_sm90a_elf(built, name):
     b, text = built[name]
     cubin = b.files["kernel.cubin"]
     assert cubin[:4] == b"\x7fELF"
-    assert b.plan.kernel_name in text
+    assert b.plan.launch.kernel_name in text
     ptx = b.files["kernel.ptx"].decode()
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)
 
@@ -83,10 +83,10 @@ def test_sass_has_no_spills_or_generic_accesses(built, name):
 def test_resource_usage_has_no_stack(built, name):
     b, _ = built[name]
     usage = resource_usage(b.files["kernel.cubin"])
-    assert set(usage) == {b.plan.kernel_name}
-    u = usage[b.plan.kernel_name]
+    assert set(usage) == {b.plan.launch.kernel_name}
+    u = usage[b.plan.launch.kernel_name]
     assert u["STACK"] == 0 and u["LOCAL"] == 0
-    assert 0 < u["REG"] <= 65536 // b.plan.threads
+    assert 0 < u["REG"] <= 65536 // b.plan.launch.threads
     manifest = json.loads(b.files["manifest.json"])
     assert manifest["resources"]["stack"] == 0 and manifest["resources"]["reg"] == u["REG"]
 
@@ -98,4 +98,4 @@ def test_ptx_uses_bulk_tensor_copies_and_try_wait(built, name):
     assert "cp.async.bulk.tensor" in ptx
     assert "mbarrier.try_wait" in ptx
     assert "mbarrier.arrive.expect_tx" in ptx
-    assert ptx.count(".entry ") == 1 and f".entry {b.plan.kernel_name}(" in ptx
+    assert ptx.count(".entry ") == 1 and f".entry {b.plan.launch.kernel_name}(" in ptx

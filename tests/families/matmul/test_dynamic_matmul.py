@@ -31,7 +31,7 @@ def dyn(max_, multiple_of=1):
 
 def test_linear_gelu_plans_a_dynamic_m():
     p = plan_spec(LINEAR)
-    assert p.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
+    assert p.launch.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
     assert p.ragged and p.m == D.size("M") and (p.n, p.k) == (4096, 4096)
     assert p.inputs[0].shape == (D.size("M"), 4096) and p.outputs[0].shape == (D.size("M"), 4096)
     # tile counts and the grid follow M; the rest stays folded
@@ -40,10 +40,10 @@ def test_linear_gelu_plans_a_dynamic_m():
         tiles = -(-m // 128)
         assert D.evaluate(p.cluster_tiles_m, {"M": m}) == tiles
         assert D.evaluate(p.num_tiles, {"M": m}) == tiles * 16
-        assert D.evaluate(p.num_blocks, {"M": m}) == min(tiles * 16, 132)
+        assert D.evaluate(p.launch.num_blocks, {"M": m}) == min(tiles * 16, 132)
     # the last kernel argument is M itself
-    assert p.kernel_args[-1].kind == "i32" and p.kernel_args[-1].value == D.size("M")
-    assert p.kernel_args[0].shape == (D.size("M"), 4096)
+    assert p.launch.kernel_args[-1].kind == "i32" and p.launch.kernel_args[-1].value == D.size("M")
+    assert p.launch.kernel_args[0].shape == (D.size("M"), 4096)
 
 
 def test_ragged_dynamic_size_needs_out_of_bounds_zero():
@@ -80,11 +80,11 @@ def test_n_k_and_batch_dynamic():
             "op.epilogue": "out = acc + c", "schedule.in_specs.a.block_shape": [1, 128, 64],
             "schedule.in_specs.b.block_shape": [1, 64, 256]}
     p = plan_spec(BASE, over)
-    assert [r.name for r in p.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.ragged
+    assert [r.name for r in p.launch.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.ragged
     sizes = {"B": 3, "M": 512, "N": 768, "K": 320}
     assert D.evaluate(p.num_tiles, sizes) == 3 * (512 // 256) * (768 // 256)
     assert D.evaluate(p.k_iters, sizes) == 5
-    assert [a.value for a in p.kernel_args if a.kind == "i32"] == [D.size(n) for n in "BMNK"]
+    assert [a.value for a in p.launch.kernel_args if a.kind == "i32"] == [D.size(n) for n in "BMNK"]
     cu = render(p, "cuda")
     assert "const int sz_B, const int sz_M, const int sz_N, const int sz_K)" in cu
     assert "((long long)b * sz_M + row) * sz_N + col" in cu       # the batched C operand's index
@@ -181,7 +181,7 @@ def test_pallas_takes_a_ragged_dynamic_m_of_whole_row_groups_only():
     lines = plan_errors(LINEAR, both)
     assert any("schedule.backends" in ln and "M a multiple of 8" in ln for ln in lines), lines
     eight = {"op.sizes.M": {"dynamic": True, "max": 65536, "multiple_of": 8}}
-    assert "pallas" in plan_spec(LINEAR, {**both, **eight}).backends
+    assert "pallas" in plan_spec(LINEAR, {**both, **eight}).launch.backends
     lines = plan_errors(LINEAR, {**both, **eight, "op.sizes.N": {"dynamic": True, "max": 4096, "multiple_of": 64}})
     assert any("op.inputs.b.shape" in ln and "no masked form" in ln for ln in lines), lines
 
@@ -230,7 +230,7 @@ def test_bundled_dynamic_pallas_module_lowers_at_two_sizes(tmp_path):
 
     import jax
     p = plan_spec(BUNDLED_PALLAS)
-    assert p.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.ragged
+    assert p.launch.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.ragged
     mod = _module(render(p, "pallas"), tmp_path)
     for m in (256, 1280):
         args = [jax.ShapeDtypeStruct((m, 4096), mod._DTYPES["bf16"]), jax.ShapeDtypeStruct((4096, 4096),
@@ -294,7 +294,7 @@ def test_dynamic_m_keeps_the_hot_loop_of_the_static_kernel(tmp_path):
     for name, ov in (("dynamic", {}), ("static", {"M": 4096})):
         b = build_spec(str(LINEAR), ov, cache=cache)
         ops = opcodes(sass(b.files["kernel.cubin"]))
-        usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+        usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
         assert usage["LOCAL"] == 0 and usage["STACK"] == 0, name
         got[name] = sorted(op for op in ops if op.startswith(("HGMMA", "UTMALDG", "UTMASTG")))
     assert got["dynamic"] == got["static"] and got["static"]

@@ -51,7 +51,7 @@ def test_sass_loads_pairs_without_local_memory(tmp_path):
     loads = {op for op in ops if op.startswith("LDG")}
     assert any(".64" in op for op in loads), loads                  # the f32 bias pairs
     assert not any(re.search(r"\.(U16|S16)\b", op) for op in loads), loads   # no 2-byte loads of the residual
-    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert usage["LOCAL"] == 0 and usage["STACK"] == 0
 
 

@@ -113,9 +113,9 @@ def test_planner_picks_for_the_bundled_specs():
         assert (p.swizzle_a, p.swizzle_b, p.atom_a, p.atom_b) == (128, 128, 128, 128)
         assert p.k_wgmmas == 4 and len(p.a_boxes) == 1 and len(p.b_boxes) == 1
         assert (p.a_sbo, p.b_sbo) == (1024, 1024) and p.a_stage_bytes == 128 * 128 and p.b_stage_bytes == 256 * 128
-        tmaps = [a for a in p.kernel_args if a.kind == "tmap"]
+        tmaps = [a for a in p.launch.kernel_args if a.kind == "tmap"]
         assert tmaps[0].box == (128, 128) and tmaps[0].dtype == "f8e4m3" and tmaps[0].strides == (4096, 1)
-        assert p.smem_bytes <= 232448 and p.stages >= 3
+        assert p.launch.smem_bytes <= 232448 and p.stages >= 3
     rw = build_spec(str(ROWWISE), {"schedule.backends": ["cuda"]}).plan
     assert {e.name: e.bcast for e in rw.extras} == {"scale_a": "col", "scale_b": "row", "bias": "row"}
     pt = build_spec(str(PER_TENSOR), {"schedule.backends": ["cuda"]}).plan
@@ -173,7 +173,7 @@ def test_cuda_fp8_compiles_to_qgmma(case):
 def _module(built, folder: Path):
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_fp8_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_fp8_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -254,8 +254,8 @@ def test_pallas_ragged_k_off_its_tiling_picks_cuda(tmp_path):
     text = PER_TENSOR.read_text()
     bare = tmp_path / "fp8_bare.yaml"
     bare.write_text(text[:text.index("schedule:")])
-    assert build_spec(str(bare), {"M": 1000, "N": 1496, "K": 2000}).plan.backends == ("cuda",)
-    assert build_spec(str(PER_TENSOR), {"M": 1000, "N": 1536, "K": 2000, **ZERO_EDGES}).plan.backends == ("cuda",)
+    assert build_spec(str(bare), {"M": 1000, "N": 1496, "K": 2000}).plan.launch.backends == ("cuda",)
+    assert build_spec(str(PER_TENSOR), {"M": 1000, "N": 1536, "K": 2000, **ZERO_EDGES}).plan.launch.backends == ("cuda",)
     msg = _errors(PER_TENSOR, {"M": 1000, "N": 1536, "K": 2000, **ZERO_EDGES,
                                "schedule.backends": ["cuda", "pallas"]})
     assert "K = 2000 is not a multiple of the tile; the Pallas matmul takes that only for K a multiple of 128" in msg
@@ -266,7 +266,7 @@ def test_pallas_ragged_k_off_its_tiling_picks_cuda(tmp_path):
 def _verify(path, ov, backends=("cuda", "pallas")):
     from schedgen.verify import verify_built
     built = build_spec(str(path), ov)
-    checks = verify_built(built, [b for b in backends if b in built.plan.backends], count=1)
+    checks = verify_built(built, [b for b in backends if b in built.plan.launch.backends], count=1)
     for c in checks:
         print(f"{c.spec} {c.backend} {c.shape} rel_error {c.rel_error:.3e} tol {c.tolerance:.1e} {c.note}")
     assert checks and all(c.ok for c in checks), [c.row() for c in checks]
@@ -390,10 +390,10 @@ def test_block_scale_rules_are_located_errors(overrides, where, words):
 
 def test_block_scaled_planner_picks():
     p = build_spec(str(BLOCK), {}).plan
-    assert p.backends == ("cuda",) and (p.tile_m, p.tile_n, p.tile_k) == (128, 128, 128)
+    assert p.launch.backends == ("cuda",) and (p.tile_m, p.tile_n, p.tile_k) == (128, 128, 128)
     assert (p.wg_tile_m, p.wg_tile_n, p.num_consumers, p.delay_release) == (64, 128, 2, 0)
     assert {e.name: e.bcast for e in p.extras} == {"scale_a": "kblock_lhs", "scale_b": "kblock_rhs"}
-    assert p.identity_epilogue and p.k_iters == 128 and p.smem_bytes <= 232448
+    assert p.identity_epilogue and p.k_iters == 128 and p.launch.smem_bytes <= 232448
     # the planner's own picks, with no schedule written, are the bundled spec's
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan as planner

@@ -253,7 +253,7 @@ def test_small_overrides_for_the_bundled_matmul_give_a_plan(spec_path):
     _, p = spec_and_plan(spec_path, small)
     assert (p.m, p.n, p.k) == (512, 512, 128)
     assert (p.tiles_m, p.tiles_n, p.k_iters) == (4, 2, 2) and p.num_tiles == 4 and not p.ragged
-    assert p.kernel_name == b.plan.kernel_name           # same schedule, smaller problem
+    assert p.launch.kernel_name == b.plan.launch.kernel_name           # same schedule, smaller problem
 
 
 def test_small_overrides_keep_a_ragged_spec_ragged_and_cluster_divisible(spec_path):
@@ -438,7 +438,7 @@ def test_explain_matmul_mentions_the_key_numbers(spec_path):
     _, p = spec_and_plan(spec_path)
     text = explain(p)
     for needle in ("M=4096, N=4096, K=4096", "128 x 256 x 64", "m64n256k16", "4-stage", "49152 B per stage",
-                   f"{p.smem_bytes} B", "2 x 1 CTAs", "multicast", "planar_snake", "40/thread", "232/thread",
+                   f"{p.launch.smem_bytes} B", "2 x 1 CTAs", "multicast", "planar_snake", "40/thread", "232/thread",
                    "128 f32 accumulators", "64 x 64 chunks", "out = acc", "137.4 GFLOP", "3.88 waves"):
         assert needle in text, needle
 

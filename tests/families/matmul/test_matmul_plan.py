@@ -36,11 +36,11 @@ def test_base_plan_numbers():
     assert p.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2
     assert (p.cluster_m, p.cluster_n, p.multicast, p.empty_arrivals) == (2, 1, "rhs", 4)
     assert p.num_tiles == (4096 // 256) * (4096 // 256)    # in cluster units
-    assert p.num_blocks == 132 and p.auto_blocks
-    assert p.threads == 384 and 128 * (p.producer_regs + 2 * p.consumer_regs) <= 65536
-    assert p.smem_bytes <= 232448
+    assert p.launch.num_blocks == 132 and p.launch.auto_blocks
+    assert p.launch.threads == 384 and 128 * (p.producer_regs + 2 * p.consumer_regs) <= 65536
+    assert p.launch.smem_bytes <= 232448
     # the rhs box is half the tile's columns per CTA slab: 64 K rows x 64 columns; the output box is the epilogue chunk
-    assert [a.box for a in p.kernel_args] == [(128, 64), (64, 64), (64, 64)]
+    assert [a.box for a in p.launch.kernel_args] == [(128, 64), (64, 64), (64, 64)]
     assert p.flops == 2 * 4096 ** 3
 
 
@@ -56,13 +56,13 @@ def test_smem_buffers_disjoint_and_1k_aligned():
 
 def test_transposed_operands_and_batch():
     p = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]})
-    assert p.k_major_b and p.b_lbo == 1 and p.kernel_args[1].box == (128, 64)   # half of 256 rows per CTA
+    assert p.k_major_b and p.b_lbo == 1 and p.launch.kernel_args[1].box == (128, 64)   # half of 256 rows per CTA
     p = _plan({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]})
-    assert not p.k_major_a and p.kernel_args[0].box == (64, 64)
+    assert not p.k_major_a and p.launch.kernel_args[0].box == (64, 64)
     p = _plan({"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 3}, "op.inputs.a.shape": ["B", "M", "K"],
                "op.inputs.b.shape": ["B", "K", "N"], "op.outputs.out.shape": ["B", "M", "N"]})
     assert p.batch == 3 and p.lhs_batched and p.rhs_batched
-    assert p.num_tiles == 3 * 2 * 2 and [len(a.shape) for a in p.kernel_args] == [3, 3, 3]
+    assert p.num_tiles == 3 * 2 * 2 and [len(a.shape) for a in p.launch.kernel_args] == [3, 3, 3]
 
 
 def test_epilogue_operands_and_code():
@@ -73,7 +73,7 @@ def test_epilogue_operands_and_code():
     assert p.epilogue == (("t", "acc + bias"), ("out", "gelu(t) + beta * c"))
     assert p.epilogue_roles == {"acc": "accumulator", "bias": "operand", "c": "operand", "beta": "constant",
                                 "t": "temporary", "out": "output"}
-    assert [a.kind for a in p.kernel_args] == ["tmap", "tmap", "tmap", "ptr", "ptr"]
+    assert [a.kind for a in p.launch.kernel_args] == ["tmap", "tmap", "tmap", "ptr", "ptr"]
     assert not p.identity_epilogue and _plan().identity_epilogue
     assert _plan({"op.epilogue": "out = +acc"}).identity_epilogue
     assert not _plan({"op.constants": {"s": 2.0}, "op.epilogue": "out = s * acc"}).identity_epilogue
@@ -226,7 +226,7 @@ def test_unknown_matmul_key_lists_matmul_fields(tmp_path):
 def test_explain_prints_the_blocks_register_budget(overrides, line):
     from schedgen.explain import explain
     p = _plan(overrides)
-    assert p.block_regs == {384: 64512, 256: 65536}[p.threads]
+    assert p.block_regs == {384: 64512, 256: 65536}[p.launch.threads]
     assert line in explain(p)
 
 

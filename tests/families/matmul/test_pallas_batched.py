@@ -62,7 +62,7 @@ def _built(tmp_path, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_batched_pallas_matmul_verifies_in_interpret_mode(case, tmp_path):
     built = _built(tmp_path, case)
-    assert built.plan.batched and "pallas" in built.plan.backends
+    assert built.plan.batched and "pallas" in built.plan.launch.backends
     (check,) = verify_built(built, ["pallas"], interpret=True)
     assert check.ok and not check.skipped, check.row()
 

@@ -98,7 +98,7 @@ def _module(built, folder: Path):
     """Import the rendered Pallas module (pallas_kernel.py) on its own."""
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_pallas_matmul_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_pallas_matmul_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -142,7 +142,7 @@ def test_pallas_matmul_lowers_for_cuda(case, tmp_path):
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"], calls
     assert len(calls[0][1].split(",")) == len(plan.inputs)
-    assert plan.kernel_name in text
+    assert plan.launch.kernel_name in text
     out = plan.outputs[0]
     assert re.search(r"->\s*\(?tensor<{}x{}>".format("x".join(map(str, out.shape)), out.dtype), text), "result type"
 
@@ -194,7 +194,7 @@ def test_pallas_matmul_public_function(tmp_path):
     built = _build({**SMALL, **BIAS_GELU})
     mod = _module(built, tmp_path)
     inputs = _inputs(built.plan, seed=1)
-    out = getattr(mod, built.plan.name)(*(jnp.asarray(inputs[o.name]) for o in built.plan.inputs),
+    out = getattr(mod, built.plan.launch.name)(*(jnp.asarray(inputs[o.name]) for o in built.plan.inputs),
                                         interpret=interpret_params())
     assert rel_error(np.asarray(out), _reference(built, inputs)) <= 1e-2
 

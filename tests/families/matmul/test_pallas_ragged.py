@@ -28,7 +28,7 @@ CASES = {   # spec, sizes, overrides: every ragged size a multiple of 8 rows / 6
 def test_ragged_pallas_matmul_verifies_in_interpret_mode(case, tmp_path):
     spec, sizes, over = CASES[case]
     built = build_spec(str(SPECS_DIR / spec), {"op.sizes": sizes, **over}, cache=Cache(tmp_path / "c"))
-    assert built.plan.ragged and "pallas" in built.plan.backends
+    assert built.plan.ragged and "pallas" in built.plan.launch.backends
     (check,) = verify_built(built, ["pallas"], interpret=True)
     assert check.ok and not check.skipped, check.row()
 

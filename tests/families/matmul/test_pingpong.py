@@ -46,7 +46,7 @@ def test_each_consumer_owns_the_whole_tile():
     assert (p.num_consumers, p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (2, 128, 128, 2, 64, 128)
     # a stage is read by one consumer in each CTA of the 2-CTA cluster (cooperative: both consumers of both)
     assert p.empty_arrivals == 2 and plan_spec(BASE, CUDA).empty_arrivals == 4
-    assert p.kernel_name.endswith("_c2x1_pp")
+    assert p.launch.kernel_name.endswith("_c2x1_pp")
     # each consumer has its own epilogue staging buffers
     (epi,) = [b for b in p.smem_buffers if b.name == "epi"]
     assert epi.count == 2 * p.epi_buffers
@@ -173,11 +173,11 @@ def test_sass_has_the_tiles_wgmma_and_no_spills(built, name):
     want = f"HGMMA.64x{p.tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
-    assert usage["STACK"] == 0 and usage["LOCAL"] == 0 and usage["REG"] <= 65536 // p.threads
+    usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
+    assert usage["STACK"] == 0 and usage["LOCAL"] == 0 and usage["REG"] <= 65536 // p.launch.threads
     # the ordering barrier's arrive (bar.arrive) is the ordered form's only
     assert "BAR.ARV" in ops                  # the ordering handshake
-    assert ("UTMALDG.%dD.MULTICAST" % len(p.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
+    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
     assert any(op.startswith("UTMASTG") for op in ops) == (p.epi_store == "tma")
 
 
@@ -185,7 +185,7 @@ def test_bench_specs_are_pingpong_and_cuda_only():
     assert len(SPECS) >= 4
     for name, path in SPECS.items():
         p = plan_spec(path)
-        assert p.pingpong and p.backends == ("cuda",), name
+        assert p.pingpong and p.launch.backends == ("cuda",), name
 
 
 # ---------------------------------------------------------------------------------------------- on the GPU
@@ -238,7 +238,7 @@ def test_gpu_cases_plan_on_the_cpu():
         p = plan_spec(path, overrides)
         assert p.pingpong, case
     p = plan_spec(BASE, GPU_CASES["few_blocks_odd_tiles"][1])
-    assert p.num_tiles == 15 and p.num_blocks == 2          # 8 and 7 tiles per block: an odd count in one
+    assert p.num_tiles == 15 and p.launch.num_blocks == 2          # 8 and 7 tiles per block: an odd count in one
     assert D.is_static(p.num_tiles)
 
 

@@ -69,10 +69,10 @@ def test_sass_has_hgmma_tma_setmaxnreg(built, name):
     lines = [l for l in text.splitlines() if "GMMA" in l]
     assert any("tnspB" in l for l in lines) == (not p.k_major_b)
     assert any("tnspA" in l for l in lines) == (not p.k_major_a)
-    rank = {len(a.shape) for a in p.kernel_args if a.kind == "tmap"}
+    rank = {len(a.shape) for a in p.launch.kernel_args if a.kind == "tmap"}
     assert any(op.startswith(f"UTMALDG.{max(rank)}D") for op in ops)
     assert any(op.startswith("UTMASTG") for op in ops)
-    assert ("UTMALDG.%dD.MULTICAST" % len(p.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
+    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
     assert ops.count("USETMAXREG.DEALLOC.CTAPOOL") + ops.count("USETMAXREG.TRYALLOC.CTAPOOL") >= 2 or \
         sum(op.startswith("USETMAXREG") for op in ops) >= 2, sorted(set(ops))
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops
@@ -84,10 +84,10 @@ def test_no_spills_and_no_stack(built, name):
     b, text = built[name]
     ops = opcodes(text)
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
     # the entry cap that setmaxnreg needs: 65536 / threads, so the budgets are honoured (no C7508 warning)
-    assert usage["REG"] <= 65536 // b.plan.threads
+    assert usage["REG"] <= 65536 // b.plan.launch.threads
 
 
 @pytest.mark.parametrize("name", NAMES)

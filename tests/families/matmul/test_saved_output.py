@@ -74,7 +74,7 @@ def _reference(built, inputs):
 def _module(built, folder: Path):
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_saved_output_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_saved_output_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -109,7 +109,7 @@ def test_pallas_public_function_returns_both(tmp_path):
     built = build_spec(str(BASE), {"schedule.backends": ["pallas"], **SMALL, **SAVE_ACC})
     mod = _module(built, tmp_path)
     inputs = _inputs(built.plan, seed=3)
-    out, pre = getattr(mod, built.plan.name)(*(jnp.asarray(inputs[o.name]) for o in built.plan.inputs),
+    out, pre = getattr(mod, built.plan.launch.name)(*(jnp.asarray(inputs[o.name]) for o in built.plan.inputs),
                                              interpret=interpret_params())
     ref = _reference(built, inputs)
     assert rel_error(np.asarray(out), ref["out"]) <= 1e-2 and rel_error(np.asarray(pre), ref["pre"]) <= 1e-2
@@ -178,7 +178,7 @@ def test_cuda_saved_output_compiles_with_global_stores(cuda_built, name):
     # the kernel takes the saved output's pointer after the epilogue operands, and stores into it
     src = b.files["kernel.cu"].decode()
     assert f"{saved.ctype}* __restrict__ {saved.cname}" in src
-    assert [a.operand for a in p.kernel_args if a.kind == "ptr"][-1] == len(p.inputs) + 1
+    assert [a.operand for a in p.launch.kernel_args if a.kind == "ptr"][-1] == len(p.inputs) + 1
     stg = [op for op in ops if op.startswith("STG")]
     assert stg, "no global stores of the saved value"
     want = ".64" if saved.dtype == "f32" else ""
@@ -187,7 +187,7 @@ def test_cuda_saved_output_compiles_with_global_stores(cuda_built, name):
     if p.epi_store != "direct":
         assert any(op.startswith("UTMASTG") for op in ops)     # the output itself still leaves by TMA
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
 
 

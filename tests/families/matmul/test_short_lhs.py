@@ -29,7 +29,7 @@ def _plan(path, overrides=None):
 
 
 def _lhs_box(p):
-    return p.kernel_args[0].box
+    return p.launch.kernel_args[0].box
 
 
 def test_decode_loads_m_rows_of_the_lhs():

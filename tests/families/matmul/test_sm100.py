@@ -73,7 +73,7 @@ def built(tmp_path_factory):
 def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name):
     b, text = built[name]
     ops = opcodes(text)
-    assert b.plan.target == "sm_100a" and b.plan.blackwell is not None
+    assert b.plan.launch.target == "sm_100a" and b.plan.blackwell is not None
     fp8 = b.plan.in_dtype.startswith("f8")
     assert b.plan.blackwell.mma_kind == ("f8f6f4" if fp8 else "f16")
     assert any(o.startswith("UTCQMMA" if fp8 else "UTCHMMA") for o in ops)   # tcgen05.mma kind::f8f6f4 / ::f16
@@ -90,7 +90,7 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     assert not any(o.startswith("STG") for o in ops)
     assert not any(o.startswith(("HGMMA", "WARPGROUP")) for o in ops)   # no Hopper wgmma
     assert not any(o.startswith(("LDL", "STL")) for o in ops)
-    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert usage.get("LOCAL", 0) == 0 and usage.get("STACK", 0) == 0
     assert (".target sm_100a" in b.files["kernel.ptx"].decode())
     clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
@@ -109,9 +109,9 @@ def test_the_launch_record_carries_the_target_and_the_clc_grid(built):
     rec = b.files["launch.json"].decode()
     assert '"target": "sm_100a"' in rec
     p = b.plan
-    assert p.threads == 192 and p.num_blocks == p.num_tiles == 32 * 16 and not p.auto_blocks   # a CTA a tile
+    assert p.launch.threads == 192 and p.launch.num_blocks == p.num_tiles == 32 * 16 and not p.launch.auto_blocks   # a CTA a tile
     s, _ = built["static_loop"]
-    assert s.plan.num_blocks == 148 and s.plan.auto_blocks                                    # B200: 148 SMs
+    assert s.plan.launch.num_blocks == 148 and s.plan.launch.auto_blocks                                    # B200: 148 SMs
 
 
 def test_instruction_descriptor_fields():
@@ -138,7 +138,7 @@ def test_fp8_instruction_descriptor_and_k_steps(built):
         src = b.files["kernel.cu"].decode()
         assert "tcgen05.mma.cta_group::1.kind::f8f6f4" in src and f"const uint32_t idesc = {bw.idesc}u;" in src
         assert "(uint32_t)((kk * 32) % 128) * 1u" in src             # 32 fp8 = 32 bytes a K step
-        assert b.plan.kernel_args[0].box == (128, 128) and b.plan.kernel_args[1].box == (256, 128)
+        assert b.plan.launch.kernel_args[0].box == (128, 128) and b.plan.launch.kernel_args[1].box == (256, 128)
     pair = built["fp8_cta_pair_256"][0].plan.blackwell
     assert (pair.cta_group, pair.mma_kind, (pair.idesc >> 24) & 0x1F) == (2, "f8f6f4", 256 >> 4)
 
@@ -163,8 +163,8 @@ def test_a_cta_pair_splits_the_tile(built):
     bw = p.blackwell
     assert (bw.cta_group, bw.mma_m, bw.rows, bw.stage_bytes) == (2, 256, 128, 128 * 64 * 2 + 128 * 64 * 2)
     assert (bw.idesc >> 24) & 0x1F == 256 >> 4
-    assert p.num_tiles == 16 * 16 and p.num_blocks == 148 and p.cluster_dims == (2, 1, 1)
-    assert p.kernel_args[0].box == (128, 64)                   # each CTA loads its 128 lhs rows
+    assert p.num_tiles == 16 * 16 and p.launch.num_blocks == 148 and p.launch.cluster_dims == (2, 1, 1)
+    assert p.launch.kernel_args[0].box == (128, 64)                   # each CTA loads its 128 lhs rows
     assert len(bw.b_boxes) == 2                                # and 2 of the 4 64-column rhs slabs
 
 
@@ -231,7 +231,7 @@ def test_the_epilogue_stages_128_byte_rows_through_swizzled_smem_tiles(built):
         bw = p.blackwell
         assert (bw.epi_cols, bw.epi_swizzle, bw.epi_buffers, bw.epi_bytes) == (cols, 128, 2, 32 * 128), name
         assert bw.epi_chunks == p.tile_n // cols and bw.epi_lds == cols // 32
-        out = p.kernel_args[2]
+        out = p.launch.kernel_args[2]
         assert (out.kind, out.box, out.swizzle, out.dtype) == ("tmap", (32, cols), 128, p.out_dtype)
         epi = {b.name: b for b in p.smem_buffers}["epi"]
         assert (epi.offset, epi.bytes, epi.count) == (bw.off_epi, 4096, 8)
@@ -247,7 +247,7 @@ def test_a_written_epilogue_tile_and_buffers_are_planned_as_written():
     p = plan(spec, src)
     bw = p.blackwell
     assert (bw.epi_cols, bw.epi_swizzle, bw.epi_buffers, bw.epi_chunks, bw.epi_lds) == (32, 64, 1, 8, 1)
-    assert p.kernel_args[2].box == (32, 32) and p.kernel_args[2].swizzle == 64 and p.epi_swizzle_mask == 3
+    assert p.launch.kernel_args[2].box == (32, 32) and p.launch.kernel_args[2].swizzle == 64 and p.epi_swizzle_mask == 3
     assert {b.name: b for b in p.smem_buffers}["epi"].count == 4
 
 
@@ -269,8 +269,8 @@ def test_the_staging_tiles_count_in_the_smem_budget():
     spec, src = load_spec(str(SPEC), {**TILE_192, "schedule.pipeline.max_concurrent_steps": 5,
                                       "schedule.epilogue.buffers": 1})
     p = plan(spec, src)
-    assert p.stages == 5 and p.blackwell.epi_buffers == 1 and p.smem_bytes <= 232448
-    assert p.smem_bytes >= 5 * stage + 4 * 4096
+    assert p.stages == 5 and p.blackwell.epi_buffers == 1 and p.launch.smem_bytes <= 232448
+    assert p.launch.smem_bytes >= 5 * stage + 4 * 4096
 
 
 def test_the_tmem_buffer_is_freed_after_its_last_load_before_the_last_store(built):

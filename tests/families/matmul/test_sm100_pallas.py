@@ -114,7 +114,7 @@ def _build(overrides):
 def _module(built, folder: Path):
     path = folder / "pallas_kernel.py"
     path.write_bytes(built.files["pallas_kernel.py"])
-    name = f"_test_sm100_pallas_{built.plan.kernel_name}_{abs(hash(str(folder)))}"
+    name = f"_test_sm100_pallas_{built.plan.launch.kernel_name}_{abs(hash(str(folder)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -161,14 +161,14 @@ def test_pallas_sm100a_lowers_with_tcgen05_and_tmem(case, tmp_path, sm100a):
     overrides, group = LOWER_CASES[case]
     built = _build(overrides)
     plan = built.plan
-    assert plan.target == "sm_100a" and plan.tcgen05 is not None and plan.tcgen05.cta_group == group
+    assert plan.launch.target == "sm_100a" and plan.tcgen05 is not None and plan.tcgen05.cta_group == group
     mod = _module(built, tmp_path)
     args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in plan.inputs]
     text = jax.jit(mod.make()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert sm100a, "the lowering never asked for the architecture"
     calls = re.findall(r"stablehlo\.custom_call @(\w+)\(([^)]*)\)", text)
     assert [c[0] for c in calls] == ["mosaic_gpu_v2"] and len(calls[0][1].split(",")) == len(plan.inputs)
-    assert plan.kernel_name in text
+    assert plan.launch.kernel_name in text
     # the MMA of the group, its commit, the TMEM allocation (of the group), loads and their wait
     assert f"tcgen05.mma.cta_group::{group}.kind::f16" in text
     assert f"tcgen05.mma.cta_group::{3 - group}" not in text
@@ -213,11 +213,11 @@ def test_pallas_sm100a_interpret_matches_float64(case, tmp_path):
     built = _build(INTERPRET_CASES[case])
     plan = built.plan
     if case == "one_cta_nd_loop":
-        assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.stages) == (1, 4, 6, 3)
+        assert (plan.launch.num_blocks, plan.num_tiles, plan.k_iters, plan.stages) == (1, 4, 6, 3)
     if case == "one_staging_buffer":
         assert plan.tcgen05.epi_buffers == 1 and plan.blackwell.epi_buffers == 1
     if case == "cluster2x1_multicast_rhs_wrap":
-        assert (plan.num_blocks, plan.num_tiles, plan.k_iters, plan.tcgen05.relay) == (2, 4, 6, True)
+        assert (plan.launch.num_blocks, plan.num_tiles, plan.k_iters, plan.tcgen05.relay) == (2, 4, 6, True)
     mod = _module(built, tmp_path)
     inputs = _inputs(plan)
     out = _run(mod, plan, inputs)
@@ -244,7 +244,7 @@ def test_one_pallas_sm100a_module_serves_several_sizes(loop, tmp_path):
     from schedgen.verify import races_found
     built = _build({**DYNAMIC, "schedule.persistent.loop": loop})
     plan = built.plan
-    assert [r.name for r in plan.dynamic_sizes] == ["M", "N", "K"] and plan.tcgen05 is not None
+    assert [r.name for r in plan.launch.dynamic_sizes] == ["M", "N", "K"] and plan.tcgen05 is not None
     src = built.files["pallas_kernel.py"].decode()
     assert "def _kernel_body(sz_M, sz_N, sz_K):" in src and "K_ITERS = (-(-sz_K // 64))" in src
     mod = _module(built, tmp_path)
@@ -262,7 +262,7 @@ def test_one_pallas_sm100a_module_serves_several_sizes(loop, tmp_path):
 def test_a_dynamic_pallas_sm100a_module_lowers_at_a_call_size(overrides, group, tmp_path, sm100a):
     built = _build(overrides)
     plan = built.plan
-    sizes = {r.name: v for r, v in zip(plan.dynamic_sizes, (200, 512, 192))}
+    sizes = {r.name: v for r, v in zip(plan.launch.dynamic_sizes, (200, 512, 192))}
     mod = _module(built, tmp_path)
     args = [jax.ShapeDtypeStruct(_shape(o.shape, sizes), mod._DTYPES[o.dtype]) for o in plan.inputs]
     text = jax.jit(mod.make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
@@ -323,7 +323,7 @@ def test_one_sm100a_default_schedule_renders_both_backends(tmp_path):
                     "    a: {shape: [M, K], dtype: bf16}\n    b: {shape: [K, N], dtype: bf16}\n  outputs:\n"
                     "    out: {shape: [M, N], dtype: f32}\nschedule:\n  target: sm_100a\n")
     built = build_spec(str(spec))
-    assert built.plan.backends == ("cuda", "pallas") and built.plan.tcgen05 is not None
+    assert built.plan.launch.backends == ("cuda", "pallas") and built.plan.tcgen05 is not None
     assert "kernel.cubin" in built.files and "plgpu.tcgen05_mma(" in built.files["pallas_kernel.py"].decode()
 
 

@@ -57,7 +57,7 @@ def _counts(built) -> Counter:
 
 
 def _no_local(built) -> None:
-    usage = resource_usage(built.files["kernel.cubin"])[built.plan.kernel_name]
+    usage = resource_usage(built.files["kernel.cubin"])[built.plan.launch.kernel_name]
     assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage
 
 
@@ -65,15 +65,15 @@ def _no_local(built) -> None:
 
 def test_default_reads_global_memory_and_smem_adds_a_slot():
     g, s = plan_spec(BIAS_GELU, CUDA), plan_spec(BIAS_GELU, SMEM)
-    assert g.epi_vectors.slots == 0 and not g.kernel_name.endswith("_vs")
+    assert g.epi_vectors.slots == 0 and not g.launch.kernel_name.endswith("_vs")
     assert "vec" not in {b.name for b in g.smem_buffers}
     vs = s.epi_vectors
-    assert s.kernel_name == g.kernel_name + "_vs"
+    assert s.launch.kernel_name == g.launch.kernel_name + "_vs"
     assert [(v.name, v.bcast, v.elems, v.copies) for v in vs.vectors] == [("bias", "row", 256, 64)]   # 256 f32
     assert (vs.slots, vs.slot_bytes, vs.readers) == (1, 1024, 2)       # cooperative: one slot both consumers read
     bufs = {b.name: b for b in s.smem_buffers}
     assert bufs["vec"].bytes * bufs["vec"].count == 1024 and bufs["vec_full"].count == 1 == bufs["vec_empty"].count
-    assert s.smem_bytes - g.smem_bytes == 1024 + 16                     # the slot and its two barriers, in the budget
+    assert s.launch.smem_bytes - g.launch.smem_bytes == 1024 + 16                     # the slot and its two barriers, in the budget
 
 
 def test_pingpong_has_a_slot_a_consumer_and_columns_are_staged():
@@ -188,7 +188,7 @@ def test_what_cannot_stage_its_operands_is_located(path, overrides, says):
 
 def test_the_slots_count_in_the_smem_budget():
     # fp8 128 x 256 x 128, 4 stages: 230464 B without; scale_a (128 rows), scale_b and bias (256 columns) add 2.5 KiB
-    assert plan_spec(FP8_ROWWISE).smem_bytes == 230464
+    assert plan_spec(FP8_ROWWISE).launch.smem_bytes == 230464
     lines = plan_errors(FP8_ROWWISE, SMEM)
     hit = [ln for ln in lines if "schedule.pipeline.max_concurrent_steps:" in ln and "vec 2560 B" in ln]
     assert hit and "at most 3 stages fit" in hit[0], lines

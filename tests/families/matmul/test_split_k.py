@@ -41,16 +41,16 @@ BASE_SPLIT4 = {**CUDA, "schedule.cluster": [1, 1, 4], "schedule.in_specs.b.colle
 
 def test_split_plan_has_the_partial_tile_and_local_releases():
     p = plan_spec(DECODE, DECODE_SPLIT2)
-    assert (p.split_k, p.cluster_size, p.cluster_dims, p.multicast) == (2, 2, (2, 1, 1), "")
+    assert (p.split_k, p.cluster_size, p.launch.cluster_dims, p.multicast) == (2, 2, (2, 1, 1), "")
     assert (p.tile_m, p.tile_n, p.k_iters) == (64, 128, 64)
     # each CTA reads its own stages: one consumer arrival (a multicast cluster would count both CTAs' consumers)
     assert p.empty_arrivals == p.num_consumers == 1
     bufs = {b.name: b for b in p.smem_buffers}
     assert bufs["red"].bytes == 64 * 128 * 4 and bufs["red"].count == 1
     assert {"red_full", "red_empty"} <= set(bufs)
-    assert p.kernel_name.endswith("_c1x1x2")
+    assert p.launch.kernel_name.endswith("_c1x1x2")
     # 64 tiles x 2 CTAs fill 128 of the 132 SMs; no cluster of 2 is left without a tile
-    assert p.num_tiles == 64 and p.num_blocks == 128
+    assert p.num_tiles == 64 and p.launch.num_blocks == 128
     four = plan_spec(BASE, BASE_SPLIT4)
     assert (four.split_k, four.num_consumers, four.empty_arrivals) == (4, 2, 2)
     assert {b.name: b.bytes for b in four.smem_buffers}["red"] == 128 * 128 * 4
@@ -152,7 +152,7 @@ def test_sass_hands_over_through_dsmem_without_spills(built, name):
     want = f"HGMMA.64x{p.wg_tile_n}x16.F32.BF16"
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[p.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
     assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops      # an arrival on a peer CTA's barrier
     assert "LD.E.128" in ops                           # a peer's partial, 16 B a load, over DSMEM
@@ -204,4 +204,4 @@ def test_gpu_cases_plan_on_the_cpu():
     for case, (path, overrides) in GPU_CASES.items():
         assert plan_spec(path, overrides).split_k > 1, case
     p = plan_spec(BASE, GPU_CASES["persistent_many_tiles"][1])
-    assert p.num_tiles == 64 and p.num_blocks == 8
+    assert p.num_tiles == 64 and p.launch.num_blocks == 8

@@ -109,7 +109,7 @@ def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
     planned one), give the model's units, finishers and contributors."""
     p = plan_spec(path, overrides)
     cu = render(p, "cuda")
-    grids = sorted({p.num_blocks, p.num_blocks - 1, 100, 64, 17, 5, 1})
+    grids = sorted({p.launch.num_blocks, p.launch.num_blocks - 1, 100, 64, 17, 5, 1})
     src = _host_harness(cu, grids).replace("K_ITERS", str(p.k_iters))
     (tmp_path / "h.cpp").write_text(src)
     subprocess.run(["g++", "-O1", "-std=c++17", "-o", str(tmp_path / "h"), str(tmp_path / "h.cpp")], check=True)
@@ -132,10 +132,10 @@ def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
 
 def test_plan_adds_the_workspace_and_names_the_kernel():
     p = plan_spec(GEMM_1536, SKW)
-    assert p.stream_k and p.kernel_name.endswith("_sk") and p.cluster_size == 1
-    ws = p.kernel_args[-1]
+    assert p.stream_k and p.launch.kernel_name.endswith("_sk") and p.cluster_size == 1
+    ws = p.launch.kernel_args[-1]
     assert ws.kind == "workspace"
-    assert ws.value == SK.workspace_bytes(p.num_blocks, p.tile_m, p.tile_n, p.num_consumers)
+    assert ws.value == SK.workspace_bytes(p.launch.num_blocks, p.tile_m, p.tile_n, p.num_consumers)
     # the flags first (132 blocks x 2 consumers x 4 B), the only bytes zeroed at a launch, then the 98304 B slots
     assert (ws.zero, ws.value) == (1056, 1056 + 132 * 128 * 192 * 4)
     cu = render(p, "cuda")
@@ -152,7 +152,7 @@ def test_absent_and_data_parallel_plan_the_same_kernel():
     bare = plan_spec(GEMM_1536)
     dp = plan_spec(GEMM_1536, {"schedule.persistent.decomposition": "data_parallel"})
     assert to_json(bare) == to_json(dp) and not bare.stream_k
-    assert all(a.kind != "workspace" for a in bare.kernel_args)
+    assert all(a.kind != "workspace" for a in bare.launch.kernel_args)
     cu = render(bare, "cuda")
     assert "sk_ws" not in cu and "SgStreamK" not in cu
 
@@ -162,7 +162,7 @@ def test_without_a_written_cluster_stream_k_picks_none():
     backend (the Pallas kernel has no stream-K; the user wrote neither field)."""
     assert plan_spec(GEMM_3000).cluster_size == 2
     p = plan_spec(GEMM_3000, SKW)
-    assert p.stream_k and p.cluster_size == 1 and p.backends == ("cuda",)
+    assert p.stream_k and p.cluster_size == 1 and p.launch.backends == ("cuda",)
 
 
 @pytest.mark.parametrize("overrides, field, says", [
@@ -234,7 +234,7 @@ def test_sass_hands_over_through_global_memory_without_spills(built, name):
     text = sass(b.files["kernel.cubin"])
     ops = opcodes(text)
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
-    usage = resource_usage(b.files["kernel.cubin"])[b.plan.kernel_name]
+    usage = resource_usage(b.files["kernel.cubin"])[b.plan.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0
     assert json.loads(b.files["manifest.json"])["compiler_verdicts"] == []   # no C7515 / C7517 serialization
     assert "MEMBAR.ALL.GPU" in ops and "REDG.E.ADD.STRONG.GPU" in ops       # the release of a partial
@@ -298,9 +298,9 @@ def test_gpu_cases_plan_on_the_cpu():
     for case, (path, overrides) in GPU_CASES.items():
         assert plan_spec(path, overrides).stream_k, case
     few = plan_spec(BASE, GPU_CASES["few_blocks_many_units"][1])
-    assert few.num_tiles == 256 and few.num_blocks == 7
+    assert few.num_tiles == 256 and few.launch.num_blocks == 7
     assert [len(SK.units(256, few.k_iters, 7, c)) for c in range(7)] == [37, 38, 37, 38, 37, 38, 37]
     short = plan_spec(BASE, GPU_CASES["short_k_ragged_bias_residual"][1])
-    assert (short.num_tiles, short.k_iters, short.num_blocks) == (32, 3, 20)
+    assert (short.num_tiles, short.k_iters, short.launch.num_blocks) == (32, 3, 20)
     s = SK.sk_tiles(32, 20) * 3
     assert sum(len(SK.contributors(t, 3, 20, s)[1]) for t in range(SK.sk_tiles(32, 20))) == 12

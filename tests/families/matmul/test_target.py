@@ -33,7 +33,7 @@ def test_each_target_has_its_hardware():
 def test_the_default_target_is_left_out_of_plan_and_launch_json():
     spec, src = load_spec(str(BASE), {"schedule.backends": ["cuda"]})
     p = plan(spec, src)
-    assert p.target == "sm_90a" and "target" not in to_dict(p)
+    assert p.launch.target == "sm_90a" and "target" not in to_dict(p)
     rec = launch_record(p)
     assert rec.target == "sm_90a" and "target" not in rec.to_dict()
     assert from_dict(json.loads(rec.to_json())).target == "sm_90a"   # absent: sm_90a

@@ -43,7 +43,7 @@ def _errors(path, ov) -> list[str]:
 # ------------------------------------------------------------------------------------------------ planning
 
 def test_bundled_specs_plan_with_the_picks():
-    got = {p.name: (p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.levels, p.backends)
+    got = {p.launch.name: (p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.levels, p.launch.backends)
            for p in map(_plan, BUNDLED)}
     assert got == {
         "softmax_bf16": (1, 8, 2, 8, 4, 2, ("cuda", "pallas")),
@@ -57,8 +57,8 @@ def test_bundled_specs_plan_with_the_picks():
 def test_dynamic_m_is_an_extent_and_a_launch_argument():
     p = _plan(SOFTMAX)
     M = dims.size("M")
-    assert p.m == M and p.num_row_blocks == dims.cdiv(M, 2) and p.auto_blocks
-    assert [(a.kind, a.operand) for a in p.kernel_args] == [("ptr", 0), ("ptr", 1), ("i32", -1)]
+    assert p.m == M and p.num_row_blocks == dims.cdiv(M, 2) and p.launch.auto_blocks
+    assert [(a.kind, a.operand) for a in p.launch.kernel_args] == [("ptr", 0), ("ptr", 1), ("i32", -1)]
     cu = render(p, "cuda")
     assert re.search(r"uint16_t\* __restrict__ out_y,\s+int sz_M\)", cu)
     assert "const int num_row_blocks = ((sz_M + 2 - 1) / 2);" in cu
@@ -200,13 +200,13 @@ def test_the_prefetch_ring_follows_pipeline_kind(tmp_path):
     next one copied by cp.async while this one is reduced; none: no ring, the SMEM and the occupancy of before."""
     p = _plan(SOFTMAX)
     assert p.prefetch and p.ring_slot_bytes == 256 * 2 * 4 * 16 and p.ring_offset % 16 == 0
-    assert p.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes and p.blocks_per_sm == 2
+    assert p.launch.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes and p.launch.blocks_per_sm == 2
     cu = render(p, "cuda")
     assert "sg_cp_wait<1>();" in cu and "constexpr int kRingOffset = 256;" in cu
     assert "the next row block is copied to SMEM by cp.async" in explain(p)
     q = _plan(SOFTMAX, {"schedule.pipeline.kind": "none", "schedule.pipeline.max_concurrent_steps": 2})
     # (2 parities x 2 levels x 8 warps x 1 partial, f32; one row in flight: 80 registers, three blocks an SM)
-    assert not q.prefetch and q.smem_bytes == 2 * 2 * 8 * 1 * 4 and q.steps == 1 and q.blocks_per_sm == 3
+    assert not q.prefetch and q.launch.smem_bytes == 2 * 2 * 8 * 1 * 4 and q.steps == 1 and q.launch.blocks_per_sm == 3
     assert "sg_cp_wait<" not in render(q, "cuda") and "prefetch   none (pipeline.kind: none)" in explain(q)
     # element accesses (N not a multiple of 8): cp.async cannot move 2 bytes, so no ring
     assert not _plan(SOFTMAX, {"op.sizes.N": 1001}).prefetch
@@ -218,7 +218,7 @@ def test_the_ring_bounds_blocks_per_sm_and_segments():
     """One 512-thread block of a 32000 vocabulary row: two 64 KiB slots (8 vectors a thread), one block an SM;
     a streaming row goes through the ring in segments of at most 32 registers."""
     x = _plan(XENT)
-    assert x.prefetch and x.segments == 1 and x.ring_slot_bytes == 512 * 8 * 16 and x.blocks_per_sm == 1
+    assert x.prefetch and x.segments == 1 and x.ring_slot_bytes == 512 * 8 * 16 and x.launch.blocks_per_sm == 1
     y = _plan(XENT, {"op.sizes.N": 65536})            # 64 registers kept: streams in 2 segments through the ring
     assert y.prefetch and (y.segments, y.chunks, y.row_regs) == (2, 8, 32)
     z = _plan(XENT, {"op.sizes.N": 65536, "schedule.pipeline.kind": "none",      # fits the registers whole
@@ -261,13 +261,13 @@ def test_the_bundled_262k_softmax_splits_its_rows_across_a_picked_cluster():
     spec, src = load_spec(str(SOFTMAX_262K))
     from schedgen.plan import plan_with_picks
     p, picks = plan_with_picks(spec, src)
-    assert (p.cluster_dims, p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.row_regs) == \
+    assert (p.launch.cluster_dims, p.rows_per_block, p.warps_per_row, p.steps, p.vec, p.chunks, p.row_regs) == \
         ((8, 1, 1), 1, 16, 1, 8, 8, 32)
-    assert p.num_blocks == 256 * 8 and p.backends == ("cuda",) and p.kernel_name.endswith("_c8")
+    assert p.launch.num_blocks == 256 * 8 and p.launch.backends == ("cuda",) and p.launch.kernel_name.endswith("_c8")
     # the cross-warp partials (2 parities x 2 levels x 16 warps) and the cluster's (2 x 2 x 1 row), f32, then the
     # prefetch ring (16-byte aligned): two slots of 512 threads x 8 vectors of 16 B
     assert p.ring_offset == (2 * 2 * 16 + 2 * 2) * 4 and p.ring_slot_bytes == 512 * 8 * 16
-    assert p.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes
+    assert p.launch.smem_bytes == p.ring_offset + 2 * p.ring_slot_bytes
     assert [(k.path, k.value) for k in picks if k.path == ("schedule", "cluster")] == [(("schedule", "cluster"),
                                                                                         [8, 1, 1])]
     from schedgen.plan.launch import launch_record
@@ -287,22 +287,22 @@ def test_a_long_kept_row_plans_with_no_schedule_written(path, n, cluster, regs, 
     column, so at 256 K even 16 CTAs take 32)."""
     spec, src = load_spec(str(unscheduled(path, tmp_path)), {"op.sizes.N": n})
     p = plan(spec, src)
-    assert p.cluster_dims == (cluster, 1, 1) and p.row_regs == regs and p.segments == 1, (p.kernel_name, p.row_regs)
-    assert p.backends == ("cuda",)
+    assert p.launch.cluster_dims == (cluster, 1, 1) and p.row_regs == regs and p.segments == 1, (p.launch.kernel_name, p.row_regs)
+    assert p.launch.backends == ("cuda",)
 
 
 def test_the_bundled_blocking_gets_the_cluster_that_fits_it():
     """A written blocking (2 warpgroups, 2 rows in flight) at 256 K columns: 16 CTAs (non-portable)."""
     p = _plan(SOFTMAX, {"op.sizes.N": 262144})
-    assert p.cluster_dims == (16, 1, 1) and p.row_regs == 64
+    assert p.launch.cluster_dims == (16, 1, 1) and p.row_regs == 64
     assert "non-portable size" in explain(p)
 
 
 def test_a_written_cluster_splits_short_and_streaming_rows_too():
     p = _plan(SOFTMAX, {"schedule.cluster": [2]})          # 8192: 4096 columns a CTA
-    assert p.cluster_dims == (2, 1, 1) and p.chunks == 2 and p.backends == ("cuda",)
+    assert p.launch.cluster_dims == (2, 1, 1) and p.chunks == 2 and p.launch.backends == ("cuda",)
     x = _plan(XENT, {"op.sizes.N": 262144, "schedule.cluster": [2]})   # streams each CTA's 131072 columns
-    assert x.cluster_dims == (2, 1, 1) and x.segments == 4 and x.chunks == 8
+    assert x.launch.cluster_dims == (2, 1, 1) and x.segments == 4 and x.chunks == 8
 
 
 CLUSTER_VARIANTS = [(SOFTMAX_262K, None),
@@ -320,7 +320,7 @@ def test_cluster_kernels_reduce_through_dsmem(path, ov):
     """NVRTC + SASS: the cluster barrier (UCGABAR_ARV / UCGABAR_WAIT), the DSMEM loads (mapa lowers to a PRMT
     into the shared window, SR_SWINHI, then a generic LD), the CTA's rank, and no local memory."""
     p = _plan(path, ov)
-    assert p.cluster_dims[0] > 1
+    assert p.launch.cluster_dims[0] > 1
     cu = render(p, "cuda")
     assert "barrier.cluster.arrive.release.aligned" in cu and "mapa.shared::cluster.u32" in cu
     assert "ld.shared::cluster.f32" in cu and cu.count("sg_cluster_sync();") == p.levels + 1
@@ -421,7 +421,7 @@ def _interpret(path, sizes: dict, seed: int, ov=None, inputs=None):
     from schedgen.reference import random_inputs
     from schedgen.verify import interpret_params, poisoned_outputs
     b = build_spec(str(path), overrides={**{f"op.sizes.{k}": v for k, v in sizes.items() if k == "N"}, **(ov or {})})
-    assert "pallas" in b.plan.backends, b.plan.backends
+    assert "pallas" in b.plan.launch.backends, b.plan.launch.backends
     kernel = load_package(package(b, __import__("tempfile").mkdtemp(prefix="rowwise-")))
     ins = inputs(b.plan, sizes) if inputs else random_inputs(b.spec, sizes, seed)
     call = kernel.bind([ins[o.name].shape for o in b.plan.inputs])
@@ -524,7 +524,7 @@ def test_pallas_renders_the_reductions_with_jnp(tmp_path):
 def test_pallas_row_limits_are_located(ov, what):
     lines = _errors(SOFTMAX, {**ov, "schedule.backends": ["pallas"]})
     assert any("op." in line and what in line and "jax 0.11.2" in line for line in lines), lines
-    assert _plan(SOFTMAX, ov).backends == ("cuda",)               # unwritten backends: the planner drops Pallas
+    assert _plan(SOFTMAX, ov).launch.backends == ("cuda",)               # unwritten backends: the planner drops Pallas
 
 
 def test_unknown_kind_lists_the_families(tmp_path):
@@ -558,7 +558,7 @@ def _lower(built, tmp_path):
 def test_pallas_holdouts_lower_for_cuda(path, ov, tmp_path):
     pytest.importorskip("jax")
     built = build_spec(str(path), ov)
-    assert "pallas" in built.plan.backends
+    assert "pallas" in built.plan.launch.backends
     assert "mosaic_gpu" in _lower(built, tmp_path)
 
 
@@ -602,7 +602,7 @@ def test_gpu_cluster_cases_plan_on_the_cpu(tmp_path):
         if "schedule.cluster" not in ov:
             path = unscheduled(path, tmp_path)
         p = _plan(path, ov)
-        assert p.cluster_dims[0] > 1 and p.backends == ("cuda",), case
+        assert p.launch.cluster_dims[0] > 1 and p.launch.backends == ("cuda",), case
         assert not re.search(r"\b(LDL|STL)\b", sass(compile_cuda(render(p, "cuda")).cubin)), case
 
 

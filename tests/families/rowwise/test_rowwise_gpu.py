@@ -93,7 +93,7 @@ def test_rows_split_across_a_cluster(case):
     if "schedule.cluster" not in ov:        # the planner's picks for the long row, not the bundled blocking
         path = unscheduled(path, tempfile.mkdtemp(prefix="rowwise-spec-"))
     built = build_spec(str(path), ov)
-    assert built.plan.cluster_dims[0] > 1, built.plan.kernel_name
+    assert built.plan.launch.cluster_dims[0] > 1, built.plan.launch.kernel_name
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     for m, seed in ((64, 11), (3, 12)):
         _check(built, kernel, {"M": m, "N": n}, seed, ["cuda"])
@@ -179,7 +179,7 @@ def test_torch_peers_verify():
 def test_bundled_pallas_at_an_odd_row_count(stem):
     """Pallas (one Mosaic GPU compile a shape: last in this file, the slow part) at an odd M, the last step partial."""
     built = build_spec(str(SPECS_DIR / f"{stem}.yaml"))
-    assert "pallas" in built.plan.backends
+    assert "pallas" in built.plan.launch.backends
     kernel = load_package(package(built, tempfile.mkdtemp(prefix="rowwise-gpu-")))
     _check(built, kernel, {"M": 777, "N": SPECS[stem]}, 4, ["pallas"])
 
