@@ -53,7 +53,7 @@ def test_left_out_it_is_no_error_without_cuda(tmp_path, name):
     path = tmp_path / name
     path.write_text(text.replace(line, ""))
     spec, src = load_spec(str(path), {"schedule.backends": ["pallas"]})
-    assert list(plan(spec, src).backends) == ["pallas"]
+    assert list(plan(spec, src).launch.backends) == ["pallas"]
 
 
 def test_delta_preprocess_without_the_wgmma_kernel_is_a_located_error():
@@ -68,9 +68,9 @@ def test_a_field_that_only_renames_the_kernel_changes_no_product():
     one = plan(spec, src)
     spec3, src3 = load_spec(str(SPECS_DIR / "add_bf16.yaml"), {"schedule.num_warpgroups": 3})
     three = plan(spec3, src3)
-    assert one.kernel_name != three.kernel_name
+    assert one.launch.kernel_name != three.launch.kernel_name
     a, b = products(one), products(three)
-    assert a["pallas"] == b["pallas"] and KERNEL in a["pallas"] and one.kernel_name not in a["pallas"]
+    assert a["pallas"] == b["pallas"] and KERNEL in a["pallas"] and one.launch.kernel_name not in a["pallas"]
     assert a["cuda"] != b["cuda"]
     assert normalize("k_wg2 k_wg2_pre", "k_wg2") == f"{KERNEL} {KERNEL}_pre"
 

@@ -214,7 +214,7 @@ def test_bundled_spec_plans_for_both_backends():
     spec, src = load_spec(str(SPEC), BOTH)
     both = planner.plan(spec, src)
     spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"]})
-    assert both.backends == ("cuda", "pallas") and planner.to_dict(both) | {"backends": None} == \
+    assert both.launch.backends == ("cuda", "pallas") and planner.to_dict(both) | {"backends": None} == \
         planner.to_dict(planner.plan(spec, src)) | {"backends": None}
 
 
@@ -363,7 +363,7 @@ def test_pallas_attention_public_function(tmp_path):
     plan = built.plan
     mod = _module(built, tmp_path)
     inputs = _inputs(plan, seed=1)
-    o, lse = getattr(mod, plan.name)(*(jnp.asarray(inputs[x.name]) for x in plan.inputs), interpret=interpret_params())
+    o, lse = getattr(mod, plan.launch.name)(*(jnp.asarray(inputs[x.name]) for x in plan.inputs), interpret=interpret_params())
     assert races_found() is False
     ref = attention_reference(built.spec, plan.sizes, inputs, sample=False)
     assert o.shape == plan.outputs[0].shape and lse.shape == (1, 2, 256) and lse.dtype == jnp.float32

@@ -120,7 +120,7 @@ def test_the_plan_is_one_launch_of_key_blocks_with_a_workspace(built):
     d64 = built["plain_d64"].plan.wgmma                                   # 2 consumers, head_dim 64: by keys
     assert (d64.dq_column_split, d64.dq_slabs, d64.dq_ksteps) == (False, 1, 4)
     bh = built["bhsd_scale_f16_stages1"].plan
-    assert bh.kernel_args[0].shape == (2 * 3, 256, 128) and bh.wgmma.kv_strides == (3 * 384 * 128, 128, 384 * 128)
+    assert bh.launch.kernel_args[0].shape == (2 * 3, 256, 128) and bh.wgmma.kv_strides == (3 * 384 * 128, 128, 384 * 128)
 
 
 def test_rendering_reflects_the_plan(built):
