@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import shutil
@@ -90,19 +91,11 @@ def run_bounded(cmd: list[str], log: Path, timeout: float) -> tuple[str, int | N
         try:
             rc = p.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
-            with _quiet():
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             return "HANG", None, time.monotonic() - t0
     return ("ok" if rc == 0 else "CRASH" if rc < 0 else "FAIL"), rc, time.monotonic() - t0
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], ProcessLookupError)
 
 
 def tail(path: Path, lines: int = 3, width: int = 200) -> str:

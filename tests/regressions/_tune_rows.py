@@ -89,3 +89,19 @@ def one_db_line(err: str, db: Path, *parts: str) -> str:
     for part in parts:
         assert part in lines[0], (part, lines[0])
     return lines[0]
+
+
+def fake_tuning(monkeypatch, tmp_path) -> None:
+    """A tuning run on the CPU: its own cache, no GPU named, the fake runner measuring."""
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(T, "current_gpu", lambda: None)
+    monkeypatch.setattr(T, "WorkerRunner", FakeRunner)
+
+
+def run(argv) -> int | str | None:
+    """`schedgen ARGV` in this process: its exit status (a usage error's SystemExit code included)."""
+    from schedgen import cli
+    try:
+        return cli.main([str(a) for a in argv])
+    except SystemExit as stop:
+        return stop.code

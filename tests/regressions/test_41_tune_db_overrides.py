@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from _specs import add_with_tune
-from _tune_rows import ADD_DYN, FakeRunner, fill, one_db_line
-from schedgen import cli
+from _tune_rows import ADD_DYN, fill, one_db_line, fake_tuning, run as _run
 from schedgen import tune as T
 
 SMALL = "tune:\n  params:\n    block_M: [16, 32]\n"
@@ -26,16 +25,7 @@ X_BLOCK = "schedule.in_specs.x.block_shape"
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(T, "current_gpu", lambda: None)
-    monkeypatch.setattr(T, "WorkerRunner", FakeRunner)
-
-
-def _run(argv):
-    try:
-        return cli.main([str(a) for a in argv])
-    except SystemExit as stop:
-        return stop.code
+    fake_tuning(monkeypatch, tmp_path)
 
 
 def _edit_overrides(db, edit):

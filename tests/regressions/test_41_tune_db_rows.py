@@ -14,8 +14,7 @@ import sqlite3
 import pytest
 
 from _specs import add_with_tune
-from _tune_rows import ADD_DYN, FakeRunner, fill, one_db_line, set_column
-from schedgen import cli
+from _tune_rows import ADD_DYN, fill, one_db_line, set_column, fake_tuning, run as _run
 from schedgen import tune as T
 from schedgen.tune import rows as R
 
@@ -57,16 +56,7 @@ CASES = {
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(T, "current_gpu", lambda: None)
-    monkeypatch.setattr(T, "WorkerRunner", FakeRunner)
-
-
-def _run(argv):
-    try:
-        return cli.main([str(a) for a in argv])
-    except SystemExit as stop:
-        return stop.code
+    fake_tuning(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("command", ["export", "build", "tune"])
