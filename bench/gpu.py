@@ -46,7 +46,8 @@ MAGNITUDE = 1e3
 SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
 # what a change outside any family folder touches: every family (the shared pipeline)
 SHARED = ("schedgen/runtime/", "schedgen/toolchain/", "schedgen/render/", "schedgen/build.py", "schedgen/verify.py",
-          "schedgen/reference.py", "schedgen/plan/", "schedgen/frontend/", "schedgen/autodiff/", "pyproject.toml")
+          "schedgen/reference.py", "schedgen/plan/", "schedgen/frontend/", "schedgen/autodiff/", "templates/common/",
+          "pyproject.toml")
 
 
 @dataclass
@@ -377,6 +378,8 @@ def selection(files: list[str]) -> tuple[list[Path], list[str], str]:
         parts = f.split("/")
         if f.startswith("schedgen/families/") and len(parts) > 3:
             kinds.add(parts[2])
+        elif f.startswith("templates/") and len(parts) > 2:        # a family's templates: templates/<kind>/
+            kinds.add(parts[1])
         elif f.startswith("specs/") and f.endswith(SPEC_SUFFIXES) and (ROOT / f).exists():
             specs.add(ROOT / f)
         elif f.startswith("tests/") and f.endswith(".py"):

@@ -53,7 +53,7 @@ def write_spec(folder: Path) -> Path:
 def dry_measure(built, backend, options):
     """The synthetic time of --dry (runs in the runner's worker): deeper rings and wider bands a little faster."""
     p = built.plan
-    return {"time_ms": 0.2 + 0.01 / p.stages + 0.001 * p.tile_width + 0.002 * p.cluster_m, "detail": "dry"}
+    return {"time_ms": 0.2 + 0.01 / p.pipeline.stages + 0.001 * p.tiles.tile_width + 0.002 * p.cluster.cluster_m, "detail": "dry"}
 
 
 def dry_verify(built, backend, options):

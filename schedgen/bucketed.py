@@ -28,7 +28,7 @@ from .cache import Cache, write_new
 from .errors import Problem, SpecErrors, printable
 from .plan.dispatch import FILE_NAME as DISPATCH_FILE, VARIANTS_DIR, DispatchRecord
 
-PACKAGE_TEMPLATE = "shared/package_buckets.py.j2"
+PACKAGE_TEMPLATE = "common/package_buckets.py.j2"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from .frontend.load import read_spec_bytes
 from .frontend.specfile import SpecFile
 from .frontend.validate import load_spec, validate_data
 
-PACKAGE_TEMPLATE = "shared/package.py.j2"
+PACKAGE_TEMPLATE = "common/package.py.j2"
 CUDA_FILES = ("kernel.cu", "kernel.ptx", "kernel.cubin")
 BACKWARD_FILE = "backward.json"      # the backward graph and what the runtime needs of it (runtime/autograd.py)
 BACKWARD_DIR = "backward"            # backward/<step>/: one sub-package a step

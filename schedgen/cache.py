@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Collection, Mapping
 
 from .errors import printable
+from .registry import template_root
 from .staging import clean_stale, held_temp, remove_path, temp_name  # noqa: F401  (build.py, tests)
 
 INDEX = "entry.json"
@@ -67,9 +68,10 @@ def tree_hash(root: Path) -> str:
 
 @lru_cache(maxsize=1)
 def source_hash() -> str:
-    """The hash of this schedgen package's own code and templates, once per process: part of every cache key, so
-    a change to any planner, renderer, template or the packaging can never be served stale code."""
-    return tree_hash(Path(__file__).resolve().parent)
+    """The hash of this schedgen package's own code and its templates (`templates/`, beside the package in a
+    checkout), once per process: part of every cache key, so a change to any planner, renderer, template or the
+    packaging can never be served stale code."""
+    return digest(f"{tree_hash(Path(__file__).resolve().parent)}:{tree_hash(template_root())}".encode())
 
 
 def is_plain_name(name: object) -> bool:

@@ -249,9 +249,10 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n >= 1024 and n % 1024 else (f"{n // 1024} KiB" if n >= 1024 else f"{n} B")
 
 
-def draw_smem(ax, p) -> None:
+def draw_smem(ax, p, buffers) -> None:
+    """The SMEM map `buffers` of plan `p` (its family's draw hook `smem`)."""
     from matplotlib.patches import Rectangle
-    buffers = list(p.smem_buffers)
+    buffers = list(buffers)
     limit = max(SMEM_LIMIT, p.launch.smem_bytes)
     palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
     big = [b for b in buffers if b.bytes * b.count >= limit * 0.01]
@@ -437,7 +438,7 @@ def draw(plan, out: str | Path, *, dpi: int = 120, note: Callable[[str], None] |
                   ha="left", fontsize=9, family="monospace", wrap=True, transform=ax_i.transAxes)
         ax_i.text(0.0, 0.45, hooks.guide(plan), va="top", ha="left", fontsize=8.5, color="#333333",
                   transform=ax_i.transAxes)
-        draw_smem(ax_s, plan)
+        draw_smem(ax_s, plan, hooks.smem(plan))
         draw_pipeline(ax_p, hooks.pipeline(plan))
         fig.suptitle(f"{plan.launch.name}: the schedule", fontsize=13, y=0.995)
         try:

@@ -5,8 +5,9 @@ its float64 reference, its explain text and drawing, its benchmark peers, its tu
 templates. The shared stages (frontend, plan framework, render, toolchain, runtime, verify, bench, tune, the CLI)
 look a family up here by `op.kind` and never name one.
 
-Adding a family: a folder `schedgen/families/<kind>/` whose `__init__.py` calls `register(Family(...))`, plus one
-line in `_FAMILIES` below. `docs/architecture.md` walks through it.
+Adding a family: a folder `schedgen/families/<kind>/` whose `__init__.py` calls `register(Family(...))` naming its
+template folder `templates/<kind>/` (`template_folder`), plus one line in `_FAMILIES` below. `docs/architecture.md`
+walks through it.
 
 This module imports no family and nothing above the foundation: a family's folder is imported by its kind when the
 registry is first asked (`get`, `all_families`), and a manifest names its hooks as strings ('.plan:plan_map', the
@@ -25,6 +26,23 @@ from typing import Any, Callable, Literal, Mapping, get_args
 _FAMILIES = ("map", "matmul", "attention", "collective_matmul", "grouped_matmul", "rowwise", "attention_backward")
 
 BACKEND_TEMPLATES = {"cuda": "cuda.cu.j2", "pallas": "pallas.py.j2"}
+
+# The templates' folder of the shared partials, beside the families' (and so no family's kind)
+COMMON_TEMPLATES = "common"
+
+
+def template_root() -> Path:
+    """The top-level `templates/` folder: one folder per family plus `common/` (the shared partials). A wheel
+    carries it inside the package (`schedgen/_data/templates`, pyproject.toml's force-include), which wins where it
+    exists; a checkout (and an editable install) has it beside the package."""
+    package = Path(__file__).resolve().parent
+    installed = package / "_data" / "templates"
+    return installed if installed.is_dir() else package.parent / "templates"
+
+
+def template_folder(name: str) -> Path:
+    """A family's template folder (`templates/<kind>/`), or `common`'s, named in its manifest."""
+    return template_root() / name
 
 
 class Hook:
@@ -81,6 +99,7 @@ class DrawHooks:
     pipeline: Callable[[Any], Any]           # plan -> draw.Pipeline: the spans of its timing model
     summary: Callable[[Any], list[str]]      # plan -> the lines beside the tile view
     guide: Callable[[Any], str]              # plan -> the "how to read it" text
+    smem: Callable[[Any], Any] = lambda plan: plan.smem_buffers   # plan -> its SMEM map (SmemBuffer records)
 
 
 @dataclass(frozen=True)
@@ -121,7 +140,7 @@ class Family:
     explain: Callable[[Any], str]                            # plan -> text
     small_sizes: Callable[[Any, Any, int], dict[str, int]]   # (spec, plan, tiles per dim) -> sizes for --small
     summary: str                                             # one line for `schedgen new`, docs and errors
-    templates: Path                                          # folder with cuda.cu.j2 / pallas.py.j2 [package.py.j2]
+    templates: Path                                          # templates/<kind>/: cuda.cu.j2 / pallas.py.j2 [package.py.j2]
     metric: Literal["tflops", "gbps"] = "gbps"               # what bench reports for it
     elementwise: Callable[[Any], str] = lambda op: ""        # the op's elementwise code (the reference's domain)
     devices: Callable[[Any], int] = lambda op: 1             # GPUs one launch spans (multi-device families: > 1)
@@ -166,6 +185,8 @@ class Family:
                     problems.append(f"{name}: {exc}")
         if not self.kind.isidentifier() or self.kind != self.kind.lower():
             problems.append(f"kind {self.kind!r} must be a lower-case identifier")
+        if self.kind == COMMON_TEMPLATES:
+            problems.append(f"kind {self.kind!r} is the shared partials' template folder")
         kind_field = getattr(self.op_model, "model_fields", {}).get("kind")
         if kind_field is None or get_args(kind_field.annotation) != (self.kind,):
             problems.append(f"op_model {getattr(self.op_model, '__name__', self.op_model)} must declare "

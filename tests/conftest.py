@@ -82,6 +82,12 @@ def hgmma_gaps(sass: str) -> list[int]:
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/golden/* from the current templates instead of comparing")
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (the long campaigns; SCHEDGEN_SLOW=1 does the same)")
+
+
+def slow_enabled(config) -> bool:
+    return bool(config.getoption("--slow")) or os.environ.get("SCHEDGEN_SLOW", "") not in ("", "0")
 
 
 @pytest.fixture
@@ -90,8 +96,14 @@ def update_golden(request) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """A `gpu` test runs only where a GPU of its target is: `@pytest.mark.gpu` is a Hopper (sm_90a) test,
-    `@pytest.mark.gpu(target="sm_100a")` a Blackwell one; the others are skipped with the driver's reason."""
+    """A `slow` test (a long campaign: every mode of every bundled spec, a 3-minute tuning run) runs only with --slow
+    or SCHEDGEN_SLOW=1, so that the default run (CI's) stays fast. A `gpu` test runs only where a GPU of its target
+    is: `@pytest.mark.gpu` is a Hopper (sm_90a) test, `@pytest.mark.gpu(target="sm_100a")` a Blackwell one; the
+    others are skipped with the driver's reason."""
+    if not slow_enabled(config):
+        for item in items:
+            if item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.skip(reason="a slow campaign: run with --slow (or SCHEDGEN_SLOW=1)"))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return

@@ -43,7 +43,7 @@ _SHARED = {
 }
 # a family module's floor by its name (other names: planning's)
 _FAMILY_ROLES = {
-    "__init__": "spec", "model": "spec", "backward": "autodiff", "epilogue_grad": "autodiff",
+    "__init__": "spec", "model": "spec", "backward": "autodiff",
     "reference": "check", "verify": "check", "peers": "bench", "fp8_peers": "bench", "tune": "tune",
     "explain": "views", "draw": "views", "report": "views",
 }

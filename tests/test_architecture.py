@@ -11,7 +11,17 @@
     that run up a floor, the import circles, the imports hidden inside functions to dodge a circle and the functions
     that import inside themselves may not outnumber what was recorded, and importing the spec model
     (`schedgen.frontend.specfile`) loads at most `MAX_SPEC_MODEL_MODULES` schedgen modules, none of the runtime, the
-    drawing, autodiff, the planner or a family's hooks. Lower a number when it goes down; never raise one.
+    drawing, autodiff, the planner or a family's hooks. Lower a number when it goes down; never raise one;
+(e) a ratchet on the computation in the templates (tests/templatecheck.py: arithmetic, comparisons other than
+    against an enum's strings, filters and tests that compute): their total may not outgrow
+    `MAX_TEMPLATE_COMPUTATION`; a derived number is a plan field (or a record's property), which the template prints;
+(f) a ratchet on cyclomatic complexity by radon (a second metric beside ruff's McCabe: radon counts boolean
+    operators and comprehensions too): the functions of `schedgen/` graded D or worse (complexity over 20) may not
+    outnumber `MAX_RADON_D`. Lower it when one is split; never raise it;
+(d) the top level is the design card's: `pyproject.toml`, `schedgen/`, `schemas/`, `templates/`, `specs/`,
+    `tests/` (beside docs, examples, bench, scripts). A family is its folder `schedgen/families/<kind>/` plus its
+    template folder `templates/<kind>/`, which its manifest registers; `templates/common/` holds the shared partials,
+    and no template lives under `schedgen/`.
 """
 from __future__ import annotations
 
@@ -26,6 +36,7 @@ from pathlib import Path
 import pytest
 
 import importgraph
+import templatecheck
 from conftest import ROOT
 from schedgen import families
 
@@ -45,7 +56,7 @@ COMPLEXITY = 15
 MAX_ARROWS_UP = 1            # verify_buckets -> tune.buckets (a tuned build's variants checked at their buckets)
 MAX_CIRCLES = 0
 MAX_DODGING = 0              # imports inside a function that would close a circle at module level
-MAX_LOCAL_IMPORT_FUNCTIONS = 115
+MAX_LOCAL_IMPORT_FUNCTIONS = 110
 MAX_SPEC_MODEL_MODULES = 22  # the registry, the frontend's model and each family's manifest and op model
 
 
@@ -106,6 +117,82 @@ def test_shared_modules_do_not_name_a_family():
         "\n".join(f"  {m}:{line}: {what}" for m, found in new.items() for line, what in found)
     cleaned = sorted(KNOWN_UNCLEAN - set(unclean))
     assert not cleaned, f"clean now (or gone): take {', '.join(cleaned)} off KNOWN_UNCLEAN in {Path(__file__).name}"
+
+
+# Computations in the templates (tests/templatecheck.py) when recorded: may only go down.
+MAX_TEMPLATE_COMPUTATION = 251
+
+
+def test_template_computation_ratchet():
+    counts = templatecheck.count()
+    total = sum(len(found) for found in counts.values())
+    listing = "\n".join(f"  {len(found):4d}  {name}" for name, found in
+                        sorted(counts.items(), key=lambda kv: -len(kv[1])) if found)
+    assert total <= MAX_TEMPLATE_COMPUTATION, (
+        f"the templates compute {total} times, at most {MAX_TEMPLATE_COMPUTATION} (make the new number a plan field "
+        f"or a record's property and print it; `python tests/templatecheck.py -v` lists each place):\n{listing}")
+
+
+def test_the_template_check_sees_what_it_should():
+    import jinja2
+    env = jinja2.Environment()
+    found = templatecheck.computations(env.parse(
+        '{{ p.a * 2 }}{% if p.n > 1 %}{% endif %}{% if p.kind == "x" %}{% endif %}{{ p.xs | length }}{{ -1 }}'
+        '{{ p.v | cxxdim }}{% if p.s is none %}{% endif %}{{ "a" ~ p.b }}{% if p.k in ("a", "b") %}{% endif %}'
+        '{% if p.w is divisibleby(4) %}{% endif %}'), "t")
+    assert [c.what for c in found] == ["Mul", "Compare gt", "filter length", "test divisibleby"]
+
+
+# Functions of schedgen/ that radon grades D or worse (cyclomatic complexity > 20) when recorded (2026-12-07, 48
+# before matmul/explain._explain and rowwise/backward.rowwise_backward were split): may only go down.
+MAX_RADON_D = 46
+RADON_D = 20
+
+
+def radon_d_or_worse() -> list[tuple[int, str]] | None:
+    """(complexity, 'path:line name') of each function of schedgen/ over RADON_D, worst first; None without radon."""
+    try:
+        from radon.complexity import cc_visit
+        from radon.visitors import Function
+    except ImportError:
+        return None
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for block in cc_visit(path.read_text()):
+            if isinstance(block, Function) and block.complexity > RADON_D:
+                name = f"{block.classname}.{block.name}" if block.classname else block.name
+                found.append((block.complexity, f"{path.relative_to(ROOT).as_posix()}:{block.lineno} {name}"))
+    return sorted(found, key=lambda f: (-f[0], f[1]))
+
+
+def test_radon_complexity_ratchet():
+    found = radon_d_or_worse()
+    if found is None:
+        pytest.skip("radon is not installed (it is in the `test` extra)")
+    listing = "\n".join(f"  {c:3d}  {where}" for c, where in found)
+    assert len(found) <= MAX_RADON_D, (f"{len(found)} functions radon grades D or worse (complexity > {RADON_D}), "
+                                       f"at most {MAX_RADON_D} (split the new one):\n{listing}")
+
+
+TOP_LEVEL = {"pyproject.toml", "schedgen", "schemas", "templates", "specs", "tests"}
+
+
+def test_the_top_level_is_the_design_cards():
+    assert TOP_LEVEL <= {p.name for p in ROOT.iterdir()}
+
+
+def test_a_family_is_its_folder_and_its_template_folder():
+    kinds = families.kinds()
+    assert sorted(d.name for d in (ROOT / "schedgen" / "families").iterdir()
+                  if d.is_dir() and d.name != "__pycache__") == sorted(kinds)
+    assert sorted(d.name for d in (ROOT / "templates").iterdir() if d.is_dir()) == sorted(
+        [*kinds, families.COMMON_TEMPLATES])
+    for fam in families.all_families():
+        assert fam.templates == ROOT / "templates" / fam.kind, fam.kind
+    assert families.template_root() == ROOT / "templates"
+    stray = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*")
+                   if p.suffix == ".j2" or (p.is_dir() and p.name == "templates"))
+    assert not stray, f"templates belong in templates/<kind>/ or templates/common/, not under schedgen/: {stray}"
 
 
 def _ruff() -> list[str] | None:

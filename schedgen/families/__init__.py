@@ -6,5 +6,5 @@ for code that says `families.get(kind)`.
 """
 from __future__ import annotations
 
-from ..registry import (BACKEND_TEMPLATES, DrawHooks, Family, Hook, ReportHooks, TuneSpace, all_families,  # noqa: F401
-                        get, kinds, of, register)
+from ..registry import (BACKEND_TEMPLATES, COMMON_TEMPLATES, DrawHooks, Family, Hook, ReportHooks,  # noqa: F401
+                        TuneSpace, all_families, get, kinds, of, register, template_folder, template_root)

@@ -45,6 +45,12 @@ class Hardware:
         return threads * (min(256, self.regs_per_sm // threads) // 8 * 8)
 
     @property
+    def pair_tile_m(self) -> int:
+        """The rows of a CTA pair's MMA tile (tcgen05.mma.cta_group::2, M 256: one tile for the two CTAs of a [2, 1]
+        cluster); 0 where the target has no pair MMA."""
+        return max((m for group, m, *_ in self.mma_shapes if group == 2), default=0)
+
+    @property
     def mma_instruction(self) -> str:
         """The MMA instruction as messages name it: wgmma (Hopper) or tcgen05.mma (Blackwell)."""
         return "tcgen05.mma" if self.mma == "tcgen05" else self.mma

@@ -188,9 +188,15 @@ class KernelLaunch:
     ring: Ring | None = field(default=None, metadata={"omit_default": True})   # a multi-device plan's ring
     target: str = target_field()     # schedule.target: the architecture planned for (absent in plan.json: sm_90a)
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether the kernel takes sizes known only at the call (what templates branch on)."""
+        return len(self.dynamic_sizes) > 0
+
 
 def inline_field() -> Any:
-    """A plan's `launch` field: plan.json (schedgen.plan.to_dict) writes the record's fields at the plan's level."""
+    """A plan's `launch` field, or another record a plan is composed of (the GEMM plan's, schedgen/plan/gemm): plan.json
+    (schedgen.plan.to_dict) writes the record's fields at the plan's level."""
     return field(metadata={"inline": True})
 
 

@@ -1,7 +1,8 @@
 """Render a plan through the Jinja templates of each backend (StrictUndefined: a missing field is an error).
 
-Templates live beside the code they spell: a family's in `schedgen/families/<kind>/templates/` (loader names
-`<kind>/cuda.cu.j2`, `<kind>/pallas.py.j2`, ...), the shared partials in `schedgen/render/templates/` (`shared/...`).
+Templates live in the top-level `templates/` folder (a wheel carries it as `schedgen/_data/templates`,
+`registry.template_root`): a family's in `templates/<kind>/`, the folder its manifest registers (loader names
+`<kind>/cuda.cu.j2`, `<kind>/pallas.py.j2`, ...), the shared partials in `templates/common/` (`common/...`).
 """
 from __future__ import annotations
 
@@ -21,12 +22,10 @@ from ..plan import dims
 from ..plan.common import cxx_float
 from ..plan.exprs import spell
 
-SHARED = Path(__file__).resolve().parent / "templates"
-
-
 def template_roots() -> dict[str, Path]:
-    """Loader prefix -> template folder: 'shared', then one per registered family."""
-    return {"shared": SHARED, **{f.kind: f.templates for f in families.all_families()}}
+    """Loader prefix -> template folder: 'common' (the shared partials), then one per registered family."""
+    common = families.COMMON_TEMPLATES
+    return {common: families.template_folder(common), **{f.kind: f.templates for f in families.all_families()}}
 
 
 def _pyfloat(value: float) -> str:
@@ -113,6 +112,12 @@ def _pydim(value, fmt: str = "sz_{}") -> str:
     return str(int(value))
 
 
+def _pytuple(values) -> str:
+    """A sequence as Python spells a tuple of its items' text: `(a, b)`, `(a,)` for one (a comment's shapes)."""
+    items = [str(v) for v in values]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 @lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -134,6 +139,7 @@ def environment() -> jinja2.Environment:
     env.filters["cxxfloat"] = _cxxfloat
     env.filters["cxxdim"] = _cxxdim         # extents that may be dynamic (plan/dims.py)
     env.filters["pydim"] = _pydim
+    env.filters["pytuple"] = _pytuple        # a shape or grid's text in a comment
     env.tests["dynamic"] = lambda v: isinstance(v, dims.Dim)
     env.globals["size_sources"] = lambda operands: dims.sources([o.shape for o in operands])
     return env

@@ -134,7 +134,10 @@ class Backward:
         def run(step, values):
             k = self.steps[step.name]
             op = k.torch_op
-            args = [values[o.name].contiguous() for o in k.inputs]
+            # as the step's kernel takes them: the forward's saved inputs as they are where the kernel reads them
+            # through tensor maps (a fused QKV projection's q, k, v views), contiguous copies elsewhere
+            args = [values[o.name] for o in k.inputs]
+            args = op.as_taken(args) if op is not None else [a.contiguous() for a in args]
             if op is None and (k.root / "pallas_kernel.py").is_file() and not _tracing(torch, args):
                 # a step with no CUDA kernel (a family whose backward is Pallas only): its Pallas function on the
                 # torch tensors (plgpu.as_torch_kernel, ordered with torch's stream), eager only

@@ -45,6 +45,8 @@ class BucketedKernel:
         for k in self.variants[1:]:
             _same_interface(first, k)
         self.launch = first.launch            # the call's interface (every variant's is the same): the op's fake
+        # an operand may be a strided view where every variant reaches it through tensor maps only (runtime/layout.py)
+        self.tmap_only: tuple[bool, ...] = tuple(all(f) for f in zip(*(v.tmap_only for v in self.variants)))
         self.name: str = first.name
         self.torch_op = None                  # the package's one op (attach), set once torch is in use
         self.backward = None                  # the package's backward pass (load_bucketed), if it has one

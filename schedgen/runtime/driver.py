@@ -23,7 +23,7 @@ __all__ = [
     "CudaError", "available", "device_info", "ensure_context", "Module", "TMA_DTYPES", "TMA_ITEMSIZE",
     "validate_tiled", "encode_tiled", "Arg", "validate_launch", "launch", "Buffer", "synchronize", "time_ms",
     "copy_d2d", "Params", "LaunchConfig", "stream_handle", "is_capturing", "CaptureError", "CounterPool",
-    "counter_pool", "workspace_pool", "workspace_alloc", "workspace_free",
+    "counter_pool", "workspace_pool", "workspace_alloc", "workspace_free", "memset0",
 ]
 
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -769,13 +769,15 @@ def counter_pool(device: int, *, stream: int = 0, who: str = "schedgen") -> Coun
 
 # ---------------------------------------------------------------------------------------------- workspaces
 
-# A kernel's "workspace" argument (plan/launch.py): scratch memory zeroed before each launch. It is allocated,
-# zeroed and freed in stream order on the launch's stream (cuMemAllocFromPoolAsync, cuMemsetD32Async, the launch,
-# cuMemFreeAsync), so one design serves every call path: eager launches reuse the pool's memory with no device
-# synchronization (two streams never share a buffer), and under CUDA-graph capture the three calls become the graph's
-# allocation, memset and free nodes (the allocation is the graph's own, zeroed again at every replay; torch's
-# capture-aware allocator is not involved). The pool keeps what it holds (release threshold: all), so steady-state
-# eager calls map no memory.
+# A kernel's "workspace" argument (plan/launch.py): scratch memory zeroed before each launch. A torch call takes it
+# from torch's caching allocator (runtime/kernel.py, Kernel._torch_workspaces; zeroed by memset0 on the launch's
+# stream), so that torch's memory accounting and CUDA graphs see it. Every other caller (raw cupy, numba, DLPack or
+# numpy arrays, the pointer launchers) gets it from the pool below: allocated, zeroed and freed in stream order on
+# the launch's stream (cuMemAllocFromPoolAsync, cuMemsetD32Async, the launch, cuMemFreeAsync), so eager launches
+# reuse the pool's memory with no device synchronization (two streams never share a buffer), and under CUDA-graph
+# capture the three calls become the graph's allocation, memset and free nodes (the allocation is the graph's own,
+# zeroed again at every replay). The pool keeps what it holds (release threshold: all), so steady-state eager calls
+# map no memory.
 _workspace_pools: dict[int, Any] = {}
 
 
@@ -816,6 +818,13 @@ def workspace_alloc(pool: Any, nbytes: int, stream: int, zero: int | None = None
 def workspace_free(ptr: int, stream: int) -> None:
     """Give a workspace back to its pool after the work queued on `stream` (capturable: a free node)."""
     _call("cuMemFreeAsync", ptr, _cu_stream(stream))
+
+
+def memset0(ptr: int, nbytes: int, stream: int) -> None:
+    """Zero `nbytes` (a multiple of 4) at `ptr`, ordered on `stream` (capturable: a memset node): a workspace the
+    caller's allocator gave (torch's: runtime/kernel.py, Kernel._torch_workspaces)."""
+    if nbytes:
+        _call("cuMemsetD32Async", ptr, 0, int(nbytes) // 4, _cu_stream(stream))
 
 
 def allow_nonportable_cluster(func: Any, cluster: Sequence[int]) -> None:

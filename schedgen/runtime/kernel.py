@@ -20,7 +20,7 @@ import numpy as np
 from ..plan import dims
 from ..plan import launch as launch_record
 from ..plan.launch import LaunchRecord, Operand
-from . import arrays, pallas_call
+from . import arrays, layout as _layout, pallas_call
 from . import torch_op as _torch_op   # imports no torch: its EAGER_DIRECT switch is read per call
 from . import autograd as _autograd   # imports no torch either
 from .arrays import ArgumentError
@@ -30,6 +30,10 @@ TMAP_CACHE = 256     # tensor maps (one per pointer and extents) kept
 ARGS_BY_PTR = 256    # packed operand arguments kept per launch state (by kernel-arg index and pointer)
 _SLOW = object()     # the torch fast path hands the call to the general one
 _STREAM_LIMIT = 1 << 64   # driver.STREAM_LIMIT (a CUstream is a pointer); the driver module is imported lazily
+# where a launch's workspaces come from (Kernel._go): the driver's pool (raw cupy / numba / DLPack / numpy callers,
+# pointer launchers), or torch's caching allocator for a torch call on torch's current stream, or on another stream
+POOL, TORCH_CURRENT, TORCH_OTHER = 0, 1, 2
+_RAW = object()      # workspaces from torch.cuda.caching_allocator_alloc (a launch on a stream not torch's current)
 
 
 @dataclass(eq=False)
@@ -72,6 +76,9 @@ class Kernel:
         self.torch_op_asked = False   # load_package(torch_op=True) asked for them (a package's __init__ does)
         self.backward = None   # schedgen/runtime/autograd.py: the package's backward pass (backward.json), if any
         self._torch_dtypes: tuple | None = None   # (inputs, outputs) as torch dtype objects: the fast path
+        # per operand: reached through tensor maps only, so a strided view of it is legal (runtime/layout.py)
+        self.tmap_only: tuple[bool, ...] = _layout.tmap_only(self.launch)
+        self._strided = any(self.tmap_only)
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -93,8 +100,11 @@ class Kernel:
         (pallas_call.choose_backend). `stream` (CUDA backend): an int handle, a torch.cuda.Stream, a cupy Stream or
         any object with `__cuda_stream__`; default: the current stream of the inputs' framework (torch's, cupy's;
         the legacy stream for numpy and jax). torch and cupy device arrays may be used inside CUDA-graph capture;
-        numpy and jax arrays may not (a CaptureError says so). `interpret` (Pallas): True or a
-        plgpu.InterpretGPUParams runs jax's Mosaic GPU interpreter (on the CPU too)."""
+        numpy and jax arrays may not (a CaptureError says so). Device arrays are C-contiguous, or strided views
+        TMA can address where the kernel reaches the operand through tensor maps only (`tmap_only`,
+        runtime/layout.py). A kernel's workspace comes from torch's caching allocator for torch tensors, from the
+        driver's pool for other arrays (`_go`). `interpret` (Pallas): True or a plgpu.InterpretGPUParams runs jax's
+        Mosaic GPU interpreter (on the CPU too)."""
         if interpret is not None:
             interpret = pallas_call.interpret_params(interpret)
         op = self.torch_op
@@ -179,16 +189,48 @@ class Kernel:
 
     def check_args(self, args: Sequence[Any], outs: Sequence[Any] | None) -> dict[str, int]:
         """Shape/dtype/layout checks of every argument, needing no GPU; returns the call's dynamic sizes."""
+        return self._check(args, outs)[0]
+
+    def _check(self, args: Sequence[Any], outs: Sequence[Any] | None) -> tuple[dict[str, int], tuple | None]:
+        """check_args, and the call's layout (`_layout_of`): None when every device array is C-contiguous. A device
+        array the kernel reaches through tensor maps only may be strided (runtime/layout.py); numpy arrays and
+        every other operand are C-contiguous."""
         self._check_count(args)
         sizes = self.bind([arrays.describe(a, o.name)[1] for a, o in zip(args, self.inputs)])
-        for a, o in zip(args, self.inputs):
-            arrays.check(a, o.name, shape=self.shape_of(o, sizes), dtype=o.dtype)
+        strided = self.tmap_only
+        for i, (a, o) in enumerate(zip(args, self.inputs)):
+            arrays.check(a, o.name, shape=self.shape_of(o, sizes), dtype=o.dtype,
+                         contiguous=not strided[i] or isinstance(a, np.ndarray))
         if outs is not None:
             if len(outs) != len(self.outputs):
                 raise ArgumentError(f"out: {self.name} has {len(self.outputs)} outputs, got {len(outs)} arrays")
-            for a, o in zip(outs, self.outputs):
-                arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype, writable=True)
-        return sizes
+            n = len(self.inputs)
+            for i, (a, o) in enumerate(zip(outs, self.outputs)):
+                arrays.check(a, f"out[{o.name}]", shape=self.shape_of(o, sizes), dtype=o.dtype, writable=True,
+                             contiguous=not strided[n + i] or isinstance(a, np.ndarray))
+        lay = self._layout_of([None if isinstance(a, np.ndarray) else a for a in (*args, *(outs or ()))]) \
+            if self._strided else None
+        if lay is not None:
+            for i, s in enumerate(lay):
+                if s is not None:
+                    _layout.operand_tmaps(self.launch, i, s, sizes)   # raises the located ArgumentError
+        return sizes, lay
+
+    def _layout_of(self, arrs: Sequence[Any]) -> tuple | None:
+        """The element strides of each array (inputs, then outputs; None: numpy or a missing output) that is not
+        C-contiguous, None for each that is; None when all are (the launch state's key, `_resolved`)."""
+        lay: list = [None] * len(arrs)
+        for i, a in enumerate(arrs):
+            if a is None:
+                continue
+            v = arrays.device_view(a, self.launch.operands[i].name)
+            item = arrays.DTYPES[v.dtype].itemsize
+            if not arrays.is_c_contiguous(v.shape, v.strides, item):
+                if any(s % item for s in v.strides):
+                    raise ArgumentError(f"{self.launch.operands[i].name}: byte strides {v.strides} are not "
+                                        f"multiples of its {item}-byte elements; {_layout.TMA_RULE}")
+                lay[i] = tuple(s // item for s in v.strides)
+        return None if all(s is None for s in lay) else tuple(lay)
 
     def prepare(self, args: Sequence[Any], outs: Sequence[Any], stream: Any = 0) -> Callable[[], None]:
         """A zero-argument launcher over fixed device arrays (tensor maps encoded once): for benchmarks."""
@@ -197,14 +239,21 @@ class Kernel:
         outs_v = [arrays.device_view(a, o.name) for a, o in zip(outs, self.outputs)]
         sizes = self.bind([v.shape for v in ins_v])
         device = max(arrays.same_device({f"{i}": v for i, v in enumerate(ins_v + outs_v)}), 0)
+        alloc = TORCH_OTHER if any(v.kind == "torch" for v in ins_v + outs_v) else POOL
         return self._launcher([v.ptr for v in ins_v], [v.ptr for v in outs_v], driver.stream_handle(stream),
-                              device, sizes)
+                              device, sizes, self._layout_of(ins_v + outs_v), alloc)
 
     # ------------------------------------------------------------------ the launch state, cached
-    def _resolved(self, device: int, sizes: dict[str, int], key: Any = None) -> _Resolved:
-        """The launch data of one set of sizes on one device (LRU keyed by the input shapes): evaluated tensor-map
-        extents, i32 values, the block count; the packed parameters and launch config once it has launched."""
-        key = (device, tuple(sorted(sizes.items()))) if key is None else key
+    def _resolved(self, device: int, sizes: dict[str, int], key: Any = None, layout: tuple | None = None
+                  ) -> _Resolved:
+        """The launch data of one set of sizes on one device (LRU keyed by the input shapes, and the layout of
+        strided operands): evaluated tensor-map extents and strides, i32 values, the block count; the packed
+        parameters and launch config once it has launched. `layout` (`_layout_of`): per operand, None (C-contiguous)
+        or its element strides, whose tensor maps are encoded over them (ArgumentError when TMA cannot)."""
+        if key is None:
+            key = (device, tuple(sorted(sizes.items())))
+            if layout is not None:
+                key += (layout,)
         self._last_torch = None   # the torch path's memo is the LRU's last entry only while nothing else moves
         st = self._states.get(key)
         if st is not None:
@@ -216,6 +265,13 @@ class Kernel:
         i32: dict[int, int] = {}
         counters: list[int] = []
         workspaces: dict[int, int] = {}
+        strided: dict[int, tuple] = {}   # kernel-arg index -> the byte strides of a tensor map over a strided operand
+        for o, s in enumerate(layout or ()):
+            if s is not None:
+                if not self.tmap_only[o]:   # (the checks let none through: a raw pointer reads it dense)
+                    raise ArgumentError(f"{r.operands[o].name}: the kernel reads it through a raw pointer: it must "
+                                        f"be C-contiguous")
+                strided.update(_layout.operand_tmaps(r, o, s, sizes))
         for i, a in enumerate(r.kernel_args):
             if a.kind == "i32":
                 i32[i] = int(dims.evaluate(a.value, sizes))
@@ -228,8 +284,8 @@ class Kernel:
                 counters.append(i)
             elif a.kind == "tmap":
                 tmaps[i] = (a.dtype, tuple(int(dims.evaluate(d, sizes)) for d in a.shape),
-                            tuple(int(dims.evaluate(d, sizes)) for d in a.strides), tuple(a.box), a.swizzle,
-                            a.oob_nan)
+                            strided.get(i) or tuple(int(dims.evaluate(d, sizes)) for d in a.strides), tuple(a.box),
+                            a.swizzle, a.oob_nan)
                 by_operand[a.operand].append(i)
             else:
                 raise ValueError(f"{self.name}: a {a.kind} kernel argument is filled by the multi-device host only")
@@ -323,7 +379,8 @@ class Kernel:
         return pool.for_stream(stream)
 
     def _workspaces(self, st: _Resolved, stream: int) -> dict:
-        """The launch's zeroed scratch buffers (kernel-arg index -> pointer): allocated from the device's pool and
+        """The launch's zeroed scratch buffers (kernel-arg index -> pointer) for a caller without torch (raw cupy,
+        numba, DLPack or numpy arrays, and the pointer launchers): allocated from the device's driver pool and
         zeroed on `stream`, stream-ordered (driver.workspace_alloc: capturable as allocation and memset nodes)."""
         driver = _driver()
         pool = driver.workspace_pool(st.device, stream=stream, who=self.name)
@@ -336,15 +393,77 @@ class Kernel:
             raise
         return spaces
 
+    def _torch_workspaces(self, st: _Resolved, stream: int, alloc: int) -> tuple[Any, dict]:
+        """The launch's scratch buffers from torch's caching allocator, for a torch call: (what keeps or frees them,
+        kernel-arg index -> pointer). So torch's memory accounting (torch.cuda.memory_allocated /
+        max_memory_allocated) counts them, under torch.cuda.graph capture they come from the graph's private pool
+        like any tensor of the captured code (no warm-up call, no pool of ours), and inside the torch custom op they
+        are the op's own allocations (no graph input). Each buffer's first `zero` bytes are zeroed by a memset on
+        the launch's stream (driver.memset0: a memset node when captured).
+
+        Freed right after the launch is enqueued, which is safe because torch's allocator is stream-ordered: a block
+        belongs to the stream it was allocated on, and a later allocation that reuses it on that stream runs after
+        our memset and kernel in stream order. So each block is allocated on the launch's stream: with
+        torch.empty(nbytes, dtype=torch.uint8) on torch's current stream when the launch runs there (the usual
+        case: stream= unset; the tensors, returned in a list, just go), else (stream= another stream) with
+        torch.cuda.caching_allocator_alloc on that stream, given back by caching_allocator_delete after the launch
+        (`_RAW`). A launch on a stream some other API captures (torch's current stream being another) takes the
+        driver's pool instead (None: its allocation nodes belong to the graph; torch knows nothing of that
+        capture)."""
+        if alloc == TORCH_OTHER and stream != _torch_stream(st.device):
+            drv = _DRIVER[0] if _DRIVER else _driver()
+            if drv.is_capturing(stream):
+                try:
+                    return None, self._workspaces(st, stream)
+                except drv.CaptureError as e:
+                    raise drv.CaptureError(
+                        f"{self.name}: stream {stream:#x} is captured by something other than torch (torch's current "
+                        f"stream is another one), so the workspace cannot come from torch's allocator, and the "
+                        f"driver's workspace pool of cuda:{st.device} does not exist yet ({e}); capture with "
+                        f"torch.cuda.graph, or make that stream torch's current one (torch.cuda.stream), or call the "
+                        f"kernel once on raw CUDA arrays (cupy, DLPack) before capturing") from e
+            memset0 = drv.memset0
+            spaces: dict = {}
+            try:
+                for i, (nbytes, zero) in st.workspaces.items():
+                    spaces[i] = p = _torch_raw_alloc(nbytes, st.device, stream)
+                    memset0(p, zero, stream)
+            except BaseException:
+                _torch_raw_free(spaces)
+                raise
+            return _RAW, spaces
+        where = st.where
+        if where is None:
+            where = st.where = _torch_device(st.device)
+        empty = _EMPTY[0] if _EMPTY else _torch_empty()
+        u8 = _TORCH_DT.get("u8")
+        if u8 is None:
+            _torch_dtypes_of((), ())
+            u8 = _TORCH_DT["u8"]
+        memset0 = (_DRIVER[0] if _DRIVER else _driver()).memset0
+        keep: list = []
+        spaces = {}
+        for i, (nbytes, zero) in st.workspaces.items():
+            t = empty(size=(nbytes,), dtype=u8, device=where)
+            keep.append(t)
+            spaces[i] = p = t.data_ptr()
+            memset0(p, zero, stream)
+        return keep, spaces
+
     @staticmethod
     def _free_workspaces(spaces: dict, stream: int) -> None:
         for ptr in spaces.values():
             _driver().workspace_free(ptr, stream)
 
-    def _go(self, st: _Resolved, ptrs: list[int], stream: int) -> None:
+    def _go(self, st: _Resolved, ptrs: list[int], stream: int, alloc: int = POOL) -> None:
         """Launch: re-pack only the operands whose pointer changed (and the counter and workspaces when they did);
-        a kernel with workspaces gets them zeroed before the launch and freed after it, on the launch's stream."""
-        spaces = self._workspaces(st, stream) if st.workspaces else None
+        a kernel with workspaces gets them zeroed before the launch and freed after it, on the launch's stream:
+        from torch's caching allocator for a torch call (`alloc` TORCH_CURRENT / TORCH_OTHER: _torch_workspaces),
+        from the driver's pool otherwise (POOL: _workspaces)."""
+        keep = spaces = None
+        if st.workspaces:
+            keep, spaces = (None, self._workspaces(st, stream)) if alloc == POOL else \
+                self._torch_workspaces(st, stream, alloc)
         try:
             with self._lock:
                 counter = self._counter_ptr(st.device, stream) if st.counters else 0
@@ -374,22 +493,23 @@ class Kernel:
                                 params.set(i, _driver().Arg.ptr(ptr))
                         st.spaces = dict(spaces)
                 st.config.launch(st.params, stream)
-        finally:
-            if spaces:   # stream-ordered: after the launch's work (or none, when it failed)
-                self._free_workspaces(spaces, stream)
+        finally:   # stream-ordered: after the launch's work (or none, when it failed); see _torch_workspaces
+            if spaces:
+                _release(keep, spaces, stream)
 
     def _launcher(self, in_ptrs: Sequence[int], out_ptrs: Sequence[int], stream: Any,
-                  device: int = 0, sizes: dict[str, int] | None = None) -> Callable[[], None]:
+                  device: int = 0, sizes: dict[str, int] | None = None,
+                  layout: tuple | None = None, alloc: int = POOL) -> Callable[[], None]:
         from . import driver
         driver.ensure_context(device)
-        st = self._resolved(device, sizes or {})
+        st = self._resolved(device, sizes or {}, layout=layout)
         ptrs = list(in_ptrs) + list(out_ptrs)
         if len(ptrs) != len(self.launch.operands):
             raise ValueError(f"{self.name}: {len(self.launch.operands)} operand pointers needed, got {len(ptrs)}")
         stream = driver.stream_handle(stream)
 
         def go() -> None:
-            self._go(st, ptrs, stream)
+            self._go(st, ptrs, stream, alloc)
         return go
 
     def _arguments(self, ptrs: Sequence[int], device: int = 0, stream: int = 0,
@@ -437,15 +557,28 @@ class Kernel:
         else:
             out = tuple(out) if isinstance(out, (tuple, list)) else (out,)   # _as_tuple, inline
             got = _torch_tensors((*args, *out), dts[2], tensor) if len(out) == len(dts[1]) else None
-        if got is None:
-            return _SLOW
-        ptrs, shapes, dev = got
+        lay = None
+        if got is None:   # a strided operand (or something the general path refuses)
+            if not self._strided or (out is not None and len(out) != len(dts[1])):
+                return _SLOW
+            got = self._torch_strided(args, dts[0], tensor) if out is None else \
+                self._torch_strided((*args, *out), dts[2], tensor)
+            if got is None:
+                return _SLOW
+            ptrs, shapes, dev, lay = got
+        else:
+            ptrs, shapes, dev = got
         if stream is not None and (type(stream) is not int or not 0 <= stream < _STREAM_LIMIT):
             try:
                 stream = _driver().stream_handle(stream)
             except TypeError:   # the general path says what is wrong, in its order
                 return _SLOW
-        st = self._torch_state(dev, shapes if out is None else shapes[:n_in])
+        if lay is None:
+            st = self._torch_state(dev, shapes if out is None else shapes[:n_in])
+        else:
+            st = self._torch_strided_state(dev, shapes[:n_in], lay)
+            if st is None:
+                return _SLOW
         if out is None:
             result = _torch_empty_outputs(st, dts[1], ptrs)
         elif tuple(shapes[n_in:]) != st.out_shapes:
@@ -455,8 +588,11 @@ class Kernel:
         if stream is None:
             raw = _current_raw_stream
             stream = raw(dev) if raw is not None else _torch_stream(dev)
+            alloc = TORCH_CURRENT
+        else:
+            alloc = TORCH_OTHER
         (_DRIVER[0] if _DRIVER else _driver()).ensure_context(dev)
-        self._go(st, ptrs, stream)
+        self._go(st, ptrs, stream, alloc)
         return result
 
     def _no_gpu(self, why: str) -> str:
@@ -485,10 +621,47 @@ class Kernel:
         self._last_torch = (dev, shapes, st)
         return st
 
+    def _torch_strided(self, tensors: Sequence[Any], dts: Sequence[Any], tensor: Any) -> tuple | None:
+        """_torch_tensors for a call with strided tensors, which the fast path hands here: (pointers, shapes, device,
+        layout), a non-contiguous tensor legal only on an operand reached through tensor maps alone (its element
+        strides in `layout`, None for a contiguous one); None for anything else (the general path says why)."""
+        ok = self.tmap_only
+        got = _torch_tensors(tensors, dts, tensor, dense=False)
+        if got is None:
+            return None
+        lay: list = []
+        for i, t in enumerate(tensors):
+            if t.is_contiguous():
+                lay.append(None)
+            elif ok[i]:
+                lay.append(tuple(t.stride()))
+            else:
+                return None
+        return (*got, tuple(lay))
+
+    def _torch_strided_state(self, dev: int, shapes: list, lay: tuple) -> _Resolved | None:
+        """The launch state of these input shapes and this layout (LRU; never the contiguous calls' memo); None when
+        TMA cannot address a strided tensor (the general path raises the located error)."""
+        key = (dev, tuple(shapes), lay)
+        st = self._states.get(key)
+        if st is not None:
+            try:
+                self._states.move_to_end(key)
+            except KeyError:    # another thread evicted it just now: it stays usable for this call
+                pass
+            return st
+        ok, why = _driver().available(self.launch.target)
+        if not ok:
+            raise RuntimeError(self._no_gpu(why))
+        try:
+            return self._resolved(dev, self.bind(shapes), key, lay)
+        except ArgumentError:
+            return None
+
     def _call_any(self, args: Sequence[Any], outs: tuple | None, stream: int | None) -> Any:
         """Every kind of array (numpy copied in and out, device arrays in place); the argument errors."""
         from . import driver
-        sizes = self.check_args(args, outs)
+        sizes, lay = self._check(args, outs)
         ok, why = driver.available(self.launch.target)
         if not ok:
             raise RuntimeError(self._no_gpu(why))
@@ -503,6 +676,8 @@ class Kernel:
         driver.ensure_context(device)
         like = next((a for a, k in zip(args, kinds) if k != "numpy"), None)
         like_kind = arrays.classify(like) if like is not None else "numpy"
+        # workspaces: torch's allocator under torch (on its current stream unless stream= is given), else the pool
+        alloc = POOL if like_kind != "torch" else TORCH_CURRENT if stream is None else TORCH_OTHER
         if stream is None:
             stream = _framework_stream(like, like_kind)
         self._refuse_in_capture(kinds, out_kinds, outs is None and like is None, like_kind, stream)
@@ -511,7 +686,7 @@ class Kernel:
         keep: list[Any] = []
         in_ptrs = [self._host_copy(a, keep, device=device) if k == "numpy" else views[o.name].ptr
                    for a, k, o in zip(args, kinds, self.inputs)]
-        st = self._resolved(device, sizes)
+        st = self._resolved(device, sizes, layout=lay)
         host_outs: list[tuple[np.ndarray, Any]] = []
         if outs is None:
             outs_obj, out_ptrs = [], []
@@ -528,7 +703,7 @@ class Kernel:
             outs_obj = list(outs)
             out_ptrs = [self._host_copy(a, keep, host_outs, upload=False, device=device) if k == "numpy"
                         else views[f"out[{o.name}]"].ptr for a, k, o in zip(outs, out_kinds, self.outputs)]
-        self._go(st, in_ptrs + out_ptrs, stream)
+        self._go(st, in_ptrs + out_ptrs, stream, alloc)
         if host_outs or like_kind == "jax":
             driver.synchronize(stream)
         for host_arr, buf in host_outs:
@@ -628,11 +803,12 @@ def _torch_stream(device: int) -> int:
     return int(_current_raw_stream(device))
 
 
-def _torch_tensors(tensors: Sequence[Any], dts: Sequence[Any], tensor: Any) -> tuple | None:
+def _torch_tensors(tensors: Sequence[Any], dts: Sequence[Any], tensor: Any, dense: bool = True) -> tuple | None:
     """(pointers, shapes, device) of tensors that need no further check: torch tensors (exactly `tensor` and
     needing no grad when it is given: the op's routing rule), on one CUDA device, of dtype `dts` (torch's dtype
-    objects, by identity), C-contiguous and 16-byte aligned; None for anything else. One pass, each attribute read
-    once (the reads are most of the fast path's cost)."""
+    objects, by identity), C-contiguous (unless not `dense`: Kernel._torch_strided checks the layout) and 16-byte
+    aligned; None for anything else. One pass, each attribute read once (the reads are most of the fast path's
+    cost)."""
     ptrs: list[int] = []
     shapes: list = []
     keep_ptr, keep_shape = ptrs.append, shapes.append
@@ -643,7 +819,7 @@ def _torch_tensors(tensors: Sequence[Any], dts: Sequence[Any], tensor: Any) -> t
                 return None
         elif arrays.kind_of(a) != "torch":
             return None
-        if not a.is_cuda or a.dtype is not dt or not a.is_contiguous():
+        if not a.is_cuda or a.dtype is not dt or (dense and not a.is_contiguous()):
             return None
         p = a.data_ptr()
         if p % 16:
@@ -656,6 +832,28 @@ def _torch_tensors(tensors: Sequence[Any], dts: Sequence[Any], tensor: Any) -> t
         keep_ptr(p)
         keep_shape(a.shape)
     return ptrs, shapes, dev
+
+
+def _release(keep: Any, spaces: dict, stream: int) -> None:
+    """Give a launch's workspaces back: to the driver's pool (keep None), to torch's allocator (_RAW), or nothing to
+    do (keep: torch's tensors, which go with the launching frame)."""
+    if keep is None:
+        Kernel._free_workspaces(spaces, stream)
+    elif keep is _RAW:
+        _torch_raw_free(spaces)
+
+
+def _torch_raw_alloc(nbytes: int, device: int, stream: int) -> int:
+    """`nbytes` from torch's caching allocator on `device`, owned by the raw stream `stream` (torch is imported
+    already: the call's tensors are torch's)."""
+    return int(sys.modules["torch"].cuda.caching_allocator_alloc(nbytes, device, stream))
+
+
+def _torch_raw_free(spaces: dict) -> None:
+    """Give _torch_raw_alloc's blocks back (stream-ordered on the stream each was allocated on)."""
+    delete = sys.modules["torch"].cuda.caching_allocator_delete
+    for p in spaces.values():
+        delete(p)
 
 
 def _torch_empty_outputs(st: _Resolved, dts: Sequence[Any], ptrs: list[int]) -> Any:
@@ -675,7 +873,7 @@ def _torch_empty_outputs(st: _Resolved, dts: Sequence[Any], ptrs: list[int]) -> 
     return results
 
 
-_TORCH_DT: dict[str, Any] = {}     # our dtype name -> torch's dtype object
+_TORCH_DT: dict[str, Any] = {}     # our dtype name (and "u8": a workspace's bytes) -> torch's dtype object
 _TORCH_DEVICES: dict[int, Any] = {}
 
 
@@ -695,6 +893,7 @@ def _torch_dtypes_of(inputs: Sequence[Operand], outputs: Sequence[Operand]) -> t
     if not _TORCH_DT:
         import torch
         _TORCH_DT.update({name: getattr(torch, attr) for name, attr in arrays._TORCH.items() if hasattr(torch, attr)})
+        _TORCH_DT["u8"] = torch.uint8   # a workspace's bytes (Kernel._torch_workspaces)
     ins, outs = (tuple(_TORCH_DT.get(o.dtype) for o in operands) for operands in (inputs, outputs))
     return ins, outs, ins + outs
 

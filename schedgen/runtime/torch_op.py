@@ -12,8 +12,9 @@ package then takes the direct CUDA path for torch tensors. `register(kernel)` de
   (`mutates_args`), so it keeps its meaning inside torch.compile (functionalization sees the writes).
 
 Both have a fake implementation derived from the launch record alone (schedgen/plan/launch.py): it checks what
-`Kernel.bind` and the argument checks would (rank, fixed dimensions, dtype, density, one device, each dynamic size's
-range and divisibility, a size bound twice agreeing) and makes the outputs with `torch.empty` on the inputs' device:
+`Kernel.bind` and the argument checks would (rank, fixed dimensions, dtype, layout, one device, each dynamic size's
+range and divisibility, a size bound twice agreeing; layout: C-contiguous, or a strided view where the kernel reads
+the operand through tensor maps only, by the rules of runtime/layout.py at the traced values) and makes the outputs with `torch.empty` on the inputs' device:
 a dynamic dimension of an output is the (symbolic) dimension of the input that binds that size. A concrete value
 that breaks a rule raises the same `ArgumentError` as an eager call; a symbolic one becomes `torch._check`s, so one
 trace serves every legal size (no recompilation per size) and an illegal size fails when the graph runs. Nothing on
@@ -55,6 +56,7 @@ from typing import Any, Sequence
 
 from ..plan.launch import FILE_NAME as LAUNCH_FILE
 from ..plan.launch import LaunchRecord, Operand
+from . import layout as _layout
 from .arrays import ArgumentError, dtype_name
 
 NAMESPACE = "schedgen"
@@ -183,6 +185,8 @@ class TorchOp:
         self.kernel = kernel
         self.name = name
         self.record: LaunchRecord = kernel.launch
+        # the operands that may be strided views (a bucketed package: those every variant reads through tensor maps)
+        self.tmap_only = getattr(kernel, "tmap_only", None) or _layout.tmap_only(self.record)
         ins, outs = _arg_names(self.record)
         n_in, n_out = len(ins), len(outs)
         ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
@@ -287,15 +291,62 @@ class TorchOp:
                     _check_range(ranges[want], got, f"{o.name}: dimension {i} ({want}) is",
                                  f"(expected shape {_shown(o.shape)})")
                     sizes[want], where[want] = got, f"{o.name} dimension {i}"
-            _check_dense(t, o.name)
             if device is None:
                 device = t.device
             elif t.device != device:
                 raise ArgumentError(f"{o.name}: is on {t.device}, but the other arguments are on {device}")
+        for i, (t, o) in enumerate(zip(tensors, self.record.inputs)):
+            self.check_layout(t, i, o.name, sizes)
         return sizes, device if device is not None else torch.device("cpu")
 
+    def check_layout(self, t: Any, index: int, name: str, sizes: dict[str, Any]) -> None:
+        """The layout rule of operand `index` (inputs, then outputs): C-contiguous, or, for an operand the kernel
+        reaches through tensor maps only, strides TMA can address (runtime/layout.py: the eager call's rules and
+        words, checked here at the traced values of symbolic sizes and strides; the call checks its own again)."""
+        if t.is_contiguous():
+            return
+        if not self.tmap_only[index]:
+            _check_dense(t, name)
+        strides = tuple(_value(x) for x in t.stride())
+        known = {k: _value(v) for k, v in sizes.items()}
+        if all(isinstance(x, int) for x in (*strides, *known.values())):
+            _layout.operand_tmaps(self.record, index, strides, known)
+
+    def as_taken(self, tensors: Sequence[Any]) -> list:
+        """The inputs as the kernel takes them without a copy where it can: each tensor as it is when C-contiguous,
+        or strided on an operand read through tensor maps only when TMA can address it at its (traced) values (see
+        check_layout) and its offset keeps 16-byte alignment; a contiguous copy otherwise. For inputs the runtime
+        hands on (a backward step reading the forward's saved, possibly strided, inputs: runtime/autograd.py)."""
+        out = list(tensors)
+        strided = [i for i, t in enumerate(out) if not t.is_contiguous()]
+        if not strided:
+            return out
+        shapes = [tuple(_value(d) for d in t.shape) for t in out]
+        try:
+            sizes = self.kernel.bind(shapes) if all(isinstance(d, int) for s in shapes for d in s) else None
+        except ArgumentError:
+            sizes = None     # the call itself says what is wrong
+        for i in strided:
+            if sizes is None or not self._strided_ok(out[i], i, sizes):
+                out[i] = out[i].contiguous()
+        return out
+
+    def _strided_ok(self, t: Any, index: int, sizes: dict[str, int]) -> bool:
+        o = self.record.inputs[index]
+        strides = tuple(_value(x) for x in t.stride())
+        offset = _value(t.storage_offset())
+        if not self.tmap_only[index] or not all(isinstance(x, int) for x in (*strides, offset)) or \
+                offset * o.itemsize % 16:
+            return False
+        try:
+            _layout.operand_tmaps(self.record, index, strides, sizes)
+        except ArgumentError:
+            return False
+        return True
+
     def check_outs(self, outs: Sequence[Any], sizes: dict[str, Any]) -> None:
-        for t, o in zip(outs, self.record.outputs):
+        n_in = len(self.record.inputs)
+        for i, (t, o) in enumerate(zip(outs, self.record.outputs)):
             name = f"out[{o.name}]"
             _check_dtype(t, name, o.dtype)
             want = self._shape(o, sizes)
@@ -305,7 +356,7 @@ class TorchOp:
             for w, g in zip(want, got):
                 both = isinstance(w, int) and isinstance(g, int)
                 _require(w == g, f"{name}: expected shape {_shown(want)}, got {_shown(got)}", both)
-            _check_dense(t, name)
+            self.check_layout(t, n_in + i, name, sizes)
 
     @staticmethod
     def _shape(o: Operand, sizes: dict[str, Any]) -> tuple:
@@ -344,7 +395,7 @@ def _check_dtype(t: Any, name: str, dtype: str) -> None:
 def _check_dense(t: Any, name: str) -> None:
     if not t.is_contiguous():
         raise ArgumentError(f"{name}: is not contiguous (strides {tuple(t.stride())}); make it contiguous first: "
-                            f"{name}.contiguous()")
+                            f"{name.removeprefix('out[').removesuffix(']')}.contiguous()")
 
 
 def _require(cond: Any, message: str, concrete: bool) -> None:

@@ -97,6 +97,29 @@ def test_an_expanded_upstream_gradient_is_made_contiguous(pkgs, ran):
     np.testing.assert_allclose(ins["x"].grad.numpy(), ins["w"].detach().numpy())
 
 
+def test_a_strided_saved_input_reaches_the_step_kernel_as_is(pkgs, ran, monkeypatch):
+    """x a column block of a wider leaf (a fused projection's slice): the map kernels read x and w through tensor
+    maps only, so the backward step gets the saved views themselves (no contiguous copy, issue 43); the gradients
+    are those of the dense call."""
+    mods, _ = pkgs
+    layouts = []
+    stub = Kernel._call_cuda
+    monkeypatch.setattr(Kernel, "_call_cuda", lambda self, args, out, stream: (
+        layouts.append((self.name, [tuple(a.stride()) for a in args])), stub(self, args, out, stream))[1])
+    ins = leaves()
+    wide = torch.zeros(hg.M, 2 * hg.N, dtype=torch.float32)
+    wide[:, :hg.N] = ins["x"].detach()
+    wide.requires_grad_(True)
+    x = wide[:, :hg.N]
+    fn(mods, "plain")(x, ins["w"], ins["b"]).sum().backward()
+    (name, strides), = [entry for entry in layouts if entry[0] != "fma_plain"]
+    step = next(k for k in mods["plain"].kernel.backward.steps.values() if k.name == name)
+    got = dict(zip((o.name for o in step.inputs), strides))
+    assert got["x"] == (2 * hg.N, 1) and got["w"] == (hg.N, 1), got        # x as saved: the view, not a copy
+    np.testing.assert_allclose(wide.grad[:, :hg.N].numpy(), ins["w"].detach().numpy())
+    assert not wide.grad[:, hg.N:].any()
+
+
 def test_wrt_gives_gradients_to_those_inputs_only(pkgs, ran):
     mods, _ = pkgs
     ins = leaves()

@@ -70,8 +70,9 @@ def test_junit_rows_one_per_file(tmp_path):
     assert by["tests/families/map/test_map_peers.py"].status == "SKIP"
 
 
-def test_changed_selects_a_family_its_specs_and_tests():
-    specs, tests, why = gpu.selection(["schedgen/families/rowwise/plan.py", "docs/benchmarks.md"])
+@pytest.mark.parametrize("changed", ["schedgen/families/rowwise/plan.py", "templates/rowwise/cuda.cu.j2"])
+def test_changed_selects_a_family_its_specs_and_tests(changed):
+    specs, tests, why = gpu.selection([changed, "docs/benchmarks.md"])
     assert "rowwise" in why
     names = {p.name for p in specs}
     assert {"softmax_bf16.yaml", "layernorm_bf16.yaml", "crossentropy_bf16.yaml"} <= names
@@ -80,8 +81,9 @@ def test_changed_selects_a_family_its_specs_and_tests():
     assert all(t in gpu.gpu_test_files() for t in tests)
 
 
-def test_changed_in_the_shared_pipeline_selects_everything():
-    specs, tests, why = gpu.selection(["schedgen/runtime/kernel.py"])
+@pytest.mark.parametrize("changed", ["schedgen/runtime/kernel.py", "templates/common/common.cuh.j2"])
+def test_changed_in_the_shared_pipeline_selects_everything(changed):
+    specs, tests, why = gpu.selection([changed])
     assert len(specs) == len(gpu.bundled_specs()) and tests == gpu.gpu_test_files()
     assert "shared pipeline" in why
 

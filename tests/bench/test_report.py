@@ -211,9 +211,9 @@ def test_pipeline_model_respects_the_barriers():
     assert len(loads) == len(holds) == len(mmas) == 2 * k
     for i, (ld, mma) in enumerate(zip(loads, mmas)):
         assert mma.start >= ld.end - 1e-15                          # consumers wait for the full barrier
-        if i >= p.stages:
-            assert ld.start >= holds[i - p.stages].end - 1e-15      # the producer waits for the empty barrier
-    assert {s.row for s in spans} >= {"producer", "consumer 0", "consumer 1", f"stage {p.stages - 1}"}
+        if i >= p.pipeline.stages:
+            assert ld.start >= holds[i - p.pipeline.stages].end - 1e-15      # the producer waits for the empty barrier
+    assert {s.row for s in spans} >= {"producer", "consumer 0", "consumer 1", f"stage {p.pipeline.stages - 1}"}
 
 
 def test_attention_traversal_and_pipeline_model():

@@ -23,7 +23,7 @@ def test_the_space_is_exactly_100_kernels(tmp_path):
     space = T.load_space(_script().write_spec(tmp_path))
     pruning = T.prune(space)
     assert space.size == 100 and len(pruning.kept) == 100 and pruning.pruned == 0
-    assert {(c.plan.tile_m, c.plan.tile_n) for c in pruning.kept} == {(128, 128)}
+    assert {(c.plan.tiles.tile_m, c.plan.tiles.tile_n) for c in pruning.kept} == {(128, 128)}
 
 
 def test_dry_run_tunes_cold_then_warm_and_writes_the_record(tmp_path):

@@ -97,7 +97,7 @@ def test_bundled_pallas_kernels_lower_for_cuda(path, tmp_path):
 def test_the_refused_ragged_sizes_still_fail_to_lower(tmp_path, monkeypatch):
     """M = 3073 is off Mosaic GPU's 8-row GMEM tiling: the planner refuses it for Pallas; with that check turned
     off, jax 0.11.2 refuses it while lowering (TileTransform cannot round a partial tile up)."""
-    from schedgen.families.matmul import schedule
+    from schedgen.plan.gemm import schedule
     monkeypatch.setattr(schedule, "_tiling_quanta", lambda op, dims: {"M": 1, "N": 1, "K": 1})
     built = build_spec(str(SPECS_DIR / "matmul_bf16_4096.yaml"), {"op.sizes": {"M": 3073, "N": 512, "K": 128}, **ZERO},
                        cache=Cache(tmp_path / "c"))
@@ -222,8 +222,10 @@ def _unchecked(monkeypatch):
     """The checks of REFUSED off (as before 2026-12-06)."""
     from schedgen.families.attention import plan as attention_plan
     from schedgen.families.map import plan as map_plan
-    from schedgen.families.matmul import schedule
+    from schedgen.families.grouped_matmul import plan as grouped_plan
+    from schedgen.plan.gemm import schedule
     monkeypatch.setattr(schedule, "pallas_swizzles", lambda *args: None)    # both matmul families' rule
+    monkeypatch.setattr(grouped_plan, "pallas_swizzles", lambda *args: None)
     monkeypatch.setattr(map_plan, "_pallas_transforms", lambda o, path, hint, problems: None)
     monkeypatch.setattr(map_plan, "_pallas_gmem_strides", lambda operands, space, problems: None)
     monkeypatch.setattr(attention_plan, "PALLAS_OWN_SMEM", 0)

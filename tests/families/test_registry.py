@@ -35,6 +35,7 @@ def test_a_family_registers_once():
     ({"kind": "matmul"}, "must declare kind: Literal\\['matmul'\\]"),
     ({"plan": None}, "plan must be callable"),
     ({"templates": families.get("map").templates.parent}, "no backend template"),
+    ({"kind": "common"}, "the shared partials' template folder"),
 ])
 def test_a_bad_manifest_is_refused_at_registration(change, message):
     with pytest.raises(TypeError, match=message):

@@ -113,9 +113,7 @@ __device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)mode << 62);
 }
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+  uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ float sg_lo(uint32_t x) { return sg_bf16_to_f32((uint16_t)(x & 0xffffu)); }
 __device__ __forceinline__ float sg_hi(uint32_t x) { return sg_bf16_to_f32((uint16_t)(x >> 16)); }

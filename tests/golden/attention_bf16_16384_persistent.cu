@@ -115,9 +115,7 @@ __device__ __forceinline__ uint64_t sg_desc(uint32_t addr, uint32_t lbo, uint32_
 constexpr int PP_BAR = 1, PP_THREADS = 256;
 constexpr int EPI_BAR = 3;
 __device__ __forceinline__ uint32_t sg_pack2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+  uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ float sg_quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

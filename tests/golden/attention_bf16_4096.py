@@ -229,7 +229,7 @@ def run_into(inputs, outputs, interpret=None):
     kern = make(sizes_of(inputs), interpret=interpret, outputs_as_refs=True)
 
     def go(ins, outs):
-        refs = [jax.new_ref(x) for x in outs]
+        refs = [jax.new_ref(o) for o in outs]
         kern(*ins, *refs)
         return tuple(jax.freeze(r) for r in refs)
 

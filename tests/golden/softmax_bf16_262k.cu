@@ -167,9 +167,9 @@ __device__ __forceinline__ void sg_lse_gather(const float* p, int stride, float&
   s = sum;
 }
 // ---- clusters: the CTA's rank, the cluster barrier, a float of another CTA's SMEM (DSMEM)
-__device__ __forceinline__ int sg_cluster_rank() { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return (int)r; }
+__device__ __forceinline__ uint32_t sg_cluster_rank() { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ void sg_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 __device__ __forceinline__ float sg_dsmem_ld(const float* p, int rank) {
   uint32_t a = (uint32_t)__cvta_generic_to_shared(p), r;

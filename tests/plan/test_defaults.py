@@ -213,10 +213,10 @@ def test_matmul_picks_a_smaller_tile_for_a_small_problem(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 256, "N": 8192, "K": 8192})
     plan, _ = plan_with_picks(spec, src)
     # specs/matmul_bf16_256x8192x8192.yaml's tile: 128 x 128 with a 6-deep ring
-    assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.stages, plan.num_consumers) == (128, 128, 64, 6, 2)
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.tiles.tile_k, plan.pipeline.stages, plan.warps.num_consumers) == (128, 128, 64, 6, 2)
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 64, "N": 64, "K": 64})
     plan, _ = plan_with_picks(spec, src)
-    assert (plan.tile_m, plan.tile_n, plan.num_consumers) == (64, 64, 1)
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.warps.num_consumers) == (64, 64, 1)
 
 
 def _picked(tmp_path, sizes: dict, transpose_rhs: bool = False):
@@ -232,46 +232,46 @@ def test_matmul_tile_by_wave_quantization(tmp_path):
     """Whole waves of tiles: 144 tiles of 128 x 256 are 1.09 waves at 1536 x 3072; 192 of 128 x 192 are 1.45 (the
     H200 ran them 1.23x faster, 2026-12-04). 5000 x 4096 keeps 128 x 256 (7 waves of 128 x 192 cost more)."""
     plan, picks = _picked(tmp_path, {"M": 1536, "N": 3072, "K": 1536})
-    assert (plan.tile_m, plan.tile_n, plan.cluster_size) == (128, 192, 1)   # N-major halves of 96: no cluster
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.cluster.cluster_size) == (128, 192, 1)   # N-major halves of 96: no cluster
     assert "1.45 waves" in picks["schedule.in_specs.a"].why
     plan, _ = _picked(tmp_path, {"M": 5000, "N": 4096, "K": 4096})
-    assert (plan.tile_m, plan.tile_n, plan.cluster_size) == (128, 256, 2)
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.cluster.cluster_size) == (128, 256, 2)
 
 
 def test_matmul_clusters_along_m_sharing_the_rhs(tmp_path):
     plan, picks = _picked(tmp_path, {"M": 3000, "N": 5000, "K": 1000})
-    assert (plan.tile_m, plan.tile_n, plan.cluster_m, plan.multicast) == (128, 256, 2, "rhs")
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.cluster.cluster_m, plan.cluster.multicast) == (128, 256, 2, "rhs")
     assert picks["schedule.in_specs.b"].value.collective_axes == ["cluster"]
     assert "multicast" in picks["schedule.cluster"].why
     # torch.nn.Linear's [N, K] weight: K-major halves of any width, so 128 x 192 keeps its cluster
     plan, _ = _picked(tmp_path, {"M": 2777, "N": 11008, "K": 4096}, transpose_rhs=True)
-    assert (plan.tile_n, plan.cluster_m) == (192, 2)
+    assert (plan.tiles.tile_n, plan.cluster.cluster_m) == (192, 2)
     # an odd number of tile rows (M = 2900: 23 rows of 128), or fewer tiles than SMs: no cluster
     for sizes in ({"M": 2900, "N": 5000, "K": 1000}, {"M": 512, "N": 1024, "K": 4096}):
         plan, picks = _picked(tmp_path, sizes)
-        assert plan.cluster_size == 1 and "schedule.cluster" not in picks
+        assert plan.cluster.cluster_size == 1 and "schedule.cluster" not in picks
 
 
 def test_a_written_cluster_or_tile_is_kept(tmp_path):
     plan, picks = _picked(tmp_path, {"M": 3000, "N": 5000, "K": 1000, "schedule.cluster": [1, 1]})
-    assert plan.cluster_size == 1 and "schedule.cluster" not in picks
+    assert plan.cluster.cluster_size == 1 and "schedule.cluster" not in picks
     # a written 2-CTA cluster gets a tile it can split: at 1536 x 3072 the wave estimate alone picks 128 x 192,
     # whose N-major rhs halves (96 columns) are off the 64-column swizzle rows; written [2, 1], 128 x 256 instead
     plan, picks = _picked(tmp_path, {"M": 1536, "N": 3072, "K": 1536, "schedule.cluster": [2, 1]})
-    assert (plan.tile_n, plan.cluster_m, plan.multicast) == (256, 2, "rhs") and "schedule.cluster" not in picks
+    assert (plan.tiles.tile_n, plan.cluster.cluster_m, plan.cluster.multicast) == (256, 2, "rhs") and "schedule.cluster" not in picks
 
 
 def test_skinny_matmul_loads_256_bytes_of_k_a_stage(tmp_path):
     """Decode shapes (64-row tiles, one consumer): 128 bf16 K columns a stage, so the ring holds more weight bytes
     in flight (M = 16, N = K = 8192 went from 0.79x to 0.95-1.0x cuBLAS on the H200)."""
     plan, _ = _picked(tmp_path, {"M": 16, "N": 8192, "K": 8192}, transpose_rhs=True)
-    assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.num_consumers, plan.stages) == (64, 64, 128, 1, 6)
+    assert (plan.tiles.tile_m, plan.tiles.tile_n, plan.tiles.tile_k, plan.warps.num_consumers, plan.pipeline.stages) == (64, 64, 128, 1, 6)
 
 
 def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5000, "K": 1000})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.launch.backends == ("cuda",)    # K = 1000 is off Mosaic GPU's 64-column GMEM tiling
+    assert plan.tiles.ragged and plan.launch.backends == ("cuda",)    # K = 1000 is off Mosaic GPU's 64-column GMEM tiling
     why = {p.dotted: p.why for p in picks}
     assert "zero-padded" in why["schedule.in_specs.a"]
     assert why["schedule.backends"].startswith("the Pallas backend cannot render this spec") and \
@@ -281,7 +281,7 @@ def test_ragged_matmul_pads_and_builds_for_cuda_saying_why(tmp_path):
 def test_a_ragged_matmul_on_the_tiling_builds_both_backends(tmp_path):
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"M": 3000, "N": 5056, "K": 1024})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.launch.backends == ("cuda", "pallas")
+    assert plan.tiles.ragged and plan.launch.backends == ("cuda", "pallas")
 
 
 def test_a_pallas_limit_of_the_sizes_picks_cuda_saying_why(tmp_path):
@@ -291,7 +291,7 @@ def test_a_pallas_limit_of_the_sizes_picks_cuda_saying_why(tmp_path):
     path = _write(tmp_path, "matmul", text)
     spec, src = load_spec(str(path), {"M": 256, "N": 5000, "K": 256, "op.epilogue": "out = acc + bias"})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.ragged and plan.launch.backends == ("cuda",)
+    assert plan.tiles.ragged and plan.launch.backends == ("cuda",)
     why = {p.dotted: p.why for p in picks}["schedule.backends"]
     assert why.startswith("the Pallas backend cannot render this spec") and "cannot round a partial tile up" in why
 
@@ -313,7 +313,7 @@ def test_a_written_field_is_honoured(tmp_path):
     """Written values are planned as written: one consumer stays one (the picked tile fits its registers; a written
     tile that does not is the error), a written pipeline.kind is not replaced."""
     built = build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.num_compute_wgs": 1})
-    assert (built.plan.num_consumers, built.plan.tile_m, built.plan.tile_n) == (1, 128, 128)
+    assert (built.plan.warps.num_consumers, built.plan.tiles.tile_m, built.plan.tiles.tile_n) == (1, 128, 128)
     with pytest.raises(SpecErrors) as info:
         build_spec(_write(tmp_path, "matmul"), {"schedule.pipeline.num_compute_wgs": 1,
                                                 "schedule.out_specs": {"out": {"block_shape": [128, 256]}}})
@@ -323,7 +323,7 @@ def test_a_written_field_is_honoured(tmp_path):
     assert [p.path for p in info.value.problems] == [("schedule", "pipeline", "kind")]
     spec, src = load_spec(str(_write(tmp_path, "matmul")), {"schedule.pipeline.max_concurrent_steps": 3})
     plan, picks = plan_with_picks(spec, src)
-    assert plan.stages == 3 and "schedule.pipeline.max_concurrent_steps" not in {p.dotted for p in picks}
+    assert plan.pipeline.stages == 3 and "schedule.pipeline.max_concurrent_steps" not in {p.dotted for p in picks}
 
 
 def test_a_written_field_pallas_cannot_render_stays_an_error(tmp_path):

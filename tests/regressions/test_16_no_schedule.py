@@ -22,4 +22,4 @@ def test_matmul_without_schedule_builds(tmp_path, monkeypatch):
     path.write_text(SPEC)
     built = build_spec(path)           # raised SpecErrors (pipeline.kind, compute_registers at 1:1) before
     p = built.plan
-    assert (p.tile_m, p.tile_n, p.tile_k, p.num_consumers, p.stages) == (128, 256, 64, 2, 4)
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k, p.warps.num_consumers, p.pipeline.stages) == (128, 256, 64, 2, 4)

@@ -116,4 +116,4 @@ def test_an_explicit_empty_collective_axes_on_the_shared_operand_is_refused():
         plan(*load_spec(path, {"schedule.in_specs.b.collective_axes": []}))
     (p,) = [q for q in exc.value.problems if q.path[-1] == "collective_axes"]
     assert p.path == ("schedule", "in_specs", "b", "collective_axes") and "multicast" in p.message
-    assert plan(*load_spec(path)).multicast == "rhs"
+    assert plan(*load_spec(path)).cluster.multicast == "rhs"

@@ -208,9 +208,11 @@ print(json.dumps([schedgen.__file__, b.cache_hit, json.loads(b.files["manifest.j
 
 def test_an_edit_to_a_python_renderer_changes_the_key(tmp_path):
     """A copy of schedgen whose renderer (render/__init__.py, no template touched) appends a line to every kernel:
-    the copy must miss the cache the unedited copy filled, and its kernel must carry the edit."""
+    the copy must miss the cache the unedited copy filled, and its kernel must carry the edit; then the same for an
+    edit to one of the copy's templates (templates/, beside the package: outside the package's own tree)."""
     copy = tmp_path / "src"
     shutil.copytree(ROOT / "schedgen", copy / "schedgen", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "templates", copy / "templates")      # beside the package, as in the checkout
     cache = tmp_path / "cache"
 
     def probe():
@@ -233,6 +235,12 @@ def test_an_edit_to_a_python_renderer_changes_the_key(tmp_path):
     hit1, key1, tail1 = probe()
     assert key1 != key0 and hit1 is False
     assert tail1.endswith("// renderer edited\n")               # not the stale kernel of the old renderer
+    # the templates live beside the package (templates/, not under schedgen/): an edit to one changes the key too
+    template = copy / "templates" / "map" / "cuda.cu.j2"
+    template.write_text(template.read_text() + "// template edited\n")
+    hit2, key2, tail2 = probe()
+    assert key2 not in (key0, key1) and hit2 is False
+    assert tail2.endswith("// template edited\n// renderer edited\n")   # (the renderer's edit still appends)
 
 
 def test_tree_hash_covers_py_and_j2_only(tmp_path):

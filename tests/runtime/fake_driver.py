@@ -81,6 +81,9 @@ class FakeDriver:
         def workspace_free(ptr, stream):
             fake.events.append(("free", stream, ptr))
 
+        def memset0(ptr, nbytes, stream):          # a workspace from the caller's allocator (torch's), zeroed
+            fake.events.append(("memset0", stream, ptr, nbytes))
+
         for name, value in {"Module": Module, "Buffer": Buffer, "encode_tiled": encode_tiled, "launch": launch,
                             "Params": Params, "LaunchConfig": LaunchConfig, "_counter_pools": {},
                             "is_capturing": lambda stream: fake.capturing,
@@ -90,5 +93,5 @@ class FakeDriver:
                             "device_info": lambda: {"sm_count": fake.sm_count},
                             "max_active_clusters": lambda func, **kw: fake.clusters,
                             "workspace_pool": workspace_pool, "workspace_alloc": workspace_alloc,
-                            "workspace_free": workspace_free}.items():
+                            "workspace_free": workspace_free, "memset0": memset0}.items():
             monkeypatch.setattr(driver, name, value)

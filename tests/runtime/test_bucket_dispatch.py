@@ -256,6 +256,20 @@ def test_meta_tensors_trace_through_the_op_without_a_pick(pkg, torch, calls):
     torch._dynamo.reset()
 
 
+def test_strided_operands_where_every_variant_reads_them_through_tensor_maps(pkg, torch, calls, monkeypatch):
+    """The package op's layout rule (runtime/layout.py) is the variants' together: an operand may be strided only
+    where each variant reaches it through tensor maps alone."""
+    from schedgen.runtime import buckets, layout
+    k = pkg.kernel
+    assert k.tmap_only == (True, True, True) == k.torch_op.tmap_only
+    x = torch.empty(64, 512, dtype=torch.bfloat16, device="meta")[:, :256]      # a row stride of 512: legal
+    assert pkg.add_dyn(x, x).shape == (64, 256) and calls == []
+    second = k.variants[1].launch.kernel_name
+    real = layout.tmap_only
+    monkeypatch.setattr(layout, "tmap_only", lambda rec: (True, False, True) if rec.kernel_name == second else real(rec))
+    assert buckets.BucketedKernel(k.root).tmap_only == (True, False, True)
+
+
 def test_the_pick_is_cheap(pkg):
     """The per-call cost of the choice (numbers in docs/tuning.md): a shape read and a bisect, well under a
     microsecond here; the bound is loose for a loaded CI machine."""

@@ -32,6 +32,7 @@ class _Dtype:
 
 DT = {n: _Dtype(t) for n, t in arrays._TORCH.items()}
 DT["f64"] = _Dtype("float64")
+DT["u8"] = _Dtype("uint8")        # a workspace's bytes (Kernel._torch_workspaces)
 
 
 class _Device:
@@ -83,14 +84,22 @@ class Tensor:
 
 
 class Torch:
-    """What the call path asks of torch: empty() (a caching allocator: one pointer per shape) and its stream."""
+    """What the call path asks of torch: empty() (a caching allocator: one pointer per shape; `made` keeps every
+    tensor it gave), its stream, and caching_allocator_alloc / _delete on a given stream (`raw` records them)."""
 
     def __init__(self, monkeypatch):
-        self.allocs, self.stream, self.blocks = [], 0x77, {}
+        self.allocs, self.stream, self.blocks, self.made, self.raw = [], 0x77, {}, [], []
         monkeypatch.setattr(K, "_EMPTY", [self.empty])
-        monkeypatch.setattr(K, "_TORCH_DT", {n: DT[n] for n in arrays._TORCH})
+        monkeypatch.setattr(K, "_TORCH_DT", {n: DT[n] for n in (*arrays._TORCH, "u8")})
         monkeypatch.setattr(K, "_TORCH_DEVICES", {i: _Device("cuda", i) for i in range(8)})
         monkeypatch.setattr(K, "_current_raw_stream", lambda device: self.stream)
+        monkeypatch.setattr(K, "_torch_raw_alloc", self.raw_alloc)
+        monkeypatch.setattr(K, "_torch_raw_free", lambda spaces: self.raw.extend(("free", p) for p in spaces.values()))
+
+    def raw_alloc(self, nbytes, device, stream):
+        ptr = 0x7D0000000000 + 0x1000000 * sum(1 for e in self.raw if e[0] == "alloc")
+        self.raw.append(("alloc", nbytes, device, stream, ptr))
+        return ptr
 
     def empty(self, *, size, dtype, device):
         # size= by keyword: torch parses it ~0.5 us faster than a positional tuple (schedgen/runtime/kernel.py)
@@ -100,7 +109,8 @@ class Torch:
         ptr = self.blocks.setdefault(tuple(shape), 0x7E0000000000 + 0x1000000 * len(self.blocks))
         # a device object (made once per ordinal: an int device costs torch microseconds per call)
         assert isinstance(device, _Device) and device.type == "cuda", device
-        return Tensor(shape, name, ptr=ptr, device=(device.type, device.index))
+        self.made.append(Tensor(shape, name, ptr=ptr, device=(device.type, device.index)))
+        return self.made[-1]
 
 
 @pytest.fixture
@@ -251,7 +261,7 @@ def test_fast_path_hands_every_problem_to_the_checks(tmp_path, fakes):
     rows, cols = x.shape
     cases = [
         (Tensor((rows, cols // 2)), f"{x.name}: expected shape {x.shape}, got {(rows, cols // 2)}"),
-        (Tensor(x.shape, strides=(1, rows)), f"{x.name}: is not C-contiguous"),
+        (Tensor(x.shape, strides=(1, rows)), f"{x.name}: its innermost dimension has stride {rows}, not 1"),
         (Tensor(x.shape, device=("cpu", None)), f"{x.name}: lives on the CPU (torch); move it to a CUDA device"),
         (Tensor(x.shape, device=("meta", None)), f"{x.name}: lives on the meta device (torch)"),
         (Tensor(x.shape, ptr=0x7F0000000008), f"{x.name}: data pointer 0x7f0000000008 is not 16-byte aligned"),

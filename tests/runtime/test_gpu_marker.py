@@ -21,6 +21,14 @@ class _Item:
         self.added.append(mark)
 
 
+class _Config:
+    """The hook's config: --slow given (slow tests are not what this file checks)."""
+
+    @staticmethod
+    def getoption(name):
+        return True
+
+
 @pytest.mark.parametrize("gpu,runs", [("sm_100", {"sm_100a"}), ("sm_90", {"sm_90a"}), (None, set())])
 def test_gpu_tests_skip_by_their_target(monkeypatch, gpu, runs):
     def available(target="sm_90a"):
@@ -31,7 +39,7 @@ def test_gpu_tests_skip_by_their_target(monkeypatch, gpu, runs):
 
     monkeypatch.setattr(driver, "available", available)
     hopper, blackwell = _Item(), _Item(target="sm_100a")
-    conftest.pytest_collection_modifyitems(None, [hopper, blackwell])
+    conftest.pytest_collection_modifyitems(_Config(), [hopper, blackwell])
     for item, target in ((hopper, "sm_90a"), (blackwell, "sm_100a")):
         if target in runs:
             assert item.added == []
@@ -39,3 +47,24 @@ def test_gpu_tests_skip_by_their_target(monkeypatch, gpu, runs):
             (mark,) = item.added
             assert mark.name == "skip" and target in mark.kwargs["reason"]
             assert ("Blackwell" if target == "sm_100a" else "Hopper") in mark.kwargs["reason"]
+
+
+class _SlowItem(_Item):
+    def get_closest_marker(self, name):
+        return pytest.mark.slow.mark if name == "slow" else None
+
+
+@pytest.mark.parametrize("flag,env,skipped", [(False, "", True), (True, "", False), (False, "1", False),
+                                               (False, "0", True)])
+def test_slow_tests_run_only_when_asked(monkeypatch, flag, env, skipped):
+    """A `slow` campaign is skipped unless --slow or SCHEDGEN_SLOW (not 0) asks for it (issue 41: CI stays fast)."""
+    monkeypatch.setenv("SCHEDGEN_SLOW", env)
+
+    class Config:
+        @staticmethod
+        def getoption(name):
+            return flag
+
+    item = _SlowItem()
+    conftest.pytest_collection_modifyitems(Config(), [item])
+    assert [m.name for m in item.added] == (["skip"] if skipped else [])

@@ -212,10 +212,18 @@ def test_bad_meta_arguments_raise_the_eager_argument_error(dynamic, xs, ys, dtyp
         assert str(eager.value) == message
 
 
-def test_non_contiguous_is_refused(dynamic):
-    with pytest.raises(ArgumentError, match=r"^x: is not contiguous \(strides \(1, 64\)\); make it contiguous first: "
+def test_a_transposed_view_is_refused_with_what_tma_needs(dynamic):
+    """x is read through its tensor map only: a strided view would do, a transposed one TMA cannot read (the eager
+    call's words)."""
+    with pytest.raises(ArgumentError, match=r"^x: its innermost dimension has stride 64, not 1 \(a transposed view\? "
+                                            r"strides \(1, 64\)\); TMA needs .*; make it contiguous first: "
                                             r"x.contiguous\(\)$"):
         dynamic.add_bf16(meta(512, 64).t(), meta(64, 512))
+    # a row stride of 1024 elements: legal (M = 256: the rewritten record's maps keep the static build's extents)
+    wide = meta(256, 1024)[:, :512]
+    assert dynamic.add_bf16(wide, meta(256, 512)).shape == (256, 512)
+    with pytest.raises(ArgumentError, match=r"^out\[o\]: its innermost dimension has stride 64"):
+        dynamic.add_bf16(meta(64, 512), meta(64, 512), out=meta(512, 64).t())
 
 
 def test_real_tensors_reach_the_cuda_path_through_the_op(static, monkeypatch):

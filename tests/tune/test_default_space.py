@@ -142,7 +142,7 @@ def test_cluster_m_moves_the_picked_rhs_collective_axes():
     assert by[2].overrides["schedule.in_specs.b.collective_axes"] == ["cluster"]
     for cm, c in by.items():
         spec, src = load_spec(str(GEMM), c.overrides)
-        assert plan(spec, src).cluster_m == cm
+        assert plan(spec, src).cluster.cluster_m == cm
 
 
 def test_a_following_field_is_hashable_and_never_shared():
@@ -181,7 +181,7 @@ def test_cluster_m_of_a_written_multicast_schedule(tmp_path):
     path = tmp_path / "mm.yaml"
     path.write_text((SPECS_DIR / "matmul_bf16_4096.yaml").read_text().split("schedule:")[0] + WRITTEN_CLUSTER)
     pruning = T.prune(T.load_space(path))
-    assert not pruning.groups and sorted(c.plan.cluster_m for c in pruning.kept) == [1, 2]
+    assert not pruning.groups and sorted(c.plan.cluster.cluster_m for c in pruning.kept) == [1, 2]
 
 
 def test_a_knob_on_collective_axes_itself_wins_over_cluster_m(tmp_path):
@@ -272,7 +272,7 @@ class MatmulRunner(FakeRunner):
     def measure(self, built, backend):
         self.measured.append(built.plan.launch.kernel_name)
         p = built.plan
-        return T.Result("ok", 1.0 + abs(p.tile_k - 128) / 256 + abs(p.stages - 5) / 10 + p.tile_n / 1000)
+        return T.Result("ok", 1.0 + abs(p.tiles.tile_k - 128) / 256 + abs(p.pipeline.stages - 5) / 10 + p.tiles.tile_n / 1000)
 
     def verify(self, built, backend):
         self.verified.append(built.plan.launch.kernel_name)
@@ -294,7 +294,7 @@ def test_tune_export_and_build_tuned_of_a_bare_spec(cache, pool, tmp_path, monke
     spec, src = load_spec(str(out))
     assert spec.tune is None and spec.schedule.in_specs["b"].block_shape == [64, 128]
     p = plan(spec, src)
-    assert (p.tile_m, p.tile_n, p.tile_k, p.stages) == (64, 64, 128, 4) and p.launch.kernel_name == best["kernel"]
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k, p.pipeline.stages) == (64, 64, 128, 4) and p.launch.kernel_name == best["kernel"]
     monkeypatch.setenv("SCHEDGEN_CACHE", str(cache))
     monkeypatch.setattr(T, "current_gpu", lambda: None)
     assert cli.main(["build", str(DECODE), "--tuned", "--db", str(db), "-o", str(tmp_path / "build")]) == 0

@@ -106,7 +106,7 @@ def test_matmul_space_expands_and_prunes_with_grouped_reasons():
     assert smem.message.startswith("SMEM needed is 279632..328800 B (")
     assert "over the NVIDIA H200's 232448 B per block" in smem.message
     assert smem.line().startswith("48 x schedule.pipeline.max_concurrent_steps: SMEM needed is")
-    assert all(c.plan.tile_m * c.plan.tile_n <= 32768 for c in pruning.kept)
+    assert all(c.plan.tiles.tile_m * c.plan.tiles.tile_n <= 32768 for c in pruning.kept)
     assert len({c.config_key for c in pruning.kept}) == 96
 
 
@@ -124,7 +124,7 @@ def test_aliases_move_tied_fields_together():
     assert cand.overrides["schedule.pipeline.max_concurrent_steps"] == 5
     spec, src = load_spec(str(MM_TUNE), cand.overrides)
     p = plan(spec, src)
-    assert (p.tile_m, p.tile_n, p.stages, p.cluster_m, p.tile_width, p.delay_release) == (128, 128, 5, 2, 16, 0)
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.pipeline.stages, p.cluster.cluster_m, p.tiles.tile_width, p.pipeline.delay_release) == (128, 128, 5, 2, 16, 0)
 
 
 def test_map_alias_keeps_broadcast_dims(tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import AttentionOp
 
 FAMILY = register(Family(
@@ -17,7 +17,7 @@ FAMILY = register(Family(
     small_sizes=".reference:small_sizes",
     summary="flash-attention forward: causal or not, GQA, head_dim 64/128/256, optional log-sum-exp",
     draw=".draw:HOOKS",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("attention"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",

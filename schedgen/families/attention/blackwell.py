@@ -1,5 +1,5 @@
 """The attention forward on Blackwell (schedule.target: sm_100a): the Pallas (Mosaic GPU) rendering's rules and its
-plan record (`AttnTcgen05Plan`, plan.tcgen05), rendered by templates/pallas_sm_100a.py.j2.
+plan record (`AttnTcgen05Plan`, plan.tcgen05), rendered by templates/attention/pallas_sm_100a.py.j2.
 
 The kernel (jax 0.11.2, Lane lowering semantics) has two warpgroups a CTA and one 128-row query block a tile.
 Warpgroup 0 is split by `plgpu.warp_map`: warp 0 loads the Q tile and streams K and V blocks into a

@@ -607,7 +607,7 @@ PALLAS_OWN_SMEM = 2048   # what Mosaic GPU (jax 0.11.2) adds to the attention ke
 
 def _pallas_limits(sch, names: Names, blocks: Blocks, regs: Regs, smem: Smem, hw: Hardware,
                    problems: Problems) -> None:
-    """What the Pallas (Mosaic GPU) rendering of this family (schedgen/families/attention/templates/pallas.py.j2)
+    """What the Pallas (Mosaic GPU) rendering of this family (templates/attention/pallas.py.j2)
     cannot express; each message names the way out."""
     hint = "; or set schedule.backends: [cuda]"
     nc, block_kv, stages, q_bytes, kv_bytes = blocks.nc, blocks.block_kv, smem.stages, smem.q_bytes, smem.kv_bytes

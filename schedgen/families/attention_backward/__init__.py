@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import AttentionBackwardOp
 
 FAMILY = register(Family(
@@ -18,7 +18,7 @@ FAMILY = register(Family(
     small_sizes=".reference:small_sizes",
     random_inputs=".reference:random_inputs",
     summary="flash-attention backward: dq, dk, dv from q, k, v, o, do and the forward's log-sum-exp",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("attention_backward"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from ...plan.dims import DimLike
 from ...plan.launch import KernelLaunch, inline_field
 from ..attention.records import AttnOperand, score_pairs, causal_offset_of
 
@@ -181,6 +183,16 @@ class AttentionBackwardPlan:
                                           "use smaller block_q / block_kv")
 
     @property
+    def splits_d(self) -> bool:
+        """Whether a dK/dV block of the Pallas two-kernel form holds part of head_dim's columns (d_split > 1)."""
+        return self.d_split > 1
+
+    @property
+    def fused_blocks(self) -> int:
+        """The one-kernel form's key blocks of a kv head ({consumers} x 64 keys each)."""
+        return self.kv_rows_blocks // self.consumers
+
+    @property
     def d_part(self) -> int:
         """The columns of dK and dV a dK/dV block computes."""
         return self.head_dim // self.d_split
@@ -198,3 +210,111 @@ class AttentionBackwardPlan:
     def keys(self) -> int:
         """The keys a block of the one-kernel form owns (64 a consumer warpgroup)."""
         return ROWS * self.consumers
+
+    # --- derived numbers the CUDA templates print (computed here: the templates do no arithmetic)
+    @property
+    def cuda_numbers(self) -> CudaNumbers:
+        """The mma.sync kernel's (templates/attention_backward/cuda.cu.j2)."""
+        return cuda_numbers(self)
+
+    @property
+    def wgmma_numbers(self) -> WgmmaNumbers:
+        """The warp-specialized wgmma kernel's (templates/attention_backward/cuda_wgmma.cu.j2)."""
+        return wgmma_numbers(self)
+
+
+@dataclass(frozen=True)
+class CudaNumbers:
+    """What the mma.sync kernel's template prints that is derived from the plan's numbers (plan.cuda_numbers).
+    Extents (`DimLike`) where they involve a size that may be dynamic."""
+    blocks: DimLike                # dkv_blocks + dq_blocks: the grid
+    d8: int                        # head_dim / 8: 16-byte chunks of a row; 8-column groups of a 16 x head_dim fragment
+    d16: int                       # head_dim / 16: k16 steps over head_dim
+    row_bytes: int                 # head_dim x 2: a row of a swizzled tile
+    delta_rows: int                # threads / 4: the rows one pass of sg_delta covers (4 threads a row)
+    q8: int                        # block_q / 8: 8-column groups of a warp's S^T, dP^T
+    kv8: int                       # block_kv / 8: of its S, dP
+    lse_copies: int                # block_q / 4: the 16-byte copies of a dK/dV step's lse
+    ahead: int                     # stages - 1: the steps issued ahead of the one computed
+    kv_last: int                   # block_kv - 1
+    kv_heads: DimLike              # heads_kv x batch
+    q_heads: DimLike               # heads_q x batch
+    o_at: int                      # a dK/dV stage's O (Q at 0, dO at q_step_bytes): 2 x q_step_bytes
+    lse_at: int                    # its lse: 3 x q_step_bytes
+    dq_o_at: int                   # the dQ block's O (Q at 0, dO at tile_bytes): 2 x tile_bytes
+
+
+def cuda_numbers(p: AttentionBackwardPlan) -> CudaNumbers:
+    c, d = p.cuda, p.head_dim
+    return CudaNumbers(
+        blocks=c.dkv_blocks + c.dq_blocks, d8=d // 8, d16=d // 16, row_bytes=d * 2, delta_rows=p.launch.threads // 4,
+        q8=p.block_q // 8, kv8=p.block_kv // 8, lse_copies=p.block_q // 4, ahead=p.stages - 1,
+        kv_last=p.block_kv - 1, kv_heads=p.heads_kv * p.batch, q_heads=p.heads_q * p.batch,
+        o_at=2 * c.q_step_bytes, lse_at=3 * c.q_step_bytes, dq_o_at=2 * c.tile_bytes)
+
+
+class TmaBox(NamedTuple):
+    """One TMA box (64 rows x 64 columns) of a tile load: where in the SMEM tile, which column and row of the map."""
+    at: int                        # bytes from the tile's start: slab j, 64-row part rc
+    column: int                    # 64 j: the box's first column of head_dim
+    row: int                       # 64 rc: its first row past the tile's
+
+
+@dataclass(frozen=True)
+class WgmmaNumbers:
+    """What the wgmma kernel's template prints that is derived from the plan's numbers (plan.wgmma_numbers). The
+    kernel takes fixed sizes only: every number is an int."""
+    acc: int                       # head_dim / 2: a consumer thread's f32 accumulators of 64 x head_dim (dK, dV)
+    rs_a: tuple[int, ...]          # sg_wgmma_rs's asm operand numbers of A's four registers (after the accumulators)
+    rs_b: int                      # and of B's descriptor
+    d8: int                        # head_dim / 8: 16-byte chunks of a row (the preprocessing's lanes a row)
+    d16: int                       # head_dim / 16: k16 steps over head_dim
+    lane_half: int                 # d8 / 2: the first distance of the preprocessing's shuffle across a row's lanes
+    tile_chunks: int               # 8 x head_dim: 16-byte chunks of a 64-row tile
+    tile_vec4: int                 # 16 x head_dim: float4s of a 64 x head_dim f32 tile
+    pre_chunks: int                # a preprocessing thread's chunks of a tile: tile_chunks / threads, rounded up
+    split_cols: int                # head_dim / consumers: a consumer's dQ columns (dq_column_split)
+    counters: int                  # counters_bytes / 4: the u32 arrival counters
+    q_heads: int                   # batch x heads_q
+    kv_heads: int                  # heads_kv x batch
+    q_tiles: int                   # seq_q / 64
+    key_blocks: int                # seq_kv / rows: the key blocks of a kv head
+    rows_last: int                 # rows - 1
+    red_arrivals: int              # consumers x key_blocks: a 64-query tile's arrivals (red form, no mask)
+    q_tile_stride: int             # 64 x q_strides[1]: elements between 64-query tiles
+    delta_f32: int                 # delta_offset / 4: the workspace's delta, in f32
+    acc_f32: int                   # acc_offset / 4: its dQ sums
+    counters_f32: int              # acc_f32 + counters_offset: its arrival counters
+    bar_empty: int                 # 8 + 8 stages: the SMEM offset of the ring's "empty" barriers (after "full")
+    bar_delta: int                 # 8 + 16 stages: of the "delta" ones
+    ticket_at: int                 # flag_offset + 64: the block's ticket (delta preprocess)
+    fixed_pair: int                # 2 x fixed_bytes: K and V
+    stage_tx: int                  # a stage's TMA bytes: Q, dO (, O) and lse (, delta)
+    o_at: int                      # a stage's O: 2 x tile64 (Q at 0, dO at tile64)
+    lse_at: int                    # its lse: after Q, dO (and O when delta is computed in the kernel)
+    delta_at: int                  # its delta: lse_at + 256
+    consumer_threads: int          # 128 x consumers
+    double_ds: bool                # two dS buffers (ds_buffers 2)
+    fixed_boxes: tuple[TmaBox, ...]    # the boxes of a fixed tile (K, V: rows x head_dim, slab_rows-byte slabs)
+    step_boxes: tuple[TmaBox, ...]     # of a streamed one (Q, dO, O: 64 x head_dim, slab64-byte slabs)
+
+
+def _boxes(d: int, rows: int, slab: int) -> tuple[TmaBox, ...]:
+    return tuple(TmaBox(j * slab + rc * 8192, j * 64, rc * 64) for j in range(d // 64) for rc in range(rows // 64))
+
+
+def wgmma_numbers(p: AttentionBackwardPlan) -> WgmmaNumbers:
+    w, d = p.wgmma, p.head_dim
+    acc, pre = d // 2, w.delta == "preprocess"
+    lse_at = (2 if pre else 3) * w.tile64
+    return WgmmaNumbers(
+        acc=acc, rs_a=(acc, acc + 1, acc + 2, acc + 3), rs_b=acc + 4, d8=d // 8, d16=d // 16, lane_half=d // 16,
+        tile_chunks=8 * d, tile_vec4=16 * d, pre_chunks=(8 * d + w.threads - 1) // w.threads,
+        split_cols=d // w.consumers, counters=w.counters_bytes // 4, q_heads=p.batch * p.heads_q,
+        kv_heads=p.heads_kv * p.batch, q_tiles=p.seq_q // 64, key_blocks=p.seq_kv // w.rows, rows_last=w.rows - 1,
+        red_arrivals=w.consumers * (p.seq_kv // w.rows), q_tile_stride=64 * w.q_strides[1],
+        delta_f32=w.delta_offset // 4, acc_f32=w.acc_offset // 4, counters_f32=w.acc_offset // 4 + w.counters_offset,
+        bar_empty=8 + 8 * p.stages, bar_delta=8 + 16 * p.stages, ticket_at=w.flag_offset + 64,
+        fixed_pair=2 * w.fixed_bytes, stage_tx=2 * w.tile64 + 512 if pre else 3 * w.tile64 + 256,
+        o_at=2 * w.tile64, lse_at=lse_at, delta_at=lse_at + 256, consumer_threads=128 * w.consumers,
+        double_ds=w.ds_buffers == 2, fixed_boxes=_boxes(d, w.rows, w.slab_rows), step_boxes=_boxes(d, 64, w.slab64))

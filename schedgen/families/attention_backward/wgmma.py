@@ -1,6 +1,6 @@
-"""Planning of the attention backward's warp-specialized wgmma CUDA kernel (templates/cuda_wgmma.cu.j2), chosen by
-`schedule.pipeline.kind: warp_specialized`, written or picked (defaults.py); else the mma.sync kernel of
-templates/cuda.cu.j2.
+"""Planning of the attention backward's warp-specialized wgmma CUDA kernel
+(templates/attention_backward/cuda_wgmma.cu.j2), chosen by `schedule.pipeline.kind: warp_specialized`, written or
+picked (defaults.py); else the mma.sync kernel of templates/attention_backward/cuda.cu.j2.
 
 FlashAttention-3's form on Hopper: a block is a TMA producer warpgroup (one thread issuing the loads into an
 mbarrier ring, two warps computing delta = rowsum(dO * O)) and `num_compute_wgs` consumer warpgroups of 64 keys of

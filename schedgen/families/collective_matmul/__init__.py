@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import CollectiveMatmulOp
 
 FAMILY = register(Family(
@@ -16,7 +16,7 @@ FAMILY = register(Family(
     explain=".explain:explain_collective_matmul",
     small_sizes=".reference:small_sizes",
     summary="multi-GPU out = all_gather(lhs) @ rhs over a 1-D mesh, the all-gather overlapped with the matmul",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("collective_matmul"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     metric="tflops",
     devices=lambda op: op.mesh.num_devices,

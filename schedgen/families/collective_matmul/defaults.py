@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ...plan.defaults import Pick
 from ...plan.hardware import Hardware
-from ..matmul.defaults import matmul_defaults
-from .plan import step_op_of
+from ...registry import get as family
+from .plan import STEP_KIND, step_op_of
 
 
 def collective_defaults(spec, hw: Hardware) -> list[Pick]:
@@ -19,7 +19,7 @@ def collective_defaults(spec, hw: Hardware) -> list[Pick]:
         return []                               # the planner reports what is wrong with the op
     step = spec.model_copy(update={"op": step_op_of(op, next(iter(op.outputs)))})
     picks = []
-    for pick in matmul_defaults(step, hw):
+    for pick in family(STEP_KIND).defaults(step, hw):
         value = pick.value
         if getattr(value, "out_of_bounds", "reject") == "zero":
             value = value.model_copy(update={"out_of_bounds": "reject"})

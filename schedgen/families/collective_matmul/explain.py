@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ...explain import PEAK_TFLOPS
 from ...frontend import spelling
-from ..matmul.explain import explain_matmul
+from ...registry import get as family
+from .plan import STEP_KIND
 
 NVLINK_GBPS = 450.0  # H200 NVLink 4, one direction (datasheet: 900 GB/s both ways); not measured here
 
@@ -56,5 +57,5 @@ def explain_collective_matmul(p) -> str:
             lines.append(f"  TMA        {a.what:7} box {list(a.box)} swizzle {a.swizzle or 'none'} over {list(a.shape)}")
     lines.append("  the matmul of one step (the matmul family's plan; its own grid, tensor maps and cluster lines left out):")
     skip = ("tile loop", "cluster", "TMA ")
-    lines += ["  " + ln for ln in explain_matmul(p.mm).splitlines()[1:] if not ln.strip().startswith(skip)]
+    lines += ["  " + ln for ln in family(STEP_KIND).explain(p.mm).splitlines()[1:] if not ln.strip().startswith(skip)]
     return "\n".join(lines)

@@ -9,8 +9,9 @@ at step s + 1. A `received` semaphore array on the receiver counts arrivals (per
 `done` semaphore tells the sender that its chunks were read (so the next launch may overwrite them).
 
 The per-step matmul is the matmul family's kernel: this planner builds the spec of one step ([M, K] @ [K, N]) and
-plans it with `plan_matmul`, so every tile, wgmma, swizzle, SMEM and register rule (and its located message) is the
-matmul family's own; the rules of the collective (mesh, ring, semaphores, what each backend can render) are here.
+plans it with that family's planner (its manifest's `plan`, on the shared GEMM package schedgen/plan/gemm), so every
+tile, wgmma, swizzle, SMEM and register rule (and its located message) is the matmul family's own; the rules of the
+collective (mesh, ring, semaphores, what each backend can render) are here.
 
 Backends:
 - Pallas (jax.shard_map over the mesh): consumer warpgroup 0 sends each lhs stage it multiplies from SMEM to the
@@ -37,16 +38,16 @@ from ...plan.common import static_sizes_only, Problems, row_major_strides
 from ...plan.hardware import Hardware, target_field
 from ...plan.launch import KernelLaunch, Ring as LaunchRing, inline_field
 from ...plan.exprs import PlanExpr
-from ..matmul.model import MatmulOp
-from ..matmul.operands import check_operand_roles
-from ..matmul.plan import plan_matmul
-from ..matmul.smem_operands import check_smem_operands
-from ..matmul.records import FP8_DTYPES, MatmulPlan, MatOperand, mat_operand
-from ..matmul.schedule import tile_from_block_specs
+from ...plan.gemm import (FP8_DTYPES, MatmulPlan, MatOperand, check_operand_roles, check_smem_operands, mat_operand,
+                          tile_from_block_specs)
+from ...registry import get as family
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
+# one ring step's product is a matmul: the matmul family's op model and planner (its manifest), its plan `mm` the GEMM
+# package's MatmulPlan
+STEP_KIND = "matmul"
 COPY_WARPS = 3                 # warps 1-3 of the CUDA producer warpgroup copy chunks to the peer
 # 16-byte vectors each copy lane keeps in flight: 2 fit the producer warpgroup's registers after setmaxnreg.dec
 # (ptxas spills the copy loop with 4 at 40 registers, and for 4 devices also at 56)
@@ -59,7 +60,7 @@ DEFAULT_PER = {"received": "row_block", "done": "launch"}
 REMOTE_REFS = ("gather",)
 MULTIMEM_WHY = ("NVLink multicast is not supported by this release (it never calls cuMulticastCreate; multi-GPU "
                 "processes run with NCCL_NVLS_ENABLE=0), so {what} cannot run: the multimem entries are rendered and their PTX assembled to SASS in CI only "
-                "(schedgen/families/collective_matmul/templates/multimem.cu.j2, tests/families/collective_matmul/test_collective_sass.py){extra}; use transport: remote_ref "
+                "(templates/collective_matmul/multimem.cu.j2, tests/families/collective_matmul/test_collective_sass.py){extra}; use transport: remote_ref "
                 "(peer-to-peer remote refs and semaphores)")
 
 
@@ -193,7 +194,7 @@ def plan_collective_matmul(spec: SpecFile, hw: Hardware) -> tuple[CollectiveMatm
 
 def check_mesh(op, problems: Problems) -> None:
     """At least 2 devices; the axis name is none of the op's names. (The spec name and input names,
-    schedgen.reserved: checked by the step's plan_matmul.)"""
+    schedgen.reserved: checked by the step's matmul planner.)"""
     mesh = op.mesh
     if mesh.num_devices < 2:
         problems.add(("op", "mesh", "num_devices"), f"a collective matmul runs on at least 2 devices, got "
@@ -224,15 +225,15 @@ def check_step_operands(op, out_name: str, problems: Problems) -> bool:
     return len(problems) == before
 
 
-def step_op_of(op, out_name: str) -> MatmulOp:
-    """One ring step's matmul: [M, K] @ [K, N] into an [M, N] output."""
+def step_op_of(op, out_name: str):
+    """One ring step's matmul op: [M, K] @ [K, N] into an [M, N] output."""
     lhs_op, rhs_op, out_op = op.inputs[op.lhs], op.inputs[op.rhs], op.outputs[out_name]
-    return MatmulOp(kind="matmul", sizes=dict(op.sizes), inputs=dict(op.inputs),
+    return family(STEP_KIND).op_model(kind=STEP_KIND, sizes=dict(op.sizes), inputs=dict(op.inputs),
                     outputs={out_name: Operand(shape=[lhs_op.shape[0], rhs_op.shape[1]], dtype=out_op.dtype)},
                     lhs=op.lhs, rhs=op.rhs)
 
 
-def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -> tuple[MatmulOp, MatmulPlan | None]:
+def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -> tuple[object, MatmulPlan | None]:
     """One step's matmul planned by the matmul family (tiles, wgmma, swizzles, SMEM, registers, Pallas limits)."""
     step_op = step_op_of(spec.op, out_name)
     # (a ping-pong consumer_schedule is the collective's own error, check_schedule_subset: the step is planned
@@ -240,7 +241,7 @@ def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -
     pipe = spec.schedule.pipeline.model_copy(update={"consumer_schedule": "cooperative"})
     step_spec = spec.model_copy(update={"op": step_op, "schedule": spec.schedule.model_copy(
         update={"collective": None, "pipeline": pipe})})
-    mm, mm_problems = plan_matmul(step_spec, hw)
+    mm, mm_problems = family(STEP_KIND).plan(step_spec, hw)
     # the step's output shape is ours to derive (its problems are reported against the real output below), and the
     # matmul family's way out of ragged sizes (out_of_bounds: zero) is not one here (checked below)
     # (out_of_bounds on an input is reported by check_schedule_subset: it has no effect here)
@@ -306,11 +307,11 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
         problems.add(("schedule", "persistent", "num_blocks"),
                      f"num_blocks {sch.persistent.num_blocks} exceeds the {hw.sm_count} SMs: blocks that are not "
                      f"resident could wait for peers that wait for them; use at most {hw.sm_count} (or auto)")
-    if mm is not None and mm.producer_regs < COPY_MIN_REGS:
+    if mm is not None and mm.warps.producer_regs < COPY_MIN_REGS:
         problems.add(("schedule", "pipeline", "memory_registers"),
                      f"the collective kernel's producer warpgroup also copies the chunks to the peer (warps 1-3, 16-byte "
                      f"vectors in flight): it needs at least {COPY_MIN_REGS} registers a thread after setmaxnreg, got "
-                     f"{mm.producer_regs}")
+                     f"{mm.warps.producer_regs}")
     if sch.epilogue.store != "tma":
         problems.add(("schedule", "epilogue", "store"), "the collective matmul stores its tiles by TMA; use store: tma")
     check_smem_operands(sch, "the collective matmul's epilogue reads its operands from global memory (its producer "
@@ -322,10 +323,10 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
                      "which hands every step to all consumers); use consumer_schedule: cooperative (the default)")
 
 
-def check_whole_tiles(op, sch, step_op: MatmulOp, out_name: str, m: int | None, n: int | None,
+def check_whole_tiles(op, sch, step_op, out_name: str, m: int | None, n: int | None,
                       problems: Problems) -> None:
     """No ragged edges: M, N and K divide by the tile (the matmul family's tile of the step's BlockSpecs)."""
-    tile = tile_from_block_specs(step_op, sch, out_name, Problems())   # (its own disagreements: plan_matmul's)
+    tile = tile_from_block_specs(step_op, sch, out_name, Problems())   # (its own disagreements: the step planner's)
     for dim, size, t in zip(("M", "N", "K"), (m, n, _size_of(op.inputs[op.lhs].shape[1], op.sizes)), tile):
         if size is not None and size % t:
             problems.add(("op", "sizes"), f"{dim} = {size} is not a multiple of tile_{dim.lower()} = {t}: the all-gather "
@@ -398,7 +399,7 @@ def pallas_limits(op, sch, mm: MatmulPlan | None, problems: Problems) -> None:
                          f"which does not order what this block wrote (or read) before the '{key}' signal; the Pallas "
                          "rendering signals with semaphore_signal (red.release.sys): use it, or set schedule.backends: "
                          "[cuda] (the CUDA rendering fences first)")
-    if mm is not None and mm.delay_release != 1:
+    if mm is not None and mm.pipeline.delay_release != 1:
         lhs_spec = sch.in_specs.get(op.lhs)
         problems.add(("schedule", "in_specs", op.lhs, "delay_release") if lhs_spec is not None else
                      ("schedule", "in_specs"),
@@ -414,12 +415,12 @@ def copy_units(mm: MatmulPlan, m: int, received_per: str) -> CopyUnits:
     """A copy unit is the fewest whole rows (dividing tile_m) of at least COPY_UNIT_MIN_BYTES."""
     row_bytes = mm.k * ITEMSIZE[mm.in_dtype]
     copy_rows = 1
-    while copy_rows * row_bytes < COPY_UNIT_MIN_BYTES and mm.tile_m % (copy_rows * 2) == 0:
+    while copy_rows * row_bytes < COPY_UNIT_MIN_BYTES and mm.tiles.tile_m % (copy_rows * 2) == 0:
         copy_rows *= 2
     units_per_step = m // copy_rows
     row_block = received_per == "row_block"
-    return CopyUnits(copy_rows, copy_rows * row_bytes, units_per_step, mm.tiles_m if row_block else 1,
-                     mm.tile_m // copy_rows if row_block else units_per_step)
+    return CopyUnits(copy_rows, copy_rows * row_bytes, units_per_step, mm.tiles.tiles_m if row_block else 1,
+                     mm.tiles.tile_m // copy_rows if row_block else units_per_step)
 
 
 def kernel_args(mm: MatmulPlan, m: int, n: int, d_count: int) -> tuple[CollArg, ...]:
@@ -448,14 +449,14 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
     send_to = ring.send_to
     offset = -1 if all(send_to[d] == (d - 1) % d_count for d in range(d_count)) else 1
     slots = d_count - 1
-    num_tiles = d_count * mm.tiles_m * mm.tiles_n
+    num_tiles = d_count * mm.tiles.tiles_m * mm.tiles.tiles_n
     pers = sch.persistent
     blocks = min(num_tiles, hw.sm_count if pers.num_blocks == "auto" else pers.num_blocks)
     cps = units.counters_per_step
     flag_words = slots * cps + 1
     lhs_mo, rhs_mo = mat_operand(op.lhs, "lhs", mm.in_dtype, (m, k)), mat_operand(op.rhs, "rhs", mm.in_dtype, (k, n))
-    kname = "cmm_{}_{}_d{}_{}x{}x{}_s{}_wg{}".format(spec.name, mm.in_dtype, d_count, mm.tile_m, mm.tile_n, mm.tile_k,
-                                                      mm.stages, mm.num_consumers)
+    kname = "cmm_{}_{}_d{}_{}x{}x{}_s{}_wg{}".format(spec.name, mm.in_dtype, d_count, mm.tiles.tile_m, mm.tiles.tile_n,
+                                                      mm.tiles.tile_k, mm.pipeline.stages, mm.warps.num_consumers)
     send_to, recv_from = tuple(send_to), tuple((d - offset) % d_count for d in range(d_count))
     flags_bytes, gather_bytes = -(-flag_words * 4 // 256) * 256, slots * m * k * isz
     return CollectiveMatmulPlan(
@@ -471,17 +472,17 @@ def launch_record(spec: SpecFile, mm: MatmulPlan, m: int, n: int, ring: Ring, un
         outputs=(mat_operand(out_name, "out", mm.out_dtype, (d_count * m, n)),), mm=mm,
         send_to=send_to, recv_from=recv_from, send_offset=offset,
         chunk_step=-offset, chunk_advance=-offset % d_count, recv_offset=-offset % d_count, device_id=ring.device_id, slots=slots,
-        tiles_per_step=mm.tiles_m * mm.tiles_n, num_tiles=num_tiles,
+        tiles_per_step=mm.tiles.tiles_m * mm.tiles.tiles_n, num_tiles=num_tiles,
         received_signal=ring.signal["received"], received_per=ring.per["received"], counters_per_step=cps,
         done_signal=ring.signal["done"],
         pallas_received_value=1 if ring.per["received"] == "row_block" else blocks,
         copy_rows=units.copy_rows, unit_bytes=units.unit_bytes, units_per_step=units.units_per_step,
-        units_per_counter=units.units_per_counter, units_per_row_block=mm.tile_m // units.copy_rows,
+        units_per_counter=units.units_per_counter, units_per_row_block=mm.tiles.tile_m // units.copy_rows,
         unit_vecs=units.unit_bytes // 16, chunk_bytes=units.unit_bytes * units.units_per_step, copy_warps=COPY_WARPS, copy_unroll=COPY_UNROLL,
         gather_bytes=gather_bytes, flag_words=flag_words, done_index=slots * cps,
         flags_bytes=flags_bytes, spin_timeout_ns=SPIN_TIMEOUT_NS,
         spin_timeout_s=SPIN_TIMEOUT_NS // 1_000_000_000,
-        producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs,
+        producer_regs=mm.warps.producer_regs, consumer_regs=mm.warps.consumer_regs,
         approx_math=False, lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space,
         profile_dir=mm.profile_dir, flops=2 * d_count * m * n * k,
         bytes_moved=(m * k + k * n) * isz + d_count * m * n * osz + slots * m * k * isz,
@@ -530,7 +531,7 @@ MULTIMEM_PTX_TYPES = {"bf16": ("bf16x2", ".acc::f32"), "f16": ("f16x2", ".acc::f
 
 @dataclass(frozen=True)
 class MultimemPlan:
-    """What schedgen/families/collective_matmul/templates/multimem.cu.j2 needs to spell multimem.st / multimem.ld_reduce / multimem.red for one
+    """What templates/collective_matmul/multimem.cu.j2 needs to spell multimem.st / multimem.ld_reduce / multimem.red for one
     dtype. Rendered and assembled in CI only: NVLink multicast is not supported by this release."""
     dtype: str
     ptx_type: str              # the packed element type of the PTX instructions

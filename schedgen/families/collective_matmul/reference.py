@@ -48,8 +48,8 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     op = spec.op
     mm = plan.mm
     lhs, rhs, out = op.inputs[op.lhs].shape, op.inputs[op.rhs].shape, next(iter(op.outputs.values())).shape
-    want = {lhs[0]: min(plan.m, mm.tile_m * tiles_per_dim), lhs[1]: min(plan.k, mm.tile_k * tiles_per_dim),
-            rhs[1]: min(plan.n, mm.tile_n * tiles_per_dim)}
+    want = {lhs[0]: min(plan.m, mm.tiles.tile_m * tiles_per_dim), lhs[1]: min(plan.k, mm.tiles.tile_k * tiles_per_dim),
+            rhs[1]: min(plan.n, mm.tiles.tile_n * tiles_per_dim)}
     if isinstance(lhs[0], str):
         want[out[0]] = plan.num_devices * want[lhs[0]]
     return {dim: v for dim, v in want.items() if isinstance(dim, str)}

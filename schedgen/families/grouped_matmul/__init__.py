@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import GroupedMatmulOp
 
 FAMILY = register(Family(
@@ -20,7 +20,7 @@ FAMILY = register(Family(
     tune_space=".tune:grouped_space",
     summary="grouped (MoE) out[rows of g] = epilogue(x[rows of g] @ w[g]): per-group rows from int32 offsets at the "
             "call, one persistent kernel",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("grouped_matmul"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",

@@ -25,8 +25,8 @@ from ...autodiff.graph import BackwardGraph, Step
 from ...autodiff.spec import fresh, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
-from ..matmul.epilogue_grad import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
-                                    gacc_from_upstream, operand, recompute_step, renamed, sizes)
+from ...autodiff.gemm_epilogue import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
+                                      gacc_from_upstream, operand, recompute_step, renamed, sizes)
 
 
 def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
@@ -62,7 +62,7 @@ def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         notes.append("saves nothing: the epilogue's derivative reads no forward value (linear in acc)")
     gacc_ref = gacc_from_upstream(ctx, derived, notes)
     if ctx.wrt and gacc_ref is None and names.gacc not in derived.zero:
-        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of)
+        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of, "map")
         if step is None:
             problems.add(("backward",), "the derived epilogue derivative is not a legal body; write save: recompute "
                                         "or report this as a schedgen bug")

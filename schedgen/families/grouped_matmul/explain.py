@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from ...explain import PEAK_TFLOPS
 from ...plan import dims as D
-from ..matmul.explain import explain_matmul
-from ..matmul.records import at_max
+from ...plan.gemm import at_max
+from ...registry import get as family
+from .plan import STEP_KIND
 
 _FORMAT = {"offsets": "offsets [G + 1]: group g is rows offsets[g] .. offsets[g + 1] - 1",
            "ends": "ends [G] (torch._grouped_mm's offs): group g is rows ends[g - 1] .. ends[g] - 1, group 0 from 0",
@@ -35,7 +36,7 @@ def explain_grouped_matmul(p) -> str:
         f"  tiles      a persistent loop over the groups' tiles together (at most {most}: cdiv(T, {p.tile_m}) + "
         f"{p.groups} tile rows x {p.tiles_n}); tile t's group found by a forward-only cursor over the prefix, its "
         f"tile row and column in {p.tile_order} order inside the group"
-        + (f" (bands {p.mm.tile_width} wide)" if p.tile_order == "planar_snake" else ""),
+        + (f" (bands {p.mm.tiles.tile_width} wide)" if p.tile_order == "planar_snake" else ""),
         f"  loads      {x.name} rows from the group's start + tile row x {p.tile_m} (rows past the group's end are "
         f"loaded, never stored); {w.name}[g] through a 3-D tensor map, one group a box",
         "  stores     " + ("64-row blocks wholly inside the group: staged in SMEM chunks and TMA-stored; the "
@@ -51,7 +52,7 @@ def explain_grouped_matmul(p) -> str:
         lines.append(f"  cluster    1x{p.cluster_n} (schedule.cluster): the cluster's CTAs take adjacent tile columns "
                      f"2 x c and 2 x c + 1 of the same tile row of one group (the tile space counts column pairs: "
                      f"cdiv(M_g, {p.tile_m}) x {p.cluster_tiles_n} a group, so a pair never straddles groups); each "
-                     f"CTA loads {p.mm.mc_rank_elems} of the {p.tile_m} x rows and multicasts them to both, and its "
+                     f"CTA loads {p.mm.cluster.mc_rank_elems} of the {p.tile_m} x rows and multicasts them to both, and its "
                      f"own {w.name}[g] tile; a stage is freed when the consumers of both CTAs have read it")
     lines += _tmaps_and_step(p, "x @ w[g]")
     return "\n".join(lines)
@@ -67,7 +68,7 @@ def _tmaps_and_step(p, product: str) -> list[str]:
     lines.append(f"  the product of one group (the matmul family's plan of {product}; its own grid, tile loop, tensor "
                  "maps and cluster lines left out):")
     skip = ("tile loop", "cluster", "TMA ", "grid", "problem", "kernel ", "ptr ")
-    lines += ["  " + ln for ln in explain_matmul(at_max(p.mm)).splitlines()[1:] if not ln.strip().startswith(skip)]
+    lines += ["  " + ln for ln in family(STEP_KIND).explain(at_max(p.mm)).splitlines()[1:] if not ln.strip().startswith(skip)]
     return lines
 
 

@@ -14,8 +14,9 @@ block wholly inside the group leaves through the SMEM staging chunks and TMA sto
 group's last partial block by masked stores from registers (with store: direct every block does).
 
 The per-group product is planned by the matmul family: this planner builds the spec of one group's product
-(x [T, K] @ w[g] [K, N] -> [T, N]) and plans it with `plan_matmul`, so every tile, wgmma, swizzle, SMEM, register
-and epilogue rule (and its located message) is the matmul family's own; the rules of the grouping (the group
+(x [T, K] @ w[g] [K, N] -> [T, N]) and plans it with that family's planner (its manifest's `plan`, on the shared GEMM
+package schedgen/plan/gemm), so every tile, wgmma, swizzle, SMEM, register and epilogue rule (and its located
+message) is the matmul family's own; the rules of the grouping (the group
 operand, what the grouped kernel takes of the schedule, its SMEM tables) are here.
 """
 from __future__ import annotations
@@ -32,19 +33,18 @@ from ...plan.dims import DimLike
 from ...plan.hardware import Hardware
 from ...plan.launch import KernelLaunch, inline_field
 from ...plan.legality import check_reserved_names, check_unique_names
+from ...plan.gemm import (MatmulPlan, MatOperand, check_operand_roles, check_smem_operands, mat_operand,
+                          pallas_swizzles, tensor_map, tile_from_block_specs)
 from ...plan.unread import check_unread
-from ..matmul.model import MatmulOp
-from ..matmul.operands import check_operand_roles
-from ..matmul.plan import plan_matmul
-from ..matmul.smem_operands import check_smem_operands
-from ..matmul import schedule as matmul_schedule
-from ..matmul.records import MatmulPlan, MatOperand, mat_operand
-from ..matmul.schedule import tensor_map, tile_from_block_specs
+from ...registry import get as family
 from .unread import TABLE
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
 
+# one group's product is a matmul: the matmul family's op model and planner (its manifest), its plan `mm` the GEMM
+# package's MatmulPlan
+STEP_KIND = "matmul"
 TABLE_WORDS_PER_GROUP = 3      # SMEM int32 tables: a group's first row, its end, its first tile (+ the tile total)
 # static SMEM the cubin reports beyond the tables (ptxas's resource usage, sm_90a: 1136 B for 8 groups' 100 B: 1 KiB
 # plus each table rounded up to 16 B), kept free beside the dynamic SMEM
@@ -94,7 +94,7 @@ class GroupedMatmulPlan:
     ragged: str = "m"          # op.ragged: m (rows of x and out grouped) | k (the contraction grouped: ragged_k.py)
     m: DimLike = 0             # ragged k: the rows of each group's output block (M of out [G, M, N])
     # schedule.cluster [1, 2]: two CTAs a cluster on adjacent tile columns of one (group, tile row), the x tile
-    # multicast to both (mm.multicast == "lhs"); left out of plan.json while absent, so plans read as before
+    # multicast to both (mm.cluster.multicast == "lhs"); left out of plan.json while absent, so plans read as before
     cluster_n: int = field(default=1, metadata={"omit_default": True})
 
     @property
@@ -141,7 +141,7 @@ def plan_grouped_matmul(spec: SpecFile, hw: Hardware) -> tuple[GroupedMatmulPlan
     table = table_bytes(op, mm, hw, problems)
     check_tiles(spec, shapes, mm, problems)
     if "pallas" in sch.backends:
-        check_pallas(spec, shapes.t, mm, (("N", shapes.n, mm.tile_n), ("K", shapes.k, mm.tile_k)), problems)
+        check_pallas(spec, shapes.t, mm, (("N", shapes.n, mm.tiles.tile_n), ("K", shapes.k, mm.tiles.tile_k)), problems)
     if problems:
         return None, problems
     args = kernel_args(op, out_name, shapes, mm)
@@ -220,16 +220,16 @@ def group_shapes(op, out_name: str, problems: Problems) -> Shapes | None:
 # ---------------------------------------------------------------------------------------- one group's product
 
 
-def step_op_of(op, out_name: str) -> MatmulOp:
-    """One group's product as a matmul: x [T, K] @ w[g] ([K, N] or [N, K]) into [T, N]."""
+def step_op_of(op, out_name: str):
+    """One group's product as a matmul op: x [T, K] @ w[g] ([K, N] or [N, K]) into [T, N]."""
     w = op.inputs[op.rhs]
-    return MatmulOp(kind="matmul", sizes=dict(op.sizes), constants=dict(op.constants),
+    return family(STEP_KIND).op_model(kind=STEP_KIND, sizes=dict(op.sizes), constants=dict(op.constants),
                     inputs={op.lhs: op.inputs[op.lhs], op.rhs: Operand(shape=list(w.shape[1:]), dtype=w.dtype)},
                     outputs=dict(op.outputs), lhs=op.lhs, rhs=op.rhs, transpose_rhs=op.transpose_rhs,
                     epilogue=op.epilogue)
 
 
-def step_spec_of(spec: SpecFile, out_name: str, step_op: MatmulOp | None = None) -> SpecFile:
+def step_spec_of(spec: SpecFile, out_name: str, step_op=None) -> SpecFile:
     """The spec of one group's product (`step_op`, default `step_op_of`): the grouped spec's schedule with the lhs /
     rhs edges zero-padded (a group's row tiles are ragged at every call: the rows past its end are loaded and never
     stored, or masked), on the CUDA backend, without ping-pong; with the grouped kernel's one cluster ([1, 2]: two
@@ -265,7 +265,7 @@ def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,
     """One group's product planned by the matmul family (`step`, default `step_spec_of`); its problems located in the
     grouped spec (the dimensions of the operand with the leading G shift by one)."""
     op = spec.op
-    mm, mm_problems = plan_matmul(step or step_spec_of(spec, out_name), hw)
+    mm, mm_problems = family(STEP_KIND).plan(step or step_spec_of(spec, out_name), hw)
     grouped = out_name if op.ragged == "k" else op.rhs           # the operand with the leading G
     where = ("op", "outputs" if op.ragged == "k" else "inputs", grouped, "shape")
     for p in mm_problems:
@@ -354,17 +354,17 @@ def check_pallas(spec, t: DimLike, mm: MatmulPlan, whole: tuple, problems: Probl
                             + (f"declare multiple_of: {PALLAS_ROWS} on T" if dyn else f"T = {t}: use a multiple of "
                                                                                      f"{PALLAS_ROWS}")
                             + ", or backends: [cuda]")
-    if mm.tile_m * mm.tile_n > PALLAS_ACC:
+    if mm.tiles.tile_m * mm.tiles.tile_n > PALLAS_ACC:
         problems.add(where, f"the grouped matmul's Pallas kernel runs one warpgroup a tile, whose f32 accumulators "
                             f"must fit its registers: tile_m x tile_n at most {PALLAS_ACC} (e.g. 128 x 128), got "
-                            f"{mm.tile_m} x {mm.tile_n}; write smaller blocks (the planner picks 128 x 128 when "
+                            f"{mm.tiles.tile_m} x {mm.tiles.tile_n}; write smaller blocks (the planner picks 128 x 128 when "
                             f"backends names pallas), or backends: [cuda]")
     for nm, d, t in whole:
         if d % t:
             problems.add(where, f"the grouped matmul's Pallas kernel takes whole tiles of {nm}: {nm} = {d} must be a "
                                 f"multiple of its tile ({t}); pick a tile that divides it, or backends: [cuda]")
     ins = spec.schedule.in_specs
-    matmul_schedule.pallas_swizzles(spec.op.lhs, spec.op.rhs, mm.swizzle_a, mm.swizzle_b, ins.get(spec.op.lhs),
+    pallas_swizzles(spec.op.lhs, spec.op.rhs, mm.layout.swizzle_a, mm.layout.swizzle_b, ins.get(spec.op.lhs),
                                     ins.get(spec.op.rhs), "grouped matmul", problems)
 
 
@@ -382,7 +382,7 @@ def check_tiles(spec, s: Shapes, mm: MatmulPlan, problems: Problems) -> None:
     """The tile count in 32-bit ints. (The epilogue's 64-row chunks, which the masked stores of a group's last block
     rely on, are the matmul family's rule.)"""
     ranges = dynamic_ranges(spec.op.sizes)
-    most = D.upper((D.cdiv(s.t, mm.tile_m) + spec.op.groups) * -(-s.n // mm.tile_n), ranges)
+    most = D.upper((D.cdiv(s.t, mm.tiles.tile_m) + spec.op.groups) * -(-s.n // mm.tiles.tile_n), ranges)
     if most > 2 ** 31 - 1:
         problems.add(("op", "sizes"), f"up to {most} tiles: the kernel's 32-bit tile indices need fewer; use a "
                                       f"smaller T max or larger tiles")
@@ -395,11 +395,11 @@ def kernel_args(op, out_name: str, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg
     """x's tensor map (the matmul's), w's 3-D one (a group a box), the output's tensor map (TMA stores) and its
     pointer (masked stores), the group operand's pointer, one i32 per dynamic size."""
     x_arg = mm.launch.kernel_args[0]
-    b_rows = mm.tile_n if mm.k_major_b else mm.tile_k
-    w_arg = tensor_map(1, s.w, mm.in_dtype, b_rows, mm.atom_b, mm.swizzle_b)
+    b_rows = mm.tiles.tile_n if mm.layout.k_major_b else mm.tiles.tile_k
+    w_arg = tensor_map(1, s.w, mm.in_dtype, b_rows, mm.layout.atom_b, mm.layout.swizzle_b)
     out_i, off_i = 3, 2
     args = [x_arg, w_arg]
-    if mm.epi_store != "direct":
+    if mm.staging.epi_store != "direct":
         out_arg = mm.launch.kernel_args[2]
         args.append(KernelArg("tmap", out_i, out_arg.dtype, out_arg.shape, out_arg.strides, out_arg.box,
                               out_arg.swizzle))
@@ -418,14 +418,15 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
               mat_operand(op.group_offsets, "offsets", "i32", (off_len,)))
     outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),
                *(mat_operand(nm, "saved", mm.out_dtype, s.out) for nm in list(op.outputs)[1:]))
-    tiles_n = -(-s.n // mm.tile_n)
-    max_tiles = (D.cdiv(s.t, mm.tile_m) + g) * tiles_n      # CTA tiles (a cluster takes cluster_n of them at once)
+    tiles_n = -(-s.n // mm.tiles.tile_n)
+    max_tiles = (D.cdiv(s.t, mm.tiles.tile_m) + g) * tiles_n      # CTA tiles (a cluster takes cluster_n of them at once)
     pers = sch.persistent
     auto = pers.num_blocks == "auto"
-    cn = mm.cluster_n
+    cn = mm.cluster.cluster_n
     blocks = (hw.sm_count // cn * cn) if auto else pers.num_blocks
-    kname = "grouped_{}_{}_{}x{}x{}_s{}_wg{}_g{}".format(spec.name, mm.in_dtype, mm.tile_m, mm.tile_n, mm.tile_k,
-                                                         mm.stages, mm.num_consumers, g) + (f"_c1x{cn}" if cn > 1 else "")
+    kname = "grouped_{}_{}_{}x{}x{}_s{}_wg{}_g{}".format(spec.name, mm.in_dtype, mm.tiles.tile_m, mm.tiles.tile_n,
+                                                         mm.tiles.tile_k, mm.pipeline.stages, mm.warps.num_consumers,
+                                                         g) + (f"_c1x{cn}" if cn > 1 else "")
     nbytes = sum((math.prod(o.shape) * o.itemsize for o in inputs + outputs), 0)
     return GroupedMatmulPlan(
         launch=KernelLaunch(name=spec.name, family="grouped_matmul", kernel_name=kname, backends=tuple(sch.backends),
@@ -435,8 +436,9 @@ def launch_record(spec: SpecFile, out_name: str, s: Shapes, mm: MatmulPlan, tabl
         sizes=dict(op.sizes), constants=dict(op.constants), groups=g, t=s.t, n=s.n, k=s.k,
         in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, transpose_rhs=op.transpose_rhs,
         offsets_name=op.group_offsets, offsets_format=op.offsets_format, offsets_len=off_len,
-        inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tile_m, tile_n=mm.tile_n, tile_k=mm.tile_k,
-        tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=max_tiles, epi_store=mm.epi_store,
-        table_bytes=table, producer_regs=mm.producer_regs, consumer_regs=mm.consumer_regs, approx_math=mm.approx_math,
+        inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tiles.tile_m, tile_n=mm.tiles.tile_n, tile_k=mm.tiles.tile_k,
+        tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=max_tiles, epi_store=mm.staging.epi_store,
+        table_bytes=table, producer_regs=mm.warps.producer_regs, consumer_regs=mm.warps.consumer_regs,
+        approx_math=mm.approx_math,
         lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space, profile_dir=mm.profile_dir,
         flops=2 * s.t * s.n * s.k, bytes_moved=nbytes, cluster_n=cn)

@@ -10,7 +10,7 @@ in the stage before its wgmma, so nothing outside the group (not even a NaN) rea
 family's transposed-lhs GEMM (x M-major [T, M] as A, w N-major [T, N] as B, 2-D tensor maps over T rows); stores
 are whole tiles into the group's block through a 3-D tensor map over [G, M, N] (TMA clips the M and N edges).
 
-The product of one group is planned by the matmul family (`plan_matmul` of x [T, M]^T @ w [T, N] -> [M, N], a
+The product of one group is planned by the matmul family (its planner, of x [T, M]^T @ w [T, N] -> [M, N], a
 dynamic contraction), as for `ragged: m`; what is specific to the ragged contraction is here.
 """
 from __future__ import annotations
@@ -20,11 +20,10 @@ from ...plan import dims as D
 from ...plan.common import KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.hardware import Hardware
 from ...plan.launch import KernelLaunch
-from ..matmul.model import MatmulOp
-from ..matmul.records import MatmulPlan, mat_operand
-from ..matmul.schedule import tensor_map
-from .plan import (GroupedMatmulPlan, Shapes, check_names, check_pallas, check_schedule, plan_grouped_matmul, plan_step,
-                   step_spec_of, table_bytes)
+from ...plan.gemm import MatmulPlan, mat_operand, tensor_map
+from ...registry import get as family
+from .plan import (STEP_KIND, GroupedMatmulPlan, Shapes, check_names, check_pallas, check_schedule,
+                   plan_grouped_matmul, plan_step, step_spec_of, table_bytes)
 
 # the operand layouts, as the messages name them
 X_LAY, W_LAY, OUT_LAY = "[T, M]", "[T, N]", "[G, M, N]"
@@ -59,7 +58,7 @@ def plan_ragged_k(spec, hw: Hardware) -> tuple[GroupedMatmulPlan | None, Problem
         return None, problems
     table = table_bytes(op, mm, hw, problems)
     if "pallas" in sch.backends:
-        check_pallas(spec, shapes.t, mm, (("M", shapes.k, mm.tile_m), ("N", shapes.n, mm.tile_n)), problems)
+        check_pallas(spec, shapes.t, mm, (("M", shapes.k, mm.tiles.tile_m), ("N", shapes.n, mm.tiles.tile_n)), problems)
     if problems:
         return None, problems
     return record_k(spec, out_name, shapes, mm, table, kernel_args_k(op, shapes, mm), hw), problems
@@ -107,10 +106,11 @@ def shapes_k(op, out_name: str, problems: Problems) -> Shapes | None:
     return Shapes(x[0], w[1], x[1], tuple(x), tuple(w), tuple(out))
 
 
-def step_op_k(op, out_name: str) -> MatmulOp:
-    """One group's product as a matmul: x [T, M] read transposed (the matmul's transpose_lhs) @ w [T, N] -> [M, N]."""
+def step_op_k(op, out_name: str):
+    """One group's product as a matmul op: x [T, M] read transposed (the matmul's transpose_lhs) @ w [T, N] ->
+    [M, N]."""
     o = op.outputs[out_name]
-    return MatmulOp(kind="matmul", sizes=dict(op.sizes), constants=dict(op.constants),
+    return family(STEP_KIND).op_model(kind=STEP_KIND, sizes=dict(op.sizes), constants=dict(op.constants),
                     inputs={op.lhs: op.inputs[op.lhs], op.rhs: op.inputs[op.rhs]},
                     outputs={out_name: Operand(shape=list(o.shape[1:]), dtype=o.dtype)}, lhs=op.lhs, rhs=op.rhs,
                     transpose_lhs=True, epilogue=op.epilogue)
@@ -121,7 +121,7 @@ def kernel_args_k(op, s: Shapes, mm: MatmulPlan) -> tuple[KernelArg, ...]:
     (direct stores), the group operand's pointer, one i32 per dynamic size."""
     args = [mm.launch.kernel_args[0], mm.launch.kernel_args[1]]
     out_i, off_i = 3, 2
-    if mm.epi_store != "direct":
+    if mm.staging.epi_store != "direct":
         o = mm.launch.kernel_args[2]
         args.append(tensor_map(out_i, s.out, mm.out_dtype, o.box[-2], o.box[-1], o.swizzle))
     args += [KernelArg("ptr", out_i), KernelArg("ptr", off_i)]
@@ -136,11 +136,11 @@ def record_k(spec, out_name: str, s: Shapes, mm: MatmulPlan, table: int, args, h
     inputs = (mat_operand(op.lhs, "lhs", mm.in_dtype, s.x), mat_operand(op.rhs, "rhs", mm.in_dtype, s.w),
               mat_operand(op.group_offsets, "offsets", "i32", (off_len,)))
     outputs = (mat_operand(out_name, "out", mm.out_dtype, s.out),)
-    tiles_m, tiles_n = -(-s.k // mm.tile_m), -(-s.n // mm.tile_n)
+    tiles_m, tiles_n = -(-s.k // mm.tiles.tile_m), -(-s.n // mm.tiles.tile_n)
     pers = sch.persistent
     auto = pers.num_blocks == "auto"
-    kname = "grouped_k_{}_{}_{}x{}x{}_s{}_wg{}_g{}".format(spec.name, mm.in_dtype, mm.tile_m, mm.tile_n, mm.tile_k,
-                                                           mm.stages, mm.num_consumers, g)
+    kname = "grouped_k_{}_{}_{}x{}x{}_s{}_wg{}_g{}".format(spec.name, mm.in_dtype, mm.tiles.tile_m, mm.tiles.tile_n,
+                                                           mm.tiles.tile_k, mm.pipeline.stages, mm.warps.num_consumers, g)
     nbytes = s.t * (s.k + s.n) * ITEMSIZE[mm.in_dtype] + g * s.k * s.n * ITEMSIZE[mm.out_dtype] + 4 * off_len
     return GroupedMatmulPlan(
         launch=KernelLaunch(name=spec.name, family="grouped_matmul", kernel_name=kname, backends=tuple(sch.backends),
@@ -150,9 +150,9 @@ def record_k(spec, out_name: str, s: Shapes, mm: MatmulPlan, table: int, args, h
         sizes=dict(op.sizes), constants=dict(op.constants), groups=g, t=s.t, n=s.n, k=s.t,
         in_dtype=mm.in_dtype, out_dtype=mm.out_dtype, transpose_rhs=False,
         offsets_name=op.group_offsets, offsets_format=op.offsets_format, offsets_len=off_len,
-        inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tile_m, tile_n=mm.tile_n, tile_k=mm.tile_k,
-        tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=g * tiles_m * tiles_n, epi_store=mm.epi_store,
-        table_bytes=table, producer_regs=mm.producer_regs,
-        consumer_regs=mm.consumer_regs, approx_math=mm.approx_math,
+        inputs=inputs, outputs=outputs, mm=mm, tile_m=mm.tiles.tile_m, tile_n=mm.tiles.tile_n, tile_k=mm.tiles.tile_k,
+        tiles_n=tiles_n, tile_order=pers.tile_order, max_tiles=g * tiles_m * tiles_n, epi_store=mm.staging.epi_store,
+        table_bytes=table, producer_regs=mm.warps.producer_regs,
+        consumer_regs=mm.warps.consumer_regs, approx_math=mm.approx_math,
         lowering_semantics=mm.lowering_semantics, profile_space=mm.profile_space, profile_dir=mm.profile_dir,
         flops=2 * s.t * s.k * s.n, bytes_moved=nbytes, ragged="k", m=s.k)

@@ -3,7 +3,8 @@ M-cluster, split-K and consumer-schedule ones the grouped kernel does not take) 
 from __future__ import annotations
 
 from ...registry import TuneSpace
-from ..matmul.tune import matmul_aliases
+from ...registry import get as family
+from .plan import STEP_KIND, step_op_of
 
 # knobs of the matmul family the grouped kernel has no use for (its planner takes the [1, 2] cluster only: cluster_n
 # and the x multicast, not pairs along M, split-K or ping-pong)
@@ -14,7 +15,6 @@ STAGE_BYTES = 196608   # the ring's share of SMEM beside the staging buffers and
 
 
 def _step(spec):
-    from .plan import step_op_of
     return spec.model_copy(update={"op": step_op_of(spec.op, next(iter(spec.op.outputs)))})
 
 
@@ -23,7 +23,7 @@ def grouped_aliases(spec) -> dict:
     op = spec.op
     if op.rhs not in op.inputs or len(op.inputs[op.rhs].shape) != 3 or op.lhs not in op.inputs:
         return {}
-    return {k: v for k, v in matmul_aliases(_step(spec)).items() if k not in DROPPED}
+    return {k: v for k, v in family(STEP_KIND).tune_aliases(_step(spec)).items() if k not in DROPPED}
 
 
 def grouped_space(spec) -> TuneSpace:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import MapOp
 
 FAMILY = register(Family(
@@ -19,7 +19,7 @@ FAMILY = register(Family(
     tune_space=".tune:map_space",
     summary="N-ary elementwise body with numpy broadcasting",
     draw=".draw:HOOKS",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("map"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="gbps",

@@ -45,6 +45,71 @@ class MapOperand:
     tiling: tuple[int, ...] | None
     transpose: tuple[int, ...] | None
 
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def block_dims(self) -> tuple[int, ...]:
+        return tuple(range(len(self.block)))
+
+    @property
+    def block_list(self) -> list[int]:
+        """The block as a Python list's text prints it (a Pallas BlockSpec's shape)."""
+        return list(self.block)
+
+    @property
+    def single_index(self) -> bool:
+        """The index map has one component (its Python tuple needs a trailing comma)."""
+        return len(self.block_index) == 1
+
+    @property
+    def tma_rank(self) -> int:
+        return len(self.tma_dims)
+
+    @property
+    def tma_axes(self) -> tuple[tuple[int | None, int | None], ...]:
+        """The tensor map's coordinates, innermost first (its order): each array dim's (index, block extent), or
+        (None, None) for a dim the map keeps whole (its coordinate is 0)."""
+        return tuple((d, self.block[d]) if d >= 0 else (None, None) for d in reversed(self.tma_dims))
+
+    @property
+    def boxes(self) -> tuple[BoxAt, ...]:
+        """The TMA boxes of a block, side by side along the minor dimension."""
+        return tuple(BoxAt(n * self.tma.box_bytes, n * self.tma.box[-1]) for n in range(self.tma.n_boxes))
+
+    @property
+    def swizzle_mask(self) -> int:
+        """The 16-byte chunk bits the swizzle XORs: swizzle / 16 - 1."""
+        return self.tma.swizzle // 16 - 1
+
+    @property
+    def per_chunk(self) -> int:
+        """Elements of a 16-byte chunk."""
+        return 16 // self.itemsize
+
+
+class BoxAt(NamedTuple):
+    """One TMA box of a block: its bytes from the block's start in SMEM, its first element along the minor dim."""
+    at: int
+    minor: int
+
+
+class RegTerm(NamedTuple):
+    """One term of a register-path offset: `index` (a block index's validated tree, or the block coordinate x<x>,
+    or the column c when `minor`) times `block` (the block extent; 0: none) times `stride` (None: 1)."""
+    minor: bool
+    x: int
+    index: PlanExpr | None
+    block: int
+    stride: DimLike | None
+
+
+class RaggedDim(NamedTuple):
+    """A dimension whose extent may not be a multiple of the block: a chunk's coordinate along it is tested."""
+    var: str                       # the grid variable
+    block: int
+    minor: bool                    # the minor dimension (the chunk's column c), else the block coordinate x<dim>
+    dim: int
+    extent: DimLike
+
 
 @dataclass(frozen=True)
 class RegisterView:
@@ -122,6 +187,109 @@ class MapPlan:
     @property
     def operands(self) -> tuple[MapOperand, ...]:
         return self.inputs + self.outputs
+
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def profiled(self) -> bool:
+        """Mosaic GPU's in-kernel profiler is on (the Pallas module then makes its directory)."""
+        return self.profile_space > 0
+
+    @property
+    def output_names(self) -> str:
+        return ", ".join(o.name for o in self.outputs)
+
+    @property
+    def grid_target(self) -> str:
+        """The grid variables as the target of a Python tuple assignment (`g_a,` for one)."""
+        return ", ".join(self.grid_vars) + ("," if len(self.grid_vars) == 1 else "")
+
+    @property
+    def words(self) -> dict[str, int]:
+        """Operand name -> the 16-byte words of one vector (vec elements) of it."""
+        return {o.name: self.vec * o.itemsize // 16 for o in self.operands}
+
+    @property
+    def row_dims(self) -> tuple[int, ...]:
+        """The block's dims but the minor, innermost first: a row index splits into their coordinates x<dim>."""
+        return tuple(range(len(self.block) - 2, -1, -1))
+
+    @property
+    def outer_dims(self) -> tuple[int, ...]:
+        """The block's dims but the minor, in order."""
+        return tuple(range(len(self.block) - 1))
+
+    @property
+    def major_extent(self) -> DimLike:
+        """The grid's extent across the planar-snake bands (the other of the two dims)."""
+        return self.grid[1 - self.minor_dim]
+
+    @property
+    def minor_extent(self) -> DimLike:
+        return self.grid[self.minor_dim]
+
+    @property
+    def major_var(self) -> str:
+        return self.grid_vars[1 - self.minor_dim]
+
+    @property
+    def minor_var(self) -> str:
+        return self.grid_vars[self.minor_dim]
+
+    @property
+    def grid_walk(self) -> tuple[tuple[str, DimLike], ...]:
+        """(grid variable, its extent), the last dimension first: row-major order's digits of a tile index."""
+        return tuple(zip(reversed(self.grid_vars), reversed(self.grid)))
+
+    @property
+    def input_views(self) -> dict[str, RegisterView | None]:
+        """Each input's register view (None without a named register layout)."""
+        if self.registers is None:
+            return {o.name: None for o in self.inputs}
+        return {o.name: next(v for v in self.registers.views if v.name == o.name) for o in self.inputs}
+
+    @property
+    def direct_inputs(self) -> tuple[MapOperand, ...]:
+        """The inputs read straight from GMEM into registers (columns), not through the TMA pipeline."""
+        views = self.input_views
+        return tuple(o for o in self.inputs if views[o.name] is not None and views[o.name].gmem)
+
+    @property
+    def staged_inputs(self) -> tuple[MapOperand, ...]:
+        """The inputs the pipeline stages in SMEM (its in_specs, in order)."""
+        direct = self.direct_inputs
+        return tuple(o for o in self.inputs if o not in direct)
+
+    def view_dims(self, o: MapOperand) -> tuple[tuple[int, bool, int], ...]:
+        """Each block dim of input `o` with whether its register view squeezes it (reads index 0) and its extent."""
+        view = self.input_views[o.name]
+        return tuple((d, d in view.squeezed, o.block[d]) for d in range(len(o.block)))
+
+    # the register path (data_path: registers, plan.regs)
+    def _reg_stride(self, o: MapOperand, d: int) -> DimLike | None:
+        stride = self.regs.strides[self.operands.index(o)][d]
+        return stride if stride != 1 else None
+
+    def reg_base(self, o: MapOperand) -> tuple[RegTerm, ...]:
+        """The element offset of operand o's tile: each dim it does not broadcast, its block index x block x its
+        stride."""
+        return tuple(RegTerm(False, d, o.block_index[d], o.block[d], self._reg_stride(o, d))
+                     for d in range(len(o.block)) if o.shape[d] != 1)
+
+    def reg_local(self, o: MapOperand) -> tuple[RegTerm, ...]:
+        """The element offset of a chunk inside operand o's tile: the column c (its minor dim) or the block
+        coordinate x<d> of each dim it does not broadcast (its dims align with the iteration space's last ones),
+        times its stride."""
+        rank, n = len(self.block), len(o.shape)
+        return tuple(RegTerm(d == n - 1, rank - n + d, None, 0, self._reg_stride(o, d))
+                     for d in range(n) if o.shape[d] != 1)
+
+    @property
+    def reg_ragged(self) -> tuple[RaggedDim, ...]:
+        """The iteration dims that may end in a partial block: the chunk's coordinate is tested against the
+        first output's extent."""
+        rank, out = len(self.block), self.outputs[0]
+        return tuple(RaggedDim(self.grid_vars[d], self.block[d], d == rank - 1, d, out.shape[d])
+                     for d in range(rank) if self.regs.ragged[d])
 
 
 

@@ -37,6 +37,16 @@ class RegisterPath:
     ragged: tuple[bool, ...]           # per iteration dimension: its extent may not be a multiple of the block
     why: str                           # explain's sentence
 
+    @property
+    def any_ragged(self) -> bool:
+        """Some iteration dimension may end in a partial block."""
+        return any(self.ragged)
+
+    @property
+    def masked(self) -> bool:
+        """A chunk may lie outside the array (a partial batch, or a ragged dimension): each is tested."""
+        return self.partial_batch or self.any_ragged
+
 
 def check_registers(op, sch, iter_shape, space, problems: Problems) -> None:
     """Located errors for what the register path cannot do or would ignore: Pallas, the ring's fields, a row that

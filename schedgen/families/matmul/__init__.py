@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import MatmulOp
 
 FAMILY = register(Family(
@@ -19,7 +19,7 @@ FAMILY = register(Family(
     tune_space=".tune:matmul_space",
     summary="out = epilogue(lhs @ rhs): bf16/f16/fp8 in, f32 accumulation, a fused elementwise epilogue",
     draw=".draw:HOOKS",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("matmul"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="tflops",

@@ -25,9 +25,9 @@ from ...autodiff.spec import fresh, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 from .blockscale import block_scale_names
-from .epilogue_grad import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
-                            gacc_from_upstream, operand, recompute_step, renamed, sizes)
-from .records import FP8_DTYPES
+from ...autodiff.gemm_epilogue import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
+                                      gacc_from_upstream, operand, recompute_step, renamed, sizes)
+from ...plan.gemm import FP8_DTYPES
 
 
 def matmul_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
@@ -63,7 +63,7 @@ def matmul_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
               for w in ctx.wrt if w in ctx.extras and names.grad[w] in derived.zero]
     gacc_ref = gacc_from_upstream(ctx, derived, notes)
     if gacc_ref is None and any(g not in derived.zero for g in ctx.grad_of.values()):
-        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of)
+        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of, "map")
         if step is None:
             problems.add(("backward",), "the derived epilogue derivative is not a legal body; write save: recompute "
                                         "or report this as a schedgen bug")

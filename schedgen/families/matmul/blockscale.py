@@ -3,14 +3,14 @@
 lhs's scales are f32 [M, KB] (one per row and 128-K block), rhs's f32 [NB, KB] (one per 128 x 128 block of the
 [N, K] rhs), KB = cdiv(K, 128), NB = cdiv(N, 128). The CUDA kernel runs each stage's wgmmas (one 128-K block:
 tile_k is 128) into a fresh f32 partial sum, then adds it to the accumulator times the block's two scales
-(shared/gemm.cuh.j2 consumer_k_loop_promoted), so fp8 wgmma's shorter running sum covers 128 K terms at a time.
+(common/gemm.cuh.j2 consumer_k_loop_promoted), so fp8 wgmma's shorter running sum covers 128 K terms at a time.
 The scales ride in the plan as epilogue-side operands (MatOperand.bcast "kblock_lhs" / "kblock_rhs") that the
 epilogue itself never reads."""
 from __future__ import annotations
 
 from ...plan import dims as D
 from ...plan.common import Problems
-from .records import FP8_DTYPES, REG_OVERHEAD, MatOperand, mat_operand
+from ...plan.gemm import FP8_DTYPES, REG_OVERHEAD, MatOperand, mat_operand
 
 SCALE_BLOCK = 128            # K (and rhs N) elements a scale covers
 KINDS = {"lhs": "kblock_lhs", "rhs": "kblock_rhs"}

@@ -19,13 +19,11 @@ from ...frontend.model import BlockSpec
 from ...plan import dims as D
 from ...plan.common import Problems
 from ...plan.defaults import Pick, written
-from ...plan.hardware import Hardware
+from ...plan.hardware import Hardware, for_target
 from ...plan.legality import stages_that_fit
-from . import blackwell as bw
+from ...plan.gemm import (REG_OVERHEAD, WGMMA_M, sm100_acc_buffers, sm100_epilogue_cols, sm100_ring_depth,
+                         sm100_staging_bytes, tile_from_block_specs, vector_slots)
 from .operands import check_names, problem_dims
-from .records import REG_OVERHEAD, WGMMA_M
-from .schedule import tile_from_block_specs
-from .smem_operands import vector_slots
 
 # (tile_m, tile_n), largest first; a ring depth that suits each (the bundled specs': 4 stages of 128 x 256,
 # 6 of 128 x 128)
@@ -68,8 +66,8 @@ def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pi
         pair = 2 if tm == 256 else 1          # a CTA pair's 256-row tile (cta_group::2): each CTA holds half
         stage = (tm + tn) // pair * tk * dims.isz
         epi = spec.schedule.epilogue
-        staging = bw.staging_bytes(bw.epilogue_cols(epi, tn, dims.osz), dims.osz, epi.buffers)
-        stages = max(2, min(6, bw.ring_depth_that_fits(hw, stage, staging, bw.acc_buffers(tn, hw))))
+        staging = sm100_staging_bytes(sm100_epilogue_cols(epi, tn, dims.osz), dims.osz, epi.buffers)
+        stages = max(2, min(6, sm100_ring_depth(hw, stage, staging, sm100_acc_buffers(tn, hw))))
         picks.append(Pick(("schedule", "pipeline", "max_concurrent_steps"), stages,
                           f"the deepest ring of {stage}-byte stages that fits the SMEM beside the epilogue's "
                           f"{staging} B of staging tiles (at most 6)"))
@@ -80,6 +78,11 @@ def _sm100_picks(spec, op, out_name, dims, hw: Hardware, sch_written) -> list[Pi
     return picks
 
 
+def _tcgen05(spec) -> bool:
+    """The spec's target runs tcgen05 (Blackwell: sm_100a), the hardware table says."""
+    return for_target(spec.schedule.target).mma == "tcgen05"
+
+
 def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     """Picks for the fields the spec leaves out (plan.defaults applies the ones not written)."""
     sch_written = lambda *path: written(spec, ("schedule", *path))  # noqa: E731
@@ -87,7 +90,7 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
     if not sch_written("pipeline", "kind"):
         picks.append(Pick(("schedule", "pipeline", "kind"), "warp_specialized",
                           "the matmul kernel is warp-specialized (a TMA producer and wgmma consumer warpgroups)"
-                          if spec.schedule.target != "sm_100a" else "the matmul kernel is warp-specialized (a TMA "
+                          if not _tcgen05(spec) else "the matmul kernel is warp-specialized (a TMA "
                           "producer warp, a tcgen05 MMA thread, an epilogue warpgroup)"))
     op = spec.op
     problems = Problems()
@@ -96,7 +99,7 @@ def matmul_defaults(spec, hw: Hardware) -> list[Pick]:
         problem_dims(op, out_name, extras, problems)
     if dims is None or problems:
         return picks                           # the planner reports what is wrong with the op
-    if spec.schedule.target == "sm_100a":
+    if _tcgen05(spec):
         return picks + _sm100_picks(spec, op, out_name, dims, hw, sch_written)
     tiled = [sch_written("in_specs", op.lhs), sch_written("in_specs", op.rhs), sch_written("out_specs", out_name)]
     nc_written = sch_written("pipeline", "num_compute_wgs")

@@ -14,7 +14,7 @@ import ast
 
 from ...bench.case import Peer, from_torch, guard, to_torch, torch_fn_peer, torch_sync
 from .blockscale import is_block_scaled
-from .records import FP8_DTYPES
+from ...plan.gemm import FP8_DTYPES
 from .reference import accumulation, check_peer, epilogue_body
 
 FP8_PEERS = ("scaled_mm_fast", "scaled_mm", "cublas")

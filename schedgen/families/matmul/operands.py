@@ -1,4 +1,4 @@
-"""The operand phases of the matmul planner: names, the epilogue, the problem's dims, dtypes, ranks, batch and extra
+"""The operand phases of the matmul planner (the shared GEMM ones are schedgen/plan/gemm/operands.py): names, the epilogue, the problem's dims, dtypes, ranks, batch and extra
 operands, the operand records and the epilogue's code trees."""
 from __future__ import annotations
 
@@ -20,23 +20,11 @@ from ...plan.legality import (
 from ...plan import dims as D
 from ...plan.exprs import PlanExpr
 from .blockscale import block_scale_names, block_scale_operand, check_block_scale_names
-from .records import FP8_DTYPES, MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, _broadcast_kind, mat_operand
+from ...plan.gemm import (FP8_DTYPES, MMA_DTYPES, OUT_DTYPES, Dims, EpilogueCode, MatOperand, broadcast_kind,
+                          check_operand_roles, mat_operand)
 
 if TYPE_CHECKING:
     from ...frontend.specfile import SpecFile
-
-
-def check_operand_roles(op, problems: Problems,
-                        two: str = "A @ A^T style products need two inputs here") -> None:
-    """op.lhs and op.rhs name two different inputs (the matmul, collective_matmul and grouped_matmul families;
-    `two`: why they must differ, in the family's words)."""
-    for role in ("lhs", "rhs"):
-        nm = getattr(op, role)
-        if nm not in op.inputs:
-            problems.add(("op", role), f"op.{role} names input '{nm}', which is not among the inputs "
-                                       f"({', '.join(op.inputs)}); set op.{role} to one of them")
-    if op.lhs == op.rhs:
-        problems.add(("op", "rhs"), f"lhs and rhs are both '{op.lhs}'; {two}")
 
 
 def check_names(spec: SpecFile, problems: Problems) -> tuple[str, tuple[str, ...]]:
@@ -154,10 +142,10 @@ def check_dtypes(op, out_name: str, problems: Problems, target: str = "sm_90a") 
                                                             f"{', '.join(OUT_DTYPES)}")
 
 
-# why fp8 operands are read K-major only, per target
+# why fp8 operands are read K-major only, per MMA generation (Hardware.mma)
 FP8_K_MAJOR_WHY = {
-    "sm_90a": "fp8 wgmma reads {} K-major only (no transpose for 8-bit inputs)",
-    "sm_100a": "the sm_100a kernel's fp8 tcgen05.mma (kind::f8f6f4) reads {} K-major only (its SMEM descriptors are "
+    "wgmma": "fp8 wgmma reads {} K-major only (no transpose for 8-bit inputs)",
+    "tcgen05": "the sm_100a kernel's fp8 tcgen05.mma (kind::f8f6f4) reads {} K-major only (its SMEM descriptors are "
                "rendered for K-major 8-bit operands only)",
 }
 
@@ -166,9 +154,11 @@ def check_fp8_layout(op, problems: Problems, target: str = "sm_90a") -> None:
     """Both fp8 operands K-major in SMEM: lhs [M, K], rhs [N, K]. On sm_90a 8-bit wgmma has no transpose operands
     for e4m3 / e5m2 (and there is no 8-bit SMEM transpose on the way); the sm_100a kernel keeps the same rule (its
     kind::f8f6f4 descriptors are K-major), each message naming its target's instruction."""
-    why = FP8_K_MAJOR_WHY.get(target, FP8_K_MAJOR_WHY["sm_90a"])
-    # sm_100a: blackwell.py refuses transpose_lhs for every input type (one error at the field, not two)
-    if op.transpose_lhs and target != "sm_100a":
+    mma = for_target(target).mma
+    why = FP8_K_MAJOR_WHY[mma]
+    # tcgen05: its planner (schedgen/plan/gemm/sm100.py) refuses transpose_lhs for every input type (one error at the
+    # field, not two)
+    if op.transpose_lhs and mma != "tcgen05":
         problems.add(("op", "transpose_lhs"),
                      f"{why.format('lhs')}: store lhs [M, K] and remove transpose_lhs (transpose it beforehand, e.g. "
                      f"a.T.contiguous())")
@@ -220,7 +210,7 @@ def check_batch(op, out_name: str, a_shape, b_shape, o_shape, m: int, n: int, pr
 
 def extra_operand(op, nm: str, shape: tuple[int, ...], batch: int, m: int, n: int, problems: Problems) -> MatOperand:
     """An epilogue operand: a row, a column or a full (batched) output-shaped array of a float dtype."""
-    kind = _broadcast_kind(shape, batch, m, n)
+    kind = broadcast_kind(shape, batch, m, n)
     if kind is None:
         col_hint = (" (a 1-D [M] broadcasts along the rows under numpy's rules, as a row would: write a per-row "
                     "column as [M, 1])" if tuple(shape) == (m,) else "")

@@ -19,7 +19,7 @@ from ...bench.case import (Peer, from_torch, guard, to_torch, torch_dtypes, torc
 from ...bench.timing import Contender, jax_contender, matmul_sets
 from ...plan.hardware import PEAK_TFLOPS
 from .fp8_peers import FP8_PEERS, LABELS as FP8_LABELS, fp8_peers, is_fp8
-from .records import peak_tflops
+from ...plan.gemm import peak_tflops
 from .reference import check_peer, epilogue_body, epilogue_operands
 
 FLAT_PEER = "cublas"
@@ -72,10 +72,10 @@ def peers(case) -> dict[str, Peer]:
 def _jax_incompatible(plan) -> list[str]:
     """Why JAX's kernel has no equivalent of the plan ([] when it has one)."""
     why_not = []
-    if plan.num_consumers != 2:
-        why_not.append(f"JAX's kernel runs 2 consumer warpgroups, the plan {plan.num_consumers}")
-    if plan.pingpong:
-        why_not.append(f"JAX's kernel's consumers split each tile (cooperative), the plan's {plan.consumer_schedule} "
+    if plan.warps.num_consumers != 2:
+        why_not.append(f"JAX's kernel runs 2 consumer warpgroups, the plan {plan.warps.num_consumers}")
+    if plan.warps.pingpong:
+        why_not.append(f"JAX's kernel's consumers split each tile (cooperative), the plan's {plan.warps.consumer_schedule} "
                        f"consumers take whole tiles in turn")
     if plan.batch > 1:
         why_not.append("JAX's kernel is not batched")
@@ -83,37 +83,37 @@ def _jax_incompatible(plan) -> list[str]:
         why_not.append("JAX's kernel takes lhs [M, K] and rhs [K, N] (no transposed operands)")
     if plan.in_dtype not in ("bf16", "f16"):
         why_not.append(f"input dtype {plan.in_dtype}")
-    if plan.cluster_size > 2:
-        why_not.append(f"cluster of {plan.cluster_size} CTAs (JAX: 1 or 2)")
-    cm_tile, cn_tile = plan.tile_m * plan.cluster_m, plan.tile_n * plan.cluster_n
-    if plan.m % cm_tile or plan.n % cn_tile or plan.k % plan.tile_k:
+    if plan.cluster.cluster_size > 2:
+        why_not.append(f"cluster of {plan.cluster.cluster_size} CTAs (JAX: 1 or 2)")
+    cm_tile, cn_tile = plan.tiles.tile_m * plan.cluster.cluster_m, plan.tiles.tile_n * plan.cluster.cluster_n
+    if plan.m % cm_tile or plan.n % cn_tile or plan.k % plan.tiles.tile_k:
         why_not.append(f"M, N, K = {plan.m}, {plan.n}, {plan.k} are not multiples of the cluster tile "
-                       f"{cm_tile} x {cn_tile} x {plan.tile_k} (JAX's kernel has no ragged edges)")
-    if plan.epi_rows != 64 and plan.wg_tile_m % plan.epi_rows:
-        why_not.append(f"epilogue tile rows {plan.epi_rows}")
+                       f"{cm_tile} x {cn_tile} x {plan.tiles.tile_k} (JAX's kernel has no ragged edges)")
+    if plan.staging.epi_rows != 64 and plan.warps.wg_tile_m % plan.staging.epi_rows:
+        why_not.append(f"epilogue tile rows {plan.staging.epi_rows}")
     return why_not
 
 
 def _jax_notes(plan) -> list[str]:
     """What differs between the plan and JAX's kernel at its equivalent tuning (not the kernel's structure)."""
     notes = []
-    if plan.producer_regs != 40:
-        notes.append(f"producer registers 40 (JAX's fixed value; the plan has {plan.producer_regs})")
+    if plan.warps.producer_regs != 40:
+        notes.append(f"producer registers 40 (JAX's fixed value; the plan has {plan.warps.producer_regs})")
     notes.append("consumer registers as JAX's compiler chooses")
     isz = 2
-    jax_swizzle = max((s for s in (32, 64, 128) if (plan.tile_k * isz) % s == 0), default=0)
-    if jax_swizzle != plan.swizzle_a or jax_swizzle != plan.swizzle_b:
-        notes.append(f"operand swizzle {jax_swizzle} B for both (the plan: lhs {plan.swizzle_a}, rhs {plan.swizzle_b})")
-    slots = min(2, (plan.wg_tile_m * plan.wg_tile_n) // (plan.epi_rows * plan.epi_cols))
-    if getattr(plan, "epi_store", "tma") == "direct":
-        notes.append(f"epilogue staged through SMEM in {plan.epi_rows} x {plan.epi_cols} chunks and stored by TMA "
+    jax_swizzle = max((s for s in (32, 64, 128) if (plan.tiles.tile_k * isz) % s == 0), default=0)
+    if jax_swizzle != plan.layout.swizzle_a or jax_swizzle != plan.layout.swizzle_b:
+        notes.append(f"operand swizzle {jax_swizzle} B for both (the plan: lhs {plan.layout.swizzle_a}, rhs {plan.layout.swizzle_b})")
+    slots = min(2, (plan.warps.wg_tile_m * plan.warps.wg_tile_n) // (plan.staging.epi_rows * plan.staging.epi_cols))
+    if plan.staging.epi_store == "direct":
+        notes.append(f"epilogue staged through SMEM in {plan.staging.epi_rows} x {plan.staging.epi_cols} chunks and stored by TMA "
                      f"(the plan stores directly from registers)")
-    elif slots != plan.epi_buffers:
-        notes.append(f"{slots} epilogue buffers per consumer (the plan: {plan.epi_buffers})")
+    elif slots != plan.staging.epi_buffers:
+        notes.append(f"{slots} epilogue buffers per consumer (the plan: {plan.staging.epi_buffers})")
     if not plan.launch.auto_blocks:
         notes.append(f"grid of all SMs (the plan: {plan.launch.num_blocks} blocks)")
-    if plan.delay_release:
-        notes.append(f"delay_release {plan.delay_release}")
+    if plan.pipeline.delay_release:
+        notes.append(f"delay_release {plan.pipeline.delay_release}")
     return notes
 
 
@@ -128,20 +128,20 @@ def jax_tuning(plan) -> tuple[dict | None, list[str]]:
     if why_not:
         return None, why_not
     notes = []
-    cn_tile = plan.tile_n * plan.cluster_n
+    cn_tile = plan.tiles.tile_n * plan.cluster.cluster_n
     n_iters = plan.n // cn_tile
-    if plan.tile_order == "planar_snake":
-        minor, width = ("M" if plan.minor_dim == 0 else "N"), plan.tile_width
+    if plan.tiles.tile_order == "planar_snake":
+        minor, width = ("M" if plan.tiles.minor_dim == 0 else "N"), plan.tiles.tile_width
     else:
         minor, width = "N", n_iters
         notes.append(f"row_major order as planar_snake(minor N, width {n_iters})")
     cfg = {
-        "tile_m": plan.wg_tile_m, "tile_n": plan.wg_tile_n, "tile_k": plan.tile_k,
-        "max_concurrent_steps": plan.stages,
-        "epi_tile_n": plan.epi_cols, "epi_tile_m": plan.epi_rows,
+        "tile_m": plan.warps.wg_tile_m, "tile_n": plan.warps.wg_tile_n, "tile_k": plan.tiles.tile_k,
+        "max_concurrent_steps": plan.pipeline.stages,
+        "epi_tile_n": plan.staging.epi_cols, "epi_tile_m": plan.staging.epi_rows,
         "grid_minor_dim": minor, "grid_tile_width": width,
-        "wg_dimension": "M" if plan.wg_axis == "m" else "N",
-        "cluster_dimension": "M" if plan.cluster_m == 2 else "N" if plan.cluster_n == 2 else None,
+        "wg_dimension": "M" if plan.warps.wg_axis == "m" else "N",
+        "cluster_dimension": "M" if plan.cluster.cluster_m == 2 else "N" if plan.cluster.cluster_n == 2 else None,
     }
     return cfg, notes + _jax_notes(plan)
 
@@ -314,8 +314,8 @@ def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
     rhs = next(o for o in plan.inputs if o.role == "rhs")
     base = [jax.device_put(host[nm]) for nm in [lhs.name, rhs.name] + ([c_name] if c_name else [])]
     arg_sets = [base] + [[jax.numpy.array(x, copy=True) for x in base] for _ in range(sets - 1)]
-    fn, used_delay, err = None, plan.delay_release, ""
-    for delay in dict.fromkeys((plan.delay_release, 0)):
+    fn, used_delay, err = None, plan.pipeline.delay_release, ""
+    for delay in dict.fromkeys((plan.pipeline.delay_release, 0)):
         try:
             fn = jax_hopper_matmul(plan, cfg, delay, with_c=bool(c_name))
             out = jax.block_until_ready(fn(*arg_sets[0]))
@@ -325,8 +325,8 @@ def jax_pallas_peer(plan, host: dict, sets: int, full_ref, product_ref) -> Peer:
             err, fn = why(exc), None
     if fn is None:
         return Peer.skipped(f"JAX's kernel failed at this tuning: {err}", note="; ".join(notes))
-    if used_delay != plan.delay_release:
-        notes.append(f"delay_release {used_delay} (the plan's {plan.delay_release} failed: {err})")
+    if used_delay != plan.pipeline.delay_release:
+        notes.append(f"delay_release {used_delay} (the plan's {plan.pipeline.delay_release} failed: {err})")
     info = check_peer(np.asarray(out), full_ref if c_name is not None else product_ref, plan.out_dtype, plan.k)
     info["note"] = "; ".join(notes)
     info["backend"] = "jax hopper_matmul_mgpu"

@@ -10,7 +10,7 @@ from ... import reference as shared
 from ...reference import Sampled, product_f64, sample_rows, shape_of
 from ...frontend import expr as ex
 from .blockscale import SCALE_BLOCK, block_scale_names
-from .records import FP8_DTYPES
+from ...plan.gemm import FP8_DTYPES
 
 
 # fp8 wgmma adds its k32 products into the f32 accumulator keeping fewer mantissa bits of the running sum than f32's
@@ -136,9 +136,10 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     m_dim, ka_dim = (a[-1], a[-2]) if plan.transpose_lhs else (a[-2], a[-1])
     kb_dim, n_dim = (b[-1], b[-2]) if plan.transpose_rhs else (b[-2], b[-1])
     units: dict[str, int] = {}
-    for dim, unit in ((m_dim, plan.tile_m * plan.cluster_m), (o[-2], plan.tile_m * plan.cluster_m),
-                      (n_dim, plan.tile_n * plan.cluster_n), (o[-1], plan.tile_n * plan.cluster_n),
-                      (ka_dim, plan.tile_k), (kb_dim, plan.tile_k)):
+    grid, cl = plan.tiles, plan.cluster
+    for dim, unit in ((m_dim, grid.tile_m * cl.cluster_m), (o[-2], grid.tile_m * cl.cluster_m),
+                      (n_dim, grid.tile_n * cl.cluster_n), (o[-1], grid.tile_n * cl.cluster_n),
+                      (ka_dim, grid.tile_k), (kb_dim, grid.tile_k)):
         if isinstance(dim, str):
             units[dim] = math.lcm(units.get(dim, 1), unit)
     top = {nm: v if isinstance(v, int) else v.max for nm, v in plan.sizes.items()}   # a dynamic size: its max

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from ...plan.common import KernelArg, Problems
+from ...plan.hardware import for_target
 from ...plan.launch import WORKSPACE_ALIGN
 
 FIELD = ("schedule", "persistent", "decomposition")
@@ -99,7 +100,7 @@ def check_stream_k(op, sch, dims, cluster, hw, problems: Problems) -> bool:
         return False
     bad = len(problems)
     why = "stream_k needs "
-    if sch.target == "sm_100a":
+    if for_target(sch.target).mma != "wgmma":
         problems.add(FIELD, why + "the Hopper (sm_90a) CUDA kernel; the sm_100a kernel claims tiles by cluster launch "
                                   "control: use data_parallel (or loop: dynamic) there")
     if "pallas" in sch.backends:
@@ -130,7 +131,7 @@ def check_stream_k(op, sch, dims, cluster, hw, problems: Problems) -> bool:
 def explain_lines(p) -> list[str]:
     """explain's lines of a stream-K plan, at the planned grid (the runtime may lower it: the kernel splits at
     gridDim.x)."""
-    grid, t, k = p.launch.num_blocks, p.num_tiles, p.k_iters
+    grid, t, k = p.launch.num_blocks, p.tiles.num_tiles, p.tiles.k_iters
     sk = sk_tiles(t, grid)
     s = sk * k
     shares = sorted({len(contributors(x, k, grid, s)[1]) + 1 for x in range(sk)}) if sk else []
@@ -139,8 +140,8 @@ def explain_lines(p) -> list[str]:
            f"blocks a tile; then {t - sk} tiles data-parallel ({(t - sk) // grid} whole waves)" if sk else
            f"the {t} tiles fill whole waves of {grid} blocks: every tile runs data-parallel")
     return [f"  stream-K   {how}",
-            f"             a tile's non-final blocks store f32 partials (a {p.tile_m * p.tile_n * 4} B slot a "
+            f"             a tile's non-final blocks store f32 partials (a {p.tiles.tile_m * p.tiles.tile_n * 4} B slot a "
             f"block) and raise a flag (fence.acq_rel + red, gpu scope); the block holding its k-step 0 waits "
             f"(ld.acquire, bounded spin, trap) and adds them before the epilogue; workspace "
-            f"{workspace_bytes(grid, p.tile_m, p.tile_n, p.num_consumers)} B, its "
-            f"{flag_bytes(grid, p.num_consumers)} B of flags zeroed at each launch"]
+            f"{workspace_bytes(grid, p.tiles.tile_m, p.tiles.tile_n, p.warps.num_consumers)} B, its "
+            f"{flag_bytes(grid, p.warps.num_consumers)} B of flags zeroed at each launch"]

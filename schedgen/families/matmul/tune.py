@@ -6,9 +6,9 @@ from __future__ import annotations
 from ...registry import TuneSpace
 from ...plan import dims as D
 from ...plan.common import Problems
+from ...plan.hardware import for_target
 from .operands import check_names, problem_dims
-from .records import WGMMA_M
-from .schedule import CLUSTER_AXIS, tile_from_block_specs
+from ...plan.gemm import CLUSTER_AXIS, WGMMA_M, tile_from_block_specs
 
 
 def _bs(*parts: str) -> tuple[str, ...]:
@@ -160,7 +160,7 @@ def matmul_space(spec) -> TuneSpace:
 def _stream_k_applies(op, sch, dims, cooperative: bool) -> bool:
     """Stream-K is a knob where the planner could take it: the Hopper kernel, static sizes, cooperative consumers,
     no block scales, a persistent grid (stream_k.check_stream_k's rules; the knob sets backends: [cuda])."""
-    return (cooperative and sch.target != "sm_100a" and not dims.ranges
+    return (cooperative and for_target(sch.target).mma == "wgmma" and not dims.ranges
             and getattr(op, "block_scales", None) is None and sch.persistent.loop == "nd_loop")
 
 

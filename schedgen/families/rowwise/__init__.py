@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...registry import Family, register
+from ...registry import Family, register, template_folder
 from .model import RowwiseOp
 
 FAMILY = register(Family(
@@ -18,7 +18,7 @@ FAMILY = register(Family(
     tune_aliases=".tune:rowwise_aliases",
     tune_space=".tune:rowwise_space",
     summary="a body over each row with reductions along it (softmax, layer / RMS norm, row sums, cross-entropy)",
-    templates=Path(__file__).resolve().parent / "templates",
+    templates=template_folder("rowwise"),
     starter=Path(__file__).resolve().parent / "starter.yaml",
     peers=f"{__package__}.peers",
     metric="gbps",

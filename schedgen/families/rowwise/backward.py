@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from typing import NamedTuple
 
 from ...autodiff import derive
 from ...autodiff.graph import BackwardGraph, Step
@@ -66,8 +67,70 @@ def _reduction_rules(inv_n: str, cols: str) -> dict[str, derive.Rule]:
     }
 
 
+class _Names(NamedTuple):
+    """What the backward's phases share: the forward's body, the gradients asked for and the fresh names."""
+    kinds: dict                 # input -> row | col | per_row
+    body: ex.Body
+    row: rb.RowBody
+    wrt: tuple
+    saved: tuple
+    taken: set
+    grad_of: dict               # wrt input -> its gradient's name
+    cot_of: dict                # output -> its cotangent's name
+    inv_n: str
+    cols: str
+
+
+class _Reads(NamedTuple):
+    """What the derivative reads: forward inputs, cotangents, saved temporaries."""
+    inputs: list
+    cotangents: list
+    saved: list
+
+
 def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     problems = Problems()
+    op = spec.op
+    names = _names(spec, problems)
+    if problems:
+        return None, problems
+    found = _derive(op, names, problems)
+    if found is None:
+        return None, problems
+    derived, as_in = found
+    nonzero = [w for w in names.wrt if names.grad_of[w] not in derived.zero]
+    notes = [f"saved {', '.join(names.saved)} (written by the forward as extra output(s))" if names.saved else
+             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
+    notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt if w not in nonzero]
+    if not nonzero:
+        return BackwardGraph(None, (), (), names.wrt, tuple(notes)), problems
+    constants = {**op.constants, names.inv_n: 1.0 / _row_length(op)}
+    reads = _reads_of(op, names, derived, constants, as_in)
+    n_in = len(reads.inputs) + len(reads.cotangents) + len(reads.saved)
+    if n_in > MAX_INPUTS or len(nonzero) > MAX_OUTPUTS:
+        problems.add(("backward",), f"the backward kernel would read {n_in} arrays and write {len(nonzero)} "
+                                    f"gradients; a rowwise kernel takes at most {MAX_INPUTS} and {MAX_OUTPUTS}: list "
+                                    f"fewer inputs in backward.wrt")
+        return None, problems
+    shape_of = _shapes_of(spec, names.row, names.saved)
+    forward = None
+    if names.saved:
+        forward, why = fitting(_forward_with_saved(spec, names.saved, shape_of))
+        notes += [why] if why else []
+    data = _step_data(spec, names, derived, nonzero, reads, constants, as_in, shape_of)
+    cols = names.cols
+    refs = {n: f"in:{n}" for n in reads.inputs} | {names.cot_of[o]: f"grad:{o}" for o in reads.cotangents} \
+        | {as_in[s]: f"out:{s}" for s in reads.saved} \
+        | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
+    step = Step(STEP, data, refs, {names.grad_of[w]: f"grad:{w}" for w in nonzero},
+                why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
+    return BackwardGraph(forward, tuple(names.saved), (step,), names.wrt, tuple(notes)), problems
+
+
+def _names(spec, problems: Problems) -> _Names:
+    """The forward body parsed twice (the expression language's statements, the rowwise body's rows), the inputs
+    to differentiate (not a take()'s column index), the temporaries to save, and fresh names for the gradients,
+    the cotangents, 1 / N and the column index."""
     op = spec.op
     kinds, _, _ = _shapes(op, Problems())
     kinds = kinds or {}
@@ -80,46 +143,42 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
                    row_inputs=[n for n in op.inputs if kinds.get(n) in ("row", "col")])
     temporaries = [t for t in assigned if t not in op.outputs]
     saved = save_names(spec, problems, temporaries)
-    if problems:
-        return None, problems
     taken = set(op.sizes) | set(op.inputs) | set(op.outputs) | set(op.constants) | set(assigned)
     grad_of = {w: fresh(f"grad_{w}", taken) for w in wrt}
     cot_of = {o: fresh(f"g_{o}", taken) for o in op.outputs}
     inv_n = fresh("inv_n", taken)
     cols = fresh("col", taken)
+    return _Names(kinds, body, row, wrt, saved, taken, grad_of, cot_of, inv_n, cols)
+
+
+def _derive(op, names: _Names, problems: Problems):
+    """(the body's derivative, each saved temporary's name as the step reads it), or None with a problem."""
     try:
-        varying = {n for n in op.inputs if kinds.get(n) in ("row", "col")} | {cols}
-        varying |= {cot_of[o] for o in op.outputs if row.varies.get(o, True)}
+        varying = {n for n in op.inputs if names.kinds.get(n) in ("row", "col")} | {names.cols}
+        varying |= {names.cot_of[o] for o in op.outputs if names.row.varies.get(o, True)}
         axis = derive.Axis(varying, frozenset(rb.REDUCTIONS))
-        as_in = read_as(saved, taken)
-        derived = derive.renamed(derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, axis=axis,
-                                            calls=_reduction_rules(inv_n, cols), taken=taken), as_in)
+        as_in = read_as(names.saved, names.taken)
+        derived = derive.renamed(derive.vjp(names.body, wrt=names.grad_of, cotangents=names.cot_of,
+                                            saved=names.saved, axis=axis,
+                                            calls=_reduction_rules(names.inv_n, names.cols), taken=names.taken),
+                                 as_in)
     except ValueError as e:     # a call with no rule: a family bug (every call of the language has one)
         problems.add(("op", "body"), f"no backward for this body: {e}")
-        return None, problems
-    nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
-    notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s))" if saved else
-             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
-    notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in wrt if w not in nonzero]
-    if not nonzero:
-        return BackwardGraph(None, (), (), wrt, tuple(notes)), problems
-    constants = {**op.constants, inv_n: 1.0 / _row_length(op)}
-    reads = [n for n in derived.inputs if n not in constants and n != cols]
-    text = derived.text
-    reads_in = [n for n in reads if n in op.inputs]
-    reads_cot = [o for o in op.outputs if cot_of[o] in reads]
-    reads_saved = [s for s in saved if as_in[s] in reads]
-    n_in = len(reads_in) + len(reads_cot) + len(reads_saved)
-    if n_in > MAX_INPUTS or len(nonzero) > MAX_OUTPUTS:
-        problems.add(("backward",), f"the backward kernel would read {n_in} arrays and write {len(nonzero)} "
-                                    f"gradients; a rowwise kernel takes at most {MAX_INPUTS} and {MAX_OUTPUTS}: list "
-                                    f"fewer inputs in backward.wrt")
-        return None, problems
-    shape_of = _shapes_of(spec, row, saved)
-    forward = None
-    if saved:
-        forward, why = fitting(_forward_with_saved(spec, saved, shape_of))
-        notes += [why] if why else []
+        return None
+    return derived, as_in
+
+
+def _reads_of(op, names: _Names, derived, constants: dict, as_in: dict) -> _Reads:
+    reads = [n for n in derived.inputs if n not in constants and n != names.cols]
+    return _Reads([n for n in reads if n in op.inputs], [o for o in op.outputs if names.cot_of[o] in reads],
+                  [s for s in names.saved if as_in[s] in reads])
+
+
+def _step_data(spec, names: _Names, derived, nonzero: list, reads: _Reads, constants: dict, as_in: dict,
+               shape_of: dict) -> dict:
+    """The step's spec: the forward's as written, its schedule's backends only, the derivative as its body, the
+    arrays it reads as inputs and the gradients as outputs."""
+    op = spec.op
     data = written(spec)
     for key in ("backward", "tune"):
         data.pop(key, None)
@@ -127,19 +186,15 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     data["schedule"] = {"backends": backends} if backends else {}
     data["name"] = suffixed(spec.name, f"_{STEP}")
     data["description"] = f"the backward of {spec.name}: gradients of {', '.join(nonzero)}"
-    step_inputs = {n: data["op"]["inputs"][n] for n in reads_in}
-    step_inputs |= {cot_of[o]: data["op"]["outputs"][o] for o in reads_cot}
-    step_inputs |= {as_in[s]: shape_of[s] for s in reads_saved}
+    step_inputs = {n: data["op"]["inputs"][n] for n in reads.inputs}
+    step_inputs |= {names.cot_of[o]: data["op"]["outputs"][o] for o in reads.cotangents}
+    step_inputs |= {as_in[s]: shape_of[s] for s in reads.saved}
     row_dim = next(o for o in op.inputs.values() if len(o.shape) == 2).shape[1]
-    if cols in derived.inputs:
-        step_inputs[cols] = {"shape": [row_dim], "dtype": "f32"}
-    step_outputs = {grad_of[w]: _grad_operand(spec, w, kinds.get(w), partial_rows(op)) for w in nonzero}
-    data["op"].update(inputs=step_inputs, outputs=step_outputs, body=text, constants=constants)
-    refs = {n: f"in:{n}" for n in reads_in} | {cot_of[o]: f"grad:{o}" for o in reads_cot} \
-        | {as_in[s]: f"out:{s}" for s in reads_saved} | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
-    step = Step(STEP, data, refs, {grad_of[w]: f"grad:{w}" for w in nonzero},
-                why="the derivative of the body: " + "; ".join(text.splitlines()))
-    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
+    if names.cols in derived.inputs:
+        step_inputs[names.cols] = {"shape": [row_dim], "dtype": "f32"}
+    step_outputs = {names.grad_of[w]: _grad_operand(spec, w, names.kinds.get(w), partial_rows(op)) for w in nonzero}
+    data["op"].update(inputs=step_inputs, outputs=step_outputs, body=derived.text, constants=constants)
+    return data
 
 
 def _index_only_inputs(body: ex.Body, inputs) -> set[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...plan.launch import KernelLaunch, inline_field
 from ...plan.dims import DimLike
@@ -20,6 +21,20 @@ class RowOperand:
     cname: str                  # its identifier in generated code (in_x / out_y)
     block: tuple[int, ...]      # the Pallas block of one pipeline step (rows_per_block rows)
 
+    @property
+    def shape_text(self) -> str:
+        return ", ".join(str(x) for x in self.shape)
+
+    @property
+    def block2d(self) -> bool:
+        """A two-dimensional Pallas block: a per-row operand [M, 1] (else [M]), a column one [1, N] (else [N])."""
+        return len(self.block) == 2
+
+    @property
+    def word_elements(self) -> bool:
+        """One element a 32-bit word (f32): a 16-byte access's elements are its words."""
+        return self.itemsize == 4
+
 
 @dataclass(frozen=True)
 class RowReduction:
@@ -30,6 +45,18 @@ class RowReduction:
     index_arg: PlanExpr | None  # take's column (one value a row)
     level: int                  # the sweep over the row it is computed in (1..levels)
     statement: int              # computed just before this statement
+
+
+class RowLevel(NamedTuple):
+    """One sweep over the row kept on chip and the reductions computed in it (what the CUDA template prints of it)."""
+    number: int                 # 1..levels
+    index: int                  # number - 1: its place among a row's SMEM partials
+    reductions: tuple[RowReduction, ...]
+    lse: tuple[RowReduction, ...]       # its log-sum-exp reductions (a second pass over the row)
+    partials: tuple[tuple[RowReduction, int, int], ...]   # each reduction with its f32 partial slot in a row's
+                                # partials, and the next (an lse's sum: (max, sum) take two slots)
+    ops: str                    # its reductions' ops, listed
+    lead_only: bool             # the last level, no row or partial output: only the row's first warp combines
 
 
 @dataclass(frozen=True)
@@ -82,6 +109,142 @@ class RowwisePlan:
     def partials(self) -> int:
         """P: the blocks of the partial-sum outputs [P, N] (the grid, exactly); 0 when there are none."""
         return next((o.shape[0] for o in self.outputs if o.kind == "partial"), 0)
+
+    # --- derived numbers the templates print (computed here: the templates do no arithmetic)
+    @property
+    def cluster(self) -> int:
+        """CTAs a row block (a thread-block cluster splits the row's columns); 1: no cluster."""
+        return self.launch.cluster_dims[0]
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster > 1
+
+    @property
+    def last_rank(self) -> int:
+        return self.cluster - 1
+
+    @property
+    def streams(self) -> bool:
+        """The row streams through the registers in segments (else it stays on chip whole)."""
+        return self.segments > 1
+
+    @property
+    def vectorized(self) -> bool:
+        """A thread accesses 16-byte vectors (vec > 1; else one element: a ragged row)."""
+        return self.vec > 1
+
+    @property
+    def cross_warp(self) -> bool:
+        """Several warps share a row: its partials meet in SMEM."""
+        return self.warps_per_row > 1
+
+    @property
+    def inv_n(self) -> float:
+        """1 / N: a mean's factor."""
+        return 1.0 / self.n
+
+    def _of_kind(self, operands, kind: str) -> tuple[RowOperand, ...]:
+        return tuple(o for o in operands if o.kind == kind)
+
+    @property
+    def row_inputs(self) -> tuple[RowOperand, ...]:
+        return self._of_kind(self.inputs, "row")
+
+    @property
+    def col_inputs(self) -> tuple[RowOperand, ...]:
+        return self._of_kind(self.inputs, "col")
+
+    @property
+    def per_row_inputs(self) -> tuple[RowOperand, ...]:
+        return self._of_kind(self.inputs, "per_row")
+
+    @property
+    def row_outputs(self) -> tuple[RowOperand, ...]:
+        return self._of_kind(self.outputs, "row")
+
+    @property
+    def partial_outputs(self) -> tuple[RowOperand, ...]:
+        return self._of_kind(self.outputs, "partial")
+
+    @property
+    def words(self) -> dict[str, int]:
+        """Operand name -> the 16-byte words of one vector access of it (vec elements)."""
+        return {o.name: self.vec * o.itemsize // 16 for o in self.operands}
+
+    @property
+    def ring_words(self) -> tuple[tuple[RowOperand, int], ...]:
+        """The row inputs with their first 16-byte word of an access in a prefetch ring slot (at least one word
+        each), in order."""
+        at, out = 0, []
+        for o in self.row_inputs:
+            out.append((o, at))
+            at += max(1, self.words[o.name])
+        return tuple(out)
+
+    @property
+    def ring_access_words(self) -> int:
+        """16-byte words of one access, the row inputs together (a ring slot's words a vector)."""
+        return sum(max(1, self.words[o.name]) for o in self.row_inputs)
+
+    @property
+    def cluster_partials(self) -> int:
+        """f32s of SMEM before the partials a cluster's CTAs read (after the row's warps' own, when they share it)."""
+        if not self.cross_warp:
+            return 0
+        return 2 * self.levels * self.rows_per_block * self.steps * self.warps_per_row * self.red_slots
+
+    @property
+    def level_list(self) -> tuple[RowLevel, ...]:
+        """The sweeps over the row, each with its reductions and their SMEM partial slots."""
+        leads = not any(o.kind in ("row", "partial") for o in self.outputs)
+        levels = []
+        for number in range(1, self.levels + 1):
+            here = tuple(r for r in self.reductions if r.level == number)
+            partials, k = [], 0
+            for r in here:
+                partials.append((r, k, k + 1))
+                k += 2 if r.combine == "lse" else 1
+            levels.append(RowLevel(number, number - 1, here, tuple(r for r in here if r.combine == "lse"),
+                                   tuple(partials), ", ".join(r.op for r in here), leads and number == self.levels))
+        return tuple(levels)
+
+    def varying_below(self, level: int) -> tuple[tuple[str, PlanExpr], ...]:
+        """The statements that vary along the row and read no reduction of `level` or deeper: what an element of a
+        level-`level` sweep computes."""
+        return tuple((t, v) for t, v in self.body if self.body_varies[t] and self.body_level[t] < level)
+
+    def scalars_at(self, level: int) -> tuple[tuple[str, PlanExpr], ...]:
+        """The statements of one value a row known once `level`'s reductions are (level 0: before any)."""
+        return tuple((t, v) for t, v in self.body if not self.body_varies[t] and self.body_level[t] == level)
+
+    @property
+    def profiled(self) -> bool:
+        """Mosaic GPU's in-kernel profiler is on (the Pallas module then makes its directory)."""
+        return self.profile_space > 0
+
+    @property
+    def output_names(self) -> str:
+        return ", ".join(o.name for o in self.outputs)
+
+    @property
+    def pallas_refs(self) -> tuple[tuple[RowOperand, int], ...]:
+        """Each input with its first ref among a Pallas pipeline step's: a per-row input's one, the others' one a
+        chunk (pallas_chunks)."""
+        at, out = 0, []
+        for o in self.inputs:
+            out.append((o, at))
+            at += 1 if o.kind == "per_row" else self.pallas_chunks
+        return tuple(out)
+
+    def reductions_before(self, statement: int) -> tuple[RowReduction, ...]:
+        """The reductions computed just before body statement `statement`."""
+        return tuple(r for r in self.reductions if r.statement == statement)
+
+    @property
+    def output_level(self) -> int:
+        """The output pass's level: past every sweep (levels + 1), so every statement is known."""
+        return self.levels + 1
 
     @property
     def summed_outputs(self) -> tuple[str, ...]:

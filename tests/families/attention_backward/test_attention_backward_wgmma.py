@@ -1,6 +1,6 @@
 """The attention_backward family's warp-specialized wgmma CUDA kernel (schedule.pipeline.kind: warp_specialized;
-templates/cuda_wgmma.cu.j2, planned by wgmma.py). On the CPU: it renders and compiles with NVRTC for sm_90a for each
-shape of problem (head_dim 64 and 128, causal both ways, GQA, bhsd, f16, 1 and 2 consumer warpgroups, 1 to 3
+templates/attention_backward/cuda_wgmma.cu.j2, planned by wgmma.py). On the CPU: it renders and compiles with NVRTC
+for sm_90a for each shape of problem (head_dim 64 and 128, causal both ways, GQA, bhsd, f16, 1 and 2 consumer warpgroups, 1 to 3
 stages), its SASS has the wgmmas of both shapes, the TMA loads (tensor maps and the lse's bulk copy), the mbarrier
 waits, dS stored by stmatrix, the dQ sums as REDG.E.ADD.F32x4 and the tiles' arrival counter, no local memory, ptxas
 warns of nothing (no wgmma serialization, no spill); its plan numbers (one block a key tile, the workspace's bytes),

@@ -32,7 +32,7 @@ def test_plan_numbers_of_the_bundled_spec():
     assert (p.num_devices, p.axis_name, p.m, p.m_total, p.n, p.k) == (2, "x", 1024, 2048, 4096, 4096)
     # one step's matmul is the matmul family's plan of [1024, 4096] @ [4096, 4096]
     mm = p.mm
-    assert (mm.m, mm.n, mm.k, mm.tile_m, mm.tile_n, mm.tile_k, mm.stages, mm.num_consumers) == \
+    assert (mm.m, mm.n, mm.k, mm.tiles.tile_m, mm.tiles.tile_n, mm.tiles.tile_k, mm.pipeline.stages, mm.warps.num_consumers) == \
         (1024, 4096, 4096, 128, 256, 64, 4, 2)
     assert (p.tiles_per_step, p.num_tiles, p.launch.num_blocks, p.launch.threads) == (8 * 16, 2 * 8 * 16, 132, 384)
     assert p.launch.smem_bytes == mm.launch.smem_bytes and (p.producer_regs, p.consumer_regs) == (40, 232)

@@ -61,7 +61,7 @@ def test_matmul_instructions(built, name):
     b, text = built[name]
     p, mm = b.plan, b.plan.mm
     ops = opcodes(text)
-    want = f"HGMMA.64x{mm.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
+    want = f"HGMMA.64x{mm.warps.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
     hg = [l for l in text.splitlines() if "HGMMA" in l]
     assert any(want in l for l in hg), sorted(set(re.findall(r"HGMMA\.[0-9A-Za-z_.]+", text)))
     assert all("tnspB" in l and "tnspA" not in l for l in hg if "HGMMA." in l)   # rhs [K, N] is N-major, lhs K-major

@@ -397,7 +397,7 @@ def test_training_spec_kernels_compile_without_serialized_wgmma(train_built):
     verdict (no C7517, no spill), at the same tile."""
     b = train_built
     dw = b.backward.steps["dw"]
-    assert (dw.plan.tile_m, dw.plan.tile_n, dw.plan.mm.num_consumers) == (128, 256, 2)
+    assert (dw.plan.tile_m, dw.plan.tile_n, dw.plan.mm.warps.num_consumers) == (128, 256, 2)
     for name, built in (("forward", b), *b.backward.steps.items()):
         verdicts = json.loads(built.files["manifest.json"])["compiler_verdicts"]
         assert verdicts == [] and built.warnings == [], (name, verdicts)

@@ -36,12 +36,12 @@ def test_pair_plan_multicasts_x_between_two_tile_columns(path, tiles_n):
     base, p = plan_spec(path), plan_spec(path, PAIR)
     assert (p.cluster_n, p.launch.cluster_dims, p.tiles_n, p.cluster_tiles_n) == (2, (2, 1, 1), tiles_n, tiles_n // 2)
     mm = p.mm
-    assert (mm.cluster_m, mm.cluster_n, mm.multicast, mm.split_k) == (1, 2, "lhs", 1)
+    assert (mm.cluster.cluster_m, mm.cluster.cluster_n, mm.cluster.multicast, mm.cluster.split_k) == (1, 2, "lhs", 1)
     # each CTA loads half of the x rows (its box), both halves land in both CTAs: the stage's bytes are unchanged
     assert p.launch.kernel_args[0].box == (p.tile_m // 2, base.launch.kernel_args[0].box[1]) and base.launch.kernel_args[0].box[0] == p.tile_m
-    assert mm.mc_rank_elems == p.tile_m // 2 and mm.mc_rank_bytes == p.tile_m // 2 * mm.swizzle_a
-    assert mm.stage_tx_bytes == base.mm.stage_tx_bytes
-    assert mm.empty_arrivals == 2 * base.mm.empty_arrivals          # the consumers of both CTAs free a stage
+    assert mm.cluster.mc_rank_elems == p.tile_m // 2 and mm.cluster.mc_rank_bytes == p.tile_m // 2 * mm.layout.swizzle_a
+    assert mm.pipeline.stage_tx_bytes == base.mm.pipeline.stage_tx_bytes
+    assert mm.pipeline.empty_arrivals == 2 * base.mm.pipeline.empty_arrivals          # the consumers of both CTAs free a stage
     assert p.launch.kernel_args[1:] == base.launch.kernel_args[1:]                # w's map (its own tile a CTA), out, pointers
     assert p.launch.kernel_name == base.launch.kernel_name + "_c1x2" and p.launch.num_blocks % 2 == 0
     assert L.launch_record(p).cluster == (2, 1, 1) and L.launch_record(base).cluster == (1, 1, 1)
@@ -120,7 +120,7 @@ def test_tune_knob_and_space_sweep_the_cluster():
         if v not in seen and cand.values["tile_n"] == 256:
             seen[v] = plan_spec(MIXTRAL, cand.overrides)
     assert {v: p.cluster_n for v, p in seen.items()} == {1: 1, 2: 2}
-    assert seen[2].mm.multicast == "lhs" and seen[1].mm.multicast == ""
+    assert seen[2].mm.cluster.multicast == "lhs" and seen[1].mm.cluster.multicast == ""
     both, _ = load_spec(str(MIXTRAL), {"schedule.backends": ["cuda", "pallas"]})
     assert "cluster_n" not in fam.tune_space(both).params          # the Pallas kernel has no cluster
 

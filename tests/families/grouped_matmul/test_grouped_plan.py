@@ -32,9 +32,9 @@ def test_family_is_registered_with_its_hooks():
 def test_mixtral_plan_walks_the_groups_tiles():
     p = plan_spec(MIXTRAL)
     assert (p.launch.family, p.groups, p.n, p.k, p.transpose_rhs) == ("grouped_matmul", 8, 14336, 4096, True)
-    assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages, p.mm.num_consumers) == (128, 256, 64, 4, 2)
+    assert (p.tile_m, p.tile_n, p.tile_k, p.mm.pipeline.stages, p.mm.warps.num_consumers) == (128, 256, 64, 4, 2)
     assert p.tiles_n == 56 and p.tile_order == "planar_snake" and p.epi_store == "tma"
-    assert p.mm.cluster_size == 1 and p.mm.multicast == "" and p.mm.split_k == 1
+    assert p.mm.cluster.cluster_size == 1 and p.mm.cluster.multicast == "" and p.mm.cluster.split_k == 1
     assert p.launch.backends == ("cuda",) and p.launch.auto_blocks and p.launch.num_blocks == 132
     assert [r.name for r in p.launch.dynamic_sizes] == ["T"]
     assert p.offsets_format == "offsets" and p.offsets_len == 9
@@ -88,7 +88,7 @@ def test_weights_k_n_layout_and_epilogue():
     p = plan_spec(MIXTRAL, {"op.transpose_rhs": False, "op.inputs.w.shape": [8, "K", "N"],
                      "schedule.in_specs.w.block_shape": [64, 256], "op.epilogue":
                             "out = silu(acc) * alpha", "op.constants": {"alpha": 0.5}, "op.outputs.out.dtype": "f32"})
-    assert not p.mm.k_major_b and p.out_dtype == "f32"
+    assert not p.mm.layout.k_major_b and p.out_dtype == "f32"
     assert p.launch.kernel_args[1].shape == (8, 4096, 14336)
     cu = render(p, "cuda")
     assert "sg_tma_load_3d(sb + 0u, &tm_b, full, n0 + 0, k0, grp);" in cu
@@ -108,7 +108,7 @@ def test_picks_for_a_spec_without_schedule(tmp_path):
     assert got[("schedule", "backends")] == ["cuda"] and got[("schedule", "persistent", "tile_order")] == "planar_snake"
     assert got[("schedule", "pipeline", "max_concurrent_steps")] == 4
     bundled = plan_spec(MIXTRAL)     # the bundled spec writes the picks out
-    assert (p.tile_m, p.tile_n, p.tile_k, p.mm.stages) == (bundled.tile_m, bundled.tile_n, bundled.tile_k, 4)
+    assert (p.tile_m, p.tile_n, p.tile_k, p.mm.pipeline.stages) == (bundled.tile_m, bundled.tile_n, bundled.tile_k, 4)
     data["op"]["sizes"]["N"] = 2048 + 128          # no multiple of 256: 128-wide tiles
     path.write_text(yaml.safe_dump(data))
     spec, src = load_spec(str(path))
@@ -237,4 +237,4 @@ def test_tune_space_candidates_plan():
         p = plan_spec(MIXTRAL, {"schedule.in_specs.w.block_shape": [tn, 64],
                                 "schedule.out_specs.out.block_shape": [128, tn],
                                 "schedule.pipeline.max_concurrent_steps": stages})
-        assert (p.tile_n, p.mm.stages) == (tn, stages)
+        assert (p.tile_n, p.mm.pipeline.stages) == (tn, stages)

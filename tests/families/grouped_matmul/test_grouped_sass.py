@@ -55,7 +55,7 @@ def test_sass_has_wgmma_tma_and_no_local_memory(built, name):
     b, text = built[name]
     p = b.plan
     ops = opcodes(text)
-    want = f"HGMMA.64x{p.mm.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")   # f16 has no suffix
+    want = f"HGMMA.64x{p.mm.warps.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")   # f16 has no suffix
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
     usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]

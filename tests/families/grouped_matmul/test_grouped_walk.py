@@ -70,19 +70,19 @@ def _walk(p, rows, t_total, blocks, walks=None):
                 grp += 1
             r0, row_end = row0[grp], row1[grp]
             tm, tn = _group_tile(t - tile0[grp], -(-(row_end - r0) // tm_), p.cluster_tiles_n, p.tile_order,
-                                 mm.tile_width)
+                                 mm.tiles.tile_width)
             m0, n0 = r0 + tm * tm_, (tn * cs + b % cs) * tn_
             if walks is not None:
                 walks.setdefault(b, []).append((grp, m0))
-            for w in range(mm.num_consumers):
-                m_off = w * mm.wg_tile_m if mm.wg_axis == "m" else 0
-                n_off = w * mm.wg_tile_n if mm.wg_axis == "n" else 0
-                for i in range(mm.m_blocks):
+            for w in range(mm.warps.num_consumers):
+                m_off = w * mm.warps.wg_tile_m if mm.warps.wg_axis == "m" else 0
+                n_off = w * mm.warps.wg_tile_n if mm.warps.wg_axis == "n" else 0
+                for i in range(mm.mma.m_blocks):
                     blk0 = m0 + m_off + i * 64
                     if blk0 >= row_end:
                         break
                     hi = 64 if blk0 + 64 <= row_end and p.epi_store != "direct" else min(64, row_end - blk0)
-                    cols = slice(n0 + n_off, min(n0 + n_off + mm.wg_tile_n, p.n))
+                    cols = slice(n0 + n_off, min(n0 + n_off + mm.warps.wg_tile_n, p.n))
                     stored[blk0:blk0 + hi, cols] += 1
     return stored
 

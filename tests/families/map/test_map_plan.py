@@ -228,7 +228,7 @@ def _eval_c_int(text: str, env: dict) -> int:
             if isinstance(node.op, ast.Mod):
                 return a - q * b
         if isinstance(node, ast.Call) and node.func.id in ("sg_floordiv", "sg_floormod"):
-            # the helpers of schedgen/render/templates/common.cuh.j2, written with C's truncating '/' and '%'
+            # the helpers of templates/common/common.cuh.j2, written with C's truncating '/' and '%'
             a, b = (ev(x) for x in node.args)
             q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
             m = a - q * b

@@ -1,5 +1,5 @@
 """The CUDA map kernel's register path (schedule.pipeline.data_path: registers; families/map/registers.py,
-templates/cuda_regs.cu.j2): NVRTC builds for sm_90a whose SASS moves every operand with 16-byte global loads and
+templates/map/cuda_regs.cu.j2): NVRTC builds for sm_90a whose SASS moves every operand with 16-byte global loads and
 stores and nothing through TMA, SMEM or local memory; the refusals, each located at its field; the default (tma)
 rendering untouched; and on a GPU, the bundled specs at ragged sizes against the float64 reference."""
 from __future__ import annotations

@@ -32,14 +32,14 @@ def dyn(max_, multiple_of=1):
 def test_linear_gelu_plans_a_dynamic_m():
     p = plan_spec(LINEAR)
     assert p.launch.dynamic_sizes == (SizeRange("M", 1, 65536, 1),)
-    assert p.ragged and p.m == D.size("M") and (p.n, p.k) == (4096, 4096)
+    assert p.tiles.ragged and p.m == D.size("M") and (p.n, p.k) == (4096, 4096)
     assert p.inputs[0].shape == (D.size("M"), 4096) and p.outputs[0].shape == (D.size("M"), 4096)
     # tile counts and the grid follow M; the rest stays folded
-    assert p.k_iters == 64 and p.cluster_tiles_n == 16
+    assert p.tiles.k_iters == 64 and p.tiles.cluster_tiles_n == 16
     for m in (1, 127, 128, 1000, 65536):
         tiles = -(-m // 128)
-        assert D.evaluate(p.cluster_tiles_m, {"M": m}) == tiles
-        assert D.evaluate(p.num_tiles, {"M": m}) == tiles * 16
+        assert D.evaluate(p.tiles.cluster_tiles_m, {"M": m}) == tiles
+        assert D.evaluate(p.tiles.num_tiles, {"M": m}) == tiles * 16
         assert D.evaluate(p.launch.num_blocks, {"M": m}) == min(tiles * 16, 132)
     # the last kernel argument is M itself
     assert p.launch.kernel_args[-1].kind == "i32" and p.launch.kernel_args[-1].value == D.size("M")
@@ -56,7 +56,7 @@ def test_ragged_dynamic_size_needs_out_of_bounds_zero():
 def test_dynamic_size_a_multiple_of_the_tile_is_not_ragged():
     p = plan_spec(LINEAR, {"M": dyn(65536, 128), "schedule.in_specs.x.out_of_bounds": "reject",
                        "schedule.in_specs.w.out_of_bounds": "reject"})
-    assert not p.ragged
+    assert not p.tiles.ragged
 
 
 def test_cluster_along_a_dynamic_m_needs_tile_times_cluster():
@@ -64,7 +64,7 @@ def test_cluster_along_a_dynamic_m_needs_tile_times_cluster():
     (line,) = [ln for ln in lines if "schedule.cluster" in ln]
     assert "a 2x1 cluster" in line and "multiple of tile_m x 2 = 256" in line and "declare multiple_of: 256" in line
     p = plan_spec(BASE, {**CUDA, "M": dyn(8192, 256)})
-    assert D.evaluate(p.num_tiles, {"M": 512}) == (512 // 256) * 16
+    assert D.evaluate(p.tiles.num_tiles, {"M": 512}) == (512 // 256) * 16
 
 
 def test_32_bit_tile_math_at_the_max():
@@ -80,10 +80,10 @@ def test_n_k_and_batch_dynamic():
             "op.epilogue": "out = acc + c", "schedule.in_specs.a.block_shape": [1, 128, 64],
             "schedule.in_specs.b.block_shape": [1, 64, 256]}
     p = plan_spec(BASE, over)
-    assert [r.name for r in p.launch.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.ragged
+    assert [r.name for r in p.launch.dynamic_sizes] == ["B", "M", "N", "K"] and p.batched and not p.tiles.ragged
     sizes = {"B": 3, "M": 512, "N": 768, "K": 320}
-    assert D.evaluate(p.num_tiles, sizes) == 3 * (512 // 256) * (768 // 256)
-    assert D.evaluate(p.k_iters, sizes) == 5
+    assert D.evaluate(p.tiles.num_tiles, sizes) == 3 * (512 // 256) * (768 // 256)
+    assert D.evaluate(p.tiles.k_iters, sizes) == 5
     assert [a.value for a in p.launch.kernel_args if a.kind == "i32"] == [D.size(n) for n in "BMNK"]
     cu = render(p, "cuda")
     assert "const int sz_B, const int sz_M, const int sz_N, const int sz_K)" in cu
@@ -143,11 +143,11 @@ def test_record_extents_match_a_static_build(m, tmp_path, monkeypatch):
         (go,) = fake.launches
         got.append((fake.encoded, go))
     (enc_d, go_d), (enc_s, go_s) = got
-    if m < stat_p.tile_m:
+    if m < stat_p.tiles.tile_m:
         # a static M below the tile loads M rows of the lhs, rounded up to 8 (test_short_lhs.py); the dynamic
         # package, built for every M, loads whole tiles
         rows = -(-m // 8) * 8
-        assert enc_s[0][4] == (rows, enc_d[0][4][1]) and enc_d[0][4][0] == stat_p.tile_m
+        assert enc_s[0][4] == (rows, enc_d[0][4][1]) and enc_d[0][4][0] == stat_p.tiles.tile_m
         enc_s = [enc_s[0][:4] + (enc_d[0][4],) + enc_s[0][5:]] + enc_s[1:]
     assert enc_d == enc_s
     assert go_d["grid"] == go_s["grid"] == (min(-(-m // 128) * 16, 132), 1, 1)
@@ -230,7 +230,7 @@ def test_bundled_dynamic_pallas_module_lowers_at_two_sizes(tmp_path):
 
     import jax
     p = plan_spec(BUNDLED_PALLAS)
-    assert p.launch.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.ragged
+    assert p.launch.dynamic_sizes == (SizeRange("M", 256, 32768, 256),) and not p.tiles.ragged
     mod = _module(render(p, "pallas"), tmp_path)
     for m in (256, 1280):
         args = [jax.ShapeDtypeStruct((m, 4096), mod._DTYPES["bf16"]), jax.ShapeDtypeStruct((4096, 4096),
@@ -307,7 +307,7 @@ def test_tma_strides_over_a_dynamic_size_must_be_16_byte_multiples():
     assert "op.sizes.K: x's dimension 0 steps (K * 2) B (K bf16 elements)" in x_line
     assert "op.sizes.K: w's dimension 0 steps (K * 2) B" in w_line
     assert "declare multiple_of: 8 (or a multiple of it) on K" in x_line
-    assert plan_spec(LINEAR, {"K": dyn(8192, 8)}).ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
+    assert plan_spec(LINEAR, {"K": dyn(8192, 8)}).tiles.ragged        # K = 8 .. : ragged, legal with out_of_bounds: zero
 
 
 def test_verify_runs_one_dynamic_package_at_several_sizes():

@@ -107,15 +107,15 @@ def test_block_scaled_tile_too_small_for_a_consumer_is_located_not_a_crash():
 def test_planner_picks_for_the_bundled_specs():
     for path in (PER_TENSOR, ROWWISE):
         p = build_spec(str(path), {"schedule.backends": ["cuda"]}).plan
-        assert p.in_dtype == "f8e4m3" and p.k_major_a and p.k_major_b
+        assert p.in_dtype == "f8e4m3" and p.layout.k_major_a and p.layout.k_major_b
         # 128 fp8 elements a 128-byte swizzle row: tile_k 128 (one TMA box per operand a stage), four k32 wgmmas
-        assert (p.tile_m, p.tile_n, p.tile_k) == (128, 256, 128)
-        assert (p.swizzle_a, p.swizzle_b, p.atom_a, p.atom_b) == (128, 128, 128, 128)
-        assert p.k_wgmmas == 4 and len(p.a_boxes) == 1 and len(p.b_boxes) == 1
-        assert (p.a_sbo, p.b_sbo) == (1024, 1024) and p.a_stage_bytes == 128 * 128 and p.b_stage_bytes == 256 * 128
+        assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k) == (128, 256, 128)
+        assert (p.layout.swizzle_a, p.layout.swizzle_b, p.layout.atom_a, p.layout.atom_b) == (128, 128, 128, 128)
+        assert p.mma.k_wgmmas == 4 and len(p.layout.a_boxes) == 1 and len(p.layout.b_boxes) == 1
+        assert (p.layout.a_sbo, p.layout.b_sbo) == (1024, 1024) and p.layout.a_stage_bytes == 128 * 128 and p.layout.b_stage_bytes == 256 * 128
         tmaps = [a for a in p.launch.kernel_args if a.kind == "tmap"]
         assert tmaps[0].box == (128, 128) and tmaps[0].dtype == "f8e4m3" and tmaps[0].strides == (4096, 1)
-        assert p.launch.smem_bytes <= 232448 and p.stages >= 3
+        assert p.launch.smem_bytes <= 232448 and p.pipeline.stages >= 3
     rw = build_spec(str(ROWWISE), {"schedule.backends": ["cuda"]}).plan
     assert {e.name: e.bcast for e in rw.extras} == {"scale_a": "col", "scale_b": "row", "bias": "row"}
     pt = build_spec(str(PER_TENSOR), {"schedule.backends": ["cuda"]}).plan
@@ -152,10 +152,10 @@ def test_cuda_fp8_compiles_to_qgmma(case):
     p = b.plan
     src = b.files["kernel.cu"].decode()
     ptx = {"f8e4m3": "e4m3", "f8e5m2": "e5m2"}[p.in_dtype]
-    assert f"wgmma.mma_async.sync.aligned.m64n{p.wg_tile_n}k32.f32.{ptx}.{ptx} " in src
+    assert f"wgmma.mma_async.sync.aligned.m64n{p.warps.wg_tile_n}k32.f32.{ptx}.{ptx} " in src
     text = sass(b.files["kernel.cubin"])
     gmma = set(re.findall(r"\b[HQ]GMMA\.[0-9A-Za-z_.]+", text))
-    want = f"QGMMA.64x{p.wg_tile_n}x32.F32.{ptx.upper()}.{ptx.upper()}"
+    want = f"QGMMA.64x{p.warps.wg_tile_n}x32.F32.{ptx.upper()}.{ptx.upper()}"
     assert gmma == {want}, gmma
     assert not any("tnsp" in ln for ln in text.splitlines() if "GMMA" in ln)
     ops = opcodes(text)
@@ -390,17 +390,17 @@ def test_block_scale_rules_are_located_errors(overrides, where, words):
 
 def test_block_scaled_planner_picks():
     p = build_spec(str(BLOCK), {}).plan
-    assert p.launch.backends == ("cuda",) and (p.tile_m, p.tile_n, p.tile_k) == (128, 128, 128)
-    assert (p.wg_tile_m, p.wg_tile_n, p.num_consumers, p.delay_release) == (64, 128, 2, 0)
+    assert p.launch.backends == ("cuda",) and (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k) == (128, 128, 128)
+    assert (p.warps.wg_tile_m, p.warps.wg_tile_n, p.warps.num_consumers, p.pipeline.delay_release) == (64, 128, 2, 0)
     assert {e.name: e.bcast for e in p.extras} == {"scale_a": "kblock_lhs", "scale_b": "kblock_rhs"}
-    assert p.identity_epilogue and p.k_iters == 128 and p.launch.smem_bytes <= 232448
+    assert p.identity_epilogue and p.tiles.k_iters == 128 and p.launch.smem_bytes <= 232448
     # the planner's own picks, with no schedule written, are the bundled spec's
     from schedgen.frontend.validate import load_spec
     from schedgen.plan import plan as planner
     spec, src = load_spec(str(BLOCK))
     bare = spec.model_copy(update={"schedule": type(spec.schedule)(backends=["cuda"])})
     q = planner(bare, src)
-    assert (q.tile_m, q.tile_n, q.tile_k, q.stages, q.delay_release, q.cluster_m) == (128, 128, 128, 6, 0, 2)
+    assert (q.tiles.tile_m, q.tiles.tile_n, q.tiles.tile_k, q.pipeline.stages, q.pipeline.delay_release, q.cluster.cluster_m) == (128, 128, 128, 6, 0, 2)
 
 
 PS1 = {"schedule.pipeline.partial_sums": 1}
@@ -454,7 +454,7 @@ def test_block_scaled_cuda_compiles_promoting_per_k_block(ov, sets):
     assert b.plan.scale_prefetch == ov.get("schedule.pipeline.scale_prefetch", True)   # absent: the planner's true
     assert (early_loads >= 3) == b.plan.scale_prefetch and early_loads in (0, 3, 6), early_loads
     order = _promotion_order(text)
-    kb = b.plan.k_iters
+    kb = b.plan.tiles.k_iters
     if sets == 1:
         # (the caller's release waits again: ptxas may place a few of the FFMAs between the two waits)
         m = re.search(r"zqqqW0(?:f\{(\d+)\})?(?:W0)?f\{(\d+)\}", order)

@@ -252,7 +252,7 @@ def test_small_overrides_for_the_bundled_matmul_give_a_plan(spec_path):
     assert small_overrides(b, tiles_per_dim=1) == {"M": 256, "N": 256, "K": 64}
     _, p = spec_and_plan(spec_path, small)
     assert (p.m, p.n, p.k) == (512, 512, 128)
-    assert (p.tiles_m, p.tiles_n, p.k_iters) == (4, 2, 2) and p.num_tiles == 4 and not p.ragged
+    assert (p.tiles.tiles_m, p.tiles.tiles_n, p.tiles.k_iters) == (4, 2, 2) and p.tiles.num_tiles == 4 and not p.tiles.ragged
     assert p.launch.kernel_name == b.plan.launch.kernel_name           # same schedule, smaller problem
 
 
@@ -263,7 +263,7 @@ def test_small_overrides_keep_a_ragged_spec_ragged_and_cluster_divisible(spec_pa
     small = small_overrides(b)
     assert small["M"] == 256 + 4000 % 256 and small["K"] == 64 + 4104 % 64 and small["N"] == 512
     _, p = spec_and_plan(spec_path, {**ov, **small})
-    assert p.ragged and p.tiles_m % p.cluster_m == 0
+    assert p.tiles.ragged and p.tiles.tiles_m % p.cluster.cluster_m == 0
 
 
 def test_small_overrides_follow_transposes_batch_and_shared_names(tmp_path):
@@ -272,7 +272,7 @@ def test_small_overrides_follow_transposes_batch_and_shared_names(tmp_path):
     p = b.plan
     assert p.transpose_lhs and p.transpose_rhs and p.batch == 6
     small = small_overrides(b)
-    assert small == {"M": p.tile_m * p.cluster_m * 2, "N": p.tile_n * p.cluster_n * 2, "K": p.tile_k * 2, "B": 2}
+    assert small == {"M": p.tiles.tile_m * p.cluster.cluster_m * 2, "N": p.tiles.tile_n * p.cluster.cluster_n * 2, "K": p.tiles.tile_k * 2, "B": 2}
     _, q = spec_and_plan(write(tmp_path, "mm_batched", text), small)
     assert (q.batch, q.m, q.n, q.k) == (2, small["M"], small["N"], small["K"])
     # one name for two roles (a square [N, N] rhs): a multiple of both units
@@ -283,7 +283,7 @@ def test_small_overrides_follow_transposes_batch_and_shared_names(tmp_path):
     b2 = built_of(p2)
     s2 = small_overrides(b2)
     assert set(s2) == {"M", "N"}
-    assert s2["N"] % b2.plan.tile_n == 0 and s2["N"] % b2.plan.tile_k == 0
+    assert s2["N"] % b2.plan.tiles.tile_n == 0 and s2["N"] % b2.plan.tiles.tile_k == 0
     spec_and_plan(p2, s2)
 
 
@@ -322,7 +322,7 @@ def test_jax_tuning_of_the_bundled_spec(spec_path):
                    "epi_tile_m": 64, "grid_minor_dim": "M", "grid_tile_width": 8, "wg_dimension": "M",
                    "cluster_dimension": "M"}
     # JAX's CTA tile (twice its per-warpgroup tile along wg_dimension) is the plan's tile
-    assert cfg["tile_m"] * 2 == p.tile_m and cfg["tile_n"] == p.tile_n
+    assert cfg["tile_m"] * 2 == p.tiles.tile_m and cfg["tile_n"] == p.tiles.tile_n
     assert any("delay_release 1" in n for n in notes)
 
 
@@ -333,7 +333,7 @@ def test_jax_tuning_variants(spec_path):
     cfg, notes = mm_peers.jax_tuning(p)
     assert (cfg["tile_m"], cfg["tile_n"], cfg["wg_dimension"]) == (128, 128, "N")
     assert cfg["cluster_dimension"] == "N"
-    assert (cfg["grid_minor_dim"], cfg["grid_tile_width"]) == ("N", p.tiles_n // 2)   # row-major as a snake
+    assert (cfg["grid_minor_dim"], cfg["grid_tile_width"]) == ("N", p.tiles.tiles_n // 2)   # row-major as a snake
     assert any("producer registers 40" in n for n in notes)
     _, p1 = spec_and_plan(spec_path, {"schedule.cluster": [1], "schedule.in_specs.b.collective_axes": []})
     assert mm_peers.jax_tuning(p1)[0]["cluster_dimension"] is None

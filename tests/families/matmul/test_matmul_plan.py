@@ -27,17 +27,17 @@ def _errors(overrides, path=BASE) -> list[str]:
 def test_base_plan_numbers():
     p = _plan()
     assert (p.m, p.n, p.k) == (4096, 4096, 4096)
-    assert (p.tile_m, p.tile_n, p.tile_k, p.stages) == (128, 256, 64, 4)
-    assert (p.num_consumers, p.wg_axis, p.wg_tile_m, p.wg_tile_n, p.acc_regs) == (2, "m", 64, 256, 128)
-    assert p.k_major_a and not p.k_major_b                 # [M, K] lhs, [K, N] rhs: wgmma transposes B
-    assert (p.swizzle_a, p.swizzle_b, p.atom_a, p.atom_b) == (128, 128, 64, 64)
-    assert p.b_lbo == 64 * 128 and p.b_sbo == 1024         # N-major: next 64-column slab / next 8 K rows
-    assert p.a_sbo == 1024
-    assert p.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2
-    assert (p.cluster_m, p.cluster_n, p.multicast, p.empty_arrivals) == (2, 1, "rhs", 4)
-    assert p.num_tiles == (4096 // 256) * (4096 // 256)    # in cluster units
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k, p.pipeline.stages) == (128, 256, 64, 4)
+    assert (p.warps.num_consumers, p.warps.wg_axis, p.warps.wg_tile_m, p.warps.wg_tile_n, p.warps.acc_regs) == (2, "m", 64, 256, 128)
+    assert p.layout.k_major_a and not p.layout.k_major_b                 # [M, K] lhs, [K, N] rhs: wgmma transposes B
+    assert (p.layout.swizzle_a, p.layout.swizzle_b, p.layout.atom_a, p.layout.atom_b) == (128, 128, 64, 64)
+    assert p.layout.b_lbo == 64 * 128 and p.layout.b_sbo == 1024         # N-major: next 64-column slab / next 8 K rows
+    assert p.layout.a_sbo == 1024
+    assert p.pipeline.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2
+    assert (p.cluster.cluster_m, p.cluster.cluster_n, p.cluster.multicast, p.pipeline.empty_arrivals) == (2, 1, "rhs", 4)
+    assert p.tiles.num_tiles == (4096 // 256) * (4096 // 256)    # in cluster units
     assert p.launch.num_blocks == 132 and p.launch.auto_blocks
-    assert p.launch.threads == 384 and 128 * (p.producer_regs + 2 * p.consumer_regs) <= 65536
+    assert p.launch.threads == 384 and 128 * (p.warps.producer_regs + 2 * p.warps.consumer_regs) <= 65536
     assert p.launch.smem_bytes <= 232448
     # the rhs box is half the tile's columns per CTA slab: 64 K rows x 64 columns; the output box is the epilogue chunk
     assert [a.box for a in p.launch.kernel_args] == [(128, 64), (64, 64), (64, 64)]
@@ -46,23 +46,23 @@ def test_base_plan_numbers():
 
 def test_smem_buffers_disjoint_and_1k_aligned():
     p = _plan()
-    spans = sorted((b.offset, b.offset + b.bytes * b.count, b.name) for b in p.smem_buffers)
+    spans = sorted((b.offset, b.offset + b.bytes * b.count, b.name) for b in p.pipeline.smem_buffers)
     for (_, e0, n0), (s1, _, n1) in zip(spans, spans[1:]):
         assert e0 <= s1, (n0, n1)
-    for b in p.smem_buffers:
+    for b in p.pipeline.smem_buffers:
         if b.name in ("a", "b", "epi"):
             assert b.offset % 1024 == 0 and b.bytes % 1024 == 0
 
 
 def test_transposed_operands_and_batch():
     p = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64]})
-    assert p.k_major_b and p.b_lbo == 1 and p.launch.kernel_args[1].box == (128, 64)   # half of 256 rows per CTA
+    assert p.layout.k_major_b and p.layout.b_lbo == 1 and p.launch.kernel_args[1].box == (128, 64)   # half of 256 rows per CTA
     p = _plan({"op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"], "schedule.in_specs.a.block_shape": [64, 128]})
-    assert not p.k_major_a and p.launch.kernel_args[0].box == (64, 64)
+    assert not p.layout.k_major_a and p.launch.kernel_args[0].box == (64, 64)
     p = _plan({"op.sizes": {"M": 512, "N": 512, "K": 256, "B": 3}, "op.inputs.a.shape": ["B", "M", "K"],
                "op.inputs.b.shape": ["B", "K", "N"], "op.outputs.out.shape": ["B", "M", "N"]})
     assert p.batch == 3 and p.lhs_batched and p.rhs_batched
-    assert p.num_tiles == 3 * 2 * 2 and [len(a.shape) for a in p.launch.kernel_args] == [3, 3, 3]
+    assert p.tiles.num_tiles == 3 * 2 * 2 and [len(a.shape) for a in p.launch.kernel_args] == [3, 3, 3]
 
 
 def test_epilogue_operands_and_code():
@@ -226,23 +226,23 @@ def test_unknown_matmul_key_lists_matmul_fields(tmp_path):
 def test_explain_prints_the_blocks_register_budget(overrides, line):
     from schedgen.explain import explain
     p = _plan(overrides)
-    assert p.block_regs == {384: 64512, 256: 65536}[p.launch.threads]
+    assert p.warps.block_regs == {384: 64512, 256: 65536}[p.launch.threads]
     assert line in explain(p)
 
 
 def test_derived_numbers_the_templates_print_come_from_the_plan():
     p = _plan()      # 128 x 256 x 64, lhs K-major, rhs N-major and multicast by a 2x1 cluster, 64 x 64 bf16 chunks
-    assert p.a_boxes == ((0, 0),) and p.b_boxes == tuple((i * p.b_sub_bytes, i * 64) for i in range(4))
-    assert (p.mc_rank_boxes, p.mc_rank_bytes, p.mc_rank_elems) == (2, 0, 0)     # MN-major: half of the boxes
-    assert (p.wgmma_regs, p.k_wgmmas, p.a_mblock_bytes) == (128, 4, 64 * 128)
-    assert (p.cluster_tiles_m, p.cluster_tiles_n) == (p.tiles_m // 2, p.tiles_n)
-    assert (p.epi_chunks_m, p.epi_chunks_n, p.epi_n8, p.wg_n8) == (1, 4, 8, 32)
-    assert (p.epi_row_bytes, p.epi_swizzle_mask, p.epi_pending, p.epi_uneven) == (128, 7, 1, False)
+    assert p.layout.a_boxes == ((0, 0),) and p.layout.b_boxes == tuple((i * p.layout.b_sub_bytes, i * 64) for i in range(4))
+    assert (p.cluster.mc_rank_boxes, p.cluster.mc_rank_bytes, p.cluster.mc_rank_elems) == (2, 0, 0)     # MN-major: half of the boxes
+    assert (p.mma.wgmma_regs, p.mma.k_wgmmas, p.mma.a_mblock_bytes) == (128, 4, 64 * 128)
+    assert (p.tiles.cluster_tiles_m, p.tiles.cluster_tiles_n) == (p.tiles.tiles_m // 2, p.tiles.tiles_n)
+    assert (p.staging.epi_chunks_m, p.staging.epi_chunks_n, p.staging.epi_n8, p.mma.wg_n8) == (1, 4, 8, 32)
+    assert (p.staging.epi_row_bytes, p.staging.epi_swizzle_mask, p.staging.epi_pending, p.staging.epi_uneven) == (128, 7, 1, False)
     q = _plan({"op.transpose_rhs": True, "op.inputs.b.shape": ["N", "K"], "schedule.in_specs.b.block_shape": [256, 64],
                "schedule.epilogue.buffers": 3, "schedule.pipeline.max_concurrent_steps": 3})
     # K-major multicast: every box, each CTA half of its rows (128 of 256, 128 x 128 B into the stage)
-    assert (q.mc_rank_boxes, q.mc_rank_bytes, q.mc_rank_elems) == (0, 128 * 128, 128)
-    assert q.b_boxes == ((0, 0),) and q.epi_uneven      # 4 chunks a tile through 3 buffers
+    assert (q.cluster.mc_rank_boxes, q.cluster.mc_rank_bytes, q.cluster.mc_rank_elems) == (0, 128 * 128, 128)
+    assert q.layout.b_boxes == ((0, 0),) and q.staging.epi_uneven      # 4 chunks a tile through 3 buffers
 
 
 def test_direct_store_is_cuda_only():
@@ -252,4 +252,4 @@ def test_direct_store_is_cuda_only():
         plan(spec, src)
     assert any("schedule.epilogue.store: the Pallas matmul stages its output through SMEM" in line
                for line in info.value.lines()), info.value.lines()
-    assert _plan({"schedule.epilogue": {"store": "direct"}}).epi_store == "direct"    # cuda only: fine
+    assert _plan({"schedule.epilogue": {"store": "direct"}}).staging.epi_store == "direct"    # cuda only: fine

@@ -152,13 +152,13 @@ def test_rendered_module_reflects_the_plan():
     built = _build({})
     p, src = built.plan, built.files["pallas_kernel.py"].decode()
     compile(src, "pallas_kernel.py", "exec")
-    assert f"TILE_M, TILE_N, TILE_K = {p.tile_m}, {p.tile_n}, {p.tile_k}" in src
-    assert f"STAGES = {p.stages}" in src and f"DELAY_RELEASE = {p.delay_release}" in src
-    assert f"PRODUCER_REGS = {p.producer_regs}" in src and "memory_registers=PRODUCER_REGS" in src
+    assert f"TILE_M, TILE_N, TILE_K = {p.tiles.tile_m}, {p.tiles.tile_n}, {p.tiles.tile_k}" in src
+    assert f"STAGES = {p.pipeline.stages}" in src and f"DELAY_RELEASE = {p.pipeline.delay_release}" in src
+    assert f"PRODUCER_REGS = {p.warps.producer_regs}" in src and "memory_registers=PRODUCER_REGS" in src
     assert "emit_pipeline_warp_specialized" in src and "plgpu.wgmma(" in src and "plgpu.nd_loop(" in src
     assert "cluster=(CLUSTER_SIZE,)" in src and src.count('collective_axes=("cluster",)') == 1
-    assert f"plgpu.planar_snake(lin, (GRID_M, GRID_N), {p.minor_dim}, {p.tile_width})" in src
-    assert f"EPI_ROWS, EPI_COLS, EPI_BUFFERS = {p.epi_rows}, {p.epi_cols}, {p.epi_buffers}" in src
+    assert f"plgpu.planar_snake(lin, (GRID_M, GRID_N), {p.tiles.minor_dim}, {p.tiles.tile_width})" in src
+    assert f"EPI_ROWS, EPI_COLS, EPI_BUFFERS = {p.staging.epi_rows}, {p.staging.epi_cols}, {p.staging.epi_buffers}" in src
     assert "plgpu.copy_smem_to_gmem(" in src and "plgpu.commit_smem()" in src
     assert "LoweringSemantics.Warpgroup" in src
     # 4 chunks per consumer through 3 buffers: the slot ring restarts each tile, after draining the stores
@@ -232,7 +232,7 @@ def test_pallas_limits_do_not_apply_to_cuda_only_specs():
     from schedgen import plan as planner
     from schedgen.frontend.validate import load_spec
     spec, src = load_spec(str(SPEC), {"schedule.backends": ["cuda"], "schedule.pipeline.compute_registers": 224})
-    assert planner.plan(spec, src).consumer_regs == 224
+    assert planner.plan(spec, src).warps.consumer_regs == 224
 
 
 # ------------------------------------------------------------------------------------ on the GPU

@@ -28,7 +28,7 @@ CASES = {   # spec, sizes, overrides: every ragged size a multiple of 8 rows / 6
 def test_ragged_pallas_matmul_verifies_in_interpret_mode(case, tmp_path):
     spec, sizes, over = CASES[case]
     built = build_spec(str(SPECS_DIR / spec), {"op.sizes": sizes, **over}, cache=Cache(tmp_path / "c"))
-    assert built.plan.ragged and "pallas" in built.plan.launch.backends
+    assert built.plan.tiles.ragged and "pallas" in built.plan.launch.backends
     (check,) = verify_built(built, ["pallas"], interpret=True)
     assert check.ok and not check.skipped, check.row()
 
@@ -47,7 +47,7 @@ def test_a_size_off_the_gmem_tiling_names_the_jax_limit(sizes, what, q, tmp_path
     cuda = build_spec(str(SPECS_DIR / "matmul_bf16_4096.yaml"), {"op.sizes": sizes, **ZERO,
                                                                   "schedule.backends": ["cuda"]},
                       cache=Cache(tmp_path / "c"))
-    assert cuda.plan.ragged
+    assert cuda.plan.tiles.ragged
 
 
 def test_an_epilogue_operand_along_a_ragged_dimension_names_the_jax_limit(tmp_path):
@@ -61,7 +61,7 @@ def test_an_epilogue_operand_along_a_ragged_dimension_names_the_jax_limit(tmp_pa
     cuda = build_spec(str(SPECS_DIR / "matmul_bias_gelu_bf16.yaml"), {"op.sizes": {"M": 256, "N": 320, "K": 128},
                                                                       "schedule.backends": ["cuda"], **LINEAR},
                       cache=Cache(tmp_path / "c"))
-    assert cuda.plan.ragged                                   # the CUDA kernel masks its epilogue loads
+    assert cuda.plan.tiles.ragged                                   # the CUDA kernel masks its epilogue loads
 
 
 GPU_CASES = {**CASES, "an awkward 3000 x 5056 x 1024 GEMM": ("matmul_bf16_4096.yaml",

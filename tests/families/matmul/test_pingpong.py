@@ -42,20 +42,20 @@ RAGGED = {"op.sizes": {"M": 3000, "N": 5000, "K": 1000}, **NOCLUSTER,
 
 def test_each_consumer_owns_the_whole_tile():
     p = plan_spec(BASE, PP)
-    assert p.consumer_schedule == "pingpong" and p.pingpong
-    assert (p.num_consumers, p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (2, 128, 128, 2, 64, 128)
+    assert p.warps.consumer_schedule == "pingpong" and p.warps.pingpong
+    assert (p.warps.num_consumers, p.warps.wg_tile_m, p.warps.wg_tile_n, p.mma.m_blocks, p.mma.wgmma_regs, p.warps.acc_regs) == (2, 128, 128, 2, 64, 128)
     # a stage is read by one consumer in each CTA of the 2-CTA cluster (cooperative: both consumers of both)
-    assert p.empty_arrivals == 2 and plan_spec(BASE, CUDA).empty_arrivals == 4
+    assert p.pipeline.empty_arrivals == 2 and plan_spec(BASE, CUDA).pipeline.empty_arrivals == 4
     assert p.launch.kernel_name.endswith("_c2x1_pp")
     # each consumer has its own epilogue staging buffers
-    (epi,) = [b for b in p.smem_buffers if b.name == "epi"]
-    assert epi.count == 2 * p.epi_buffers
+    (epi,) = [b for b in p.pipeline.smem_buffers if b.name == "epi"]
+    assert epi.count == 2 * p.staging.epi_buffers
 
 
 def test_a_64_row_tile_is_one_m_block_of_n256():
     p = plan_spec(BASE, {**PP, "schedule.in_specs.a.block_shape": [64, 64], "schedule.in_specs.b.block_shape": [64, 256],
                      "schedule.out_specs.out.block_shape": [64, 256], "schedule.pipeline.max_concurrent_steps": 4})
-    assert (p.wg_tile_m, p.wg_tile_n, p.m_blocks, p.wgmma_regs, p.acc_regs) == (64, 256, 1, 128, 128)
+    assert (p.warps.wg_tile_m, p.warps.wg_tile_n, p.mma.m_blocks, p.mma.wgmma_regs, p.warps.acc_regs) == (64, 256, 1, 128, 128)
 
 
 def test_pingpong_errors_are_located_and_reported_together():
@@ -168,24 +168,24 @@ def built(tmp_path_factory):
 def test_sass_has_the_tiles_wgmma_and_no_spills(built, name):
     b, text = built[name]
     p = b.plan
-    assert p.pingpong
+    assert p.warps.pingpong
     ops = opcodes(text)
-    want = f"HGMMA.64x{p.tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
+    want = f"HGMMA.64x{p.tiles.tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else "")
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
     usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0 and usage["REG"] <= 65536 // p.launch.threads
     # the ordering barrier's arrive (bar.arrive) is the ordered form's only
     assert "BAR.ARV" in ops                  # the ordering handshake
-    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
-    assert any(op.startswith("UTMASTG") for op in ops) == (p.epi_store == "tma")
+    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.cluster.multicast == "rhs" else 0].shape) in ops) == bool(p.cluster.multicast)
+    assert any(op.startswith("UTMASTG") for op in ops) == (p.staging.epi_store == "tma")
 
 
 def test_bench_specs_are_pingpong_and_cuda_only():
     assert len(SPECS) >= 4
     for name, path in SPECS.items():
         p = plan_spec(path)
-        assert p.pingpong and p.launch.backends == ("cuda",), name
+        assert p.warps.pingpong and p.launch.backends == ("cuda",), name
 
 
 # ---------------------------------------------------------------------------------------------- on the GPU
@@ -236,10 +236,10 @@ def test_gpu_cases_plan_on_the_cpu():
     """What the GPU tests build is legal (so a GPU run fails only on numbers)."""
     for case, (path, overrides) in GPU_CASES.items():
         p = plan_spec(path, overrides)
-        assert p.pingpong, case
+        assert p.warps.pingpong, case
     p = plan_spec(BASE, GPU_CASES["few_blocks_odd_tiles"][1])
-    assert p.num_tiles == 15 and p.launch.num_blocks == 2          # 8 and 7 tiles per block: an odd count in one
-    assert D.is_static(p.num_tiles)
+    assert p.tiles.num_tiles == 15 and p.launch.num_blocks == 2          # 8 and 7 tiles per block: an odd count in one
+    assert D.is_static(p.tiles.num_tiles)
 
 
 # ------------------------------------------------------------------------------------------------- the tuner
@@ -261,7 +261,7 @@ def test_tuner_sweeps_consumer_schedule(tmp_path):
     assert pruning.total == 4 and len(pruning.kept) == 3
     (group,) = pruning.groups
     assert group.field == "schedule.pipeline.compute_registers" and group.count == 1
-    assert {(c.plan.tile_n, c.plan.consumer_schedule) for c in pruning.kept} == {
+    assert {(c.plan.tiles.tile_n, c.plan.warps.consumer_schedule) for c in pruning.kept} == {
         (128, "cooperative"), (256, "cooperative"), (128, "pingpong")}
 
 
@@ -304,7 +304,7 @@ class _Mbar:
 
 def _run_protocol(seed: int, num_tiles: int, cluster_id: int, num_clusters: int, k_iters: int, stages: int,
                   delay: int, ordered: bool, mutant: str = "") -> dict[int, list[int]]:
-    """The rendered kernel's producer and two ping-pong consumers of one CTA (the loops of templates/cuda.cu.j2:
+    """The rendered kernel's producer and two ping-pong consumers of one CTA (the loops of templates/matmul/cuda.cu.j2:
     ring positions, full/empty parities, delay_release, the named-barrier handshake), run in a random interleaving.
     Checks that every read finds the ring position it expects, that a named barrier never holds two arrivals nor
     one left over at exit, and that nothing deadlocks; returns the tiles each consumer computed. `mutant` breaks

@@ -62,17 +62,17 @@ def test_sass_has_hgmma_tma_setmaxnreg(built, name):
     # nvdisasm names the bf16 form HGMMA...F32.BF16, the f16 form plain HGMMA...F32 and the fp8 forms
     # QGMMA.64xNx32.F32.E4M3.E4M3 / .E5M2.E5M2
     fp8 = {"f8e4m3": "E4M3", "f8e5m2": "E5M2"}.get(p.in_dtype)
-    want = (f"QGMMA.64x{p.wg_tile_n}x32.F32.{fp8}.{fp8}" if fp8 else
-            f"HGMMA.64x{p.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else ""))
+    want = (f"QGMMA.64x{p.warps.wg_tile_n}x32.F32.{fp8}.{fp8}" if fp8 else
+            f"HGMMA.64x{p.warps.wg_tile_n}x16.F32" + (".BF16" if p.in_dtype == "bf16" else ""))
     assert want in hgmma, hgmma
     # the transpose bits: an N-major rhs (the [K, N] default) and an M-major lhs show as tnspB / tnspA
     lines = [l for l in text.splitlines() if "GMMA" in l]
-    assert any("tnspB" in l for l in lines) == (not p.k_major_b)
-    assert any("tnspA" in l for l in lines) == (not p.k_major_a)
+    assert any("tnspB" in l for l in lines) == (not p.layout.k_major_b)
+    assert any("tnspA" in l for l in lines) == (not p.layout.k_major_a)
     rank = {len(a.shape) for a in p.launch.kernel_args if a.kind == "tmap"}
     assert any(op.startswith(f"UTMALDG.{max(rank)}D") for op in ops)
     assert any(op.startswith("UTMASTG") for op in ops)
-    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.multicast == "rhs" else 0].shape) in ops) == bool(p.multicast)
+    assert ("UTMALDG.%dD.MULTICAST" % len(p.launch.kernel_args[1 if p.cluster.multicast == "rhs" else 0].shape) in ops) == bool(p.cluster.multicast)
     assert ops.count("USETMAXREG.DEALLOC.CTAPOOL") + ops.count("USETMAXREG.TRYALLOC.CTAPOOL") >= 2 or \
         sum(op.startswith("USETMAXREG") for op in ops) >= 2, sorted(set(ops))
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops
@@ -95,6 +95,6 @@ def test_setmaxnreg_budgets_in_ptx(built, name):
     b, _ = built[name]
     ptx = b.files["kernel.ptx"].decode()
     p = b.plan
-    assert f"setmaxnreg.dec.sync.aligned.u32 {p.producer_regs}" in ptx
-    assert f"setmaxnreg.inc.sync.aligned.u32 {p.consumer_regs}" in ptx
+    assert f"setmaxnreg.dec.sync.aligned.u32 {p.warps.producer_regs}" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {p.warps.consumer_regs}" in ptx
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)

@@ -184,7 +184,7 @@ def test_cuda_saved_output_compiles_with_global_stores(cuda_built, name):
     want = ".64" if saved.dtype == "f32" else ""
     assert any(op.startswith("STG.E" + want) for op in stg), stg
     assert any(op.startswith("HGMMA") for op in ops)
-    if p.epi_store != "direct":
+    if p.staging.epi_store != "direct":
         assert any(op.startswith("UTMASTG") for op in ops)     # the output itself still leaves by TMA
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
     usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]

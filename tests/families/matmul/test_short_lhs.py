@@ -34,22 +34,22 @@ def _lhs_box(p):
 
 def test_decode_loads_m_rows_of_the_lhs():
     p = _plan(DECODE)
-    assert (p.tile_m, p.tile_k, p.a_box_rows) == (64, 128, 16)
+    assert (p.tiles.tile_m, p.tiles.tile_k, p.layout.a_box_rows) == (64, 128, 16)
     assert _lhs_box(p) == (16, 64)
     # the full barrier counts what TMA writes: 16 rows x 128 K of the lhs, the whole rhs block
-    assert p.stage_tx_bytes == 16 * 128 * 2 + p.b_stage_bytes
+    assert p.pipeline.stage_tx_bytes == 16 * 128 * 2 + p.layout.b_stage_bytes
     # M = 20 rounds up to 24 rows (whole 8-row swizzle atoms); 4 are filled past the edge
     p20 = _plan(DECODE, {"op.sizes.M": 20})
-    assert p20.a_box_rows == 24 and _lhs_box(p20) == (24, 64)
+    assert p20.layout.a_box_rows == 24 and _lhs_box(p20) == (24, 64)
 
 
 def test_a_one_block_tile_packs_the_loaded_rows():
     """64-row tile: the boxes' 16 rows follow each other 2048 B apart; a box's 64-row wgmma window runs on over the
     next boxes (rows past M: never stored) and past the last into a zeroed 6144 B tail."""
     p = _plan(DECODE, CUDA)
-    assert p.a_compact and (p.a_sub_bytes, p.a_stage_bytes) == (2048, 4096)
-    assert [off for off, _ in p.a_boxes] == [0, 2048]
-    bufs = {b.name: b for b in p.smem_buffers}
+    assert p.layout.a_compact and (p.layout.a_sub_bytes, p.layout.a_stage_bytes) == (2048, 4096)
+    assert [off for off, _ in p.layout.a_boxes] == [0, 2048]
+    bufs = {b.name: b for b in p.pipeline.smem_buffers}
     assert bufs["a"].bytes * bufs["a"].count == 6 * 4096
     assert bufs["a_tail"].offset == bufs["a"].offset + 6 * 4096 and bufs["a_tail"].bytes == 48 * 128
     cu = render(p, "cuda")
@@ -64,11 +64,11 @@ def test_a_two_block_tile_zeroes_the_rows_it_never_loads():
     p = _plan(DECODE, {**CUDA, "schedule.in_specs.a.block_shape": [128, 64], "schedule.in_specs.b.block_shape": [64, 64],
                        "schedule.out_specs.out.block_shape": [128, 64], "schedule.in_specs.a.out_of_bounds": "zero",
                        "schedule.in_specs.b.out_of_bounds": "zero", "schedule.pipeline.num_compute_wgs": 1})
-    assert (p.a_box_rows, p.a_compact, p.a_stage_bytes) == (16, False, 128 * 64 * 2)
+    assert (p.layout.a_box_rows, p.layout.a_compact, p.layout.a_stage_bytes) == (16, False, 128 * 64 * 2)
     cu = render(p, "cuda")
-    stages = p.stages
+    stages = p.pipeline.stages
     assert f"o < {stages}u * {112 * 128}u; o += 4096u" in cu and "S_a + box * 16384u + 2048u + off" in cu
-    assert f"sg_mbar_expect_tx(full, {16 * 64 * 2 + p.b_stage_bytes}u);" in cu
+    assert f"sg_mbar_expect_tx(full, {16 * 64 * 2 + p.layout.b_stage_bytes}u);" in cu
 
 
 @pytest.mark.parametrize("overrides", [
@@ -80,20 +80,20 @@ def test_a_two_block_tile_zeroes_the_rows_it_never_loads():
 ])
 def test_m_at_or_above_the_tile_loads_whole_tiles(overrides):
     p = _plan(BASE, {**CUDA, **overrides})
-    assert p.a_box_rows == p.tile_m and "zero the rest" not in render(p, "cuda")
-    assert p.stage_tx_bytes == p.a_stage_bytes + p.b_stage_bytes
+    assert p.layout.a_box_rows == p.tiles.tile_m and "zero the rest" not in render(p, "cuda")
+    assert p.pipeline.stage_tx_bytes == p.layout.a_stage_bytes + p.layout.b_stage_bytes
 
 
 def test_m_major_and_multicast_lhs_keep_their_boxes():
     # an M-major lhs ([K, M]) is boxed along K: its box rows are tile_k whatever M is
     p = _plan(DECODE, {**CUDA, "op.transpose_lhs": True, "op.inputs.a.shape": ["K", "M"]})
-    assert p.a_box_rows == p.tile_m and _lhs_box(p)[-2] == p.tile_k
+    assert p.layout.a_box_rows == p.tiles.tile_m and _lhs_box(p)[-2] == p.tiles.tile_k
     # a 1x2 cluster multicasts the lhs in halves: half the tile a CTA
     p = _plan(BASE, {**CUDA, "schedule.cluster": [1, 2], "schedule.in_specs.b.collective_axes": [],
                      "schedule.in_specs.a.collective_axes": ["cluster"]})
-    assert p.multicast == "lhs" and _lhs_box(p)[-2] == p.tile_m // 2 and p.a_box_rows == p.tile_m
+    assert p.cluster.multicast == "lhs" and _lhs_box(p)[-2] == p.tiles.tile_m // 2 and p.layout.a_box_rows == p.tiles.tile_m
     # both halves land in every CTA of the pair: each stage's full barrier counts the whole lhs block
-    assert p.stage_tx_bytes == p.a_stage_bytes + p.b_stage_bytes and not p.a_compact
+    assert p.pipeline.stage_tx_bytes == p.layout.a_stage_bytes + p.layout.b_stage_bytes and not p.layout.a_compact
 
 
 def _verify(path, overrides=None):
@@ -108,4 +108,4 @@ def _verify(path, overrides=None):
 @pytest.mark.parametrize("m", [16, 20, 40, 8])
 def test_short_lhs_matches_float64_on_gpu(m):
     p = _verify(DECODE, {**CUDA, "op.sizes": {"M": m, "N": 2048, "K": 4096}})
-    assert p.a_box_rows < p.tile_m
+    assert p.layout.a_box_rows < p.tiles.tile_m

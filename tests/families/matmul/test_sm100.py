@@ -15,7 +15,7 @@ from schedgen.cache import Cache
 from schedgen.errors import SpecErrors
 from schedgen.frontend.validate import load_spec
 from schedgen.plan import plan
-from schedgen.families.matmul.blackwell import instruction_descriptor
+from schedgen.plan.gemm import instruction_descriptor
 from schedgen.toolchain.nvrtc import resource_usage, sass
 
 SPEC = SPECS_DIR / "matmul_bf16_4096_sm100.yaml"
@@ -73,9 +73,9 @@ def built(tmp_path_factory):
 def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name):
     b, text = built[name]
     ops = opcodes(text)
-    assert b.plan.launch.target == "sm_100a" and b.plan.blackwell is not None
+    assert b.plan.launch.target == "sm_100a" and b.plan.mma.blackwell is not None
     fp8 = b.plan.in_dtype.startswith("f8")
-    assert b.plan.blackwell.mma_kind == ("f8f6f4" if fp8 else "f16")
+    assert b.plan.mma.blackwell.mma_kind == ("f8f6f4" if fp8 else "f16")
     assert any(o.startswith("UTCQMMA" if fp8 else "UTCHMMA") for o in ops)   # tcgen05.mma kind::f8f6f4 / ::f16
     assert not any(o.startswith("UTCHMMA" if fp8 else "UTCQMMA") for o in ops)
     assert any(o.startswith("UTCBAR") for o in ops)            # tcgen05.commit -> mbarrier
@@ -94,12 +94,12 @@ def test_sm100a_sass_has_tcgen05_mma_tmem_loads_and_no_local_memory(built, name)
     assert usage.get("LOCAL", 0) == 0 and usage.get("STACK", 0) == 0
     assert (".target sm_100a" in b.files["kernel.ptx"].decode())
     clc = any(o.startswith("UGETNEXTWORKID") for o in ops)     # clusterlaunchcontrol.try_cancel
-    assert clc == b.plan.blackwell.dynamic
-    pair = b.plan.blackwell.cta_group == 2                     # tcgen05.mma.cta_group::2: the CTA pair's MMA
+    assert clc == b.plan.mma.blackwell.dynamic
+    pair = b.plan.mma.blackwell.cta_group == 2                     # tcgen05.mma.cta_group::2: the CTA pair's MMA
     assert any(o.startswith(("UTCHMMA.2CTA", "UTCQMMA.2CTA")) for o in ops) == pair
     assert any(o.startswith("UTMALDG.2D.2CTA") for o in ops) == pair   # loads completing on the leader's barrier
     assert any(o.startswith("UTCBAR.2CTA.MULTICAST") for o in ops) == pair
-    multicast = b.plan.cluster_size > 1 and not pair           # TMA multicast, commit arriving in both CTAs
+    multicast = b.plan.cluster.cluster_size > 1 and not pair           # TMA multicast, commit arriving in both CTAs
     assert any(o.startswith("UTMALDG.2D.MULTICAST") for o in ops) == multicast
     assert any(o.startswith("UTCBAR.MULTICAST") for o in ops) == multicast
 
@@ -109,7 +109,7 @@ def test_the_launch_record_carries_the_target_and_the_clc_grid(built):
     rec = b.files["launch.json"].decode()
     assert '"target": "sm_100a"' in rec
     p = b.plan
-    assert p.launch.threads == 192 and p.launch.num_blocks == p.num_tiles == 32 * 16 and not p.launch.auto_blocks   # a CTA a tile
+    assert p.launch.threads == 192 and p.launch.num_blocks == p.tiles.num_tiles == 32 * 16 and not p.launch.auto_blocks   # a CTA a tile
     s, _ = built["static_loop"]
     assert s.plan.launch.num_blocks == 148 and s.plan.launch.auto_blocks                                    # B200: 148 SMs
 
@@ -132,14 +132,14 @@ def test_fp8_instruction_descriptor_and_k_steps(built):
     assert (d >> 7) & 7 == 1 and (d >> 10) & 7 == 1 and (d >> 15) & 3 == 0 and (d >> 24) & 0x1F == 16
     for name, kind_code in (("fp8_e4m3_tensor_scales", 0), ("fp8_e5m2_row_col_scales_f32_out", 1)):
         b, _ = built[name]
-        bw = b.plan.blackwell
+        bw = b.plan.mma.blackwell
         assert (bw.mma_kind, bw.mma_k, bw.k_mmas) == ("f8f6f4", 32, 4)
         assert (bw.idesc >> 7) & 7 == kind_code and (bw.idesc >> 10) & 7 == kind_code
         src = b.files["kernel.cu"].decode()
         assert "tcgen05.mma.cta_group::1.kind::f8f6f4" in src and f"const uint32_t idesc = {bw.idesc}u;" in src
         assert "(uint32_t)((kk * 32) % 128) * 1u" in src             # 32 fp8 = 32 bytes a K step
         assert b.plan.launch.kernel_args[0].box == (128, 128) and b.plan.launch.kernel_args[1].box == (256, 128)
-    pair = built["fp8_cta_pair_256"][0].plan.blackwell
+    pair = built["fp8_cta_pair_256"][0].plan.mma.blackwell
     assert (pair.cta_group, pair.mma_kind, (pair.idesc >> 24) & 0x1F) == (2, "f8f6f4", 256 >> 4)
 
 
@@ -152,7 +152,7 @@ def test_fp8_on_sm100a_is_cuda_only_and_picks_128_bytes_of_k(tmp_path):
                     "  epilogue: out = acc * sa * sb\nschedule:\n  target: sm_100a\n")
     spec, src = load_spec(str(path), {})
     p = plan(spec, src)
-    assert (p.tile_m, p.tile_n, p.tile_k) == (128, 256, 128) and p.blackwell.k_mmas == 4
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.tile_k) == (128, 256, 128) and p.mma.blackwell.k_mmas == 4
     lines = _errors({**FP8, "schedule.backends": ["cuda", "pallas"]})
     assert any("op.inputs.a.dtype:" in ln and "the Pallas sm_100a kernel takes bf16 / f16" in ln and
                "backends: [cuda]" in ln for ln in lines), lines
@@ -160,18 +160,18 @@ def test_fp8_on_sm100a_is_cuda_only_and_picks_128_bytes_of_k(tmp_path):
 
 def test_a_cta_pair_splits_the_tile(built):
     p = built["cta_pair_256"][0].plan
-    bw = p.blackwell
+    bw = p.mma.blackwell
     assert (bw.cta_group, bw.mma_m, bw.rows, bw.stage_bytes) == (2, 256, 128, 128 * 64 * 2 + 128 * 64 * 2)
     assert (bw.idesc >> 24) & 0x1F == 256 >> 4
-    assert p.num_tiles == 16 * 16 and p.launch.num_blocks == 148 and p.launch.cluster_dims == (2, 1, 1)
+    assert p.tiles.num_tiles == 16 * 16 and p.launch.num_blocks == 148 and p.launch.cluster_dims == (2, 1, 1)
     assert p.launch.kernel_args[0].box == (128, 64)                   # each CTA loads its 128 lhs rows
     assert len(bw.b_boxes) == 2                                # and 2 of the 4 64-column rhs slabs
 
 
 def test_tmem_holds_two_accumulator_buffers(built):
-    bw = built["bundled"][0].plan.blackwell
+    bw = built["bundled"][0].plan.mma.blackwell
     assert (bw.acc_stages, bw.tmem_cols, bw.epi_chunks * bw.epi_lds, bw.k_mmas) == (2, 512, 8, 4)
-    bw = built["rhs_nk_128"][0].plan.blackwell
+    bw = built["rhs_nk_128"][0].plan.mma.blackwell
     assert (bw.acc_stages, bw.tmem_cols) == (2, 256)
 
 
@@ -228,27 +228,27 @@ def test_the_epilogue_stages_128_byte_rows_through_swizzled_smem_tiles(built):
     the output's tensor map has that box and swizzle; the tiles are in the SMEM map, 1 KiB aligned after the ring."""
     for name, cols in (("bundled", 64), ("f32_out_bias_silu", 32), ("cta_pair_256", 64)):
         p = built[name][0].plan
-        bw = p.blackwell
+        bw = p.mma.blackwell
         assert (bw.epi_cols, bw.epi_swizzle, bw.epi_buffers, bw.epi_bytes) == (cols, 128, 2, 32 * 128), name
-        assert bw.epi_chunks == p.tile_n // cols and bw.epi_lds == cols // 32
+        assert bw.epi_chunks == p.tiles.tile_n // cols and bw.epi_lds == cols // 32
         out = p.launch.kernel_args[2]
         assert (out.kind, out.box, out.swizzle, out.dtype) == ("tmap", (32, cols), 128, p.out_dtype)
-        epi = {b.name: b for b in p.smem_buffers}["epi"]
+        epi = {b.name: b for b in p.pipeline.smem_buffers}["epi"]
         assert (epi.offset, epi.bytes, epi.count) == (bw.off_epi, 4096, 8)
-        assert bw.off_epi % 1024 == 0 and bw.off_epi >= p.stages * bw.stage_bytes
+        assert bw.off_epi % 1024 == 0 and bw.off_epi >= p.pipeline.stages * bw.stage_bytes
         assert bw.off_full >= bw.off_epi + 8 * 4096                  # the barriers after the staging tiles
-        assert bw.smem_bytes >= p.stages * bw.stage_bytes + 8 * 4096 and bw.smem_bytes <= 232448
-        assert (p.epi_store, p.epi_rows, p.epi_cols, p.epi_swizzle_mask) == ("tma", 32, cols, 7)
+        assert bw.smem_bytes >= p.pipeline.stages * bw.stage_bytes + 8 * 4096 and bw.smem_bytes <= 232448
+        assert (p.staging.epi_store, p.staging.epi_rows, p.staging.epi_cols, p.staging.epi_swizzle_mask) == ("tma", 32, cols, 7)
 
 
 def test_a_written_epilogue_tile_and_buffers_are_planned_as_written():
     spec, src = load_spec(str(SPEC), {"schedule.epilogue.tile": [32, 32], "schedule.epilogue.buffers": 1,
                                       "schedule.epilogue.store": "tma"})
     p = plan(spec, src)
-    bw = p.blackwell
+    bw = p.mma.blackwell
     assert (bw.epi_cols, bw.epi_swizzle, bw.epi_buffers, bw.epi_chunks, bw.epi_lds) == (32, 64, 1, 8, 1)
-    assert p.launch.kernel_args[2].box == (32, 32) and p.launch.kernel_args[2].swizzle == 64 and p.epi_swizzle_mask == 3
-    assert {b.name: b for b in p.smem_buffers}["epi"].count == 4
+    assert p.launch.kernel_args[2].box == (32, 32) and p.launch.kernel_args[2].swizzle == 64 and p.staging.epi_swizzle_mask == 3
+    assert {b.name: b for b in p.pipeline.smem_buffers}["epi"].count == 4
 
 
 TILE_192 = {"op.sizes.N": 3072, "schedule.in_specs.b.block_shape": [64, 192],
@@ -262,14 +262,14 @@ def test_the_staging_tiles_count_in_the_smem_budget():
     spec, src = load_spec(str(SPEC), TILE_192)
     p = plan(spec, src)
     stage = (128 + 192) * 64 * 2
-    assert p.blackwell.stage_bytes == stage and 5 * stage + 2048 < 232448 and p.stages == 4
+    assert p.mma.blackwell.stage_bytes == stage and 5 * stage + 2048 < 232448 and p.pipeline.stages == 4
     lines = _errors({**TILE_192, "schedule.pipeline.max_concurrent_steps": 5})
     assert any("schedule.pipeline.max_concurrent_steps:" in ln and "32768 B of staging tiles" in ln
                and "4 stages would fit (5 with epilogue.buffers: 1)" in ln for ln in lines), lines
     spec, src = load_spec(str(SPEC), {**TILE_192, "schedule.pipeline.max_concurrent_steps": 5,
                                       "schedule.epilogue.buffers": 1})
     p = plan(spec, src)
-    assert p.stages == 5 and p.blackwell.epi_buffers == 1 and p.launch.smem_bytes <= 232448
+    assert p.pipeline.stages == 5 and p.mma.blackwell.epi_buffers == 1 and p.launch.smem_bytes <= 232448
     assert p.launch.smem_bytes >= 5 * stage + 4 * 4096
 
 
@@ -288,7 +288,7 @@ def test_the_tmem_buffer_is_freed_after_its_last_load_before_the_last_store(buil
 
 def test_tmem_output_block_is_legal_on_sm100a():
     spec, src = load_spec(str(SPEC), {"schedule.out_specs.out.memory_space": "tmem"})
-    assert plan(spec, src).blackwell is not None
+    assert plan(spec, src).mma.blackwell is not None
 
 
 BLACKWELL_CASES = {**{name: VARIANTS[name] for name in (

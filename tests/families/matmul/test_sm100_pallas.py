@@ -161,7 +161,7 @@ def test_pallas_sm100a_lowers_with_tcgen05_and_tmem(case, tmp_path, sm100a):
     overrides, group = LOWER_CASES[case]
     built = _build(overrides)
     plan = built.plan
-    assert plan.launch.target == "sm_100a" and plan.tcgen05 is not None and plan.tcgen05.cta_group == group
+    assert plan.launch.target == "sm_100a" and plan.mma.tcgen05 is not None and plan.mma.tcgen05.cta_group == group
     mod = _module(built, tmp_path)
     args = [jax.ShapeDtypeStruct(o.shape, mod._DTYPES[o.dtype]) for o in plan.inputs]
     text = jax.jit(mod.make()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
@@ -175,26 +175,26 @@ def test_pallas_sm100a_lowers_with_tcgen05_and_tmem(case, tmp_path, sm100a):
     assert f"tcgen05.alloc.cta_group::{group}" in text and "tcgen05.dealloc" in text
     assert "tcgen05.commit" in text and "tcgen05.ld.sync.aligned" in text and "tcgen05.wait" in text
     # cluster launch control only with loop: dynamic; the pair's TMA loads complete on the leader's barrier
-    assert ("clusterlaunchcontrol.try_cancel" in text) == plan.tcgen05.dynamic
+    assert ("clusterlaunchcontrol.try_cancel" in text) == plan.mma.tcgen05.dynamic
     assert ("cta_group::2" in re.sub(r"tcgen05\.[a-z_.]*cta_group::2", "", text)) == (group == 2)
     # a cluster barrier (arrived on in the peer CTA): the relayed stage release, the pair's acc_empty
-    assert ("mapa.shared::cluster" in text) == (plan.tcgen05.relay or group == 2)
-    assert plan.tcgen05.relay == (group == 1 and bool(plan.multicast))
+    assert ("mapa.shared::cluster" in text) == (plan.mma.tcgen05.relay or group == 2)
+    assert plan.mma.tcgen05.relay == (group == 1 and bool(plan.cluster.multicast))
 
 
 def test_rendered_module_reflects_the_plan():
     """The knobs reach the Pallas source: tile, ring, TMEM buffers, epilogue chunks, the loop, the pair."""
     built = _build({})
-    p, t, src = built.plan, built.plan.tcgen05, built.files["pallas_kernel.py"].decode()
+    p, t, src = built.plan, built.plan.mma.tcgen05, built.files["pallas_kernel.py"].decode()
     compile(src, "pallas_kernel.py", "exec")
-    assert f"TILE_M, TILE_N, TILE_K = {p.tile_m}, {p.tile_n}, {p.tile_k}" in src and f"STAGES = {p.stages}" in src
+    assert f"TILE_M, TILE_N, TILE_K = {p.tiles.tile_m}, {p.tiles.tile_n}, {p.tiles.tile_k}" in src and f"STAGES = {p.pipeline.stages}" in src
     assert f"ACC_STAGES = {t.acc_stages}" in src and "plgpu.TMEM((ROWS, ACC_STAGES * TILE_N), jnp.float32)" in src
     assert f"EPI_COLS, EPI_CHUNKS, EPI_BUFFERS = {t.epi_cols}, {t.epi_chunks}, {t.epi_buffers}" in src
     assert "plgpu.tcgen05_mma(acc, a_smem.at[s], b_smem.at[s], empty.at[s], accumulate=k > 0)" in src
     assert "plgpu.tcgen05_commit_arrive(acc_full.at[slot])" in src and "plgpu.async_load_tmem(" in src
     assert "plgpu.wait_load_tmem()" in src and "plgpu.dynamic_scheduling_loop(" in src and "nd_loop" not in src
-    assert f"NUM_BLOCKS = {p.num_tiles}" in src and "cluster=(" not in src
-    assert f"plgpu.planar_snake(lin, (GRID_M, GRID_N), {p.minor_dim}, {p.tile_width})" in src
+    assert f"NUM_BLOCKS = {p.tiles.num_tiles}" in src and "cluster=(" not in src
+    assert f"plgpu.planar_snake(lin, (GRID_M, GRID_N), {p.tiles.minor_dim}, {p.tiles.tile_width})" in src
     assert "num_threads=2," in src and "plgpu.warp_map" in src and "freed" not in src
     relay = _build(MC_RHS).files["pallas_kernel.py"].decode()
     assert "num_threads=3," in relay and "plgpu.barrier_arrive(freed.at[s])" in relay
@@ -213,11 +213,11 @@ def test_pallas_sm100a_interpret_matches_float64(case, tmp_path):
     built = _build(INTERPRET_CASES[case])
     plan = built.plan
     if case == "one_cta_nd_loop":
-        assert (plan.launch.num_blocks, plan.num_tiles, plan.k_iters, plan.stages) == (1, 4, 6, 3)
+        assert (plan.launch.num_blocks, plan.tiles.num_tiles, plan.tiles.k_iters, plan.pipeline.stages) == (1, 4, 6, 3)
     if case == "one_staging_buffer":
-        assert plan.tcgen05.epi_buffers == 1 and plan.blackwell.epi_buffers == 1
+        assert plan.mma.tcgen05.epi_buffers == 1 and plan.mma.blackwell.epi_buffers == 1
     if case == "cluster2x1_multicast_rhs_wrap":
-        assert (plan.launch.num_blocks, plan.num_tiles, plan.k_iters, plan.tcgen05.relay) == (2, 4, 6, True)
+        assert (plan.launch.num_blocks, plan.tiles.num_tiles, plan.tiles.k_iters, plan.mma.tcgen05.relay) == (2, 4, 6, True)
     mod = _module(built, tmp_path)
     inputs = _inputs(plan)
     out = _run(mod, plan, inputs)
@@ -244,7 +244,7 @@ def test_one_pallas_sm100a_module_serves_several_sizes(loop, tmp_path):
     from schedgen.verify import races_found
     built = _build({**DYNAMIC, "schedule.persistent.loop": loop})
     plan = built.plan
-    assert [r.name for r in plan.launch.dynamic_sizes] == ["M", "N", "K"] and plan.tcgen05 is not None
+    assert [r.name for r in plan.launch.dynamic_sizes] == ["M", "N", "K"] and plan.mma.tcgen05 is not None
     src = built.files["pallas_kernel.py"].decode()
     assert "def _kernel_body(sz_M, sz_N, sz_K):" in src and "K_ITERS = (-(-sz_K // 64))" in src
     mod = _module(built, tmp_path)
@@ -312,7 +312,7 @@ def test_pallas_sm100a_limits_are_located_errors(overrides, path, words):
     assert f"{path}:" in text and words in text and "Pallas sm_100a kernel" in text, text
     if path != "schedule.compiler_params.unsafe_no_auto_barriers":   # (a Mosaic GPU option: unread by CUDA)
         cuda = build_spec(str(SPEC), {**overrides, "schedule.backends": ["cuda"]})   # the CUDA kernel takes it
-        assert cuda.plan.tcgen05 is None and cuda.plan.blackwell is not None
+        assert cuda.plan.mma.tcgen05 is None and cuda.plan.mma.blackwell is not None
 
 
 def test_one_sm100a_default_schedule_renders_both_backends(tmp_path):
@@ -323,13 +323,13 @@ def test_one_sm100a_default_schedule_renders_both_backends(tmp_path):
                     "    a: {shape: [M, K], dtype: bf16}\n    b: {shape: [K, N], dtype: bf16}\n  outputs:\n"
                     "    out: {shape: [M, N], dtype: f32}\nschedule:\n  target: sm_100a\n")
     built = build_spec(str(spec))
-    assert built.plan.launch.backends == ("cuda", "pallas") and built.plan.tcgen05 is not None
+    assert built.plan.launch.backends == ("cuda", "pallas") and built.plan.mma.tcgen05 is not None
     assert "kernel.cubin" in built.files and "plgpu.tcgen05_mma(" in built.files["pallas_kernel.py"].decode()
 
 
 def test_a_cuda_only_sm100a_package_has_a_pallas_module_that_says_so(tmp_path):
     built = build_spec(str(SPECS_DIR / "matmul_bf16_4096_sm100.yaml"))
-    assert built.plan.tcgen05 is None
+    assert built.plan.mma.tcgen05 is None
     from schedgen.render import render
     mod_path = tmp_path / "stub.py"
     mod_path.write_text(render(built.plan, "pallas"))

@@ -86,10 +86,10 @@ def built(tmp_path_factory):
 
 def test_partial_tiles_round_the_tile_count_up():
     p = _plan({**ZERO, **RAGGED})
-    assert p.launch.target == "sm_100a" and p.ragged and p.blackwell is not None
+    assert p.launch.target == "sm_100a" and p.tiles.ragged and p.mma.blackwell is not None
     assert (p.m, p.n, p.k) == (1000, 1000, 1000)
-    assert (p.cluster_tiles_m, p.cluster_tiles_n, p.k_iters) == (8, 4, 16)      # cdiv(1000, 128 / 256 / 64)
-    assert p.num_tiles == 32 and p.launch.num_blocks == 32 and not p.launch.auto_blocks        # CLC: a CTA a tile
+    assert (p.tiles.cluster_tiles_m, p.tiles.cluster_tiles_n, p.tiles.k_iters) == (8, 4, 16)      # cdiv(1000, 128 / 256 / 64)
+    assert p.tiles.num_tiles == 32 and p.launch.num_blocks == 32 and not p.launch.auto_blocks        # CLC: a CTA a tile
     # the tensor maps span the operands as they are; TMA zero-fills and clips at their edges
     a, b, out = p.launch.kernel_args[:3]
     assert (a.shape, a.box) == ((1000, 1000), (128, 64)) and (b.shape, b.box) == ((1000, 1000), (64, 64))
@@ -101,32 +101,32 @@ def test_an_m_below_the_tile_loads_whole_lhs_boxes():
     box (tcgen05.mma reads all 128 lanes' rows), TMA zero-filling the rows past M."""
     p = _plan(VARIANTS["decode_m16"])
     assert p.launch.kernel_args[0].box == (128, 64)
-    assert p.blackwell.stage_bytes == p.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2 and p.a_box_rows == 128
-    assert p.num_tiles == 8 and p.launch.num_blocks == 8
+    assert p.mma.blackwell.stage_bytes == p.pipeline.stage_tx_bytes == 128 * 64 * 2 + 64 * 256 * 2 and p.layout.a_box_rows == 128
+    assert p.tiles.num_tiles == 8 and p.launch.num_blocks == 8
 
 
 def test_a_cta_pair_takes_a_partial_256_row_tile():
     """One 256-row tile a [2, 1] cluster: M = 300 is 2 pair tiles (not an odd count of 128-row halves to refuse)."""
     p = _plan({**ZERO, **PAIR, "op.sizes.M": 300})
-    assert p.blackwell.cta_group == 2 and p.num_tiles == 2 * 16 and p.launch.num_blocks == 2 * 32
+    assert p.mma.blackwell.cta_group == 2 and p.tiles.num_tiles == 2 * 16 and p.launch.num_blocks == 2 * 32
     p = _plan({**ZERO, **PAIR, "op.sizes.M": 200})
-    assert p.num_tiles == 16 and p.launch.kernel_args[0].box == (128, 64)
+    assert p.tiles.num_tiles == 16 and p.launch.kernel_args[0].box == (128, 64)
 
 
 def test_dynamic_sizes_are_kernel_arguments_and_extents():
     p = _plan({**ZERO, **DYN_MNK})
-    assert [r.name for r in p.launch.dynamic_sizes] == ["M", "N", "K"] and p.ragged
+    assert [r.name for r in p.launch.dynamic_sizes] == ["M", "N", "K"] and p.tiles.ragged
     assert [a.value for a in p.launch.kernel_args if a.kind == "i32"] == [D.size(n) for n in "MNK"]
     assert p.launch.kernel_args[0].shape == (D.size("M"), D.size("K"))
     for m, n, k in ((1, 8, 8), (1000, 264, 72), (65536, 8192, 8192)):
         at = {"M": m, "N": n, "K": k}
         tiles = -(-m // 128) * -(-n // 256)
-        assert D.evaluate(p.num_tiles, at) == tiles and D.evaluate(p.launch.num_blocks, at) == tiles   # CLC grid
-        assert D.evaluate(p.k_iters, at) == -(-k // 64)
+        assert D.evaluate(p.tiles.num_tiles, at) == tiles and D.evaluate(p.launch.num_blocks, at) == tiles   # CLC grid
+        assert D.evaluate(p.tiles.k_iters, at) == -(-k // 64)
     nd = _plan({**ZERO, **ND, **DYN_M})
     assert nd.launch.auto_blocks and D.evaluate(nd.launch.num_blocks, {"M": 300}) == min(3 * 16, 148)
     pair = _plan({**ZERO, **PAIR, **DYN_M})
-    assert D.evaluate(pair.num_tiles, {"M": 300}) == 2 * 16 and D.evaluate(pair.launch.num_blocks, {"M": 300}) == 64
+    assert D.evaluate(pair.tiles.num_tiles, {"M": 300}) == 2 * 16 and D.evaluate(pair.launch.num_blocks, {"M": 300}) == 64
     assert D.evaluate(pair.launch.num_blocks, {"M": 65536}) == 148
 
 
@@ -168,7 +168,7 @@ def test_ragged_and_dynamic_kernels_compile_to_tcgen05_with_a_tma_store(built, n
     assert not any(o.startswith(("STG", "LDL", "STL", "HGMMA")) for o in ops)
     usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
     assert usage.get("LOCAL", 0) == 0 and usage.get("STACK", 0) == 0
-    assert any(o.startswith("UGETNEXTWORKID") for o in ops) == p.blackwell.dynamic
+    assert any(o.startswith("UGETNEXTWORKID") for o in ops) == p.mma.blackwell.dynamic
     src = b.files["kernel.cu"].decode()
     sizes = [r.name for r in p.launch.dynamic_sizes]
     params = "".join(f", const int sz_{n}" for n in sizes)
@@ -180,7 +180,7 @@ def test_ragged_and_dynamic_kernels_compile_to_tcgen05_with_a_tma_store(built, n
         assert "const int k_iters = ((sz_K + " in src and src.count("kb < k_iters;") == 2
     else:
         assert "k_iters" not in src
-    if p.num_tiles is not None and isinstance(p.num_tiles, D.Dim) and not p.blackwell.dynamic:
+    if p.tiles.num_tiles is not None and isinstance(p.tiles.num_tiles, D.Dim) and not p.mma.blackwell.dynamic:
         assert src.count("t < num_tiles;") == 3        # a clamped grid's CTA may have no tile of this call
     for e in p.extras:
         if e.bcast in ("row", "col", "full"):
@@ -194,7 +194,7 @@ def test_whole_tile_kernels_keep_their_literals():
     p = _plan({**BIAS})
     from schedgen.render import render
     src = render(p, "cuda")
-    assert not p.ragged and "sz_" not in src and "return 0.0f;" not in src and "k_iters" not in src
+    assert not p.tiles.ragged and "sz_" not in src and "return 0.0f;" not in src and "k_iters" not in src
 
 
 # ------------------------------------------------------------------------------------------------ what stays refused
@@ -225,7 +225,7 @@ def test_what_stays_refused_is_a_located_error(overrides, where, text):
 def test_the_cuda_kernel_alone_takes_what_the_pallas_one_refuses():
     for over in ({**ZERO, **RAGGED}, {**ZERO, **DYN_M}):
         p = _plan(over)
-        assert p.ragged and p.launch.backends == ("cuda",) and p.blackwell is not None and p.tcgen05 is None
+        assert p.tiles.ragged and p.launch.backends == ("cuda",) and p.mma.blackwell is not None and p.mma.tcgen05 is None
 
 
 # ------------------------------------------------------------------------------------------------ on a B200

@@ -66,12 +66,12 @@ def _no_local(built) -> None:
 def test_default_reads_global_memory_and_smem_adds_a_slot():
     g, s = plan_spec(BIAS_GELU, CUDA), plan_spec(BIAS_GELU, SMEM)
     assert g.epi_vectors.slots == 0 and not g.launch.kernel_name.endswith("_vs")
-    assert "vec" not in {b.name for b in g.smem_buffers}
+    assert "vec" not in {b.name for b in g.pipeline.smem_buffers}
     vs = s.epi_vectors
     assert s.launch.kernel_name == g.launch.kernel_name + "_vs"
     assert [(v.name, v.bcast, v.elems, v.copies) for v in vs.vectors] == [("bias", "row", 256, 64)]   # 256 f32
     assert (vs.slots, vs.slot_bytes, vs.readers) == (1, 1024, 2)       # cooperative: one slot both consumers read
-    bufs = {b.name: b for b in s.smem_buffers}
+    bufs = {b.name: b for b in s.pipeline.smem_buffers}
     assert bufs["vec"].bytes * bufs["vec"].count == 1024 and bufs["vec_full"].count == 1 == bufs["vec_empty"].count
     assert s.launch.smem_bytes - g.launch.smem_bytes == 1024 + 16                     # the slot and its two barriers, in the budget
 
@@ -81,7 +81,7 @@ def test_pingpong_has_a_slot_a_consumer_and_columns_are_staged():
     assert (pp.slots, pp.readers) == (2, 1)
     col = plan_spec(RESIDUAL, {**SMEM, **RAGGED, "op.inputs.bias": {"shape": ["M", 1], "dtype": "bf16"}})
     v, = col.epi_vectors.vectors
-    assert (v.bcast, v.elems, v.itemsize, v.copies) == ("col", col.tile_m, 2, col.tile_m * 2 // 16)
+    assert (v.bcast, v.elems, v.itemsize, v.copies) == ("col", col.tiles.tile_m, 2, col.tiles.tile_m * 2 // 16)
 
 
 def test_rendered_reads_come_from_the_slot():
@@ -159,7 +159,7 @@ def test_batched_with_a_column_operand_compiles(tmp_path):
     spec = tmp_path / "batched.yaml"
     spec.write_text(BATCHED)
     b = build_spec(str(spec), {}, cache=Cache(tmp_path))
-    assert b.plan.batched and b.plan.ragged
+    assert b.plan.batched and b.plan.tiles.ragged
     assert {v.name for v in b.plan.epi_vectors.vectors} == {"bias", "col"}
     c = _counts(b)
     assert c["LDGSTS"] > 0, c
@@ -200,9 +200,9 @@ def test_the_planners_ring_leaves_room_for_the_slots(tmp_path):
     # three vectors staged (2560 B + barriers) the planner picks 3 stages instead of a plan that does not fit
     spec = tmp_path / "fp8.yaml"
     spec.write_text(FP8_ROWWISE.read_text().split("\nschedule:")[0] + "\n")
-    assert plan_spec(spec, CUDA).stages == 4
+    assert plan_spec(spec, CUDA).pipeline.stages == 4
     p = plan_spec(spec, SMEM)
-    assert p.stages == 3 and p.epi_vectors.slot_bytes == 2560
+    assert p.pipeline.stages == 3 and p.epi_vectors.slot_bytes == 2560
 
 
 def test_explain_says_where_the_operands_are_read():

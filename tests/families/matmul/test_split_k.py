@@ -41,25 +41,25 @@ BASE_SPLIT4 = {**CUDA, "schedule.cluster": [1, 1, 4], "schedule.in_specs.b.colle
 
 def test_split_plan_has_the_partial_tile_and_local_releases():
     p = plan_spec(DECODE, DECODE_SPLIT2)
-    assert (p.split_k, p.cluster_size, p.launch.cluster_dims, p.multicast) == (2, 2, (2, 1, 1), "")
-    assert (p.tile_m, p.tile_n, p.k_iters) == (64, 128, 64)
+    assert (p.cluster.split_k, p.cluster.cluster_size, p.launch.cluster_dims, p.cluster.multicast) == (2, 2, (2, 1, 1), "")
+    assert (p.tiles.tile_m, p.tiles.tile_n, p.tiles.k_iters) == (64, 128, 64)
     # each CTA reads its own stages: one consumer arrival (a multicast cluster would count both CTAs' consumers)
-    assert p.empty_arrivals == p.num_consumers == 1
-    bufs = {b.name: b for b in p.smem_buffers}
+    assert p.pipeline.empty_arrivals == p.warps.num_consumers == 1
+    bufs = {b.name: b for b in p.pipeline.smem_buffers}
     assert bufs["red"].bytes == 64 * 128 * 4 and bufs["red"].count == 1
     assert {"red_full", "red_empty"} <= set(bufs)
     assert p.launch.kernel_name.endswith("_c1x1x2")
     # 64 tiles x 2 CTAs fill 128 of the 132 SMs; no cluster of 2 is left without a tile
-    assert p.num_tiles == 64 and p.launch.num_blocks == 128
+    assert p.tiles.num_tiles == 64 and p.launch.num_blocks == 128
     four = plan_spec(BASE, BASE_SPLIT4)
-    assert (four.split_k, four.num_consumers, four.empty_arrivals) == (4, 2, 2)
-    assert {b.name: b.bytes for b in four.smem_buffers}["red"] == 128 * 128 * 4
+    assert (four.cluster.split_k, four.warps.num_consumers, four.pipeline.empty_arrivals) == (4, 2, 2)
+    assert {b.name: b.bytes for b in four.pipeline.smem_buffers}["red"] == 128 * 128 * 4
 
 
 def test_no_split_plans_as_before():
     p = plan_spec(BASE, CUDA)
-    assert p.split_k == 1 and "red" not in {b.name for b in p.smem_buffers}
-    assert p.empty_arrivals == 4              # 2 consumers x 2 CTAs reading each multicast stage
+    assert p.cluster.split_k == 1 and "red" not in {b.name for b in p.pipeline.smem_buffers}
+    assert p.pipeline.empty_arrivals == 4              # 2 consumers x 2 CTAs reading each multicast stage
 
 
 def test_split_errors_are_located_and_say_what_is_legal():
@@ -148,8 +148,8 @@ def test_sass_hands_over_through_dsmem_without_spills(built, name):
     b, text = built[name]
     p = b.plan
     ops = opcodes(text)
-    assert p.split_k > 1
-    want = f"HGMMA.64x{p.wg_tile_n}x16.F32.BF16"
+    assert p.cluster.split_k > 1
+    want = f"HGMMA.64x{p.warps.wg_tile_n}x16.F32.BF16"
     assert want in set(re.findall(r"\bHGMMA\.[0-9A-Za-z_.]+", text))
     assert not [op for op in ops if op.split(".")[0] in ("LDL", "STL")], "local-memory spills"
     usage = resource_usage(b.files["kernel.cubin"])[p.launch.kernel_name]
@@ -202,6 +202,6 @@ def test_split_k_dynamic_m_at_three_sizes_on_gpu():
 def test_gpu_cases_plan_on_the_cpu():
     """What the GPU tests build is legal (so a GPU run fails only on numbers)."""
     for case, (path, overrides) in GPU_CASES.items():
-        assert plan_spec(path, overrides).split_k > 1, case
+        assert plan_spec(path, overrides).cluster.split_k > 1, case
     p = plan_spec(BASE, GPU_CASES["persistent_many_tiles"][1])
-    assert p.num_tiles == 64 and p.launch.num_blocks == 8
+    assert p.tiles.num_tiles == 64 and p.launch.num_blocks == 8

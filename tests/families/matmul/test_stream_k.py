@@ -110,13 +110,13 @@ def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
     p = plan_spec(path, overrides)
     cu = render(p, "cuda")
     grids = sorted({p.launch.num_blocks, p.launch.num_blocks - 1, 100, 64, 17, 5, 1})
-    src = _host_harness(cu, grids).replace("K_ITERS", str(p.k_iters))
+    src = _host_harness(cu, grids).replace("K_ITERS", str(p.tiles.k_iters))
     (tmp_path / "h.cpp").write_text(src)
     subprocess.run(["g++", "-O1", "-std=c++17", "-o", str(tmp_path / "h"), str(tmp_path / "h.cpp")], check=True)
     out = subprocess.run([str(tmp_path / "h")], check=True, capture_output=True, text=True).stdout.split("\n")
     units = [tuple(map(int, ln.split()[1:])) for ln in out if ln.startswith("U ")]
     fins = [tuple(map(int, ln.split()[1:])) for ln in out if ln.startswith("F ")]
-    t, k = p.num_tiles, p.k_iters
+    t, k = p.tiles.num_tiles, p.tiles.k_iters
     want_units = [(g, c, *u) for g in grids for c in range(g) for u in SK.units(t, k, g, c)]
     assert units == want_units
     want_fins = []
@@ -132,10 +132,10 @@ def test_rendered_formulas_match_the_model(tmp_path, path, overrides):
 
 def test_plan_adds_the_workspace_and_names_the_kernel():
     p = plan_spec(GEMM_1536, SKW)
-    assert p.stream_k and p.launch.kernel_name.endswith("_sk") and p.cluster_size == 1
+    assert p.stream_k and p.launch.kernel_name.endswith("_sk") and p.cluster.cluster_size == 1
     ws = p.launch.kernel_args[-1]
     assert ws.kind == "workspace"
-    assert ws.value == SK.workspace_bytes(p.launch.num_blocks, p.tile_m, p.tile_n, p.num_consumers)
+    assert ws.value == SK.workspace_bytes(p.launch.num_blocks, p.tiles.tile_m, p.tiles.tile_n, p.warps.num_consumers)
     # the flags first (132 blocks x 2 consumers x 4 B), the only bytes zeroed at a launch, then the 98304 B slots
     assert (ws.zero, ws.value) == (1056, 1056 + 132 * 128 * 192 * 4)
     cu = render(p, "cuda")
@@ -160,9 +160,9 @@ def test_absent_and_data_parallel_plan_the_same_kernel():
 def test_without_a_written_cluster_stream_k_picks_none():
     """gemm_3000x5000x1000's planner pick is a 2-CTA cluster; with stream_k it picks a 1-CTA launch and the CUDA
     backend (the Pallas kernel has no stream-K; the user wrote neither field)."""
-    assert plan_spec(GEMM_3000).cluster_size == 2
+    assert plan_spec(GEMM_3000).cluster.cluster_size == 2
     p = plan_spec(GEMM_3000, SKW)
-    assert p.stream_k and p.cluster_size == 1 and p.launch.backends == ("cuda",)
+    assert p.stream_k and p.cluster.cluster_size == 1 and p.launch.backends == ("cuda",)
 
 
 @pytest.mark.parametrize("overrides, field, says", [
@@ -298,9 +298,9 @@ def test_gpu_cases_plan_on_the_cpu():
     for case, (path, overrides) in GPU_CASES.items():
         assert plan_spec(path, overrides).stream_k, case
     few = plan_spec(BASE, GPU_CASES["few_blocks_many_units"][1])
-    assert few.num_tiles == 256 and few.launch.num_blocks == 7
-    assert [len(SK.units(256, few.k_iters, 7, c)) for c in range(7)] == [37, 38, 37, 38, 37, 38, 37]
+    assert few.tiles.num_tiles == 256 and few.launch.num_blocks == 7
+    assert [len(SK.units(256, few.tiles.k_iters, 7, c)) for c in range(7)] == [37, 38, 37, 38, 37, 38, 37]
     short = plan_spec(BASE, GPU_CASES["short_k_ragged_bias_residual"][1])
-    assert (short.num_tiles, short.k_iters, short.launch.num_blocks) == (32, 3, 20)
+    assert (short.tiles.num_tiles, short.tiles.k_iters, short.launch.num_blocks) == (32, 3, 20)
     s = SK.sk_tiles(32, 20) * 3
     assert sum(len(SK.contributors(t, 3, 20, s)[1]) for t in range(SK.sk_tiles(32, 20))) == 12
