@@ -300,7 +300,14 @@ def _on_current_torch_stream(fn: Callable, args: Sequence[Any]) -> Any:
 
 def _check_meta(meta: tuple[str, tuple[int, ...], str], name: str, shape: tuple[int, ...], dtype: str) -> None:
     kind, got_shape, got_dt = meta
+    if dtype == "i64" and got_dt == "i32" and kind in ("jax", "tracer") and not _x64():
+        dtype = "i32"        # jax without jax_enable_x64 has no int64 arrays: its int32 ones are the class indices
     arrays.check_meta("jax" if kind == "tracer" else kind, name, got_shape, got_dt, shape, dtype)
+
+
+def _x64() -> bool:
+    import jax
+    return bool(jax.config.jax_enable_x64)
 
 
 def _with_backward(kern: Callable, backward: Any, interpret: Any) -> Callable:

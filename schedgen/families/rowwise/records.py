@@ -202,10 +202,21 @@ class RowwisePlan:
         return -(-(len(self.scalar_outputs) + 1) // 4) * 4
 
     @property
+    def pallas_wraps(self) -> bool:
+        """The Pallas module's make() wraps the kernel in a jax function: [1] operands (the kernel reads and writes
+        them one value a row, the function broadcasts the inputs and reduces the outputs)."""
+        return bool(self.scalar_inputs or self.scalar_outputs)
+
+    def ignore_fits(self, dtype: str) -> bool:
+        """Whether ignore_index is a value of `dtype` (else no row of it is ignored)."""
+        bits = 31 if dtype == "i32" else 63
+        return -(1 << bits) <= self.ignore_index < (1 << bits)
+
+    @property
     def ignore_literal(self) -> str:
         """ignore_index as a C++ 64-bit literal."""
         v = self.ignore_index
-        return f"(-{-v - 1}LL - 1)" if v < 0 else f"{v}LL"
+        return f"({v + 1}LL - 1)" if v == -(1 << 63) else f"{v}LL"      # -2^63 is no literal of C++
 
     @property
     def words(self) -> dict[str, int]:
@@ -274,7 +285,7 @@ class RowwisePlan:
         at, out = 0, []
         for o in self.inputs:
             out.append((o, at))
-            at += 1 if o.kind == "per_row" else self.pallas_chunks
+            at += 1 if o.kind in ("per_row", "scalar") else self.pallas_chunks
         return tuple(out)
 
     def reductions_before(self, statement: int) -> tuple[RowReduction, ...]:
