@@ -237,7 +237,8 @@ def _check_index_inputs(op, kinds, body, n: int, problems: Problems) -> None:
 
 def _check_reduction(op, sch, kinds, csize: int, problems: Problems) -> None:
     """op.reduction mean / sum: the one-value-a-row outputs are [1] (their rows' values reduced), no partial-sum
-    outputs, no cluster; reduction none: no [1] operand (_shapes)."""
+    outputs, no cluster with [1] outputs (a [1] input, the backward's, is read by every CTA); reduction none: no
+    [1] operand (_shapes)."""
     if op.reduction == "none":
         return
     scalars_out = [nm for nm in op.outputs if kinds.get(nm) == "scalar"]
@@ -253,7 +254,7 @@ def _check_reduction(op, sch, kinds, csize: int, problems: Problems) -> None:
     if not scalars_out and not any(kinds.get(nm) == "scalar" for nm in op.inputs):
         problems.add(("op", "reduction"), f"reduction {op.reduction} reduces the [1] outputs (or reads a [1] "
                                           f"gradient): this op has no operand of shape [1]; use reduction: none")
-    if csize > 1:
+    if csize > 1 and scalars_out:
         problems.add(("schedule", "cluster", 0), f"op.reduction {op.reduction}: the CUDA kernel's blocks add "
                                                  f"their rows' values, which a cluster's CTAs split; use cluster: "
                                                  f"[1]")
