@@ -229,6 +229,10 @@ def _check_index_inputs(op, kinds, body, n: int, problems: Problems) -> None:
     """An integer input is a class index: the kernels read it as an f32, exact where it is a column of the row
     (0 <= i < N) and -1 (no column) anywhere else, so N must be below 2^24."""
     del kinds, body
+    if "ignore_index" in op.model_fields_set and not index_inputs(op):
+        problems.add(("op", "ignore_index"), "ignore_index names the class index of rows to ignore, but no input is "
+                                             "one (an i32 / i64 input of one value a row): remove it, or declare "
+                                             "the targets i32 / i64")
     for name in index_inputs(op):
         if n > MAX_EXACT_INDEX:
             problems.add(("op", "inputs", name, "dtype"), f"class indices of rows of N = {n}: the kernels read "
