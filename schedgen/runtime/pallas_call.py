@@ -179,6 +179,11 @@ class PallasCall:
             return jax.jit(into, donate_argnums=1)
         kern = self._make(sizes, interpret, outputs_as_refs=False)
         if mode == "torch":
+            if getattr(self.module(), "WRAPS_KERNEL", False):
+                raise ArgumentError(f"{self.kernel.inputs[0].name}: {self.kernel.name}'s Pallas kernel sits in a jax "
+                                    f"function that reduces its [1] outputs (op.reduction), which "
+                                    f"plgpu.as_torch_kernel cannot take: call it with torch tensors on "
+                                    f"backend=\"cuda\", or with jax arrays on the Pallas backend")
             from jax.experimental.pallas import mosaic_gpu as plgpu
             return plgpu.as_torch_kernel(kern)   # compiles per input shapes itself; we keep it alive per sizes
         if self.kernel.backward is not None:

@@ -290,3 +290,104 @@ def test_torch_compile_fullgraph_on_fake_tensors(tmp_path):
             assert out.shape == (1,) and out.dtype == torch.float32 and type(out).__name__ == "FakeTensor"
     assert cnt.frame_count == 1
     torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+def _gpu_package(tmp_path, reduction: str, overrides: dict | None = None):
+    """The bundled spec with `reduction` (and `overrides` of its data), built and imported: its function."""
+    data = yaml.safe_load(SPEC.read_text())
+    data["name"] = f"xent_gpu_{reduction}"
+    data["op"]["reduction"] = reduction
+    if reduction == "none":
+        data["op"]["outputs"]["loss"]["shape"] = ["M"]
+    for key, value in (overrides or {}).items():
+        node = data
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    built = build_spec(str(path), cache=Cache(tmp_path / "cache"))
+    mod = import_package(package(built, tmp_path / "out").parent, built.spec.name)
+    return getattr(mod, built.spec.name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_gpu_cuda_matches_torch_cross_entropy(tmp_path, reduction, compiled):
+    """The CUDA package under torch autograd (and torch.compile(fullgraph=True)) at N = 32000 against torch's own
+    F.cross_entropy in float64 of the same bf16 logits: the loss and the gradient of the logits, int64 targets with
+    ignored rows, row counts from 1 to past the SMs' resident blocks, logits of |x| ~ 1 and ~ 1e4; the mean and sum
+    are bitwise the same on a second call (the last block adds the blocks' sums in block order)."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    f = _gpu_package(tmp_path, reduction)
+    run = torch.compile(lambda a, b: f(a, b), fullgraph=True) if compiled else f
+    for m, magnitude, seed in ((1, 1.0, 0), (777, 1.0, 1), (4096, 1e4, 2), (9000, 1e3, 3)):
+        x, t = _case(m, 32000, seed=seed, magnitude=magnitude)
+        if m == 1:
+            t[0] = 7
+        xb = torch.tensor(x, device="cuda").to(torch.bfloat16).requires_grad_()
+        tt = torch.tensor(t, device="cuda")
+        loss = run(xb, tt)
+        x64 = xb.detach().double().requires_grad_()
+        want = F.cross_entropy(x64, tt, reduction=reduction, ignore_index=IGNORE)
+        assert loss.shape == ((m,) if reduction == "none" else (1,)), loss.shape
+        got = loss.double().reshape(want.shape)
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-5 * max(1.0, float(want.abs().max())))
+        g = torch.randn(loss.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        loss.backward(g)
+        want.backward(g.double().reshape(want.shape))
+        gw = x64.grad
+        assert (xb.grad[tt == IGNORE] == 0).all()
+        torch.testing.assert_close(xb.grad.double(), gw, rtol=1e-2, atol=1e-2 * float(gw.abs().max()))
+        if reduction != "none":
+            again = run(xb.detach(), tt)
+            assert torch.equal(again, loss.detach()), "the reduction is not deterministic"
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_out_of_range_targets_read_nothing(tmp_path):
+    """Indices outside [0, N) that are not ignore_index: no load past the row (the loss is the row's logsumexp)."""
+    torch = pytest.importorskip("torch")
+    f = _gpu_package(tmp_path, "none")
+    x, t = _case(64, 32000, seed=6, magnitude=2.0)
+    t[:4] = [32000, -1, 1 << 40, -(1 << 40)]
+    xb = torch.tensor(x, device="cuda").to(torch.bfloat16)
+    loss = f(xb, torch.tensor(t, device="cuda"))
+    lse = torch.logsumexp(xb.double(), dim=1)
+    torch.testing.assert_close(loss[:4].double(), lse[:4], rtol=1e-5, atol=1e-5)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_gpu_pallas_matches_torch_cross_entropy(tmp_path, reduction):
+    """The Pallas package on the GPU (jax arrays; 8 rows a step at N = 4096) and jax.grad through it, against
+    torch's F.cross_entropy in float64 on the CPU."""
+    jax = pytest.importorskip("jax")
+    torch = pytest.importorskip("torch")
+    import jax.numpy as jnp
+    import torch.nn.functional as F
+    f = _gpu_package(tmp_path, reduction, {
+        "op.sizes": {"M": {"dynamic": True, "max": 65536}, "N": 4096},
+        "schedule": {"backends": ["cuda", "pallas"], "out_specs": {"loss": {"block_shape": [8],
+                                                                               "out_of_bounds": "zero"}}}})
+    for m, magnitude, seed in ((13, 1.0, 0), (3001, 1e4, 1)):
+        x, t = _case(m, 4096, seed=seed, magnitude=magnitude)
+        xb = jnp.asarray(_bf16(x))
+        tj = jnp.asarray(t)
+        loss, vjp = jax.vjp(lambda a, tj=tj: f(a, tj, backend="pallas"), xb)
+        x64 = torch.tensor(np.asarray(xb.astype(jnp.float32)), dtype=torch.float64, requires_grad=True)
+        want = F.cross_entropy(x64, torch.tensor(t), reduction=reduction, ignore_index=IGNORE)
+        np.testing.assert_allclose(np.asarray(loss, np.float64).reshape(want.shape), want.detach().numpy(),
+                                   rtol=2e-5, atol=1e-5 * max(1.0, float(want.abs().max())))
+        g = np.random.default_rng(seed).standard_normal(np.shape(loss)).astype(np.float32)
+        (gx,) = vjp(jnp.asarray(g))
+        want.backward(torch.tensor(g, dtype=torch.float64).reshape(want.shape))
+        gw = x64.grad.numpy()
+        np.testing.assert_allclose(np.asarray(gx.astype(jnp.float32), np.float64), gw, rtol=1e-2,
+                                   atol=1e-2 * np.abs(gw).max())
