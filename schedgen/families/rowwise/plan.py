@@ -11,6 +11,15 @@ blocks (a grid of all SMs, or one block a row block); M is a launch argument whe
 of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
 across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
+
+Class indices (F.cross_entropy's targets): an i32 / i64 input of one value a row is read as an f32 column where
+0 <= i < N and as -1 (no column: take() loads nothing, gives 0) anywhere else; a row whose index equals
+op.ignore_index writes 0 to every output. op.reduction mean / sum: the one-value-a-row outputs are [1] (kind
+"scalar"); the CUDA kernel's row groups sum their rows not ignored, each block writes its sums and count to a slot of
+a workspace and bumps a zeroed counter, and the last block adds every slot in block order (deterministic for a grid)
+and writes the [1] outputs; the Pallas kernel writes the rows' values and the module's jax function sums them. A [1]
+input (a reduced loss's cotangent, in the derived backward) reaches every row as the reduction's adjoint: mean
+divides by the rows not ignored, which each CUDA block counts over all of M before its rows.
 """
 from __future__ import annotations
 
