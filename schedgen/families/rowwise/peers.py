@@ -162,16 +162,25 @@ def torch_candidates(torch, plan, spec) -> list[tuple[str, object]]:
             cands += [("torch.logsumexp", lambda x: (torch.logsumexp(x.float(), -1).reshape(-1, *shape).to(out_dt[0]),)),
                       ("torch.sum", lambda x: (x.float().sum(-1).reshape(-1, *shape).to(out_dt[0]),)),
                       ("torch.amax", lambda x: (x.amax(-1).reshape(-1, *shape).to(out_dt[0]),))]
-        if kinds == ["row", "per_row"]:
-            ig = plan.ignore_index if plan.index_inputs else -100
-            cands += [("F.cross_entropy(reduction='none')", lambda x, t: (
-                F.cross_entropy(x.float(), t.reshape(-1).long(), reduction="none", ignore_index=ig)
-                .reshape(-1, *shape).to(out_dt[0]),))]
-    if [o.kind for o in outs] == ["scalar"] and kinds == ["row", "per_row"] and plan.index_inputs:
-        cands += [(f"F.cross_entropy(reduction='{plan.reduction}')", lambda x, t: (
-            F.cross_entropy(x.float(), t.reshape(-1).long(), reduction=plan.reduction,
-                            ignore_index=plan.ignore_index).reshape(1).to(out_dt[0]),))]
+    if [o.kind for o in outs] in (["per_row"], ["scalar"]) and kinds == ["row", "per_row"]:
+        cands += _cross_entropy(F, plan, out_dt[0])
     return cands
+
+
+def _cross_entropy(F, plan, dtype) -> list[tuple[str, object]]:
+    """F.cross_entropy with the plan's reduction (none: one loss a row, in the output's shape) and, for class
+    indices, its ignore_index."""
+    shape = tuple(plan.outputs[0].shape[1:])
+    if plan.reduction == "none":
+        ig = plan.ignore_index if plan.index_inputs else -100
+        return [("F.cross_entropy(reduction='none')", lambda x, t: (
+            F.cross_entropy(x.float(), t.reshape(-1).long(), reduction="none", ignore_index=ig)
+            .reshape(-1, *shape).to(dtype),))]
+    if not plan.index_inputs:
+        return []
+    return [(f"F.cross_entropy(reduction='{plan.reduction}')", lambda x, t: (
+        F.cross_entropy(x.float(), t.reshape(-1).long(), reduction=plan.reduction,
+                        ignore_index=plan.ignore_index).reshape(1).to(dtype),))]
 
 
 def _checked(torch, fn, plan, spec, host, device) -> tuple[bool, float]:

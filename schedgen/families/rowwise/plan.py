@@ -50,7 +50,8 @@ REGS_PER_SM = 65536
 IN_DTYPES = ("bf16", "f16", "f32")
 INDEX_DTYPES = ("i32", "i64")      # class indices: an input of one value a row read only as take()'s column
 MAX_EXACT_INDEX = 1 << 24         # take() reads its column as an f32 (exact below 2^24): N at most this with them
-ONE_A_ROW = ("per_row", "scalar")  # kinds of one value a row in the kernels ([1]: the Pallas kernel's [M] values)
+ONE_A_ROW = ("per_row", "scalar")
+_ONE_HINT = ", or [1] (one value in all) with op.reduction mean or sum"  # kinds of one value a row in the kernels ([1]: the Pallas kernel's [M] values)
 LEGAL_SHAPES = ("[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row), an "
                 "output [P, N] (P partial column sums, P >= 2 a literal)")
 
@@ -127,13 +128,13 @@ def _shapes(op, problems: Problems):
     for (group, name), s in shapes.items():
         written_p = group == "outputs" and len(op.outputs[name].shape) == 2 and \
             isinstance(op.outputs[name].shape[0], int)     # P is a literal in the file, not a size's value
-        kind = ("scalar" if op.reduction != "none" and list(getattr(op, group)[name].shape) == [1] else
-                _kind(s, m, n) or (_partial_kind(s, n) if written_p else None))
+        one = list(getattr(op, group)[name].shape) == [1]      # [1]: reduced over the rows (op.reduction)
+        kind = "scalar" if one and op.reduction != "none" else \
+            _kind(s, m, n) or (_partial_kind(s, n) if written_p else None)
         if kind is None:
-            scalar = (", or [1] (one value in all) with op.reduction mean or sum" if op.reduction == "none" and
-                      list(getattr(op, group)[name].shape) == [1] else "")
             problems.add(("op", group, name, "shape"), f"shape {list(map(str, s))} is none of the row shapes "
-                                                       f"{LEGAL_SHAPES}{scalar} with M = {m}, N = {n}")
+                                                       f"{LEGAL_SHAPES}{_ONE_HINT if one else ''} with M = {m}, "
+                                                       f"N = {n}")
         kinds[name] = kind
     for name in op.outputs:
         if kinds.get(name) == "col":
@@ -703,10 +704,7 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     cp = sch.compiler_params
     args = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands)) + \
         tuple(KernelArg("i32", -1, value=dims.size(x)) for x in ranges)
-    reduced = sum(1 for o in outs if o.kind == "scalar")
-    if reduced:   # the blocks' sums (a 16-byte slot each) after a zeroed 16-byte counter of blocks done
-        args += (KernelArg("workspace", -1, value=WORKSPACE_HEAD + num_blocks * 4 * ws_stride(reduced),
-                           zero=WORKSPACE_HEAD),)
+    args += _reduction_workspace(outs, num_blocks)
     return RowwisePlan(
         launch=KernelLaunch(name=spec.name, family="rowwise", kernel_name=kname, backends=tuple(sch.backends),
                             threads=threads, smem_bytes=smem, num_blocks=num_blocks, blocks_per_sm=per_sm,
@@ -726,6 +724,16 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
         profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), ignore_index=op.ignore_index,
         reduction=op.reduction)
+
+
+def _reduction_workspace(outs, num_blocks) -> tuple[KernelArg, ...]:
+    """op.reduction's workspace argument when there are [1] outputs: a zeroed 16-byte counter of blocks done, then
+    the blocks' sums (a 16-byte slot each)."""
+    reduced = sum(1 for o in outs if o.kind == "scalar")
+    if not reduced:
+        return ()
+    return (KernelArg("workspace", -1, value=WORKSPACE_HEAD + num_blocks * 4 * ws_stride(reduced),
+                      zero=WORKSPACE_HEAD),)
 
 
 WORKSPACE_HEAD = 16       # bytes of the reduction's workspace before the blocks' slots: the blocks-done counter

@@ -197,6 +197,16 @@ class RowwisePlan:
         return tuple(o for o in self.outputs if o.kind in ("per_row", "scalar"))
 
     @property
+    def count_slot(self) -> int:
+        """The word of a workspace slot (and of the block's partials) that holds the count of rows not ignored:
+        after one sum for each [1] output."""
+        return len(self.scalar_outputs)
+
+    @property
+    def input_count(self) -> int:
+        return len(self.inputs)
+
+    @property
     def ws_stride(self) -> int:
         """f32 words of a block's slot in the reduction's workspace (its sums, then its count; 16-byte slots)."""
         return -(-(len(self.scalar_outputs) + 1) // 4) * 4

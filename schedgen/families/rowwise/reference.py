@@ -7,7 +7,8 @@ from typing import Mapping
 import numpy as np
 
 from ...frontend import expr as ex
-from ...reference import shape_of
+from ...reference import POSITIVE_DOMAIN, _functions, magnitude_for, shape_of
+from ...runtime.arrays import DTYPES
 from . import body as rb
 from .plan import INDEX_DTYPES, _kind, _shapes
 from ...plan.common import Problems
@@ -111,8 +112,6 @@ def rowwise_random_inputs(spec, sizes: Mapping[str, int], rng, magnitude: float)
     """reference.random_inputs' floats (normal, or uniform in [0.5, 2) for a body with logs or roots; scaled by
     `magnitude`), and class indices (i32 / i64 inputs) drawn from the row's columns, about one row in
     IGNORED_SHARE (at least one when M > 1) set to op.ignore_index."""
-    from ...reference import POSITIVE_DOMAIN, _functions, magnitude_for
-    from ...runtime.arrays import DTYPES
     op = spec.op
     _, kinds = parsed(spec)
     n = next(shape_of(o, sizes)[-1] for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) == "row")
