@@ -201,6 +201,31 @@ def test_schedgens_reference_is_f_cross_entropy(reduction, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_the_derived_graph_is_f_cross_entropys_gradient(reduction):
+    """The backward graph evaluated with schedgen's float64 references (the step's [1] cotangent as the
+    reduction's adjoint, ignored rows 0) is F.cross_entropy's gradient of the logits."""
+    from schedgen.autodiff.graph import evaluate
+    ov = {"op.reduction": reduction, "op.sizes.N": 256} | ({"op.outputs.loss.shape": ["M"]} if reduction == "none"
+                                                           else {})
+    spec, src = load_spec(str(SPEC), ov)
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems and graph.grads == ("x",)
+    sizes = {"M": 11, "N": 256}
+    x, t = _case(11, 256, seed=8, magnitude=4.0)
+    inputs = {"x": x.astype(np.float64), "t": t}
+    outputs = families.of(spec).reference(spec, sizes, inputs)
+    want, grad = cross_entropy64(x, t, reduction)
+    np.testing.assert_allclose(outputs["loss"], want, rtol=1e-12)
+    g = np.random.default_rng(2).standard_normal(want.shape)
+
+    def run(step, values):
+        step_spec, _ = _validated(step.spec)
+        return families.of(step_spec).reference(step_spec, sizes, values)
+    got = evaluate(graph, inputs, outputs, {"loss": g}, run)
+    np.testing.assert_allclose(got["x"], grad(g), rtol=1e-10, atol=1e-14)
+
+
 # ------------------------------------------------------------------------------------------------ Pallas, interpreted
 
 @pytest.fixture(scope="module")
