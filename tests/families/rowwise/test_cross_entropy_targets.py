@@ -416,3 +416,34 @@ def test_gpu_pallas_matches_torch_cross_entropy(tmp_path, reduction):
         gw = x64.grad.numpy()
         np.testing.assert_allclose(np.asarray(gx.astype(jnp.float32), np.float64), gw, rtol=1e-2,
                                    atol=1e-2 * np.abs(gw).max())
+
+
+@pytest.mark.parametrize("which, reduction, dtype", [
+    ("forward", "mean", "i64"), ("backward", "mean", "i64"),
+    pytest.param("forward", "sum", "i32", marks=pytest.mark.slow),       # a minute or more each on a shared CPU
+    pytest.param("forward", "none", "i32", marks=pytest.mark.slow),
+    pytest.param("backward", "sum", "i32", marks=pytest.mark.slow),
+    pytest.param("backward", "none", "i32", marks=pytest.mark.slow)])
+def test_pallas_lowers_for_cuda(tmp_path, reduction, dtype, which):
+    """Mosaic GPU (jax 0.11.2) lowers the Pallas kernels on the CPU: the class indices' per-row block, the ignored
+    rows' where, and the jax function around a reduced kernel (jax without x64 reads i64 as int32)."""
+    jax = pytest.importorskip("jax")
+    from schedgen.runtime.arrays import DTYPES
+    from schedgen.runtime.kernel import load_package
+    ov = {**SMALL, "op.reduction": reduction, "op.inputs.t.dtype": dtype} | (
+        {"op.outputs.loss.shape": ["M"]} if reduction == "none" else {})
+    if which == "forward":
+        built = build_spec(str(SPEC), ov)
+    else:
+        step = _step(ov).steps[0].spec
+        step["schedule"] = {"backends": ["pallas"],
+                            "out_specs": {"grad_x": {"block_shape": [8, 1024], "out_of_bounds": "zero"}}}
+        path = tmp_path / "step.yaml"
+        path.write_text(yaml.safe_dump(step, sort_keys=False))
+        built = build_spec(str(path))
+    assert "pallas" in built.plan.launch.backends
+    kernel = load_package(package(built, tmp_path / "out"))
+    sizes = {r.name: r.max for r in kernel.launch.sizes}
+    args = [jax.ShapeDtypeStruct(kernel.shape_of(o, sizes), DTYPES[o.dtype]) for o in kernel.inputs]
+    text = jax.jit(kernel._pallas.module().make(sizes)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
