@@ -559,7 +559,8 @@ def _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, 
     prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
                                          128 * sch.num_warpgroups)
     words = row_words(op, kinds, vec)
-    if prefetch and offset + 2 * slot > hw.smem_per_block:
+    static = reduction_static_smem(op, kinds, rows, 128 * sch.num_warpgroups)
+    if prefetch and offset + 2 * slot + static > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "kind"),
                      f"the CUDA kernel's prefetch ring (two slots of {steps} row(s) x {chunks} 16-byte vector(s) "
                      f"x {words} word(s) a thread, {128 * sch.num_warpgroups} threads: {2 * slot} B) does not fit "
@@ -734,6 +735,15 @@ def _reduction_workspace(outs, num_blocks) -> tuple[KernelArg, ...]:
         return ()
     return (KernelArg("workspace", -1, value=WORKSPACE_HEAD + num_blocks * 4 * ws_stride(reduced),
                       zero=WORKSPACE_HEAD),)
+
+
+def reduction_static_smem(op, kinds, rows: int, threads: int) -> int:
+    """Bytes of static SMEM the CUDA kernel declares beside its dynamic SMEM for op.reduction: the row groups' and
+    the warps' slots of sums ([1] outputs), the warps' counts of rows not ignored (a [1] input under mean), a flag."""
+    outs = sum(1 for nm in op.outputs if kinds.get(nm) == "scalar")
+    ins = any(kinds.get(nm) == "scalar" for nm in op.inputs)
+    slots = (rows + threads // 32) * ws_stride(outs) * 4 + 4 if outs else 0
+    return slots + (threads // 32 * 4 if ins and op.reduction == "mean" else 0)
 
 
 WORKSPACE_HEAD = 16       # bytes of the reduction's workspace before the blocks' slots: the blocks-done counter
