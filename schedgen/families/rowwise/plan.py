@@ -268,6 +268,13 @@ def _check_reduction(op, sch, kinds, csize: int, problems: Problems) -> None:
     if not scalars_out and not any(kinds.get(nm) == "scalar" for nm in op.inputs):
         problems.add(("op", "reduction"), f"reduction {op.reduction} reduces the [1] outputs (or reads a [1] "
                                           f"gradient): this op has no operand of shape [1]; use reduction: none")
+    if op.reduction == "mean" and sch.persistent.loop == "none" and \
+            any(kinds.get(nm) == "scalar" for nm in op.inputs):
+        problems.add(("schedule", "persistent", "loop"), "a [1] input under reduction mean is divided by the rows "
+                                                         "not ignored, which every block of the CUDA kernel counts "
+                                                         "over all of M: a block a row block would read M x M class "
+                                                         "indices; leave persistent.loop unset (nd_loop: a grid of "
+                                                         "the resident blocks)")
     if csize > 1 and scalars_out:
         problems.add(("schedule", "cluster", 0), f"op.reduction {op.reduction}: the CUDA kernel's blocks add "
                                                  f"their rows' values, which a cluster's CTAs split; use cluster: "

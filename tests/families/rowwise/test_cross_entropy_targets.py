@@ -184,6 +184,10 @@ def test_the_backward_step_masks_and_scales():
     assert [o.name for o in p.scalar_inputs] == ["g_loss"] and not p.scalar_outputs
     cu = render(p, "cuda")
     assert "sg_scale = 1.0f / (float)rows;" in cu and "y_grad_x[j] = ign[s] ? 0.0f : o_grad_x;" in cu
+    step_data = dict(step.spec, schedule={"persistent": {"loop": "none"}})
+    with pytest.raises(SpecErrors) as info:
+        plan(*_validated(step_data))
+    assert "schedule.persistent.loop" in str(info.value) and "M x M class indices" in str(info.value)
     assert "sg_scale" not in render(plan(*_validated(_step({"op.reduction": "sum"}).steps[0].spec)), "cuda").split(
         "const float sc_g_loss")[0].split("float sg_scale = 1.0f;")[1]
 
