@@ -34,8 +34,13 @@ DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "fp16": "f
 DType = Annotated[Literal["bf16", "f16", "f32", "f8e4m3", "f8e5m2"],
                   BeforeValidator(lambda v: DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v),
                   SchemaAlsoAccepts(*DTYPE_ALIASES)]
-# (i32: no op operand is declared with it; a family derives such operands itself, e.g. grouped_matmul's offsets)
-ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4}
+# Integer element types of index operands: the rowwise family's class indices (cross-entropy's targets, declared
+# i32 / i64 in a spec: IndexDType); grouped_matmul derives its i32 group offsets itself.
+INDEX_DTYPE_ALIASES = {"int32": "i32", "int64": "i64", "long": "i64"}
+IndexDType = Annotated[Literal["i32", "i64"],
+                       BeforeValidator(lambda v: INDEX_DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v),
+                       SchemaAlsoAccepts(*INDEX_DTYPE_ALIASES)]
+ITEMSIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4, "i64": 8}
 
 
 def _ident(value: str) -> str:

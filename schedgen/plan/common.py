@@ -16,7 +16,7 @@ from .legality import swizzle_problem, tma_box_fits, tma_inner_bytes_problem
 
 # Storage type of each dtype in the header-free CUDA source, and its TMA element type.
 CTYPE = {"bf16": "uint16_t", "f16": "uint16_t", "f32": "float", "f8e4m3": "uint8_t", "f8e5m2": "uint8_t",
-         "i32": "int"}
+         "i32": "int", "i64": "long long"}
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ from .hardware import TARGETS, target_field
 LAUNCH_VERSION = 2
 FILE_NAME = "launch.json"
 ARG_KINDS = ("tmap", "ptr", "counter", "u32", "i32", "workspace")
-DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2", "i32")   # i32: index operands (grouped_matmul offsets)
+DTYPES = ("bf16", "f16", "f32", "f8e4m3", "f8e5m2", "i32", "i64")   # i32 / i64: index operands (grouped_matmul
+                                                                   # offsets, rowwise class indices)
 COUNTER_BYTES = 8             # a "counter" argument: two u32, zero before the first launch (the kernel re-zeroes it)
 WORKSPACE_ALIGN = 16          # a "workspace" argument's byte count is a multiple of this (memset in 32-bit words)
 

@@ -22,13 +22,15 @@ DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
     "f8e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
     "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "i32": np.dtype(np.int32),     # index operands (grouped_matmul's group offsets)
+    "i32": np.dtype(np.int32),     # index operands (grouped_matmul's group offsets, rowwise class indices)
+    "i64": np.dtype(np.int64),     # rowwise class indices (cross-entropy's targets, torch's long)
 }
 _TORCH = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
-          "i32": "int32"}
+          "i32": "int32", "i64": "int64"}
 _TORCH_REV = {f"torch.{v}": k for k, v in _TORCH.items()}
 # DLPack (code, bits): kDLInt=0, kDLFloat=2, kDLBfloat=4, kDLFloat8_e4m3fn=10, kDLFloat8_e5m2=12 (lanes must be 1).
-_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (10, 8): "f8e4m3", (12, 8): "f8e5m2", (0, 32): "i32"}
+_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (10, 8): "f8e4m3", (12, 8): "f8e5m2", (0, 32): "i32",
+           (0, 64): "i64"}
 _KDLCPU, _KDLCUDA = 1, 2
 _DEVICE_NAMES = {1: "the CPU", 2: "CUDA", 3: "CUDA host (pinned) memory", 13: "CUDA managed memory", 10: "ROCm"}
 ACCEPTED = ("numpy arrays, torch tensors, cupy arrays, jax arrays, or objects exposing "
@@ -347,7 +349,8 @@ def _pointer_device(ptr: int) -> int:
 # ---------------------------------------------------------------------------------------------- checks
 
 _NP_CONVERT = {"bf16": "ml_dtypes.bfloat16", "f16": "np.float16", "f32": "np.float32",
-               "f8e4m3": "ml_dtypes.float8_e4m3fn", "f8e5m2": "ml_dtypes.float8_e5m2", "i32": "np.int32"}
+               "f8e4m3": "ml_dtypes.float8_e4m3fn", "f8e5m2": "ml_dtypes.float8_e5m2", "i32": "np.int32",
+               "i64": "np.int64"}
 
 
 def _convert_hint(kind: str, name: str, dtype: str) -> str:
@@ -442,7 +445,7 @@ def check_meta(kind: str, name: str, got_shape: tuple[int, ...], got_dt: str, sh
 
 
 _PRETTY = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",
-           "f8e5m2": "float8_e5m2", "i32": "int32"}
+           "f8e5m2": "float8_e5m2", "i32": "int32", "i64": "int64"}
 
 
 def _pretty_dtype(dt: str) -> str:

@@ -179,6 +179,11 @@ class PallasCall:
             return jax.jit(into, donate_argnums=1)
         kern = self._make(sizes, interpret, outputs_as_refs=False)
         if mode == "torch":
+            if getattr(self.module(), "WRAPS_KERNEL", False):
+                raise ArgumentError(f"{self.kernel.inputs[0].name}: {self.kernel.name}'s Pallas kernel sits in a jax "
+                                    f"function that reduces its [1] outputs (op.reduction), which "
+                                    f"plgpu.as_torch_kernel cannot take: call it with torch tensors on "
+                                    f"backend=\"cuda\", or with jax arrays on the Pallas backend")
             from jax.experimental.pallas import mosaic_gpu as plgpu
             return plgpu.as_torch_kernel(kern)   # compiles per input shapes itself; we keep it alive per sizes
         if self.kernel.backward is not None:
@@ -300,7 +305,14 @@ def _on_current_torch_stream(fn: Callable, args: Sequence[Any]) -> Any:
 
 def _check_meta(meta: tuple[str, tuple[int, ...], str], name: str, shape: tuple[int, ...], dtype: str) -> None:
     kind, got_shape, got_dt = meta
+    if dtype == "i64" and got_dt == "i32" and kind in ("jax", "tracer") and not _x64():
+        dtype = "i32"        # jax without jax_enable_x64 has no int64 arrays: its int32 ones are the class indices
     arrays.check_meta("jax" if kind == "tracer" else kind, name, got_shape, got_dt, shape, dtype)
+
+
+def _x64() -> bool:
+    import jax
+    return bool(jax.config.jax_enable_x64)
 
 
 def _with_backward(kern: Callable, backward: Any, interpret: Any) -> Callable:

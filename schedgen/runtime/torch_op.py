@@ -62,7 +62,7 @@ from .arrays import ArgumentError, dtype_name
 NAMESPACE = "schedgen"
 DIGEST_CHARS = 10
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f8e4m3": "float8_e4m3fn",
-                 "f8e5m2": "float8_e5m2", "i32": "int32"}
+                 "f8e5m2": "float8_e5m2", "i32": "int32", "i64": "int64"}
 _REGISTERED: dict[str, "TorchOp"] = {}   # op name -> its registration (one per process and content)
 # Plain eager calls on real CUDA tensors (no compile, no dispatch mode, no autograd) skip the op: its dispatch costs
 # tens of microseconds of host time per call and changes nothing there (same checks, same launch, same stream).

@@ -13,6 +13,7 @@ FAMILY = register(Family(
     plan=".plan:plan_rowwise",
     defaults=".defaults:rowwise_defaults",
     reference=".reference:rowwise_reference",
+    random_inputs=".reference:rowwise_random_inputs",
     explain=".explain:explain_rowwise",
     small_sizes=".reference:small_sizes",
     tune_aliases=".tune:rowwise_aliases",

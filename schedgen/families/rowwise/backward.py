@@ -15,6 +15,9 @@ per-row input's ([M])
 gradient is the row sum of its contributions, one value a row. `take(e, i)`'s gradient is `g` at the column it
 read: the step reads the column indices as a [N] input (`arange:N`, filled by the runtime) and compares them with
 i; the class index itself gets no gradient. Cross-entropy's backward comes out as g (softmax(x) - onehot(t)).
+Integer class indices (i32 / i64) get no gradient at all (backward.wrt naming one is a located error); the step
+copies op.ignore_index and op.reduction and always reads them: an ignored row's gradient is 0, and a reduced [1]
+output's cotangent reaches the rows as the reduction's adjoint (mean: divided by the rows not ignored).
 
 Default: save nothing. The backward reads the row again anyway, so recomputing a reduction costs a sweep of data on
 chip, not a read from memory; `backward.save` can keep a temporary (a per-row one such as a norm's rstd is [M]).
@@ -32,7 +35,7 @@ from ...autodiff.spec import fitting, fresh, read_as, save_names, written, wrt_n
 from ...frontend import expr as ex
 from ...plan.common import Problems
 from . import body as rb
-from .plan import _shapes
+from .plan import _shapes, index_inputs
 
 STEP = "grad"
 MAX_INPUTS, MAX_OUTPUTS = 16, 8        # the rowwise op's limits (model.py)
@@ -170,6 +173,9 @@ def _derive(op, names: _Names, problems: Problems):
 
 def _reads_of(op, names: _Names, derived, constants: dict, as_in: dict) -> _Reads:
     reads = [n for n in derived.inputs if n not in constants and n != names.cols]
+    # the class indices (i32 / i64) always: a row equal to ignore_index gets a zero gradient, and the mean's
+    # adjoint divides by the rows not ignored (the step masks and counts them as the forward does)
+    reads += [n for n in index_inputs(op) if n not in reads]
     return _Reads([n for n in reads if n in op.inputs], [o for o in op.outputs if names.cot_of[o] in reads],
                   [s for s in names.saved if as_in[s] in reads])
 

@@ -92,7 +92,8 @@ def _cluster_picks(spec, kinds, n, vec, warps_per_row, steps, kept) -> tuple[int
     else:
         body = _parse_body(op, kinds, Problems())
         cols = any(kinds[nm] == "col" for nm in op.inputs)
-        size = 1 if body is None or streaming(op, kinds, body) else \
+        reduced = any(kinds.get(nm) == "scalar" for nm in op.outputs)    # its blocks' sums: no cluster
+        size = 1 if body is None or reduced or streaming(op, kinds, body) else \
             pick_cluster(n, vec, warps_per_row, steps, kept, cols)
         picks = [] if size == 1 else [Pick(("schedule", "cluster"), [size, 1, 1],
                                            f"a row of {n} is too long for one CTA's registers: {size} CTAs hold "

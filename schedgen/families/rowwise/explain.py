@@ -66,10 +66,12 @@ def explain_rowwise(p) -> str:
         "  operands",
     ]
     kinds = {"row": "rows", "col": "a vector along the row", "per_row": "one value a row",
-             "partial": "partial column sums, one row a block"}
+             "partial": "partial column sums, one row a block",
+             "scalar": f"one value for all rows (reduction {p.reduction})"}
     for o in p.operands:
         lines.append(f"    {o.role:3} {o.name:10} {o.dtype:5} {'[' + ', '.join(map(str, o.shape)) + ']':16} "
                      f"{kinds[o.kind]}")
+    lines += _class_index_lines(p)
     ids = spell(p.body_roles, CXX_SPELLING)
     lines.append("  reductions")
     for r in p.reductions:
@@ -85,3 +87,16 @@ def explain_rowwise(p) -> str:
     at_max = " (M at its max)" if p.launch.dynamic_sizes else ""
     lines.append(f"  traffic    {p.bytes_moved / 2**20:.1f} MiB{at_max}; floor at {COPY_GBPS:.0f} GB/s: {floor_ms:.4f} ms")
     return "\n".join(lines)
+
+
+def _class_index_lines(p) -> list[str]:
+    """The ignored rows and the reduction over the rows (F.cross_entropy's contract), when the plan has them."""
+    lines = []
+    if p.index_inputs:
+        lines.append(f"  ignored    rows whose {', '.join(o.name for o in p.index_inputs)} is {p.ignore_index}: every "
+                     f"output 0; class indices outside [0, {p.n}) read as -1 (no column)")
+    if p.scalar_outputs:
+        lines.append(f"  reduction  {p.reduction} over the rows not ignored: each block adds its rows' values, the last "
+                     f"block to finish adds the blocks' sums in block order (CUDA; deterministic for a grid); the "
+                     f"Pallas package's jax function sums the kernel's values a row")
+    return lines

@@ -90,10 +90,23 @@ def torch_body_fn(torch, plan, spec):
     tdt = torch_dtypes(torch)
     n = plan.n
 
+    integer = {o.name for o in plan.index_inputs}
+    scalar_in = {o.name for o in plan.scalar_inputs}
+
     def fn(*inputs):
         env = {}
+        m = next(t for t, o in zip(inputs, plan.inputs) if o.kind == "row").shape[0]
+        keep = torch.ones(m, dtype=torch.bool, device=inputs[0].device)   # rows not ignored (class indices)
         for name, t in zip(names, inputs):
+            if name in integer:
+                keep = keep & (t.reshape(-1) != plan.ignore_index)
+        count = keep.sum()
+        for name, t in zip(names, inputs):
+            if name in integer:        # a column where 0 <= i < N, else -1 (the kernels' masking)
+                t = torch.where((t >= 0) & (t < n), t, torch.full_like(t, -1))
             t = t.float()
+            if name in scalar_in:      # the reduction's adjoint
+                t = (t / count if plan.reduction == "mean" else t).reshape(1, 1)
             env[name] = t.reshape(1, -1) if kinds[name] == "col" else t.reshape(-1, 1) if kinds[name] == "per_row" else t
         env.update(consts)
         for target, op, f, fi in steps:
@@ -104,7 +117,11 @@ def torch_body_fn(torch, plan, spec):
             v = env[o.name]
             if not isinstance(v, torch.Tensor):
                 v = torch.tensor(v, device=inputs[0].device)
-            m = inputs[0].shape[0]
+            v = torch.where(keep.reshape(-1, 1), v, torch.zeros_like(v)) if integer else v
+            if o.kind == "scalar":
+                total = v.expand(m, 1).sum().reshape(1)
+                outs.append((total / count if plan.reduction == "mean" else total).to(tdt[o.dtype]))
+                continue
             shape = (m, n) if o.kind == "row" else (m,) + tuple(o.shape[1:])
             outs.append(v.expand(m, n if o.kind == "row" else 1).reshape(shape).to(tdt[o.dtype]))
         return tuple(outs)
@@ -145,10 +162,25 @@ def torch_candidates(torch, plan, spec) -> list[tuple[str, object]]:
             cands += [("torch.logsumexp", lambda x: (torch.logsumexp(x.float(), -1).reshape(-1, *shape).to(out_dt[0]),)),
                       ("torch.sum", lambda x: (x.float().sum(-1).reshape(-1, *shape).to(out_dt[0]),)),
                       ("torch.amax", lambda x: (x.amax(-1).reshape(-1, *shape).to(out_dt[0]),))]
-        if kinds == ["row", "per_row"]:
-            cands += [("F.cross_entropy(reduction='none')", lambda x, t: (
-                F.cross_entropy(x.float(), t.reshape(-1).long(), reduction="none").reshape(-1, *shape).to(out_dt[0]),))]
+    if [o.kind for o in outs] in (["per_row"], ["scalar"]) and kinds == ["row", "per_row"]:
+        cands += _cross_entropy(F, plan, out_dt[0])
     return cands
+
+
+def _cross_entropy(F, plan, dtype) -> list[tuple[str, object]]:
+    """F.cross_entropy with the plan's reduction (none: one loss a row, in the output's shape) and, for class
+    indices, its ignore_index."""
+    shape = tuple(plan.outputs[0].shape[1:])
+    if plan.reduction == "none":
+        ig = plan.ignore_index if plan.index_inputs else -100
+        return [("F.cross_entropy(reduction='none')", lambda x, t: (
+            F.cross_entropy(x.float(), t.reshape(-1).long(), reduction="none", ignore_index=ig)
+            .reshape(-1, *shape).to(dtype),))]
+    if not plan.index_inputs:
+        return []
+    return [(f"F.cross_entropy(reduction='{plan.reduction}')", lambda x, t: (
+        F.cross_entropy(x.float(), t.reshape(-1).long(), reduction=plan.reduction,
+                        ignore_index=plan.ignore_index).reshape(1).to(dtype),))]
 
 
 def _checked(torch, fn, plan, spec, host, device) -> tuple[bool, float]:

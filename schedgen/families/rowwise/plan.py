@@ -11,6 +11,15 @@ blocks (a grid of all SMs, or one block a row block); M is a launch argument whe
 of a cluster split each row block's columns in C equal slices, each reduction level combined within the CTA and then
 across the cluster through DSMEM (CUDA only). Pallas: the same rows of a step go
 through an emit_pipeline ring of `max_concurrent_steps` SMEM stages, reduced with jnp in registers.
+
+Class indices (F.cross_entropy's targets): an i32 / i64 input of one value a row is read as an f32 column where
+0 <= i < N and as -1 (no column: take() loads nothing, gives 0) anywhere else; a row whose index equals
+op.ignore_index writes 0 to every output. op.reduction mean / sum: the one-value-a-row outputs are [1] (kind
+"scalar"); the CUDA kernel's row groups sum their rows not ignored, each block writes its sums and count to a slot of
+a workspace and bumps a zeroed counter, and the last block adds every slot in block order (deterministic for a grid)
+and writes the [1] outputs; the Pallas kernel writes the rows' values and the module's jax function sums them. A [1]
+input (a reduced loss's cotangent, in the derived backward) reaches every row as the reduction's adjoint: mean
+divides by the rows not ignored, which each CUDA block counts over all of M before its rows.
 """
 from __future__ import annotations
 
@@ -39,6 +48,10 @@ STREAM_REGS = 32           # registers of a segment when the row streams through
                            # slots of a 512-thread block's segments then take at most 128 KiB)
 REGS_PER_SM = 65536
 IN_DTYPES = ("bf16", "f16", "f32")
+INDEX_DTYPES = ("i32", "i64")      # class indices: an input of one value a row read only as take()'s column
+MAX_EXACT_INDEX = 1 << 24         # take() reads its column as an f32 (exact below 2^24): N at most this with them
+ONE_A_ROW = ("per_row", "scalar")
+_ONE_HINT = ", or [1] (one value in all) with op.reduction mean or sum"  # kinds of one value a row in the kernels ([1]: the Pallas kernel's [M] values)
 LEGAL_SHAPES = ("[M, N] (rows), [N] or [1, N] (a vector along the row), [M] or [M, 1] (one value a row), an "
                 "output [P, N] (P partial column sums, P >= 2 a literal)")
 
@@ -53,8 +66,10 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     check_reserved_names(spec, problems)
     check_unread(op, sch, problems)
     kinds, m, n = _shapes(op, problems)
-    _dtypes(op, problems)
+    _dtypes(op, kinds, problems)
     body = _parse_body(op, kinds, problems)
+    if body is not None and kinds is not None and n is not None:
+        _check_index_inputs(op, kinds, body, n, problems)
     if body is not None and sch.compiler_params.approx_math:
         body = rb.hoist_reciprocals(body)       # a reciprocal a row, a multiply an element
     if kinds is None or n is None:
@@ -74,6 +89,7 @@ def plan_rowwise(spec: SpecFile, hw: Hardware) -> tuple[RowwisePlan | None, Prob
     if body is not None:
         _check_outputs(op, kinds, body, problems)
         _check_partials(op, sch, kinds, body, problems)
+        _check_reduction(op, sch, kinds, csize, problems)
         _pallas_limits(op, sch, body, operands, rows, steps, n, hw, problems)
         ring = _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, hw, problems)
     check_profiler(sch.compiler_params, sch.backends, problems)
@@ -112,10 +128,13 @@ def _shapes(op, problems: Problems):
     for (group, name), s in shapes.items():
         written_p = group == "outputs" and len(op.outputs[name].shape) == 2 and \
             isinstance(op.outputs[name].shape[0], int)     # P is a literal in the file, not a size's value
-        kind = _kind(s, m, n) or (_partial_kind(s, n) if written_p else None)
+        one = list(getattr(op, group)[name].shape) == [1]      # [1]: reduced over the rows (op.reduction)
+        kind = "scalar" if one and op.reduction != "none" else \
+            _kind(s, m, n) or (_partial_kind(s, n) if written_p else None)
         if kind is None:
             problems.add(("op", group, name, "shape"), f"shape {list(map(str, s))} is none of the row shapes "
-                                                       f"{LEGAL_SHAPES} with M = {m}, N = {n}")
+                                                       f"{LEGAL_SHAPES}{_ONE_HINT if one else ''} with M = {m}, "
+                                                       f"N = {n}")
         kinds[name] = kind
     for name in op.outputs:
         if kinds.get(name) == "col":
@@ -186,12 +205,80 @@ def _check_partials(op, sch, kinds, body, problems: Problems) -> None:
                                                         f"leave persistent.{field} unset (nd_loop, auto)")
 
 
-def _dtypes(op, problems: Problems) -> None:
+def _dtypes(op, kinds, problems: Problems) -> None:
     for group in ("inputs", "outputs"):
         for name, o in getattr(op, group).items():
-            if o.dtype not in IN_DTYPES:
+            if o.dtype in INDEX_DTYPES and group == "inputs":
+                if kinds is not None and kinds.get(name) != "per_row":
+                    problems.add(("op", group, name, "dtype"), f"'{name}' is {o.dtype}: integer inputs are class "
+                                                               f"indices of one value a row, shape [M] (or [M, 1]); "
+                                                               f"the kernels load and store rows in "
+                                                               f"{', '.join(IN_DTYPES)}")
+            elif o.dtype not in IN_DTYPES:
                 problems.add(("op", group, name, "dtype"), f"{o.dtype} is not a rowwise dtype; the kernels load and "
-                                                           f"store {', '.join(IN_DTYPES)} (math in f32)")
+                                                           f"store {', '.join(IN_DTYPES)} (math in f32), and take "
+                                                           f"class indices of one value a row in "
+                                                           f"{', '.join(INDEX_DTYPES)}")
+    if kinds is not None:
+        for name, o in op.outputs.items():
+            if kinds.get(name) == "scalar" and o.dtype != "f32":
+                problems.add(("op", "outputs", name, "dtype"), f"'{name}' [1] holds the rows' values reduced "
+                                                               f"({op.reduction}): f32, got {o.dtype}")
+        for name, o in op.inputs.items():
+            if kinds.get(name) == "scalar" and o.dtype != "f32":
+                problems.add(("op", "inputs", name, "dtype"), f"'{name}' [1] is one value for every row (a "
+                                                              f"reduced output's gradient): f32, got {o.dtype}")
+
+
+def index_inputs(op) -> list[str]:
+    """The integer inputs (class indices)."""
+    return [n for n, o in op.inputs.items() if o.dtype in INDEX_DTYPES]
+
+
+def _check_index_inputs(op, kinds, body, n: int, problems: Problems) -> None:
+    """An integer input is a class index: the kernels read it as an f32, exact where it is a column of the row
+    (0 <= i < N) and -1 (no column) anywhere else, so N must be below 2^24."""
+    del kinds, body
+    if "ignore_index" in op.model_fields_set and not index_inputs(op):
+        problems.add(("op", "ignore_index"), "ignore_index names the class index of rows to ignore, but no input is "
+                                             "one (an i32 / i64 input of one value a row): remove it, or declare "
+                                             "the targets i32 / i64")
+    for name in index_inputs(op):
+        if n > MAX_EXACT_INDEX:
+            problems.add(("op", "inputs", name, "dtype"), f"class indices of rows of N = {n}: the kernels read "
+                                                          f"them as f32 columns, exact below {MAX_EXACT_INDEX}")
+
+
+def _check_reduction(op, sch, kinds, csize: int, problems: Problems) -> None:
+    """op.reduction mean / sum: the one-value-a-row outputs are [1] (their rows' values reduced), no partial-sum
+    outputs, no cluster with [1] outputs (a [1] input, the backward's, is read by every CTA); reduction none: no
+    [1] operand (_shapes)."""
+    if op.reduction == "none":
+        return
+    scalars_out = [nm for nm in op.outputs if kinds.get(nm) == "scalar"]
+    for nm in op.outputs:
+        if kinds.get(nm) == "per_row":
+            problems.add(("op", "outputs", nm, "shape"), f"with op.reduction {op.reduction} the rows' values of "
+                                                         f"'{nm}' are reduced to one: shape [1] (or op.reduction: "
+                                                         f"none for one value a row)")
+        elif kinds.get(nm) == "partial":
+            problems.add(("op", "outputs", nm, "shape"), f"op.reduction {op.reduction} reduces one-value-a-row "
+                                                         f"outputs; a kernel with partial column sums [P, N] takes "
+                                                         f"reduction: none")
+    if not scalars_out and not any(kinds.get(nm) == "scalar" for nm in op.inputs):
+        problems.add(("op", "reduction"), f"reduction {op.reduction} reduces the [1] outputs (or reads a [1] "
+                                          f"gradient): this op has no operand of shape [1]; use reduction: none")
+    if op.reduction == "mean" and sch.persistent.loop == "none" and \
+            any(kinds.get(nm) == "scalar" for nm in op.inputs):
+        problems.add(("schedule", "persistent", "loop"), "a [1] input under reduction mean is divided by the rows "
+                                                         "not ignored, which every block of the CUDA kernel counts "
+                                                         "over all of M: a block a row block would read M x M class "
+                                                         "indices; leave persistent.loop unset (nd_loop: a grid of "
+                                                         "the resident blocks)")
+    if csize > 1 and scalars_out:
+        problems.add(("schedule", "cluster", 0), f"op.reduction {op.reduction}: the CUDA kernel's blocks add "
+                                                 f"their rows' values, which a cluster's CTAs split; use cluster: "
+                                                 f"[1]")
 
 
 def _parse_body(op, kinds, problems: Problems):
@@ -206,7 +293,7 @@ def _parse_body(op, kinds, problems: Problems):
 
 def _check_outputs(op, kinds, body, problems: Problems) -> None:
     for name in op.outputs:
-        if kinds.get(name) == "per_row" and body.varies[name]:
+        if kinds.get(name) in ONE_A_ROW and body.varies[name]:
             problems.add(("op", "outputs", name, "shape"), f"'{name}' holds one value a row ({list(op.outputs[name].shape)}) "
                                                            f"but the body's value of it varies along the row: reduce it "
                                                            f"(sum, mean, max, min, logsumexp, take), or make it [M, N]")
@@ -422,7 +509,7 @@ def _operands(op, kinds, rows: int, hw: Hardware) -> tuple[RowOperand, ...]:
             shape = tuple(d if isinstance(d, int) else sizes[d] for d in o.shape)
             kind = kinds[name]
             block = {"row": (rows, shape[-1]), "col": tuple(shape), "per_row": (rows,) + tuple(shape[1:]),
-                     "partial": (1, shape[-1])}[kind]
+                     "partial": (1, shape[-1]), "scalar": (rows,)}[kind]
             out.append(RowOperand(name, role, kind, o.dtype, shape, ITEMSIZE[o.dtype], CTYPE[o.dtype],
                                   f"{role}_{name}", tuple(int(b) for b in block)))
     return tuple(out)
@@ -479,7 +566,8 @@ def _ring(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize, 
     prefetch, offset, slot = ring_layout(op, sch, kinds, body, vec, chunks, rows, steps, warps_per_row, csize,
                                          128 * sch.num_warpgroups)
     words = row_words(op, kinds, vec)
-    if prefetch and offset + 2 * slot > hw.smem_per_block:
+    static = reduction_static_smem(op, kinds, rows, 128 * sch.num_warpgroups)
+    if prefetch and offset + 2 * slot + static > hw.smem_per_block:
         problems.add(("schedule", "pipeline", "kind"),
                      f"the CUDA kernel's prefetch ring (two slots of {steps} row(s) x {chunks} 16-byte vector(s) "
                      f"x {words} word(s) a thread, {128 * sch.num_warpgroups} threads: {2 * slot} B) does not fit "
@@ -526,7 +614,7 @@ def pallas_smem(operands, steps: int, n: int) -> int:
     chunk, chunks = pallas_chunks(n)
     total = 0
     for o in operands:
-        elems = math.prod(o.block) if o.kind == "per_row" else math.prod(o.block) // n * chunk * chunks
+        elems = math.prod(o.block) if o.kind in ONE_A_ROW else math.prod(o.block) // n * chunk * chunks
         total += elems * o.itemsize * (steps if o.role == "in" else 1 if o.kind == "partial" else 2)
     return total
 
@@ -545,20 +633,20 @@ def _pallas_limits(op, sch, body, operands, rows: int, steps: int, n: int, hw: H
                          f"'{o.name}' [M, 1] has a row stride of {o.itemsize} B; the Pallas kernel's TMA copies need "
                          f"GMEM strides that are a multiple of 16 B (Mosaic GPU, jax 0.11.2): write its shape [M] "
                          f"{hint}")
-        elif o.kind == "per_row" and (rows * o.itemsize) % 16:
+        elif o.kind in ONE_A_ROW and (rows * o.itemsize) % 16:
             problems.add(_rows_path(op, sch), f"the Pallas kernel moves a step's {rows} values of the per-row "
                                               f"{'output' if o.role == 'out' else 'input'} '{o.name}' by TMA "
                                               f"({rows * o.itemsize} B), which needs a multiple of 16 B (Mosaic GPU, "
                                               f"jax 0.11.2, copies GMEM <-> SMEM by TMA only): use rows a multiple of "
                                               f"{16 // o.itemsize} {hint}")
     for o in operands:
-        if o.kind != "per_row" and (n * o.itemsize) % 16:
+        if o.kind not in ONE_A_ROW and (n * o.itemsize) % 16:
             problems.add(("op", "inputs" if o.role == "in" else "outputs", o.name, "shape"),
                          f"a row of '{o.name}' is {n * o.itemsize} B; the Pallas kernel's TMA copies need a row "
                          f"stride that is a multiple of 16 B (Mosaic GPU, jax 0.11.2, copies GMEM <-> SMEM by TMA "
                          f"only): use N a multiple of {16 // o.itemsize} {hint}")
     quantum = _quantum(operands)
-    if pallas_chunks(n, quantum)[0] == 0 and not any(o.kind != "per_row" and (n * o.itemsize) % 16 for o in operands):
+    if pallas_chunks(n, quantum)[0] == 0 and not any(o.kind not in ONE_A_ROW and (n * o.itemsize) % 16 for o in operands):
         problems.add(_row_shape_path(op), f"the Pallas kernel cuts a row into TMA boxes of at most {PALLAS_CHUNK} "
                                           f"columns that tile it exactly, each a multiple of {quantum} columns (a warpgroup's lanes): "
                                           f"N = {n} has no such divisor (Mosaic GPU, jax 0.11.2, cannot copy a "
@@ -615,7 +703,8 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     outs = tuple(o for o in operands if o.role == "out")
     m_max = dims.upper(m, ranges)
     bytes_moved = sum((m_max * n if o.kind == "row" else n if o.kind == "col" else o.shape[0] * n
-                       if o.kind == "partial" else m_max) * o.itemsize for o in operands)
+                       if o.kind == "partial" else 1 if o.kind == "scalar" else m_max) * o.itemsize
+                      for o in operands)
     reductions = tuple(RowReduction(r.index, r.op, rb.COMBINE[r.op], PlanExpr(r.arg),
                                     PlanExpr(r.index_arg) if r.index_arg is not None else None, r.level, r.statement)
                        for r in body.reductions)
@@ -623,6 +712,7 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
     cp = sch.compiler_params
     args = tuple(KernelArg("ptr", i, o.dtype, o.shape) for i, o in enumerate(operands)) + \
         tuple(KernelArg("i32", -1, value=dims.size(x)) for x in ranges)
+    args += _reduction_workspace(outs, num_blocks)
     return RowwisePlan(
         launch=KernelLaunch(name=spec.name, family="rowwise", kernel_name=kname, backends=tuple(sch.backends),
                             threads=threads, smem_bytes=smem, num_blocks=num_blocks, blocks_per_sm=per_sm,
@@ -640,4 +730,33 @@ def _assemble(spec, hw, body, operands, m, n, rows, steps, warps_per_row, vec, c
         pallas_chunk=pallas_chunks(n, _quantum(operands))[0], pallas_chunks=pallas_chunks(n, _quantum(operands))[1],
         approx_math=cp.approx_math, lowering_semantics=cp.lowering_semantics,
         unsafe_no_auto_barriers=cp.unsafe_no_auto_barriers, profile_space=cp.profile_space,
-        profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved))
+        profile_dir=cp.profile_dir, bytes_moved=int(bytes_moved), ignore_index=op.ignore_index,
+        reduction=op.reduction)
+
+
+def _reduction_workspace(outs, num_blocks) -> tuple[KernelArg, ...]:
+    """op.reduction's workspace argument when there are [1] outputs: a zeroed 16-byte counter of blocks done, then
+    the blocks' sums (a 16-byte slot each)."""
+    reduced = sum(1 for o in outs if o.kind == "scalar")
+    if not reduced:
+        return ()
+    return (KernelArg("workspace", -1, value=WORKSPACE_HEAD + num_blocks * 4 * ws_stride(reduced),
+                      zero=WORKSPACE_HEAD),)
+
+
+def reduction_static_smem(op, kinds, rows: int, threads: int) -> int:
+    """Bytes of static SMEM the CUDA kernel declares beside its dynamic SMEM for op.reduction: the row groups' and
+    the warps' slots of sums ([1] outputs), the warps' counts of rows not ignored (a [1] input under mean), a flag."""
+    outs = sum(1 for nm in op.outputs if kinds.get(nm) == "scalar")
+    ins = any(kinds.get(nm) == "scalar" for nm in op.inputs)
+    slots = (rows + threads // 32) * ws_stride(outs) * 4 + 4 if outs else 0
+    return slots + (threads // 32 * 4 if ins and op.reduction == "mean" else 0)
+
+
+WORKSPACE_HEAD = 16       # bytes of the reduction's workspace before the blocks' slots: the blocks-done counter
+
+
+def ws_stride(reduced: int) -> int:
+    """f32 words of a block's slot in the reduction's workspace: its sum of each [1] output and its count of rows
+    not ignored, rounded up to 16 bytes."""
+    return -(-(reduced + 1) // 4) * 4

@@ -1,7 +1,7 @@
 """The rowwise plan: every number the templates print, the body as validated trees."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ...plan.launch import KernelLaunch, inline_field
@@ -14,6 +14,8 @@ class RowOperand:
     name: str
     role: str                   # "in" | "out"
     kind: str                   # "row" [M, N] | "col" [N] (along the row) | "per_row" [M] / [M, 1] | "partial" [P, N]
+                                # | "scalar" [1] (op.reduction mean / sum: an output reduced over the rows, or an
+                                # input that reaches every row as that reduction's adjoint)
     dtype: str
     shape: tuple[DimLike, ...]
     itemsize: int
@@ -29,6 +31,11 @@ class RowOperand:
     def block2d(self) -> bool:
         """A two-dimensional Pallas block: a per-row operand [M, 1] (else [M]), a column one [1, N] (else [N])."""
         return len(self.block) == 2
+
+    @property
+    def integer(self) -> bool:
+        """A class index input (i32 / i64)."""
+        return self.dtype in ("i32", "i64")
 
     @property
     def word_elements(self) -> bool:
@@ -100,6 +107,8 @@ class RowwisePlan:
     profile_space: int
     profile_dir: str
     bytes_moved: int
+    ignore_index: int = field(default=-100, metadata={"omit_default": True})   # rows whose class index is this
+    reduction: str = field(default="none", metadata={"omit_default": True})    # none | mean | sum ([1] operands)
 
     @property
     def operands(self) -> tuple[RowOperand, ...]:
@@ -168,6 +177,58 @@ class RowwisePlan:
         return self._of_kind(self.outputs, "partial")
 
     @property
+    def index_inputs(self) -> tuple[RowOperand, ...]:
+        """The class-index inputs (i32 / i64): a row where one equals ignore_index is ignored."""
+        return tuple(o for o in self.inputs if o.integer)
+
+    @property
+    def scalar_inputs(self) -> tuple[RowOperand, ...]:
+        """[1] inputs: one value for every row, scaled by the reduction's adjoint (mean: 1 / the rows counted)."""
+        return self._of_kind(self.inputs, "scalar")
+
+    @property
+    def scalar_outputs(self) -> tuple[RowOperand, ...]:
+        """[1] outputs: the rows' values reduced (op.reduction sum / mean)."""
+        return self._of_kind(self.outputs, "scalar")
+
+    @property
+    def one_a_row_outputs(self) -> tuple[RowOperand, ...]:
+        """Outputs of one value a row in the kernels: [M] ones and [1] ones before their reduction."""
+        return tuple(o for o in self.outputs if o.kind in ("per_row", "scalar"))
+
+    @property
+    def count_slot(self) -> int:
+        """The word of a workspace slot (and of the block's partials) that holds the count of rows not ignored:
+        after one sum for each [1] output."""
+        return len(self.scalar_outputs)
+
+    @property
+    def input_count(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def ws_stride(self) -> int:
+        """f32 words of a block's slot in the reduction's workspace (its sums, then its count; 16-byte slots)."""
+        return -(-(len(self.scalar_outputs) + 1) // 4) * 4
+
+    @property
+    def pallas_wraps(self) -> bool:
+        """The Pallas module's make() wraps the kernel in a jax function: [1] operands (the kernel reads and writes
+        them one value a row, the function broadcasts the inputs and reduces the outputs)."""
+        return bool(self.scalar_inputs or self.scalar_outputs)
+
+    def ignore_fits(self, dtype: str) -> bool:
+        """Whether ignore_index is a value of `dtype` (else no row of it is ignored)."""
+        bits = 31 if dtype == "i32" else 63
+        return -(1 << bits) <= self.ignore_index < (1 << bits)
+
+    @property
+    def ignore_literal(self) -> str:
+        """ignore_index as a C++ 64-bit literal."""
+        v = self.ignore_index
+        return f"({v + 1}LL - 1)" if v == -(1 << 63) else f"{v}LL"      # -2^63 is no literal of C++
+
+    @property
     def words(self) -> dict[str, int]:
         """Operand name -> the 16-byte words of one vector access of it (vec elements)."""
         return {o.name: self.vec * o.itemsize // 16 for o in self.operands}
@@ -234,7 +295,7 @@ class RowwisePlan:
         at, out = 0, []
         for o in self.inputs:
             out.append((o, at))
-            at += 1 if o.kind == "per_row" else self.pallas_chunks
+            at += 1 if o.kind in ("per_row", "scalar") else self.pallas_chunks
         return tuple(out)
 
     def reductions_before(self, statement: int) -> tuple[RowReduction, ...]:

@@ -7,9 +7,10 @@ from typing import Mapping
 import numpy as np
 
 from ...frontend import expr as ex
-from ...reference import shape_of
+from ...reference import POSITIVE_DOMAIN, _functions, magnitude_for, shape_of
+from ...runtime.arrays import DTYPES
 from . import body as rb
-from .plan import _kind, _shapes
+from .plan import INDEX_DTYPES, _kind, _shapes
 from ...plan.common import Problems
 
 
@@ -60,18 +61,40 @@ def evaluate(body: rb.RowBody, env: Mapping[str, np.ndarray | float], n: int) ->
 
 def rowwise_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],
                       **_options) -> dict[str, np.ndarray]:
+    """float64: integer inputs (class indices) read as their column where 0 <= i < N and -1 elsewhere; a row whose
+    class index is op.ignore_index gets 0 in every output; [1] outputs are the rows' values summed over the rows
+    not ignored (mean: divided by their count), [1] inputs reach every row as that reduction's adjoint."""
     op = spec.op
     body, kinds = parsed(spec)
     n = next(shape_of(o, sizes)[-1] for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) == "row")
+    m = next(shape_of(o, sizes)[0] for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) == "row")
+    keep = np.ones(m, dtype=bool)             # the rows not ignored
+    for name, o in op.inputs.items():
+        if o.dtype in INDEX_DTYPES:
+            keep &= np.asarray(inputs[name]).reshape(-1).astype(np.int64) != op.ignore_index
+    count = float(keep.sum())
     env: dict = {}
     for name, a in inputs.items():
+        if op.inputs[name].dtype in INDEX_DTYPES:
+            i = np.asarray(a).astype(np.int64)
+            a = np.where((i >= 0) & (i < n), i, -1)
         a = np.asarray(a, dtype=np.float64)
+        if kinds.get(name) == "scalar":
+            with np.errstate(all="ignore"):
+                a = a.reshape(1, 1) / (count if op.reduction == "mean" else 1.0)
         env[name] = a.reshape(1, -1) if kinds.get(name) == "col" else a.reshape(-1, 1) if kinds.get(name) == "per_row" else a
     env.update({c: float(v) for c, v in op.constants.items()})
     outs = evaluate(body, env, n)
     result = {}
     for name, v in outs.items():
         shape = shape_of(op.outputs[name], sizes)
+        if kinds.get(name) in ("row", "per_row", "partial"):     # ignored rows: 0 (where: their values may be inf)
+            v = np.where(keep.reshape(-1, 1), np.broadcast_to(v, np.broadcast_shapes(np.shape(v), (m, 1))), 0.0)
+        if kinds.get(name) == "scalar":
+            rows = np.where(keep, np.broadcast_to(v, (m, 1)).reshape(-1), 0.0)
+            with np.errstate(all="ignore"):
+                result[name] = np.array([rows.sum() / (count if op.reduction == "mean" else 1.0)])
+            continue
         if kinds.get(name) == "partial":     # one way to split the column sums in P rows: all in the first
             rows = np.broadcast_to(v, np.broadcast_shapes(np.shape(v), (1, n)))
             result[name] = np.zeros(shape)
@@ -80,6 +103,35 @@ def rowwise_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, np.nd
         full = (shape[0], n) if kinds.get(name) == "row" else (shape[0], 1)
         result[name] = np.ascontiguousarray(np.broadcast_to(v, full).reshape(shape))
     return result
+
+
+IGNORED_SHARE = 4        # random_inputs: about one row in this many gets ignore_index as its class index
+
+
+def rowwise_random_inputs(spec, sizes: Mapping[str, int], rng, magnitude: float) -> dict[str, np.ndarray]:
+    """reference.random_inputs' floats (normal, or uniform in [0.5, 2) for a body with logs or roots; scaled by
+    `magnitude`), and class indices (i32 / i64 inputs) drawn from the row's columns, about one row in
+    IGNORED_SHARE (at least one when M > 1) set to op.ignore_index."""
+    op = spec.op
+    _, kinds = parsed(spec)
+    n = next(shape_of(o, sizes)[-1] for nm, o in (op.inputs | op.outputs).items() if kinds.get(nm) == "row")
+    positive = bool(POSITIVE_DOMAIN & set(_functions(op.body)))
+    out = {}
+    for name, operand in op.inputs.items():
+        shape = shape_of(operand, sizes)
+        if operand.dtype in INDEX_DTYPES:
+            idx = rng.integers(0, n, shape).reshape(-1)
+            if idx.size > 1:
+                ignored = rng.random(idx.size) < 1.0 / IGNORED_SHARE
+                ignored[rng.integers(0, idx.size)] = True
+                idx = np.where(ignored, op.ignore_index, idx)
+            out[name] = idx.reshape(shape).astype(DTYPES[operand.dtype])
+            continue
+        data = rng.uniform(0.5, 2.0, shape).astype(np.float32) if positive else \
+            rng.standard_normal(shape, dtype=np.float32)
+        data *= np.float32(magnitude_for(operand.dtype, magnitude))
+        out[name] = data.astype(DTYPES[operand.dtype])
+    return out
 
 
 def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
@@ -103,4 +155,4 @@ def small_sizes(spec, plan, tiles_per_dim: int) -> dict[str, int]:
     return out
 
 
-__all__ = ["rowwise_reference", "small_sizes", "evaluate", "parsed", "_kind"]
+__all__ = ["rowwise_reference", "rowwise_random_inputs", "small_sizes", "evaluate", "parsed", "_kind"]
