@@ -530,10 +530,11 @@ def cmd_verify(args) -> int:
             status = EXIT_SPEC
             continue
         rows += value
-    print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
+    wide = max([8, *(len(c.output) for c in rows)])      # a backward's gradient rows: grad:<input>
+    print(f"{'spec':24} {'backend':7} {'output':{wide}} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items()) + (f" |x|~{c.magnitude:g}" if c.magnitude != 1 else "")
-        print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
+        print(f"{c.spec:24} {c.backend:7} {c.output:{wide}} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
               f"{c.result}{'  ' + printable(c.note) if c.note else ''}")
     if args.json:
         import json
