@@ -414,20 +414,29 @@ def _sizes(path: str, overrides: dict) -> dict:
 
 
 def cmd_explain(args) -> int:
-    from .explain import explain
+    from .explain import check_at, explain, plan_at
     from .plan import plan_with_picks, to_json
     from .frontend.validate import load_spec
     if args.variant is not None and not args.tuned:
         raise _usage("--variant goes with --tuned (a variant of the bucketed build)")
+    if args.at and args.tuned:
+        raise _usage("--at explains the spec's own package at one call's sizes; drop --tuned (--tuned explains each "
+                     "bucket's variant)")
     bb = _tuned_buckets(args.file, _overrides(args), args)
     if bb is not None:
         return _explain_buckets(args, bb)
     spec, src = load_spec(args.file, _overrides(args))
     p, picks = plan_with_picks(spec, src)
-    print(to_json(p) if args.json else explain(p, picks))
+    at = _explain_at(args, p, src, check_at)
+    if at is None and args.at:
+        return EXIT_SPEC
+    if args.json:
+        print(to_json(plan_at(p, at)))
+    else:
+        print(explain(p, picks, at=at))
     if not args.json and getattr(spec, "backward", None) is not None:
         from .explain import explain_backward
-        print(explain_backward(spec, src), end="")
+        print(explain_backward(spec, src, at=at), end="")
     if args.draw:
         from .draw import draw
         try:
@@ -435,6 +444,28 @@ def cmd_explain(args) -> int:
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK
+
+
+def _explain_at(args, plan, src, explain_check_at) -> dict[str, int] | None:
+    """explain --at NAME=VALUE[,NAME=VALUE...] checked against the plan's dynamic sizes: the sizes (None without
+    --at, or, after printing each problem located at the spec's size with what is legal, when one is wrong)."""
+    if not args.at:
+        return None
+    raw, problems = {}, []
+    for arg in args.at:
+        for part in arg.split(","):
+            name, eq, value = part.partition("=")
+            if not eq or not name.strip():
+                problems.append(Problem(("op", "sizes"), f"--at {part}: expected NAME=VALUE (a dynamic size and an "
+                                                         f"integer), e.g. --at S=4096"))
+                continue
+            raw[name.strip()] = value.strip()
+    sizes, more = explain_check_at(plan, raw)
+    problems += more
+    if problems:
+        print(SpecErrors(problems, src).render(), file=sys.stderr)
+        return None
+    return sizes
 
 
 def _explain_buckets(args, bb) -> int:
@@ -885,6 +916,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
     _add_tuned(p, "explain the bucketed build (build --tuned): the bucket table and each variant's plan")
     p.add_argument("--variant", type=_count(0), metavar="N", help="with --tuned: only variant N (vN)")
+    p.add_argument("--at", action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
+                   help="explain a dynamic-size spec's plan (and each backward step's) at these sizes, the others at "
+                        "their max (the default for all): the package as built, its counts at one call")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("verify", help="run kernels against the numpy reference",

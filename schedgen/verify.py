@@ -1,15 +1,18 @@
 """Run built kernels on fresh random inputs, outputs poisoned first, against the float64 numpy reference."""
 from __future__ import annotations
 
+import inspect
 import math
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from . import registry as families
+from .autodiff.graph import evaluate, sum_to
 from .build import Built, build_spec, package
 from .errors import SpecErrors
 from .plan.common import shown_sizes
@@ -260,7 +263,6 @@ def _depth(plan, sizes: Mapping[str, int]) -> int:
 
 def _in_range(plan, refs: Mapping[str, Any]) -> bool:
     """Whether every reference output is finite and within its output dtype's range (with a 2x margin)."""
-    import ml_dtypes
     for o in plan.outputs:
         ref = refs[o.name]
         vals = np.asarray(ref.values if isinstance(ref, Sampled) else ref)
@@ -408,7 +410,6 @@ GRAD_PREFIX = "grad:"      # a gradient's row in the verify table: grad:<input> 
 
 def _full_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The family's float64 reference as full arrays (never Sampled: the backward's steps read the whole value)."""
-    import inspect
     fn = families.of(spec).reference
     params = inspect.signature(fn).parameters
     kw = {"sample": False} if "sample" in params else {}
@@ -450,7 +451,6 @@ def _reference_gradients(built: Built, sizes: Mapping[str, int], inputs: Mapping
                          outputs: Mapping[str, Any], upstream: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The float64 gradients: the backward graph run with each step's family reference (a gradient no step writes
     is absent: zero)."""
-    from .autodiff.graph import evaluate
     specs = _step_specs(built)
 
     def f64(values):
@@ -492,7 +492,6 @@ def backward_case(built: Built, sizes: Mapping[str, int], seed: int | None,
     A large-magnitude set whose gradients leave their dtype's range, or are ill-conditioned in f32 arithmetic
     (`_conditioned`), is drawn again at 1/8 of the scale, down to 1 (as the forward's check scales down a set
     whose outputs would overflow). Returns (inputs, outputs, upstream, reference gradients, the magnitude used)."""
-    import ml_dtypes
     bw = built.backward
     fwd = bw.forward
     rng = np.random.default_rng(None if seed is None else seed + 1)
@@ -557,7 +556,6 @@ def verify_backward_at(built: Built, kernel: Kernel, backends: Sequence[str], si
     runtime chains them (autodiff.graph.evaluate; a broadcast operand's gradient summed back, each gradient cast to
     its input's dtype), fed the rounded float64 forward outputs and N(0, 1) upstream gradients, against the graph
     run with the families' float64 references (`backward_case`). A gradient no step writes is zero in both."""
-    from .autodiff.graph import evaluate
     bw = built.backward
     name = built.plan.launch.name
     asked = magnitude
@@ -580,7 +578,6 @@ def verify_backward_at(built: Built, kernel: Kernel, backends: Sequence[str], si
             return got
 
         def reduce(v, to):
-            from .autodiff.graph import sum_to
             return sum_to(np.asarray(v, np.float32), to)
 
         try:
