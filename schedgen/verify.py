@@ -417,6 +417,18 @@ def _full_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, Any]) -
     return {k: np.asarray(v.values if isinstance(v, Sampled) else v, dtype=np.float64) for k, v in out.items()}
 
 
+def _as_f64(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Floating-point arrays as float64 (what the references compute in); integer ones (group offsets) as they are."""
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        out[k] = a.astype(np.float64) if a.dtype.kind == "f" or a.dtype in _FLOAT_DTYPES else a
+    return out
+
+
+_FLOAT_DTYPES = tuple(np.dtype(DTYPES[d]) for d in ("bf16", "f16", "f8e4m3", "f8e5m2"))
+
+
 def _step_specs(built: Built) -> dict[str, Any]:
     return {n: b.spec for n, b in built.backward.steps.items()}
 
@@ -453,14 +465,11 @@ def _reference_gradients(built: Built, sizes: Mapping[str, int], inputs: Mapping
     is absent: zero)."""
     specs = _step_specs(built)
 
-    def f64(values):
-        return {k: np.asarray(v, np.float64) for k, v in values.items()}
-
     def run(step, values):
-        return _full_reference(specs[step.name], sizes, f64(values))
+        return _full_reference(specs[step.name], sizes, _as_f64(values))
 
     with np.errstate(over="ignore"):        # exp of masked-out scores (the reference zeroes them after)
-        return evaluate(built.backward.graph, f64(inputs), f64(outputs), f64(upstream), run)
+        return evaluate(built.backward.graph, _as_f64(inputs), _as_f64(outputs), _as_f64(upstream), run)
 
 
 F32_NOISE = 2.0 ** -23     # the relative noise of the conditioning test: about an f32 ulp
@@ -474,8 +483,8 @@ def _conditioned(built: Built, sizes: Mapping[str, int], inputs, outputs, upstre
     rng = np.random.default_rng(None if seed is None else seed + 2)
 
     def noisy(values):
-        return {k: np.asarray(v, np.float64) * (1 + F32_NOISE * rng.standard_normal(np.shape(v)))
-                if np.issubdtype(np.asarray(v).dtype, np.floating) else v for k, v in values.items()}
+        return {k: v * (1 + F32_NOISE * rng.standard_normal(np.shape(v))) if v.dtype == np.float64 else v
+                for k, v in _as_f64(values).items()}
 
     moved = _reference_gradients(built, sizes, noisy(inputs), noisy(outputs), noisy(upstream))
     for g, ref in refs.items():
@@ -498,7 +507,7 @@ def backward_case(built: Built, sizes: Mapping[str, int], seed: int | None,
     upstream = {n: _rounded(rng.standard_normal(shape_of(o, sizes)), o.dtype) for n, o in bw.written.op.outputs.items()}
     while True:
         inputs = random_inputs(fwd, sizes, seed, magnitude)
-        outs64 = _full_reference(fwd, sizes, {k: np.asarray(v, np.float64) for k, v in inputs.items()})
+        outs64 = _full_reference(fwd, sizes, _as_f64(inputs))
         outputs = {n: _rounded(outs64[n], o.dtype) for n, o in fwd.op.outputs.items()}
         refs = _reference_gradients(built, sizes, inputs, outputs, upstream)
         if magnitude <= 1.0:
