@@ -261,16 +261,18 @@ def _depth(plan, sizes: Mapping[str, int]) -> int:
     return dims.evaluate(families.of(plan).accumulation(plan), sizes)
 
 
+def _fits(vals: np.ndarray, dtype: str) -> bool:
+    """Whether float64 reference values are finite and within `dtype`'s range (with a 2x margin)."""
+    if dtype not in DTYPES or not np.issubdtype(vals.dtype, np.floating) or not vals.size:
+        return True
+    top = float(ml_dtypes.finfo(DTYPES[dtype]).max) / 2 if dtype != "f32" else 1e37
+    return bool(np.all(np.isfinite(vals))) and float(np.max(np.abs(vals))) <= top
+
+
 def _in_range(plan, refs: Mapping[str, Any]) -> bool:
     """Whether every reference output is finite and within its output dtype's range (with a 2x margin)."""
-    for o in plan.outputs:
-        ref = refs[o.name]
-        vals = np.asarray(ref.values if isinstance(ref, Sampled) else ref)
-        if o.dtype in DTYPES and np.issubdtype(vals.dtype, np.floating) and vals.size:
-            top = float(ml_dtypes.finfo(DTYPES[o.dtype]).max) / 2 if o.dtype != "f32" else 1e37
-            if not np.all(np.isfinite(vals)) or float(np.max(np.abs(vals))) > top:
-                return False
-    return True
+    return all(_fits(np.asarray(refs[o.name].values if isinstance(refs[o.name], Sampled) else refs[o.name]), o.dtype)
+               for o in plan.outputs)
 
 
 def _inputs_and_references(built: Built, sizes: dict[str, int], seed: int | None,
@@ -512,12 +514,7 @@ def backward_case(built: Built, sizes: Mapping[str, int], seed: int | None,
         refs = _reference_gradients(built, sizes, inputs, outputs, upstream)
         if magnitude <= 1.0:
             return inputs, outputs, upstream, refs, magnitude
-        fine = True
-        for g, v in refs.items():
-            dt = fwd.op.inputs[g].dtype
-            top = float(ml_dtypes.finfo(DTYPES[dt]).max) / 2 if dt != "f32" else 1e37
-            if not np.all(np.isfinite(v)) or (v.size and float(np.max(np.abs(v))) > top):
-                fine = False
+        fine = all(_fits(v, fwd.op.inputs[g].dtype) for g, v in refs.items())
         if fine and _conditioned(built, sizes, inputs, outputs, upstream, refs, seed):
             return inputs, outputs, upstream, refs, magnitude
         magnitude = max(1.0, magnitude / 8)
