@@ -85,10 +85,17 @@ def test_a_spec_without_backward_gets_no_gradient_rows(tmp_path):
 
 
 @pytest.mark.gpu
-def test_the_cuda_backward_verifies_on_the_gpu(tmp_path, capsys):
+@pytest.mark.parametrize("spec, grads", [(LINEAR, {"grad:x", "grad:w", "grad:bias"}),
+                                         (ATTN, {"grad:q", "grad:k", "grad:v"})])
+def test_the_backward_verifies_on_the_gpu(tmp_path, capsys, spec, grads):
+    """Both backends compiled (the CUDA step kernels, the Pallas ones through Mosaic GPU) at a few tiles, and the
+    large-magnitude set."""
     out = tmp_path / "rows.json"
-    status = cli.main(["verify", str(LINEAR), "--backend", "cuda", "--small", "--timeout", "0", "--json", str(out)])
+    status = cli.main(["verify", str(spec), "--backend", "all", "--small", "--magnitude", "1e3", "--timeout", "0",
+                       "--json", str(out)])
     rows = json.loads(out.read_text())
     assert status == 0, capsys.readouterr().out
-    grads = {r["output"]: r["result"] for r in rows if r["output"].startswith("grad:")}
-    assert grads == {"grad:x": "ok", "grad:w": "ok", "grad:bias": "ok"}
+    for backend in ("cuda", "pallas"):
+        mine = [r for r in rows if r["backend"] == backend and r["output"].startswith("grad:")]
+        assert {r["output"] for r in mine} == grads and all(r["result"] == "ok" for r in mine), mine
+        assert {r["magnitude"] > 1 for r in mine} == {False, True}, mine
