@@ -192,13 +192,12 @@ class AttentionBackwardPlan:
         `wgmma`: pipeline.kind as written or picked by defaults.py), never restated elsewhere."""
         out = {}
         if "pallas" in self.launch.backends:
-            out["pallas"] = ("one kernel, FlashAttention-3's form (pipeline.kind warp_specialized: dQ by TMA "
-                             "reduce-add)" if self.fused else
+            out["pallas"] = ("one kernel, FlashAttention-3's form (pipeline.kind warp_specialized)" if self.fused else
                              "two kernels, FlashAttention-2's form (pipeline.kind emit_pipeline: dK/dV, then dQ "
                              "recomputing S and dP)")
         if "cuda" in self.launch.backends:
             out["cuda"] = ("one warp-specialized wgmma kernel, FlashAttention-3's form (pipeline.kind "
-                           "warp_specialized: dQ by red.global.add into a workspace)" if self.wgmma is not None else
+                           "warp_specialized)" if self.wgmma is not None else
                            "one mma.sync kernel, FlashAttention-2's form (pipeline.kind emit_pipeline: dK/dV blocks, "
                            "then dQ blocks)")
         return out
