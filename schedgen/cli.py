@@ -440,7 +440,7 @@ def cmd_explain(args) -> int:
     if args.draw:
         from .draw import draw
         try:
-            print(f"wrote {_shown(draw(p, args.draw))}", file=sys.stderr if args.json else sys.stdout)
+            print(f"wrote {_shown(draw(plan_at(p, at), args.draw))}", file=sys.stderr if args.json else sys.stdout)
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK

@@ -136,3 +136,12 @@ def test_an_illegal_at_is_a_located_error(capsys, arg, says):
 def test_at_on_a_fixed_size_spec_says_there_is_nothing_to_name(capsys):
     status, _, err = _explain(capsys, SPECS_DIR / "matmul_bf16_4096.yaml", "--at", "M=1024")
     assert status == 2 and "M is a fixed size (M = 4096)" in err and "every size of this spec is fixed" in err
+
+
+def test_at_draws_the_call_it_explains(tmp_path, capsys):
+    """--draw with --at draws the package at that call (8 x 16 tiles at M = 1024), not at the max."""
+    pytest.importorskip("matplotlib")
+    status, out, _ = _explain(capsys, SPECS_DIR / "matmul_bf16_dynamic.yaml", "--at", "M=1024",
+                              "--draw", tmp_path / "s.png")
+    assert status == 0 and (tmp_path / "s.png").stat().st_size > 0
+    assert "8 x 16 output tiles" in out and "M=1024, N=4096, K=4096" in out
