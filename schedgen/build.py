@@ -269,6 +269,33 @@ def _check_graph(spec, forward_spec, graph) -> None:
                            f"{fam} family's backward hook): " + "; ".join(problems))
 
 
+def _cache_key(plan) -> tuple[str, str, dict, str]:
+    """(plan.json, launch.json, the toolchain, the cache key) of a plan's build."""
+    plan_json = planner.to_json(plan)
+    launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
+    tools = toolchain(plan.launch.target)
+    key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
+    return plan_json, launch_json, tools, key
+
+
+def cached_verdicts(plan, cache: Cache | None = None) -> list[str] | None:
+    """The compiler's verdicts on the cached build of `plan` (what `Built.warnings` words: a spill, serialized
+    wgmmas), read without building: None when this plan was not built with this schedgen and toolchain (or the
+    toolchain is missing), [] when it was and the compiler said nothing that costs speed."""
+    try:
+        _, _, _, key = _cache_key(plan)
+        files = (cache or Cache()).get(key, names=expected_files(plan))
+    except Exception:                # no toolchain here, an unreadable cache: nothing known
+        return None
+    if files is None:
+        return None
+    try:
+        verdicts = json.loads(files["manifest.json"]).get("compiler_verdicts", [])
+    except (ValueError, KeyError, AttributeError):
+        return None
+    return [str(v) for v in verdicts] if isinstance(verdicts, list) else None
+
+
 def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None, where=None) -> Built:
     """Plan, render and compile one validated spec through the cache. `where` (a derived spec: the forward a
     family rewrote, a backward step): (user spec, its source map, what it is), and a problem planning it is a
@@ -281,10 +308,7 @@ def _build(spec, src: SourceMap, raw: bytes, spec_file: str, cache: Cache | None
         except SpecErrors as exc:
             user, user_src, what = where
             raise _derived_problems(spec, user, user_src, what, exc.problems) from None
-    plan_json = planner.to_json(plan)
-    launch_json = launch_record(plan).to_json()   # what the runtime reads (schedgen/plan/launch.py)
-    tools = toolchain(plan.launch.target)
-    key = key_of({"plan": plan_json, "source": source_hash(), **{k: str(v) for k, v in tools.items()}})
+    plan_json, launch_json, tools, key = _cache_key(plan)
     spec_hash = digest(raw)
 
     def make() -> dict[str, bytes]:

@@ -414,27 +414,58 @@ def _sizes(path: str, overrides: dict) -> dict:
 
 
 def cmd_explain(args) -> int:
-    from .explain import explain
+    from .explain import check_at, explain, plan_at
     from .plan import plan_with_picks, to_json
     from .frontend.validate import load_spec
     if args.variant is not None and not args.tuned:
         raise _usage("--variant goes with --tuned (a variant of the bucketed build)")
+    if args.at and args.tuned:
+        raise _usage("--at explains the spec's own package at one call's sizes; drop --tuned (--tuned explains each "
+                     "bucket's variant)")
     bb = _tuned_buckets(args.file, _overrides(args), args)
     if bb is not None:
         return _explain_buckets(args, bb)
     spec, src = load_spec(args.file, _overrides(args))
     p, picks = plan_with_picks(spec, src)
-    print(to_json(p) if args.json else explain(p, picks))
+    at = _explain_at(args, p, src, check_at)
+    if at is None and args.at:
+        return EXIT_SPEC
+    if args.json:
+        print(to_json(plan_at(p, at)))
+    else:
+        print(explain(p, picks, at=at))
     if not args.json and getattr(spec, "backward", None) is not None:
         from .explain import explain_backward
-        print(explain_backward(spec, src), end="")
+        print(explain_backward(spec, src, at=at), end="")
     if args.draw:
         from .draw import draw
         try:
-            print(f"wrote {_shown(draw(p, args.draw))}", file=sys.stderr if args.json else sys.stdout)
+            print(f"wrote {_shown(draw(plan_at(p, at), args.draw))}", file=sys.stderr if args.json else sys.stdout)
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK
+
+
+def _explain_at(args, plan, src, explain_check_at) -> dict[str, int] | None:
+    """explain --at NAME=VALUE[,NAME=VALUE...] checked against the plan's dynamic sizes: the sizes (None without
+    --at, or, after printing each problem located at the spec's size with what is legal, when one is wrong)."""
+    if not args.at:
+        return None
+    raw, problems = {}, []
+    for arg in args.at:
+        for part in arg.split(","):
+            name, eq, value = part.partition("=")
+            if not eq or not name.strip():
+                problems.append(Problem(("op", "sizes"), f"--at {part}: expected NAME=VALUE (a dynamic size and an "
+                                                         f"integer), e.g. --at S=4096"))
+                continue
+            raw[name.strip()] = value.strip()
+    sizes, more = explain_check_at(plan, raw)
+    problems += more
+    if problems:
+        print(SpecErrors(problems, src).render(), file=sys.stderr)
+        return None
+    return sizes
 
 
 def _explain_buckets(args, bb) -> int:
@@ -530,10 +561,11 @@ def cmd_verify(args) -> int:
             status = EXIT_SPEC
             continue
         rows += value
-    print(f"{'spec':24} {'backend':7} {'output':8} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
+    wide = max([8, *(len(c.output) for c in rows)])      # a backward's gradient rows: grad:<input>
+    print(f"{'spec':24} {'backend':7} {'output':{wide}} {'dtype':6} {'shape':28} {'rel.error':>10} {'tol':>8}  result")
     for c in rows:
         shape = ",".join(f"{k}={v}" for k, v in c.shape.items()) + (f" |x|~{c.magnitude:g}" if c.magnitude != 1 else "")
-        print(f"{c.spec:24} {c.backend:7} {c.output:8} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
+        print(f"{c.spec:24} {c.backend:7} {c.output:{wide}} {c.dtype:6} {shape:28} {c.rel_error:10.2e} {c.tolerance:8.0e}  "
               f"{c.result}{'  ' + printable(c.note) if c.note else ''}")
     if args.json:
         import json
@@ -884,6 +916,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draw", metavar="FILE.png", help="also draw the schedule: tile traversal, SMEM map, pipeline")
     _add_tuned(p, "explain the bucketed build (build --tuned): the bucket table and each variant's plan")
     p.add_argument("--variant", type=_count(0), metavar="N", help="with --tuned: only variant N (vN)")
+    p.add_argument("--at", action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
+                   help="explain a dynamic-size spec's plan (and each backward step's) at these sizes, the others at "
+                        "their max (the default for all): the package as built, its counts at one call")
     _add_define(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("verify", help="run kernels against the numpy reference",

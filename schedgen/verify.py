@@ -1,20 +1,23 @@
 """Run built kernels on fresh random inputs, outputs poisoned first, against the float64 numpy reference."""
 from __future__ import annotations
 
+import inspect
 import math
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from . import registry as families
+from .autodiff.graph import evaluate, sum_to
 from .build import Built, build_spec, package
 from .errors import SpecErrors
 from .plan.common import shown_sizes
 from .runtime.arrays import DTYPES
-from .reference import Sampled, random_inputs, reference, rel_error, tolerance
+from .reference import Sampled, random_inputs, reference, rel_error, shape_of, tolerance
 from .runtime.kernel import Kernel, load_package
 
 POISON_BYTE = 0xFF  # all-ones is NaN in every float format we emit
@@ -224,15 +227,18 @@ def run_pallas(kernel: Kernel, plan, inputs: Mapping[str, np.ndarray], interpret
 def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = False, seed: int | None = None,
                  kernel: Kernel | None = None, count: int = 3,
                  small: Mapping[str, int] | None = None, at: Sequence[Mapping[str, int]] | None = None,
-                 magnitude: float = 1.0) -> list[Check]:
+                 magnitude: float = 1.0, backward: bool = True) -> list[Check]:
     """Every backend asked for, at each of `call_sizes(plan, count, small)` (or each of `at`: whole size
-    assignments) with one package for all of them; inputs scaled by `magnitude` (verify --magnitude)."""
+    assignments) with one package for all of them; inputs scaled by `magnitude` (verify --magnitude). A spec with
+    a `backward` section: each of its gradients too, a row each (`backward=False`: the forward's rows only)."""
     plan = built.plan
     family = families.of(plan)
     order = {b: i for i, b in enumerate(backends)}
     absent = [b for b in backends if b not in plan.launch.backends]
-    checks = [c for b in absent
-              for c in skipped(plan, b, f"the spec has no {b} backend (schedule.backends: {', '.join(plan.launch.backends)})")]
+    checks = []
+    for b in absent:
+        why = f"the spec has no {b} backend (schedule.backends: {', '.join(plan.launch.backends)})"
+        checks += skipped(plan, b, why) + (backward_skipped(built, b, why) if backward else [])
     backends = [b for b in backends if b in plan.launch.backends]
     if family.verify is not None:                       # a family that verifies its own way (multi-device)
         checks += family.verify(built, backends, interpret=interpret, seed=seed)
@@ -244,6 +250,8 @@ def verify_built(built: Built, backends: Sequence[str], *, interpret: bool = Fal
         kernel = load_package(package(built, folder))
     for sizes in at or call_sizes(plan, count, small):
         checks += _verify_at(built, kernel, backends, dict(sizes), interpret, seed, magnitude)
+        if backward and getattr(built, "backward", None) is not None:   # each gradient of the spec's backward, at the same sizes
+            checks += verify_backward_at(built, kernel, backends, dict(sizes), interpret, seed, magnitude)
     return sorted(checks, key=lambda c: order[c.backend])
 
 
@@ -253,17 +261,18 @@ def _depth(plan, sizes: Mapping[str, int]) -> int:
     return dims.evaluate(families.of(plan).accumulation(plan), sizes)
 
 
+def _fits(vals: np.ndarray, dtype: str) -> bool:
+    """Whether float64 reference values are finite and within `dtype`'s range (with a 2x margin)."""
+    if dtype not in DTYPES or not np.issubdtype(vals.dtype, np.floating) or not vals.size:
+        return True
+    top = float(ml_dtypes.finfo(DTYPES[dtype]).max) / 2 if dtype != "f32" else 1e37
+    return bool(np.all(np.isfinite(vals))) and float(np.max(np.abs(vals))) <= top
+
+
 def _in_range(plan, refs: Mapping[str, Any]) -> bool:
     """Whether every reference output is finite and within its output dtype's range (with a 2x margin)."""
-    import ml_dtypes
-    for o in plan.outputs:
-        ref = refs[o.name]
-        vals = np.asarray(ref.values if isinstance(ref, Sampled) else ref)
-        if o.dtype in DTYPES and np.issubdtype(vals.dtype, np.floating) and vals.size:
-            top = float(ml_dtypes.finfo(DTYPES[o.dtype]).max) / 2 if o.dtype != "f32" else 1e37
-            if not np.all(np.isfinite(vals)) or float(np.max(np.abs(vals))) > top:
-                return False
-    return True
+    return all(_fits(np.asarray(refs[o.name].values if isinstance(refs[o.name], Sampled) else refs[o.name]), o.dtype)
+               for o in plan.outputs)
 
 
 def _inputs_and_references(built: Built, sizes: dict[str, int], seed: int | None,
@@ -333,7 +342,7 @@ def verify_here(built: Built, backends: Sequence[str], *, interpret: bool = Fals
     run = [b for b in backends if not why.get(b)]
     checks = verify_built(built, run, interpret=interpret, seed=seed, count=count, small=small, kernel=kernel,
                           at=at, magnitude=magnitude) if run else []
-    checks += [c for b, w in why.items() if w for c in skipped(plan, b, w)]
+    checks += [c for b, w in why.items() if w for c in skipped(plan, b, w) + backward_skipped(built, b, w)]
     order = {b: i for i, b in enumerate(backends)}
     return sorted(checks, key=lambda c: order[c.backend])
 
@@ -393,4 +402,212 @@ def verify_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any]
         checks += verify_here(built, backends, interpret=interpret, seed=seed, magnitude=magnitude)
     for other in static_variants(built, path, overrides, sizes) if sizes > 1 else []:
         checks += verify_here(other, backends, interpret=interpret, seed=seed)
+    return checks
+
+
+# ---- the backward pass: each gradient of a spec with a `backward` section against the float64 reference backward
+
+GRAD_PREFIX = "grad:"      # a gradient's row in the verify table: grad:<input> (the graph's name for it)
+
+
+def _full_reference(spec, sizes: Mapping[str, int], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The family's float64 reference as full arrays (never Sampled: the backward's steps read the whole value)."""
+    fn = families.of(spec).reference
+    params = inspect.signature(fn).parameters
+    kw = {"sample": False} if "sample" in params else {}
+    out = fn(spec, sizes, inputs, **kw)
+    return {k: np.asarray(v.values if isinstance(v, Sampled) else v, dtype=np.float64) for k, v in out.items()}
+
+
+def _as_f64(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Floating-point arrays as float64 (what the references compute in); integer ones (group offsets) as they are."""
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        out[k] = a.astype(np.float64) if a.dtype.kind == "f" or a.dtype in _FLOAT_DTYPES else a
+    return out
+
+
+_FLOAT_DTYPES = tuple(np.dtype(DTYPES[d]) for d in ("bf16", "f16", "f8e4m3", "f8e5m2"))
+
+
+def _step_specs(built: Built) -> dict[str, Any]:
+    return {n: b.spec for n, b in built.backward.steps.items()}
+
+
+def _rounded(value: np.ndarray, dtype: str) -> np.ndarray:
+    """`value` rounded to `dtype` (what a kernel reads), as that dtype."""
+    return np.asarray(value).astype(DTYPES[dtype])
+
+
+def _grad_writers(graph) -> dict[str, list[str]]:
+    """Each gradient in graph.grads -> the steps whose outputs add into it."""
+    out: dict[str, list[str]] = {g: [] for g in graph.grads}
+    for s in graph.steps:
+        for tgt in s.outputs.values():
+            if tgt.startswith("grad:") and tgt[5:] in out and s.name not in out[tgt[5:]]:
+                out[tgt[5:]].append(s.name)
+    return out
+
+
+def _grad_tolerance(built: Built, grad: str, sizes: Mapping[str, int]) -> float:
+    """A gradient's tolerance: its input's dtype, approx_math and the deepest f32 accumulation of the steps that
+    write it (a step's `accumulation` at the call's sizes)."""
+    steps = built.backward.steps
+    writers = _grad_writers(built.backward.graph)[grad] or list(steps)
+    dtype = built.spec.op.inputs[grad].dtype
+    k = max((_depth(steps[w].plan, sizes) for w in writers), default=0)
+    approx = any(steps[w].plan.approx_math for w in writers)
+    return tolerance(dtype, approx, k)
+
+
+def _reference_gradients(built: Built, sizes: Mapping[str, int], inputs: Mapping[str, Any],
+                         outputs: Mapping[str, Any], upstream: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The float64 gradients: the backward graph run with each step's family reference (a gradient no step writes
+    is absent: zero)."""
+    specs = _step_specs(built)
+
+    def run(step, values):
+        return _full_reference(specs[step.name], sizes, _as_f64(values))
+
+    with np.errstate(over="ignore"):        # exp of masked-out scores (the reference zeroes them after)
+        return evaluate(built.backward.graph, _as_f64(inputs), _as_f64(outputs), _as_f64(upstream), run)
+
+
+F32_NOISE = 2.0 ** -23     # the relative noise of the conditioning test: about an f32 ulp
+
+
+def _conditioned(built: Built, sizes: Mapping[str, int], inputs, outputs, upstream, refs, seed) -> bool:
+    """Whether the reference gradients move by less than a quarter of their tolerance when every value the
+    backward reads moves by about an f32 ulp (relative noise F32_NOISE): a kernel computing in f32 can then meet
+    the tolerance. A large-magnitude set fails it where the backward is ill-conditioned in f32 (attention's P =
+    exp(s - lse) recomputed from logits ~1e6 at |q|, |k| ~ 1e3)."""
+    rng = np.random.default_rng(None if seed is None else seed + 2)
+
+    def noisy(values):
+        return {k: v * (1 + F32_NOISE * rng.standard_normal(np.shape(v))) if v.dtype == np.float64 else v
+                for k, v in _as_f64(values).items()}
+
+    moved = _reference_gradients(built, sizes, noisy(inputs), noisy(outputs), noisy(upstream))
+    for g, ref in refs.items():
+        if rel_error(moved[g], ref) > _grad_tolerance(built, g, sizes) / 4:
+            return False
+    return True
+
+
+def backward_case(built: Built, sizes: Mapping[str, int], seed: int | None,
+                  magnitude: float = 1.0) -> tuple[dict, dict, dict, dict, float]:
+    """Fresh forward inputs at `magnitude`, the forward's outputs (the float64 reference rounded to each output's
+    dtype: what the backward's steps read, for the kernels and the reference alike), N(0, 1) upstream gradients of
+    the user's outputs, and the float64 reference gradients (the graph run with each step's family reference).
+    A large-magnitude set whose gradients leave their dtype's range, or are ill-conditioned in f32 arithmetic
+    (`_conditioned`), is drawn again at 1/8 of the scale, down to 1 (as the forward's check scales down a set
+    whose outputs would overflow). Returns (inputs, outputs, upstream, reference gradients, the magnitude used)."""
+    bw = built.backward
+    fwd = bw.forward
+    rng = np.random.default_rng(None if seed is None else seed + 1)
+    upstream = {n: _rounded(rng.standard_normal(shape_of(o, sizes)), o.dtype) for n, o in bw.written.op.outputs.items()}
+    while True:
+        inputs = random_inputs(fwd, sizes, seed, magnitude)
+        outs64 = _full_reference(fwd, sizes, _as_f64(inputs))
+        outputs = {n: _rounded(outs64[n], o.dtype) for n, o in fwd.op.outputs.items()}
+        refs = _reference_gradients(built, sizes, inputs, outputs, upstream)
+        if magnitude <= 1.0:
+            return inputs, outputs, upstream, refs, magnitude
+        fine = all(_fits(v, fwd.op.inputs[g].dtype) for g, v in refs.items())
+        if fine and _conditioned(built, sizes, inputs, outputs, upstream, refs, seed):
+            return inputs, outputs, upstream, refs, magnitude
+        magnitude = max(1.0, magnitude / 8)
+
+
+def run_step(kernel: Kernel, plan, values: Mapping[str, np.ndarray], backend: str,
+             interpret: bool) -> tuple[dict[str, np.ndarray], str]:
+    """One backward step's kernel on `backend` (outputs poisoned first, as the forward's check): {output: array}
+    and the interpreter's note."""
+    ins = {o.name: _rounded(values[o.name], o.dtype) for o in plan.inputs}
+    if backend == "cuda":
+        outs, note = run_cuda(kernel, plan, ins), ""
+    else:
+        outs, note = run_pallas(kernel, plan, ins, interpret)
+    return {o.name: out for o, out in zip(plan.outputs, outs)}, note
+
+
+def backward_unavailable(built: Built, backend: str, interpret: bool) -> str:
+    """Why the backward's steps cannot run on `backend` here ('' when they can): a step without that backend, or
+    a step the Pallas interpreter cannot simulate."""
+    for name, b in built.backward.steps.items():
+        if backend not in b.plan.launch.backends:
+            return (f"backward step {name} has no {backend} backend (its backends: "
+                    f"{', '.join(b.plan.launch.backends)})")
+        if backend == "pallas" and interpret and getattr(b.plan, "not_interpretable", ""):
+            return f"backward step {name}: {b.plan.not_interpretable}"
+    return ""
+
+
+def backward_skipped(built: Built, backend: str, why: str, sizes: Mapping[str, int] | None = None) -> list[Check]:
+    """One SKIP row per gradient of a spec's backward (none without a backward section)."""
+    if getattr(built, "backward", None) is None:
+        return []
+    shown = dict(sizes) if sizes is not None else shown_sizes(built.plan)
+    at = sizes if sizes is not None else {r.name: r.max for r in built.plan.launch.dynamic_sizes} | dict(
+        (n, v) for n, v in built.plan.sizes.items() if isinstance(v, int))
+    return [Check(built.plan.launch.name, backend, f"{GRAD_PREFIX}{g}", shown, built.spec.op.inputs[g].dtype,
+                  math.nan, _grad_tolerance(built, g, at), False, f"not run: {why}", skipped=True)
+            for g in built.backward.graph.grads]
+
+
+def verify_backward_at(built: Built, kernel: Kernel, backends: Sequence[str], sizes: dict[str, int],
+                       interpret: bool, seed: int | None, magnitude: float = 1.0) -> list[Check]:
+    """Every gradient of the spec's backward at one call's sizes on each backend: the step kernels chained as the
+    runtime chains them (autodiff.graph.evaluate; a broadcast operand's gradient summed back, each gradient cast to
+    its input's dtype), fed the rounded float64 forward outputs and N(0, 1) upstream gradients, against the graph
+    run with the families' float64 references (`backward_case`). A gradient no step writes is zero in both."""
+    bw = built.backward
+    name = built.plan.launch.name
+    asked = magnitude
+    inputs, outputs, upstream, refs, magnitude = backward_case(built, sizes, seed, magnitude)
+    scaled = (f"|x| {asked:g} -> {magnitude:g} (above it the gradients leave their dtype's range or are "
+              f"ill-conditioned in f32)") if magnitude != asked else ""
+    step_kernels = kernel.backward.steps if kernel.backward is not None else {}
+    checks = []
+    for backend in backends:
+        why = backward_unavailable(built, backend, interpret)
+        if why:
+            checks += backward_skipped(built, backend, why, sizes)
+            continue
+        notes: list[str] = []
+
+        def run(step, values, _backend=backend, _notes=notes):
+            got, note = run_step(step_kernels[step.name], bw.steps[step.name].plan, values, _backend, interpret)
+            if note:
+                _notes.append(note)
+            return got
+
+        def reduce(v, to):
+            return sum_to(np.asarray(v, np.float32), to)
+
+        try:
+            got = evaluate(bw.graph, inputs, outputs, upstream, run,
+                           add=lambda a, b: np.asarray(a, np.float32) + np.asarray(b, np.float32), reduce=reduce,
+                           arange=lambda n: np.arange(n, dtype=np.float32))
+            error = ""
+        except Exception as exc:  # reported as a failed check, never a traceback
+            got, error = {}, f"{type(exc).__name__}: {exc}"
+        raced = any("RACE" in n for n in notes)
+        note = "RACE detected by the interpreter" if raced else (notes[0] if notes else "")
+        for g in bw.graph.grads:
+            dtype = bw.forward.op.inputs[g].dtype
+            tol = _grad_tolerance(built, g, sizes)
+            if error:
+                checks.append(Check(name, backend, f"{GRAD_PREFIX}{g}", dict(sizes), dtype, math.inf, tol, False,
+                                    error, magnitude=magnitude))
+                continue
+            ref = refs.get(g)
+            want = np.zeros(inputs[g].shape) if ref is None else ref
+            out = got.get(g)
+            out = np.zeros(inputs[g].shape, DTYPES[dtype]) if out is None else _rounded(out, dtype)
+            err = rel_error(out, want) if np.any(want) or np.any(np.asarray(out, np.float64)) else 0.0
+            checks.append(Check(name, backend, f"{GRAD_PREFIX}{g}", dict(sizes), dtype, err, tol,
+                                err <= tol and not raced, "; ".join(x for x in ("backward", scaled, note) if x),
+                                magnitude=magnitude))
     return checks

@@ -103,7 +103,7 @@ def _bench(built, family, backends: list[str], *, iters: int, warmup: int, env: 
     env = env or environment()
     # a dynamic package is timed (and verified) at `at`, else its sizes' max: its peers see the spec at those sizes
     at = {r.name: int((at or {}).get(r.name, r.max)) for r in built.plan.launch.dynamic_sizes}
-    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel,
+    checks = {c.backend: c for c in verify_built(built, backends, kernel=kernel, backward=False,
                                                  **({"count": 1, "small": at} if at else {}))}
     if at:
         built = dataclasses.replace(built, spec=spec_at_sizes(built.spec, at))

@@ -13,6 +13,7 @@ Operators: + * // % (floor division / modulo by a positive int), cdiv, min, max;
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -287,3 +288,32 @@ def spell(d: DimLike, name: Callable[[str], str], *, cdiv: Callable[[str, str], 
         return f"{minmax[1]}({a}, {b})"
     op = floordiv if d.op == "//" else d.op
     return f"({a} {op} {b})"
+
+
+def evaluated(value: Any, sizes: Mapping[str, int]) -> Any:
+    """`value` (a plan, a record of one, a tuple, list or dict of them) with every extent (Dim) in it evaluated at
+    one call's `sizes`, the rest as it is: what `schedgen explain --at` shows of a dynamic plan (the same plan, its
+    counts at those sizes)."""
+    if isinstance(value, Dim):
+        return evaluate(value, sizes)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            old = getattr(value, f.name)
+            new = evaluated(old, sizes)
+            if new is not old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, (tuple, list)):
+        items = [evaluated(v, sizes) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        items = {k: evaluated(v, sizes) for k, v in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
+    return value

@@ -154,7 +154,8 @@ def test_bench_built_rows_from_the_family_peers(monkeypatch, tmp_path):
     monkeypatch.setattr(run, "gpu_missing", lambda: None)
     monkeypatch.setattr("schedgen.build.package", lambda b, d: d)
     monkeypatch.setattr("schedgen.runtime.kernel.load_package", lambda d: "kernel")
-    monkeypatch.setattr("schedgen.verify.verify_built", lambda b, backends, kernel: [_Check(x) for x in backends])
+    monkeypatch.setattr("schedgen.verify.verify_built",
+                        lambda b, backends, kernel, backward: [_Check(x) for x in backends])
     monkeypatch.setattr(run, "OURS", {"cuda": lambda k, p, h, s: (Contender("cuda", lambda i: None), []),
                                       "pallas": lambda k, p, h, s: (_ for _ in ()).throw(ImportError("no jax"))})
     timed = {"cuda": {"time_ms": 0.5, "timing": "cuda-events"}, "copy": {"time_ms": 0.4, "timing": "cuda-events"}}
@@ -308,7 +309,7 @@ def test_bench_built_times_a_dynamic_package_at_its_max(monkeypatch, tmp_path):
     monkeypatch.setattr("schedgen.build.package", lambda b, d: d)
     monkeypatch.setattr("schedgen.runtime.kernel.load_package", lambda d: "kernel")
     monkeypatch.setattr("schedgen.verify.verify_built",
-                        lambda b, backends, kernel, count, small: got.setdefault("verified_at", (count, small)) and
+                        lambda b, backends, kernel, backward, count, small: got.setdefault("verified_at", (count, small)) and
                         [_Check(x) for x in backends])
     monkeypatch.setattr(run, "OURS", {"cuda": lambda k, p, h, s, sizes: got.setdefault("ours", (p.m, sizes)) and
                                       (Contender("cuda", lambda i: None), [])})

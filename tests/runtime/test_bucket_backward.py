@@ -165,7 +165,8 @@ def test_build_tuned_of_a_spec_with_a_backward_is_no_longer_refused(tmp_path):
 
 def test_explain_and_verify_tuned_of_the_bucketed_training_package(tmp_path, capsys, monkeypatch):
     """explain --tuned shows the one backward after the variants; verify --tuned checks each variant's saved h as
-    well as y at both edges of its buckets (the database's winners replaced by CHOICES)."""
+    well as y at both edges of its buckets, and the package's backward there (a row per gradient: issue 43) (the
+    database's winners replaced by CHOICES)."""
     from schedgen import cli
     monkeypatch.setattr(B, "winners", lambda *a, **k: CHOICES)
     monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
@@ -177,7 +178,7 @@ def test_explain_and_verify_tuned_of_the_bucketed_training_package(tmp_path, cap
     assert "backward (one for every variant): gradients of x, w" in out
     assert cli.main(["verify", str(spec), "--tuned", "--interpret", "--timeout", "0"]) == 0
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith("sq_dyn/")]
-    assert {(r[0], r[2], r[4]) for r in rows} == {(f"sq_dyn/v{v}", o, f"N=128,M={m}") for o in ("y", "h")
+    assert {(r[0], r[2], r[4]) for r in rows} == {(f"sq_dyn/v{v}", o, f"N=128,M={m}") for o in ("y", "h", "grad:x", "grad:w")
                                                   for v, m in ((0, 16), (0, 32), (1, 48), (1, 128), (1, 144), (1, 512))}
     assert all(r[7] == "ok" for r in rows)
 

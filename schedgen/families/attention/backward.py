@@ -104,7 +104,9 @@ def attention_backward_graph(spec, src: Any = None) -> tuple[BackwardGraph | Non
                       {qn: f"in:{qn}", kn: f"in:{kn}", vn: f"in:{vn}", o_in: o_ref, do_in: f"grad:{on}",
                        lse_in: lse_ref},
                       {grads[x]: (f"grad:{x}" if x in wrt else "value") for x in (qn, kn, vn)},
-                      why="dq, dk, dv (FlashAttention-2's backward: delta, a dK/dV pass, a dQ pass)"))
+                      # what it computes, not how: the form is the step's plan's (pipeline.kind, written or picked
+                      # by the attention_backward planner; explain shows it, AttentionBackwardPlan.forms)
+                      why="dq, dk, dv from q, k, v, o, lse and the upstream do (the attention_backward kernel)"))
     if len(wrt) < 3:
         notes.append(f"one kernel pair computes dq, dk and dv together; only {', '.join(wrt)} "
                      f"{'is' if len(wrt) == 1 else 'are'} kept")

@@ -9,6 +9,7 @@ def explain_attention_backward(p) -> str:
     mask = _MASKS[p.causal_alignment] if p.causal else "none"
     return "\n".join([
         f"attention backward '{p.launch.name}': dq, dk, dv of softmax({p.scale!r} q k^T) v, {p.dtype}, layout {p.layout}",
+        f"  form       {p.form}",
         f"  B={p.batch} Hq={p.heads_q} Hkv={p.heads_kv} (group {p.group}) Sq={p.seq_q} Skv={p.seq_kv} "
         f"D={p.head_dim}; causal mask: {mask}",
         *(["  sizes      " + "; ".join(f"{r.name}: {r.describe()}" for r in p.launch.dynamic_sizes)

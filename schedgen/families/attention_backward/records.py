@@ -1,9 +1,11 @@
 """What the attention_backward planner returns: the plan (every number the templates print) and its FLOP count."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ...plan import dims as X
 from ...plan.dims import DimLike
 from ...plan.launch import KernelLaunch, inline_field
 from ..attention.records import AttnOperand, score_pairs, causal_offset_of
@@ -170,6 +172,40 @@ class AttentionBackwardPlan:
     @property
     def operands(self) -> tuple[AttnOperand, ...]:
         return self.inputs + self.outputs
+
+    def at(self, sizes) -> "AttentionBackwardPlan":
+        """This plan at one call's dynamic sizes (explain --at): the FLOP count there (the planner's is at the
+        max); explain evaluates every other extent. A static plan is returned as it is."""
+        if not self.launch.dynamic_sizes:
+            return self
+
+        def ev(x):
+            return X.evaluate(x, sizes)
+
+        return dataclasses.replace(self, flops=backward_flops(ev(self.batch), ev(self.heads_q), ev(self.seq_q),
+                                                              ev(self.seq_kv), self.head_dim, self.causal_alignment))
+
+    @property
+    def forms(self) -> dict[str, str]:
+        """The kernel each backend of this plan builds, by backend: what `schedgen explain` states (the family's
+        text and each backward step's) and what the templates render, read off the planner's decision (`fused`,
+        `wgmma`: pipeline.kind as written or picked by defaults.py), never restated elsewhere."""
+        out = {}
+        if "pallas" in self.launch.backends:
+            out["pallas"] = ("one kernel, FlashAttention-3's form (pipeline.kind warp_specialized)" if self.fused else
+                             "two kernels, FlashAttention-2's form (pipeline.kind emit_pipeline: dK/dV, then dQ "
+                             "recomputing S and dP)")
+        if "cuda" in self.launch.backends:
+            out["cuda"] = ("one warp-specialized wgmma kernel, FlashAttention-3's form (pipeline.kind "
+                           "warp_specialized)" if self.wgmma is not None else
+                           "one mma.sync kernel, FlashAttention-2's form (pipeline.kind emit_pipeline: dK/dV blocks, "
+                           "then dQ blocks)")
+        return out
+
+    @property
+    def form(self) -> str:
+        """`forms` as one line: 'Pallas: ...; CUDA: ...'."""
+        return "; ".join(f"{'CUDA' if b == 'cuda' else 'Pallas'}: {f}" for b, f in self.forms.items())
 
     @property
     def spill_advice(self) -> tuple[tuple, str]:
