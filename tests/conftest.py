@@ -90,6 +90,20 @@ def slow_enabled(config) -> bool:
     return bool(config.getoption("--slow")) or os.environ.get("SCHEDGEN_SLOW", "") not in ("", "0")
 
 
+def pytest_configure(config):
+    # --slow reaches the fuzz modules' example counts (read at import, before any item exists) as SCHEDGEN_SLOW
+    if config.getoption("--slow"):
+        os.environ["SCHEDGEN_SLOW"] = "1"
+
+
+def fuzz_examples(ci: int, slow: int, long: int) -> int:
+    """A fuzz campaign's example count: `ci` by default (derandomized: the same examples every run, a smoke check
+    that keeps CI fast), `slow` with --slow / SCHEDGEN_SLOW=1, `long` with SCHEDGEN_FUZZ=long (random seeds)."""
+    if os.environ.get("SCHEDGEN_FUZZ", "") == "long":
+        return long
+    return slow if os.environ.get("SCHEDGEN_SLOW", "") not in ("", "0") else ci
+
+
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))

@@ -556,10 +556,9 @@ def failures_of(stem: str, spec, outcomes: list[Outcome]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ the tests
-# One xdist worker runs them all (scripts/test.sh: --dist loadgroup): the walks are cached in the process, and the
+# One xdist worker runs them all (scripts/test.sh: --dist loadfile): the walks are cached in the process, and the
 # allowance check needs every spec's walk in every mode (the mode tests' own work): spread over workers, each did
 # that work again.
-pytestmark = pytest.mark.xdist_group("every_field")
 
 
 @pytest.mark.parametrize("stem", [p.stem for p in SPECS])

@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, spec_files
+from conftest import ROOT, fuzz_examples, spec_files
 from schedgen.errors import SpecErrors, ToolchainError, format_path
 from schedgen.plan import plan
 from schedgen.render import has_template, render
@@ -33,9 +33,9 @@ settings.register_profile("ci", max_examples=400, deadline=None, derandomize=Tru
 settings.register_profile("long", max_examples=20_000, deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
 LONG = os.environ.get("SCHEDGEN_FUZZ", "") == "long"
 settings.load_profile("long" if LONG else "ci")
-COMPILE_EXAMPLES = 2_000 if LONG else 25      # each one is an NVRTC compile (~0.1-0.3 s)
-TEXT_EXAMPLES = 100_000 if LONG else 1000     # loader-only examples are cheap
-SCHEMA_EXAMPLES = 20_000 if LONG else 300     # validate + plan, no compile
+COMPILE_EXAMPLES = fuzz_examples(10, 25, 2_000)          # each one is an NVRTC compile (~0.1-0.3 s)
+TEXT_EXAMPLES = fuzz_examples(300, 1000, 100_000)        # loader-only examples
+SCHEMA_EXAMPLES = fuzz_examples(100, 300, 20_000)        # validate + plan, no compile
 
 SPECS = {p.name: load_file(p) for p in spec_files()}
 SPEC_NAMES = sorted(SPECS)
@@ -406,7 +406,7 @@ def test_planned_specs_compile(case):
 
 # ---------------------------------------------------------------------------- attention schedules
 
-ATTN_EXAMPLES = 600 if LONG else 12           # each planned one is an NVRTC compile (~1 s)
+ATTN_EXAMPLES = fuzz_examples(6, 12, 600)          # each planned one is an NVRTC compile (~1 s)
 
 
 @st.composite
@@ -482,7 +482,7 @@ def test_attention_schedules_plan_or_compile(case):
 
 # ---------------------------------------------------------------------------- collective matmul schedules
 
-COLL_EXAMPLES = 300 if LONG else 6            # each planned one is two NVRTC compiles (~0.7 s each)
+COLL_EXAMPLES = fuzz_examples(3, 6, 300)           # each planned one is two NVRTC compiles (~0.7 s each)
 
 
 @st.composite

@@ -8,7 +8,7 @@ The Pallas kernels of such combinations must also lower through Mosaic GPU for C
 checks no layouts or SMEM): a first campaign of 140 lowerings (2026-12-06) found five limits of jax 0.11.2 that the
 planner did not know (tests/build/test_pallas_lowers.py: REFUSED).
 
-CI: derandomized, FIELDS_EXAMPLES examples (about 20 s) and LOWER_EXAMPLES lowerings (about 40 s);
+CI: derandomized, 100 examples and 4 lowerings (about 10 and 15 s on 2 cores); --slow: 300 and 12;
 `SCHEDGEN_FUZZ=long`: 20,000 and 1,000, random seeds."""
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import os
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from schedgen.errors import SpecErrors
 from schedgen.frontend.load import load_file
 from schedgen.frontend.validate import validate_data
@@ -25,8 +26,8 @@ from schedgen.plan import plan
 from test_every_field import SPECS, _assign, products, spec_mutations
 
 LONG = os.environ.get("SCHEDGEN_FUZZ", "") == "long"
-FIELDS_EXAMPLES = 20_000 if LONG else 300
-LOWER_EXAMPLES = 1_000 if LONG else 12
+FIELDS_EXAMPLES = fuzz_examples(100, 300, 20_000)
+LOWER_EXAMPLES = fuzz_examples(4, 12, 1_000)
 
 
 @functools.cache

@@ -2,7 +2,7 @@
 scalars written into size fields. The promise: a located SpecErrors, or a one-line OverrideError for a `-D`, or
 a valid spec; never another exception, never a message line longer than 300 characters.
 
-CI: 400 examples per category (derandomized); `SCHEDGEN_FUZZ=long`: 5,000, random seeds.
+CI: 150 examples per category (derandomized); --slow: 400; `SCHEDGEN_FUZZ=long`: 5,000, random seeds.
 """
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import os
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, fuzz_examples
 from schedgen.errors import SpecErrors
 from schedgen.frontend.load import load_toml_text, load_yaml_text
 from schedgen.frontend.overrides import OverrideError, apply_overrides, parse_overrides
 from schedgen.frontend.validate import validate_data
 
 LONG = os.environ.get("SCHEDGEN_FUZZ", "") == "long"
-N = 5_000 if LONG else 400
+N = fuzz_examples(150, 400, 5_000)
 FUZZ = settings(max_examples=N, deadline=None, derandomize=not LONG,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 YAML = (ROOT / "tests" / "data" / "add_bf16.yaml").read_text()
