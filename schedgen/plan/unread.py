@@ -75,12 +75,6 @@ PLANAR_SNAKE_ONLY = (
            "leave it out, or set persistent.tile_order: planar_snake"),
 )
 
-DATA_PARALLEL_ONLY = (
-    Unread(("persistent", "decomposition"), lambda s: s.persistent.decomposition != "data_parallel",
-           "each block of this family's grid runs whole tiles (stream_k is the matmul family's CUDA kernel's)",
-           "data_parallel (the default)"),
-)
-
 ONE_BLOCK_A_TILE = (
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.loop == "none" and s.persistent.num_blocks != "auto",
            "with persistent.loop: none the grid is one block a tile", "auto (the default), or a persistent loop"),
@@ -95,9 +89,6 @@ OUTPUT_DELAY_RELEASE = (
 NO_GRID = (
     Unread(("grid",), lambda s: s.grid is not None,
            "the planner sizes the (persistent) grid from the tiles and persistent.num_blocks", "leave grid out"),
-    Unread(("grid_names",), lambda s: s.grid_names is not None,
-           "tiles are indexed in the tile order (persistent.tile_order), not by named grid dimensions",
-           "leave grid_names out"),
 )
 
 
