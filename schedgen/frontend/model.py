@@ -359,8 +359,11 @@ class CompilerParams(Model):
 
 
 class Schedule(Model):
-    """How the kernel runs: grid, blocks, pipeline, warpgroups, tile loop, epilogue, compiler parameters and the
-    backends to render. Every field may be left out: the family's planner picks what it has a pick for (blocks,
+    """How the kernel runs: the core schedule every family has (grid, cluster, warpgroups, blocks, barriers, the
+    pipeline's kind and depth, the tile loop and its order, compiler parameters, the backends and the target). A
+    family's schedule model (`Family.schedule_model`, in its folder) subclasses it with the fields only its kernels
+    read (the matmul's epilogue, the map's data path, ...); written under another family, such a field is an unknown
+    key. Every field may be left out: the family's planner picks what it has a pick for (blocks,
     pipeline kind and depth, consumers, tile order, ...: `schedgen explain` lists the picks and why), the rest
     takes the default shown here. A written value is planned as written, and one a family cannot honour is a
     located error."""

@@ -80,12 +80,20 @@ def _sections(root: dict, defs: dict) -> tuple[list[str], dict[str, list[str]]]:
             inner = _refs(sub)
             if field == "op" and name == "":
                 inner = [t["then"]["$ref"].removeprefix(_PREFIX) for t in sub["allOf"]]
+            kinds = {}       # schedule: the model of each op.kind (the root's if / then, schema._schedule_by_kind)
+            if field == "schedule" and name == "":
+                for t in root.get("allOf", ()):
+                    ref = t["then"]["properties"]["schedule"]["$ref"].removeprefix(_PREFIX)
+                    kinds.setdefault(ref, []).append(t["if"]["properties"]["op"]["properties"]["kind"]["const"])
+                inner = list(kinds)
             for ref in inner:
                 if ref not in defs or "properties" not in defs[ref]:
                     continue
                 shown = sub_path + (".<name>" if _is_map(sub, defs) else "")
                 if field == "op" and name == "":
                     shown = f"op (kind: {defs[ref]['properties']['kind']['const']})"
+                if kinds:
+                    shown = f"schedule (op.kind: {' / '.join(kinds[ref])})"
                 where.setdefault(ref, [])
                 if shown not in where[ref]:
                     where[ref].append(shown)
