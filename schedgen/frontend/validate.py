@@ -48,11 +48,17 @@ def _kind_tag(t: Any) -> str | None:
     return None
 
 
+def _tagged(loc: tuple, spec: type[BaseModel]) -> tuple[type[BaseModel], tuple]:
+    """(the spec model, the rest of `loc`) where `loc` starts with the spec union's tag; else (spec, loc)."""
+    if loc and (loc[0] in SPEC_MODELS or loc[0] == NO_FAMILY):
+        return SPEC_MODELS.get(loc[0], spec), loc[1:]
+    return spec, loc
+
+
 def _model_at(loc: tuple, spec: type[BaseModel] = SpecFile) -> type[BaseModel] | None:
     """The model class whose field set governs `loc` (a path of field names, dict keys, list indices) in a spec of
     model `spec`; `loc` may start with the spec union's tag (the family's kind), which picks that family's spec."""
-    if loc and (loc[0] in SPEC_MODELS or loc[0] == NO_FAMILY):
-        spec, loc = SPEC_MODELS.get(loc[0], spec), loc[1:]
+    spec, loc = _tagged(loc, spec)
     candidates: list[Any] = [spec]
     for part in loc:
         tagged = [t for tp in candidates for t in _unwrap(tp) if _kind_tag(t) == part]
