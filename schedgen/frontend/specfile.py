@@ -54,6 +54,7 @@ SPEC_MODELS: dict[str, type[SpecFile]] = {
         op=(f.op_model, Field(description=SpecFile.model_fields["op"].description)),
         schedule=(schedule_model(f), Field(default=schedule_model(f)(), description=_SCHEDULE_HELP)))
     for f in families.all_families()}
+globals().update({model.__name__: model for model in SPEC_MODELS.values()})   # found by name (pickle, copy)
 
 # The tag of a spec whose op.kind is no family's: its op union reports the kind where it stands (op.kind: unknown
 # kind, the legal ones); its schedule is not read (which fields it may hold depends on the kind)
