@@ -256,10 +256,9 @@ def test_each_tile_still_expects_the_arrivals_the_key_blocks_make(built, name, r
 
 
 def test_the_default_stays_in_kernel_and_its_plan_json_has_no_preprocess_fields(built):
-    from schedgen.families.attention_backward.model import AttentionBackwardOp  # noqa: F401  (the family loads)
-    from schedgen.frontend.model import Pipeline
+    from schedgen.families.attention_backward.model import AttentionBackwardPipeline
     from schedgen.plan import to_dict
-    assert Pipeline().delta == "in_kernel"
+    assert AttentionBackwardPipeline().delta == "in_kernel"
     for b in built[("red", "in_kernel")].values():
         w = to_dict(b.plan)["wgmma"]
         assert "delta" not in w and "pre_blocks" not in w and "max_stages" in w
