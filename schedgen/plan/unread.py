@@ -6,7 +6,12 @@ Three kinds of entries: fields neither backend's template nor the planner reads 
 output's BlockSpec, on a named barrier), Mosaic GPU compiler parameters that only the Pallas rendering reads,
 reported when schedule.backends has no pallas, and fields only the CUDA kernel reads (num_warpgroups of the map and
 rowwise kernels), reported when it has no cuda. The entries several families share are defined here; a family's own
-live in its folder (e.g. families/attention/unread.py)."""
+live in its folder (e.g. families/attention/unread.py).
+
+A field a family's schedule model does not have is not here: it is an unknown key where it is written (the spec is a
+union on op.kind, frontend/specfile.py). What stays is what a model cannot say: a field of the core schedule (or of a
+shared group) that this family's kernels ignore, a field one backend ignores, and a value ignored in some mode
+(planar_snake's shape without planar_snake, num_blocks with loop: none)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

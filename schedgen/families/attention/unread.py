@@ -2,7 +2,8 @@
 error (the spec would otherwise say something the kernel does not do).
 
 Two kinds: fields neither backend's template nor the planner reads (the planner derives them: the grid, the
-output's blocks, the epilogue, the layouts of the Q/K/V tiles, ...), and Mosaic GPU compiler parameters that only
+output's blocks, the layouts of the Q/K/V tiles, ...; the epilogue and the matmul's warpgroup roles are
+not fields of the attention schedule at all: unknown keys), and Mosaic GPU compiler parameters that only
 the Pallas rendering reads, reported when schedule.backends has no pallas. What the Pallas rendering reads but
 cannot express is _pallas_limits' (plan.py)."""
 from __future__ import annotations
