@@ -85,24 +85,31 @@ def _model_at(loc: tuple, spec: type[BaseModel] = SpecFile) -> type[BaseModel] |
     return None
 
 
+def _unknown_key(err: Mapping[str, Any], loc: tuple) -> str:
+    """An unknown key, with did-you-mean and the allowed keys; a field of other families' schedules (the spec union's
+    tag is op.kind's family) names them and what this family has there."""
+    raw = tuple(err.get("raw_loc", loc))
+    model = _model_at(raw[:-1])
+    allowed = list(model.model_fields) if model else []
+    hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+    msg = f"unknown key '{clip(str(loc[-1]))}'"
+    if hint:
+        msg += f" (did you mean '{hint[0]}'?)"
+    owners = _owners(raw)
+    if owners and model is not None:
+        dotted = ".".join(str(p) for p in loc)
+        parent = ".".join(str(p) for p in loc[:-1]) or "the spec"
+        article = "an" if owners[0][0] in "aeiou" else "a"
+        return (msg + f": {clip(dotted)} is {article} {' / '.join(owners)} field; the {raw[0]} family's "
+                      f"{clip(parent)} has: {', '.join(allowed)}")
+    return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+
+
 def _message(err: Mapping[str, Any], loc: tuple) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden" and loc:
-        raw = tuple(err.get("raw_loc", loc))
-        model = _model_at(raw[:-1])
-        allowed = list(model.model_fields) if model else []
-        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown key '{clip(str(loc[-1]))}'"
-        if hint:
-            msg += f" (did you mean '{hint[0]}'?)"
-        owners = _owners(raw)
-        if owners and model is not None:
-            dotted = ".".join(str(p) for p in loc)
-            parent = ".".join(str(p) for p in loc[:-1]) or "the spec"
-            return (msg + f": {clip(dotted)} is a {' / '.join(owners)} field; the {raw[0]} family's {clip(parent)} "
-                          f"has: {', '.join(allowed)}")
-        return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        return _unknown_key(err, loc)
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
