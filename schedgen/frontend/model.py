@@ -327,6 +327,25 @@ class SnakePersistent(Persistent):
         "planar_snake: the band width in tiles (1: plain snake) (map, matmul; attention must leave it 1)"))
 
 
+class GemmPipeline(WarpSpecializedPipeline):
+    """The wgmma matmul kernel's pipeline: producer / consumer warpgroups, the axis they split, how they share tiles."""
+    wg_axis: Ident | None = Field(default=None, description=(
+        "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
+        "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
+        examples=["m", "n"])
+    consumer_schedule: Literal["cooperative", "pingpong"] = Field(
+        default="cooperative", description=(
+            "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "
+            "default): both work on one tile, split along wg_axis, and both wait through its epilogue; pingpong: each "
+            "owns a whole tile (tile_m x tile_n, tile_m / 64 wgmma M-blocks; its accumulators are tile_m x tile_n / "
+            "128 f32 a thread) and they take alternate tiles of the block's persistent sequence, so one's epilogue runs "
+            "under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores "
+            "(CUTLASS's ping-pong; without it a consumer a ring round ahead of the other would read a stage of the "
+            "wrong round). pingpong needs num_compute_wgs: 2 and no wg_axis; the "
+            "Pallas rendering and collective_matmul take cooperative only; map and attention take none"),
+        examples=["cooperative", "pingpong"])
+
+
 class CompilerParams(Model):
     """plgpu.CompilerParams of the Pallas rendering, and the CUDA kernel's equivalents where there is one."""
     approx_math: bool = Field(default=False, description=(
@@ -421,6 +440,46 @@ class Schedule(Model):
         "backends) and the attention forward (the Pallas backend only: tcgen05 with S, P and O in TMEM); "
         "its kernels are compiled and their SASS checked on the CPU, but have NOT run on Blackwell hardware. A "
         "package runs only on a GPU of its target"), examples=["sm_90a", "sm_100a"])
+
+
+# --------------------------------------------------------------------------- the wgmma GEMM kernel's schedule
+# (plan/gemm): the schedule model of the families built on it subclasses GemmSchedule (several families: here)
+
+
+class Epilogue(Model):
+    """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
+    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
+    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
+    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA. `operands`: where
+    the epilogue reads its row and column operands (global memory, or SMEM slices a producer warp copies in early)."""
+    tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
+        "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
+        "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
+        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. On sm_100a: [32, cols], one epilogue warp's "
+        "rows, cols a multiple of 32 (a tcgen05.ld) dividing tile_n and at most 128 bytes wide (default: 128 bytes "
+        "where they divide tile_n, else 32). attention takes none"),
+        examples=[[64, 64], [64, 128]])
+    buffers: Annotated[int, Field(ge=1, le=4)] = Field(default=2, description=(
+        "SMEM staging buffers per consumer warpgroup (matmul / collective_matmul; 2: the next chunk is written "
+        "while the previous store drains; on sm_100a per epilogue warp, counted in the SMEM budget beside the "
+        "ring); attention takes the default only"))
+    store: Literal["tma", "direct"] = Field(default="tma", description=(
+        "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
+        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
+        "matmul keep TMA stores; attention takes tma only"))
+    operands: Literal["global", "smem"] = Field(default="global", description=(
+        "where the epilogue reads its vector operands (a row [N] such as a bias, a column [M, 1]): global (the "
+        "default): each thread loads its values from global memory in the epilogue; smem: a producer warp copies "
+        "each tile's slice of them into SMEM with cp.async while the k-loop runs, and the epilogue reads them "
+        "there. matmul on sm_90a, CUDA backend only (the Pallas and sm_100a matmuls read global memory); needs a "
+        "row or column operand"))
+
+
+class GemmSchedule(Schedule):
+    """The schedule of the wgmma GEMM kernel (plan/gemm) and the families built on it: the core fields, producer / consumer warpgroups, planar_snake bands and the epilogue."""
+    pipeline: GemmPipeline = Field(default=GemmPipeline(), description="how blocks stream through SMEM and which warpgroups do what")
+    persistent: SnakePersistent = Field(default=SnakePersistent(), description="the loop over output tiles and its order")
+    epilogue: Epilogue = Field(default=Epilogue(), description="how a matmul output tile is stored")
 
 
 class Backward(Model):

@@ -110,7 +110,7 @@ def test_the_core_schedule_holds_no_field_of_one_family():
         assert field not in core, field
         assert [k for k, fields in have.items() if field in fields] == [owner], field
     # a field beyond the core is declared in a family's folder, or in frontend/model.py's field groups when several
-    # families have it (the producer / consumer warpgroups, planar_snake's shape)
+    # families have it (the producer / consumer warpgroups, planar_snake's shape, the wgmma GEMM kernel's schedule)
     for kind, model in models.items():
         for field in have[kind] - core:
             owner, name = (model, field) if "." not in field else \

@@ -5,8 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ...frontend.model import Ident, Model, Operand, Sizes
-from ..matmul.model import GemmSchedule
+from ...frontend.model import GemmSchedule, Ident, Model, Operand, Sizes
 
 
 class Mesh(Model):

@@ -5,8 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand, Sizes
-from ..matmul.model import GemmSchedule
+from ...frontend.model import Float32, GemmSchedule, Ident, Model, Operand, Sizes
 
 MAX_GROUPS = 1024
 

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand, Schedule, Sizes, SnakePersistent, WarpSpecializedPipeline
+from ...frontend.model import Float32, GemmPipeline, GemmSchedule, Ident, Model, Operand, Sizes, SnakePersistent
 
 
 class BlockScales(Model):
@@ -59,26 +59,7 @@ class MatmulOp(Model):
         "scales are epilogue operands)"), examples=[{"lhs": "scale_a", "rhs": "scale_b"}])
 
 
-# --------------------------------------------------------------------------- schedule: the fields only the matmul kernels (and, for GemmSchedule, the grouped and collective matmuls built on them) read
-
-
-class GemmPipeline(WarpSpecializedPipeline):
-    """The wgmma matmul kernel's pipeline: producer / consumer warpgroups, the axis they split, how they share tiles."""
-    wg_axis: Ident | None = Field(default=None, description=(
-        "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
-        "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
-        examples=["m", "n"])
-    consumer_schedule: Literal["cooperative", "pingpong"] = Field(
-        default="cooperative", description=(
-            "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "
-            "default): both work on one tile, split along wg_axis, and both wait through its epilogue; pingpong: each "
-            "owns a whole tile (tile_m x tile_n, tile_m / 64 wgmma M-blocks; its accumulators are tile_m x tile_n / "
-            "128 f32 a thread) and they take alternate tiles of the block's persistent sequence, so one's epilogue runs "
-            "under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores "
-            "(CUTLASS's ping-pong; without it a consumer a ring round ahead of the other would read a stage of the "
-            "wrong round). pingpong needs num_compute_wgs: 2 and no wg_axis; the "
-            "Pallas rendering and collective_matmul take cooperative only; map and attention take none"),
-        examples=["cooperative", "pingpong"])
+# --------------------------------------------------------------------------- schedule: the fields only the matmul kernels read (beyond frontend/model.py's GemmSchedule, which the grouped and collective matmuls take too)
 
 
 class MatmulPipeline(GemmPipeline):
@@ -107,42 +88,6 @@ class MatmulPersistent(SnakePersistent):
         "epilogue. Needs loop: nd_loop, num_blocks auto or at most the SM count, a 1-CTA cluster, "
         "consumer_schedule: cooperative, static sizes and the cuda backend only. Other families take "
         "data_parallel only"))
-
-
-class Epilogue(Model):
-    """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
-    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
-    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
-    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA. `operands`: where
-    the epilogue reads its row and column operands (global memory, or SMEM slices a producer warp copies in early)."""
-    tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
-        "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
-        "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
-        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. On sm_100a: [32, cols], one epilogue warp's "
-        "rows, cols a multiple of 32 (a tcgen05.ld) dividing tile_n and at most 128 bytes wide (default: 128 bytes "
-        "where they divide tile_n, else 32). attention takes none"),
-        examples=[[64, 64], [64, 128]])
-    buffers: Annotated[int, Field(ge=1, le=4)] = Field(default=2, description=(
-        "SMEM staging buffers per consumer warpgroup (matmul / collective_matmul; 2: the next chunk is written "
-        "while the previous store drains; on sm_100a per epilogue warp, counted in the SMEM budget beside the "
-        "ring); attention takes the default only"))
-    store: Literal["tma", "direct"] = Field(default="tma", description=(
-        "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
-        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
-        "matmul keep TMA stores; attention takes tma only"))
-    operands: Literal["global", "smem"] = Field(default="global", description=(
-        "where the epilogue reads its vector operands (a row [N] such as a bias, a column [M, 1]): global (the "
-        "default): each thread loads its values from global memory in the epilogue; smem: a producer warp copies "
-        "each tile's slice of them into SMEM with cp.async while the k-loop runs, and the epilogue reads them "
-        "there. matmul on sm_90a, CUDA backend only (the Pallas and sm_100a matmuls read global memory); needs a "
-        "row or column operand"))
-
-
-class GemmSchedule(Schedule):
-    """The schedule of a kernel built on the matmul family's wgmma kernel: the core fields, producer / consumer warpgroups, planar_snake bands and the epilogue."""
-    pipeline: GemmPipeline = Field(default=GemmPipeline(), description="how blocks stream through SMEM and which warpgroups do what")
-    persistent: SnakePersistent = Field(default=SnakePersistent(), description="the loop over output tiles and its order")
-    epilogue: Epilogue = Field(default=Epilogue(), description="how a matmul output tile is stored")
 
 
 class MatmulSchedule(GemmSchedule):
