@@ -1,6 +1,7 @@
 """The family registry, on the bottom floor: the `Family` manifest and the lookup by `op.kind`.
 
-A family owns everything that differs between kinds of kernel: its op model (the `op:` section), its planner,
+A family owns everything that differs between kinds of kernel: its op model (the `op:` section), its schedule model
+(the core schedule plus the fields only its kernels read), its planner,
 its float64 reference, its explain text and drawing, its benchmark peers, its tune aliases and both backends'
 templates. The shared stages (frontend, plan framework, render, toolchain, runtime, verify, bench, tune, the CLI)
 look a family up here by `op.kind` and never name one.
@@ -169,9 +170,10 @@ class Family:
     # the schedule.target values (GPU architectures) the family plans for; another is a located error at
     # schedule.target naming the families that take it
     targets: tuple[str, ...] = ("sm_90a",)
-    # schedule fields (paths under schedule) that only this family's kernels read: written with a value other than
-    # its default on another family's op, each is a located error (plan._own_fields_of_others)
-    own_schedule_fields: tuple[tuple[str, ...], ...] = ()
+    # pydantic model of schedule: the core `frontend.model.Schedule` or a subclass of it in the family's folder adding
+    # the fields only its kernels read (None: the core model). A field no family of the op's kind has is an unknown
+    # key at its location; the message names the families that have it (frontend/validate.py)
+    schedule_model: type | None = None
     # the family's folder as a module (its `__package__`): what the string hooks are relative to
     package: str = ""
 

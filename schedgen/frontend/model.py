@@ -120,6 +120,27 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+
+def recast(value, model: type[BaseModel]):
+    """`value` (a model instance) as an instance of `model`, field by field and nested models alike: the fields both
+    have keep their values (and whether they were written: `model_fields_set`), the rest take `model`'s defaults.
+    For a family that plans part of its kernel with another family's planner (a step's spec carries that family's
+    schedule model)."""
+    if not isinstance(value, BaseModel):
+        return value
+    fields = {}
+    for name, field in model.model_fields.items():
+        if name in type(value).model_fields:
+            sub = getattr(value, name)
+            inner = field.annotation if isinstance(field.annotation, type) else None
+            if isinstance(sub, BaseModel) and inner is not None and issubclass(inner, BaseModel) \
+                    and type(sub) is not inner:
+                sub = recast(sub, inner)
+            fields[name] = sub
+        else:
+            fields[name] = field.get_default(call_default_factory=True)
+    return model.model_construct(_fields_set=set(value.model_fields_set) & set(model.model_fields), **fields)
+
 # --------------------------------------------------------------------------- op: what
 
 
@@ -254,66 +275,6 @@ class Pipeline(Model):
         "the depth of the SMEM ring: stages in flight at once (each holds one block of every streamed operand); "
         "deeper hides more latency and costs SMEM (the planner checks the 227 KiB and says how many would fit). "
         "Not written: map and matmul pick a depth that fits beside the tile"))
-    memory_registers: Annotated[int, Field(ge=24, le=256)] | None = Field(default=None, description=(
-        "setmaxnreg budget (registers per thread, a multiple of 8) of the producer warpgroup of a warp-specialized "
-        "kernel. Default (absent): the planner's (matmul: 40 with two consumers, 56 with one). matmul, "
-        "collective_matmul, attention; map has no producer warpgroup"))
-    compute_registers: Annotated[int, Field(ge=24, le=256)] | None = Field(default=None, description=(
-        "setmaxnreg budget (registers per thread, a multiple of 8) of each consumer warpgroup; the block's total "
-        "must fit the 64 K registers of an SM. Default (absent): the planner's (matmul: 232 with two consumers, "
-        "240 with one). matmul, collective_matmul, attention"))
-    num_compute_wgs: Annotated[int, Field(ge=1, le=3)] = Field(default=1, description=(
-        "consumer warpgroups of a warp-specialized kernel, each owning a slice of the output tile: matmul / "
-        "collective_matmul 1-2 (split along wg_axis); attention 1-3 on CUDA, 1-2 on Pallas (64 query rows each: "
-        "block_q = 64 x this). Not written: matmul picks 2 when tile_m splits into two 64-row multiples, else 1; "
-        "attention picks its consumer count (both backends render it); attention_backward with kind warp_specialized "
-        "1-2 (64 keys each: 64 x this keys a block; picked 2 when Skv is a multiple of 128)"))
-    wg_axis: Ident | None = Field(default=None, description=(
-        "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
-        "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
-        examples=["m", "n"])
-    partial_sums: Annotated[int, Field(ge=1, le=2)] | None = Field(default=None, description=(
-        "matmul with op.block_scales (CUDA): the partial-sum register sets each consumer rotates through. 1: a 128-K "
-        "block's wgmmas run into one partial sum that is waited for (wgmma.wait_group 0) and promoted into the f32 "
-        "accumulator before the next block's wgmmas are issued; 2: two sets in turn, block k + 1's wgmmas issued "
-        "before block k is waited for (wait_group 1) and promoted, so the tensor cores run under the promotion "
-        "(three accumulator tiles of registers a thread, delay_release 0). Default (absent): the planner's (2 "
-        "where the registers allow). Other ops take none"), examples=[1, 2])
-    scale_prefetch: bool | None = Field(default=None, description=(
-        "matmul with op.block_scales (CUDA): each consumer reads a K block's scales (global loads) a step ahead, "
-        "a block ahead with partial_sums 1 and a pair ahead with 2, so their latency runs under a whole step's "
-        "wgmmas; false: while the block's own wgmmas run. Default (absent): true with block scales (measured on "
-        "the H200 at 4096x7168x16384: 1134 against 1102 TFLOP/s). Other ops take none"))
-    delta: Literal["in_kernel", "preprocess"] = Field(default="in_kernel", description=(
-        "attention_backward's warp-specialized CUDA (wgmma) kernel only: where delta = rowsum(dO * O) (f32, a query "
-        "row) comes from. in_kernel (the default): each key block's producer warps compute it from every streamed "
-        "step's O tile (a stage holds Q, dO, O and lse); preprocess (FlashAttention-3's): the launch's first blocks "
-        "compute it once into the workspace (16-byte loads of dO and O) and zero the dQ sums there (no memset of "
-        "them), and a stage holds Q, dO, lse and delta (one tile less: more stages fit the SMEM). The Pallas "
-        "backward always computes delta before its kernel(s) (a jnp step), so it reads no value of this; "
-        "preprocess elsewhere (the mma.sync CUDA kernel, other ops) is a located error"),
-        examples=["in_kernel", "preprocess"])
-    data_path: Literal["tma", "registers"] = Field(default="tma", description=(
-        "map's CUDA kernel only: how a tile's data moves. tma (the default): every tile streams through the "
-        "max_concurrent_steps-deep SMEM ring by TMA loads and leaves by TMA stores; registers: no SMEM and no TMA, "
-        "each thread loads 16-byte vectors of every input straight from global memory for several chunks of the "
-        "tile at once (all loads before any arithmetic), computes in registers and stores 16-byte vectors "
-        "(torch's vectorized elementwise kernel's form; many resident blocks hide the latency). registers takes "
-        "schedule.backends: [cuda] (the Pallas map kernel is emit_pipeline's TMA ring), an output row of a "
-        "multiple of 16 bytes' elements, and none of the ring's fields (max_concurrent_steps, barriers, swizzle, "
-        "delay_release, out_of_bounds: nan); other ops: a located error"),
-        examples=["tma", "registers"])
-    consumer_schedule: Literal["cooperative", "pingpong"] = Field(
-        default="cooperative", description=(
-            "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "
-            "default): both work on one tile, split along wg_axis, and both wait through its epilogue; pingpong: each "
-            "owns a whole tile (tile_m x tile_n, tile_m / 64 wgmma M-blocks; its accumulators are tile_m x tile_n / "
-            "128 f32 a thread) and they take alternate tiles of the block's persistent sequence, so one's epilogue runs "
-            "under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores "
-            "(CUTLASS's ping-pong; without it a consumer a ring round ahead of the other would read a stage of the "
-            "wrong round). pingpong needs num_compute_wgs: 2 and no wg_axis; the "
-            "Pallas rendering and collective_matmul take cooperative only; map and attention take none"),
-        examples=["cooperative", "pingpong"])
 
 
 class Persistent(Model):
@@ -337,98 +298,57 @@ class Persistent(Model):
         "tiles along minor_dim, alternating direction, for L2 reuse (matmul, 2-D map grids); lpt: longest first "
         "(attention; causal tiles with the most keys first). Not written: matmul picks planar_snake with "
         "tile_width 8"))
+
+
+# --------------------------------------------------------------------------- field groups several families take
+# Not part of the core `Schedule`: a family's schedule model (in its folder, `Family.schedule_model`) adds the groups
+# its kernels read, and a field no family model of an op's kind has is an unknown key at its location.
+
+
+class WarpSpecializedPipeline(Pipeline):
+    """A pipeline with a TMA producer warpgroup and consumer warpgroups (their count and register budgets)."""
+    memory_registers: Annotated[int, Field(ge=24, le=256)] | None = Field(default=None, description=(
+        "setmaxnreg budget (registers per thread, a multiple of 8) of the producer warpgroup of a warp-specialized "
+        "kernel. Default (absent): the planner's (matmul: 40 with two consumers, 56 with one). matmul, "
+        "collective_matmul, attention; map has no producer warpgroup"))
+    compute_registers: Annotated[int, Field(ge=24, le=256)] | None = Field(default=None, description=(
+        "setmaxnreg budget (registers per thread, a multiple of 8) of each consumer warpgroup; the block's total "
+        "must fit the 64 K registers of an SM. Default (absent): the planner's (matmul: 232 with two consumers, "
+        "240 with one). matmul, collective_matmul, attention"))
+    num_compute_wgs: Annotated[int, Field(ge=1, le=3)] = Field(default=1, description=(
+        "consumer warpgroups of a warp-specialized kernel, each owning a slice of the output tile: matmul / "
+        "collective_matmul 1-2 (split along wg_axis); attention 1-3 on CUDA, 1-2 on Pallas (64 query rows each: "
+        "block_q = 64 x this). Not written: matmul picks 2 when tile_m splits into two 64-row multiples, else 1; "
+        "attention picks its consumer count (both backends render it); attention_backward with kind warp_specialized "
+        "1-2 (64 keys each: 64 x this keys a block; picked 2 when Skv is a multiple of 128)"))
+
+
+class SnakePersistent(Persistent):
+    """A persistent loop over a 2-D tile grid that can walk it in planar_snake bands."""
     minor_dim: Annotated[int, Field(ge=0, le=1)] = Field(default=0, description=(
         "planar_snake: the grid dimension (0 or 1) that runs fastest within a band (map, matmul; attention must "
         "leave it 0)"))
     tile_width: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description=(
         "planar_snake: the band width in tiles (1: plain snake) (map, matmul; attention must leave it 1)"))
-    decomposition: Literal["data_parallel", "stream_k"] = Field(default="data_parallel", description=(
-        "how the persistent grid shares the work (matmul, CUDA backend, sm_90a): data_parallel (the default): each "
-        "block runs whole tiles; stream_k: the tiles of the last partial wave plus one full wave are cut into "
-        "k-steps split evenly over the blocks (the rest run whole, data-parallel); a tile's non-final blocks hand "
-        "f32 partial tiles over a zeroed workspace and the block holding its first k-step sums them before the "
-        "epilogue. Needs loop: nd_loop, num_blocks auto or at most the SM count, a 1-CTA cluster, "
-        "consumer_schedule: cooperative, static sizes and the cuda backend only. Other families take "
-        "data_parallel only"))
 
 
-class Epilogue(Model):
-    """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
-    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
-    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
-    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA. `operands`: where
-    the epilogue reads its row and column operands (global memory, or SMEM slices a producer warp copies in early)."""
-    tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
-        "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
-        "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
-        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. On sm_100a: [32, cols], one epilogue warp's "
-        "rows, cols a multiple of 32 (a tcgen05.ld) dividing tile_n and at most 128 bytes wide (default: 128 bytes "
-        "where they divide tile_n, else 32). attention takes none"),
-        examples=[[64, 64], [64, 128]])
-    buffers: Annotated[int, Field(ge=1, le=4)] = Field(default=2, description=(
-        "SMEM staging buffers per consumer warpgroup (matmul / collective_matmul; 2: the next chunk is written "
-        "while the previous store drains; on sm_100a per epilogue warp, counted in the SMEM budget beside the "
-        "ring); attention takes the default only"))
-    store: Literal["tma", "direct"] = Field(default="tma", description=(
-        "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
-        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
-        "matmul keep TMA stores; attention takes tma only"))
-    operands: Literal["global", "smem"] = Field(default="global", description=(
-        "where the epilogue reads its vector operands (a row [N] such as a bias, a column [M, 1]): global (the "
-        "default): each thread loads its values from global memory in the epilogue; smem: a producer warp copies "
-        "each tile's slice of them into SMEM with cp.async while the k-loop runs, and the epilogue reads them "
-        "there. matmul on sm_90a, CUDA backend only (the Pallas and sm_100a matmuls read global memory); needs a "
-        "row or column operand"))
-
-
-class RemoteRef(Model):
-    """`plgpu.remote_ref(ref, device_id)`: a peer device's copy of one of the kernel's buffers. `device_id` is an
-    integer expression in the mesh axis name (this device's index along it) and integer literals, e.g.
-    "(x - 1) % 2"; it is evaluated for every device and must name a device of the mesh."""
-    device_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(description=(
-        "the peer device, as an integer expression in op.mesh.axis_name (this device's index) and integer "
-        "literals; evaluated for every device, it must give a device of the mesh"),
-        examples=["(x - 1) % 2", "(x + 1) % 4"])
-
-
-class Semaphore(Model):
-    """A cross-device semaphore (`plgpu.SemaphoreType.REGULAR`, in GMEM): signalled on a peer (`pl.semaphore_signal`
-    with `device_id`, or `plgpu.semaphore_signal_parallel` of `SemaphoreSignal`s) and waited on where it lives
-    (`pl.semaphore_wait(sem, value, decrement=False)`: counts only rise). `signal`: semaphore_signal (each signal a
-    release of its own) or semaphore_signal_parallel (signals issued together behind one system-scope fence).
-    `per`: what one semaphore of the array counts: `chunk` (one device's whole lhs), `row_block` (one tile row of
-    it: the receiver starts on the rows that landed), `launch` (one kernel launch, for `done`). The Pallas rendering
-    takes semaphore_signal only (jax 0.11.2 puts semaphore_signal_parallel's fence after its adds)."""
-    signal: Literal["semaphore_signal", "semaphore_signal_parallel"] = Field(default="semaphore_signal", description=(
-        "semaphore_signal (the default): each signal a release of its own; semaphore_signal_parallel: the signals "
-        "of a step issued together behind one system-scope fence (CUDA backend only)"))
-    per: Literal["chunk", "row_block", "launch"] | None = Field(default=None, description=(
-        "what one semaphore of the array counts: chunk (one device's whole lhs), row_block (one tile row of it: "
-        "the receiver starts on the rows that landed), launch (one kernel launch, for done). Default (absent): "
-        "the kernel's own choice for that semaphore"))
-
-
-class Collective(Model):
-    """How a multi-device kernel moves data between the devices of `op.mesh`.
-
-    `transport: remote_ref` (the default) is peer-to-peer: each device forwards lhs chunks to its ring neighbour
-    through remote refs (Pallas: `plgpu.remote_ref`; CUDA: peer pointers) and semaphores. The NVLink multicast
-    entries (`multimem_store`, `multimem_load_reduce`, and `semaphore_signal_multicast` that rides on them) are NOT
-    SUPPORTED by this release (it never sets up NVLink multicast: no cuMulticastCreate): asking for them is a located
-    error; their PTX (multimem.st / multimem.ld_reduce / multimem.red) is rendered and assembled to SASS in CI only.
-    `remote_refs` and `semaphores` name the kernel's own (remote_refs: `gather`, where this device's chunks go;
-    semaphores: `received`, `done`); an entry here sets their device id / signalling."""
-    transport: Literal["remote_ref", "multimem_store", "multimem_load_reduce"] = Field(
-        default="remote_ref",
-        description="remote_ref: peer-to-peer remote refs and semaphores. multimem_store / multimem_load_reduce: "
-                    "NVLink multicast, which is not supported by this release (their PTX is rendered and "
-                    "assembled in CI only)")
-    remote_refs: dict[Ident, RemoteRef] = Field(default_factory=dict, description=(
-        "the kernel's remote refs by name (gather: where this device's lhs chunks go) and the peer each one "
-        "points at"), examples=[{"gather": {"device_id": "(x - 1) % 2"}}])
-    semaphores: dict[Ident, Semaphore] = Field(default_factory=dict, description=(
-        "the kernel's semaphores by name (received: arrivals on the receiver; done: the receiver has read them) "
-        "and how each is signalled"), examples=[{"received": {"per": "row_block"}, "done": {}}])
+class GemmPipeline(WarpSpecializedPipeline):
+    """The wgmma matmul kernel's pipeline: producer / consumer warpgroups, the axis they split, how they share tiles."""
+    wg_axis: Ident | None = Field(default=None, description=(
+        "matmul / collective_matmul: the tile axis the consumer warpgroups split, m or n. Default (absent): m when "
+        "tile_m splits into a multiple of 64 rows per consumer, else n. attention (each consumer owns 64 query rows) takes none"),
+        examples=["m", "n"])
+    consumer_schedule: Literal["cooperative", "pingpong"] = Field(
+        default="cooperative", description=(
+            "matmul (CUDA backend only): how two consumer warpgroups share the output tiles. cooperative (the "
+            "default): both work on one tile, split along wg_axis, and both wait through its epilogue; pingpong: each "
+            "owns a whole tile (tile_m x tile_n, tile_m / 64 wgmma M-blocks; its accumulators are tile_m x tile_n / "
+            "128 f32 a thread) and they take alternate tiles of the block's persistent sequence, so one's epilogue runs "
+            "under the other's wgmma; an ordering barrier makes their k-loops take turns on the tensor cores "
+            "(CUTLASS's ping-pong; without it a consumer a ring round ahead of the other would read a stage of the "
+            "wrong round). pingpong needs num_compute_wgs: 2 and no wg_axis; the "
+            "Pallas rendering and collective_matmul take cooperative only; map and attention take none"),
+        examples=["cooperative", "pingpong"])
 
 
 class CompilerParams(Model):
@@ -463,8 +383,11 @@ class CompilerParams(Model):
 
 
 class Schedule(Model):
-    """How the kernel runs: grid, blocks, pipeline, warpgroups, tile loop, epilogue, compiler parameters and the
-    backends to render. Every field may be left out: the family's planner picks what it has a pick for (blocks,
+    """How the kernel runs: the core schedule every family has (grid, cluster, warpgroups, blocks, barriers, the
+    pipeline's kind and depth, the tile loop and its order, compiler parameters, the backends and the target). A
+    family's schedule model (`Family.schedule_model`, in its folder) subclasses it with the fields only its kernels
+    read (the matmul's epilogue, the map's data path, ...); written under another family, such a field is an unknown
+    key. Every field may be left out: the family's planner picks what it has a pick for (blocks,
     pipeline kind and depth, consumers, tile order, ...: `schedgen explain` lists the picks and why), the rest
     takes the default shown here. A written value is planned as written, and one a family cannot honour is a
     located error."""
@@ -473,10 +396,6 @@ class Schedule(Model):
         "names; it must equal the output's block counts at every size in range. Default (absent): the planner's "
         "(cdiv of each output extent by its block). attention takes none (one block a tile)"),
         examples=[["M // 32", "N // 256"], [8, 128, 16]])
-    grid_names: list[Ident] | None = Field(default=None, min_length=1, max_length=5, description=(
-        "map: the names of the grid dimensions that index maps use, one per output dimension. Default "
-        "(absent): the first free of i, j, k, l, m, n, p, q. attention takes none"),
-        examples=[["i", "j"], ["b", "i", "j"]])
     cluster: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [1], min_length=1, max_length=3,
                                                               description=(
         "CTAs per cluster along the tile grid (M, N) and the reduction (K): matmul [2, 1] shares the rhs tile "
@@ -511,12 +430,8 @@ class Schedule(Model):
     pipeline: Pipeline = Field(default=Pipeline(), description="how blocks stream through SMEM and which "
                                                                "warpgroups do what")
     persistent: Persistent = Field(default=Persistent(), description="the loop over output tiles and its order")
-    epilogue: Epilogue = Field(default=Epilogue(), description="how a matmul output tile is stored")
     compiler_params: CompilerParams = Field(default=CompilerParams(), description="Mosaic GPU compiler parameters "
                                                                                   "(and their CUDA equivalents)")
-    collective: Collective | None = Field(default=None, description=(
-        "multi-device data movement (collective_matmul only). Default (absent): peer-to-peer remote refs with the "
-        "kernel's own device ids and semaphores"))
     backends: list[Literal["cuda", "pallas"]] = Field(default_factory=lambda: ["cuda", "pallas"], min_length=1,
                                                       description=(
         "the backends to plan, render and build (default both); a feature one backend lacks is a located error "
@@ -530,6 +445,46 @@ class Schedule(Model):
         "backends) and the attention forward (the Pallas backend only: tcgen05 with S, P and O in TMEM); "
         "its kernels are compiled and their SASS checked on the CPU, but have NOT run on Blackwell hardware. A "
         "package runs only on a GPU of its target"), examples=["sm_90a", "sm_100a"])
+
+
+# --------------------------------------------------------------------------- the wgmma GEMM kernel's schedule
+# (plan/gemm): the schedule model of the families built on it subclasses GemmSchedule (several families: here)
+
+
+class Epilogue(Model):
+    """How a matmul tile leaves the chip: `tile` [rows, cols] chunks staged through `buffers` SMEM buffers per
+    consumer warpgroup, each stored by TMA (copy_smem_to_gmem) while the next chunk is computed; or (store: direct)
+    written from registers by every thread, so the warpgroup goes on to the next tile while the stores drain. On
+    sm_100a each epilogue warp stages its own 32 rows in `buffers` SMEM tiles and stores them by TMA. `operands`: where
+    the epilogue reads its row and column operands (global memory, or SMEM slices a producer warp copies in early)."""
+    tile: list[Annotated[int, Field(ge=8, le=256)]] | None = Field(default=None, min_length=2, max_length=2, description=(
+        "matmul / collective_matmul: the [rows, cols] chunk of the output staged in SMEM per TMA store: 64 rows "
+        "(one wgmma M block) and a multiple of 16 columns dividing each consumer's columns, at most 128 bytes wide. "
+        "Default (absent): [64, min(consumer columns, 128 B / itemsize)]. On sm_100a: [32, cols], one epilogue warp's "
+        "rows, cols a multiple of 32 (a tcgen05.ld) dividing tile_n and at most 128 bytes wide (default: 128 bytes "
+        "where they divide tile_n, else 32). attention takes none"),
+        examples=[[64, 64], [64, 128]])
+    buffers: Annotated[int, Field(ge=1, le=4)] = Field(default=2, description=(
+        "SMEM staging buffers per consumer warpgroup (matmul / collective_matmul; 2: the next chunk is written "
+        "while the previous store drains; on sm_100a per epilogue warp, counted in the SMEM budget beside the "
+        "ring); attention takes the default only"))
+    store: Literal["tma", "direct"] = Field(default="tma", description=(
+        "tma (the default): chunks staged in SMEM and stored by TMA; direct: each thread stores its accumulator "
+        "fragment from registers (no SMEM, no barriers; N must be even). matmul; the Pallas matmul and the sm_100a "
+        "matmul keep TMA stores; attention takes tma only"))
+    operands: Literal["global", "smem"] = Field(default="global", description=(
+        "where the epilogue reads its vector operands (a row [N] such as a bias, a column [M, 1]): global (the "
+        "default): each thread loads its values from global memory in the epilogue; smem: a producer warp copies "
+        "each tile's slice of them into SMEM with cp.async while the k-loop runs, and the epilogue reads them "
+        "there. matmul on sm_90a, CUDA backend only (the Pallas and sm_100a matmuls read global memory); needs a "
+        "row or column operand"))
+
+
+class GemmSchedule(Schedule):
+    """The schedule of the wgmma GEMM kernel (plan/gemm) and the families built on it: the core fields, producer / consumer warpgroups, planar_snake bands and the epilogue."""
+    pipeline: GemmPipeline = Field(default=GemmPipeline(), description="how blocks stream through SMEM and which warpgroups do what")
+    persistent: SnakePersistent = Field(default=SnakePersistent(), description="the loop over output tiles and its order")
+    epilogue: Epilogue = Field(default=Epilogue(), description="how a matmul output tile is stored")
 
 
 class Backward(Model):

@@ -21,10 +21,12 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from pydantic_core import to_jsonable_python
 
 from .model import SCHEMA_DEFINITIONS
-from .specfile import SpecFile
+from .. import registry as families
+from .specfile import SpecFile, schedule_model
 
 SCHEMA_ID = "https://schedgen.invalid/schedgen.schema.json"
 DRAFT = "http://json-schema.org/draft-07/schema#"
@@ -36,16 +38,39 @@ _END = r"(?!\n)$"
 
 
 def schema() -> dict:
-    raw = SpecFile.model_json_schema(ref_template=_PREFIX + "{model}")
+    _, raw = models_json_schema([(m, "validation") for m in _roots()], ref_template=_PREFIX + "{model}")
     defs = {**raw.pop("$defs", {}), **SCHEMA_DEFINITIONS}
+    top = defs.pop(SpecFile.__name__)
     for model in models():        # pydantic leaves out what a default_factory makes ([1], [cuda, pallas], {})
-        props = (raw if model is SpecFile else defs[model.__name__]).get("properties", {})
+        props = (top if model is SpecFile else defs[model.__name__]).get("properties", {})
         for name, field in model.model_fields.items():
             if field.default_factory is not None:
                 props[name]["default"] = to_jsonable_python(field.get_default(call_default_factory=True))
-    out = _rewrite({**raw, "definitions": defs}, defs)
+    _schedule_by_kind(top)
+    out = _rewrite({**top, "definitions": defs}, defs)
     out.pop("title", None)
     return {"$schema": DRAFT, "$id": SCHEMA_ID, "title": "schedgen spec", **out}
+
+
+def _roots() -> list[type[BaseModel]]:
+    """SpecFile and each family's schedule model (the core Schedule where a family adds no field), once each."""
+    out: list[type[BaseModel]] = [SpecFile]
+    for family in families.all_families():
+        if schedule_model(family) not in out:
+            out.append(schedule_model(family))
+    return out
+
+
+def _schedule_by_kind(top: dict) -> None:
+    """`schedule` is an object whose model op.kind picks: one `if` op.kind / `then` the family's schedule model each
+    (the spec is a union discriminated on op.kind: specfile.SPEC)."""
+    written = top["properties"]["schedule"]
+    top["properties"]["schedule"] = {"type": "object", "default": {}, "description": written["description"]}
+    top["allOf"] = [
+        {"if": {"properties": {"op": {"properties": {"kind": {"const": f.kind}}, "required": ["kind"]}},
+                "required": ["op"]},
+         "then": {"properties": {"schedule": {"$ref": _PREFIX + schedule_model(f).__name__}}}}
+        for f in families.all_families()]
 
 
 def schema_json() -> str:
@@ -53,9 +78,9 @@ def schema_json() -> str:
 
 
 def models() -> list[type[BaseModel]]:
-    """Every model class a spec file can hold, SpecFile first."""
+    """Every model class a spec file can hold, SpecFile first (each family's schedule model included)."""
     seen: list[type[BaseModel]] = []
-    todo: list[type[BaseModel]] = [SpecFile]
+    todo: list[type[BaseModel]] = _roots()
     while todo:
         model = todo.pop(0)
         if model in seen:

@@ -77,15 +77,11 @@ def _sections(root: dict, defs: dict) -> tuple[list[str], dict[str, list[str]]]:
             fields.sort(key=lambda kv: ["name", "description", "op", "schedule", "tune", "backward"].index(kv[0]))
         for field, sub in fields:
             sub_path = f"{path}.{field}" if path else field
-            inner = _refs(sub)
-            if field == "op" and name == "":
-                inner = [t["then"]["$ref"].removeprefix(_PREFIX) for t in sub["allOf"]]
-            for ref in inner:
+            top = _by_kind(field, sub, root, defs) if name == "" else {}
+            for ref in list(top) or _refs(sub):
                 if ref not in defs or "properties" not in defs[ref]:
                     continue
-                shown = sub_path + (".<name>" if _is_map(sub, defs) else "")
-                if field == "op" and name == "":
-                    shown = f"op (kind: {defs[ref]['properties']['kind']['const']})"
+                shown = top.get(ref) or sub_path + (".<name>" if _is_map(sub, defs) else "")
                 where.setdefault(ref, [])
                 if shown not in where[ref]:
                     where[ref].append(shown)
@@ -94,6 +90,19 @@ def _sections(root: dict, defs: dict) -> tuple[list[str], dict[str, list[str]]]:
                     queue.append((ref, defs[ref], shown.split(" ")[0]))
     order += sorted(n for n in defs if "properties" not in defs[n])
     return order, where
+
+
+def _by_kind(field: str, sub: dict, root: dict, defs: dict) -> dict[str, str]:
+    """The root's op and schedule: each model -> where it is, by op.kind ('op (kind: map)', 'schedule (op.kind: map /
+    ...)'; the op union's if / then, and the root's for the schedule: schema._schedule_by_kind); {} for the rest."""
+    if field == "op":
+        refs = [t["then"]["$ref"].removeprefix(_PREFIX) for t in sub["allOf"]]
+        return {ref: f"op (kind: {defs[ref]['properties']['kind']['const']})" for ref in refs if ref in defs}
+    kinds: dict[str, list[str]] = {}
+    for t in root.get("allOf", ()) if field == "schedule" else ():
+        ref = t["then"]["properties"]["schedule"]["$ref"].removeprefix(_PREFIX)
+        kinds.setdefault(ref, []).append(t["if"]["properties"]["op"]["properties"]["kind"]["const"])
+    return {ref: f"schedule (op.kind: {' / '.join(ks)})" for ref, ks in kinds.items()}
 
 
 def _is_map(node: dict, defs: dict) -> bool:

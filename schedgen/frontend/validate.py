@@ -17,7 +17,7 @@ from ..errors import SHOWN_NAME, Problem, SourceMap, SpecErrors, clip, shorten
 from .load import load_file
 from .model import DTYPE_ALIASES
 from .overrides import apply_overrides, parse_overrides  # noqa: F401  (re-exported: cli.py and tune import them here)
-from .specfile import SpecFile
+from .specfile import NO_FAMILY, SPEC, SPEC_MODELS, SpecFile, spec_tag
 
 
 FAMILY_HOWTO = ("a folder schedgen/families/<kind>/ registering a Family manifest, plus its line in _FAMILIES of "
@@ -48,9 +48,18 @@ def _kind_tag(t: Any) -> str | None:
     return None
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The model class whose field set governs `loc` (a path of field names, dict keys, list indices)."""
-    candidates: list[Any] = [SpecFile]
+def _tagged(loc: tuple, spec: type[BaseModel]) -> tuple[type[BaseModel], tuple]:
+    """(the spec model, the rest of `loc`) where `loc` starts with the spec union's tag; else (spec, loc)."""
+    if loc and (loc[0] in SPEC_MODELS or loc[0] == NO_FAMILY):
+        return SPEC_MODELS.get(loc[0], spec), loc[1:]
+    return spec, loc
+
+
+def _model_at(loc: tuple, spec: type[BaseModel] = SpecFile) -> type[BaseModel] | None:
+    """The model class whose field set governs `loc` (a path of field names, dict keys, list indices) in a spec of
+    model `spec`; `loc` may start with the spec union's tag (the family's kind), which picks that family's spec."""
+    spec, loc = _tagged(loc, spec)
+    candidates: list[Any] = [spec]
     for part in loc:
         tagged = [t for tp in candidates for t in _unwrap(tp) if _kind_tag(t) == part]
         if tagged:  # pydantic's discriminated-union tag (op.<kind>): that member alone
@@ -76,18 +85,31 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return None
 
 
+def _unknown_key(err: Mapping[str, Any], loc: tuple) -> str:
+    """An unknown key, with did-you-mean and the allowed keys; a field of other families' schedules (the spec union's
+    tag is op.kind's family) names them and what this family has there."""
+    raw = tuple(err.get("raw_loc", loc))
+    model = _model_at(raw[:-1])
+    allowed = list(model.model_fields) if model else []
+    hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+    msg = f"unknown key '{clip(str(loc[-1]))}'"
+    if hint:
+        msg += f" (did you mean '{hint[0]}'?)"
+    owners = _owners(raw)
+    if owners and model is not None:
+        dotted = ".".join(str(p) for p in loc)
+        parent = ".".join(str(p) for p in loc[:-1]) or "the spec"
+        article = "an" if owners[0][0] in "aeiou" else "a"
+        return (msg + f": {clip(dotted)} is {article} {' / '.join(owners)} field; the {raw[0]} family's "
+                      f"{clip(parent)} has: {', '.join(allowed)}")
+    return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+
+
 def _message(err: Mapping[str, Any], loc: tuple) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden" and loc:
-        raw = tuple(err.get("raw_loc", loc))
-        model = _model_at(raw[:-1])
-        allowed = list(model.model_fields) if model else []
-        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown key '{clip(str(loc[-1]))}'"
-        if hint:
-            msg += f" (did you mean '{hint[0]}'?)"
-        return msg + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        return _unknown_key(err, loc)
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
@@ -107,11 +129,27 @@ def _message(err: Mapping[str, Any], loc: tuple) -> str:
     return msg
 
 
+def _owners(raw: tuple) -> list[str]:
+    """The families whose spec model has the key at the end of `raw` (a pydantic loc starting with the spec union's
+    tag) where the tag's family has not: a field written under a family that does not have it."""
+    if not raw or raw[0] not in SPEC_MODELS:
+        return []
+    found = []
+    for kind, model in SPEC_MODELS.items():
+        if kind != raw[0]:
+            at = _model_at(raw[1:-1], model)
+            if at is not None and str(raw[-1]) in at.model_fields:
+                found.append(kind)
+    return found
+
+
 def _data_loc(loc: tuple, data: Any) -> tuple:
     """`loc` without pydantic's union-member tags ('int', "literal['auto']", ...): the parts that index the data.
 
     Walking the data tells a tag from a user's key of the same name (a mapping key may well be 'int')."""
     out, node = [], data
+    if loc and isinstance(data, dict) and loc[0] == spec_tag(data) and loc[0] not in data:
+        loc = loc[1:]      # the spec union's tag (op.kind's family): matmul.schedule.epilogue -> schedule.epilogue
     for part in loc:
         if isinstance(node, dict) and part in node:
             node = node[part]
@@ -156,8 +194,9 @@ def _collapse_union_errors(errors: list[dict], data: Any = None) -> list[dict]:
 
 
 def validate_data(data: Any, src: SourceMap) -> SpecFile:
+    """The spec of op.kind's family (SPEC_MODELS: SpecFile with the family's op and schedule models)."""
     try:
-        return SpecFile.model_validate(data)
+        return SPEC.validate_python(data)
     except ValidationError as exc:
         problems = []
         for err in _collapse_union_errors(exc.errors(include_url=False), data):

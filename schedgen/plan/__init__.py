@@ -47,13 +47,6 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                              f"the families that plan for {target}: {', '.join(have)} (write "
                                              f"target: {family.targets[0]}, or leave it out)")
         raise SpecErrors(problems, src)
-    if not family.multi_device and spec.schedule.collective is not None:
-        multi = sorted(f.kind for f in families.all_families() if f.multi_device)
-        problems = Problems()
-        problems.add(("schedule", "collective"), f"schedule.collective describes a multi-device kernel; the "
-                                                 f"{spec.op.kind} family runs on one GPU (multi-device: "
-                                                 f"{', '.join(multi)}): remove it")
-        raise SpecErrors(problems, src)
     if getattr(spec, "backward", None) is not None and family.backward is None:
         have = sorted(f.kind for f in families.all_families() if f.backward is not None)
         problems = Problems()
@@ -61,8 +54,6 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
                                     f"{', '.join(have) or 'none yet'}): remove the backward section, or "
                                     f"differentiate a reference implementation instead")
         raise SpecErrors(problems, src)
-    _block_scale_fields(spec, src)
-    _own_fields_of_others(spec, family, src)
     done, picks = complete(spec, hw)
     result, problems = family.plan(done, hw)
     if problems and len(done.schedule.backends) > 1 and not written(spec, ("schedule", "backends")):
@@ -71,39 +62,6 @@ def plan_with_picks(spec, src: SourceMap, hw: Hardware | None = None):
     if problems or result is None:
         raise SpecErrors(problems, src)
     return result, picks
-
-
-def _block_scale_fields(spec, src: SourceMap) -> None:
-    """pipeline.partial_sums and scale_prefetch shape the k-loop of a block-scaled fp8 matmul (op.block_scales): on
-    any other op they would change nothing, which is a located error (every family)."""
-    if getattr(spec.op, "block_scales", None) is not None:
-        return
-    pipe, problems = spec.schedule.pipeline, Problems()
-    for field, is_set in (("partial_sums", pipe.partial_sums is not None), ("scale_prefetch", pipe.scale_prefetch is not None)):
-        if is_set:
-            problems.add(("schedule", "pipeline", field),
-                         f"{field} shapes how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "
-                         f"partial sums; this {spec.op.kind} op has no block scales: remove it")
-    if problems:
-        raise SpecErrors(problems, src)
-
-
-def _own_fields_of_others(spec, family, src: SourceMap) -> None:
-    """A schedule field another family declares its own (Family.own_schedule_fields: e.g. the attention backward's
-    pipeline.delta), set to a value other than its default: this op's kernels would ignore it, a located error."""
-    problems = Problems()
-    for other in families.all_families():
-        if other.kind == family.kind:
-            continue
-        for path in other.own_schedule_fields:
-            owner = spec.schedule
-            for name in path[:-1]:
-                owner = getattr(owner, name)
-            if getattr(owner, path[-1]) != type(owner).model_fields[path[-1]].default:
-                problems.add(("schedule", *path), f"{'.'.join(path)} is read by the {other.kind} family's kernels "
-                                                  f"only; this {spec.op.kind} op's kernels do not read it: remove it")
-    if problems:
-        raise SpecErrors(problems, src)
 
 
 def _without_pallas(family, spec, done, hw: Hardware, result, problems, picks):

@@ -6,7 +6,12 @@ Three kinds of entries: fields neither backend's template nor the planner reads 
 output's BlockSpec, on a named barrier), Mosaic GPU compiler parameters that only the Pallas rendering reads,
 reported when schedule.backends has no pallas, and fields only the CUDA kernel reads (num_warpgroups of the map and
 rowwise kernels), reported when it has no cuda. The entries several families share are defined here; a family's own
-live in its folder (e.g. families/attention/unread.py)."""
+live in its folder (e.g. families/attention/unread.py).
+
+A field a family's schedule model does not have is not here: it is an unknown key where it is written (the spec is a
+union on op.kind, frontend/specfile.py). What stays is what a model cannot say: a field of the core schedule (or of a
+shared group) that this family's kernels ignore, a field one backend ignores, and a value ignored in some mode
+(planar_snake's shape without planar_snake, num_blocks with loop: none)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,12 +80,6 @@ PLANAR_SNAKE_ONLY = (
            "leave it out, or set persistent.tile_order: planar_snake"),
 )
 
-DATA_PARALLEL_ONLY = (
-    Unread(("persistent", "decomposition"), lambda s: s.persistent.decomposition != "data_parallel",
-           "each block of this family's grid runs whole tiles (stream_k is the matmul family's CUDA kernel's)",
-           "data_parallel (the default)"),
-)
-
 ONE_BLOCK_A_TILE = (
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.loop == "none" and s.persistent.num_blocks != "auto",
            "with persistent.loop: none the grid is one block a tile", "auto (the default), or a persistent loop"),
@@ -95,9 +94,6 @@ OUTPUT_DELAY_RELEASE = (
 NO_GRID = (
     Unread(("grid",), lambda s: s.grid is not None,
            "the planner sizes the (persistent) grid from the tiles and persistent.num_blocks", "leave grid out"),
-    Unread(("grid_names",), lambda s: s.grid_names is not None,
-           "tiles are indexed in the tile order (persistent.tile_order), not by named grid dimensions",
-           "leave grid_names out"),
 )
 
 

@@ -29,11 +29,7 @@ UNREAD = [
     (MATMUL, {"schedule.num_warpgroups": 2}, "schedule.num_warpgroups", "tcgen05.mma"),
     (MATMUL_PALLAS, {"schedule.num_warpgroups": 2}, "schedule.num_warpgroups", "epilogue warpgroup"),
     (ATTENTION, {"schedule.num_warpgroups": 2}, "schedule.num_warpgroups", "softmax warpgroup"),
-    (ATTENTION, {"schedule.epilogue.tile": [8, 8]}, "schedule.epilogue.tile", "from TMEM"),
-    (ATTENTION, {"schedule.epilogue.buffers": 3}, "schedule.epilogue.buffers", "softmax warpgroup"),
-    (ATTENTION, {"schedule.pipeline.wg_axis": "m"}, "schedule.pipeline.wg_axis", "softmax warpgroup"),
-    (ATTENTION, {"schedule.pipeline.consumer_schedule": "pingpong"}, "schedule.pipeline.consumer_schedule",
-     "double-buffered in TMEM"),
+    # (the epilogue, wg_axis and consumer_schedule are not attention fields: unknown keys, issue 42)
     (ATTENTION, {"schedule.in_specs.k.memory_space": "gmem"}, "schedule.in_specs.k.memory_space", "tcgen05.mma"),
     (ATTENTION, {"schedule.in_specs.q.transforms.swizzle": 64}, "schedule.in_specs.q.transforms.swizzle",
      "tcgen05.mma"),

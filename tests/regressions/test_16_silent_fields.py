@@ -15,15 +15,16 @@ MATMUL = SPECS_DIR / "matmul_bf16_4096.yaml"
 COLLECTIVE = SPECS_DIR / "collective_matmul_bf16_1024x4096.yaml"
 ATTENTION = SPECS_DIR / "attention_bf16_4096.yaml"
 
+UNKNOWN = "unknown key"     # a field the family's schedule model does not have (issue 42): rejected on loading
+
 CASES = [
-    # the map family: the matmul's knobs, planar_snake's shape without planar_snake, an output's delay_release
-    (MAP, {"schedule.pipeline.memory_registers": 40}, "schedule.pipeline.memory_registers", "no setmaxnreg"),
-    (MAP, {"schedule.pipeline.compute_registers": 232}, "schedule.pipeline.compute_registers", "no setmaxnreg"),
-    (MAP, {"schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs", "num_warpgroups sets"),
-    (MAP, {"schedule.pipeline.wg_axis": "m"}, "schedule.pipeline.wg_axis", "the cuda and pallas map kernels"),
-    (MAP, {"schedule.epilogue.store": "direct"}, "schedule.epilogue.store", "epilogue is the matmul's"),
-    (MAP, {"schedule.epilogue.tile": [64, 64]}, "schedule.epilogue.tile", "epilogue is the matmul's"),
-    (MAP, {"schedule.epilogue.buffers": 3}, "schedule.epilogue.buffers", "epilogue is the matmul's"),
+    # the map family: the matmul's knobs (not fields of the map schedule: unknown keys, issue 42), planar_snake's
+    # shape without planar_snake, an output's delay_release
+    (MAP, {"schedule.pipeline.memory_registers": 40}, "schedule.pipeline.memory_registers", UNKNOWN),
+    (MAP, {"schedule.pipeline.compute_registers": 232}, "schedule.pipeline.compute_registers", UNKNOWN),
+    (MAP, {"schedule.pipeline.num_compute_wgs": 2}, "schedule.pipeline.num_compute_wgs", UNKNOWN),
+    (MAP, {"schedule.pipeline.wg_axis": "m"}, "schedule.pipeline.wg_axis", UNKNOWN),
+    (MAP, {"schedule.epilogue.store": "direct"}, "schedule.epilogue", UNKNOWN),
     (MAP, {"schedule.persistent.tile_width": 4}, "schedule.persistent.tile_width", "tile_order: planar_snake"),
     (MAP, {"schedule.persistent.minor_dim": 1}, "schedule.persistent.minor_dim", "tile_order: planar_snake"),
     (MAP, {"schedule.out_specs.o.delay_release": 1}, "schedule.out_specs.o.delay_release", "written, not released"),
@@ -65,7 +66,7 @@ CASES = [
      "no transcendental"),
     (COLLECTIVE, {"schedule.in_specs.a.out_of_bounds": "zero"},
      "schedule.in_specs.a.out_of_bounds", "whole row blocks"),
-    (COLLECTIVE, {"schedule.grid_names": ["m"]}, "schedule.grid_names", "do not read grid_names"),
+    (COLLECTIVE, {"schedule.grid_names": ["m"]}, "schedule.grid_names", UNKNOWN),
     # any family: a backend twice, a size nothing uses
     (MAP, {"schedule.backends": ["cuda", "pallas", "cuda"]}, "schedule.backends[2]", "cuda is listed twice"),
     (ATTENTION, {"op.sizes.E": 7}, "op.sizes.E", "the size 'E' is in no operand's shape and no expression"),
@@ -73,7 +74,10 @@ CASES = [
 
 
 def _errors(path, overrides):
-    spec, src = load_spec(str(path), overrides)
+    try:
+        spec, src = load_spec(str(path), overrides)
+    except SpecErrors as exc:        # a field the family's schedule does not have
+        return exc.lines()
     with pytest.raises(SpecErrors) as info:
         plan(spec, src)
     return info.value.lines()

@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import AttentionOp
+from .model import AttentionOp, AttentionSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="attention",
     op_model=AttentionOp,
+    schedule_model=AttentionSchedule,
     plan=".plan:plan_attention",
     defaults=".defaults:attention_defaults",
     reference=".reference:attention_reference",

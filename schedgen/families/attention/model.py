@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Sizes, Float32, Ident, Model, Operand
+from ...frontend.model import Float32, Ident, Model, Operand, Schedule, Sizes, WarpSpecializedPipeline
 
 
 class AttentionOp(Model):
@@ -36,3 +36,12 @@ class AttentionOp(Model):
         examples=[True, "top_left"])
     scale: Float32 | None = Field(default=None, description=(
         "the factor on q k^T, positive. Default (absent): 1/sqrt(head_dim)"), examples=[0.125])
+
+
+# --------------------------------------------------------------------------- schedule: the fields only the attention kernels read
+
+
+class AttentionSchedule(Schedule):
+    """The attention forward's schedule: the core fields and its consumer warpgroups."""
+    pipeline: WarpSpecializedPipeline = Field(default=WarpSpecializedPipeline(), description=(
+        "how K / V blocks stream through SMEM and which warpgroups do what"))

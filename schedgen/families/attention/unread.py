@@ -2,63 +2,31 @@
 error (the spec would otherwise say something the kernel does not do).
 
 Two kinds: fields neither backend's template nor the planner reads (the planner derives them: the grid, the
-output's blocks, the epilogue, the layouts of the Q/K/V tiles, ...), and Mosaic GPU compiler parameters that only
+output's blocks, the layouts of the Q/K/V tiles, ...; the epilogue and the matmul's warpgroup roles are
+not fields of the attention schedule at all: unknown keys), and Mosaic GPU compiler parameters that only
 the Pallas rendering reads, reported when schedule.backends has no pallas. What the Pallas rendering reads but
 cannot express is _pallas_limits' (plan.py)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import DATA_PARALLEL_ONLY, PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
-from .blackwell import ROWS
+from ...plan.unread import PALLAS_COMPILER_PARAMS, Unread, UnreadTable, check_unread as _check
 
 # the sm_100a kernel's roles and tile layout, for the entries whose Hopper text names wgmma or consumer warpgroups
 _BW_ROLES = "a TMA warp, the warp that issues every tcgen05.mma and one softmax warpgroup (S, P and O in TMEM)"
 _BW_SWIZZLE = "the tiles are 64-column TMA boxes with the 128-byte swizzle, the layout tcgen05.mma's descriptors read"
 
-SCHEDULE = DATA_PARALLEL_ONLY + (
+SCHEDULE = (
     Unread(("grid",), lambda s: s.grid is not None,
            "the planner launches one block a (query block, head, batch) tile, or one an SM with persistent.loop",
            "leave grid out"),
-    Unread(("grid_names",), lambda s: s.grid_names is not None,
-           "tiles are indexed in the tile order (persistent.tile_order), not by named grid dimensions",
-           "leave grid_names out"),
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1,
            "a block is one TMA producer warpgroup and pipeline.num_compute_wgs consumer warpgroups",
            "1 (the default); set pipeline.num_compute_wgs for more consumers",
            (f"an sm_100a block is {_BW_ROLES}", "1 (the default)")),
     Unread(("out_specs",), lambda s: bool(s.out_specs),
            "the output's blocks are q's (block_q query rows of one head), stored by TMA", "leave out_specs out"),
-    Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None,
-           "each consumer normalises its 64 O rows in registers, stages them in SMEM and stores them by TMA",
-           "leave epilogue out",
-           (f"the softmax warpgroup normalises O's {ROWS} rows from TMEM (a thread a row), stages them in SMEM and "
-            "stores them by TMA", "leave epilogue out")),
-    Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2,
-           "O is staged once per consumer (in the Q tile, or in its own buffer on a persistent grid)",
-           "leave epilogue out",
-           ("O is staged once a tile, in the Q tile, by the softmax warpgroup", "leave epilogue out")),
-    Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
-           "O always leaves through SMEM and a TMA store (which clips a ragged last query block)",
-           "tma (the default)"),
-    Unread(("epilogue", "operands"), lambda s: s.epilogue.operands != "global",
-           "attention's epilogue reads no operands (O is normalised by the softmax's own row sums)",
-           "global (the default)"),
-    Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None,
-           "each consumer warpgroup owns 64 query rows", "leave wg_axis out",
-           (f"one softmax warpgroup owns the tile's {ROWS} query rows (thread = row); no warpgroup splits it",
-            "leave wg_axis out")),
-    Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative",
-           "the consumer warpgroups share each (query block, head) tile, 64 query rows each",
-           "cooperative (the default)",
-           ("nothing takes turns on the tensor cores: one warp issues every tcgen05.mma and S is "
-            "double-buffered in TMEM, so the next block's S = Q K^T runs under this block's softmax",
-            "cooperative (the default)")),
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
            "a persistent attention grid is one CTA an SM, counted at launch", "auto (the default)"),
-    Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
-           "it shapes planar_snake, which attention's tile orders (row_major, lpt) do not use", "leave it out"),
-    Unread(("persistent", "tile_width"), lambda s: s.persistent.tile_width != 1,
-           "it shapes planar_snake, which attention's tile orders (row_major, lpt) do not use", "leave it out"),
 )
 
 BLOCK_SPEC = (

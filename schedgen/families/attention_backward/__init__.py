@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import AttentionBackwardOp
+from .model import AttentionBackwardOp, AttentionBackwardSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="attention_backward",
     op_model=AttentionBackwardOp,
+    schedule_model=AttentionBackwardSchedule,
     plan=".plan:plan_attention_backward",
     defaults=".defaults:attention_backward_defaults",
     reference=".reference:attention_backward_reference",
@@ -23,5 +24,4 @@ FAMILY = register(Family(
     peers=f"{__package__}.peers",
     metric="tflops",
     accumulation=".reference:accumulation",
-    own_schedule_fields=(("pipeline", "delta"),),             # where the wgmma kernel's delta comes from
 ))

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Float32, Ident, Model, Operand, Sizes
+from ...frontend.model import Float32, Ident, Model, Operand, Schedule, Sizes, WarpSpecializedPipeline
 from ..attention.model import AttentionOp
 
 _CAUSAL = AttentionOp.model_fields["causal"]
@@ -35,3 +35,25 @@ class AttentionBackwardOp(Model):
         examples=_CAUSAL.examples)
     scale: Float32 | None = Field(default=None, description=(
         "the forward's factor on q k^T, positive. Default (absent): 1/sqrt(head_dim)"), examples=[0.125])
+
+
+# --------------------------------------------------------------------------- schedule: the fields only the attention backward kernels read
+
+
+class AttentionBackwardPipeline(WarpSpecializedPipeline):
+    """The attention backward's pipeline: its consumer warpgroups and where its wgmma kernel's delta comes from."""
+    delta: Literal["in_kernel", "preprocess"] = Field(default="in_kernel", description=(
+        "attention_backward's warp-specialized CUDA (wgmma) kernel only: where delta = rowsum(dO * O) (f32, a query "
+        "row) comes from. in_kernel (the default): each key block's producer warps compute it from every streamed "
+        "step's O tile (a stage holds Q, dO, O and lse); preprocess (FlashAttention-3's): the launch's first blocks "
+        "compute it once into the workspace (16-byte loads of dO and O) and zero the dQ sums there (no memset of "
+        "them), and a stage holds Q, dO, lse and delta (one tile less: more stages fit the SMEM). The Pallas "
+        "backward always computes delta before its kernel(s) (a jnp step), so it reads no value of this; "
+        "preprocess elsewhere (the mma.sync CUDA kernel, other ops) is a located error"),
+        examples=["in_kernel", "preprocess"])
+
+
+class AttentionBackwardSchedule(Schedule):
+    """The attention backward's schedule: the core fields and its pipeline."""
+    pipeline: AttentionBackwardPipeline = Field(default=AttentionBackwardPipeline(), description=(
+        "how blocks stream through SMEM and which warpgroups do what"))

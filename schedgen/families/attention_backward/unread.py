@@ -8,7 +8,7 @@ computes delta before its kernels)."""
 from __future__ import annotations
 
 from ...plan.common import Problems
-from ...plan.unread import DATA_PARALLEL_ONLY, NO_GRID, Unread, UnreadTable, check_unread as _check
+from ...plan.unread import NO_GRID, Unread, UnreadTable, check_unread as _check
 
 WS = "warp_specialized"   # each backend's warp-specialized form (fused.py, wgmma.py): they read num_compute_wgs
 _ONE_WG = ("a block of the emit_pipeline forms is one warpgroup of 64 rows that issues its own TMA ring (no producer "
@@ -27,21 +27,11 @@ def _wgmma_built(s) -> bool:
     return s.pipeline.kind == WS and "cuda" in s.backends
 
 
-SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
+SCHEDULE = NO_GRID + (
     Unread(("num_warpgroups",), lambda s: s.num_warpgroups != 1, _ONE_WG, "1 (the default)"),
     Unread(("out_specs",), lambda s: bool(s.out_specs),
            "the gradients' blocks are the kernels' rows (64 keys or queries of one head), stored by TMA",
            "leave out_specs out"),
-    Unread(("epilogue", "tile"), lambda s: s.epilogue.tile is not None,
-           "each block scales its dQ (dK, dV) rows in registers, stages them in SMEM and stores them by TMA",
-           "leave epilogue out"),
-    Unread(("epilogue", "buffers"), lambda s: s.epilogue.buffers != 2,
-           "the gradients are staged once, in the SMEM of the rows the block kept", "leave epilogue out"),
-    Unread(("epilogue", "store"), lambda s: s.epilogue.store != "tma",
-           "the gradients leave through SMEM and a TMA store", "tma (the default)"),
-    Unread(("epilogue", "operands"), lambda s: s.epilogue.operands != "global",
-           "the gradients' epilogue reads no operands (each block scales its rows in registers)",
-           "global (the default)"),
     Unread(("pipeline", "kind"), lambda s: s.pipeline.kind not in ("emit_pipeline", WS),
            "the backward always streams its blocks through a TMA ring",
            f"emit_pipeline (the default) or {WS} (one Pallas kernel with dQ summed by TMA reduce-add; the CUDA "
@@ -57,19 +47,12 @@ SCHEDULE = NO_GRID + DATA_PARALLEL_ONLY + (
            "the Pallas backward always computes it before its kernel(s) (a jnp step) and the mma.sync CUDA kernel "
            "(emit_pipeline) in each block",
            f"in_kernel (the default), or kind: {WS} with cuda in backends"),
-    Unread(("pipeline", "wg_axis"), lambda s: s.pipeline.wg_axis is not None, _ONE_WG, "leave wg_axis out"),
-    Unread(("pipeline", "consumer_schedule"), lambda s: s.pipeline.consumer_schedule != "cooperative", _ONE_WG,
-           "cooperative (the default)"),
     Unread(("persistent", "loop"), lambda s: "loop" in s.persistent.model_fields_set,
            "each kernel launches one block a (64 rows, head, batch) tile", "leave persistent out"),
     Unread(("persistent", "num_blocks"), lambda s: s.persistent.num_blocks != "auto",
            "each kernel launches one block a tile", "auto (the default)"),
     Unread(("persistent", "tile_order"), lambda s: s.persistent.tile_order != "row_major",
            "the blocks are a grid of (64 rows, head, batch)", "row_major (the default)"),
-    Unread(("persistent", "minor_dim"), lambda s: s.persistent.minor_dim != 0,
-           "it shapes planar_snake, which the backward does not use", "leave it out"),
-    Unread(("persistent", "tile_width"), lambda s: s.persistent.tile_width != 1,
-           "it shapes planar_snake, which the backward does not use", "leave it out"),
 )
 
 BLOCK_SPEC = (

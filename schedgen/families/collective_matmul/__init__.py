@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import CollectiveMatmulOp
+from .model import CollectiveMatmulOp, CollectiveMatmulSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="collective_matmul",
     op_model=CollectiveMatmulOp,
+    schedule_model=CollectiveMatmulSchedule,
     plan=".plan:plan_collective_matmul",
     defaults=".defaults:collective_defaults",
     reference=".reference:collective_matmul_reference",

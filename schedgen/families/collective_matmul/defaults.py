@@ -4,6 +4,7 @@ matmul family's 128 x 256 x 64 kernel too). The ring's own fields (remote refs, 
 defaults. A field the spec writes is never replaced."""
 from __future__ import annotations
 
+from ...frontend.model import recast
 from ...plan.defaults import Pick
 from ...plan.hardware import Hardware
 from ...registry import get as family
@@ -17,7 +18,8 @@ def collective_defaults(spec, hw: Hardware) -> list[Pick]:
     if len(op.outputs) != 1 or op.lhs not in op.inputs or op.rhs not in op.inputs or len(op.inputs[op.lhs].shape) != 2 \
             or len(op.inputs[op.rhs].shape) != 2:
         return []                               # the planner reports what is wrong with the op
-    step = spec.model_copy(update={"op": step_op_of(op, next(iter(op.outputs)))})
+    step = spec.model_copy(update={"op": step_op_of(op, next(iter(op.outputs))),
+                                   "schedule": recast(spec.schedule, family(STEP_KIND).schedule_model)})
     picks = []
     for pick in family(STEP_KIND).defaults(step, hw):
         value = pick.value

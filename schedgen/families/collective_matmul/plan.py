@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from ...frontend import expr as ex
 from ...frontend import intmath
-from ...frontend.model import ITEMSIZE, Operand
+from ...frontend.model import ITEMSIZE, Operand, recast
 from ...plan.common import static_sizes_only, Problems, row_major_strides
 from ...plan.hardware import Hardware, target_field
 from ...plan.launch import KernelLaunch, Ring as LaunchRing, inline_field
@@ -239,8 +239,8 @@ def plan_step(spec: SpecFile, out_name: str, hw: Hardware, problems: Problems) -
     # (a ping-pong consumer_schedule is the collective's own error, check_schedule_subset: the step is planned
     # cooperative, so the matmul family's ping-pong rules do not pile up beside it)
     pipe = spec.schedule.pipeline.model_copy(update={"consumer_schedule": "cooperative"})
-    step_spec = spec.model_copy(update={"op": step_op, "schedule": spec.schedule.model_copy(
-        update={"collective": None, "pipeline": pipe})})
+    step_spec = spec.model_copy(update={"op": step_op, "schedule": recast(
+        spec.schedule.model_copy(update={"pipeline": pipe}), family(STEP_KIND).schedule_model)})
     mm, mm_problems = family(STEP_KIND).plan(step_spec, hw)
     # the step's output shape is ours to derive (its problems are reported against the real output below), and the
     # matmul family's way out of ragged sizes (out_of_bounds: zero) is not one here (checked below)
@@ -299,10 +299,6 @@ def check_schedule_subset(sch, mm: MatmulPlan | None, hw: Hardware, problems: Pr
         problems.add(("schedule", "persistent", "loop"),
                      "the collective matmul's blocks wait for data from the peer device: every block must be resident "
                      "at once, so the grid is persistent (nd_loop), never one block per tile")
-    if sch.persistent.decomposition != "data_parallel":
-        problems.add(("schedule", "persistent", "decomposition"),
-                     "the collective matmul's blocks run whole tiles of each ring step (stream_k is the matmul "
-                     "family's); use data_parallel (the default)")
     if sch.persistent.num_blocks != "auto" and sch.persistent.num_blocks > hw.sm_count:
         problems.add(("schedule", "persistent", "num_blocks"),
                      f"num_blocks {sch.persistent.num_blocks} exceeds the {hw.sm_count} SMs: blocks that are not "

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import GroupedMatmulOp
+from .model import GroupedMatmulOp, GroupedMatmulSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="grouped_matmul",
     op_model=GroupedMatmulOp,
+    schedule_model=GroupedMatmulSchedule,
     plan=".ragged_k:plan_grouped",          # ragged: k there, ragged: m in plan.py
     defaults=".defaults:grouped_defaults",
     reference=".reference:grouped_reference",

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ...frontend.model import Sizes, Float32, Ident, Model, Operand
+from ...frontend.model import Float32, GemmSchedule, Ident, Model, Operand, Sizes
 
 MAX_GROUPS = 1024
 
@@ -52,3 +52,10 @@ class GroupedMatmulOp(Model):
         "statements like a map body reading the f32 accumulator as `acc` and the constants, and assigning the "
         "output. Default (absent): `<output> = acc`, cast to the output dtype"),
         examples=["out = acc", "out = silu(acc)", "out = gelu(acc) * alpha"])
+
+
+# --------------------------------------------------------------------------- schedule: the fields only the grouped matmul kernel read
+
+
+class GroupedMatmulSchedule(GemmSchedule):
+    """The grouped matmul's schedule: one group's product is the matmul family's wgmma kernel (its producer / consumer warpgroups, planar_snake bands, epilogue)."""

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...frontend.model import BlockSpec, Operand
+from ...frontend.model import BlockSpec, Operand, recast
 from ...plan import dims as D
 from ...plan.common import KernelArg, Problems, dynamic_ranges, resolve_shape, size_values
 from ...plan.dims import DimLike
@@ -257,7 +257,7 @@ def step_spec_of(spec: SpecFile, out_name: str, step_op=None) -> SpecFile:
                                                                    if sch.persistent.tile_order == "lpt" else {})})
     step_sch = sch.model_copy(update={"in_specs": in_specs, "backends": ["cuda"], "cluster": [1, 2] if paired else [1],
                                       "pipeline": pipe, "persistent": pers})
-    return spec.model_copy(update={"op": step_op, "schedule": step_sch})
+    return spec.model_copy(update={"op": step_op, "schedule": recast(step_sch, family(STEP_KIND).schedule_model)})
 
 
 def plan_step(spec: SpecFile, out_name: str, problems: Problems, hw: Hardware,

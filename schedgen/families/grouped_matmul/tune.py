@@ -2,20 +2,22 @@
 M-cluster, split-K and consumer-schedule ones the grouped kernel does not take) and its default tune space."""
 from __future__ import annotations
 
+from ...frontend.model import recast
 from ...registry import TuneSpace
 from ...registry import get as family
 from .plan import STEP_KIND, step_op_of
 
 # knobs of the matmul family the grouped kernel has no use for (its planner takes the [1, 2] cluster only: cluster_n
 # and the x multicast, not pairs along M, split-K or ping-pong)
-DROPPED = ("cluster_m", "split_k", "consumer_schedule")
+DROPPED = ("cluster_m", "split_k", "consumer_schedule", "partial_sums", "scale_prefetch", "decomposition")
 TILE_N = (128, 256)
 STAGES = (3, 4, 5, 6)
 STAGE_BYTES = 196608   # the ring's share of SMEM beside the staging buffers and tables (4 x 48 KiB, 6 x 32 KiB)
 
 
 def _step(spec):
-    return spec.model_copy(update={"op": step_op_of(spec.op, next(iter(spec.op.outputs)))})
+    return spec.model_copy(update={"op": step_op_of(spec.op, next(iter(spec.op.outputs))),
+                                   "schedule": recast(spec.schedule, family(STEP_KIND).schedule_model)})
 
 
 def grouped_aliases(spec) -> dict:

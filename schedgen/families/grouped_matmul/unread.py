@@ -2,7 +2,7 @@
 matmul family's kernel, whose planner reports those: schedgen/families/matmul/unread.py)."""
 from __future__ import annotations
 
-from ...plan.unread import DATA_PARALLEL_ONLY, Unread, UnreadTable
+from ...plan.unread import Unread, UnreadTable
 
 IN_SPEC = (
     Unread(("out_of_bounds",), lambda b: b.out_of_bounds != "reject",
@@ -11,4 +11,4 @@ IN_SPEC = (
            "reject (the default)"),
 )
 
-TABLE = UnreadTable("grouped_matmul", schedule=DATA_PARALLEL_ONLY, in_spec=IN_SPEC)
+TABLE = UnreadTable("grouped_matmul", in_spec=IN_SPEC)

@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import MapOp
+from .model import MapOp, MapSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="map",
     op_model=MapOp,
+    schedule_model=MapSchedule,
     plan=".plan:plan_map",
     defaults=".defaults:map_defaults",
     reference=".reference:map_reference",
@@ -26,5 +27,4 @@ FAMILY = register(Family(
     elementwise=lambda op: op.body,
     report=".report:REPORT",
     backward=".backward:map_backward",
-    own_schedule_fields=(("pipeline", "data_path"),),   # the CUDA kernel's TMA ring or register path
 ))

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...frontend.model import Sizes, Float32, Ident, Model, Operand
+from ...frontend.model import Float32, Ident, Model, Operand, Pipeline, Schedule, SnakePersistent, Sizes
 
 
 class MapOp(Model):
@@ -25,3 +25,30 @@ class MapOp(Model):
         "gelu (tanh form) gelu_erf silu square erf heaviside (1 where x > 0) sign minimum maximum clamp; "
         "evaluated in f32"),
         examples=["o = x + y", "h = x * w + b\ny = gelu(h)", "o = clamp(x * scale, -1.0, 1.0)"])
+
+
+# --------------------------------------------------------------------------- schedule: the fields only the map kernels read
+
+
+class MapPipeline(Pipeline):
+    """The map kernels' pipeline: the core fields and the CUDA kernel's data path."""
+    data_path: Literal["tma", "registers"] = Field(default="tma", description=(
+        "map's CUDA kernel only: how a tile's data moves. tma (the default): every tile streams through the "
+        "max_concurrent_steps-deep SMEM ring by TMA loads and leaves by TMA stores; registers: no SMEM and no TMA, "
+        "each thread loads 16-byte vectors of every input straight from global memory for several chunks of the "
+        "tile at once (all loads before any arithmetic), computes in registers and stores 16-byte vectors "
+        "(torch's vectorized elementwise kernel's form; many resident blocks hide the latency). registers takes "
+        "schedule.backends: [cuda] (the Pallas map kernel is emit_pipeline's TMA ring), an output row of a "
+        "multiple of 16 bytes' elements, and none of the ring's fields (max_concurrent_steps, barriers, swizzle, "
+        "delay_release, out_of_bounds: nan); other ops: a located error"),
+        examples=["tma", "registers"])
+
+
+class MapSchedule(Schedule):
+    """The map family's schedule: the core fields, the grid's names, the data path, planar_snake's shape."""
+    grid_names: list[Ident] | None = Field(default=None, min_length=1, max_length=5, description=(
+        "map: the names of the grid dimensions that index maps use, one per output dimension. Default "
+        "(absent): the first free of i, j, k, l, m, n, p, q. attention takes none"),
+        examples=[["i", "j"], ["b", "i", "j"]])
+    pipeline: MapPipeline = Field(default=MapPipeline(), description="how blocks stream through SMEM (or, with data_path: registers, straight into registers)")
+    persistent: SnakePersistent = Field(default=SnakePersistent(), description="the loop over output tiles and its order")

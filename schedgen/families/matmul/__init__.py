@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...registry import Family, register, template_folder
-from .model import MatmulOp
+from .model import MatmulOp, MatmulSchedule
 
 FAMILY = register(Family(
     package=__package__,
     kind="matmul",
     op_model=MatmulOp,
+    schedule_model=MatmulSchedule,
     plan=".plan:plan_matmul",
     defaults=".defaults:matmul_defaults",
     reference=".reference:matmul_reference",

@@ -71,6 +71,11 @@ def check_block_scaled_schedule(op, sch, tile, wg, creg: int, delay: int, dims, 
     no stage is held past its wgmma, else 1); 1 without block scales."""
     written = sch.pipeline.partial_sums
     if getattr(op, "block_scales", None) is None:
+        for field in ("partial_sums", "scale_prefetch"):     # they shape the block-scaled k-loop only
+            if getattr(sch.pipeline, field) is not None:
+                problems.add(("schedule", "pipeline", field),
+                             f"{field} shapes how a block-scaled fp8 matmul (op.block_scales) promotes its K blocks' "
+                             f"partial sums; this op has no block scales: remove it")
         return 1
     where = ("schedule", "in_specs", op.lhs, "block_shape")
     if tile.tk != SCALE_BLOCK:

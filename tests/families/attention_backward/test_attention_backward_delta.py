@@ -256,10 +256,9 @@ def test_each_tile_still_expects_the_arrivals_the_key_blocks_make(built, name, r
 
 
 def test_the_default_stays_in_kernel_and_its_plan_json_has_no_preprocess_fields(built):
-    from schedgen.families.attention_backward.model import AttentionBackwardOp  # noqa: F401  (the family loads)
-    from schedgen.frontend.model import Pipeline
+    from schedgen.families.attention_backward.model import AttentionBackwardPipeline
     from schedgen.plan import to_dict
-    assert Pipeline().delta == "in_kernel"
+    assert AttentionBackwardPipeline().delta == "in_kernel"
     for b in built[("red", "in_kernel")].values():
         w = to_dict(b.plan)["wgmma"]
         assert "delta" not in w and "pre_blocks" not in w and "max_stages" in w
@@ -300,20 +299,20 @@ def test_preprocess_where_no_kernel_reads_it_is_a_located_error(case):
 
 
 @pytest.mark.parametrize("spec_name", ["matmul_bf16_4096.yaml", "attention_bf16_4096.yaml"])
-def test_delta_on_another_op_is_a_located_error(spec_name):
+@pytest.mark.parametrize("value", ["preprocess", "in_kernel"])
+def test_delta_on_another_op_is_an_unknown_key(spec_name, value):
+    """pipeline.delta is the attention backward schedule's field (issue 42): on another op it is an unknown key at
+    its location, whatever its value, naming the family that has it."""
     from conftest import SPECS_DIR
     from schedgen.frontend.validate import load_spec
-    from schedgen.plan import plan
     path = SPECS_DIR / spec_name
     if not path.exists():
         pytest.skip(f"{spec_name} is not bundled")
-    spec, src = load_spec(str(path), PRE)
     with pytest.raises(SpecErrors) as exc:
-        plan(spec, src)
+        load_spec(str(path), {"schedule.pipeline.delta": value})
     msg = str(exc.value)
-    assert "schedule.pipeline.delta" in msg and "read by the attention_backward family's kernels only" in msg, msg
-    spec, src = load_spec(str(path), {"schedule.pipeline.delta": "in_kernel"})
-    assert plan(spec, src) is not None                      # the default restated: nothing to refuse
+    assert "schedule.pipeline.delta: unknown key 'delta'" in msg, msg
+    assert "schedule.pipeline.delta is an attention_backward field" in msg, msg
 
 
 # ------------------------------------------------------------------------------ on the GPU

@@ -196,9 +196,12 @@ def test_a_row_that_is_no_whole_vector_is_refused(tmp_path):
 
 
 def test_another_family_refuses_the_field():
-    got = _errors(SPECS_DIR / "matmul_bf16_4096.yaml", ["schedule.pipeline.data_path=registers"])
-    assert any("schedule.pipeline.data_path: pipeline.data_path is read by the map family's kernels only; this "
-               "matmul op's kernels do not read it: remove it" in line for line in got), got
+    """data_path is the map schedule's field (issue 42): on another op an unknown key naming the map family."""
+    with pytest.raises(SpecErrors) as info:
+        load_spec(str(SPECS_DIR / "matmul_bf16_4096.yaml"), parse_overrides(["schedule.pipeline.data_path=registers"]))
+    got = info.value.lines()
+    assert any("schedule.pipeline.data_path: unknown key 'data_path': schedule.pipeline.data_path is a map field; "
+               "the matmul family's schedule.pipeline has: " in line for line in got), got
 
 
 # ------------------------------------------------------------------------------------------------------------ GPU

@@ -158,7 +158,8 @@ def test_plan_expressions_pickle_with_their_trees():
     ({"schedule.in_specs.a.memory_space": "regs"}, "takes both operands from SMEM"),
     # issue 16: fields the matmul kernels do not read are located errors
     ({"schedule.grid": [256]}, "schedule.grid: the cuda and pallas matmul kernels do not read grid"),
-    ({"schedule.grid_names": ["m", "n"]}, "schedule.grid_names: the cuda and pallas matmul kernels do not read"),
+    ({"schedule.grid_names": ["m", "n"]}, "schedule.grid_names: unknown key 'grid_names': schedule.grid_names is a map "
+                                         "field"),
     ({"schedule.num_warpgroups": 3}, "set pipeline.num_compute_wgs"),
     ({"schedule.persistent.tile_order": "row_major", "schedule.persistent.tile_width": 8},
      "schedule.persistent.tile_width: the cuda and pallas matmul kernels do not read"),
