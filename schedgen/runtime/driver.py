@@ -282,8 +282,9 @@ TMA_DTYPES: dict[str, Any] = {
     "f8e4m3": _DT.CU_TENSOR_MAP_DATA_TYPE_UINT8,
     "f8e5m2": _DT.CU_TENSOR_MAP_DATA_TYPE_UINT8,
     "i32": _DT.CU_TENSOR_MAP_DATA_TYPE_INT32,
+    "i64": _DT.CU_TENSOR_MAP_DATA_TYPE_INT64,
 }
-TMA_ITEMSIZE: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4}
+TMA_ITEMSIZE: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3": 1, "f8e5m2": 1, "i32": 4, "i64": 8}
 _SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 _L2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
 

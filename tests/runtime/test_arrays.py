@@ -105,6 +105,7 @@ def test_tma_dtypes():
     assert D.TMA_DTYPES["f32"] == dt.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
     assert D.TMA_DTYPES["f8e4m3"] == D.TMA_DTYPES["f8e5m2"] == dt.CU_TENSOR_MAP_DATA_TYPE_UINT8
     assert D.TMA_DTYPES["i32"] == dt.CU_TENSOR_MAP_DATA_TYPE_INT32
+    assert D.TMA_DTYPES["i64"] == dt.CU_TENSOR_MAP_DATA_TYPE_INT64 and D.TMA_ITEMSIZE["i64"] == 8
     assert set(D.TMA_DTYPES) == set(A.DTYPES)
     assert all(D.TMA_ITEMSIZE[k] == A.DTYPES[k].itemsize for k in A.DTYPES)
 
@@ -366,9 +367,10 @@ def test_dlpack_cuda_producer_bf16():
     assert fp8.dtype == "f8e4m3" and fp8.strides == (64, 1)
     with pytest.raises(A.ArgumentError, match=r"^w: is not C-contiguous"):
         A.check(fp8, "w", shape=(16, 32), dtype="f8e4m3")
-    with pytest.raises(A.ArgumentError, match=r"^z: unsupported DLPack dtype \(code=0, bits=64, lanes=1\)"):
-        A.device_view(FakeDLPackCUDA((4,), code=0, bits=64), "z")
+    with pytest.raises(A.ArgumentError, match=r"^z: unsupported DLPack dtype \(code=0, bits=16, lanes=1\)"):
+        A.device_view(FakeDLPackCUDA((4,), code=0, bits=16), "z")
     assert A.device_view(FakeDLPackCUDA((4,), code=0, bits=32), "offs").dtype == "i32"   # kDLInt 32: index operands
+    assert A.device_view(FakeDLPackCUDA((4,), code=0, bits=64), "t").dtype == "i64"      # kDLInt 64: torch's long
 
 
 def test_cai_bf16_falls_back_to_dlpack():
