@@ -130,6 +130,13 @@ def _ring_lines(p) -> list[str]:
     return lines
 
 
+def _multicast_half(p) -> tuple[str, str]:
+    """The multicast operand of a CTA pair and the half of its tile each CTA loads."""
+    if p.cluster.multicast == "rhs":
+        return "rhs", f"{p.tiles.tile_n // 2} of {p.tiles.tile_n} columns"
+    return "lhs", f"{p.tiles.tile_m // 2} of {p.tiles.tile_m} rows"
+
+
 def _cluster_line(p) -> str:
     """The thread-block cluster: split-K's ranks, a multicast pair, or none."""
     if p.cluster.split_k > 1:
@@ -142,8 +149,7 @@ def _cluster_line(p) -> str:
                   f"adds the partials over DSMEM (ld.shared::cluster), frees them (red_empty) and runs the "
                   f"epilogue")
     if p.cluster.cluster_size > 1:
-        shared, half = ("rhs", f"{p.tiles.tile_n // 2} of {p.tiles.tile_n} columns") if p.cluster.multicast == "rhs" else \
-            ("lhs", f"{p.tiles.tile_m // 2} of {p.tiles.tile_m} rows")
+        shared, half = _multicast_half(p)
         return (f"  cluster    {p.cluster.cluster_m} x {p.cluster.cluster_n} CTAs ({'along M' if p.cluster.cluster_m > 1 else 'along N'}): "
                 f"they share the {shared} tile; each CTA loads half of it ({half}) and multicasts it to both, "
                 f"so each stage's empty barrier waits for the consumers of both CTAs")
@@ -265,8 +271,7 @@ def _blackwell(p, lhs, rhs) -> list[str]:
                      f"commit frees the stage and completes the tile in both CTAs; each CTA's TMEM holds its {bw.rows} "
                      f"rows, and its epilogue threads arrive on the leader's acc_empty (256 arrivals)")
     elif p.cluster.cluster_size > 1:
-        shared, half = ("rhs", f"{p.tiles.tile_n // 2} of {p.tiles.tile_n} columns") if p.cluster.multicast == "rhs" else \
-            ("lhs", f"{p.tiles.tile_m // 2} of {p.tiles.tile_m} rows")
+        shared, half = _multicast_half(p)
         lines.append(f"  cluster    {p.cluster.cluster_m} x {p.cluster.cluster_n} CTAs, each its own tcgen05.mma.cta_group::1 tile: they "
                      f"share the {shared} tile, each CTA loads half of it ({half}) by TMA multicast to both, and "
                      f"each CTA's tcgen05.commit arrives on the stage's empty barrier of both (2 arrivals)")
