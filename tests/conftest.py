@@ -30,6 +30,13 @@ def spec_files(family: str | None = None, target: str | None = None) -> list[Pat
             and (target is None or s.schedule.target == target)]
 
 
+def small_legal(size) -> int:
+    """A small legal value of a dynamic size (op.sizes' DynamicSize): two of its steps, at least its min and at
+    most its max (tests that pin a bundled spec's sizes: every dynamic size, whatever its name)."""
+    step = size.multiple_of
+    return min(size.max, -(-max(size.min or step, 2 * step) // step) * step)
+
+
 def without_warpgroups(path, folder: Path) -> Path:
     """A copy of the spec file `path` in `folder` without its `num_warpgroups` line: the CUDA kernel's warpgroups,
     a located error written in a spec with no cuda backend (issue 42), for tests that build a bundled map or rowwise

@@ -30,7 +30,8 @@ def test_pallas_interpret_matches_reference_without_races(path):
         assert c.backend == "pallas"
         assert c.rel_error <= c.tolerance, c
         assert c.ok, c
-        assert c.note == "interpreted, no races", c.note
+        # a spec with a backward section (rope_bf16_dynamic) adds its gradients' rows
+        assert c.note in ("interpreted, no races", "backward; interpreted, no races"), c.note
         # small sizes really were used: at most 2 tiles per named dimension
         assert all(v <= 2 * 256 for v in c.shape.values()), c.shape
 

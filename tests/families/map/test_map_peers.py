@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import SPECS_DIR, spec_files
+from conftest import SPECS_DIR, small_legal, spec_files
 from schedgen.bench.case import Case
 from schedgen.families.map import peers
 from schedgen.families.map.reference import map_reference
@@ -20,6 +20,8 @@ from schedgen.reference import random_inputs, rel_error
 def _small(path, **sizes):
     spec, _ = load_spec(str(path))
     over = {f"op.sizes.{k}": v for k, v in {"B": 2, "M": 64, "N": 512, **sizes}.items() if k in spec.op.sizes}
+    over |= {f"op.sizes.{k}": small_legal(v) for k, v in spec.op.sizes.items()    # any other dynamic size
+             if not isinstance(v, int) and f"op.sizes.{k}" not in over}
     spec, src = load_spec(str(path), over)
     return spec, plan(spec, src)
 
