@@ -226,7 +226,11 @@ class BlockSpec(Model):
         "map only: the block index of this operand at a grid point, as a tuple of integer expressions over the grid "
         "names and size names (integer literals, + - * // %; no function calls, no true division). Default "
         "(absent): the operand follows the output block, its broadcast dimensions at block 0. Checked at every "
-        "grid point (by its affine structure, or point by point). matmul and attention derive their index maps; an index_map there is a located error"),
+        "grid point (by its affine structure, or point by point). map: it must pick the block the body's numpy "
+        "broadcasting reads (it spells the broadcast and never moves data: a map to another block, such as a "
+        "partner half `(t, h, 1 - p)`, is a located error; pass the partner as an input of its own, as "
+        "specs/rope_bf16_dynamic.yaml does). matmul and attention derive their index maps; an index_map there is a "
+        "located error"),
         examples=["(i, j)", "(j,)", "(b, i, j)", "(0, j)", "(i // 2, j)"])
     memory_space: Literal["smem", "gmem", "regs", "tmem"] = Field(default="smem", description=(
         "where the block lives: smem (the default; TMA into shared memory) is the only value the Hopper kernels "
