@@ -217,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) map_rope_bf16_dynamic_4x8x6
 {
   // The dynamic sizes are launch arguments; the tile count and the grid extents follow from them.
   [[maybe_unused]] const int S_T = sz_T;  // T: dynamic, 1..65536
-  [[maybe_unused]] const int S_H = sz_H;  // H: dynamic, 8..128, a multiple of 8
+  [[maybe_unused]] const int S_H = sz_H;  // H: dynamic, 8..256, a multiple of 8
   const int kNumTiles = (((sz_T + 4 - 1) / 4) * ((sz_H + 8 - 1) / 8));
   extern __shared__ uint8_t sg_smem_raw[];
   // Align to the 1 KiB swizzle atom by offsetting the shared array itself, so that the compiler still

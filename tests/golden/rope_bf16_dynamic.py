@@ -2,7 +2,7 @@
 # Pallas Mosaic GPU kernel for jax 0.11.2: a persistent grid of min((cdiv(T, 4) * cdiv(H, 8)), 528) blocks, each streaming its
 # share of the (cdiv(T, 4), cdiv(H, 8), 1) grid of (4, 8, 64) tiles through a 4-stage TMA pipeline (emit_pipeline);
 # results go out through a double-buffered SMEM tile and TMA stores.
-# Dynamic sizes (T: dynamic, 1..65536; H: dynamic, 8..128, a multiple of 8): make(sizes) builds the kernel for
+# Dynamic sizes (T: dynamic, 1..65536; H: dynamic, 8..256, a multiple of 8): make(sizes) builds the kernel for
 # one call's values (sizes_of reads them from the inputs' shapes); jax specializes it per shape.
 import jax
 import jax.numpy as jnp
@@ -111,7 +111,7 @@ def sizes_of(inputs):
 
 
 # name -> (min, max, multiple_of) of each dynamic size
-_RANGES = {"T": (1, 65536, 1), "H": (8, 128, 8)}
+_RANGES = {"T": (1, 65536, 1), "H": (8, 256, 8)}
 
 
 def _check_sizes(sizes):

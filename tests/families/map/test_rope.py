@@ -320,10 +320,10 @@ def fakes(monkeypatch):
 
 
 def _views(T, H, G, which):
-    """x1, x2 of q (which 0) or k (which 1) as views of a fused qkv [T, (H + 2G) * 128] bf16, cos / sin views of
-    [T, 128] tables, and out= views of one o [T, n, 128]."""
+    """x1, x2 of q (which 0), k (1) or q and k at once (2: their heads are adjacent) as views of a fused qkv
+    [T, (H + 2G) * 128] bf16, cos / sin views of [T, 128] tables, and out= views of one o [T, n, 128]."""
     row = (H + 2 * G) * D
-    lo, n = ((0, H), (H, G))[which]
+    lo, n = ((0, H), (H, G), (0, H + G))[which]
     st = (row, D, 1)
     x1 = Tensor((T, n, D2), "bf16", ptr=BASE + lo * D * 2, strides=st)
     x2 = Tensor((T, n, D2), "bf16", ptr=BASE + (lo * D + D2) * 2, strides=st)
@@ -338,11 +338,12 @@ def _maps_of(fake, ptr):
     return [e for e in fake.encoded if e[0] == ptr]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["q", "k"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["q", "k", "q and k"])
 def test_strided_views_reach_the_tensor_maps_as_is(built, fakes, which):
     """Every operand is reached through tensor maps only, so the views of the fused projection (row stride
     (H + 2G) * 128), the tables' [T, 1, 64] views of [T, 128] and out= halves of one [T, n, 128] array are taken
-    as they are: one launch, no copy, each map over the view's own strides."""
+    as they are: one launch, no copy, each map over the view's own strides. q's 32 heads and k's 8 are adjacent
+    in the projection: one call rotates both (n = 40 heads)."""
     fake, _ = fakes
     b, root = built
     from schedgen.runtime.kernel import load_package
@@ -350,7 +351,7 @@ def test_strided_views_reach_the_tensor_maps_as_is(built, fakes, which):
     assert kernel.tmap_only == (True,) * 6
     T, H, G = 40, 32, 8
     ins, outs = _views(T, H, G, which)
-    n = (H, G)[which]
+    n = (H, G, H + G)[which]
     assert kernel.check_args(ins, outs) == {"T": T, "H": n}
     assert kernel(*ins, out=outs) == outs
     assert len(fake.launches) == 1 and fake.buffers == []
