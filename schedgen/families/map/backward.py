@@ -117,6 +117,9 @@ def _step_spec(spec, body: str, inputs, cotangents, saved, grads) -> dict:
     op.update(inputs=new_inputs, outputs=new_outputs, body=body)
     # The step reads and writes other arrays than the forward (more of them: its block specs and pipeline depth
     # would not fit the same SMEM), so the planner picks its schedule; only the backends the user chose carry over.
+    # Dropping the forward's index maps is sound: a map index map is proved to pick the block numpy broadcasting
+    # reads (operands._check_index_map), which is the step's default map too, so each gradient lands where its
+    # input was read. An index map that moved data (a partner block) would have to be carried over here.
     backends = data.get("schedule", {}).get("backends")
     data["schedule"] = {"backends": backends} if backends else {}
     return data
