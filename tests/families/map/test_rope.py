@@ -383,3 +383,30 @@ def test_views_tma_cannot_address_are_refused_located(built, fakes):
     with pytest.raises(ArgumentError, match=r"^out\[o1\]: dimension 1 has stride 0"):
         kernel(x1, x2, c, s, out=(same, outs[1]))
     assert fake.launches == []
+
+
+def test_calls_outside_the_package_are_refused_located(built, fakes):
+    """The package's argument checks: a head count that is no multiple of 8, more heads or tokens than the range,
+    tables of another token count or not broadcast over the heads; each a located ArgumentError naming the argument
+    and what is legal, nothing launched."""
+    from schedgen.runtime.arrays import ArgumentError
+    from schedgen.runtime.kernel import load_package
+    fake, _ = fakes
+    kernel = load_package(built[1])
+
+    def args(T=16, n=32, tT=None, th=1):
+        x1 = Tensor((T, n, D2), "bf16", ptr=BASE)
+        x2 = Tensor((T, n, D2), "bf16", ptr=BASE + (1 << 32))
+        c = Tensor((tT or T, th, D2), "bf16", ptr=BASE + (2 << 32))
+        s = Tensor((tT or T, th, D2), "bf16", ptr=BASE + (3 << 32))
+        return x1, x2, c, s
+
+    assert kernel.check_args(args(), None) == {"T": 16, "H": 32}
+    for bad, match in ((args(n=12), r"^x1: dimension 1 \(H\) is 12; H must be a multiple of 8 \(in 8\.\.256\)"),
+                       (args(n=264), r"^x1: dimension 1 \(H\) is 264; H must be in 8\.\.256"),
+                       (args(T=65537), r"^x1: dimension 0 \(T\) is 65537; T must be in 1\.\.65536"),
+                       (args(tT=15), r"^c: dimension 0 \(T\) is 15, but x1 dimension 0 gave T = 16"),
+                       (args(th=32), r"^c: expected shape \(T, 1, 64\), got \(16, 32, 64\)")):
+        with pytest.raises(ArgumentError, match=match):
+            kernel(*bad)
+    assert fake.launches == []
