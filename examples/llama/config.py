@@ -30,8 +30,13 @@ class LlamaConfig:
             raise ValueError(f"{self.name}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.max_seq % self.seq_multiple:
             raise ValueError(f"{self.name}: max_seq {self.max_seq} is not a multiple of {self.seq_multiple}")
-        if self.head_dim % 2:
-            raise ValueError(f"{self.name}: head_dim {self.head_dim} must be even (RoPE rotates halves)")
+        if self.head_dim % 16:
+            # RoPE reads the two halves of a head as strided views: each half's start must be 16-byte aligned (TMA)
+            raise ValueError(f"{self.name}: head_dim {self.head_dim} must be a multiple of 16 (RoPE's bf16 halves "
+                             "are read by TMA at 16-byte aligned offsets)")
+        if self.d_ff % 8:
+            raise ValueError(f"{self.name}: d_ff {self.d_ff} must be a multiple of 8 (the up half of the gate/up "
+                             "output is a view at a 16-byte aligned offset)")
 
     @property
     def qkv_width(self) -> int:

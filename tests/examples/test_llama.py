@@ -172,3 +172,24 @@ def test_the_torch_fallback_and_the_rope_kernel_agree_with_hf_rotate_half(built,
     got = llama_model.apply_rope(x.to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16), fns)
     assert stubbed == ["llama_rope_halves"]
     assert _rel(got, want) <= 1e-2
+
+
+def test_a_config_not_named_in_the_example_builds_and_traces_at_several_batch_shapes(tmp_path):
+    """Nothing in examples/llama is shape-specific: a held-out config (odd widths, vocab not a multiple of a tile,
+    3 kv heads) builds from its config alone and traces forward, backward and the logits path under
+    torch.compile(fullgraph=True) at two (B, S), one compiled graph each."""
+    cfg = llama_config.LlamaConfig("held_out", d_model=384, n_heads=6, n_kv_heads=3, head_dim=64, d_ff=1056,
+                                   vocab=1000, n_layers=1, max_tokens=8192, max_batch=4, max_seq=1024)
+    fns = llama_specs.load(cfg, tmp_path, cache_dir=tmp_path / "cache", log=lambda *_: None)
+    torch._dynamo.reset()
+    params = llama_model.init_params(cfg, device="meta")
+    compiled = torch.compile(llama_model.SchedgenLlama(cfg, params, fns), fullgraph=True, backend="aot_eager")
+    for b, s in ((1, 64), (3, 192)):
+        tokens = torch.zeros(b, s, dtype=torch.int64, device="meta")
+        loss = compiled(tokens, tokens)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        assert loss.shape == () and [g.shape for g in grads] == [p.shape for p in params.values()]
+        assert compiled(tokens).shape == (b, s, cfg.vocab)
+    with pytest.raises(ValueError, match="head_dim 72 must be a multiple of 16"):
+        cfg.replace(head_dim=72)
+    torch._dynamo.reset()
