@@ -18,10 +18,11 @@ from schedgen.runtime.kernel import Kernel
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "llama"))
-import config as llama_config  # noqa: E402
-import model as llama_model  # noqa: E402
-import specs as llama_specs  # noqa: E402
+if str(ROOT / "examples") not in sys.path:
+    sys.path.insert(0, str(ROOT / "examples"))
+from llama import config as llama_config  # noqa: E402
+from llama import model as llama_model  # noqa: E402
+from llama import specs as llama_specs  # noqa: E402
 
 CFG = llama_config.get("tiny")
 B, S = 2, 64                      # S: a multiple of config.seq_multiple (the attention backward's 64-row blocks)
