@@ -13,8 +13,9 @@ What it does, in order (a GPU is needed; nothing here has run on one yet: the nu
    same batches of a synthetic language (a fixed random Markov chain over the vocabulary: each token has a few
    likely successors, so the loss falls towards the chain's entropy): step time (CUDA events around forward,
    backward and the optimizer step, median after --warmup steps), peak memory (torch.cuda.max_memory_allocated,
-   which counts the kernels' workspaces: they come from torch's allocator), the loss curves and their largest
-   relative gap (ours against each torch mode);
+   which counts the kernels' workspaces: they come from torch's allocator; it includes the shared initial weights
+   and the batches, the same for every contender), the loss curves and their largest relative gap (ours against
+   each torch mode); `--contenders ... ours_compile` adds ours under torch.compile(fullgraph=True);
 4. prefill: a no-grad forward returning the logits, at each --prefill BxS, timed the same way;
 5. prints a table and appends one JSON line per (model, mode, tokens) to --json: model, mode (train / prefill),
    tokens, ms {ours, torch_compile, torch_eager}, peak_mem_bytes {...}, loss_max_rel_gap, verified, commit,
@@ -41,6 +42,7 @@ import model as llama_model  # noqa: E402
 import specs as llama_specs  # noqa: E402
 
 CONTENDERS = ("ours", "torch_compile", "torch_eager")
+EXTRA = ("ours_compile",)     # --contenders ... ours_compile: SchedgenLlama under torch.compile(fullgraph=True) too
 DEVICE = "cuda"
 
 
@@ -71,8 +73,9 @@ class MarkovLanguage:
 # ------------------------------------------------------------------------------------------------ the contenders
 
 def make(which: str, cfg, params, kernels):
-    if which == "ours":
-        return llama_model.SchedgenLlama(cfg, params, kernels)
+    if which in ("ours", "ours_compile"):
+        m = llama_model.SchedgenLlama(cfg, params, kernels)
+        return torch.compile(m, fullgraph=True) if which == "ours_compile" else m
     m = llama_model.TorchLlama(cfg, params)
     return torch.compile(m, fullgraph=True) if which == "torch_compile" else m
 
@@ -186,7 +189,7 @@ def main() -> int:
     ap.add_argument("--verify-batch", default="1x256", help="BxS of the verification step")
     ap.add_argument("--verify-dtype", choices=("float64", "float32"), default="float64")
     ap.add_argument("--tolerance", type=float, default=0.05, help="largest relative gap of the loss curves")
-    ap.add_argument("--contenders", nargs="*", default=list(CONTENDERS), choices=CONTENDERS)
+    ap.add_argument("--contenders", nargs="*", default=list(CONTENDERS), choices=CONTENDERS + EXTRA)
     ap.add_argument("--packages", default=str(ROOT / "build" / "llama"))
     ap.add_argument("--json", default="", help="append the rows here (JSON lines)")
     args = ap.parse_args()
@@ -216,7 +219,7 @@ def main() -> int:
     runs = {w: freed(train(w, cfg, base, kernels, batches, args.steps, args.warmup, args.lr)) for w in args.contenders}
     curves = {w: r["losses"] for w, r in runs.items()}
     gaps = {w: max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(curves["ours"], c))
-            for w, c in curves.items() if w != "ours" and "ours" in curves}
+            for w, c in curves.items() if w.startswith("torch") and "ours" in curves}
     gap = max(gaps.values()) if gaps else None
     rows = [{**meta, "mode": "train", "tokens": args.batch * args.seq, "batch": args.batch, "seq": args.seq,
              "steps": args.steps, "ms": {w: r["ms"] for w, r in runs.items()},
