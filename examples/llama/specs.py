@@ -5,8 +5,8 @@
 
 Every spec takes the token count T = B x S as a dynamic size (one package for any batch and length); every other
 extent comes from the config. Each spec has a `backward:` section, so each package trains under torch autograd
-(and torch.compile(fullgraph=True)). A package is rebuilt only when its spec's text changes (the stamp next to it
-holds the text's hash; schedgen's own build cache keys the compiled kernels by content as well).
+(and torch.compile(fullgraph=True)). A package is rebuilt only when its spec's text or schedgen's code changes (the
+stamp next to it holds their hash; schedgen's own build cache keys the compiled kernels by content as well).
 
 | kernel        | family    | computes                                                              |
 |---------------|-----------|-----------------------------------------------------------------------|
@@ -261,10 +261,11 @@ def write_specs(cfg: LlamaConfig, folder: Path) -> dict[str, Path]:
 
 def build(cfg: LlamaConfig, out: Path, names=None, cache_dir: Path | None = None, log=print) -> dict[str, Path]:
     """Write the config's specs under out/specs and build each into out/pkg/<name>/ with schedgen's Python API (what
-    `schedgen build` calls), skipping a package whose stamp matches its spec's hash. Returns name -> package dir.
+    `schedgen build` calls), skipping a package whose stamp matches the hash of its spec's text and of schedgen's own
+    code and templates (cache.source_hash). Returns name -> package dir.
     A spec that does not build raises schedgen's SpecErrors (located messages) naming the file."""
     from schedgen.build import build_spec, package
-    from schedgen.cache import Cache
+    from schedgen.cache import Cache, source_hash
     out = Path(out)
     paths = write_specs(cfg, out / "specs")
     cache = Cache(cache_dir) if cache_dir is not None else None
@@ -272,7 +273,7 @@ def build(cfg: LlamaConfig, out: Path, names=None, cache_dir: Path | None = None
     for name, path in paths.items():
         if (name not in names) if names is not None else (name in PROPOSED):
             continue
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(path.read_bytes() + b"\0" + source_hash().encode()).hexdigest()
         dest, stamp = out / "pkg" / name, out / "pkg" / f"{name}.sha256"
         if not (dest.is_dir() and stamp.exists() and stamp.read_text() == digest):
             built = build_spec(path, cache=cache) if cache is not None else build_spec(path)

@@ -208,3 +208,13 @@ def test_the_proposed_rope_interface_is_wired_with_the_signed_sin_and_the_other_
     cos, sin = llama_model.rope_tables(CFG, 2, 64, torch.float64, "cpu")
     torch.testing.assert_close(llama_model.apply_rope(x, cos, sin, {"llama_rope": proposed}),
                                x * cos + llama_model.rotate_half(x) * sin)
+
+
+def test_a_package_is_rebuilt_only_when_its_spec_changes(tmp_path):
+    logs = []
+    for cfg in (CFG, CFG, CFG.replace(d_ff=2 * CFG.d_ff)):
+        log = []
+        llama_specs.build(cfg, tmp_path, names={"llama_swiglu"}, cache_dir=tmp_path / "cache", log=log.append)
+        logs.append(log)
+    assert logs == [["built llama_swiglu"], [], ["built llama_swiglu"]]
+    assert f"F: {2 * CFG.d_ff}" in (tmp_path / "specs" / "llama_swiglu.yaml").read_text()
