@@ -1,0 +1,220 @@
+"""examples/llama (issue 43) on the CPU, at the `tiny` config: the specs specs.py writes build; SchedgenLlama's
+forward and backward trace under torch.compile(fullgraph=True) on meta tensors with every computation a schedgen
+custom op (no aten matmul, softmax or SDPA in either graph; the embedding is torch's); and run numerically with
+each kernel's CUDA call (`Kernel._call_cuda`) stubbed by its float64 reference (as tests/autodiff/
+test_backward_torch.py does), its loss and every parameter gradient match TorchLlama's in float64 (bf16
+activations between the kernels: the tolerance is bf16's)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedgen.reference import reference
+from schedgen.runtime.kernel import Kernel
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "examples") not in sys.path:
+    sys.path.insert(0, str(ROOT / "examples"))
+from llama import config as llama_config  # noqa: E402
+from llama import model as llama_model  # noqa: E402
+from llama import specs as llama_specs  # noqa: E402
+
+CFG = llama_config.get("tiny")
+B, S = 2, 64                      # S: a multiple of config.seq_multiple (the attention backward's 64-row blocks)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The tiny config's packages (function by kernel name) and every kernel's spec by kernel name, forward and
+    backward steps (what the stub's reference reads)."""
+    from schedgen.build import build_spec
+    from schedgen.cache import Cache
+    out = tmp_path_factory.mktemp("llama")
+    cache = Cache(out / "cache")
+    fns = llama_specs.load(CFG, out, cache_dir=out / "cache", log=lambda *_: None)
+    kspecs = {}
+    for name in fns:
+        b = build_spec(out / "specs" / f"{name}.yaml", cache=cache)     # a cache hit: the specs of what was built
+        kspecs[b.name] = b.spec
+        kspecs.update({s.name: s.spec for s in b.backward.steps.values()})
+    return fns, kspecs
+
+
+def test_every_spec_of_every_named_config_is_generated_from_its_config():
+    for cfg in llama_config.CONFIGS.values():
+        texts = llama_specs.spec_texts(cfg)
+        assert f"N: {cfg.vocab}" in texts["llama_cross_entropy"]
+        assert f"N: {cfg.qkv_width}" in texts["llama_qkv"] and f"K: {cfg.d_model}" in texts["llama_qkv"]
+        assert f"G: {cfg.n_kv_heads}" in texts["llama_attention"]
+        assert all("dynamic: true" in t and "backward:" in t for t in texts.values())
+
+
+def _torch_op_names(fn) -> tuple[str, list[str]]:
+    k = sys.modules[fn.__module__].kernel if hasattr(fn, "__module__") else fn.kernel
+    return k.torch_op.name, [s.torch_op.name for s in k.backward.steps.values() if s.torch_op is not None]
+
+
+FORBIDDEN = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.matmul", "aten._softmax",
+             "aten._log_softmax", "aten.softmax", "aten.nll_loss", "scaled_dot_product", "aten.linear",
+             "aten.rsqrt", "aten.silu", "aten.sigmoid")
+
+
+def test_compile_fullgraph_traces_forward_and_backward_on_schedgen_ops_only(built):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    fns, _ = built
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    torch._dynamo.reset()
+    params = llama_model.init_params(CFG, seed=0, device="meta")
+    m = llama_model.SchedgenLlama(CFG, params, fns)
+    compiled = torch.compile(m, fullgraph=True, backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+    tokens = torch.zeros(B, S, dtype=torch.int64, device="meta")
+    loss = compiled(tokens, tokens)
+    assert loss.shape == () and loss.device.type == "meta"
+    grads = torch.autograd.grad(loss, list(params.values()))
+    assert [g.shape for g in grads] == [p.shape for p in params.values()]
+    calls = {k: [str(n.target) for n in g.graph.nodes if n.op == "call_function"] for k, g in graphs.items()}
+    for kind, targets in calls.items():
+        bad = [t for t in targets if any(f in t for f in FORBIDDEN)]
+        assert not bad, f"{kind} graph computes outside schedgen: {bad}"
+    for name, fn in fns.items():
+        fwd, steps = _torch_op_names(fn)
+        assert any(fwd in t for t in calls["fw"]), f"{name}'s op is not in the forward graph"
+        assert steps and all(any(s in t for t in calls["bw"]) for s in steps), f"{name}'s backward steps: {steps}"
+    ops = [t for t in calls["fw"] if "schedgen" in t]
+    per_layer = 8                                   # rmsnorm x2, qkv, rope, attention, out_proj, gate_up, swiglu, down
+    assert len(ops) >= CFG.n_layers * per_layer + 3, ops   # + final norm, lm head, cross-entropy (saves may add)
+    assert any("embedding" in t for t in calls["fw"])     # the one torch op that is no kernel: F.embedding
+    torch._dynamo.reset()
+
+
+_DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i64": torch.int64, "i32": torch.int32}
+
+
+@pytest.fixture
+def stubbed(built, monkeypatch):
+    """Kernel._call_cuda replaced by the kernel's float64 reference at the call's sizes, outputs rounded to the
+    kernel's dtypes; the kernel names run, in order."""
+    _, kspecs = built
+    seen = []
+
+    def call_cuda(self, args, out, stream):
+        seen.append(self.name)
+        spec = kspecs[self.name]
+        sizes = {n: v for n, v in spec.op.sizes.items() if isinstance(v, int)}
+        sizes.update(self.bind([tuple(a.shape) for a in args]))
+        ins = {o.name: (a.detach().numpy() if not a.dtype.is_floating_point else
+                        a.detach().to(torch.float64).numpy()) for a, o in zip(args, self.inputs)}
+        res = reference(spec, sizes, ins)
+        made = tuple(torch.tensor(np.array(res[o.name], dtype=np.float64)).to(_DT[o.dtype]) for o in self.outputs)
+        if out is not None:
+            for dst, r in zip(out, made):
+                dst.copy_(r)
+            made = tuple(out)
+        return made[0] if len(made) == 1 else made
+
+    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
+    return seen
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def test_loss_and_every_gradient_match_torch_in_float64(built, stubbed):
+    fns, _ = built
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, CFG.vocab, (B, S), generator=g)
+    targets = torch.randint(0, CFG.vocab, (B, S), generator=g)
+    targets[0, :5] = llama_model.IGNORE_INDEX                        # ignored rows leave the mean
+    ours_p = llama_model.init_params(CFG, seed=1)                    # bf16, as the specs say
+    ref_p = llama_model.clone_params(ours_p, dtype=torch.float64)    # the same values in float64
+    ours = llama_model.SchedgenLlama(CFG, ours_p, fns)
+    ref = llama_model.TorchLlama(CFG, ref_p)
+    loss = ours(tokens, targets)
+    want = ref(tokens, targets)
+    assert loss.dtype == torch.float32 and loss.shape == ()
+    assert abs(loss.item() - want.item()) <= 1e-3 * abs(want.item()), (loss.item(), want.item())
+    assert set(stubbed) >= {f"{n}" for n in fns}                       # every kernel ran (through the stub)
+    loss.backward()
+    want.backward()
+    worst = {}
+    for name in ours_p:
+        assert ours_p[name].grad is not None and ours_p[name].grad.dtype == torch.bfloat16, name
+        worst[name] = _rel(ours_p[name].grad, ref_p[name].grad)
+    assert max(worst.values()) <= 3e-2, sorted(worst.items(), key=lambda kv: -kv[1])[:5]
+    with torch.no_grad():                                            # the prefill path: logits
+        logits = ours(tokens)
+        want_logits = ref(tokens)
+    assert logits.shape == (B, S, CFG.vocab)
+    assert _rel(logits, want_logits) <= 2e-2
+
+
+def test_the_torch_fallback_and_the_rope_kernel_agree_with_hf_rotate_half(built, stubbed):
+    fns, _ = built
+    t, h, d = 3 * 64, CFG.n_heads + CFG.n_kv_heads, CFG.head_dim
+    x = torch.randn(t, h + CFG.n_kv_heads, d, dtype=torch.float64)[:, :h]      # a strided view, as in the model
+    cos, sin = llama_model.rope_tables(CFG, 3, 64, torch.float64, "cpu")
+    want = x * cos + llama_model.rotate_half(x) * sin
+    torch.testing.assert_close(llama_model.apply_rope(x, cos, sin), want)
+    got = llama_model.apply_rope(x.to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16), fns)
+    assert stubbed == ["llama_rope_halves"]
+    assert _rel(got, want) <= 1e-2
+
+
+def test_a_config_not_named_in_the_example_builds_and_traces_at_several_batch_shapes(tmp_path):
+    """Nothing in examples/llama is shape-specific: a held-out config (odd widths, vocab not a multiple of a tile,
+    3 kv heads) builds from its config alone and traces forward, backward and the logits path under
+    torch.compile(fullgraph=True) at two (B, S), one compiled graph each."""
+    cfg = llama_config.LlamaConfig("held_out", d_model=384, n_heads=6, n_kv_heads=3, head_dim=64, d_ff=1056,
+                                   vocab=1000, n_layers=1, max_tokens=8192, max_batch=4, max_seq=1024)
+    fns = llama_specs.load(cfg, tmp_path, cache_dir=tmp_path / "cache", log=lambda *_: None)
+    torch._dynamo.reset()
+    params = llama_model.init_params(cfg, device="meta")
+    compiled = torch.compile(llama_model.SchedgenLlama(cfg, params, fns), fullgraph=True, backend="aot_eager")
+    for b, s in ((1, 64), (3, 192)):
+        tokens = torch.zeros(b, s, dtype=torch.int64, device="meta")
+        loss = compiled(tokens, tokens)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        assert loss.shape == () and [g.shape for g in grads] == [p.shape for p in params.values()]
+        assert compiled(tokens).shape == (b, s, cfg.vocab)
+    with pytest.raises(ValueError, match="head_dim 72 must be a multiple of 16"):
+        cfg.replace(head_dim=72)
+    torch._dynamo.reset()
+
+
+def test_the_proposed_rope_interface_is_wired_with_the_signed_sin_and_the_other_half():
+    """apply_rope's `llama_rope` branch (the proposed one-tensor map, not built yet) against a torch stand-in for
+    the kernel with the proposed semantics: o = x * c + xr[other half] * s over [T, H, 2, D/2]."""
+    def proposed(x, xr, c, s):
+        assert x.shape[2] == 2 and c.shape[1] == 1 and xr.data_ptr() == x.data_ptr()
+        return x * c + xr.flip(2) * s
+
+    t, h, d = 128, CFG.n_heads + CFG.n_kv_heads, CFG.head_dim
+    x = torch.randn(t, h + CFG.n_kv_heads, d, dtype=torch.float64)[:, :h]
+    cos, sin = llama_model.rope_tables(CFG, 2, 64, torch.float64, "cpu")
+    torch.testing.assert_close(llama_model.apply_rope(x, cos, sin, {"llama_rope": proposed}),
+                               x * cos + llama_model.rotate_half(x) * sin)
+
+
+def test_a_package_is_rebuilt_only_when_its_spec_changes(tmp_path):
+    logs = []
+    for cfg in (CFG, CFG, CFG.replace(d_ff=2 * CFG.d_ff)):
+        log = []
+        llama_specs.build(cfg, tmp_path, names={"llama_swiglu"}, cache_dir=tmp_path / "cache", log=log.append)
+        logs.append(log)
+    assert logs == [["built llama_swiglu"], [], ["built llama_swiglu"]]
+    assert f"F: {2 * CFG.d_ff}" in (tmp_path / "specs" / "llama_swiglu.yaml").read_text()
