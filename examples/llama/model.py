@@ -92,26 +92,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kernels: dict | None = None) -> torch.Tensor:
     """RoPE on x [T, H, head_dim] (a strided view is fine), HF rotate-half: x * cos + rotate_half(x) * sin, with
-    cos / sin [T, 1, head_dim] from rope_tables. The ONE place the model rotates, with three implementations, the
+    cos / sin [T, 1, head_dim] from rope_tables. The ONE place the model rotates, with two implementations, the
     first whose package is there:
 
-    - `llama_rope` (the proposed interface, issue 43): rope(x, xr, c, s), x and xr the SAME tensor viewed
-      [T, H, 2, D/2], xr's index map reading the other half, c = cos and s = the signed sin (-sin on the first
-      half, +sin on the second), [T, 1, 2, D/2] each. Its spec is written by specs.py but not built: the map
-      family takes ranks 1-3 and refuses an index map that does not follow the output's block (numpy
-      broadcasting) today; the lead wires the final spec here.
     - `llama_rope_halves` (builds today): the map kernel reads the two halves as strided views of x and writes the
       two rotated halves, joined here by torch.cat (a copy, not a computation).
     - TORCH FALLBACK (kernels None, or neither package): the torch expression itself.
     """
     kernels = kernels or {}
     h = x.shape[-1] // 2
-    if "llama_rope" in kernels:
-        t, heads = x.shape[0], x.shape[1]
-        signed = torch.cat((-sin[..., :h], sin[..., h:]), dim=-1)
-        x4 = x.view(t, heads, 2, h)                              # the same tensor twice: x, and xr (the other half)
-        o = kernels["llama_rope"](x4, x4, cos.reshape(t, 1, 2, h), signed.view(t, 1, 2, h))
-        return o.view(t, heads, 2 * h)
     if "llama_rope_halves" in kernels:
         c, s = cos[..., :h].contiguous(), sin[..., :h].contiguous()   # the two halves of the tables are equal
         o1, o2 = kernels["llama_rope_halves"](x[..., :h], x[..., h:], c, s)

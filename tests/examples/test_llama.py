@@ -196,20 +196,6 @@ def test_a_config_not_named_in_the_example_builds_and_traces_at_several_batch_sh
     torch._dynamo.reset()
 
 
-def test_the_proposed_rope_interface_is_wired_with_the_signed_sin_and_the_other_half():
-    """apply_rope's `llama_rope` branch (the proposed one-tensor map, not built yet) against a torch stand-in for
-    the kernel with the proposed semantics: o = x * c + xr[other half] * s over [T, H, 2, D/2]."""
-    def proposed(x, xr, c, s):
-        assert x.shape[2] == 2 and c.shape[1] == 1 and xr.data_ptr() == x.data_ptr()
-        return x * c + xr.flip(2) * s
-
-    t, h, d = 128, CFG.n_heads + CFG.n_kv_heads, CFG.head_dim
-    x = torch.randn(t, h + CFG.n_kv_heads, d, dtype=torch.float64)[:, :h]
-    cos, sin = llama_model.rope_tables(CFG, 2, 64, torch.float64, "cpu")
-    torch.testing.assert_close(llama_model.apply_rope(x, cos, sin, {"llama_rope": proposed}),
-                               x * cos + llama_model.rotate_half(x) * sin)
-
-
 def test_a_package_is_rebuilt_only_when_its_spec_changes(tmp_path):
     logs = []
     for cfg in (CFG, CFG, CFG.replace(d_ff=2 * CFG.d_ff)):
