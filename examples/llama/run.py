@@ -151,6 +151,38 @@ def prefill(which, cfg, base, kernels, tokens, reps, warmup) -> dict:
     return {"ms": ms, "peak": torch.cuda.max_memory_allocated()}
 
 
+def kernel_table(which, cfg, base, kernels, batches, steps: int = 3, top: int = 14) -> list[tuple[str, float, int]]:
+    """Where one training step's GPU time goes: `steps` steps (after one untimed) under torch.profiler (CUPTI
+    underneath), each kernel's device time summed by name and divided by `steps`: [(kernel, ms a step, launches a
+    step)], the `top` largest and the rest as one line."""
+    from torch.profiler import ProfilerActivity, profile
+    params = llama_model.clone_params(base)
+    m = make(which, cfg, params, kernels)
+    opt = torch.optim.AdamW(list(params.values()), lr=1e-6, weight_decay=0.0)
+
+    def step(i):
+        tokens, targets = batches[i % len(batches)]
+        m(tokens, targets).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    step(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    per: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t = per.setdefault(e.name[:90], [0.0, 0])
+            t[0] += e.device_time_total / 1e3 / steps
+            t[1] += 1
+    rows = sorted(((n, ms, int(c / steps)) for n, (ms, c) in per.items()), key=lambda r: -r[1])
+    rest = rows[top:]
+    return rows[:top] + ([(f"({len(rest)} other kernels)", sum(r[1] for r in rest), sum(r[2] for r in rest))]
+                         if rest else [])
+
+
 def freed(result):
     """`result`, after the memory of the run that made it is handed back (the next contender's peak is its own)."""
     gc.collect()
@@ -192,6 +224,8 @@ def main() -> int:
     ap.add_argument("--contenders", nargs="*", default=list(CONTENDERS), choices=CONTENDERS + EXTRA)
     ap.add_argument("--packages", default=str(ROOT / "build" / "llama"))
     ap.add_argument("--json", default="", help="append the rows here (JSON lines)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="print where a training step's GPU time goes, per kernel, for each contender (torch.profiler)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("run.py needs a CUDA GPU (the CPU checks are tests/examples/test_llama.py)")
@@ -235,6 +269,17 @@ def main() -> int:
                      "peak_mem_bytes": {w: r["peak"] for w, r in res.items()}, "loss_max_rel_gap": None,
                      "verified": check["ok"]})
 
+    if args.kernels:
+        for w in args.contenders:
+            try:
+                table = freed(kernel_table(w, cfg, base, kernels, batches))
+            except Exception as exc:          # the profiler is a diagnostic: its failure ends no run
+                print(f"\n{w}: no kernel table ({type(exc).__name__}: {exc})")
+                continue
+            rows[0].setdefault("kernels", {})[w] = table
+            print(f"\n{w}: GPU time of one training step by kernel ({sum(r[1] for r in table):.2f} ms in all)")
+            for name, ms, n in table:
+                print(f"  {ms:9.3f} ms  {n:5d} x  {name}")
     print(f"\n{'step':>6} " + " ".join(f"{w:>14}" for w in curves))
     for i in sorted({0, 1, 2, 5, 10, 20, 50, 100, 200, args.steps - 1} & set(range(args.steps))):
         print(f"{i:6d} " + " ".join(f"{curves[w][i]:14.5f}" for w in curves))
