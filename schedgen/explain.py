@@ -130,6 +130,9 @@ def explain_backward(spec, src, at: Mapping[str, int] | None = None) -> str:
                      f"{', '.join(spec.op.outputs)} only")
     else:
         lines.append("  saved by the forward: nothing (the steps read the inputs and outputs as they are)")
+    for inp, ref in graph.passthrough.items():
+        lines.append(f"  d{inp} = d{ref[5:]}: passed through, no kernel (the upstream gradient of {ref[5:]} itself, "
+                     f"the same shape and dtype as {inp})")
     lines.append(f"  steps ({len(graph.steps)}, in order):")
     for i, s in enumerate(graph.steps, 1):
         op = s.spec.get("op", {}) if isinstance(s.spec, dict) else {}
@@ -149,7 +152,8 @@ def explain_backward(spec, src, at: Mapping[str, int] | None = None) -> str:
             outs.append(text)
         lines.append(f"       writes: {', '.join(outs)}")
         lines.extend(step_plan_lines(s.name, step_specs[s.name], src, at))
-    zero = [g for g in graph.grads if not any(t == f"grad:{g}" for s in graph.steps for t in s.outputs.values())]
+    zero = [g for g in graph.grads if g not in graph.passthrough
+            and not any(t == f"grad:{g}" for s in graph.steps for t in s.outputs.values())]
     if zero:
         lines.append(f"  zero gradients (no step writes them): {', '.join(zero)}")
     if graph.notes:

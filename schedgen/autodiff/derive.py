@@ -404,3 +404,41 @@ def _ordered_names(node: ast.expr) -> list[str]:
 
     walk(node)
     return out
+
+
+def split_passthrough(derived: Derived, grads: Collection[str], cotangents: Mapping[str, str],
+                      may_pass: Callable[[str, str], bool]) -> tuple[Derived, dict[str, str]]:
+    """The gradients of `derived` that are an upstream gradient unchanged, taken out of its body (issue 43):
+    (the derived body without them, gradient name -> the output whose upstream gradient it is).
+
+    `grads`: the gradient names the body assigns (vjp's `wrt` values); `cotangents`: output -> the name the body
+    reads its upstream gradient as (vjp's `cotangents`); `may_pass(grad, output)`: whether that gradient may be
+    the output's upstream gradient as it is, the family's rule (the same shape, no broadcast, the same dtype: a
+    cast or a sum stays a kernel). A gradient assigned a cotangent name, or
+    a name that is one (`d_h = g_y; grad_x = d_h`), passes; statements only it read go with it, and a body whose
+    every gradient passes is empty (text '', no inputs): the family's step disappears."""
+    outputs_of = {c: o for o, c in cotangents.items()}
+    statements = [(s.targets[0].id, s.value) for s in ast.parse(derived.text).body]
+    value = dict(statements)
+    wanted = set(grads)
+    grads = [t for t, _ in statements if t in wanted]
+    passed: dict[str, str] = {}
+    for g in grads:
+        node, seen = value.get(g), set()
+        while isinstance(node, ast.Name) and node.id in value and node.id not in seen:
+            seen.add(node.id)
+            node = value[node.id]
+        if isinstance(node, ast.Name) and node.id in outputs_of and may_pass(g, outputs_of[node.id]):
+            passed[g] = outputs_of[node.id]
+    if not passed:
+        return derived, {}
+    needed = {g for g in grads if g not in passed}
+    kept = []
+    for target, tree in reversed(statements):
+        if target in needed:
+            kept.append((target, tree))
+            needed |= _free_names(tree)
+    kept.reverse()
+    own = {t for t, _ in kept}
+    inputs = tuple(n for n in derived.inputs if any(n in _free_names(e) for _, e in kept) and n not in own)
+    return Derived("\n".join(f"{t} = {ast.unparse(e)}" for t, e in kept), inputs, derived.zero), passed

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import boundedjson
 from ..autodiff import graph as bwgraph
-from ..autodiff.graph import BackwardGraph, evaluate, sum_dims
+from ..autodiff.graph import BackwardGraph, evaluate, passed_through, sum_dims
 from ..errors import clip
 from .arrays import DTYPES, ArgumentError
 from .torch_op import torch_dtype     # (imports no torch)
@@ -125,11 +125,15 @@ class Backward:
         `inputs`: the inputs the graph reads; `shapes`/`like`: every input's shape and (dtype, device);
         `outputs`: the outputs the graph reads; `grads`: the upstream gradient of every kernel output."""
         import torch
-        upstream = {name: g.contiguous() for i, (name, g) in enumerate(zip(self.output_names, grads))
-                    if i in self.user and g is not None}
-        for name in self._missing_upstream(upstream):   # an output autograd gave no gradient: zeros
+        given = {name: g for i, (name, g) in enumerate(zip(self.output_names, grads))
+                 if i in self.user and g is not None}
+        for name in self._missing_upstream(given):      # an output autograd gave no gradient: zeros
             dtype, device = like["__out_" + name]
-            upstream[name] = torch.zeros(outputs[name].shape, dtype=dtype, device=device)
+            given[name] = torch.zeros(outputs[name].shape, dtype=dtype, device=device)
+        # the steps read a dense copy where autograd handed a strided gradient (y.sum()'s stride-0 one), made once
+        # for every step that reads it; a pass-through gradient is autograd's tensor itself (no copy, no kernel)
+        read = self._step_upstream()
+        upstream = {name: g.contiguous() if name in read else g for name, g in given.items()}
 
         def run(step, values):
             k = self.steps[step.name]
@@ -159,7 +163,7 @@ class Backward:
         shaped.update(inputs)
         device = next(iter(like.values()))[1]
         got = evaluate(self.graph, shaped, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
-                       arange=lambda n: torch.arange(n, dtype=torch.float32, device=device))
+                       arange=lambda n: torch.arange(n, dtype=torch.float32, device=device), passed=given)
         result = []
         for i, n in enumerate(self.input_names):
             if n not in self.graph.grads or not needs[i]:
@@ -170,9 +174,14 @@ class Backward:
             result.append(torch.zeros(shapes[n], dtype=dtype, device=device) if g is None else g.to(dtype))
         return tuple(result)
 
+    def _step_upstream(self) -> set[str]:
+        """The outputs whose upstream gradient a step reads (as grad:<name>)."""
+        return {ref[5:] for s in self.graph.steps for ref in s.inputs.values() if ref.startswith("grad:")}
+
     def _missing_upstream(self, upstream: dict) -> list[str]:
-        """Output names a step reads as grad:<name> that autograd gave no gradient for (an output not used)."""
-        want = {ref[5:] for s in self.graph.steps for ref in s.inputs.values() if ref.startswith("grad:")}
+        """Output names a step reads as grad:<name>, or a gradient passes through from, that autograd gave no
+        gradient for (an output not used)."""
+        want = self._step_upstream() | set(passed_through(self.graph).values())
         return sorted(want - set(upstream))
 
     def reads(self) -> tuple[set[str], set[str]]:

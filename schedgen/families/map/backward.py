@@ -40,12 +40,20 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     as_in = read_as(saved, taken)
     derived = derive.renamed(derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, taken=taken), as_in)
     nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
+    input_of = {grad_of[w]: w for w in wrt}
+    derived, passed = derive.split_passthrough(
+        derived, [grad_of[w] for w in nonzero], cot_of,
+        lambda g, o: _identity(op.inputs[input_of[g]], op.outputs[o]))
+    passthrough = {input_of[g]: f"grad:{o}" for g, o in passed.items()}
     notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s) in {op.outputs[out_names[0]].dtype})"
              if saved else "saves nothing: the backward recomputes the body's temporaries (cheaper than a write "
                            "and a read of each for a memory-bound kernel)"]
     notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in wrt if w not in nonzero]
+    nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        return BackwardGraph(None, (), (), wrt, tuple(notes)), problems
+        if saved:
+            notes[0] = f"saves nothing ({', '.join(saved)} not kept: no kernel step reads it)"
+        return BackwardGraph(None, (), (), wrt, tuple(notes), passthrough=passthrough), problems
     reads = [n for n in derived.inputs if n not in op.constants]
     reads_in = [n for n in reads if n in op.inputs]
     reads_cot = [o for o in out_names if cot_of[o] in reads]
@@ -73,7 +81,12 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         | {as_in[s]: f"out:{s}" for s in reads_saved}
     step = Step(STEP, step_spec, inputs, {grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
-    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
+    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes), passthrough=passthrough), problems
+
+
+def _identity(inp, out) -> bool:
+    """An input's gradient may be the output's upstream gradient itself: the same shape (no broadcast) and dtype."""
+    return list(inp.shape) == list(out.shape) and inp.dtype == out.dtype
 
 
 def _full_shape(op, name: str) -> bool:

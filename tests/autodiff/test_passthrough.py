@@ -1,0 +1,321 @@
+"""Issue 43: an input gradient that is an output's upstream gradient unchanged (the residual r of a fused
+`out = acc + r`, both operands of a map's `y = x + r`: the same shape, no broadcast, the same dtype) is a
+pass-through of the backward graph, not a kernel's output. The derivation records it (`graph.passthrough`), a step
+whose every gradient passes disappears (and so does gacc = dy's copy ahead of the GEMMs), torch autograd returns the
+upstream gradient tensor itself (no copy, no kernel), jax the cotangent, explain names it, verify checks it and
+backward.json keeps it. A gradient that needs a cast (another dtype) or a sum (a broadcast operand) stays a kernel's.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from backward_util import finite_differences, graph_gradients, random_case, spec_with
+from conftest import import_package
+from schedgen import families
+from schedgen.autodiff import derive
+from schedgen.autodiff.graph import BackwardGraph, Step, check, evaluate
+from schedgen.frontend.expr import parse_body
+
+SMALL = {"M": 5, "N": 4, "K": 3}
+MN = ["M", "N"]
+
+
+def _mm(epilogue: str, extras: dict, out_dtype: str = "bf16", name: str = "mm_res") -> dict:
+    return {"name": name, "op": {
+        "kind": "matmul", "sizes": {"M": 128, "N": 128, "K": 64},
+        "inputs": {"a": {"shape": ["M", "K"], "dtype": "bf16"}, "b": {"shape": ["K", "N"], "dtype": "bf16"},
+                   **extras},
+        "outputs": {"out": {"shape": MN, "dtype": out_dtype}}, "epilogue": epilogue}}
+
+
+def _map(body: str, inputs: dict, out_dtype: str = "f32", name: str = "map_res") -> dict:
+    return {"name": name, "op": {
+        "kind": "map", "sizes": {"M": 64, "N": 256},
+        "inputs": {n: {"shape": s, "dtype": d} for n, (s, d) in inputs.items()},
+        "outputs": {"y": {"shape": MN, "dtype": out_dtype}}, "body": body}}
+
+
+R = {"r": {"shape": MN, "dtype": "bf16"}}
+
+
+def _graph(tmp_path, data, backward=None, sizes=None):
+    """The family's graph, checked, and its float64 gradients held against finite differences of the forward."""
+    spec, src = spec_with(tmp_path, data, backward or {})
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems, problems
+    assert not check(graph, set(spec.op.inputs), set(spec.op.outputs) | set(graph.saved))
+    sizes = sizes or {k: v for k, v in SMALL.items() if k in spec.op.sizes}
+    inputs, upstream = random_case(spec, sizes, seed=4)
+    got = graph_gradients(spec, graph, sizes, inputs, upstream)
+    want = finite_differences(spec, sizes, inputs, upstream, graph.grads)
+    for n in graph.grads:
+        np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg=n)
+    return spec, graph
+
+
+def _writes(graph) -> dict[str, str]:
+    """Every step output's target -> the step writing it."""
+    return {tgt: s.name for s in graph.steps for tgt in s.outputs.values()}
+
+
+# ------------------------------------------------------------------------------------------------ the derivation
+
+
+def test_split_passthrough_takes_out_the_identity_gradients_only():
+    body = parse_body("h = x * w\ny = gelu(h) + r + s", inputs=["x", "w", "r", "s"], outputs=["y"], constants=[])
+    d = derive.vjp(body, wrt={"x": "gx", "r": "gr", "s": "gs"}, cotangents={"y": "g_y"})
+    rest, passed = derive.split_passthrough(d, ["gx", "gr", "gs"], {"y": "g_y"}, lambda g, o: g != "gs")
+    assert passed == {"gr": "y"}                        # gs would pass too, but the family's rule says no
+    assert "gr" not in rest.text and "gs = g_y" in rest.text and "gx = " in rest.text
+    assert set(rest.inputs) == {"x", "w", "g_y"}
+    parse_body(rest.text, inputs=rest.inputs, outputs=["gx", "gs"], constants=[])   # still a legal body
+    # every gradient passes: nothing is left of the body (the step disappears)
+    body = parse_body("y = x + r", inputs=["x", "r"], outputs=["y"], constants=[])
+    d = derive.vjp(body, wrt={"x": "gx", "r": "gr"}, cotangents={"y": "g_y"})
+    assert d.text == "gx = g_y\ngr = g_y"               # the old step: two copies of the upstream gradient
+    rest, passed = derive.split_passthrough(d, ["gx", "gr"], {"y": "g_y"}, lambda g, o: True)
+    assert passed == {"gx": "y", "gr": "y"} and rest.text == "" and rest.inputs == ()
+
+
+def test_a_name_bound_to_the_upstream_gradient_passes_through_it():
+    d = derive.Derived("d_h = g_y\ngx = d_h\ngw = d_h * x", ("g_y", "x"), frozenset())
+    rest, passed = derive.split_passthrough(d, ["gx", "gw"], {"y": "g_y"}, lambda g, o: True)
+    assert passed == {"gx": "y"} and rest.text == "d_h = g_y\ngw = d_h * x"
+
+
+# ------------------------------------------------------------------------------------------------ the families
+
+
+def test_matmul_residual_epilogue_derives_no_kernel_for_dr_nor_gacc(tmp_path):
+    """`out = acc + r`: dr = dout and gacc = dout, both the upstream gradient: no dacc step (it copied dout twice,
+    into gacc and into dr), the GEMMs read grad:out as it is, r's gradient is a pass-through."""
+    spec, graph = _graph(tmp_path, _mm("out = acc + r", R))
+    assert [s.name for s in graph.steps] == ["dlhs", "drhs"]
+    assert dict(graph.passthrough) == {"r": "grad:out"} and "grad:r" not in _writes(graph)
+    assert all(s.inputs["gacc"] == "grad:out" for s in graph.steps)
+    assert graph.forward is None and graph.saved == ()
+    assert any("gacc = dout" in n for n in graph.notes)
+
+
+def test_matmul_epilogue_keeps_a_kernel_for_what_needs_arithmetic(tmp_path):
+    # nonlinear in acc: dacc writes gacc only, dr still passes
+    _, graph = _graph(tmp_path, _mm("out = gelu(acc) + r", R))
+    assert [s.name for s in graph.steps] == ["dacc", "dlhs", "drhs"]
+    assert list(graph.steps[0].outputs) == ["gacc"] and dict(graph.passthrough) == {"r": "grad:out"}
+    # a broadcast bias needs a sum (its f32 full-shape gradient, summed back): a kernel's; r and gacc pass
+    bias = {"bias": {"shape": ["N"], "dtype": "f32"}}
+    _, graph = _graph(tmp_path, _mm("out = acc + bias + r", {**bias, **R}))
+    assert _writes(graph) == {"grad:bias": "dacc", "grad:a": "dlhs", "grad:b": "drhs"}
+    assert dict(graph.passthrough) == {"r": "grad:out"} and graph.steps[1].inputs["gacc"] == "grad:out"
+    # an f32 output over bf16 operands: gacc and dr need a cast to bf16, so dacc writes both (as before)
+    _, graph = _graph(tmp_path, _mm("out = acc + r", R, out_dtype="f32"))
+    assert list(graph.steps[0].outputs.values()) == ["value", "grad:r"] and not graph.passthrough
+    # ... an f32 residual of an f32 output passes, gacc is still cast
+    _, graph = _graph(tmp_path, _mm("out = acc + r", {"r": {"shape": MN, "dtype": "f32"}}, out_dtype="f32"))
+    assert dict(graph.passthrough) == {"r": "grad:out"} and list(graph.steps[0].outputs) == ["gacc"]
+    # wrt: [r]: the whole backward is the pass-through
+    _, graph = _graph(tmp_path, _mm("out = acc + r", R), {"wrt": ["r"]})
+    assert graph.steps == () and dict(graph.passthrough) == {"r": "grad:out"}
+
+
+def test_grouped_matmul_identity_epilogue_still_reads_the_upstream_gradient(tmp_path):
+    from backward_util import bundled
+    data = bundled("grouped_moe_mixtral_bf16_train.yaml")
+    data["op"]["epilogue"] = "out = acc"
+    spec, src = spec_with(tmp_path, data, data.pop("backward", {}))
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems, problems
+    assert [s.name for s in graph.steps] == ["dx", "dw"] and not graph.passthrough
+    assert all(s.inputs["gacc"] == "grad:out" for s in graph.steps)
+
+
+def test_map_sum_has_no_step_and_a_product_keeps_its_own(tmp_path):
+    f32 = ("f32",)
+    _, graph = _graph(tmp_path, _map("y = x + r", {"x": (MN, *f32), "r": (MN, *f32)}), sizes={"M": 3, "N": 4})
+    assert graph.steps == () and dict(graph.passthrough) == {"x": "grad:y", "r": "grad:y"}
+    _, graph = _graph(tmp_path, _map("y = x * w + r", {"x": (MN, *f32), "w": (MN, *f32), "r": (MN, *f32)}),
+                      sizes={"M": 3, "N": 4})
+    (step,) = graph.steps
+    assert set(step.outputs.values()) == {"grad:x", "grad:w"} and dict(graph.passthrough) == {"r": "grad:y"}
+    assert "grad_r" not in step.spec["op"]["body"] and "grad_r" not in step.spec["op"]["outputs"]
+    # a broadcast operand (a sum back to [N]) and another dtype (a cast) stay the step's
+    _, graph = _graph(tmp_path, _map("y = x + b + r", {"x": (MN, "f32"), "b": (["N"], "f32"), "r": (MN, "bf16")}),
+                      sizes={"M": 3, "N": 4})
+    assert set(graph.steps[0].outputs.values()) == {"grad:b", "grad:r"} and dict(graph.passthrough) == {"x": "grad:y"}
+
+
+def test_rowwise_residual_passes_but_not_where_class_indices_mask_rows(tmp_path):
+    data = {"name": "rms_res", "op": {
+        "kind": "rowwise", "sizes": {"M": 64, "N": 256}, "constants": {"eps": 1e-6},
+        "inputs": {"x": {"shape": MN, "dtype": "f32"}, "r": {"shape": MN, "dtype": "f32"}},
+        "outputs": {"y": {"shape": MN, "dtype": "f32"}},
+        "body": "y = x * rsqrt(mean(x * x) + eps) + r"}}
+    _, graph = _graph(tmp_path, data, sizes={"M": 2, "N": 256})
+    assert dict(graph.passthrough) == {"r": "grad:y"} and set(graph.steps[0].outputs.values()) == {"grad:x"}
+    from backward_util import bundled
+    ce = bundled("cross_entropy_bf16_int64.yaml")
+    spec, src = spec_with(tmp_path, ce, ce.get("backward", {}))
+    graph, problems = families.of(spec).backward(spec, src)
+    assert not problems and not graph.passthrough
+
+
+# ------------------------------------------------------------------------------------------------ the graph
+
+
+def test_the_graph_keeps_and_checks_its_passthroughs():
+    g = BackwardGraph(None, (), (), ("x", "r"), passthrough={"r": "grad:y"})
+    back = BackwardGraph.from_json(json.loads(json.dumps(g.to_json())))
+    assert dict(back.passthrough) == {"r": "grad:y"} and not check(back, {"x", "r"}, {"y"})
+    assert BackwardGraph.from_json({k: v for k, v in g.to_json().items() if k != "passthrough"}).passthrough == {}
+    for bad, words in (({"q": "grad:y"}, "not an input in grads"), ({"r": "grad:z"}, "not grad:<a forward output>"),
+                       ({"r": "in:x"}, "not grad:<a forward output>")):
+        wrong = check(BackwardGraph(None, (), (), ("x", "r"), passthrough=bad), {"x", "r"}, {"y"})
+        assert any(words in w for w in wrong), wrong
+
+
+def test_evaluate_hands_on_the_upstream_gradient_object_itself():
+    step = Step("s", {}, {"g": "grad:y"}, {"gx": "grad:x"})
+    g = BackwardGraph(None, (), (step,), ("x", "r"), passthrough={"r": "grad:y"})
+    dy, dense = np.ones((2, 3)), np.ones((2, 3))
+    got = evaluate(g, {"x": dy, "r": dy}, {}, {"y": dense}, lambda s, v: {"gx": v["g"] * 2}, passed={"y": dy})
+    assert got["r"] is dy and np.array_equal(got["x"], 2 * dense)
+
+
+# ------------------------------------------------------------------------------------------------ explain, build
+
+
+def test_explain_names_the_passthrough(tmp_path):
+    from schedgen.explain import explain_backward
+    spec, src = spec_with(tmp_path, _mm("out = acc + r", R), {})
+    text = explain_backward(spec, src)
+    assert "dr = dout: passed through, no kernel" in text
+    assert "steps (2, in order)" in text and "dacc" not in text
+    assert "zero gradients" not in text
+
+
+@pytest.fixture(scope="module")
+def residual_package(tmp_path_factory):
+    """`out = acc + r` (bf16, backward: {}) built and packaged."""
+    import yaml
+    from schedgen.build import build_spec, package
+    from schedgen.cache import Cache
+    tmp = tmp_path_factory.mktemp("passthrough")
+    path = tmp / "mm_residual.yaml"
+    path.write_text(yaml.safe_dump({**_mm("out = acc + r", R, name="mm_residual"), "backward": {}}, sort_keys=False))
+    built = build_spec(path, cache=Cache(tmp / "cache"))
+    return built, package(built, tmp / "out")
+
+
+def test_backward_json_lists_the_passthrough_and_the_package_loads_it(residual_package):
+    built, root = residual_package
+    rec = json.loads((root / "backward.json").read_text())
+    assert rec["graph"]["passthrough"] == {"r": "grad:out"}
+    assert [s["name"] for s in rec["graph"]["steps"]] == ["dlhs", "drhs"]
+    assert sorted(p.name for p in (root / "backward").iterdir() if p.is_dir()) == ["dlhs", "drhs"]
+    mod = import_package(root.parent, built.name)
+    assert dict(mod.kernel.backward.graph.passthrough) == {"r": "grad:out"}
+    assert list(mod.kernel.backward.steps) == ["dlhs", "drhs"]
+
+
+# ------------------------------------------------------------------------------------------------ torch autograd
+
+
+@pytest.fixture
+def torch_ran(residual_package, monkeypatch):
+    """Kernel._call_cuda stubbed with each kernel's float64 reference (outputs in the kernel's dtype); the names of
+    the kernels run, in order."""
+    torch = pytest.importorskip("torch")
+    from schedgen.reference import reference
+    from schedgen.runtime.kernel import Kernel
+    from schedgen.runtime.torch_op import torch_dtype
+    built, _ = residual_package
+    specs = {built.name: built.backward.forward, **{b.name: b.spec for b in built.backward.steps.values()}}
+    seen = []
+
+    def call_cuda(self, args, out, stream):
+        seen.append(self.name)
+        spec = specs[self.name]
+        ins = {o.name: a.detach().to(torch.float64).numpy() for a, o in zip(args, self.inputs)}
+        res = reference(spec, dict(spec.op.sizes), ins)
+        made = tuple(torch.tensor(np.asarray(res[o.name], np.float32)).to(torch_dtype(o.dtype))
+                     for o in self.outputs)
+        return made[0] if len(made) == 1 else made
+
+    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
+    return seen
+
+
+def _torch_case(seed=0):
+    import torch
+    rng = np.random.default_rng(seed)
+    host = {"a": rng.standard_normal((128, 64)), "b": rng.standard_normal((64, 128)),
+            "r": rng.standard_normal((128, 128))}
+    leaves = {k: torch.tensor(v, dtype=torch.bfloat16, requires_grad=True) for k, v in host.items()}
+    gy = torch.tensor(rng.standard_normal((128, 128)), dtype=torch.bfloat16)
+    return leaves, gy
+
+
+def _closed_form(leaves, gy) -> dict:
+    a, b = (leaves[k].detach().double().numpy() for k in "ab")
+    g = gy.double().numpy()
+    return {"a": g @ b.T, "b": a.T @ g, "r": g}
+
+
+def test_torch_returns_the_upstream_gradient_itself_for_dr(residual_package, torch_ran):
+    import torch
+    built, root = residual_package
+    mod = import_package(root.parent, built.name)
+    leaves, gy = _torch_case()
+    out = mod.mm_residual(*leaves.values())
+    assert torch_ran == ["mm_residual"]
+    da, db, dr = torch.autograd.grad(out, list(leaves.values()), grad_outputs=gy)
+    assert torch_ran == ["mm_residual", "mm_residual_dlhs", "mm_residual_drhs"]   # no kernel for dr, none for gacc
+    assert dr.data_ptr() == gy.data_ptr() and dr.dtype == torch.bfloat16 and dr.shape == gy.shape
+    want = _closed_form(leaves, gy)
+    for g, n in zip((da, db, dr), "abr"):
+        np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
+
+
+def test_torch_passes_a_strided_upstream_gradient_on_without_a_copy(residual_package, torch_ran):
+    """out.sum()'s gradient is a stride-0 expand: the GEMM steps read one dense copy, dr is autograd's own."""
+    import torch
+    built, root = residual_package
+    mod = import_package(root.parent, built.name)
+    leaves, _ = _torch_case(1)
+    mod.mm_residual(*leaves.values()).sum().backward()
+    assert leaves["r"].grad.shape == (128, 128) and torch.all(leaves["r"].grad == 1)
+    np.testing.assert_allclose(leaves["a"].grad.double().numpy(),
+                               np.tile(leaves["b"].detach().double().numpy().sum(axis=1), (128, 1)), rtol=2e-2,
+                               atol=0.5)
+
+
+def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_ran):
+    import torch
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    built, root = residual_package
+    mod = import_package(root.parent, built.name)
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    torch._dynamo.reset()
+    leaves, gy = _torch_case(2)
+    f = mod.mm_residual
+    compiled = torch.compile(lambda a, b, r: (f(a, b, r).float() * gy.float()).sum(), fullgraph=True,
+                             backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+    got = torch.autograd.grad(compiled(*leaves.values()), list(leaves.values()))
+    bw = str(graphs["bw"].code)
+    steps = mod.kernel.backward.steps
+    assert all(s.torch_op.name in bw for s in steps.values()) and len(steps) == 2
+    want = _closed_form(leaves, gy.to(torch.bfloat16))
+    for g, n in zip(got, "abr"):
+        np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
+    torch._dynamo.reset()
