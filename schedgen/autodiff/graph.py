@@ -151,16 +151,14 @@ def _arange(n: int) -> np.ndarray:
 
 def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
              grads_out: Mapping[str, Any], run: Runner, add: Callable[[Any, Any], Any] = np.add,
-             reduce: Callable[[Any, tuple], Any] = sum_to, arange: Callable[[int], Any] = _arange,
-             passed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             reduce: Callable[[Any, tuple], Any] = sum_to, arange: Callable[[int], Any] = _arange) -> dict[str, Any]:
     """The gradients of the forward inputs in `graph.grads` (absent: no step writes it, a zero gradient).
     `outputs`: the forward outputs, saved ones included; `grads_out`: upstream gradients by output name;
     `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference);
     `reduce(value, shape)` sums a step output bound to grad:<input> back to the input's shape (numpy's `sum_to`
     by default; the runtime passes torch's and jax's). A gradient in `graph.passthrough` is the upstream gradient
-    itself, the very object of `passed` (default `grads_out`: the runtime passes torch's grad_output tensors as
-    autograd gave them, and the steps their contiguous form), added to what steps write into it (nothing, as the
-    families derive it)."""
+    itself, the very object of `grads_out` (torch's grad_output tensor as autograd gave it, jax's cotangent), added
+    to what steps write into it (nothing, as the families derive it)."""
     values: dict[str, Any] = {}
     grads: dict[str, Any] = {}
     for s in graph.steps:
@@ -178,8 +176,7 @@ def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[s
                 g = tgt[5:]
                 v = reduce(result[k], tuple(np.shape(inputs[g])))
                 grads[g] = v if g not in grads else add(grads[g], v)
-    passed = grads_out if passed is None else passed
     for g, out in passed_through(graph).items():
-        v = passed[out]
+        v = grads_out[out]
         grads[g] = v if g not in grads else add(grads[g], v)
     return grads

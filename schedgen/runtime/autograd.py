@@ -9,7 +9,8 @@ only, in eager, torch.compile and CUDA-graph use alike. Under autograd the forwa
 graph reads, and the backward runs each step through the step kernel's own torch op (so torch.compile traces the
 backward too) or its Pallas function (jax), sums a broadcast operand's gradient back to the operand's shape, casts
 each gradient to its input's dtype, and returns a gradient for every input of the graph's `grads` (zeros where no
-step writes one) and none for the others.
+step writes one) and none for the others. A pass-through gradient (`graph.passthrough`) is the upstream gradient
+object itself: torch's grad_output tensor, jax's cotangent (no copy, no kernel).
 """
 from __future__ import annotations
 
@@ -130,18 +131,23 @@ class Backward:
         for name in self._missing_upstream(given):      # an output autograd gave no gradient: zeros
             dtype, device = like["__out_" + name]
             given[name] = torch.zeros(outputs[name].shape, dtype=dtype, device=device)
-        # the steps read a dense copy where autograd handed a strided gradient (y.sum()'s stride-0 one), made once
-        # for every step that reads it; a pass-through gradient is autograd's tensor itself (no copy, no kernel)
-        read = self._step_upstream()
-        upstream = {name: g.contiguous() if name in read else g for name, g in given.items()}
+        # An upstream gradient reaches each step as autograd handed it where the step's kernel can read it so (a
+        # contiguous one; a strided view through tensor maps), and a pass-through gradient is autograd's tensor
+        # itself (no copy, no kernel). A gradient some step cannot read as it is (y.sum()'s stride-0 expand) is
+        # made dense once, on first need, and every later step reading it gets that copy (not one copy a step).
+        dense: dict[str, Any] = {}
 
         def run(step, values):
             k = self.steps[step.name]
             op = k.torch_op
             # as the step's kernel takes them: the forward's saved inputs as they are where the kernel reads them
             # through tensor maps (a fused QKV projection's q, k, v views), contiguous copies elsewhere
-            args = [values[o.name] for o in k.inputs]
-            args = op.as_taken(args) if op is not None else [a.contiguous() for a in args]
+            refs = [step.inputs.get(o.name, "") for o in k.inputs]
+            given_args = [dense.get(r, values[o.name]) for r, o in zip(refs, k.inputs)]
+            args = op.as_taken(given_args) if op is not None else [a.contiguous() for a in given_args]
+            for r, before, after in zip(refs, given_args, args):
+                if r.startswith("grad:") and after is not before:
+                    dense[r] = after
             if op is None and (k.root / "pallas_kernel.py").is_file() and not _tracing(torch, args):
                 # a step with no CUDA kernel (a family whose backward is Pallas only): its Pallas function on the
                 # torch tensors (plgpu.as_torch_kernel, ordered with torch's stream), eager only
@@ -162,8 +168,8 @@ class Backward:
         shaped = {n: _Shaped(shapes[n]) for n in self.input_names}
         shaped.update(inputs)
         device = next(iter(like.values()))[1]
-        got = evaluate(self.graph, shaped, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
-                       arange=lambda n: torch.arange(n, dtype=torch.float32, device=device), passed=given)
+        got = evaluate(self.graph, shaped, outputs, given, run, add=lambda a, b: a + b, reduce=reduce,
+                       arange=lambda n: torch.arange(n, dtype=torch.float32, device=device))
         result = []
         for i, n in enumerate(self.input_names):
             if n not in self.graph.grads or not needs[i]:
@@ -174,14 +180,11 @@ class Backward:
             result.append(torch.zeros(shapes[n], dtype=dtype, device=device) if g is None else g.to(dtype))
         return tuple(result)
 
-    def _step_upstream(self) -> set[str]:
-        """The outputs whose upstream gradient a step reads (as grad:<name>)."""
-        return {ref[5:] for s in self.graph.steps for ref in s.inputs.values() if ref.startswith("grad:")}
-
     def _missing_upstream(self, upstream: dict) -> list[str]:
         """Output names a step reads as grad:<name>, or a gradient passes through from, that autograd gave no
         gradient for (an output not used)."""
-        want = self._step_upstream() | set(passed_through(self.graph).values())
+        want = {ref[5:] for s in self.graph.steps for ref in s.inputs.values() if ref.startswith("grad:")}
+        want |= set(passed_through(self.graph).values())
         return sorted(want - set(upstream))
 
     def reads(self) -> tuple[set[str], set[str]]:

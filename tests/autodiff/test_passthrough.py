@@ -179,9 +179,9 @@ def test_the_graph_keeps_and_checks_its_passthroughs():
 def test_evaluate_hands_on_the_upstream_gradient_object_itself():
     step = Step("s", {}, {"g": "grad:y"}, {"gx": "grad:x"})
     g = BackwardGraph(None, (), (step,), ("x", "r"), passthrough={"r": "grad:y"})
-    dy, dense = np.ones((2, 3)), np.ones((2, 3))
-    got = evaluate(g, {"x": dy, "r": dy}, {}, {"y": dense}, lambda s, v: {"gx": v["g"] * 2}, passed={"y": dy})
-    assert got["r"] is dy and np.array_equal(got["x"], 2 * dense)
+    dy = np.ones((2, 3))
+    got = evaluate(g, {"x": dy, "r": dy}, {}, {"y": dy}, lambda s, v: {"gx": v["g"] * 2})
+    assert got["r"] is dy and np.array_equal(got["x"], 2 * dy)
 
 
 # ------------------------------------------------------------------------------------------------ explain, build
@@ -279,17 +279,55 @@ def test_torch_returns_the_upstream_gradient_itself_for_dr(residual_package, tor
         np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
 
 
-def test_torch_passes_a_strided_upstream_gradient_on_without_a_copy(residual_package, torch_ran):
-    """out.sum()'s gradient is a stride-0 expand: the GEMM steps read one dense copy, dr is autograd's own."""
+def _seen_args(monkeypatch):
+    """Each kernel run -> its arguments' (data_ptr, strides), recorded around the reference stub."""
+    from schedgen.runtime.kernel import Kernel
+    seen = {}
+    stub = Kernel._call_cuda
+    monkeypatch.setattr(Kernel, "_call_cuda", lambda self, args, out, stream: (
+        seen.__setitem__(self.name, {o.name: (a.data_ptr(), tuple(a.stride())) for a, o in zip(args, self.inputs)}),
+        stub(self, args, out, stream))[1])
+    return seen
+
+
+def test_torch_makes_an_expanded_upstream_gradient_dense_once_for_both_gemms(residual_package, torch_ran,
+                                                                              monkeypatch):
+    """out.sum()'s gradient is a stride-0 expand, which no kernel reads: dlhs and drhs get one dense copy, the
+    same one (not one copy a step); dr is autograd's gradient itself."""
     import torch
     built, root = residual_package
     mod = import_package(root.parent, built.name)
+    seen = _seen_args(monkeypatch)
     leaves, _ = _torch_case(1)
-    mod.mm_residual(*leaves.values()).sum().backward()
-    assert leaves["r"].grad.shape == (128, 128) and torch.all(leaves["r"].grad == 1)
-    np.testing.assert_allclose(leaves["a"].grad.double().numpy(),
-                               np.tile(leaves["b"].detach().double().numpy().sum(axis=1), (128, 1)), rtol=2e-2,
-                               atol=0.5)
+    out = mod.mm_residual(*leaves.values())
+    ones = torch.ones((), dtype=torch.bfloat16).expand(128, 128)
+    da, db, dr = torch.autograd.grad(out, list(leaves.values()), grad_outputs=ones)
+    gl, gr = seen["mm_residual_dlhs"]["gacc"], seen["mm_residual_drhs"]["gacc"]
+    assert gl == gr and gl[1] == (128, 1), (gl, gr)
+    assert dr.data_ptr() == ones.data_ptr() and torch.all(dr == 1)
+    np.testing.assert_allclose(da.double().numpy(), np.tile(leaves["b"].detach().double().numpy().sum(axis=1),
+                                                            (128, 1)), rtol=2e-2, atol=0.5)
+
+
+def test_torch_hands_a_tma_readable_strided_upstream_gradient_to_the_gemms_as_is(residual_package, torch_ran,
+                                                                                monkeypatch):
+    """The gradient of out as a column block of a wider tensor (out concatenated with something): the GEMM steps
+    read gacc through tensor maps, so they get the view itself (before: a contiguous copy made up front)."""
+    import torch
+    built, root = residual_package
+    mod = import_package(root.parent, built.name)
+    seen = _seen_args(monkeypatch)
+    leaves, gy = _torch_case(3)
+    wide = torch.zeros(128, 256, dtype=torch.bfloat16)
+    wide[:, :128] = gy
+    view = wide[:, :128]
+    da, db, dr = torch.autograd.grad(mod.mm_residual(*leaves.values()), list(leaves.values()), grad_outputs=view)
+    for step in ("mm_residual_dlhs", "mm_residual_drhs"):
+        assert seen[step]["gacc"] == (view.data_ptr(), (256, 1)), seen[step]
+    assert dr.data_ptr() == view.data_ptr() and dr.stride() == (256, 1)
+    want = _closed_form(leaves, gy)
+    for g, n in zip((da, db, dr), "abr"):
+        np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
 
 
 def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_ran):
@@ -319,3 +357,37 @@ def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_
     for g, n in zip(got, "abr"):
         np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
     torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------------------------------------ jax
+
+
+def test_jax_grad_returns_the_cotangent_for_the_residual(tmp_path_factory):
+    """`y = x * w + r` (f32) through jax.grad in the Mosaic GPU interpreter: one step for dx and dw, dr is the
+    cotangent itself (exactly), eager and jitted."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import yaml
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from schedgen.build import build_spec, package
+    from schedgen.cache import Cache
+    tmp = tmp_path_factory.mktemp("passthrough_jax")
+    data = _map("y = x * w + r", {n: (MN, "f32") for n in "xwr"}, name="map_residual")
+    data["backward"] = {}
+    path = tmp / "map_residual.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    built = build_spec(path, cache=Cache(tmp / "cache"))
+    assert list(built.backward.steps) == ["grad"] and dict(built.backward.graph.passthrough) == {"r": "grad:y"}
+    f = import_package(package(built, tmp / "out").parent, "map_residual").map_residual
+    rng = np.random.default_rng(5)
+    x, w, r, gy = (rng.standard_normal((64, 256)).astype(np.float32) for _ in range(4))
+    interpret = plgpu.InterpretGPUParams()
+
+    def loss(x, w, r):
+        return jnp.sum(f(x, w, r, interpret=interpret) * gy)
+
+    for grad in (jax.grad(loss, argnums=(0, 1, 2)), jax.jit(jax.grad(loss, argnums=(0, 1, 2)))):
+        dx, dw, dr = grad(jnp.asarray(x), jnp.asarray(w), jnp.asarray(r))
+        assert np.array_equal(np.asarray(dr), gy)
+        np.testing.assert_allclose(np.asarray(dx), gy * w, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(dw), gy * x, rtol=1e-6)

@@ -5,6 +5,8 @@ For `h = x * w + b; y = gelu(h)` with upstream gradient `g_y`, the step's body i
 `grad_w`, `grad_b`. Every gradient has the outputs' shape (a map's outputs share one shape); one of an input that
 the forward broadcast (a bias row [N] over [M, N]) is summed back to the input's shape after the step (the graph's
 `sum_to`), and is written in f32 so that sum adds f32 terms. A full-shape input's gradient has the input's dtype.
+A gradient that is an output's upstream gradient unchanged (`y = x + r`: both; the same shape and dtype) is no
+output of the step but a pass-through of the graph (issue 43), and with nothing else to write there is no step.
 
 Default: save nothing. An elementwise kernel is bound by memory, and recomputing a temporary costs arithmetic the
 kernel has to spare, while saving one costs a write in the forward and a read in the backward.
