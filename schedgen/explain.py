@@ -133,7 +133,8 @@ def explain_backward(spec, src, at: Mapping[str, int] | None = None) -> str:
     for inp, ref in graph.passthrough.items():
         lines.append(f"  d{inp} = d{ref[5:]}: passed through, no kernel (the upstream gradient of {ref[5:]} itself, "
                      f"the same shape and dtype as {inp})")
-    lines.append(f"  steps ({len(graph.steps)}, in order):")
+    lines.append(f"  steps ({len(graph.steps)}, in order):" if graph.steps else
+                 "  steps: none (every gradient is passed through or zero: the backward launches no kernel)")
     for i, s in enumerate(graph.steps, 1):
         op = s.spec.get("op", {}) if isinstance(s.spec, dict) else {}
         lines.append(f"    {i}. {s.name} ({op.get('kind', '?')}): {s.why or 'no description'}")

@@ -194,19 +194,33 @@ def test_explain_names_the_passthrough(tmp_path):
     assert "dr = dout: passed through, no kernel" in text
     assert "steps (2, in order)" in text and "dacc" not in text
     assert "zero gradients" not in text
+    spec, src = spec_with(tmp_path, _map("y = x + r", {"x": (MN, "bf16"), "r": (MN, "bf16")}, "bf16"), {})
+    text = explain_backward(spec, src)
+    assert "dx = dy: passed through, no kernel" in text and "dr = dy: passed through, no kernel" in text
+    assert "steps: none (every gradient is passed through or zero: the backward launches no kernel)" in text
+
+
+def _package(tmp_path_factory, data: dict):
+    import yaml
+    from schedgen.build import build_spec, package
+    from schedgen.cache import Cache
+    tmp = tmp_path_factory.mktemp(data["name"])
+    path = tmp / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump({**data, "backward": {}}, sort_keys=False))
+    built = build_spec(path, cache=Cache(tmp / "cache"))
+    return built, package(built, tmp / "out")
 
 
 @pytest.fixture(scope="module")
 def residual_package(tmp_path_factory):
     """`out = acc + r` (bf16, backward: {}) built and packaged."""
-    import yaml
-    from schedgen.build import build_spec, package
-    from schedgen.cache import Cache
-    tmp = tmp_path_factory.mktemp("passthrough")
-    path = tmp / "mm_residual.yaml"
-    path.write_text(yaml.safe_dump({**_mm("out = acc + r", R, name="mm_residual"), "backward": {}}, sort_keys=False))
-    built = build_spec(path, cache=Cache(tmp / "cache"))
-    return built, package(built, tmp / "out")
+    return _package(tmp_path_factory, _mm("out = acc + r", R, name="mm_residual"))
+
+
+@pytest.fixture(scope="module")
+def sum_package(tmp_path_factory):
+    """The map `y = x + r` (f32, backward: {}): a backward of no kernel at all."""
+    return _package(tmp_path_factory, _map("y = x + r", {"x": (MN, "f32"), "r": (MN, "f32")}, name="map_sum"))
 
 
 def test_backward_json_lists_the_passthrough_and_the_package_loads_it(residual_package):
@@ -220,19 +234,40 @@ def test_backward_json_lists_the_passthrough_and_the_package_loads_it(residual_p
     assert list(mod.kernel.backward.steps) == ["dlhs", "drhs"]
 
 
+def test_verify_checks_a_passed_through_gradient_as_its_own_row(tmp_path, monkeypatch, capsys):
+    """`schedgen verify` of `y = x * w + r` in the interpreter: grad:r is a row like grad:x and grad:w (the
+    upstream gradient against itself: exact, at its dtype's tolerance with no accumulation)."""
+    import yaml
+    from schedgen import cli
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    data = _map("y = x * w + r", {n: (MN, "f32") for n in "xwr"}, name="verify_residual")
+    data["backward"] = {}
+    path = tmp_path / "verify_residual.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "rows.json"
+    status = cli.main(["verify", str(path), "--interpret", "--timeout", "0", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert status == 0, table
+    rows = {r["output"]: r for r in json.loads(out.read_text()) if r["output"].startswith("grad:")}
+    assert sorted(rows) == ["grad:r", "grad:w", "grad:x"], table
+    assert all(r["result"] == "ok" for r in rows.values()), rows
+    assert rows["grad:r"]["rel_error"] == 0.0
+
+
 # ------------------------------------------------------------------------------------------------ torch autograd
 
 
 @pytest.fixture
-def torch_ran(residual_package, monkeypatch):
+def torch_ran(residual_package, sum_package, monkeypatch):
     """Kernel._call_cuda stubbed with each kernel's float64 reference (outputs in the kernel's dtype); the names of
     the kernels run, in order."""
     torch = pytest.importorskip("torch")
     from schedgen.reference import reference
     from schedgen.runtime.kernel import Kernel
     from schedgen.runtime.torch_op import torch_dtype
-    built, _ = residual_package
-    specs = {built.name: built.backward.forward, **{b.name: b.spec for b in built.backward.steps.values()}}
+    specs = {}
+    for built, _ in (residual_package, sum_package):
+        specs.update({built.name: built.backward.forward, **{b.name: b.spec for b in built.backward.steps.values()}})
     seen = []
 
     def call_cuda(self, args, out, stream):
@@ -330,6 +365,27 @@ def test_torch_hands_a_tma_readable_strided_upstream_gradient_to_the_gemms_as_is
         np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
 
 
+def test_torch_gives_both_operands_of_a_sum_the_upstream_gradient_and_accumulates_them_apart(sum_package,
+                                                                                             torch_ran):
+    """`y = x + r`: no backward kernel at all; dx and dr are the upstream gradient itself, and accumulating two
+    backward passes into x.grad and r.grad keeps them apart (autograd copies a gradient it hands to two leaves)."""
+    import torch
+    built, root = sum_package
+    assert not built.backward.steps and dict(built.backward.graph.passthrough) == {"x": "grad:y", "r": "grad:y"}
+    mod = import_package(root.parent, built.name)
+    rng = np.random.default_rng(6)
+    x, r = (torch.tensor(rng.standard_normal((64, 256)), dtype=torch.float32, requires_grad=True) for _ in "xr")
+    gy = torch.tensor(rng.standard_normal((64, 256)), dtype=torch.float32)
+    kept = gy.clone()
+    dx, dr = torch.autograd.grad(mod.map_sum(x, r), [x, r], grad_outputs=gy)
+    assert dx.data_ptr() == dr.data_ptr() == gy.data_ptr() and torch_ran == ["map_sum"]
+    mod.map_sum(x, r).backward(gy)
+    mod.map_sum(x, r * 2).backward(gy)
+    assert torch.equal(x.grad, 2 * gy) and torch.equal(r.grad, 3 * gy)
+    assert torch.equal(gy, kept)                       # the caller's gradient untouched
+    assert torch_ran == ["map_sum"] * 3
+
+
 def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_ran):
     import torch
     from functorch.compile import make_boxed_func
@@ -353,7 +409,8 @@ def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_
     bw = str(graphs["bw"].code)
     steps = mod.kernel.backward.steps
     assert all(s.torch_op.name in bw for s in steps.values()) and len(steps) == 2
-    want = _closed_form(leaves, gy.to(torch.bfloat16))
+    assert torch.equal(got[2], gy)                     # dr: the upstream gradient as it came
+    want = _closed_form(leaves, gy)
     for g, n in zip(got, "abr"):
         np.testing.assert_allclose(g.double().numpy(), want[n], rtol=2e-2, atol=2e-2 * np.abs(want[n]).max())
     torch._dynamo.reset()

@@ -53,8 +53,8 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in wrt if w not in nonzero]
     nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        if saved:
-            notes[0] = f"saves nothing ({', '.join(saved)} not kept: no kernel step reads it)"
+        notes[0] = "saves nothing: the backward runs no kernel" + (
+            f" ({', '.join(saved)} not kept: nothing reads it)" if saved else "")
         return BackwardGraph(None, (), (), wrt, tuple(notes), passthrough=passthrough), problems
     reads = [n for n in derived.inputs if n not in op.constants]
     reads_in = [n for n in reads if n in op.inputs]

@@ -108,8 +108,8 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt if w not in nonzero]
     nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        if names.saved:
-            notes[0] = f"saves nothing ({', '.join(names.saved)} not kept: no kernel step reads it)"
+        notes[0] = "saves nothing: the backward runs no kernel" + (
+            f" ({', '.join(names.saved)} not kept: nothing reads it)" if names.saved else "")
         return BackwardGraph(None, (), (), names.wrt, tuple(notes), passthrough=passthrough), problems
     constants = {**op.constants, names.inv_n: 1.0 / _row_length(op)}
     reads = _reads_of(op, names, derived, constants, as_in)
