@@ -105,8 +105,14 @@ def check(graph: BackwardGraph, inputs: set[str], outputs: set[str]) -> list[str
             if not m or (m.group(1) is not None and m.group(1) not in graph.grads):
                 problems.append(f"step {s.name}: output {k} -> {tgt!r} is neither 'value' nor grad:<an input in grads>")
         seen[s.name] = set(s.outputs)
+    return problems + _passthrough_problems(graph, outputs)
+
+
+def _passthrough_problems(graph: BackwardGraph, outputs: set[str]) -> list[str]:
+    """What is wrong with `graph.passthrough`: each key an input in grads, each value grad:<a forward output>."""
     if not isinstance(graph.passthrough, Mapping):
-        return problems + ["passthrough is not a mapping of input -> grad:<output>"]
+        return ["passthrough is not a mapping of input -> grad:<output>"]
+    problems = []
     for inp, ref in graph.passthrough.items():
         m = _REF.match(ref) if isinstance(ref, str) else None
         if not isinstance(inp, str) or inp not in graph.grads:

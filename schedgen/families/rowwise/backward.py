@@ -103,14 +103,11 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     derived, as_in = found
     nonzero = [w for w in names.wrt if names.grad_of[w] not in derived.zero]
     derived, passthrough = _passthrough(op, names, derived, nonzero)
-    notes = [f"saved {', '.join(names.saved)} (written by the forward as extra output(s))" if names.saved else
-             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
-    notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt if w not in nonzero]
+    notes = _notes(names, nonzero)
     nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        notes[0] = "saves nothing: the backward runs no kernel" + (
-            f" ({', '.join(names.saved)} not kept: nothing reads it)" if names.saved else "")
-        return BackwardGraph(None, (), (), names.wrt, tuple(notes), passthrough=passthrough), problems
+        return BackwardGraph(None, (), (), names.wrt, tuple(_kernel_free(notes, names.saved)),
+                             passthrough=passthrough), problems
     constants = {**op.constants, names.inv_n: 1.0 / _row_length(op)}
     reads = _reads_of(op, names, derived, constants, as_in)
     n_in = len(reads.inputs) + len(reads.cotangents) + len(reads.saved)
@@ -133,6 +130,19 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
                 why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
     return BackwardGraph(forward, tuple(names.saved), (step,), names.wrt, tuple(notes),
                          passthrough=passthrough), problems
+
+
+def _notes(names: _Names, nonzero: list) -> list[str]:
+    notes = [f"saved {', '.join(names.saved)} (written by the forward as extra output(s))" if names.saved else
+             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
+    return notes + [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt
+                    if w not in nonzero]
+
+
+def _kernel_free(notes: list[str], saved) -> list[str]:
+    """The notes of a backward with no step (every gradient zero or passed through): nothing is kept for it."""
+    return ["saves nothing: the backward runs no kernel" + (f" ({', '.join(saved)} not kept: nothing reads it)"
+                                                          if saved else ""), *notes[1:]]
 
 
 def _passthrough(op, names: _Names, derived, nonzero: list):
