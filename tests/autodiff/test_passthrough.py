@@ -121,6 +121,25 @@ def test_matmul_epilogue_keeps_a_kernel_for_what_needs_arithmetic(tmp_path):
     assert graph.steps == () and dict(graph.passthrough) == {"r": "grad:out"}
 
 
+def test_the_training_examples_projection_and_bias_layers(tmp_path):
+    """examples/train: the attention output projection with its residual fused (`y = acc + r`) has dA and dW only;
+    the down projection's `y = acc + b` (b [N] f32) keeps a map kernel for db's f32 sum, and only for it: gacc is
+    dy itself (that kernel wrote a bf16 copy of dy for the GEMMs too)."""
+    import yaml
+    from backward_util import ROOT
+    graphs = {}
+    for name in ("proj", "down"):
+        data = yaml.safe_load((ROOT / "examples" / "train" / f"{name}.yaml").read_text())
+        spec, src = spec_with(tmp_path, data, data.pop("backward", {}))
+        graphs[name], problems = families.of(spec).backward(spec, src)
+        assert not problems, problems
+    proj, down = graphs["proj"], graphs["down"]
+    assert [s.name for s in proj.steps] == ["dlhs", "drhs"] and dict(proj.passthrough) == {"r": "grad:y"}
+    assert [s.name for s in down.steps] == ["dacc", "dlhs", "drhs"] and not down.passthrough
+    assert dict(down.steps[0].outputs) == {"grad_b": "grad:b"}
+    assert all(s.inputs["gacc"] == "grad:y" for s in (*proj.steps, *down.steps[1:]))
+
+
 def test_grouped_matmul_identity_epilogue_still_reads_the_upstream_gradient(tmp_path):
     from backward_util import bundled
     data = bundled("grouped_moe_mixtral_bf16_train.yaml")
