@@ -273,6 +273,18 @@ def test_verify_checks_a_passed_through_gradient_as_its_own_row(tmp_path, monkey
     assert rows["grad:r"]["rel_error"] == 0.0
 
 
+def test_schedgen_build_names_the_passthroughs(tmp_path, monkeypatch, capsys):
+    import yaml
+    from schedgen import cli
+    monkeypatch.setenv("SCHEDGEN_CACHE", str(tmp_path / "cache"))
+    data = {**_map("y = x + r", {"x": (MN, "f32"), "r": (MN, "f32")}, name="build_sum"), "backward": {}}
+    path = tmp_path / "build_sum.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli.main(["build", str(path), "-o", str(tmp_path / "out")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("backward:"))
+    assert "0 kernels" in line and line.endswith("; passed through, no kernel: dx = dy, dr = dy"), line
+
+
 # ------------------------------------------------------------------------------------------------ torch autograd
 
 
