@@ -214,6 +214,13 @@ def _host64(torch, spec, x: dict, g: dict) -> tuple[dict, dict]:
     return host64, up64
 
 
+def _add_passed_through(graph, grads: dict, upstream: dict) -> None:
+    """The gradients the graph passes through (issue 43): the upstream gradient itself, no kernel."""
+    from schedgen.autodiff.graph import passed_through
+    for w, out in passed_through(graph).items():
+        grads[w] = upstream[out] if w not in grads else grads[w] + upstream[out]
+
+
 def run_case(name, args, torch, tmp: Path) -> dict:
     from schedgen import families
     from schedgen.autodiff.graph import evaluate
@@ -281,6 +288,7 @@ def run_case(name, args, torch, tmp: Path) -> dict:
                 if tgt.startswith("grad:"):
                     w = tgt[5:]
                     grads[w] = r if w not in grads else grads[w] + r
+        _add_passed_through(graph, grads, g)
         return {w: sum_back(t, tuple(x[w].shape), lambda v, d, k: torch.sum(v.float(), dim=d, keepdim=k)).to(x[w].dtype)
                 for w, t in grads.items()}
 

@@ -190,5 +190,6 @@ def describe(bb: BucketedBuilt) -> str:
     bw = bb.backward
     if bw is not None:
         lines.append(f"  backward (one for every variant): gradients of {', '.join(bw.graph.grads) or '(none)'}; "
-                     f"{len(bw.steps)} kernel{'s' if len(bw.steps) != 1 else ''} in backward/: " + ", ".join(bw.steps))
+                     f"{len(bw.steps)} kernel{'s' if len(bw.steps) != 1 else ''} in backward/: " + ", ".join(bw.steps)
+                     + "".join(f"; d{i} = d{ref[5:]} passed through, no kernel" for i, ref in bw.graph.passthrough.items()))
     return "\n".join(lines)

@@ -342,7 +342,8 @@ def cmd_build(args) -> int:
         if bw is not None:
             print(f"  backward: gradients of {', '.join(bw.graph.grads) or '(none)'}; "
                   f"{len(bw.steps)} kernel{'s' if len(bw.steps) != 1 else ''} in {dest / 'backward'}: "
-                  + ", ".join(f"{n}{' (cached)' if b.cache_hit else ''}" for n, b in bw.steps.items()))
+                  + ", ".join(f"{n}{' (cached)' if b.cache_hit else ''}" for n, b in bw.steps.items())
+                  + _passed_through(bw.graph))
         for w in (*built.warnings, *(w for b in (bw.steps.values() if bw else ()) for w in b.warnings)):
             print(w, file=sys.stderr)
     return status
@@ -1033,3 +1034,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _passed_through(graph) -> str:
+    """The gradients a backward passes through (issue 43), for the build's line: '' when none."""
+    passed = [f"d{i} = d{ref[5:]}" for i, ref in graph.passthrough.items()]
+    return f"; passed through, no kernel: {', '.join(passed)}" if passed else ""

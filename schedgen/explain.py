@@ -130,7 +130,7 @@ def explain_backward(spec, src, at: Mapping[str, int] | None = None) -> str:
                      f"{', '.join(spec.op.outputs)} only")
     else:
         lines.append("  saved by the forward: nothing (the steps read the inputs and outputs as they are)")
-    lines.append(f"  steps ({len(graph.steps)}, in order):")
+    lines += _passthrough_lines(graph)
     for i, s in enumerate(graph.steps, 1):
         op = s.spec.get("op", {}) if isinstance(s.spec, dict) else {}
         lines.append(f"    {i}. {s.name} ({op.get('kind', '?')}): {s.why or 'no description'}")
@@ -149,13 +149,22 @@ def explain_backward(spec, src, at: Mapping[str, int] | None = None) -> str:
             outs.append(text)
         lines.append(f"       writes: {', '.join(outs)}")
         lines.extend(step_plan_lines(s.name, step_specs[s.name], src, at))
-    zero = [g for g in graph.grads if not any(t == f"grad:{g}" for s in graph.steps for t in s.outputs.values())]
+    written = set(graph.passthrough) | {t[5:] for s in graph.steps for t in s.outputs.values() if t[:5] == "grad:"}
+    zero = [g for g in graph.grads if g not in written]
     if zero:
         lines.append(f"  zero gradients (no step writes them): {', '.join(zero)}")
     if graph.notes:
         lines.append("  notes:")
         lines.extend(f"    {n}" for n in graph.notes)
     return "\n".join(lines) + "\n"
+
+
+def _passthrough_lines(graph) -> list[str]:
+    """The gradients passed through (issue 43), then the steps' heading."""
+    lines = [f"  d{inp} = d{ref[5:]}: passed through, no kernel (the upstream gradient of {ref[5:]} itself, the "
+             f"same shape and dtype as {inp})" for inp, ref in graph.passthrough.items()]
+    return lines + [f"  steps ({len(graph.steps)}, in order):" if graph.steps else
+                    "  steps: none (every gradient is passed through or zero: the backward launches no kernel)"]
 
 
 def step_plan(step_spec, src, name: str):

@@ -454,7 +454,9 @@ def _grad_tolerance(built: Built, grad: str, sizes: Mapping[str, int]) -> float:
     """A gradient's tolerance: its input's dtype, approx_math and the deepest f32 accumulation of the steps that
     write it (a step's `accumulation` at the call's sizes)."""
     steps = built.backward.steps
-    writers = _grad_writers(built.backward.graph)[grad] or list(steps)
+    graph = built.backward.graph
+    # a gradient no step writes: zero, or passed through (the upstream gradient itself: no arithmetic at all)
+    writers = _grad_writers(graph)[grad] or ([] if grad in graph.passthrough else list(steps))
     dtype = built.spec.op.inputs[grad].dtype
     k = max((_depth(steps[w].plan, sizes) for w in writers), default=0)
     approx = any(steps[w].plan.approx_math for w in writers)

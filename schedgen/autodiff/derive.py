@@ -404,3 +404,50 @@ def _ordered_names(node: ast.expr) -> list[str]:
 
     walk(node)
     return out
+
+
+def split_passthrough(derived: Derived, grads: Collection[str], cotangents: Mapping[str, str],
+                      may_pass: Callable[[str, str], bool]) -> tuple[Derived, dict[str, str]]:
+    """The gradients of `derived` that are an upstream gradient unchanged, taken out of its body (issue 43):
+    (the derived body without them, gradient name -> the output whose upstream gradient it is).
+
+    `grads`: the gradient names the body assigns (vjp's `wrt` values); `cotangents`: output -> the name the body
+    reads its upstream gradient as (vjp's `cotangents`); `may_pass(grad, output)`: whether that gradient may be
+    the output's upstream gradient as it is, the family's rule (the same shape, no broadcast, the same dtype: a
+    cast or a sum stays a kernel). A gradient assigned a cotangent name, or a name that is one (`d_h = g_y;
+    grad_x = d_h`), passes; statements only it read go with it, and a body whose every gradient passes is empty
+    (text '', no inputs): the family's step disappears."""
+    outputs_of = {c: o for o, c in cotangents.items()}
+    statements = [(s.targets[0].id, s.value) for s in ast.parse(derived.text).body]
+    value = dict(statements)
+    assigned = [t for t, _ in statements if t in set(grads)]
+    passed: dict[str, str] = {}
+    for g in assigned:
+        source = _alias_of(value, g)
+        if source in outputs_of and may_pass(g, outputs_of[source]):
+            passed[g] = outputs_of[source]
+    if not passed:
+        return derived, {}
+    kept = _live(statements, {g for g in assigned if g not in passed})
+    read = {n for _, e in kept for n in _free_names(e)} - {t for t, _ in kept}
+    inputs = tuple(n for n in derived.inputs if n in read)
+    return Derived("\n".join(f"{t} = {ast.unparse(e)}" for t, e in kept), inputs, derived.zero), passed
+
+
+def _alias_of(value: Mapping[str, ast.expr], name: str) -> str | None:
+    """The name `name`'s statement reads through plain renames (`a = b`, `b = c`: c), or None where it computes."""
+    node, seen = value.get(name), set()
+    while isinstance(node, ast.Name) and node.id in value and node.id not in seen:
+        seen.add(node.id)
+        node = value[node.id]
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _live(statements: Sequence[tuple[str, ast.expr]], needed: set[str]) -> list[tuple[str, ast.expr]]:
+    """The statements that assign `needed` names and what they read, in order."""
+    kept = []
+    for target, tree in reversed(statements):
+        if target in needed:
+            kept.append((target, tree))
+            needed |= _free_names(tree)
+    return kept[::-1]

@@ -33,16 +33,41 @@ class Context:
 
 
 
-def gacc_from_upstream(ctx: Context, derived, notes: list[str]) -> str | None:
-    """gacc is the upstream gradient itself when the epilogue is `out = acc` and the output has the inputs' dtype
-    (no dacc step): its reference, else None."""
-    op_out_dtype, in_dtype = ctx.names.out_dtype, ctx.names.in_dtype
-    if not ctx.matrices or ctx.names.gacc in derived.zero or not identity(ctx.body) or op_out_dtype != in_dtype \
-            or any(w in ctx.extras for w in ctx.wrt):
-        return None
-    notes.append(f"the epilogue is {ctx.out_name} = acc: gacc is the upstream gradient itself (no dacc step)")
-    return f"grad:{ctx.out_name}"
+@dataclass(frozen=True)
+class Upstream:
+    """The epilogue's derivative with the gradients that are the upstream gradient unchanged taken out (issue 43)."""
+    derived: object                  # what the dacc step still computes
+    grad_of: dict                    # ... and the gradients it writes (ctx.grad_of less the passed ones)
+    passthrough: dict                # an epilogue operand -> grad:<out> (its gradient is the upstream gradient)
+    gacc_ref: str | None             # grad:<out> when gacc is the upstream gradient (the GEMMs read it as it is)
 
+
+def split_upstream(spec, ctx: Context, derived, notes: list[str]) -> Upstream:
+    """Which gradients of the epilogue's derivative are the upstream gradient itself: gacc where the output has
+    the inputs' dtype (`out = acc`, `out = acc + r`), an operand's where it has the output's shape and dtype (the
+    residual r of `out = acc + r`: no broadcast, no cast). None of them is a kernel's output: gacc is read by the
+    GEMM steps as `grad:<out>`, an operand's gradient is a graph pass-through; the dacc step writes the rest, and
+    is left out when nothing is left."""
+    op, names = spec.op, ctx.names
+    out = op.outputs[ctx.out_name]
+    input_of = {g: n for n, g in ctx.grad_of.items()}
+
+    def may_pass(g: str, _out: str) -> bool:
+        n = input_of[g]
+        if n == ctx.pre:
+            return names.in_dtype == names.out_dtype
+        return list(op.inputs[n].shape) == list(out.shape) and op.inputs[n].dtype == out.dtype
+
+    nonzero = [g for g in ctx.grad_of.values() if g not in derived.zero]
+    derived, passed = derive.split_passthrough(derived, nonzero, {ctx.out_name: names.g_out}, may_pass)
+    gacc_ref = None
+    if names.gacc in passed and ctx.pre in ctx.grad_of:
+        gacc_ref = f"grad:{ctx.out_name}"
+        notes.append(f"gacc = d{ctx.out_name}: the upstream gradient itself, which the GEMMs read as it is (no "
+                     f"kernel writes it)")
+    passthrough = {input_of[g]: f"grad:{ctx.out_name}" for g in passed if input_of[g] != ctx.pre}
+    grad_of = {n: g for n, g in ctx.grad_of.items() if g not in passed}
+    return Upstream(derived, grad_of, passthrough, gacc_ref)
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -67,16 +92,6 @@ def renamed(text: str, old: str, new: str, extras, out_name: str, constants) -> 
         if isinstance(node, ast.Name) and node.id == old:
             node.id = new
     return ex.parse_body(ast.unparse(tree), inputs=[new, *extras], outputs=[out_name], constants=constants)
-
-
-def identity(body) -> bool:
-    if len(body.statements) != 1:
-        return False
-    tree = body.statements[0][1].tree
-    while isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.UAdd):
-        tree = tree.operand
-    return isinstance(tree, ast.Name) and tree.id == "acc"
-
 
 
 def base(spec, step: str, description: str) -> dict:

@@ -15,6 +15,11 @@ A `BackwardGraph` says, for one forward spec:
   read (`Out`).
 - `grads`: the forward inputs that get a gradient (`backward.wrt`, or every floating input); an input no step
   writes has a zero gradient.
+- `passthrough`: input -> "grad:<output>": the gradient of a forward input that IS the upstream gradient of an
+  output, unchanged (a map body's `y = x + r`, a GEMM epilogue's `out = acc + r`: same shape, no broadcast, same
+  dtype). No kernel computes it: the runtime hands the upstream gradient itself on (torch: the grad_output tensor,
+  jax: the cotangent), and a step whose every gradient passes through is not in `steps` at all. A gradient that
+  needs a cast or a sum (another dtype, a broadcast operand) stays a step output.
 - `notes`: one line each on what was saved or recomputed and why, for explain and the closing record.
 
 References are strings, checked by `check()`:
@@ -61,10 +66,11 @@ class BackwardGraph:
     grads: tuple[str, ...]
     notes: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)   # family data the runtime needs (e.g. scale factors)
+    passthrough: Mapping[str, str] = field(default_factory=dict)   # input -> "grad:<output>" (no kernel)
 
     def to_json(self) -> dict:
         return {"forward": self.forward, "saved": list(self.saved), "grads": list(self.grads),
-                "notes": list(self.notes), "meta": dict(self.meta),
+                "notes": list(self.notes), "meta": dict(self.meta), "passthrough": dict(self.passthrough),
                 "steps": [{"name": s.name, "spec": s.spec, "inputs": dict(s.inputs), "outputs": dict(s.outputs),
                            "why": s.why} for s in self.steps]}
 
@@ -72,6 +78,7 @@ class BackwardGraph:
     def from_json(cls, data: Mapping[str, Any]) -> "BackwardGraph":
         return cls(forward=data["forward"], saved=tuple(data["saved"]), grads=tuple(data["grads"]),
                    notes=tuple(data.get("notes", ())), meta=dict(data.get("meta", {})),
+                   passthrough=dict(data.get("passthrough", {})),
                    steps=tuple(Step(s["name"], s["spec"], dict(s["inputs"]), dict(s["outputs"]), s.get("why", ""))
                                for s in data["steps"]))
 
@@ -98,7 +105,26 @@ def check(graph: BackwardGraph, inputs: set[str], outputs: set[str]) -> list[str
             if not m or (m.group(1) is not None and m.group(1) not in graph.grads):
                 problems.append(f"step {s.name}: output {k} -> {tgt!r} is neither 'value' nor grad:<an input in grads>")
         seen[s.name] = set(s.outputs)
+    return problems + _passthrough_problems(graph, outputs)
+
+
+def _passthrough_problems(graph: BackwardGraph, outputs: set[str]) -> list[str]:
+    """What is wrong with `graph.passthrough`: each key an input in grads, each value grad:<a forward output>."""
+    if not isinstance(graph.passthrough, Mapping):
+        return ["passthrough is not a mapping of input -> grad:<output>"]
+    problems = []
+    for inp, ref in graph.passthrough.items():
+        m = _REF.match(ref) if isinstance(ref, str) else None
+        if not isinstance(inp, str) or inp not in graph.grads:
+            problems.append(f"passthrough: {inp!r} is not an input in grads")
+        elif m is None or m.group(1) != "grad" or m.group(2) not in outputs:
+            problems.append(f"passthrough: {inp} = {ref!r} is not grad:<a forward output>")
     return problems
+
+
+def passed_through(graph: BackwardGraph) -> dict[str, str]:
+    """Each input whose gradient is an upstream gradient unchanged -> that output's name."""
+    return {inp: ref[5:] for inp, ref in graph.passthrough.items()}
 
 
 Runner = Callable[[Step, Mapping[str, Any]], Mapping[str, Any]]
@@ -136,7 +162,9 @@ def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[s
     `outputs`: the forward outputs, saved ones included; `grads_out`: upstream gradients by output name;
     `run(step, values) -> {output: value}` runs one step (a kernel, or a family's float64 reference);
     `reduce(value, shape)` sums a step output bound to grad:<input> back to the input's shape (numpy's `sum_to`
-    by default; the runtime passes torch's and jax's)."""
+    by default; the runtime passes torch's and jax's). A gradient in `graph.passthrough` is the upstream gradient
+    itself, the very object of `grads_out` (torch's grad_output tensor as autograd gave it, jax's cotangent), added
+    to what steps write into it (nothing, as the families derive it)."""
     values: dict[str, Any] = {}
     grads: dict[str, Any] = {}
     for s in graph.steps:
@@ -154,4 +182,7 @@ def evaluate(graph: BackwardGraph, inputs: Mapping[str, Any], outputs: Mapping[s
                 g = tgt[5:]
                 v = reduce(result[k], tuple(np.shape(inputs[g])))
                 grads[g] = v if g not in grads else add(grads[g], v)
+    for g, out in passed_through(graph).items():
+        v = grads_out[out]
+        grads[g] = v if g not in grads else add(grads[g], v)
     return grads

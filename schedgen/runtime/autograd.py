@@ -9,7 +9,8 @@ only, in eager, torch.compile and CUDA-graph use alike. Under autograd the forwa
 graph reads, and the backward runs each step through the step kernel's own torch op (so torch.compile traces the
 backward too) or its Pallas function (jax), sums a broadcast operand's gradient back to the operand's shape, casts
 each gradient to its input's dtype, and returns a gradient for every input of the graph's `grads` (zeros where no
-step writes one) and none for the others.
+step writes one) and none for the others. A pass-through gradient (`graph.passthrough`) is the upstream gradient
+object itself: torch's grad_output tensor, jax's cotangent (no copy, no kernel).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from .. import boundedjson
 from ..autodiff import graph as bwgraph
-from ..autodiff.graph import BackwardGraph, evaluate, sum_dims
+from ..autodiff.graph import BackwardGraph, evaluate, passed_through, sum_dims
 from ..errors import clip
 from .arrays import DTYPES, ArgumentError
 from .torch_op import torch_dtype     # (imports no torch)
@@ -125,19 +126,28 @@ class Backward:
         `inputs`: the inputs the graph reads; `shapes`/`like`: every input's shape and (dtype, device);
         `outputs`: the outputs the graph reads; `grads`: the upstream gradient of every kernel output."""
         import torch
-        upstream = {name: g.contiguous() for i, (name, g) in enumerate(zip(self.output_names, grads))
-                    if i in self.user and g is not None}
-        for name in self._missing_upstream(upstream):   # an output autograd gave no gradient: zeros
+        given = {name: g for i, (name, g) in enumerate(zip(self.output_names, grads))
+                 if i in self.user and g is not None}
+        for name in self._missing_upstream(given):      # an output autograd gave no gradient: zeros
             dtype, device = like["__out_" + name]
-            upstream[name] = torch.zeros(outputs[name].shape, dtype=dtype, device=device)
+            given[name] = torch.zeros(outputs[name].shape, dtype=dtype, device=device)
+        # An upstream gradient reaches each step as autograd handed it where the step's kernel can read it so (a
+        # contiguous one; a strided view through tensor maps), and a pass-through gradient is autograd's tensor
+        # itself (no copy, no kernel). A gradient some step cannot read as it is (y.sum()'s stride-0 expand) is
+        # made dense once, on first need, and every later step reading it gets that copy (not one copy a step).
+        dense: dict[str, Any] = {}
 
         def run(step, values):
             k = self.steps[step.name]
             op = k.torch_op
             # as the step's kernel takes them: the forward's saved inputs as they are where the kernel reads them
             # through tensor maps (a fused QKV projection's q, k, v views), contiguous copies elsewhere
-            args = [values[o.name] for o in k.inputs]
-            args = op.as_taken(args) if op is not None else [a.contiguous() for a in args]
+            refs = [step.inputs.get(o.name, "") for o in k.inputs]
+            given_args = [dense.get(r, values[o.name]) for r, o in zip(refs, k.inputs)]
+            args = op.as_taken(given_args) if op is not None else [a.contiguous() for a in given_args]
+            for r, before, after in zip(refs, given_args, args):
+                if r.startswith("grad:") and after is not before:
+                    dense[r] = after
             if op is None and (k.root / "pallas_kernel.py").is_file() and not _tracing(torch, args):
                 # a step with no CUDA kernel (a family whose backward is Pallas only): its Pallas function on the
                 # torch tensors (plgpu.as_torch_kernel, ordered with torch's stream), eager only
@@ -158,7 +168,7 @@ class Backward:
         shaped = {n: _Shaped(shapes[n]) for n in self.input_names}
         shaped.update(inputs)
         device = next(iter(like.values()))[1]
-        got = evaluate(self.graph, shaped, outputs, upstream, run, add=lambda a, b: a + b, reduce=reduce,
+        got = evaluate(self.graph, shaped, outputs, given, run, add=lambda a, b: a + b, reduce=reduce,
                        arange=lambda n: torch.arange(n, dtype=torch.float32, device=device))
         result = []
         for i, n in enumerate(self.input_names):
@@ -171,8 +181,10 @@ class Backward:
         return tuple(result)
 
     def _missing_upstream(self, upstream: dict) -> list[str]:
-        """Output names a step reads as grad:<name> that autograd gave no gradient for (an output not used)."""
+        """Output names a step reads as grad:<name>, or a gradient passes through from, that autograd gave no
+        gradient for (an output not used)."""
         want = {ref[5:] for s in self.graph.steps for ref in s.inputs.values() if ref.startswith("grad:")}
+        want |= set(passed_through(self.graph).values())
         return sorted(want - set(upstream))
 
     def reads(self) -> tuple[set[str], set[str]]:

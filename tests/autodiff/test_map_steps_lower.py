@@ -67,6 +67,8 @@ def test_derived_map_kernels_lower(label, data, tmp_path):
         graph, problems = families.of(spec).backward(spec, src)
         assert not problems, problems
         kernels += ([graph.forward] if graph.forward else []) + [s.spec for s in graph.steps]
-    assert kernels, label
+    if not kernels:     # every gradient is an upstream gradient unchanged (`o = x + y`, issue 43): no kernel at all
+        assert graph.passthrough and set(graph.passthrough) == set(graph.grads), label
+        return
     for k in kernels:
         assert "mosaic_gpu" in lower_map_for_cuda(k, tmp_path, fuel=FUEL), k["name"]

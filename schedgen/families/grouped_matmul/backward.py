@@ -26,7 +26,7 @@ from ...autodiff.spec import fresh, wrt_names
 from ...frontend import expr as ex
 from ...plan.common import Problems
 from ...autodiff.gemm_epilogue import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
-                                      gacc_from_upstream, operand, recompute_step, renamed, sizes)
+                                      split_upstream, operand, recompute_step, renamed, sizes)
 
 
 def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
@@ -60,7 +60,8 @@ def grouped_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
                      f"grouped matmul (step acc, in {out_dtype}) before the epilogue's derivative")
     else:
         notes.append("saves nothing: the epilogue's derivative reads no forward value (linear in acc)")
-    gacc_ref = gacc_from_upstream(ctx, derived, notes)
+    upstream = split_upstream(spec, ctx, derived, notes)     # gacc only: the epilogue reads acc and constants
+    derived, gacc_ref = upstream.derived, upstream.gacc_ref
     if ctx.wrt and gacc_ref is None and names.gacc not in derived.zero:
         step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of, "map")
         if step is None:

@@ -5,6 +5,8 @@ For `h = x * w + b; y = gelu(h)` with upstream gradient `g_y`, the step's body i
 `grad_w`, `grad_b`. Every gradient has the outputs' shape (a map's outputs share one shape); one of an input that
 the forward broadcast (a bias row [N] over [M, N]) is summed back to the input's shape after the step (the graph's
 `sum_to`), and is written in f32 so that sum adds f32 terms. A full-shape input's gradient has the input's dtype.
+A gradient that is an output's upstream gradient unchanged (`y = x + r`: both; the same shape and dtype) is no
+output of the step but a pass-through of the graph (issue 43), and with nothing else to write there is no step.
 
 Default: save nothing. An elementwise kernel is bound by memory, and recomputing a temporary costs arithmetic the
 kernel has to spare, while saving one costs a write in the forward and a read in the backward.
@@ -40,12 +42,14 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
     as_in = read_as(saved, taken)
     derived = derive.renamed(derive.vjp(body, wrt=grad_of, cotangents=cot_of, saved=saved, taken=taken), as_in)
     nonzero = [w for w in wrt if grad_of[w] not in derived.zero]
+    derived, passthrough = _passthrough(op, derived, nonzero, grad_of, cot_of)
     notes = [f"saved {', '.join(saved)} (written by the forward as extra output(s) in {op.outputs[out_names[0]].dtype})"
              if saved else "saves nothing: the backward recomputes the body's temporaries (cheaper than a write "
                            "and a read of each for a memory-bound kernel)"]
     notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in wrt if w not in nonzero]
+    nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        return BackwardGraph(None, (), (), wrt, tuple(notes)), problems
+        return BackwardGraph(None, (), (), wrt, tuple(_kernel_free(notes, saved)), passthrough=passthrough), problems
     reads = [n for n in derived.inputs if n not in op.constants]
     reads_in = [n for n in reads if n in op.inputs]
     reads_cot = [o for o in out_names if cot_of[o] in reads]
@@ -73,7 +77,26 @@ def map_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         | {as_in[s]: f"out:{s}" for s in reads_saved}
     step = Step(STEP, step_spec, inputs, {grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
-    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes)), problems
+    return BackwardGraph(forward, tuple(saved), (step,), wrt, tuple(notes), passthrough=passthrough), problems
+
+
+def _passthrough(op, derived, nonzero: list, grad_of: dict, cot_of: dict):
+    """The gradients that are an output's upstream gradient itself (the same shape, no broadcast, the same dtype),
+    taken out of the step (issue 43): (the derivative without them, input -> grad:<output>)."""
+    input_of = {grad_of[w]: w for w in nonzero}
+
+    def may_pass(g: str, out: str) -> bool:
+        i, o = op.inputs[input_of[g]], op.outputs[out]
+        return list(i.shape) == list(o.shape) and i.dtype == o.dtype
+
+    derived, passed = derive.split_passthrough(derived, list(input_of), cot_of, may_pass)
+    return derived, {input_of[g]: f"grad:{o}" for g, o in passed.items()}
+
+
+def _kernel_free(notes: list[str], saved) -> list[str]:
+    """The notes of a backward with no step (every gradient zero or passed through): nothing is kept for it."""
+    return ["saves nothing: the backward runs no kernel" + (f" ({', '.join(saved)} not kept: nothing reads it)"
+                                                          if saved else ""), *notes[1:]]
 
 
 def _full_shape(op, name: str) -> bool:

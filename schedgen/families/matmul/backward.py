@@ -5,8 +5,10 @@ transposed), with upstream gradient `g_out`:
   acc = A @ B, written in the output's dtype (what a saved acc is written in, so both modes give one result);
 - `dacc` (a map kernel): the epilogue's derivative (`autodiff.derive.vjp`) -> gacc, the gradient of acc, in the
   inputs' dtype (the next two GEMMs read it), and the epilogue operands' gradients (a broadcast operand's at the
-  output's shape in f32, summed back by the runtime). Left out when the epilogue is `out = acc` and the output has
-  the inputs' dtype: gacc is then the upstream gradient itself;
+  output's shape in f32, summed back by the runtime). A gradient that is the upstream gradient unchanged is no
+  output of it (issue 43): gacc where the output has the inputs' dtype (`out = acc`, `out = acc + r`: the GEMMs read
+  grad:out), an operand's where it has the output's shape and dtype (the residual of `out = acc + r`: a graph
+  pass-through, the runtime returns the upstream gradient itself). The step is left out when nothing is left;
 - `dlhs`: dA = gacc @ B^T and `drhs`: dB = A^T @ gacc, two matmuls of the family reading A, B and gacc as stored
   (the transpose bits say how: no copies), written in the dtype and layout A and B are stored in, f32 accumulation.
   An unbatched rhs of a batched product (a weight shared over the batch) gets one f32 product per batch, summed by
@@ -26,7 +28,7 @@ from ...frontend import expr as ex
 from ...plan.common import Problems
 from .blockscale import block_scale_names
 from ...autodiff.gemm_epilogue import (PRE, Context, Names, base, choose_saving, dacc_step, forward_with_saved,
-                                      gacc_from_upstream, operand, recompute_step, renamed, sizes)
+                                      split_upstream, operand, recompute_step, renamed, sizes)
 from ...plan.gemm import FP8_DTYPES
 
 
@@ -61,9 +63,10 @@ def matmul_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         notes.append("saves nothing: the epilogue's derivative reads no forward value (linear in acc)")
     notes += [f"{w} gets a zero gradient (the output does not depend on it)"
               for w in ctx.wrt if w in ctx.extras and names.grad[w] in derived.zero]
-    gacc_ref = gacc_from_upstream(ctx, derived, notes)
-    if gacc_ref is None and any(g not in derived.zero for g in ctx.grad_of.values()):
-        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, ctx.grad_of, "map")
+    upstream = split_upstream(spec, ctx, derived, notes)
+    derived, gacc_ref = upstream.derived, upstream.gacc_ref
+    if any(g not in derived.zero for g in upstream.grad_of.values()):
+        step = dacc_step(spec, derived, names, pre, pre_ref, kept, out_name, upstream.grad_of, "map")
         if step is None:
             problems.add(("backward",), "the derived epilogue derivative is not a legal body; write save: recompute "
                                         "or report this as a schedgen bug")
@@ -73,7 +76,8 @@ def matmul_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
             gacc_ref = f"step:dacc.{names.gacc}"
     steps += _matrix_steps(spec, ctx, gacc_ref, notes)
     _dynamic_contraction_note(spec, notes)
-    return BackwardGraph(forward, saved_names, tuple(steps), ctx.wrt, tuple(notes)), problems
+    return BackwardGraph(forward, saved_names, tuple(steps), ctx.wrt, tuple(notes),
+                         passthrough=upstream.passthrough), problems
 
 
 def _context(spec, problems: Problems) -> Context | None:

@@ -102,11 +102,12 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         return None, problems
     derived, as_in = found
     nonzero = [w for w in names.wrt if names.grad_of[w] not in derived.zero]
-    notes = [f"saved {', '.join(names.saved)} (written by the forward as extra output(s))" if names.saved else
-             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
-    notes += [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt if w not in nonzero]
+    derived, passthrough = _passthrough(op, names, derived, nonzero)
+    notes = _notes(names, nonzero)
+    nonzero = [w for w in nonzero if w not in passthrough]
     if not nonzero:
-        return BackwardGraph(None, (), (), names.wrt, tuple(notes)), problems
+        return BackwardGraph(None, (), (), names.wrt, tuple(_kernel_free(notes, names.saved)),
+                             passthrough=passthrough), problems
     constants = {**op.constants, names.inv_n: 1.0 / _row_length(op)}
     reads = _reads_of(op, names, derived, constants, as_in)
     n_in = len(reads.inputs) + len(reads.cotangents) + len(reads.saved)
@@ -127,7 +128,38 @@ def rowwise_backward(spec, src=None) -> tuple[BackwardGraph | None, Problems]:
         | ({cols: f"arange:{_row_length(op)}"} if cols in derived.inputs else {})
     step = Step(STEP, data, refs, {names.grad_of[w]: f"grad:{w}" for w in nonzero},
                 why="the derivative of the body: " + "; ".join(derived.text.splitlines()))
-    return BackwardGraph(forward, tuple(names.saved), (step,), names.wrt, tuple(notes)), problems
+    return BackwardGraph(forward, tuple(names.saved), (step,), names.wrt, tuple(notes),
+                         passthrough=passthrough), problems
+
+
+def _notes(names: _Names, nonzero: list) -> list[str]:
+    notes = [f"saved {', '.join(names.saved)} (written by the forward as extra output(s))" if names.saved else
+             "saves nothing: the backward reads each row again and recomputes the reductions on chip"]
+    return notes + [f"{w} gets a zero gradient (the outputs do not depend on it)" for w in names.wrt
+                    if w not in nonzero]
+
+
+def _kernel_free(notes: list[str], saved) -> list[str]:
+    """The notes of a backward with no step (every gradient zero or passed through): nothing is kept for it."""
+    return ["saves nothing: the backward runs no kernel" + (f" ({', '.join(saved)} not kept: nothing reads it)"
+                                                          if saved else ""), *notes[1:]]
+
+
+def _passthrough(op, names: _Names, derived, nonzero: list):
+    """The gradients that are an output's upstream gradient unchanged (`y = x + r` over rows: the same shape and
+    dtype), taken out of the step (issue 43): (the derivative without them, input -> grad:<output>). Not where the
+    op reads class indices: an ignored row's gradient is 0 and op.reduction scales the cotangent, both in the
+    kernel."""
+    if index_inputs(op) or op.reduction != "none":
+        return derived, {}
+    input_of = {names.grad_of[w]: w for w in nonzero}
+
+    def may_pass(g: str, out: str) -> bool:
+        i, o = op.inputs[input_of[g]], op.outputs[out]
+        return list(i.shape) == list(o.shape) and i.dtype == o.dtype
+
+    derived, passed = derive.split_passthrough(derived, list(input_of), names.cot_of, may_pass)
+    return derived, {input_of[g]: f"grad:{o}" for g, o in passed.items()}
 
 
 def _names(spec, problems: Problems) -> _Names:
