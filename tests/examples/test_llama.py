@@ -337,3 +337,35 @@ def test_compile_fullgraph_traces_a_decode_step_on_schedgen_ops_and_cache_indexi
         assert len(ops) == CFG.n_layers * 10 + 2, ops    # norm x2, qkv, rope x2, attn, out, gate_up, swiglu, down
     torch._dynamo.reset()
 
+
+@pytest.fixture
+def run_py(monkeypatch):
+    """examples/llama/run.py imported as a module (it imports config, model and specs by their bare names: those
+    leave sys.modules again afterwards), its DEVICE the CPU."""
+    import importlib.util
+    for name in ("config", "model", "specs"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("llama_run", ROOT / "examples" / "llama" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "DEVICE", "cpu")
+    yield mod
+    for name in ("config", "model", "specs"):
+        sys.modules.pop(name, None)
+
+
+def test_run_py_verifies_prefill_then_decode_against_float64(built, stubbed, run_py):
+    """run.py's decode verification (prefill, then one decode step; ours and torch bf16 against TorchLlama in
+    float64) passes with the kernels stubbed by their float64 references, and its --decode shapes are checked
+    against the config's ranges."""
+    fns, _ = built
+    base = run_py.llama_model.init_params(CFG, seed=0)
+    check = run_py.verify_decode(CFG, fns, base, 2, 64, 5, torch.float64)
+    assert check["ok"], check
+    assert set(check["errors"]["ours"]) == {"prefill_last", "decode"}
+    assert stubbed.count("llama_decode_attention") == CFG.n_layers
+    run_py.check_decode(CFG, 1, 1, 100)
+    for bad in ((CFG.max_decode_batch + 1, 1, 100), (1, CFG.max_new + 1, 100), (1, 16, CFG.max_cache)):
+        with pytest.raises(SystemExit, match="llama_decode_attention takes"):
+            run_py.check_decode(CFG, *bad)
