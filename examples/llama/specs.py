@@ -148,7 +148,8 @@ def decode_attention(cfg: LlamaConfig) -> str:
     bottom-right causal (query i sees keys j <= i + Skv - Sq). q is [B, Sq, H, D]; k and v are [B, Skv, G, D]
     strided views of the contiguous cache [B, max_cache, G, D] (a batch stride of max_cache rows, read by TMA).
     Skv's min is max_new (bottom_right needs Skv >= Sq for every pair of sizes). Not a split-KV (flash-decoding)
-    kernel: one CTA per (batch, q head block) walks every key, so B = 1 uses B x H / 64-row blocks of the SMs."""
+    kernel: one CTA per (batch, q head, 64-row q block) walks every key, i.e. B x H CTAs at Sq <= 16 (of which Sq
+    rows are real), so a small batch at a long context leaves most SMs idle."""
     return f"""name: llama_decode_attention
 description: decode attention, {cfg.max_new} new queries at most over a KV cache of {cfg.max_cache} keys, {cfg.n_heads} q heads over {cfg.n_kv_heads} kv heads of {cfg.head_dim}, bf16, bottom-right causal
 op:
