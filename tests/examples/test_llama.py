@@ -3,7 +3,9 @@ forward and backward trace under torch.compile(fullgraph=True) on meta tensors w
 custom op (no aten matmul, softmax or SDPA in either graph; the embedding is torch's); and run numerically with
 each kernel's CUDA call (`Kernel._call_cuda`) stubbed by its float64 reference (as tests/autodiff/
 test_backward_torch.py does), its loss and every parameter gradient match TorchLlama's in float64 (bf16
-activations between the kernels: the tolerance is bf16's)."""
+activations between the kernels: the tolerance is bf16's). Inference: prefill then decode steps (Sq = 1 and 5, B = 1
+and 3) through the KV cache match the float64 full forward over the whole sequence; the cache's layout; a decode
+step's fullgraph trace on meta tensors; run.py's decode verification."""
 from __future__ import annotations
 
 import sys
@@ -306,9 +308,9 @@ def test_prefill_of_a_ragged_prompt_finishes_with_decode_steps(built, stubbed):
 
 
 def test_compile_fullgraph_traces_a_decode_step_on_schedgen_ops_and_cache_indexing_only(built):
-    """A decode step (B=2, Sq=1 and 5, against a cache of 100) under torch.compile(fullgraph=True) on meta tensors:
-    every computation a schedgen op (the rope kernel's out= form writing the cache for Sq = 1), the rest the
-    embedding, the RoPE tables and the cache's index / copy ops."""
+    """A decode step (B=2, Sq=1 and 5, against a cache of 100) under torch.compile(fullgraph=True) on meta tensors,
+    one graph each: every computation a schedgen op (the rope kernel's out= form writing the cache for Sq = 1), the
+    rest the embedding, the RoPE tables and the cache's index / copy ops (listed)."""
     fns, _ = built
     graphs = []
 
@@ -325,11 +327,22 @@ def test_compile_fullgraph_traces_a_decode_step_on_schedgen_ops_and_cache_indexi
         cache.length = 100
         logits = step(torch.zeros(2, sq, dtype=torch.int64, device="meta"), cache)
         assert logits.shape == (2, sq, CFG.vocab) and cache.length == 100 + sq
-    assert graphs
-    for gm in graphs:
+    assert len(graphs) == 2
+    for gm, sq in zip(graphs, (1, 5)):
         targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
         bad = [t for t in targets if any(f in t for f in FORBIDDEN)]
         assert not bad, f"the decode graph computes outside schedgen: {bad}"
+        # what is not schedgen: the embedding, the RoPE tables (arange, outer, cat, cos, sin, ...), q's buffer, and
+        # the cache's views and copies
+        other = {getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                 if n.op == "call_function" and "schedgen" not in str(n.target)}
+        assert other <= {"embedding", "arange", "outer", "cat", "pow", "truediv", "neg", "add", "mul", "sub",
+                         "getitem", "empty", "_set_grad_enabled"}, other
+        methods = [str(n.target) for n in gm.graph.nodes if n.op == "call_method"]
+        assert set(methods) <= {"contiguous", "copy_", "cos", "sin", "repeat", "reshape", "to", "unsqueeze",
+                                "view"}, set(methods)
+        # Sq = 1: rope writes k into the cache slot (out=), only v is copied; B = 2, Sq = 5: k and v are copied
+        assert methods.count("copy_") == CFG.n_layers * (1 if sq == 1 else 2), methods
         ops = [t for t in targets if "schedgen" in t]
         assert sum("llama_decode_attention" in t for t in ops) == CFG.n_layers, ops
         assert not any("llama_attention" in t for t in ops)
