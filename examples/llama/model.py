@@ -7,6 +7,7 @@
         qkv = h @ Wqkv^T                               llama_qkv            (matmul)
         q, k = rope(q, k)                              apply_rope: llama_rope_halves (map; see apply_rope)
         a  = causal GQA attention(q, k, v)             llama_attention      (attention; q, k, v views of qkv)
+                                                       decode: llama_decode_attention over the KV cache
         x  = a @ Wo^T + x                              llama_out_proj       (matmul, residual in the epilogue)
         h  = rmsnorm(x) * mlp_norm                     llama_rmsnorm
         g, u = h @ [Wg; Wu]^T                          llama_gate_up        (matmul, one [T, 2F] output)
@@ -16,9 +17,9 @@
     loss = mean cross-entropy(logits, targets)         llama_cross_entropy  (rowwise, int64 targets, -100 ignored)
 
 Both models take tokens [B, S] int64 (any B, and S a multiple of config.seq_multiple for the schedgen one) and
-return the mean loss, or the logits [B, S, vocab] without targets (prefill). Parameters live in one dict of
-tensors (`init_params`), which both models take as is: give both the same dict to share the weights, or copies
-(`clone_params`) to train them side by side.
+return the mean loss, or the logits [B, S, vocab] without targets (every position; `prefill` below keeps the
+last). Parameters live in one dict of tensors (`init_params`), which both models take as is: give both the same
+dict to share the weights, or copies (`clone_params`) to train them side by side.
 
 Inference (no autograd; both models alike):
 
