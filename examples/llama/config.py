@@ -24,12 +24,18 @@ class LlamaConfig:
     max_batch: int = 16        # the attention kernel's dynamic B
     max_seq: int = 8192        # the attention kernel's dynamic S
     seq_multiple: int = 64     # S a multiple of this: the attention backward takes no ragged 64-row blocks yet
+    max_cache: int = 32768     # decode: the KV cache's length (the decode attention's largest Skv)
+    max_new: int = 16          # decode: the most new tokens a decode step takes (the decode attention's Sq)
+    max_decode_batch: int = 64  # decode: the decode attention's largest B
 
     def __post_init__(self):
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"{self.name}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.max_seq % self.seq_multiple:
             raise ValueError(f"{self.name}: max_seq {self.max_seq} is not a multiple of {self.seq_multiple}")
+        if not 1 <= self.max_new <= self.max_cache:
+            raise ValueError(f"{self.name}: max_new {self.max_new} must be in 1..max_cache {self.max_cache} (a "
+                             "bottom-right causal Skv is at least the largest Sq)")
         if self.head_dim % 16:
             # RoPE reads the two halves of a head as strided views: each half's start must be 16-byte aligned (TMA)
             raise ValueError(f"{self.name}: head_dim {self.head_dim} must be a multiple of 16 (RoPE's bf16 halves "
@@ -55,7 +61,7 @@ CONFIGS: dict[str, LlamaConfig] = {
     # CPU tests: small, but every extent a multiple of what the specs' TMA boxes and tiles need (16-byte rows,
     # 64-wide bf16 blocks, head_dim 128 as the models below)
     "tiny": LlamaConfig("tiny", d_model=256, n_heads=4, n_kv_heads=2, head_dim=64, d_ff=512, vocab=512, n_layers=2,
-                        max_tokens=4096, max_batch=8, max_seq=2048),
+                        max_tokens=4096, max_batch=8, max_seq=2048, max_cache=2048, max_decode_batch=8),
     # a ~1.5B-class shape (SmolLM2 / Qwen-like width), a few layers
     "1.5b": LlamaConfig("1.5b", d_model=2560, n_heads=20, n_kv_heads=4, head_dim=128, d_ff=6912, vocab=49152,
                         n_layers=4),

@@ -4,8 +4,8 @@
                                                                       # and builds the packages next to them
 
 Every spec takes the token count T = B x S as a dynamic size (one package for any batch and length); every other
-extent comes from the config. Each spec has a `backward:` section, so each package trains under torch autograd
-(and torch.compile(fullgraph=True)). A package is rebuilt only when its spec's text or schedgen's code changes (the
+extent comes from the config. Each spec but llama_decode_attention (inference only; B, Sq and Skv dynamic) has a
+`backward:` section, so each package trains under torch autograd (and torch.compile(fullgraph=True)). A package is rebuilt only when its spec's text or schedgen's code changes (the
 stamp next to it holds their hash; schedgen's own build cache keys the compiled kernels by content as well).
 
 | kernel        | family    | computes                                                              |
@@ -14,6 +14,7 @@ stamp next to it holds their hash; schedgen's own build cache keys the compiled 
 | qkv           | matmul    | y = x @ Wqkv^T ([T, (H + 2 G) D], no bias)                            |
 | rope_halves   | map       | o1 = x1 c - x2 s, o2 = x2 c + x1 s (x1, x2 the halves' strided views)  |
 | attention     | attention | causal GQA, q [B, S, H, D], k / v [B, S, G, D] (strided views of qkv)  |
+| decode_attention | attention | inference: Sq <= max_new queries over the KV cache's Skv keys, bottom-right causal |
 | out_proj      | matmul    | y = a @ Wo^T + r (the residual in the epilogue)                      |
 | gate_up       | matmul    | y = x @ [Wg; Wu]^T ([T, 2 F])                                          |
 | swiglu        | map       | h = silu(g) * u (g and u column views of gate_up's output)            |
@@ -141,6 +142,42 @@ backward: {{}}
 """
 
 
+def decode_attention(cfg: LlamaConfig) -> str:
+    """The decode step's attention (inference only: no backward section): Sq = 1..max_new new queries against the
+    KV cache's first Skv keys (the Skv - Sq cached ones and the new ones, written into the cache before the call),
+    bottom-right causal (query i sees keys j <= i + Skv - Sq). q is [B, Sq, H, D]; k and v are [B, Skv, G, D]
+    strided views of the contiguous cache [B, max_cache, G, D] (a batch stride of max_cache rows, read by TMA).
+    Skv's min is max_new (bottom_right needs Skv >= Sq for every pair of sizes). Not a split-KV (flash-decoding)
+    kernel: one CTA per (batch, q head, 64-row q block) walks every key, i.e. B x H CTAs at Sq <= 16 (of which Sq
+    rows are real), so a small batch at a long context leaves most SMs idle."""
+    return f"""name: llama_decode_attention
+description: decode attention, {cfg.max_new} new queries at most over a KV cache of {cfg.max_cache} keys, {cfg.n_heads} q heads over {cfg.n_kv_heads} kv heads of {cfg.head_dim}, bf16, bottom-right causal
+op:
+  kind: attention
+  sizes:
+    B: {{dynamic: true, max: {cfg.max_decode_batch}}}
+    SQ: {{dynamic: true, max: {cfg.max_new}}}
+    SKV: {{dynamic: true, min: {cfg.max_new}, max: {cfg.max_cache}}}
+    H: {cfg.n_heads}
+    G: {cfg.n_kv_heads}
+    D: {cfg.head_dim}
+  inputs:
+    q: {{shape: [B, SQ, H, D], dtype: bf16}}
+    k: {{shape: [B, SKV, G, D], dtype: bf16}}
+    v: {{shape: [B, SKV, G, D], dtype: bf16}}
+  outputs:
+    o: {{shape: [B, SQ, H, D], dtype: bf16}}
+  causal: bottom_right
+schedule:
+  in_specs:
+    q: {{block_shape: [64, {cfg.head_dim}]}}
+    k: {{block_shape: [128, {cfg.head_dim}]}}
+    v: {{block_shape: [128, {cfg.head_dim}]}}
+  pipeline: {{kind: warp_specialized, max_concurrent_steps: 2, num_compute_wgs: 1}}
+  backends: [cuda]
+"""
+
+
 def swiglu(cfg: LlamaConfig) -> str:
     return f"""name: llama_swiglu
 description: SwiGLU h = silu(g) * u over T rows of {cfg.d_ff} (g, u column views of the gate/up output)
@@ -191,6 +228,7 @@ def spec_texts(cfg: LlamaConfig) -> dict[str, str]:
         "llama_qkv": _linear("llama_qkv", cfg, cfg.qkv_width, d, False, "fused q, k, v projection (no bias)"),
         "llama_rope_halves": rope_halves(cfg),
         "llama_attention": attention(cfg),
+        "llama_decode_attention": decode_attention(cfg),
         "llama_out_proj": _linear("llama_out_proj", cfg, d, cfg.attn_width, True,
                                   "attention output projection, the residual added in the epilogue"),
         "llama_gate_up": _linear("llama_gate_up", cfg, 2 * f, d, False, "fused gate and up projections"),
