@@ -94,3 +94,12 @@ class MatmulSchedule(GemmSchedule):
     """The matmul family's schedule: the wgmma kernel's, with the block-scaled k-loop and stream-K."""
     pipeline: MatmulPipeline = Field(default=MatmulPipeline(), description="how blocks stream through SMEM and which warpgroups do what")
     persistent: MatmulPersistent = Field(default=MatmulPersistent(), description="the loop over output tiles, its order and how the blocks share the work")
+    dispatch: Literal["single", "auto"] = Field(default="single", description=(
+        "a dynamic M (N and K fixed, sm_90a): single (the default): one schedule, planned for M's max, serves every "
+        "M; auto (opt-in until a GPU record times it): the planner splits M's range into buckets (64 rows, then "
+        "powers of two up to four full waves of the large tile, then the rest) and derives each bucket's tile, "
+        "2-CTA multicast and split-K (cluster [1, 1, S], only where backends leaves out pallas) from the tile "
+        "counts against the SMs (no tuning run); `schedgen build` compiles one variant per distinct schedule and "
+        "the package picks by the call's M, `schedgen explain` prints the table (range, schedule, why). A "
+        "schedule field the spec writes (a BlockSpec, cluster) is kept in every variant; `build --tuned` with "
+        "tune.buckets packages the tuning database's winners instead"), examples=["auto"])
