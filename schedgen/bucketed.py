@@ -57,6 +57,50 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
                    choices: Sequence[tuple[dict, dict | None]], cache: Cache | None = None) -> BucketedBuilt:
     """Build each bucket's variant (`choices`: per cell of `buckets`, its database row or None), dedupe them by
     plan, and make the dispatch record."""
+    cells = []
+    for cell, row in choices:
+        label = buckets.label(cell)
+        at = ", ".join(f"{k}={v}" for k, v in cell.items())
+        info = {"range": {k: list(v) for k, v in buckets.ranges(cell).items()}, "tuned_at": dict(cell)}
+        if row is None:
+            cells.append((None, f"{label}: no verified result at {at} in the tuning database: the spec's own "
+                                f"schedule (run: schedgen tune {spec_path})", info, None))
+        else:
+            cells.append((schedule_overrides(row), f"{label}: tuned at {at}: {_label(row)} on "
+                                                   f"{printable(str(row.get('gpu')))}",
+                          {**info, "time_ms": row.get("time_ms"), "gpu": row.get("gpu"), "knobs": row.get("knobs")},
+                          (label, f"the winner at {at}")))
+    return _assemble(spec_path, overrides, buckets, cells, "tuned", cache)
+
+
+def build_derived(spec_path: str | Path, overrides: Mapping[str, Any] | None,
+                  cache: Cache | None = None) -> BucketedBuilt | None:
+    """`schedule.dispatch: auto` (families/matmul/dispatch_auto.py): the planner's buckets of the dynamic M, each
+    bucket's derived schedule a variant (identical plans one variant), and the dispatch record; None when the spec
+    does not ask for it, or a -D fixes a size (one shape: today's build)."""
+    from .families.matmul import dispatch_auto
+    from .frontend.validate import load_spec
+    from .tune.buckets import Buckets
+    overrides = dict(overrides or {})
+    spec, src = load_spec(str(spec_path), overrides)
+    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or any("." not in k and "[" not in k
+                                                                          for k in overrides):
+        return None
+    table = dispatch_auto.derive(spec, src)
+    m = dispatch_auto.dynamic_m(spec)
+    size = spec.op.sizes[m]
+    buckets = Buckets((m,), (tuple(b.hi for b in table),), (size.lowest,), (size.multiple_of,))
+    cells = [(b.overrides, f"{m} {b.lo}..{b.hi}: {b.schedule} (derived: {b.why})",
+              {"range": {m: [b.lo, b.hi]}, "derived": b.schedule, "why": b.why, "overrides": b.overrides},
+              (f"{m} {b.lo}..{b.hi}", "the derived schedule")) for b in table]
+    return _assemble(spec_path, overrides, buckets, cells, "derived", cache)
+
+
+def _assemble(spec_path, overrides: Mapping[str, Any] | None, buckets: Any,
+              cells: Sequence[tuple[dict | None, str, dict, tuple[str, str] | None]], source_name: str,
+              cache: Cache | None) -> BucketedBuilt:
+    """Per bucket cell (its schedule overrides or None for the spec's own, its note, its record entry, (label, what
+    its schedule is) for the notes of a fallback): build the variants, dedupe them by plan, make the record."""
     overrides = dict(overrides or {})
     own: list[Built] = []
 
@@ -67,24 +111,20 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
     by_plan: dict[bytes, int] = {}
     variants: list[Built] = []
     table, notes, info = [], [], []
-    for cell, row in choices:
-        label = buckets.label(cell)
-        at = ", ".join(f"{k}={v}" for k, v in cell.items())
+    for fields, note, entry, named in cells:
         built, source = None, "spec"
-        if row is None:
-            notes.append(f"{label}: no verified result at {at} in the tuning database: the spec's own schedule "
-                         f"(run: schedgen tune {spec_path})")
-        else:
+        notes.append(note)
+        if fields is not None:
+            label, what = named
             try:
-                built = build_spec(spec_path, {**overrides, **schedule_overrides(row)}, cache=cache)
-                source = "tuned"
-                notes.append(f"{label}: tuned at {at}: {_label(row)} on {printable(str(row.get('gpu')))}")
+                built = build_spec(spec_path, {**overrides, **fields}, cache=cache)
+                source = source_name
             except SpecErrors as exc:
                 first = exc.problems[0]
-                notes.append(f"{label}: the winner at {at} does not plan over the whole dynamic range "
+                notes[-1] = (f"{label}: {what} does not plan over the whole dynamic range "
                              f"({'.'.join(map(str, first.path))}: {first.message}): the spec's own schedule")
             if built is not None and built.backward is not None and not _same_backward(built, own_schedule()):
-                notes[-1] = (f"{label}: the winner at {at} writes other saved outputs than the backward pass reads "
+                notes[-1] = (f"{label}: {what} writes other saved outputs than the backward pass reads "
                              f"({_saved(built)} against {_saved(own_schedule())}): the spec's own schedule")
                 built, source = None, "spec"
         built = built or own_schedule()
@@ -93,10 +133,9 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
             by_plan[key] = len(variants)
             variants.append(built)
         table.append(by_plan[key])
-        info.append({"range": {k: list(v) for k, v in buckets.ranges(cell).items()}, "tuned_at": dict(cell),
-                     "schedule": source, "variant": f"v{by_plan[key]}",
-                     **({"time_ms": row.get("time_ms"), "gpu": row.get("gpu"), "knobs": row.get("knobs")}
-                        if source == "tuned" else {})})
+        if source != source_name:
+            entry = {k: v for k, v in entry.items() if k in ("range", "tuned_at")}
+        info.append({**entry, "schedule": source, "variant": f"v{by_plan[key]}"})
     _same_backends(variants, notes, table, spec_path)
     record = DispatchRecord(variants[0].name, tuple(buckets.sizes), tuple(buckets.bounds),
                             tuple(f"v{i}" for i in range(len(variants))), tuple(table), tuple(info))

@@ -328,6 +328,8 @@ def cmd_build(args) -> int:
                 continue
             if args.tuned:
                 overrides, note = _tuned(path, overrides, args)
+            elif _build_derived(path, overrides, args):
+                continue
             built = build_spec(path, overrides)
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
@@ -361,6 +363,25 @@ def _build_buckets(path: str, overrides: dict, buckets, args) -> None:
     steps = tuple(bb.backward.steps.values()) if bb.backward is not None else ()
     for w in dict.fromkeys(w for b in (*bb.variants, *steps) for w in b.warnings):
         print(w, file=sys.stderr)
+
+
+def _build_derived(path: str, overrides: dict, args) -> bool:
+    """build of a spec with schedule.dispatch: auto: the derived buckets' schedules as the variants of one package
+    (bucketed.build_derived); False (build as usual) when the spec does not ask for it."""
+    from .bucketed import build_derived, describe, package_bucketed
+    bb = build_derived(path, overrides)
+    if bb is None:
+        return False
+    try:
+        dest = package_bucketed(bb, args.output)
+    except OSError as exc:
+        raise _os_usage("-o", args.output, exc, "the package") from None
+    print(f"{_shown(path)}: built {bb.name} (dispatch: auto, derived buckets) -> {_shown(dest)}"
+          f"{' (cached)' if bb.cache_hit else ''}\n{describe(bb)}")
+    steps = tuple(bb.backward.steps.values()) if bb.backward is not None else ()
+    for w in dict.fromkeys(w for b in (*bb.variants, *steps) for w in b.warnings):
+        print(w, file=sys.stderr)
+    return True
 
 
 def _bucketed(path: str, overrides: dict, buckets, args, *, extra=None, require_result: bool = False):
@@ -427,6 +448,8 @@ def cmd_explain(args) -> int:
     if bb is not None:
         return _explain_buckets(args, bb)
     spec, src = load_spec(args.file, _overrides(args))
+    if not args.json and not args.at and not args.draw and _explain_derived(args, spec, src):
+        return EXIT_OK
     p, picks = plan_with_picks(spec, src)
     at = _explain_at(args, p, src, check_at)
     if at is None and args.at:
@@ -445,6 +468,29 @@ def cmd_explain(args) -> int:
         except ValueError as exc:
             raise _usage(str(exc)) from None
     return EXIT_OK
+
+
+def _explain_derived(args, spec, src) -> bool:
+    """explain of a spec with schedule.dispatch: auto (and a dynamic M that no -D fixes): the derived table (range,
+    schedule, why), then each distinct schedule's explain; False when the spec does not ask for it."""
+    from .explain import explain, explain_backward
+    from .families.matmul import dispatch_auto
+    from .frontend.validate import load_spec
+    from .plan import plan_with_picks
+    overrides = _overrides(args)
+    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or any("." not in k and "[" not in k
+                                                                          for k in overrides):
+        return False
+    table = dispatch_auto.derive(spec, src)
+    m = dispatch_auto.dynamic_m(spec)
+    print(f"{_shown(args.file)}: {spec.name}\n{dispatch_auto.table_text(table, m)}")
+    for b in table:
+        vspec, vsrc = load_spec(args.file, {**overrides, **b.overrides})
+        p, picks = plan_with_picks(vspec, vsrc)
+        print(f"\n=== {m} {b.lo}..{b.hi}: {b.schedule} ===\n{explain(p, picks).rstrip()}")
+    if getattr(spec, "backward", None) is not None:
+        print(explain_backward(spec, src), end="")
+    return True
 
 
 def _explain_at(args, plan, src, explain_check_at) -> dict[str, int] | None:
