@@ -103,6 +103,10 @@ ALLOWED: list[tuple[str, str, Any, str]] = [
     ("*", "tune", None, "the sweep `schedgen tune` runs over the file; the kernel built from the file is its own"),
     ("*", "tune.*", None, "the sweep's knobs, constraints and buckets (a bundled spec with a tune section: "
                           "matmul_bf16_dynamic_buckets): `schedgen build` without --tuned builds the file's own kernel"),
+    ("*", "schedule.dispatch", None, "the package's choice among variants by M (schedgen build derives the buckets "
+                                     "and each one's schedule: families/matmul/dispatch_auto.py); the kernel planned "
+                                     "from the file is its own, the variants are tested in "
+                                     "tests/families/matmul/test_dispatch_auto.py"),
     ("*", "schedule.cluster*", lambda s, m, _: _same_cluster(s, m),
      "one cluster: its missing trailing dimensions are 1 ([2] is [2, 1], [1] is [1, 1])"),
     ("*", "op.*.shape*", lambda s, m, _: _same_extents(s, m), "a literal extent equal to the size it replaces"),
