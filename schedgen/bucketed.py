@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .build import BackwardBuilt, Built, _write_package, build_spec, publish, write_backward
 from .cache import Cache, write_new
@@ -54,23 +54,31 @@ def schedule_overrides(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, buckets: Any,
-                   choices: Sequence[tuple[dict, dict | None]], cache: Cache | None = None) -> BucketedBuilt:
+                   choices: Sequence[tuple[dict, dict | None]], cache: Cache | None = None,
+                   fallback: Callable[[Mapping[str, int]], tuple[dict, str]] | None = None) -> BucketedBuilt:
     """Build each bucket's variant (`choices`: per cell of `buckets`, its database row or None), dedupe them by
-    plan, and make the dispatch record."""
+    plan, and make the dispatch record. A cell without a row takes `fallback(cell)` (schedule overrides and what
+    they are: the derived schedule of schedule.dispatch: auto at the cell's bound) where given, else the spec's own
+    schedule."""
     cells = []
     for cell, row in choices:
         label = buckets.label(cell)
         at = ", ".join(f"{k}={v}" for k, v in cell.items())
         info = {"range": {k: list(v) for k, v in buckets.ranges(cell).items()}, "tuned_at": dict(cell)}
-        if row is None:
+        if row is None and fallback is not None:
+            fields, what = fallback(cell)
+            cells.append((fields, f"{label}: no verified result at {at} in the tuning database: {what} (run: "
+                                  f"schedgen tune {spec_path})", {**info, "derived": what, "overrides": fields},
+                          (label, what), "derived"))
+        elif row is None:
             cells.append((None, f"{label}: no verified result at {at} in the tuning database: the spec's own "
-                                f"schedule (run: schedgen tune {spec_path})", info, None))
+                                f"schedule (run: schedgen tune {spec_path})", info, None, "spec"))
         else:
             cells.append((schedule_overrides(row), f"{label}: tuned at {at}: {_label(row)} on "
                                                    f"{printable(str(row.get('gpu')))}",
                           {**info, "time_ms": row.get("time_ms"), "gpu": row.get("gpu"), "knobs": row.get("knobs")},
-                          (label, f"the winner at {at}")))
-    return _assemble(spec_path, overrides, buckets, cells, "tuned", cache)
+                          (label, f"the winner at {at}"), "tuned"))
+    return _assemble(spec_path, overrides, buckets, cells, cache)
 
 
 def build_derived(spec_path: str | Path, overrides: Mapping[str, Any] | None,
@@ -92,15 +100,16 @@ def build_derived(spec_path: str | Path, overrides: Mapping[str, Any] | None,
     buckets = Buckets((m,), (tuple(b.hi for b in table),), (size.lowest,), (size.multiple_of,))
     cells = [(b.overrides, f"{m} {b.lo}..{b.hi}: {b.schedule} (derived: {b.why})",
               {"range": {m: [b.lo, b.hi]}, "derived": b.schedule, "why": b.why, "overrides": b.overrides},
-              (f"{m} {b.lo}..{b.hi}", "the derived schedule")) for b in table]
-    return _assemble(spec_path, overrides, buckets, cells, "derived", cache)
+              (f"{m} {b.lo}..{b.hi}", "the derived schedule"), "derived") for b in table]
+    return _assemble(spec_path, overrides, buckets, cells, cache)
 
 
 def _assemble(spec_path, overrides: Mapping[str, Any] | None, buckets: Any,
-              cells: Sequence[tuple[dict | None, str, dict, tuple[str, str] | None]], source_name: str,
+              cells: Sequence[tuple[dict | None, str, dict, tuple[str, str] | None, str]],
               cache: Cache | None) -> BucketedBuilt:
     """Per bucket cell (its schedule overrides or None for the spec's own, its note, its record entry, (label, what
-    its schedule is) for the notes of a fallback): build the variants, dedupe them by plan, make the record."""
+    its schedule is) for the notes of a fallback, where it came from: tuned / derived): build the variants, dedupe
+    them by plan, make the record."""
     overrides = dict(overrides or {})
     own: list[Built] = []
 
@@ -111,7 +120,7 @@ def _assemble(spec_path, overrides: Mapping[str, Any] | None, buckets: Any,
     by_plan: dict[bytes, int] = {}
     variants: list[Built] = []
     table, notes, info = [], [], []
-    for fields, note, entry, named in cells:
+    for fields, note, entry, named, source_name in cells:
         built, source = None, "spec"
         notes.append(note)
         if fields is not None:

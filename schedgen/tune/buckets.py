@@ -248,7 +248,26 @@ def build_tuned(spec_path: str | Path, overrides: Mapping[str, Any] | None, buck
         at = "; ".join(", ".join(f"{k}={v}" for k, v in cell.items()) for cell, _ in choices)
         raise TuneDBError(f"{spec_path}: the tuning database has no verified result for any bucket (tuned at {at}); "
                           f"run: schedgen tune {spec_path}")
-    return build_bucketed(spec_path, {**overrides, **dict(extra or {})}, buckets, choices, cache=cache)
+    return build_bucketed(spec_path, {**overrides, **dict(extra or {})}, buckets, choices, cache=cache,
+                          fallback=_derived(spec_path, {**overrides, **dict(extra or {})}))
+
+
+def _derived(spec_path: str | Path, overrides: Mapping[str, Any]):
+    """With schedule.dispatch: auto (families/matmul/dispatch_auto.py): a bucket the database has no result for
+    takes the derived schedule of the M it is tuned at (the tuning database's winners override the heuristics per
+    bucket); None otherwise (it takes the spec's own schedule)."""
+    from ..families.matmul import dispatch_auto
+    from ..frontend.validate import load_spec
+    spec, src = load_spec(str(spec_path), overrides)
+    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or dispatch_auto.dynamic_m(spec) is None:
+        return None
+    table, m = dispatch_auto.derive(spec, src), dispatch_auto.dynamic_m(spec)
+
+    def pick(cell: Mapping[str, int]) -> tuple[dict, str]:
+        v = cell.get(m, table[-1].hi)
+        b = next((b for b in table if b.lo <= v <= b.hi), table[-1])
+        return b.overrides, f"the derived schedule of {m} {b.lo}..{b.hi} (schedule.dispatch: auto): {b.schedule}"
+    return pick
 
 
 def summary(result: BucketsResult):

@@ -195,3 +195,27 @@ def test_other_shapes_give_total_monotone_tables(seed, tmp_path):
         data["op"]["sizes"]["M"] = {"dynamic": True, "max": hi, "multiple_of": q}
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         check_total(table_of(path), q, hi, q)
+
+
+def test_a_tuned_bucket_overrides_the_heuristics(tmp_path):
+    """build --tuned with tune.buckets: a bucket's verified winner wins; a bucket without one takes the derived
+    schedule at the M it is tuned at (not the spec's own)."""
+    from schedgen.bucketed import build_bucketed
+    from schedgen.tune import buckets as TB
+    path = auto_copy(LINEAR, 4096, 4096, tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["tune"] = {"buckets": {"M": [64, 1024, 65536]}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    winner = {"schedule.in_specs.x": {"block_shape": [128, 64], "out_of_bounds": "zero"},
+              "schedule.in_specs.w": {"block_shape": [128, 64], "out_of_bounds": "zero"},
+              "schedule.out_specs.y": {"block_shape": [128, 128]}, "schedule.cluster": [1]}
+    row = {"overrides": {"M": 1024, **winner}, "knobs": {"tile_n": 128}, "time_ms": 0.05, "gpu": "Fake H200",
+           "tflops": 700.0}
+    bk, _ = TB.load(path)
+    bb = build_bucketed(path, {}, bk, [({"M": 64}, None), ({"M": 1024}, row), ({"M": 65536}, None)],
+                        cache=Cache(tmp_path / "cache"), fallback=TB._derived(path, {}))
+    assert [e["schedule"] for e in bb.record.buckets] == ["derived", "tuned", "derived"]
+    names = [bb.variants[i].plan.launch.kernel_name for i in bb.record.table]
+    assert "64x128x128" in names[0] and "c1x1x4" in names[0]          # the derived decode schedule
+    assert "128x128x64" in names[1] and "c1x1x" not in names[1]       # the tuned winner
+    assert names[2] == build_spec(path, {}, cache=Cache(tmp_path / "cache")).plan.launch.kernel_name
