@@ -25,7 +25,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .build import BackwardBuilt, Built, _write_package, build_spec, publish, write_backward
 from .cache import Cache, write_new
+from . import registry
 from .errors import Problem, SpecErrors, printable
+from .frontend.validate import load_spec
 from .plan.dispatch import FILE_NAME as DISPATCH_FILE, VARIANTS_DIR, DispatchRecord
 
 PACKAGE_TEMPLATE = "common/package_buckets.py.j2"
@@ -78,33 +80,35 @@ def build_bucketed(spec_path: str | Path, overrides: Mapping[str, Any] | None, b
                                                    f"{printable(str(row.get('gpu')))}",
                           {**info, "time_ms": row.get("time_ms"), "gpu": row.get("gpu"), "knobs": row.get("knobs")},
                           (label, f"the winner at {at}"), "tuned"))
-    return _assemble(spec_path, overrides, buckets, cells, cache)
+    return _assemble(spec_path, overrides, tuple(buckets.sizes), tuple(buckets.bounds), cells, cache)
+
+
+def derived_table(spec, src, overrides: Mapping[str, Any] | None = None):
+    """The family's dispatch table derived by the planner (its `dispatch` hook: `schedule.dispatch: auto`), or None
+    when the spec does not ask for one, its family derives none, or a -D fixes a size (one shape: today's build)."""
+    hook = registry.of(spec).dispatch
+    if hook is None or any("." not in k and "[" not in k for k in (overrides or {})):
+        return None
+    return hook(spec, src)
 
 
 def build_derived(spec_path: str | Path, overrides: Mapping[str, Any] | None,
                   cache: Cache | None = None) -> BucketedBuilt | None:
-    """`schedule.dispatch: auto` (families/matmul/dispatch_auto.py): the planner's buckets of the dynamic M, each
-    bucket's derived schedule a variant (identical plans one variant), and the dispatch record; None when the spec
-    does not ask for it, or a -D fixes a size (one shape: today's build)."""
-    from .families.matmul import dispatch_auto
-    from .frontend.validate import load_spec
-    from .tune.buckets import Buckets
+    """`schedule.dispatch: auto` (derived_table): the planner's buckets of the dynamic size, each bucket's derived
+    schedule a variant (identical plans one variant), and the dispatch record; None when derived_table is."""
     overrides = dict(overrides or {})
     spec, src = load_spec(str(spec_path), overrides)
-    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or any("." not in k and "[" not in k
-                                                                          for k in overrides):
+    table = derived_table(spec, src, overrides)
+    if table is None:
         return None
-    table = dispatch_auto.derive(spec, src)
-    m = dispatch_auto.dynamic_m(spec)
-    size = spec.op.sizes[m]
-    buckets = Buckets((m,), (tuple(b.hi for b in table),), (size.lowest,), (size.multiple_of,))
+    m = table.size
     cells = [(b.overrides, f"{m} {b.lo}..{b.hi}: {b.schedule} (derived: {b.why})",
               {"range": {m: [b.lo, b.hi]}, "derived": b.schedule, "why": b.why, "overrides": b.overrides},
-              (f"{m} {b.lo}..{b.hi}", "the derived schedule"), "derived") for b in table]
-    return _assemble(spec_path, overrides, buckets, cells, cache)
+              (f"{m} {b.lo}..{b.hi}", "the derived schedule"), "derived") for b in table.buckets]
+    return _assemble(spec_path, overrides, (m,), (tuple(b.hi for b in table.buckets),), cells, cache)
 
 
-def _assemble(spec_path, overrides: Mapping[str, Any] | None, buckets: Any,
+def _assemble(spec_path, overrides: Mapping[str, Any] | None, sizes: tuple[str, ...], bounds: tuple[tuple[int, ...], ...],
               cells: Sequence[tuple[dict | None, str, dict, tuple[str, str] | None, str]],
               cache: Cache | None) -> BucketedBuilt:
     """Per bucket cell (its schedule overrides or None for the spec's own, its note, its record entry, (label, what
@@ -146,8 +150,8 @@ def _assemble(spec_path, overrides: Mapping[str, Any] | None, buckets: Any,
             entry = {k: v for k, v in entry.items() if k in ("range", "tuned_at")}
         info.append({**entry, "schedule": source, "variant": f"v{by_plan[key]}"})
     _same_backends(variants, notes, table, spec_path)
-    record = DispatchRecord(variants[0].name, tuple(buckets.sizes), tuple(buckets.bounds),
-                            tuple(f"v{i}" for i in range(len(variants))), tuple(table), tuple(info))
+    record = DispatchRecord(variants[0].name, sizes, bounds, tuple(f"v{i}" for i in range(len(variants))),
+                            tuple(table), tuple(info))
     backward = own_schedule().backward if variants[0].backward is not None else None
     return BucketedBuilt(record, tuple(variants), tuple(notes), backward)
 

@@ -471,23 +471,21 @@ def cmd_explain(args) -> int:
 
 
 def _explain_derived(args, spec, src) -> bool:
-    """explain of a spec with schedule.dispatch: auto (and a dynamic M that no -D fixes): the derived table (range,
-    schedule, why), then each distinct schedule's explain; False when the spec does not ask for it."""
+    """explain of a spec with a derived dispatch table (schedule.dispatch: auto, and no -D fixing a size): the table
+    (range, schedule, why), then each bucket's explain; False when there is none."""
+    from .bucketed import derived_table
     from .explain import explain, explain_backward
-    from .families.matmul import dispatch_auto
     from .frontend.validate import load_spec
     from .plan import plan_with_picks
     overrides = _overrides(args)
-    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or any("." not in k and "[" not in k
-                                                                          for k in overrides):
+    table = derived_table(spec, src, overrides)
+    if table is None:
         return False
-    table = dispatch_auto.derive(spec, src)
-    m = dispatch_auto.dynamic_m(spec)
-    print(f"{_shown(args.file)}: {spec.name}\n{dispatch_auto.table_text(table, m)}")
-    for b in table:
+    print(f"{_shown(args.file)}: {spec.name}\n{table.text()}")
+    for b in table.buckets:
         vspec, vsrc = load_spec(args.file, {**overrides, **b.overrides})
         p, picks = plan_with_picks(vspec, vsrc)
-        print(f"\n=== {m} {b.lo}..{b.hi}: {b.schedule} ===\n{explain(p, picks).rstrip()}")
+        print(f"\n=== {table.size} {b.lo}..{b.hi}: {b.schedule} ===\n{explain(p, picks).rstrip()}")
     if getattr(spec, "backward", None) is not None:
         print(explain_backward(spec, src), end="")
     return True

@@ -90,7 +90,7 @@ class Hook:
 # the manifest's fields that may be given as 'module:attribute' strings (resolved on first use)
 _HOOK_FIELDS = ("plan", "reference", "explain", "small_sizes", "elementwise", "devices", "accumulation", "verify",
                 "draw", "tune_aliases", "report", "defaults", "tune_space", "random_inputs", "backward",
-                "call_inputs")
+                "call_inputs", "dispatch")
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,11 @@ class Family:
     # the fields only its kernels read (None: the core model). A field no family of the op's kind has is an unknown
     # key at its location; the message names the families that have it (frontend/validate.py)
     schedule_model: type | None = None
+    # (spec, source map) -> a table (`.size`, the dynamic size it splits; `.buckets`, each with `.lo`, `.hi`,
+    # `.overrides` (schedule field paths -> values), `.schedule` and `.why`; `.text()`, what explain prints) of the
+    # buckets of a dynamic size and each one's schedule, derived by the planner (`schedule.dispatch: auto`), or None
+    # when the spec does not ask for one; SpecErrors where it cannot be derived. None: the family derives none
+    dispatch: Callable[[Any, Any], Any] | None = None
     # the family's folder as a module (its `__package__`): what the string hooks are relative to
     package: str = ""
 
@@ -199,7 +204,7 @@ class Family:
                 problems.append(f"{name} must be callable")
         if self.starter is not None and not self.starter.is_file():
             problems.append(f"starter {self.starter} is not a file")
-        for name in ("defaults", "tune_aliases", "tune_space", "random_inputs", "backward"):
+        for name in ("defaults", "tune_aliases", "tune_space", "random_inputs", "backward", "dispatch"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 problems.append(f"{name} must be callable (or None)")
         # (that each is a target of the hardware table, plan/hardware.py, tests/families/test_registry.py checks:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..bucketed import derived_table
 from ..errors import Problem, SpecErrors, clip, quoted
+from ..frontend.validate import load_spec
 from ..frontend.model import MAX_BUCKETS, DynamicSize
 from ..frontend.specfile import SpecFile
 
@@ -253,19 +255,18 @@ def build_tuned(spec_path: str | Path, overrides: Mapping[str, Any] | None, buck
 
 
 def _derived(spec_path: str | Path, overrides: Mapping[str, Any]):
-    """With schedule.dispatch: auto (families/matmul/dispatch_auto.py): a bucket the database has no result for
-    takes the derived schedule of the M it is tuned at (the tuning database's winners override the heuristics per
-    bucket); None otherwise (it takes the spec's own schedule)."""
-    from ..families.matmul import dispatch_auto
-    from ..frontend.validate import load_spec
+    """With a derived dispatch table (`schedule.dispatch: auto`, bucketed.derived_table): a bucket the database has
+    no result for takes the derived schedule of the M it is tuned at (the tuning database's winners override the
+    heuristics per bucket); None otherwise (it takes the spec's own schedule)."""
     spec, src = load_spec(str(spec_path), overrides)
-    if spec.op.kind != "matmul" or not dispatch_auto.wanted(spec) or dispatch_auto.dynamic_m(spec) is None:
+    table = derived_table(spec, src, overrides)
+    if table is None:
         return None
-    table, m = dispatch_auto.derive(spec, src), dispatch_auto.dynamic_m(spec)
+    m, rows = table.size, table.buckets
 
     def pick(cell: Mapping[str, int]) -> tuple[dict, str]:
-        v = cell.get(m, table[-1].hi)
-        b = next((b for b in table if b.lo <= v <= b.hi), table[-1])
+        v = cell.get(m, rows[-1].hi)
+        b = next((b for b in rows if b.lo <= v <= b.hi), rows[-1])
         return b.overrides, f"the derived schedule of {m} {b.lo}..{b.hi} (schedule.dispatch: auto): {b.schedule}"
     return pick
 

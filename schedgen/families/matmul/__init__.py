@@ -28,5 +28,6 @@ FAMILY = register(Family(
     accumulation=".reference:accumulation",
     report=".report:REPORT",
     backward=".backward:matmul_backward",
+    dispatch=".dispatch_auto:derived_table",
     targets=("sm_90a", "sm_100a"),
 ))

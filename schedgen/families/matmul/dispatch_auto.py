@@ -24,12 +24,14 @@ The estimates are the planner's (H200 2026-12-04 tile rates); a GPU record must 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...errors import Problem, SpecErrors
 from ...frontend.model import DynamicSize
+from ...frontend.overrides import apply_overrides
+from ...frontend.validate import validate_data
+from ...plan import plan_with_picks
 from ...plan.common import Problems
 from ...plan.defaults import written
 from ...plan.gemm import REG_OVERHEAD, WGMMA_M
@@ -86,6 +88,19 @@ class Bucket:
         return (self.lo, self.hi), dict(self.overrides), self.why
 
 
+@dataclass(frozen=True)
+class Table:
+    """The derived table: the dynamic size it splits and its buckets (the registry's `dispatch` hook returns it)."""
+    size: str
+    buckets: tuple[Bucket, ...]
+
+    def rows(self) -> list[tuple[tuple[int, int], dict, str]]:
+        return [b.row() for b in self.buckets]
+
+    def text(self) -> str:
+        return table_text(list(self.buckets), self.size)
+
+
 def wanted(spec) -> bool:
     """Whether the spec asks for a derived dispatch table (`schedule.dispatch: auto`)."""
     return getattr(spec.schedule, "dispatch", "single") == "auto"
@@ -99,10 +114,36 @@ def dynamic_m(spec) -> str | None:
     return name if isinstance(name, str) and isinstance(op.sizes.get(name), DynamicSize) else None
 
 
-def derive(spec, src) -> list[Bucket]:
-    """The dispatch table of a matmul spec with a dynamic M: buckets contiguous, increasing and covering M's min..max.
-    SpecErrors (at schedule.dispatch) where the spec is not one the table takes."""
-    from ...plan import plan_with_picks
+def derived_table(spec, src) -> Table | None:
+    """The family's `dispatch` hook: the table of a spec with `schedule.dispatch: auto`, else None."""
+    if not wanted(spec):
+        return None
+    return Table(dynamic_m(spec) or "M", tuple(derive(spec, src)))
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What the derivation reads of the spec: its problem, the large schedule, what is written."""
+    spec: Any
+    src: Any
+    out_name: str
+    dims: Any
+    n: int
+    k: int
+    batch: int
+    sms: int
+    large: Choice
+    tile_pinned: bool
+    cluster_pinned: bool
+    split_ok: bool
+
+    def overrides(self, c: Choice) -> dict[str, Any]:
+        return _overrides(c, self.spec, self.spec.op, self.out_name, self.dims, self.tile_pinned,
+                          self.cluster_pinned)
+
+
+def _check(spec, src) -> str:
+    """The dynamic M's name; SpecErrors at schedule.dispatch where the spec is not one the table takes."""
     op, sch = spec.op, spec.schedule
     m_name = dynamic_m(spec)
     bad = []
@@ -118,16 +159,15 @@ def derive(spec, src) -> list[Bucket]:
                    f"a number, or leave dispatch out")
     if bad:
         raise SpecErrors([Problem(FIELD, b) for b in bad], src)
+    return m_name
+
+
+def _context(spec, src) -> _Ctx:
+    op, sch = spec.op, spec.schedule
     problems = Problems()
     out_name, extras = check_names(spec, problems)
     dims = problem_dims(op, out_name, extras, problems, sch.target)
     own, _ = plan_with_picks(spec, src)                # the large schedule; SpecErrors when the spec does not plan
-    hw = for_target(sch.target)
-    size: DynamicSize = op.sizes[m_name]
-    lo, hi, q = size.lowest, size.max, size.multiple_of
-    n, k, batch = int(dims.n), int(dims.k), int(D_upper(dims.batch))
-    S = hw.sm_count
-
     tile_pinned = any(written(spec, ("schedule", side, nm)) for side, nm in
                       (("in_specs", op.lhs), ("in_specs", op.rhs), ("out_specs", out_name)))
     cluster_pinned = written(spec, ("schedule", "cluster"))
@@ -135,77 +175,104 @@ def derive(spec, src) -> list[Bucket]:
                    own.cluster.multicast == "rhs" and own.cluster.cluster_m == 2, large=True)
     split_ok = (not cluster_pinned and "pallas" not in own.launch.backends
                 and sch.pipeline.consumer_schedule == "cooperative" and getattr(op, "block_scales", None) is None)
+    return _Ctx(spec, src, out_name, dims, int(dims.n), int(dims.k), D_upper(dims.batch),
+                for_target(sch.target).sm_count, large, tile_pinned, cluster_pinned, split_ok)
 
-    def planned(c: Choice) -> Choice | None:
-        """`c` when it plans over the whole range (a split: at the deepest ring that fits), else None."""
-        depths = (None,) if c.split == 1 or written(spec, ("schedule", "pipeline", "max_concurrent_steps")) else \
-            range(DF.STAGES.get(c.tn, 4), 1, -1)
-        for d in depths:
-            cd = Choice(c.tm, c.tn, c.tk, c.split, c.shared, stages=d)
-            try:
-                plan_with_picks(*_with(spec, src, _overrides(cd, spec, op, out_name, dims, tile_pinned,
-                                                             cluster_pinned)))
-                return cd
-            except SpecErrors:
-                continue
-        return None
 
-    cands = [large]
-    nc_written = written(spec, ("schedule", "pipeline", "num_compute_wgs"))
-    nc = sch.pipeline.num_compute_wgs if nc_written else None
-    tiles = [(large.tm, large.tn, large.tk)] if tile_pinned or getattr(op, "block_scales", None) is not None else \
-        [(tm, tn, _tk(tm, k, dims.isz)) for tm, tn in CANDIDATE_TILES
-         if nc is None or (tm % (WGMMA_M * nc) == 0 and tm * tn // (128 * nc) + REG_OVERHEAD <= DF.MAX_CONSUMER_REGS)]
-    for tm, tn, tk in tiles:
-        shared = (not tile_pinned and not cluster_pinned and DF._clusters(op, dims, tm, tn, hw)) or \
-            (cluster_pinned and large.shared)
-        for s in (1, *(SPLITS if split_ok else ())):
-            if s > 1 and -(-k // tk) // s < MIN_K_ITERS:
-                continue
-            c = Choice(tm, tn, tk, s, shared and s == 1)
-            if c not in cands and (c.tm, c.tn, c.tk, c.split, c.shared) != (large.tm, large.tn, large.tk,
-                                                                              large.split, large.shared):
-                cands.append(c)
-    cands = [large] + [c for c in map(planned, cands[1:]) if c is not None]
+def _tiles(ctx: _Ctx) -> list[tuple[int, int, int]]:
+    """The tiles to try: the written (or block-scaled) one alone, else CANDIDATE_TILES whose accumulators fit a
+    written consumer count."""
+    sch, large = ctx.spec.schedule, ctx.large
+    if ctx.tile_pinned or getattr(ctx.spec.op, "block_scales", None) is not None:
+        return [(large.tm, large.tn, large.tk)]
+    nc = sch.pipeline.num_compute_wgs if written(ctx.spec, ("schedule", "pipeline", "num_compute_wgs")) else None
+    return [(tm, tn, _tk(tm, ctx.k, ctx.dims.isz)) for tm, tn in CANDIDATE_TILES
+            if nc is None or (tm % (WGMMA_M * nc) == 0 and tm * tn // (128 * nc) + REG_OVERHEAD
+                              <= DF.MAX_CONSUMER_REGS)]
 
-    def cost(c: Choice, m: int) -> float:
-        """Estimated time over a balanced one's at M = m (>= 1)."""
-        count = batch * -(-m // c.tm) * -(-n // c.tn)
-        slots = max(S // c.csize(), 1) * (c.csize() if c.shared else 1)   # tiles a wave runs
-        waves = -(-count // slots)
-        tile = c.tm * c.tn / DF.TILE_RATE.get((c.tm, c.tn), 0.4) * (DF.CLUSTER_GAIN if c.shared else 1.0)
-        if c.split > 1:
-            tile = tile / c.split * (1 + SPLIT_COST)
-        return waves * tile / (batch * m * n / S)
 
-    bounds = _bounds(lo, hi, q, large, n, batch, S)
+def _planned(ctx: _Ctx, c: Choice) -> Choice | None:
+    """`c` when it plans over the whole range (a split: at the deepest ring that fits), else None."""
+    depths = (None,) if c.split == 1 or written(ctx.spec, ("schedule", "pipeline", "max_concurrent_steps")) else \
+        range(DF.STAGES.get(c.tn, 4), 1, -1)
+    for d in depths:
+        cd = Choice(c.tm, c.tn, c.tk, c.split, c.shared, stages=d)
+        try:
+            plan_with_picks(*_with(ctx.spec, ctx.src, ctx.overrides(cd)))
+            return cd
+        except SpecErrors:
+            continue
+    return None
+
+
+def _candidates(ctx: _Ctx) -> list[Choice]:
+    """The large schedule, then every tile x split that plans."""
+    hw = for_target(ctx.spec.schedule.target)
+    large, out = ctx.large, []
+    same = (large.tm, large.tn, large.tk, large.split, large.shared)
+    for tm, tn, tk in _tiles(ctx):
+        shared = (not ctx.tile_pinned and not ctx.cluster_pinned and DF._clusters(ctx.spec.op, ctx.dims, tm, tn, hw)) \
+            or (ctx.cluster_pinned and large.shared)
+        splits = (1, *(s for s in (SPLITS if ctx.split_ok else ()) if -(-ctx.k // tk) // s >= MIN_K_ITERS))
+        out += [Choice(tm, tn, tk, s, shared and s == 1) for s in splits
+                if (tm, tn, tk, s, shared and s == 1) != same]
+    return [large] + [c for c in map(lambda c: _planned(ctx, c), out) if c is not None]
+
+
+def _cost(ctx: _Ctx, c: Choice, m: int) -> float:
+    """Estimated time over a balanced one's at M = m (>= 1)."""
+    count = ctx.batch * -(-m // c.tm) * -(-ctx.n // c.tn)
+    slots = max(ctx.sms // c.csize(), 1) * (c.csize() if c.shared else 1)   # tiles a wave runs
+    tile = c.tm * c.tn / DF.TILE_RATE.get((c.tm, c.tn), 0.4) * (DF.CLUSTER_GAIN if c.shared else 1.0)
+    if c.split > 1:
+        tile = tile / c.split * (1 + SPLIT_COST)
+    return -(-count // slots) * tile / (ctx.batch * m * ctx.n / ctx.sms)
+
+
+def _choose(ctx: _Ctx, cands: list[Choice], a: int, b: int, q: int) -> tuple[Choice, str]:
+    """The bucket a..b's schedule: the lowest mean estimate over its sample, the large one unless another is SWITCH
+    faster; and why."""
+    ms = _sample(a, b, q)
+    score = {c: sum(_cost(ctx, c, m) for m in ms) / len(ms) for c in cands}
+    best = min(cands, key=lambda c: score[c])
+    large = ctx.large
+    c = best if score[best] < DF.SWITCH * score[large] else large
+    why = (f"at M = {b}: {_waves(c, b, ctx.n, ctx.batch, ctx.sms)}; est. {score[c]:.2f}x a balanced run's time over "
+           f"the bucket" + (f", against {score[large]:.2f}x for the large schedule" if c != large else
+                            " (no candidate 2% faster)"))
+    return c, why
+
+
+def derive(spec, src) -> list[Bucket]:
+    """The dispatch table of a matmul spec with a dynamic M: buckets contiguous, increasing and covering M's min..max.
+    SpecErrors (at schedule.dispatch) where the spec is not one the table takes."""
+    size: DynamicSize = spec.op.sizes[_check(spec, src)]
+    ctx = _context(spec, src)
+    lo, hi, q = size.lowest, size.max, size.multiple_of
+    cands = _candidates(ctx)
+    bounds = _bounds(lo, hi, q, ctx.large, ctx.n, ctx.batch, ctx.sms)
     rows: list[tuple[int, int, Choice, str]] = []
     for i, b in enumerate(bounds):
         a = lo if i == 0 else bounds[i - 1] + q
-        if i == len(bounds) - 1 and len(bounds) > 1 or len(cands) == 1:
-            c = large
-            why = (f"M >= {a}: {_waves(large, a, n, batch, S)}, at least {FULL_WAVES} waves of the large tile "
-                   f"(a partial last wave costs at most 1/{FULL_WAVES})" if i == len(bounds) - 1 and
-                   len(bounds) > 1 else "every schedule field the heuristics set is written (the tile and the "
-                                        "cluster): the written schedule serves every M")
+        if len(cands) == 1:
+            c, why = ctx.large, ("every schedule field the heuristics set is written (the tile and the cluster): the "
+                                 "written schedule serves every M")
+        elif i == len(bounds) - 1 and i > 0:
+            c, why = ctx.large, (f"M >= {a}: {_waves(ctx.large, a, ctx.n, ctx.batch, ctx.sms)}, at least "
+                                 f"{FULL_WAVES} waves of the large tile (a partial last wave costs at most "
+                                 f"1/{FULL_WAVES})")
         else:
-            ms = _sample(a, b, q)
-            score = {cc: sum(cost(cc, m) for m in ms) / len(ms) for cc in cands}
-            best = min(cands, key=lambda cc: score[cc])
-            c = best if score[best] < DF.SWITCH * score[large] else large
-            why = (f"at M = {b}: {_waves(c, b, n, batch, S)}; est. {score[c]:.2f}x a balanced run's time over the "
-                   f"bucket" + (f", against {score[large]:.2f}x for the large schedule" if c != large else
-                                " (no candidate 2% faster)"))
+            c, why = _choose(ctx, cands, a, b, q)
         if rows and rows[-1][2] == c:
             first = rows[-1][3].split("; the same schedule wins", 1)[0]
             rows[-1] = (rows[-1][0], b, c, f"{first}; the same schedule wins up to M = {b}")
         else:
             rows.append((a, b, c, why))
-    return [Bucket(a, b, c, {} if c.large else _overrides(c, spec, op, out_name, dims, tile_pinned, cluster_pinned),
-                   why) for a, b, c, why in rows]
+    return [Bucket(a, b, c, {} if c.large else ctx.overrides(c), why) for a, b, c, why in rows]
 
 
 def D_upper(x) -> int:
+    """A static batch count (1 where there is none)."""
     return x if isinstance(x, int) else 1
 
 
@@ -262,8 +329,6 @@ def _overrides(c: Choice, spec, op, out_name, dims, tile_pinned: bool, cluster_p
 
 def _with(spec, src, overrides: Mapping[str, Any]):
     """The spec with `overrides` set (paths as -D takes them) and dispatch: single, validated: (spec, src)."""
-    from ...frontend.overrides import apply_overrides
-    from ...frontend.validate import validate_data
     data = spec.model_dump(mode="json", exclude_unset=True)
     data, problems = apply_overrides(data, {**overrides, "schedule.dispatch": "single"}, src)
     if problems:
