@@ -87,9 +87,17 @@ def derived_table(spec, src, overrides: Mapping[str, Any] | None = None):
     """The family's dispatch table derived by the planner (its `dispatch` hook: `schedule.dispatch: auto`), or None
     when the spec does not ask for one, its family derives none, or a -D fixes a size (one shape: today's build)."""
     hook = registry.of(spec).dispatch
-    if hook is None or any("." not in k and "[" not in k for k in (overrides or {})):
+    if hook is None or not asks_derived(spec, overrides):
         return None
     return hook(spec, src)
+
+
+def asks_derived(spec, overrides: Mapping[str, Any] | None = None) -> bool:
+    """Whether the spec asks for a derived dispatch table (`schedule.dispatch: auto`) and some size is still
+    dynamic after the -D overrides (a -D that fixes the last one: one shape, today's build)."""
+    fixed = any("." not in k and "[" not in k for k in (overrides or {}))
+    return getattr(spec.schedule, "dispatch", "single") == "auto" and not (
+        fixed and all(isinstance(v, int) for v in spec.op.sizes.values()))
 
 
 def build_derived(spec_path: str | Path, overrides: Mapping[str, Any] | None,

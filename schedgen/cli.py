@@ -549,6 +549,20 @@ def _explain_buckets(args, bb) -> int:
     return EXIT_OK
 
 
+def _verify_fn(path: str, spec, args):
+    """verify of a bucketed build: --tuned's (verify_tuned_file), or the derived table's of a spec with
+    schedule.dispatch: auto (verify_derived_file), as (function, its keywords); None: the spec's own kernel."""
+    from .bucketed import asks_derived
+    from .tune.buckets import parse_cli
+    from .verify_buckets import verify_derived_file, verify_tuned_file
+    if _tuned_buckets(path, _overrides(args), args, build=False):
+        return verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
+                                   "db": args.db, "sizes": args.sizes}
+    if not args.tuned and asks_derived(spec, _overrides(args)):
+        return verify_derived_file, {"sizes": args.sizes}
+    return None
+
+
 def _backends(arg: str) -> list[str]:
     return ["cuda", "pallas"] if arg == "all" else [arg]
 
@@ -575,13 +589,10 @@ def cmd_verify(args) -> int:
         try:
             # what needs no planning is checked here (the schema, --tuned's buckets); building the spec (planning,
             # deriving its backward, compiling) runs under the watchdog with the rest
-            name = load_spec(path, _overrides(args))[0].name
-            fn, kw = verify_file, {"sizes": args.sizes, "edges": args.edges, "magnitude": args.magnitude}
-            if _tuned_buckets(path, _overrides(args), args, build=False):
-                from .tune.buckets import parse_cli
-                from .verify_buckets import verify_tuned_file
-                fn, kw = verify_tuned_file, {"buckets_cli": parse_cli(args.buckets) if args.buckets else None,
-                                             "db": args.db, "sizes": args.sizes}
+            spec = load_spec(path, _overrides(args))[0]
+            name = spec.name
+            fn, kw = _verify_fn(path, spec, args) or (verify_file, {"sizes": args.sizes, "edges": args.edges,
+                                                                    "magnitude": args.magnitude})
         except SpecErrors as exc:
             print(exc.render(), file=sys.stderr)
             status = EXIT_SPEC

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .bucketed import bucket_label, build_derived, package_bucketed
 from .verify import Check, call_sizes, legal_size, small_overrides, verify_here
 
 
@@ -17,7 +18,6 @@ def bucket_edges(bb, base: Mapping[str, int], inside: int = 0) -> list[tuple[int
     order, with `inside` sizes between them (`verify --tuned --sizes N`: N - 1; evenly spaced, each size rounded
     down to its multiple_of, those that round onto an edge or onto each other dropped); `base` gives every
     other size (fixed ones and dynamic ones the buckets do not split)."""
-    from .bucketed import bucket_label
     ranges = {r.name: r for r in bb.variants[0].plan.launch.dynamic_sizes}
     out = []
     for cell, (info, vi) in enumerate(zip(bb.record.buckets, bb.record.table)):
@@ -43,7 +43,6 @@ def verify_bucketed(bb, backends: Sequence[str], *, interpret: bool = False, see
     """Package `bb` into a temporary folder, load it, and verify each variant at the edges of its buckets (and at
     `inside` sizes between them); a row's spec is `<name>/<variant>` and its note says which bucket size it is. A
     size assignment the dispatch would hand to another variant is a FAIL row."""
-    from .bucketed import package_bucketed
     from .runtime.buckets import load_bucketed
     root = package_bucketed(bb, Path(tempfile.mkdtemp(prefix="schedgen-verify-buckets-")))
     kernel = load_bucketed(root)
@@ -82,4 +81,23 @@ def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str
         fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
         if fixed_small:
             bb = build_tuned(path, overrides, buckets, db=db, extra=fixed_small, require_result=True)
+    return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few, inside=max(0, sizes - 1))
+
+
+def verify_derived_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
+                        interpret: bool = False, small: bool = False, seed: int | None = None,
+                        sizes: int = 1) -> list[Check]:
+    """verify_bucketed of the package `schedgen build` makes of a spec with a derived dispatch table
+    (`schedule.dispatch: auto`, bucketed.build_derived): each variant at the two edges of every bucket it serves and
+    `sizes - 1` sizes between them, through the package's own dispatch. With `small` the fixed sizes shrink to the
+    family's few-tiles sizes and the table is derived again at them (its buckets follow N and K)."""
+    overrides = dict(overrides or {})
+    bb = build_derived(path, overrides)
+    few = None
+    if small:
+        dynamic = {r.name for r in bb.variants[0].plan.launch.dynamic_sizes}
+        few = small_overrides(bb.variants[0])
+        fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
+        if fixed_small:
+            bb = build_derived(path, {**overrides, **fixed_small})
     return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few, inside=max(0, sizes - 1))

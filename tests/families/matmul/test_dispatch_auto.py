@@ -219,3 +219,17 @@ def test_a_tuned_bucket_overrides_the_heuristics(tmp_path):
     assert "64x128x128" in names[0] and "c1x1x4" in names[0]          # the derived decode schedule
     assert "128x128x64" in names[1] and "c1x1x" not in names[1]       # the tuned winner
     assert names[2] == build_spec(path, {}, cache=Cache(tmp_path / "cache")).plan.launch.kernel_name
+
+
+def test_verify_checks_every_variant_at_its_bucket_edges(tmp_path):
+    """`schedgen verify` of a derived package: each variant at both edges of each bucket, through the package's
+    dispatch (on the CPU the CUDA rows SKIP: the GPU runs them against float64)."""
+    from schedgen.verify_buckets import verify_derived_file
+    path = auto_copy(LINEAR, 14336, 4096, tmp_path)
+    table = table_of(path)
+    rows = verify_derived_file(str(path), ["cuda"])
+    got = sorted((r.spec, r.note.split(";")[0]) for r in rows)
+    want = sorted((f"linear_gelu/v{i}", f"bucket M {b.lo}..{b.hi}, {edge}") for i, b in enumerate(table)
+                  for edge in ("lower edge", "bound"))          # one variant a bucket: none of the schedules repeat
+    assert got == want
+    assert all(r.result in ("PASS", "SKIP") and r.shape["N"] == 14336 for r in rows)
