@@ -100,6 +100,7 @@ class MatmulSchedule(GemmSchedule):
         "powers of two up to four full waves of the large tile, then the rest) and derives each bucket's tile, "
         "2-CTA multicast and split-K (cluster [1, 1, S], only where backends leaves out pallas) from the tile "
         "counts against the SMs (no tuning run); `schedgen build` compiles one variant per distinct schedule and "
-        "the package picks by the call's M, `schedgen explain` prints the table (range, schedule, why). A "
-        "schedule field the spec writes (a BlockSpec, cluster) is kept in every variant; `build --tuned` with "
-        "tune.buckets packages the tuning database's winners instead"), examples=["auto"])
+        "the package picks by the call's M, `schedgen explain` prints the table (range, schedule, why), `schedgen "
+        "verify` checks every variant at its buckets' edges. A schedule field the spec writes (a BlockSpec, "
+        "cluster) is kept in every variant; `build --tuned` with tune.buckets packages the tuning database's "
+        "winners, a bucket without one taking the derived schedule at its bound. docs/tuning.md"), examples=["auto"])
