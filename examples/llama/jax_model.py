@@ -217,7 +217,7 @@ def forward(ops, cfg: LlamaConfig, params: dict, tokens: jax.Array) -> jax.Array
     cos, sin = jnp.tile(cos, (b, 1)), jnp.tile(sin, (b, 1))          # [T, D/2]
     x = params["embed"][tokens.reshape(-1)]                            # [T, d]: XLA (no gather family)
     for i in range(cfg.n_layers):
-        p = lambda n: params[f"l{i}_{n}"]                              # noqa: E731
+        p = functools.partial(lambda i, n: params[f"l{i}_{n}"], i)
         qkv = lin("llama_qkv", ops.rmsnorm(x, p("attn_norm")), p("wqkv")).reshape(t, H + 2 * G, D)
         qk = ops.rope(qkv[:, :H + G], cos, sin)                        # q and k heads in one call
         q = qk[:, :H].reshape(b, s, H, D)
