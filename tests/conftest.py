@@ -189,6 +189,56 @@ def import_package(folder, name: str):
     return importlib.import_module(name)
 
 
+def stub_cuda_with_references(monkeypatch, specs: dict, record=None) -> list:
+    """Kernel._call_cuda (the custom ops' real implementation) replaced by each kernel's float64 reference, so torch
+    autograd, the custom ops and torch.compile run on the CPU: `specs` maps a kernel name to the spec its reference
+    reads (forward kernels and backward steps). The call's dynamic sizes are bound from its arguments' shapes,
+    floating inputs go in as float64 (integer ones, class indices, as they are), outputs come back rounded to the
+    kernel's dtypes, into `out=` when given. Returns the list of `record(kernel, args)` of every call, in order
+    (default: the kernel's name)."""
+    import numpy as np
+    import torch
+
+    from schedgen.reference import reference
+    from schedgen.runtime.kernel import Kernel
+    from schedgen.runtime.torch_op import torch_dtype
+    seen: list = []
+    record = record or (lambda kernel, args: kernel.name)
+
+    def call_cuda(self, args, out, stream):
+        seen.append(record(self, args))
+        spec = specs[self.name]
+        sizes = {n: v for n, v in spec.op.sizes.items() if isinstance(v, int)}
+        sizes.update(self.bind([tuple(a.shape) for a in args]))
+        ins = {o.name: (a.detach().to(torch.float64) if a.dtype.is_floating_point else a.detach()).numpy()
+               for a, o in zip(args, self.inputs)}
+        res = reference(spec, sizes, ins)
+        made = tuple(torch.tensor(np.asarray(res[o.name], np.float64)).to(torch_dtype(o.dtype)) for o in self.outputs)
+        if out is not None:
+            for dst, r in zip(out, made):
+                dst.copy_(r)
+            made = tuple(out)
+        return made[0] if len(made) == 1 else made
+
+    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
+    return seen
+
+
+def graph_keeping_backend():
+    """A torch.compile backend (aot_autograd) that keeps the forward and backward graphs it is given and runs them
+    as they are: (backend, graphs), graphs filled with "fw" and "bw" once a compiled call has traced."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    graphs: dict = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")), graphs
+
+
 def run_process_group(cmd: list[str], timeout: float, **kw):
     """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, which is killed whole when
     `timeout` passes (then subprocess.TimeoutExpired, as subprocess.run raises). For helpers that fork: run's own

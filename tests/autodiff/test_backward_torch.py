@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import handgraph as hg
+from conftest import graph_keeping_backend, stub_cuda_with_references
 from handgraph import closed_form, host_inputs, import_package, upstream, hand_packages
 from schedgen.reference import reference
 from schedgen.runtime.arrays import ArgumentError
@@ -40,22 +41,7 @@ def ran(pkgs, monkeypatch):
     """Kernel._call_cuda stubbed with the kernel's float64 reference (outputs in the kernel's dtype); the names of
     the kernels run, in order."""
     _, specs = pkgs
-    seen = []
-
-    def call_cuda(self, args, out, stream):
-        seen.append(self.name)
-        spec = specs[self.name]
-        ins = {o.name: a.detach().to(torch.float64).numpy() for a, o in zip(args, self.inputs)}
-        res = reference(spec, dict(spec.op.sizes), ins)
-        made = tuple(torch.tensor(np.array(res[o.name]), dtype=torch.float32) for o in self.outputs)
-        if out is not None:
-            for dst, r in zip(out, made):
-                dst.copy_(r)
-            made = tuple(out)
-        return made[0] if len(made) == 1 else made
-
-    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
-    return seen
+    return stub_cuda_with_references(monkeypatch, specs)
 
 
 def fn(mods, which):
@@ -175,22 +161,14 @@ def test_a_package_without_backward_says_to_add_one(tmp_path, ran, pkgs):
 
 
 def test_compile_fullgraph_traces_forward_and_backward_through_the_step_ops(pkgs, ran):
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
     mods, _ = pkgs
-    graphs = {}
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind] = gm
-            return make_boxed_func(gm.forward)
-        return compiler
+    backend, graphs = graph_keeping_backend()
 
     torch._dynamo.reset()
     f = fn(mods, "saving")
     gy = torch.from_numpy(upstream())
     compiled = torch.compile(lambda x, w, b: (f(x, w, b) * gy).sum(), fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+                             backend=backend)
     ins = leaves()
     loss = compiled(*ins.values())
     got = torch.autograd.grad(loss, list(ins.values()))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from backward_util import finite_differences, graph_gradients, random_case, spec_with
-from conftest import import_package
+from conftest import graph_keeping_backend, import_package, stub_cuda_with_references
 from schedgen import families
 from schedgen.autodiff import derive
 from schedgen.autodiff.graph import BackwardGraph, Step, check, evaluate
@@ -292,26 +292,11 @@ def test_schedgen_build_names_the_passthroughs(tmp_path, monkeypatch, capsys):
 def torch_ran(residual_package, sum_package, monkeypatch):
     """Kernel._call_cuda stubbed with each kernel's float64 reference (outputs in the kernel's dtype); the names of
     the kernels run, in order."""
-    torch = pytest.importorskip("torch")
-    from schedgen.reference import reference
-    from schedgen.runtime.kernel import Kernel
-    from schedgen.runtime.torch_op import torch_dtype
+    pytest.importorskip("torch")
     specs = {}
     for built, _ in (residual_package, sum_package):
         specs.update({built.name: built.backward.forward, **{b.name: b.spec for b in built.backward.steps.values()}})
-    seen = []
-
-    def call_cuda(self, args, out, stream):
-        seen.append(self.name)
-        spec = specs[self.name]
-        ins = {o.name: a.detach().to(torch.float64).numpy() for a, o in zip(args, self.inputs)}
-        res = reference(spec, dict(spec.op.sizes), ins)
-        made = tuple(torch.tensor(np.asarray(res[o.name], np.float32)).to(torch_dtype(o.dtype))
-                     for o in self.outputs)
-        return made[0] if len(made) == 1 else made
-
-    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
-    return seen
+    return stub_cuda_with_references(monkeypatch, specs)
 
 
 def _torch_case(seed=0):
@@ -419,23 +404,15 @@ def test_torch_gives_both_operands_of_a_sum_the_upstream_gradient_and_accumulate
 
 def test_torch_compile_fullgraph_traces_the_passthrough(residual_package, torch_ran):
     import torch
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
     built, root = residual_package
     mod = import_package(root.parent, built.name)
-    graphs = {}
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind] = gm
-            return make_boxed_func(gm.forward)
-        return compiler
+    backend, graphs = graph_keeping_backend()
 
     torch._dynamo.reset()
     leaves, gy = _torch_case(2)
     f = mod.mm_residual
     compiled = torch.compile(lambda a, b, r: (f(a, b, r).float() * gy.float()).sum(), fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+                             backend=backend)
     got = torch.autograd.grad(compiled(*leaves.values()), list(leaves.values()))
     bw = str(graphs["bw"].code)
     steps = mod.kernel.backward.steps

@@ -11,11 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from schedgen.reference import reference
-from schedgen.runtime.kernel import Kernel
+from conftest import graph_keeping_backend, stub_cuda_with_references
 
 torch = pytest.importorskip("torch")
 
@@ -70,21 +68,13 @@ FORBIDDEN = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.matmul",
 
 
 def test_compile_fullgraph_traces_forward_and_backward_on_schedgen_ops_only(built):
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
     fns, _ = built
-    graphs = {}
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind] = gm
-            return make_boxed_func(gm.forward)
-        return compiler
+    backend, graphs = graph_keeping_backend()
 
     torch._dynamo.reset()
     params = llama_model.init_params(CFG, seed=0, device="meta")
     m = llama_model.SchedgenLlama(CFG, params, fns)
-    compiled = torch.compile(m, fullgraph=True, backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+    compiled = torch.compile(m, fullgraph=True, backend=backend)
     tokens = torch.zeros(B, S, dtype=torch.int64, device="meta")
     loss = compiled(tokens, tokens)
     assert loss.shape == () and loss.device.type == "meta"
@@ -107,33 +97,12 @@ def test_compile_fullgraph_traces_forward_and_backward_on_schedgen_ops_only(buil
     torch._dynamo.reset()
 
 
-_DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i64": torch.int64, "i32": torch.int32}
-
-
 @pytest.fixture
 def stubbed(built, monkeypatch):
     """Kernel._call_cuda replaced by the kernel's float64 reference at the call's sizes, outputs rounded to the
     kernel's dtypes; the kernel names run, in order."""
     _, kspecs = built
-    seen = []
-
-    def call_cuda(self, args, out, stream):
-        seen.append(self.name)
-        spec = kspecs[self.name]
-        sizes = {n: v for n, v in spec.op.sizes.items() if isinstance(v, int)}
-        sizes.update(self.bind([tuple(a.shape) for a in args]))
-        ins = {o.name: (a.detach().numpy() if not a.dtype.is_floating_point else
-                        a.detach().to(torch.float64).numpy()) for a, o in zip(args, self.inputs)}
-        res = reference(spec, sizes, ins)
-        made = tuple(torch.tensor(np.array(res[o.name], dtype=np.float64)).to(_DT[o.dtype]) for o in self.outputs)
-        if out is not None:
-            for dst, r in zip(out, made):
-                dst.copy_(r)
-            made = tuple(out)
-        return made[0] if len(made) == 1 else made
-
-    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
-    return seen
+    return stub_cuda_with_references(monkeypatch, kspecs)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -16,11 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SPECS_DIR, import_package, plan_errors
+from conftest import ROOT, SPECS_DIR, import_package, plan_errors, stub_cuda_with_references
 from schedgen.build import build_spec, package
 from schedgen.cache import Cache
-from schedgen.reference import reference
-from schedgen.runtime.kernel import Kernel
 from schedgen.toolchain.nvrtc import sass
 from schedgen.verify import verify_file
 
@@ -248,24 +246,8 @@ def ran(built, monkeypatch):
     and argument strides of the kernels run."""
     b, _ = built
     specs = {b.name: b.spec} | {s.name: s.spec for s in b.backward.steps.values()}
-    seen = []
-
-    def call_cuda(self, args, out, stream):
-        seen.append((self.name, [tuple(a.stride()) for a in args]))
-        spec = specs[self.name]
-        ins = {o.name: a.detach().to(torch.float64).numpy() for a, o in zip(args, self.inputs)}
-        sizes = {n: v for n, v in spec.op.sizes.items() if isinstance(v, int)} | self.bind([tuple(a.shape) for a in args])
-        res = reference(spec, sizes, ins)
-        made = tuple(torch.tensor(np.array(res[o.name]), dtype=torch.float32).to(torch.bfloat16)
-                     for o in self.outputs)
-        if out is not None:
-            for dst, r in zip(out, made):
-                dst.copy_(r)
-            made = tuple(out)
-        return made[0] if len(made) == 1 else made
-
-    monkeypatch.setattr(Kernel, "_call_cuda", call_cuda)
-    return seen
+    return stub_cuda_with_references(monkeypatch, specs,
+                                     record=lambda k, args: (k.name, [tuple(a.stride()) for a in args]))
 
 
 def test_torch_autograd_through_views_of_a_fused_qkv(mod, ran):
