@@ -62,6 +62,14 @@ def verify_bucketed(bb, backends: Sequence[str], *, interpret: bool = False, see
     return checks
 
 
+def _small_sizes(bb, overrides: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """The family's few-tiles sizes of a bucketed build, and those of them that are fixed sizes the user did not
+    set (what the package is built again at: the buckets' dynamic edges stay)."""
+    dynamic = {r.name for r in bb.variants[0].plan.launch.dynamic_sizes}
+    few = small_overrides(bb.variants[0])
+    return few, {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
+
+
 def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str, Any] | None = None, *,
                       buckets_cli: Mapping[str, Sequence[int]] | None = None, db: Any = None,
                       interpret: bool = False, small: bool = False, seed: int | None = None,
@@ -76,9 +84,7 @@ def verify_tuned_file(path: str, backends: Sequence[str], overrides: Mapping[str
     bb = build_tuned(path, overrides, buckets, db=db, require_result=True)
     few = None
     if small:
-        dynamic = {r.name for r in bb.variants[0].plan.launch.dynamic_sizes}
-        few = small_overrides(bb.variants[0])
-        fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
+        few, fixed_small = _small_sizes(bb, overrides)
         if fixed_small:
             bb = build_tuned(path, overrides, buckets, db=db, extra=fixed_small, require_result=True)
     return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few, inside=max(0, sizes - 1))
@@ -95,9 +101,7 @@ def verify_derived_file(path: str, backends: Sequence[str], overrides: Mapping[s
     bb = build_derived(path, overrides)
     few = None
     if small:
-        dynamic = {r.name for r in bb.variants[0].plan.launch.dynamic_sizes}
-        few = small_overrides(bb.variants[0])
-        fixed_small = {n: v for n, v in few.items() if n not in dynamic and n not in overrides}
+        few, fixed_small = _small_sizes(bb, overrides)
         if fixed_small:
             bb = build_derived(path, {**overrides, **fixed_small})
     return verify_bucketed(bb, backends, interpret=interpret, seed=seed, small=few, inside=max(0, sizes - 1))

@@ -53,6 +53,17 @@ class LlamaConfig:
     def attn_width(self) -> int:
         return self.n_heads * self.head_dim
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name and shape (torch.nn.Linear's [out, in] layout for the projections), the one list
+        both models (model.py, jax_model.py) are built from."""
+        d, f = self.d_model, self.d_ff
+        shapes: dict[str, tuple[int, ...]] = {"embed": (self.vocab, d)}
+        for i in range(self.n_layers):
+            shapes.update({f"l{i}_attn_norm": (d,), f"l{i}_wqkv": (self.qkv_width, d), f"l{i}_wo": (d, self.attn_width),
+                           f"l{i}_mlp_norm": (d,), f"l{i}_w_gate_up": (2 * f, d), f"l{i}_w_down": (d, f)})
+        shapes.update({"final_norm": (d,), "lm_head": (self.vocab, d)})
+        return shapes
+
     def replace(self, **fields) -> "LlamaConfig":
         return dataclasses.replace(self, **fields)
 

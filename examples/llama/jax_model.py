@@ -72,23 +72,12 @@ ROUTES: dict[str, str | None] = {
 
 # ----------------------------------------------------------------------------------------------------- parameters
 
-def param_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape: model.param_shapes's (torch.nn.Linear's [out, in] layout), without torch."""
-    d, f = cfg.d_model, cfg.d_ff
-    shapes = {"embed": (cfg.vocab, d)}
-    for i in range(cfg.n_layers):
-        shapes.update({f"l{i}_attn_norm": (d,), f"l{i}_wqkv": (cfg.qkv_width, d), f"l{i}_wo": (d, cfg.attn_width),
-                       f"l{i}_mlp_norm": (d,), f"l{i}_w_gate_up": (2 * f, d), f"l{i}_w_down": (d, f)})
-    shapes.update({"final_norm": (d,), "lm_head": (cfg.vocab, d)})
-    return shapes
-
-
 def init_params(cfg: LlamaConfig, seed: int = 0, dtype=BF16) -> dict[str, jax.Array]:
     """model.init_params's scheme (norms 1, embedding N(0, 0.02^2), projections N(0, 1 / fan_in), wo and w_down
     scaled by 1 / sqrt(2 n_layers)), drawn with numpy from `seed` (not the torch model's values)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in param_shapes(cfg).items():
+    for name, shape in cfg.param_shapes().items():
         if len(shape) == 1:
             t = np.ones(shape, np.float32)
         elif name == "embed":
@@ -326,7 +315,7 @@ def time_train_step(cfg: LlamaConfig, batch: int, seq: int, out: Path, warmup: i
     for name, fn in (("schedgen Pallas", ours), ("XLA reference", ref)):
         lv, g = fn(params, tokens, targets)
         jax.block_until_ready(g)
-        worst = max(param_shapes(cfg), key=lambda n: _rel_err(g[n], g32[n]))
+        worst = max(cfg.param_shapes(), key=lambda n: _rel_err(g[n], g32[n]))
         err = _rel_err(g[worst], g32[worst])
         log(f"{name}: loss {float(lv):.5f} (f32 reference {float(l32):.5f}), worst gradient {worst}: "
             f"max |g - g32| / max |g32| = {err:.3g}")

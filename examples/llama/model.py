@@ -53,24 +53,13 @@ except ImportError:                      # examples/llama on sys.path
 IGNORE_INDEX = -100
 
 
-def param_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape (torch.nn.Linear's [out, in] layout for the projections)."""
-    d, f = cfg.d_model, cfg.d_ff
-    shapes = {"embed": (cfg.vocab, d)}
-    for i in range(cfg.n_layers):
-        shapes.update({f"l{i}_attn_norm": (d,), f"l{i}_wqkv": (cfg.qkv_width, d), f"l{i}_wo": (d, cfg.attn_width),
-                       f"l{i}_mlp_norm": (d,), f"l{i}_w_gate_up": (2 * f, d), f"l{i}_w_down": (d, f)})
-    shapes.update({"final_norm": (d,), "lm_head": (cfg.vocab, d)})
-    return shapes
-
-
 def init_params(cfg: LlamaConfig, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict[str, nn.Parameter]:
     """The weights, drawn on the CPU from `seed` (so every device and dtype gets the same values): norms 1,
     the embedding N(0, 0.02^2), projections N(0, 1 / fan_in), the residual-branch outputs (wo, w_down) scaled by
     1 / sqrt(2 n_layers)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     out = {}
-    for name, shape in param_shapes(cfg).items():
+    for name, shape in cfg.param_shapes().items():
         if len(shape) == 1:
             t = torch.ones(shape)
         elif name == "embed":
@@ -166,7 +155,7 @@ class _Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig, params: dict):
         super().__init__()
         self.cfg = cfg
-        missing = set(param_shapes(cfg)) - set(params)
+        missing = set(cfg.param_shapes()) - set(params)
         if missing:
             raise ValueError(f"parameters missing: {sorted(missing)}")
         self.p = nn.ParameterDict(params)      # the tensors given, not copies: one dict can serve both models

@@ -92,7 +92,7 @@ def _check_gradients(cfg, params, tokens, targets, ours_loss, g):
     p32 = {k: v.astype(jnp.float32) for k, v in params.items()}
     l32, g32 = jax.value_and_grad(ref)(p32, tokens, targets)
     assert abs(float(ours_loss) - float(l32)) < 2e-2 * abs(float(l32))
-    assert set(g) == set(jm.param_shapes(cfg))
+    assert set(g) == set(cfg.param_shapes())
     for n in g:
         assert g[n].shape == params[n].shape and g[n].dtype == params[n].dtype, n
         ours, base = jm._rel_err(g[n], g32[n]), jm._rel_err(g16[n], g32[n])
@@ -119,7 +119,7 @@ def test_jit_of_grad_traces_and_lowers_through_every_kernel(built):
     lowered = jax.jit(jax.grad(functools.partial(jm.loss, kernels=kernels, interpret=True))).lower(
         params, tokens, targets)
     out = lowered.out_info
-    assert {n: o.shape for n, o in out.items()} == jm.param_shapes(cfg)
+    assert {n: o.shape for n, o in out.items()} == cfg.param_shapes()
 
 
 @pytest.mark.slow
