@@ -193,6 +193,7 @@ def cmd_validate(args) -> int:
     """Each file through every stage that can run: the schema (a file that fails it cannot be planned), then the
     plan and the tune section (checked as `schedgen tune` checks it) together, all their problems in one report;
     a planned spec's backward section as `build` checks it (its derived kernels planned too)."""
+    from .bucketed import derived_table
     from .plan import plan
     from .frontend.validate import load_spec
     status = EXIT_OK
@@ -219,6 +220,10 @@ def cmd_validate(args) -> int:
         except SpecErrors as exc:
             problems += exc.problems
         problems += _bucket_problems(spec, _overrides(args))
+        try:                        # schedule.dispatch: auto, checked as `build` derives its table
+            derived_table(spec, src, _overrides(args))
+        except SpecErrors as exc:
+            problems += exc.problems
         if spec.tune is not None and spec.tune.params:
             from .tune.space import load_space     # as `schedgen tune` reads it (the picks written in)
             try:

@@ -164,6 +164,19 @@ def test_a_fixed_m_is_one_shape(tmp_path):
     assert "schedule.dispatch" in exc.value.render() and "M is fixed" in exc.value.render()
 
 
+def test_validate_refuses_what_build_refuses(tmp_path, capsys):
+    """validate of dispatch: auto over a fixed M is the build's located error, not "ok" (it said ok, then build
+    failed)."""
+    path = auto_copy(LINEAR, 4096, 4096, tmp_path)
+    assert cli.main(["validate", str(path)]) == 0
+    data = yaml.safe_load(path.read_text())
+    data["op"]["sizes"]["M"] = 128
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli.main(["validate", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "schedule.dispatch" in err and "M is fixed" in err
+
+
 def test_explain_prints_the_table(tmp_path, capsys):
     path = auto_copy(LINEAR, 4096, 4096, tmp_path)
     assert cli.main(["explain", str(path)]) == 0
